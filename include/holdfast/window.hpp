@@ -1,0 +1,87 @@
+// RetryWindow and RequestScope: one retry budget per request.
+//
+// The origin's shared retry window (RETRY_BUDGET_MS = 6 s): every retry inside one page
+// render draws from one window, opened by the first transient fault, so a page that runs
+// three groups of queries waits at most ~6 s instead of 3 x 6 s.
+//
+//   {
+//     holdfast::RequestScope scope;              // 6 s, opened at the first transient fault
+//     auto games = db.query(...);                // every retry loop below shares the window
+//     auto user  = sessions.read(...);
+//   }
+//
+// Scopes nest: an inner RequestScope shares the outer window (it never extends or resets
+// it). The current scope is thread-local; to hand the window to work on another thread,
+// adopt it there with RequestScope(RetryWindow&) while the owner is alive. Outside any
+// scope (a cron job) each retry loop gets a window of its own.
+//
+// remaining() is what caps SQLite busy_timeout, pool waits and statement_timeout.
+#pragma once
+
+#include <atomic>
+
+#include "holdfast/clock.hpp"
+
+namespace holdfast {
+
+class RetryWindow {
+ public:
+  static constexpr Duration kDefaultLength = std::chrono::seconds(6);
+
+  // REQUIRES: length > 0, else std::invalid_argument.
+  explicit RetryWindow(Duration length = kDefaultLength, Clock& clock = Clock::system());
+  RetryWindow(const RetryWindow&) = delete;
+  RetryWindow& operator=(const RetryWindow&) = delete;
+
+  // Opens the window at `now` unless it is already open. Thread-safe: the first call wins.
+  void open(TimePoint now) noexcept;
+  [[nodiscard]] bool is_open() const noexcept {
+    return deadline_ns_.load(std::memory_order_acquire) != kClosed;
+  }
+  // TimePoint::max() until the window opens.
+  [[nodiscard]] TimePoint deadline() const noexcept;
+  // The whole length before the window opens; afterwards the time to the deadline, never
+  // negative.
+  [[nodiscard]] Duration remaining(TimePoint now) const noexcept;
+  [[nodiscard]] Duration remaining() const noexcept { return remaining(clock_->now()); }
+  [[nodiscard]] bool spent(TimePoint now) const noexcept {
+    return remaining(now) <= Duration::zero();
+  }
+
+  [[nodiscard]] Duration length() const noexcept { return length_; }
+  [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+
+ private:
+  static constexpr std::int64_t kClosed = INT64_MAX;
+  Duration length_;
+  Clock* clock_;
+  std::atomic<std::int64_t> deadline_ns_{kClosed};
+};
+
+class RequestScope {
+ public:
+  // Starts a scope with a window of `length` on `clock`; inside an active scope on this
+  // thread, joins that scope's window instead.
+  explicit RequestScope(Duration length = RetryWindow::kDefaultLength,
+                        Clock& clock = Clock::system());
+  // Adopts `shared` (typically another thread's scope window). REQUIRES: `shared` outlives
+  // this scope.
+  explicit RequestScope(RetryWindow& shared) noexcept;
+  ~RequestScope();
+  RequestScope(const RequestScope&) = delete;
+  RequestScope& operator=(const RequestScope&) = delete;
+
+  [[nodiscard]] RetryWindow& window() noexcept { return *window_; }
+
+  // The innermost active scope on this thread, or nullptr.
+  [[nodiscard]] static RequestScope* current() noexcept;
+  // Its window, or nullptr outside any scope.
+  [[nodiscard]] static RetryWindow* current_window() noexcept;
+
+ private:
+  RetryWindow own_;
+  RetryWindow* window_;
+  RequestScope* previous_;
+};
+
+}  // namespace holdfast

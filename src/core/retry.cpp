@@ -1,0 +1,154 @@
+#include "holdfast/retry.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "holdfast/console.hpp"
+
+namespace holdfast {
+namespace {
+
+long long to_ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+void default_retry_line(const RetryEvent& e) noexcept {
+  // Retries are DEBUG, console only: a WARN would be one more write to the very database
+  // that is refusing us (the origin's lesson).
+  if (!console::enabled(Level::kDebug)) return;
+  try {
+    std::string line;
+    line.reserve(160);
+    line.append(e.label.empty() ? std::string_view("operation") : e.label);
+    line += ": attempt " + std::to_string(e.attempt) + " failed (" + e.status.to_string() +
+            "); retrying in " + std::to_string(to_ms(e.delay)) + " ms, window left " +
+            std::to_string(to_ms(e.window_remaining)) + " ms";
+    console::write(Level::kDebug, "retry", line);
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+RetryPolicy::RetryPolicy() : clock_(&Clock::system()) {}
+
+RetryPolicy RetryPolicy::origin_session() {
+  RetryPolicy p;
+  p.backoff(Backoff::origin_session());
+  return p;
+}
+
+RetryPolicy RetryPolicy::no_retry() {
+  RetryPolicy p;
+  p.max_attempts(1);
+  return p;
+}
+
+RetryPolicy& RetryPolicy::max_attempts(int n) {
+  if (n < 1) {
+    throw std::invalid_argument("RetryPolicy::max_attempts must be at least 1, got " +
+                                std::to_string(n));
+  }
+  max_attempts_ = n;
+  return *this;
+}
+
+RetryPolicy& RetryPolicy::backoff(Backoff b) {
+  backoff_ = std::move(b);
+  return *this;
+}
+
+RetryPolicy& RetryPolicy::window(Duration length) {
+  if (length <= Duration::zero()) {
+    throw std::invalid_argument("RetryPolicy::window must be greater than zero, got " +
+                                std::to_string(to_ms(length)) + " ms");
+  }
+  window_ = length;
+  return *this;
+}
+
+RetryPolicy& RetryPolicy::last_attempt_time(Duration d) {
+  if (d < Duration::zero()) {
+    throw std::invalid_argument("RetryPolicy::last_attempt_time must not be negative, got " +
+                                std::to_string(to_ms(d)) + " ms");
+  }
+  last_attempt_time_ = d;
+  return *this;
+}
+
+RetryPolicy& RetryPolicy::clock(Clock& c) noexcept {
+  clock_ = &c;
+  return *this;
+}
+
+RetryPolicy& RetryPolicy::seed(std::uint64_t seed) noexcept {
+  seed_ = seed;
+  return *this;
+}
+
+RetryPolicy& RetryPolicy::on_retry(RetryHook hook) {
+  on_retry_ = std::move(hook);
+  return *this;
+}
+
+void RetryPolicy::notify_retry(const RetryEvent& event) const noexcept {
+  if (!on_retry_) {
+    default_retry_line(event);
+    return;
+  }
+  try {
+    on_retry_(event);
+  } catch (...) {
+    // A hook must not turn a retry into a failure.
+  }
+}
+
+RetryState::RetryState(const RetryPolicy& policy, Operation op, RetryWindow* window)
+    : RetryState(policy, op, window,
+                 policy.seed() ? Random(*policy.seed()) : Random::from_thread()) {}
+
+RetryState::RetryState(const RetryPolicy& policy, Operation op, RetryWindow* window, Random rng)
+    : policy_(&policy), op_(op), window_(window), rng_(rng) {
+  if (window_ == nullptr) {
+    own_window_.emplace(policy.window(), policy.clock());
+    window_ = &*own_window_;
+  }
+}
+
+RetryDecision RetryState::on_failure(const Status& status, TimePoint now) {
+  ++attempts_;
+  // A status some inner loop gave up on is final here too: nested loops never multiply
+  // attempts (docs/adr/0001-nested-retry-loops.md).
+  if (status.stop_reason() != StopReason::kNone) return {false, {}, status.stop_reason()};
+  const Fault& fault = status.fault();
+  if (!fault.transient()) return {false, {}, StopReason::kPermanent};
+  if (fault.scope == RetryScope::kTransaction && !op_.reruns_transaction) {
+    return {false, {}, StopReason::kNotSafeToRepeat};
+  }
+  if (fault.outcome == Outcome::kUnknown && op_.idempotency != Idempotency::kIdempotent) {
+    return {false, {}, StopReason::kNotSafeToRepeat};
+  }
+  window_->open(now);
+  if (attempts_ >= policy_->max_attempts()) return {false, {}, StopReason::kAttemptsExhausted};
+  const Duration left = window_->remaining(now) - policy_->last_attempt_time();
+  if (left <= Duration::zero()) return {false, {}, StopReason::kWindowSpent};
+  Duration delay = policy_->backoff().delay(attempts_, previous_delay_, rng_);
+  // Never sleep past the window: shorten the wait so one last attempt lands inside it.
+  if (delay > left) delay = left;
+  previous_delay_ = delay;
+  return {true, delay, StopReason::kNone};
+}
+
+Status RetryState::give_up(Status last, StopReason reason) const {
+  if (last.stop_reason() != StopReason::kNone) return last;
+  last.with_stop(reason, attempts_);
+  return last;
+}
+
+namespace detail {
+Status classifier_returned_ok() {
+  return Status(Code::kInternal, "the exception classifier returned OK for a thrown exception");
+}
+}  // namespace detail
+
+}  // namespace holdfast
