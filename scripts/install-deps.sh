@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs, idempotently, the Debian packages holdfast builds, tests and runs with
+# (DESIGN.md §6, plus ccache and the build tools). Installs only what is missing, so a
+# second run takes a second. Nothing is downloaded from anywhere but Debian's archive.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config ccache make
+  libsqlite3-dev sqlite3
+  libpq-dev postgresql
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+)
+# Extra packages a part of the project asks for (the browser test adds chromium).
+if [[ -f "$(dirname "$0")/extra-packages.txt" ]]; then
+  while read -r p; do [[ -n "$p" && "$p" != \#* ]] && packages+=("$p"); done \
+    < "$(dirname "$0")/extra-packages.txt"
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test with ctest for a configured and built preset. When the project has a
+# PostgreSQL test server script, starts a throwaway server first and always stops it,
+# also when tests fail.
+set -euo pipefail
+preset="${1:-debug}"
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+
+pg_started=0
+cleanup() {
+  if [[ $pg_started -eq 1 ]]; then scripts/pg-test-server.sh stop || true; fi
+}
+trap cleanup EXIT
+
+if [[ -x scripts/pg-test-server.sh ]]; then
+  if url="$(scripts/pg-test-server.sh start)"; then
+    pg_started=1
+    export HOLDFAST_TEST_PG_URL="$url"
+    echo "run-tests: PostgreSQL test server at $url"
+  else
+    echo "run-tests: WARNING: could not start the PostgreSQL test server;" \
+         "the PostgreSQL tests will report themselves skipped" >&2
+  fi
+fi
+
+ctest --preset "$preset"
