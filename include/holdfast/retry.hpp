@@ -177,10 +177,32 @@ class RetryState {
 
 namespace detail {
 Status classifier_returned_ok();
-template <class R>
-R finish(RetryState& state, R&& last, StopReason reason, RetryStats* stats) {
-  if (stats) *stats = {state.attempts(), state.slept(), reason};
-  return R(state.give_up(Status(status_of(last)), reason));
+
+// The failure path of retry(): keeps calling `attempt` and leaves the outcome in `r`.
+template <class F, class R>
+[[gnu::noinline]] void retry_after_failure(const RetryPolicy& policy, Operation op, F& attempt,
+                                           R& r, RetryStats* stats) {
+  RetryState state(policy, op);
+  Clock& clock = policy.clock();
+  for (;;) {
+    const TimePoint now = clock.now();
+    const RetryDecision d = state.on_failure(status_of(r), now);
+    if (!d.retry) {
+      if (stats) *stats = {state.attempts(), state.slept(), d.reason};
+      r = R(state.give_up(Status(status_of(r)), d.reason));
+      return;
+    }
+    policy.notify_retry(RetryEvent{op.label, state.attempts(), d.delay,
+                                   state.window().remaining(now), status_of(r)});
+    clock.sleep_for(d.delay);
+    state.add_slept(d.delay);
+    r = attempt();
+    if (is_ok(r)) {
+      state.on_success();
+      if (stats) *stats = {state.attempts(), state.slept(), StopReason::kNone};
+      return;
+    }
+  }
 }
 }  // namespace detail
 
@@ -194,25 +216,10 @@ auto retry(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* sta
   R r = attempt();
   if (is_ok(r)) [[likely]] {
     if (stats) *stats = {1, {}, StopReason::kNone};
-    return r;
+  } else {
+    detail::retry_after_failure(policy, op, attempt, r, stats);
   }
-  RetryState state(policy, op);
-  Clock& clock = policy.clock();
-  for (;;) {
-    const TimePoint now = clock.now();
-    const RetryDecision d = state.on_failure(status_of(r), now);
-    if (!d.retry) return detail::finish(state, std::move(r), d.reason, stats);
-    policy.notify_retry(RetryEvent{op.label, state.attempts(), d.delay,
-                                   state.window().remaining(now), status_of(r)});
-    clock.sleep_for(d.delay);
-    state.add_slept(d.delay);
-    r = attempt();
-    if (is_ok(r)) {
-      state.on_success();
-      if (stats) *stats = {state.attempts(), state.slept(), StopReason::kNone};
-      return r;
-    }
-  }
+  return r;  // one named result on every path: returned without a copy
 }
 
 template <class F>
