@@ -1,5 +1,6 @@
 #include "holdfast/console.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <string>
 
 namespace holdfast {
 namespace {
@@ -75,6 +77,31 @@ void write(Level l, std::string_view context, std::string_view message) noexcept
   std::snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
   const std::string_view lvl = to_string(l);
+  // One entry is one line: control characters (a multi-line database error) are escaped.
+  std::string escaped;
+  if (std::any_of(message.begin(), message.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+    try {
+      for (char c : message) {
+        if (c == '\n') {
+          escaped += "\\n";
+        } else if (c == '\r') {
+          escaped += "\\r";
+        } else if (c == '\t') {
+          escaped += "\\t";
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+          char hex[8];
+          std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned>(c));
+          escaped += hex;
+        } else {
+          escaped += c;
+        }
+      }
+      message = escaped;
+    } catch (...) {
+      return;  // out of memory: drop the line rather than throw
+    }
+  }
   std::lock_guard<std::mutex> lock(write_mutex());
   std::fprintf(stderr, "%s %-5.*s [%.*s] %.*s\n", stamp, static_cast<int>(lvl.size()), lvl.data(),
                static_cast<int>(context.size()), context.data(), static_cast<int>(message.size()),

@@ -322,3 +322,18 @@ TEST(RetryPolicyConfig, InvalidConfigurationNamesTheField) {
 
 }  // namespace
 }  // namespace holdfast
+
+namespace holdfast {
+namespace {
+TEST(Console, AMultiLineMessageStaysOneLine) {
+  const Level before = console::level();
+  console::set_level(Level::kDebug);
+  testing::internal::CaptureStderr();
+  console::write(Level::kError, "pg", "ERROR: deadlock detected\nDETAIL: Process 1 waits");
+  const std::string err = testing::internal::GetCapturedStderr();
+  console::set_level(before);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
+  EXPECT_THAT(err, HasSubstr("deadlock detected\\nDETAIL: Process 1 waits"));
+}
+}  // namespace
+}  // namespace holdfast
