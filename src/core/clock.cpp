@@ -94,9 +94,13 @@ void ManualClock::release_due_locked(std::unique_lock<std::mutex>& lock, TimePoi
     }
     next->released = true;
     changed_.notify_all();
-    // Wait until that sleeper has left, so wake-ups happen one at a time, in order.
+    // Wait until that sleeper has left, so wake-ups happen one at a time, in order. Compare
+    // by `order`, not by address: a thread that sleeps again at once (a background loop)
+    // puts its next Sleeper at the same stack address.
+    const std::uint64_t order = next->order;
     changed_.wait(lock, [&] {
-      return std::find(sleepers_.begin(), sleepers_.end(), next) == sleepers_.end();
+      return std::none_of(sleepers_.begin(), sleepers_.end(),
+                          [&](const Sleeper* s) { return s->order == order; });
     });
   }
   if (t > now()) now_ns_.store(t.time_since_epoch().count(), std::memory_order_release);

@@ -1,0 +1,375 @@
+// CircuitBreaker: stops sending work to a database that is failing from overload.
+//
+//   holdfast::CircuitBreaker breaker;                  // documented defaults, system clock
+//   auto permit = breaker.acquire(now);
+//   if (!permit) return busy(permit.retry_after());    // open: refused, no lock, no allocation
+//   Status s = db.query(...);
+//   permit.record(s, latency);                          // or drop it: counts as neutral
+//
+// States (DESIGN.md §2):
+//   closed    every call goes through. It opens when, over a sliding time window, the share
+//             of calls that failed from overload reaches `failure_ratio` (once the window
+//             holds `minimum_calls` calls), or, while the window holds fewer calls than that
+//             (low traffic), after `consecutive_failures` overload faults in a row.
+//   open      every call is refused until the open period ends. The period starts at
+//             `open_initial`, doubles on each failed probe up to `open_max`, and starts over
+//             once the breaker closes.
+//   half-open after the open period, up to `half_open_probes` calls are admitted as probes,
+//             each holding a lease of `probe_lease`. `probe_successes_to_close` successful
+//             probes close the breaker; a failed probe, or a lease that expires without a
+//             result (a hung probe), opens it again for twice as long.
+//   isolated  forced open by isolate(); nothing is admitted until reset().
+//
+// What counts: only faults with fault().overload fail a call. A syntax error or constraint
+// violation, a cancellation, and our own shedding (stop_reason kBreakerOpen, kThrottled,
+// kWindowSpent, kCancelled) are neutral: they count as nothing. With `slow_call_threshold`
+// set, a success slower than it counts as a failure.
+//
+// Every state change bumps a generation; a result recorded through a permit taken before
+// the change is ignored, so late answers from before an outage (or from before recovery)
+// cannot flip the new state.
+//
+// Thread safety: all methods may be called from any thread. The closed-state path
+// (acquire + record) takes no lock and allocates nothing (except once per thread: its
+// first record registers a thread-exit hook); nor does a refusal while open.
+// State changes take an internal mutex; listeners and the Signal are notified after it is
+// released.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "holdfast/clock.hpp"
+#include "holdfast/status.hpp"
+
+namespace holdfast {
+
+enum class BreakerState : std::uint8_t { kClosed = 0, kOpen = 1, kHalfOpen = 2, kIsolated = 3 };
+
+[[nodiscard]] std::string_view to_string(BreakerState state) noexcept;
+
+// How one finished call counts for a breaker.
+enum class CallResult : std::uint8_t { kSuccess, kFailure, kNeutral };
+
+namespace detail {
+CallResult breaker_result_of_error(const Status& status) noexcept;
+}  // namespace detail
+
+// kSuccess for OK; kFailure for an overload fault that is not our own shedding; kNeutral
+// for everything else (bad input, cancellation, breaker open, throttled, window spent).
+[[nodiscard]] inline CallResult breaker_result(const Status& status) noexcept {
+  return status.ok() ? CallResult::kSuccess : detail::breaker_result_of_error(status);
+}
+
+// True for a Status that is our own shedding rather than the database's answer.
+[[nodiscard]] bool is_own_shedding(const Status& status) noexcept;
+
+enum class TransitionReason : std::uint8_t {
+  kFailureRatio,          // closed -> open: the failure ratio over the window
+  kConsecutiveFailures,   // closed -> open: N overload faults in a row at low traffic
+  kProbeDue,              // open -> half-open: the open period ended
+  kProbeFailed,           // half-open -> open
+  kProbeLeaseExpired,     // half-open -> open: a probe held its lease too long
+  kProbesSucceeded,       // half-open -> closed
+  kHealthProbeSucceeded,  // open -> closed: the background health probe got an answer
+  kIsolated,              // any -> isolated (manual)
+  kReset,                 // any -> closed (manual)
+};
+
+[[nodiscard]] std::string_view to_string(TransitionReason reason) noexcept;
+
+struct BreakerTransition {
+  BreakerState from;
+  BreakerState to;
+  TransitionReason reason;
+  TimePoint at;
+  std::uint64_t generation;  // the generation of the new state
+  Duration open_for;         // to == kOpen: the length of this open period; else zero
+};
+
+// Calls and overload failures counted in the breaker's sliding window.
+struct WindowCounts {
+  std::uint64_t calls = 0;
+  std::uint64_t failures = 0;
+};
+
+class CircuitBreaker {
+ public:
+  // Plain configuration; validated by the constructor (std::invalid_argument names the
+  // field). Defaults: the ratio rule follows Hystrix (50% over a 10 s window of 10 buckets,
+  // at least 20 calls); the consecutive rule and the 30 s cap are the Vietnamese origin's
+  // breaker (threshold 5, recovery timeout 30 s). See docs/adr/0003-breaker-and-throttle.md.
+  struct Options {
+    double failure_ratio = 0.5;  // in (0, 1]
+    int minimum_calls = 20;      // >= 1: the ratio rule needs this many calls in the window
+    Duration window = std::chrono::seconds(10);  // > 0
+    int window_buckets = 10;       // in [1, 64]; window / window_buckets >= 1 microsecond
+    int consecutive_failures = 5;  // >= 0; 0 turns the low-traffic rule off
+    Duration slow_call_threshold = Duration::zero();         // >= 0; 0: latency never counts
+    Duration open_initial = std::chrono::milliseconds(500);  // > 0
+    Duration open_max = std::chrono::seconds(30);            // >= open_initial
+    int half_open_probes = 1;                        // in [1, 64]: probes admitted at a time
+    int probe_successes_to_close = 1;                // >= 1
+    Duration probe_lease = std::chrono::seconds(5);  // > 0
+  };
+
+  class Permit;
+  using Listener = std::function<void(const BreakerTransition&)>;
+
+  // Default options on the system clock.
+  CircuitBreaker();
+  explicit CircuitBreaker(Options options, Clock& clock = Clock::system());
+  ~CircuitBreaker();
+  CircuitBreaker(const CircuitBreaker&) = delete;
+  CircuitBreaker& operator=(const CircuitBreaker&) = delete;
+
+  // Asks to make one call at `now`. Closed: an admitted permit (one atomic load). Open
+  // before its period ends, half-open with every probe lease taken, or isolated: a refused
+  // permit that says when to come back. Open after its period ends, or half-open with a
+  // free lease: a probe permit. Never throws, never allocates.
+  [[nodiscard]] Permit acquire(TimePoint now) noexcept;
+  [[nodiscard]] Permit acquire() noexcept;
+
+  // For a background health probe (HealthProbe): admitted only while open (not isolated)
+  // and while no other health probe is out, however much of the open period is left. Its
+  // success closes the breaker; its failure changes nothing.
+  [[nodiscard]] Permit acquire_health_probe(TimePoint now) noexcept;
+
+  [[nodiscard]] BreakerState state() const noexcept;
+  // Bumped by every state change.
+  [[nodiscard]] std::uint64_t generation() const noexcept;
+  // How long until a call may be admitted: zero when closed or when a probe may be taken
+  // now; open: until the open period ends or the announced health probe (whichever comes
+  // first); half-open with all leases out: until the first lease expires; isolated:
+  // open_max (a hint: only reset() closes it).
+  [[nodiscard]] Duration retry_after(TimePoint now) const noexcept;
+  // The length of the current open period (open), or of the next one.
+  [[nodiscard]] Duration open_duration() const noexcept;
+  // Calls and failures in the sliding window ending at `now` (since the last close).
+  [[nodiscard]] WindowCounts window_counts(TimePoint now) const noexcept;
+
+  // Forces the breaker open until reset(). Probe results still out are ignored.
+  void isolate();
+  // Closes the breaker, forgets the window, and resets the open period to open_initial.
+  void reset();
+
+  // `listener` is called after every state change, on the thread that caused it, outside
+  // any lock of the breaker (it may call back into the breaker). Concurrent changes may be
+  // reported out of order; BreakerTransition::generation orders them. Exceptions thrown by
+  // a listener are swallowed.
+  void add_listener(Listener listener);
+
+  // Notified (after the state lock is released) on every state change except open ->
+  // half-open (which admits only the probe itself), so requests waiting for a probe are
+  // woken the moment it succeeds (Clock::sleep_until(deadline, &signal(), seen)), and learn
+  // at once when it failed.
+  [[nodiscard]] const Signal& signal() const noexcept { return signal_; }
+
+  // Announces that a health probe will run at `next` and every `interval` after it, so
+  // retry_after() can point waiters at it instead of at the end of a long open period.
+  // expect_health_probes(TimePoint{}, {}) withdraws the announcement.
+  void expect_health_probes(TimePoint next, Duration interval) noexcept;
+
+  // True when recording needs the call's latency (slow_call_threshold is set).
+  [[nodiscard]] bool measures_latency() const noexcept { return slow_ns_ > 0; }
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+  [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+
+ private:
+  friend class Permit;
+  static constexpr std::uint64_t kStateMask = 3;
+  struct Line;  // one cache line of window buckets
+  struct Lease {
+    bool busy = false;
+    std::int64_t expires_ns = 0;
+  };
+  struct Pending;  // transitions to publish after the lock is released
+
+  static BreakerState state_of(std::uint64_t word) noexcept {
+    return static_cast<BreakerState>(word & kStateMask);
+  }
+
+  Permit acquire_slow(TimePoint now) noexcept;
+  void finish_call(const Permit& permit, CallResult result, Duration latency) noexcept;
+  [[gnu::noinline]] void call_failed(std::uint64_t word, std::int64_t end_ns) noexcept;
+  void finish_probe(const Permit& permit, CallResult result, Duration latency) noexcept;
+  // Adds one call (ending at `end_ns`) to this thread's stripe of the window.
+  void count(std::int64_t end_ns, bool failure) noexcept;
+  std::atomic<std::uint64_t>* stripe_at(unsigned stripe) const noexcept;
+  // REQUIRES: mutex_ held. The window starts afresh after the bucket of `now_ns`.
+  void forget_window_locked(std::int64_t now_ns) noexcept;
+  Duration retry_after_open(std::int64_t now_ns, std::int64_t until_ns) const noexcept;
+  WindowCounts sum(std::int64_t bucket_index) const noexcept;
+  [[nodiscard]] std::int64_t bucket_index(std::int64_t ns) const noexcept {
+    return ns / bucket_ns_;
+  }
+
+  // REQUIRES: mutex_ held. Moves to `to` and records the transition in `pending`.
+  void move_locked(BreakerState to, TransitionReason reason, std::int64_t now_ns, Pending& pending);
+  void open_locked(std::int64_t now_ns, Duration period, TransitionReason reason, Pending& pending);
+  void close_locked(std::int64_t now_ns, TransitionReason reason, Pending& pending);
+  void publish(const Pending& pending) noexcept;
+  void expire_leases_locked(std::int64_t now_ns, Pending& pending);
+
+  const Options options_;
+  Clock* clock_;
+
+  // What every call reads: one cache line, written only on failures and state changes.
+  // generation << 2 | state; written only under mutex_.
+  alignas(64) std::atomic<std::uint64_t> word_{0};
+  std::atomic<int> consecutive_{0};
+  const int buckets_;
+  const std::int64_t bucket_ns_;
+  const std::int64_t slow_ns_;
+  const std::size_t stripe_words_;  // per stripe: 3 words of cached position, the buckets
+  // The sliding window: for each stripe (a thread counts in a stripe of its own; see
+  // src/core/stripes.hpp), the bucket its owner last counted in, then a ring of
+  // window_buckets time buckets, each one atomic word (bucket tag, failures, calls).
+  std::unique_ptr<Line[]> ring_;
+  // Buckets before this index are not part of the window (set when the breaker closes).
+  std::atomic<std::int64_t> closed_since_bucket_{0};
+
+  alignas(64) std::atomic<std::int64_t> open_until_ns_{0};
+  std::atomic<std::int64_t> open_period_ns_;
+  std::atomic<std::int64_t> first_lease_expiry_ns_{0};
+  std::atomic<int> free_leases_{0};
+  std::atomic<std::int64_t> health_next_ns_{0};
+  std::atomic<std::int64_t> health_interval_ns_{0};
+  std::atomic<bool> health_out_{false};
+
+  std::mutex mutex_;
+  std::vector<Lease> leases_;  // half_open_probes entries; guarded by mutex_
+  int probe_successes_ = 0;    // guarded by mutex_
+
+  std::mutex listeners_mutex_;
+  std::shared_ptr<const std::vector<Listener>> listeners_;
+  Signal signal_;
+};
+
+// The right to make one call (or the refusal of it). Move-only. An admitted permit must be
+// recorded once; one that is destroyed unrecorded (an exception, a cancelled request)
+// records a neutral result, so it can never leave a probe lease taken.
+class CircuitBreaker::Permit {
+ public:
+  enum class Kind : std::uint8_t { kRefused, kCall, kProbe, kHealthProbe };
+
+  // A refused permit that refers to no breaker.
+  Permit() noexcept = default;
+  Permit(Permit&& other) noexcept
+      : breaker_(std::exchange(other.breaker_, nullptr)),
+        word_(other.word_),
+        time_ns_(other.time_ns_),
+        kind_(other.kind_),
+        state_(other.state_),
+        lease_(other.lease_) {}
+  Permit& operator=(Permit&& other) noexcept {
+    if (this != &other) {
+      if (breaker_ != nullptr) record(CallResult::kNeutral);
+      breaker_ = std::exchange(other.breaker_, nullptr);
+      word_ = other.word_;
+      time_ns_ = other.time_ns_;
+      kind_ = other.kind_;
+      state_ = other.state_;
+      lease_ = other.lease_;
+    }
+    return *this;
+  }
+  Permit(const Permit&) = delete;
+  Permit& operator=(const Permit&) = delete;
+  ~Permit() {
+    if (breaker_ != nullptr) record(CallResult::kNeutral);
+  }
+
+  // True when the call may be made (even after it was recorded).
+  [[nodiscard]] bool admitted() const noexcept { return kind_ != Kind::kRefused; }
+  explicit operator bool() const noexcept { return admitted(); }
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  [[nodiscard]] bool is_probe() const noexcept {
+    return kind_ == Kind::kProbe || kind_ == Kind::kHealthProbe;
+  }
+  // True until the result is recorded.
+  [[nodiscard]] bool pending() const noexcept { return breaker_ != nullptr; }
+  // The state the breaker was in when it admitted or refused this permit.
+  [[nodiscard]] BreakerState state() const noexcept { return state_; }
+  // Refused: how long until coming back is worth it (see CircuitBreaker::retry_after).
+  [[nodiscard]] Duration retry_after() const noexcept {
+    return kind_ == Kind::kRefused ? Duration(time_ns_) : Duration::zero();
+  }
+  // The breaker's generation when this permit was admitted or refused.
+  [[nodiscard]] std::uint64_t generation() const noexcept { return word_ >> 2; }
+  // Admitted: the `now` passed to acquire().
+  [[nodiscard]] TimePoint started_at() const noexcept {
+    return kind_ == Kind::kRefused ? TimePoint{} : TimePoint(Duration(time_ns_));
+  }
+
+  // Records the call's result; `latency` is how long it took (it places the call in the
+  // window and feeds slow_call_threshold; zero when unknown). Only the first record of an
+  // admitted permit counts; recording a refused permit does nothing.
+  void record(const Status& status, Duration latency = Duration::zero()) noexcept {
+    record(breaker_result(status), latency);
+  }
+  void record(CallResult result, Duration latency = Duration::zero()) noexcept {
+    CircuitBreaker* b = std::exchange(breaker_, nullptr);
+    if (b == nullptr) return;
+    if (kind_ == Kind::kCall) [[likely]] {
+      b->finish_call(*this, result, latency);
+    } else {
+      b->finish_probe(*this, result, latency);
+    }
+  }
+  void record_success(Duration latency = Duration::zero()) noexcept {
+    record(CallResult::kSuccess, latency);
+  }
+  void record_failure(Duration latency = Duration::zero()) noexcept {
+    record(CallResult::kFailure, latency);
+  }
+  // Cancellation: counts as neither success nor failure; frees a probe lease.
+  void cancel() noexcept { record(CallResult::kNeutral); }
+
+ private:
+  friend class CircuitBreaker;
+  Permit(CircuitBreaker* breaker, std::uint64_t word, std::int64_t time_ns, Kind kind,
+         BreakerState state, std::uint8_t lease) noexcept
+      : breaker_(breaker),
+        word_(word),
+        time_ns_(time_ns),
+        kind_(kind),
+        state_(state),
+        lease_(lease) {}
+
+  CircuitBreaker* breaker_ = nullptr;
+  std::uint64_t word_ = 0;
+  std::int64_t time_ns_ = 0;  // admitted: start time; refused: retry_after
+  Kind kind_ = Kind::kRefused;
+  BreakerState state_ = BreakerState::kClosed;
+  std::uint8_t lease_ = 0;
+};
+
+inline CircuitBreaker::Permit CircuitBreaker::acquire(TimePoint now) noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  if ((w & kStateMask) == 0) [[likely]] {
+    return Permit(this, w, now.time_since_epoch().count(), Permit::Kind::kCall,
+                  BreakerState::kClosed, 0);
+  }
+  return acquire_slow(now);
+}
+
+inline CircuitBreaker::Permit CircuitBreaker::acquire() noexcept {
+  return acquire(clock_->now());
+}
+
+inline BreakerState CircuitBreaker::state() const noexcept {
+  return state_of(word_.load(std::memory_order_acquire));
+}
+
+inline std::uint64_t CircuitBreaker::generation() const noexcept {
+  return word_.load(std::memory_order_acquire) >> 2;
+}
+
+}  // namespace holdfast

@@ -1,0 +1,109 @@
+// Metrics: counters and gauges of one Shield, exposed as Prometheus text.
+//
+// Counters are relaxed atomics, incremented lock-free; the success counter (touched by
+// every request) is spread over cache lines by thread, each written by one thread only, so
+// counting a success needs no locked instruction and concurrent requests do not fight over
+// one line. Gauges are read from the breaker and throttle when the text is rendered.
+//
+//   # TYPE holdfast_attempts_total counter
+//   holdfast_attempts_total{db="main"} 1234
+//
+// Families (all with a db="<shield name>" label):
+//   holdfast_attempts_total                      attempts that reached the database
+//   holdfast_successes_total                     attempts that succeeded
+//   holdfast_faults_total{scope,overload}        failed attempts by the fault's class
+//   holdfast_retries_total                       retries started after a failed attempt
+//   holdfast_windows_spent_total                 requests that gave up: window spent
+//   holdfast_throttled_total                     requests that gave up: retry throttle
+//   holdfast_breaker_rejected_total              requests failed at once by the breaker
+//   holdfast_breaker_waits_total                 waits for a probe inside the window
+//   holdfast_breaker_transitions_total{to}       breaker state changes by target state
+//   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
+//   holdfast_retry_tokens                        gauge: the throttle's tokens
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "holdfast/circuit_breaker.hpp"
+#include "holdfast/fault.hpp"
+#include "holdfast/retry_throttle.hpp"
+
+namespace holdfast {
+
+class Metrics {
+ public:
+  static constexpr std::size_t kScopes = 4;  // RetryScope values
+  static constexpr std::size_t kStates = 4;  // BreakerState values
+
+  struct Snapshot {
+    std::uint64_t attempts = 0;  // successes + every fault
+    std::uint64_t successes = 0;
+    std::uint64_t retries = 0;
+    std::uint64_t windows_spent = 0;
+    std::uint64_t throttled = 0;
+    std::uint64_t breaker_rejected = 0;
+    std::uint64_t breaker_waits = 0;
+    // [RetryScope][overload ? 1 : 0]
+    std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
+    // [BreakerState]: transitions into that state
+    std::array<std::uint64_t, kStates> transitions{};
+
+    [[nodiscard]] std::uint64_t faults_total() const noexcept;
+  };
+
+  Metrics() noexcept = default;
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  void count_success() noexcept;
+  void count_fault(const Fault& fault) noexcept;
+  void count_retry() noexcept { retries_.fetch_add(1, std::memory_order_relaxed); }
+  void count_window_spent() noexcept { windows_spent_.fetch_add(1, std::memory_order_relaxed); }
+  void count_throttled() noexcept { throttled_.fetch_add(1, std::memory_order_relaxed); }
+  void count_breaker_rejected() noexcept {
+    breaker_rejected_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void count_breaker_wait() noexcept { breaker_waits_.fetch_add(1, std::memory_order_relaxed); }
+  void count_transition(BreakerState to) noexcept {
+    transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Where the gauges come from (either may be null: that gauge is left out). REQUIRES: the
+  // objects outlive every later call of prometheus_text().
+  void attach(const CircuitBreaker* breaker, const RetryThrottle* throttle) noexcept {
+    breaker_.store(breaker, std::memory_order_release);
+    throttle_.store(throttle, std::memory_order_release);
+  }
+
+  // A consistent-enough copy of the counters (each read on its own, relaxed).
+  [[nodiscard]] Snapshot snapshot() const noexcept;
+
+  // Every family in the Prometheus text exposition format (version 0.0.4): HELP and TYPE
+  // lines, then the samples, each labelled db="<shield_name>" (escaped as the format asks).
+  [[nodiscard]] std::string prometheus_text(std::string_view shield_name) const;
+
+ private:
+  struct alignas(64) Cell {
+    std::atomic<std::uint64_t> value{0};
+  };
+  static constexpr std::size_t kCells = 9;  // one per stripe (src/core/stripes.hpp)
+
+  std::array<Cell, kCells> successes_{};
+  alignas(64) std::atomic<std::uint64_t> retries_{0};
+  std::atomic<std::uint64_t> windows_spent_{0};
+  std::atomic<std::uint64_t> throttled_{0};
+  std::atomic<std::uint64_t> breaker_rejected_{0};
+  std::atomic<std::uint64_t> breaker_waits_{0};
+  std::array<std::array<std::atomic<std::uint64_t>, 2>, kScopes> faults_{};
+  std::array<std::atomic<std::uint64_t>, kStates> transitions_{};
+  std::atomic<const CircuitBreaker*> breaker_{nullptr};
+  std::atomic<const RetryThrottle*> throttle_{nullptr};
+};
+
+}  // namespace holdfast

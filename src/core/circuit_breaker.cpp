@@ -1,0 +1,643 @@
+#include "holdfast/circuit_breaker.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "stripes.hpp"
+
+namespace holdfast {
+namespace {
+
+// A window bucket is one 64-bit word: | tag (24 bits) | failures (20) | calls (20) |.
+// The tag is the low 24 bits of the bucket's index (time / bucket width), so a reader can
+// tell a bucket of this lap of the ring from a stale one. A word with no calls is empty
+// whatever its tag. Counts saturate at 2^20 - 1 calls per bucket per stripe (a million
+// calls a second from one thread with the default 1 s buckets).
+constexpr unsigned kCountBits = 20;
+constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
+constexpr unsigned kTagShift = 2 * kCountBits;
+constexpr std::uint64_t kTagMask = (std::uint64_t{1} << (64 - kTagShift)) - 1;
+
+constexpr std::uint64_t calls_of(std::uint64_t w) noexcept {
+  return w & kCountMask;
+}
+constexpr std::uint64_t failures_of(std::uint64_t w) noexcept {
+  return (w >> kCountBits) & kCountMask;
+}
+constexpr std::uint64_t tag_of(std::uint64_t w) noexcept {
+  return w >> kTagShift;
+}
+
+constexpr int kMaxBuckets = 64;
+constexpr std::size_t kCacheWords = 3;  // a stripe's cached bucket: index, start, slot
+
+// A stripe's words (cached position, then the buckets), rounded up to whole cache lines.
+constexpr std::size_t stripe_words(int buckets) {
+  return (kCacheWords + static_cast<std::size_t>(buckets) + 7) / 8 * 8;
+}
+constexpr int kMaxProbes = 64;
+
+std::string ms_text(Duration d) {
+  const double ms = std::chrono::duration<double, std::milli>(d).count();
+  return std::to_string(ms) + " ms";
+}
+
+[[noreturn]] void bad_option(const char* field, const std::string& rule) {
+  throw std::invalid_argument(std::string("CircuitBreaker::Options::") + field + " " + rule);
+}
+
+const CircuitBreaker::Options& validated(const CircuitBreaker::Options& o) {
+  if (!(o.failure_ratio > 0.0 && o.failure_ratio <= 1.0)) {
+    bad_option("failure_ratio", "must be in (0, 1], got " + std::to_string(o.failure_ratio));
+  }
+  if (o.minimum_calls < 1) {
+    bad_option("minimum_calls", "must be at least 1, got " + std::to_string(o.minimum_calls));
+  }
+  if (o.window <= Duration::zero()) {
+    bad_option("window", "must be greater than zero, got " + ms_text(o.window));
+  }
+  if (o.window_buckets < 1 || o.window_buckets > kMaxBuckets) {
+    bad_option("window_buckets", "must be in [1, 64], got " + std::to_string(o.window_buckets));
+  }
+  if (o.window / o.window_buckets < std::chrono::microseconds(1)) {
+    bad_option("window", "divided by window_buckets must be at least 1 microsecond, got " +
+                             ms_text(o.window) + " / " + std::to_string(o.window_buckets));
+  }
+  if (o.consecutive_failures < 0) {
+    bad_option("consecutive_failures",
+               "must not be negative, got " + std::to_string(o.consecutive_failures));
+  }
+  if (o.slow_call_threshold < Duration::zero()) {
+    bad_option("slow_call_threshold",
+               "must not be negative, got " + ms_text(o.slow_call_threshold));
+  }
+  if (o.open_initial <= Duration::zero()) {
+    bad_option("open_initial", "must be greater than zero, got " + ms_text(o.open_initial));
+  }
+  if (o.open_max < o.open_initial) {
+    bad_option("open_max", "must be at least open_initial (" + ms_text(o.open_initial) + "), got " +
+                               ms_text(o.open_max));
+  }
+  if (o.half_open_probes < 1 || o.half_open_probes > kMaxProbes) {
+    bad_option("half_open_probes", "must be in [1, 64], got " + std::to_string(o.half_open_probes));
+  }
+  if (o.probe_successes_to_close < 1) {
+    bad_option("probe_successes_to_close",
+               "must be at least 1, got " + std::to_string(o.probe_successes_to_close));
+  }
+  if (o.probe_lease <= Duration::zero()) {
+    bad_option("probe_lease", "must be greater than zero, got " + ms_text(o.probe_lease));
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string_view to_string(BreakerState state) noexcept {
+  switch (state) {
+    case BreakerState::kClosed:
+      return "closed";
+    case BreakerState::kOpen:
+      return "open";
+    case BreakerState::kHalfOpen:
+      return "half_open";
+    case BreakerState::kIsolated:
+      return "isolated";
+  }
+  return "?";
+}
+
+std::string_view to_string(TransitionReason reason) noexcept {
+  switch (reason) {
+    case TransitionReason::kFailureRatio:
+      return "failure ratio";
+    case TransitionReason::kConsecutiveFailures:
+      return "consecutive failures";
+    case TransitionReason::kProbeDue:
+      return "probe due";
+    case TransitionReason::kProbeFailed:
+      return "probe failed";
+    case TransitionReason::kProbeLeaseExpired:
+      return "probe lease expired";
+    case TransitionReason::kProbesSucceeded:
+      return "probes succeeded";
+    case TransitionReason::kHealthProbeSucceeded:
+      return "health probe succeeded";
+    case TransitionReason::kIsolated:
+      return "isolated";
+    case TransitionReason::kReset:
+      return "reset";
+  }
+  return "?";
+}
+
+bool is_own_shedding(const Status& status) noexcept {
+  switch (status.stop_reason()) {
+    case StopReason::kBreakerOpen:
+    case StopReason::kThrottled:
+    case StopReason::kWindowSpent:
+    case StopReason::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace detail {
+CallResult breaker_result_of_error(const Status& status) noexcept {
+  if (status.ok()) return CallResult::kSuccess;
+  if (status.code() == Code::kCancelled || is_own_shedding(status)) return CallResult::kNeutral;
+  return status.fault().overload ? CallResult::kFailure : CallResult::kNeutral;
+}
+}  // namespace detail
+
+namespace detail {
+namespace {
+
+std::atomic<std::uint32_t> owned_stripes{0};
+
+// Gives the thread's stripe back when the thread exits.
+struct StripeRelease {
+  StripeRelease() = default;
+  StripeRelease(const StripeRelease&) = delete;
+  StripeRelease& operator=(const StripeRelease&) = delete;
+  ~StripeRelease() {
+    const unsigned s = thread_stripe_index;
+    // Anything this thread counts from now on goes to the shared stripe.
+    thread_stripe_index = kSharedStripe;
+    if (s < kOwnedStripes) owned_stripes.fetch_and(~(1u << s), std::memory_order_release);
+  }
+};
+
+}  // namespace
+
+unsigned claim_stripe() noexcept {
+  constexpr std::uint32_t kAll = (1u << kOwnedStripes) - 1;
+  unsigned stripe = kSharedStripe;
+  std::uint32_t taken = owned_stripes.load(std::memory_order_relaxed);
+  while ((taken & kAll) != kAll) {
+    const auto bit = static_cast<unsigned>(__builtin_ctz(~taken));
+    if (owned_stripes.compare_exchange_weak(taken, taken | (1u << bit),
+                                            std::memory_order_acquire)) {
+      stripe = bit;
+      break;
+    }
+  }
+  thread_stripe_index = stripe;
+  static thread_local StripeRelease release;
+  return stripe;
+}
+
+}  // namespace detail
+
+struct CircuitBreaker::Line {
+  alignas(64) std::atomic<std::uint64_t> word[8];
+};
+
+inline std::atomic<std::uint64_t>* CircuitBreaker::stripe_at(unsigned stripe) const noexcept {
+  return ring_[stripe * stripe_words_ / 8].word;
+}
+
+struct CircuitBreaker::Pending {
+  BreakerTransition items[2];
+  int size = 0;
+};
+
+CircuitBreaker::CircuitBreaker() : CircuitBreaker(Options{}) {}
+
+CircuitBreaker::CircuitBreaker(Options options, Clock& clock)
+    : options_(validated(options)),
+      clock_(&clock),
+      buckets_(options.window_buckets),
+      bucket_ns_((options.window / options.window_buckets).count()),
+      slow_ns_(options.slow_call_threshold.count()),
+      stripe_words_(stripe_words(options.window_buckets)),
+      ring_(new Line[detail::kStripes * stripe_words(options.window_buckets) / 8]()),
+      open_period_ns_(options.open_initial.count()),
+      leases_(static_cast<std::size_t>(options.half_open_probes)),
+      listeners_(std::make_shared<const std::vector<Listener>>()) {}
+
+CircuitBreaker::~CircuitBreaker() = default;
+
+// ---- the window ------------------------------------------------------------------------
+
+// The first words of a stripe cache where its owner last counted: [0] the bucket index,
+// [1] the bucket's start time, [2] its slot in the ring; the buckets follow, so a call
+// usually touches one cache line of its own. Calls arrive in time order almost always, so
+// the owner rarely divides.
+inline void CircuitBreaker::count(std::int64_t end_ns, bool failure) noexcept {
+  const unsigned stripe_index = detail::thread_stripe();
+  const bool owned = stripe_index < detail::kOwnedStripes;
+  std::atomic<std::uint64_t>* stripe = stripe_at(stripe_index);
+  std::int64_t index;
+  std::size_t slot;
+  auto& cached_index = stripe[0];
+  auto& cached_start = stripe[1];
+  auto& cached_slot = stripe[2];
+  const auto start = static_cast<std::int64_t>(cached_start.load(std::memory_order_relaxed));
+  if (owned && end_ns >= start && end_ns - start < bucket_ns_) [[likely]] {
+    index = static_cast<std::int64_t>(cached_index.load(std::memory_order_relaxed));
+    slot = static_cast<std::size_t>(cached_slot.load(std::memory_order_relaxed));
+  } else {
+    index = bucket_index(end_ns);
+    slot = static_cast<std::size_t>(static_cast<std::uint64_t>(index) %
+                                    static_cast<std::uint64_t>(buckets_));
+    if (owned && index >= static_cast<std::int64_t>(cached_index.load(std::memory_order_relaxed))) {
+      cached_index.store(static_cast<std::uint64_t>(index), std::memory_order_relaxed);
+      cached_start.store(static_cast<std::uint64_t>(index * bucket_ns_), std::memory_order_relaxed);
+      cached_slot.store(slot, std::memory_order_relaxed);
+    }
+  }
+  std::atomic<std::uint64_t>& cell = stripe[kCacheWords + slot];
+  const std::uint64_t tag = static_cast<std::uint64_t>(index) & kTagMask;
+  std::uint64_t w = cell.load(std::memory_order_relaxed);
+  for (;;) {
+    std::uint64_t calls = 0;
+    std::uint64_t failures = 0;
+    if (calls_of(w) != 0) {
+      if (tag_of(w) == tag) {
+        calls = calls_of(w);
+        failures = failures_of(w);
+      } else if (((tag - tag_of(w)) & kTagMask) > kTagMask / 2) {
+        // The slot already holds a later bucket: this call finished so long ago (by its
+        // own timestamps) that it has left the window.
+        return;
+      }
+    }
+    if (calls < kCountMask) ++calls;
+    if (failure && failures < kCountMask) ++failures;
+    const std::uint64_t next = (tag << kTagShift) | (failures << kCountBits) | calls;
+    if (owned) {
+      // One writer: no locked instruction needed.
+      cell.store(next, std::memory_order_relaxed);
+      return;
+    }
+    if (cell.compare_exchange_weak(w, next, std::memory_order_relaxed, std::memory_order_relaxed)) {
+      return;
+    }
+  }
+}
+
+WindowCounts CircuitBreaker::sum(std::int64_t bucket_index) const noexcept {
+  WindowCounts out;
+  const std::int64_t since =
+      std::max<std::int64_t>(closed_since_bucket_.load(std::memory_order_acquire), 0);
+  for (int back = 0; back < buckets_ && bucket_index - back >= since; ++back) {
+    const auto index = static_cast<std::uint64_t>(bucket_index - back);
+    const auto slot = static_cast<std::size_t>(index % static_cast<std::uint64_t>(buckets_));
+    const std::uint64_t tag = index & kTagMask;
+    for (unsigned s = 0; s < detail::kStripes; ++s) {
+      const std::uint64_t w = stripe_at(s)[kCacheWords + slot].load(std::memory_order_relaxed);
+      if (calls_of(w) != 0 && tag_of(w) == tag) {
+        out.calls += calls_of(w);
+        out.failures += failures_of(w);
+      }
+    }
+  }
+  return out;
+}
+
+void CircuitBreaker::forget_window_locked(std::int64_t now_ns) noexcept {
+  // Nothing is erased (only a stripe's owner writes it): the window simply starts after
+  // the current bucket, whose calls may be from before the change.
+  closed_since_bucket_.store(bucket_index(now_ns) + 1, std::memory_order_release);
+  consecutive_.store(0, std::memory_order_relaxed);
+}
+
+WindowCounts CircuitBreaker::window_counts(TimePoint now) const noexcept {
+  return sum(bucket_index(now.time_since_epoch().count()));
+}
+
+// ---- state changes (under mutex_) -----------------------------------------------------
+
+void CircuitBreaker::move_locked(BreakerState to, TransitionReason reason, std::int64_t now_ns,
+                                 Pending& pending) {
+  const std::uint64_t w = word_.load(std::memory_order_relaxed);
+  const std::uint64_t generation = (w >> 2) + 1;
+  word_.store((generation << 2) | static_cast<std::uint64_t>(to), std::memory_order_release);
+  if (pending.size < 2) {
+    pending.items[pending.size++] = BreakerTransition{
+        state_of(w), to, reason, TimePoint(Duration(now_ns)), generation, Duration::zero()};
+  }
+}
+
+void CircuitBreaker::open_locked(std::int64_t now_ns, Duration period, TransitionReason reason,
+                                 Pending& pending) {
+  for (Lease& l : leases_)
+    l.busy = false;
+  free_leases_.store(0, std::memory_order_relaxed);
+  first_lease_expiry_ns_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
+  probe_successes_ = 0;
+  open_period_ns_.store(period.count(), std::memory_order_relaxed);
+  // Published before the state word (release) so a reader that sees "open" sees its end.
+  open_until_ns_.store(now_ns + period.count(), std::memory_order_relaxed);
+  move_locked(BreakerState::kOpen, reason, now_ns, pending);
+  pending.items[pending.size - 1].open_for = period;
+}
+
+void CircuitBreaker::close_locked(std::int64_t now_ns, TransitionReason reason, Pending& pending) {
+  for (Lease& l : leases_)
+    l.busy = false;
+  free_leases_.store(0, std::memory_order_relaxed);
+  probe_successes_ = 0;
+  open_period_ns_.store(options_.open_initial.count(), std::memory_order_relaxed);
+  forget_window_locked(now_ns);
+  move_locked(BreakerState::kClosed, reason, now_ns, pending);
+}
+
+void CircuitBreaker::expire_leases_locked(std::int64_t now_ns, Pending& pending) {
+  for (const Lease& l : leases_) {
+    if (l.busy && l.expires_ns <= now_ns) {
+      const Duration doubled = std::min(
+          Duration(open_period_ns_.load(std::memory_order_relaxed)) * 2, options_.open_max);
+      open_locked(now_ns, doubled, TransitionReason::kProbeLeaseExpired, pending);
+      return;
+    }
+  }
+}
+
+void CircuitBreaker::publish(const Pending& pending) noexcept {
+  if (pending.size == 0) return;
+  // Waiters first: they are the requests waiting for this very change. Open -> half-open
+  // admits only the probe (which is not waiting), so it wakes nobody.
+  bool wake = false;
+  for (int i = 0; i < pending.size; ++i)
+    wake |= pending.items[i].to != BreakerState::kHalfOpen;
+  if (wake) signal_.notify_all();
+  std::shared_ptr<const std::vector<Listener>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(listeners_mutex_);
+    listeners = listeners_;
+  }
+  for (int i = 0; i < pending.size; ++i) {
+    for (const Listener& listener : *listeners) {
+      try {
+        listener(pending.items[i]);
+      } catch (...) {
+        // A listener must not break the breaker.
+      }
+    }
+  }
+}
+
+// ---- acquiring -------------------------------------------------------------------------
+
+Duration CircuitBreaker::retry_after_open(std::int64_t now_ns,
+                                          std::int64_t until_ns) const noexcept {
+  std::int64_t wait = until_ns - now_ns;
+  const std::int64_t next = health_next_ns_.load(std::memory_order_acquire);
+  const std::int64_t interval = health_interval_ns_.load(std::memory_order_relaxed);
+  if (next != 0 && interval > 0 && now_ns - next <= 2 * interval) {
+    // The announced health probe, or the one after it if that moment has passed (a probe
+    // running right now may still succeed and wake everybody).
+    std::int64_t at = next;
+    if (at <= now_ns) at += ((now_ns - at) / interval + 1) * interval;
+    wait = std::min(wait, at - now_ns);
+  }
+  return Duration(std::max<std::int64_t>(wait, 0));
+}
+
+CircuitBreaker::Permit CircuitBreaker::acquire_slow(TimePoint now) noexcept {
+  const std::int64_t ns = now.time_since_epoch().count();
+  for (;;) {
+    const std::uint64_t w = word_.load(std::memory_order_acquire);
+    const BreakerState s = state_of(w);
+    if (s == BreakerState::kClosed) return Permit(this, w, ns, Permit::Kind::kCall, s, 0);
+    if (s == BreakerState::kIsolated) {
+      return Permit(nullptr, w, options_.open_max.count(), Permit::Kind::kRefused, s, 0);
+    }
+    if (s == BreakerState::kOpen) {
+      const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
+      if (ns < until) {
+        return Permit(nullptr, w, retry_after_open(ns, until).count(), Permit::Kind::kRefused, s,
+                      0);
+      }
+    } else if (free_leases_.load(std::memory_order_acquire) == 0 &&
+               ns < first_lease_expiry_ns_.load(std::memory_order_acquire)) {
+      // Half-open with every lease out and none expired: refuse without the lock.
+      return Permit(nullptr, w, first_lease_expiry_ns_.load(std::memory_order_relaxed) - ns,
+                    Permit::Kind::kRefused, s, 0);
+    }
+
+    Pending pending;
+    Permit result;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (word_.load(std::memory_order_relaxed) != w) continue;  // changed: look again
+      if (s == BreakerState::kOpen) {
+        move_locked(BreakerState::kHalfOpen, TransitionReason::kProbeDue, ns, pending);
+        free_leases_.store(options_.half_open_probes, std::memory_order_relaxed);
+        first_lease_expiry_ns_.store(std::numeric_limits<std::int64_t>::max(),
+                                     std::memory_order_relaxed);
+      } else {
+        expire_leases_locked(ns, pending);
+      }
+      const std::uint64_t now_word = word_.load(std::memory_order_relaxed);
+      if (state_of(now_word) == BreakerState::kOpen) {
+        // A lease expired: the breaker just opened again.
+        const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
+        result = Permit(nullptr, now_word, retry_after_open(ns, until).count(),
+                        Permit::Kind::kRefused, BreakerState::kOpen, 0);
+      } else {
+        std::int64_t first_expiry = std::numeric_limits<std::int64_t>::max();
+        int taken = -1;
+        for (std::size_t i = 0; i < leases_.size(); ++i) {
+          Lease& l = leases_[i];
+          if (!l.busy && taken < 0) {
+            l.busy = true;
+            l.expires_ns = ns + options_.probe_lease.count();
+            taken = static_cast<int>(i);
+          }
+          if (l.busy) first_expiry = std::min(first_expiry, l.expires_ns);
+        }
+        first_lease_expiry_ns_.store(first_expiry, std::memory_order_relaxed);
+        if (taken >= 0) {
+          free_leases_.fetch_sub(1, std::memory_order_release);
+          result = Permit(this, now_word, ns, Permit::Kind::kProbe, BreakerState::kHalfOpen,
+                          static_cast<std::uint8_t>(taken));
+        } else {
+          result = Permit(nullptr, now_word, std::max<std::int64_t>(first_expiry - ns, 0),
+                          Permit::Kind::kRefused, BreakerState::kHalfOpen, 0);
+        }
+      }
+    }
+    publish(pending);
+    return result;
+  }
+}
+
+CircuitBreaker::Permit CircuitBreaker::acquire_health_probe(TimePoint now) noexcept {
+  const std::int64_t ns = now.time_since_epoch().count();
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  const BreakerState s = state_of(w);
+  if (s != BreakerState::kOpen || health_out_.exchange(true, std::memory_order_acq_rel)) {
+    return Permit(nullptr, w, retry_after(now).count(), Permit::Kind::kRefused, s, 0);
+  }
+  return Permit(this, w, ns, Permit::Kind::kHealthProbe, s, 0);
+}
+
+Duration CircuitBreaker::retry_after(TimePoint now) const noexcept {
+  const std::int64_t ns = now.time_since_epoch().count();
+  switch (state()) {
+    case BreakerState::kClosed:
+      return Duration::zero();
+    case BreakerState::kIsolated:
+      return options_.open_max;
+    case BreakerState::kOpen: {
+      const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
+      return ns >= until ? Duration::zero() : retry_after_open(ns, until);
+    }
+    case BreakerState::kHalfOpen: {
+      if (free_leases_.load(std::memory_order_acquire) > 0) return Duration::zero();
+      const std::int64_t first = first_lease_expiry_ns_.load(std::memory_order_acquire);
+      return Duration(std::max<std::int64_t>(first - ns, 0));
+    }
+  }
+  return Duration::zero();
+}
+
+Duration CircuitBreaker::open_duration() const noexcept {
+  return Duration(open_period_ns_.load(std::memory_order_relaxed));
+}
+
+// ---- recording -------------------------------------------------------------------------
+
+void CircuitBreaker::finish_call(const Permit& permit, CallResult result,
+                                 Duration latency) noexcept {
+  if (result == CallResult::kNeutral) return;
+  // A result from before the last state change (generation) says nothing about now.
+  if (word_.load(std::memory_order_acquire) != permit.word_) return;
+  const std::int64_t lat = std::max<std::int64_t>(latency.count(), 0);
+  if (result == CallResult::kSuccess && slow_ns_ > 0 && lat > slow_ns_) {
+    result = CallResult::kFailure;
+  }
+  const std::int64_t end_ns = permit.time_ns_ + lat;
+  if (result == CallResult::kSuccess) [[likely]] {
+    count(end_ns, false);
+    if (consecutive_.load(std::memory_order_relaxed) != 0) {
+      consecutive_.store(0, std::memory_order_relaxed);
+    }
+    return;
+  }
+  call_failed(permit.word_, end_ns);
+}
+
+void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns) noexcept {
+  count(end_ns, true);
+  const int run = consecutive_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const WindowCounts counts = sum(bucket_index(end_ns));
+  TransitionReason reason;
+  if (counts.calls >= static_cast<std::uint64_t>(options_.minimum_calls)) {
+    if (static_cast<double>(counts.failures) <
+        options_.failure_ratio * static_cast<double>(counts.calls)) {
+      return;
+    }
+    reason = TransitionReason::kFailureRatio;
+  } else if (options_.consecutive_failures > 0 && run >= options_.consecutive_failures) {
+    // Low traffic: too few calls for a ratio to mean anything (see the ADR).
+    reason = TransitionReason::kConsecutiveFailures;
+  } else {
+    return;
+  }
+  Pending pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (word_.load(std::memory_order_relaxed) != word) return;
+    open_locked(end_ns, options_.open_initial, reason, pending);
+    consecutive_.store(0, std::memory_order_relaxed);
+  }
+  publish(pending);
+}
+
+void CircuitBreaker::finish_probe(const Permit& permit, CallResult result,
+                                  Duration latency) noexcept {
+  const bool health = permit.kind_ == Permit::Kind::kHealthProbe;
+  if (health) health_out_.store(false, std::memory_order_release);
+  const std::int64_t lat = std::max<std::int64_t>(latency.count(), 0);
+  if (result == CallResult::kSuccess && slow_ns_ > 0 && lat > slow_ns_) {
+    result = CallResult::kFailure;
+  }
+  const std::int64_t end_ns = permit.time_ns_ + lat;
+  Pending pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (word_.load(std::memory_order_relaxed) != permit.word_) return;  // stale
+    if (health) {
+      // Out of band: a failure leaves the open period as it is.
+      if (result == CallResult::kSuccess) {
+        close_locked(end_ns, TransitionReason::kHealthProbeSucceeded, pending);
+      }
+    } else {
+      Lease& lease = leases_[permit.lease_];
+      if (lease.busy) {
+        lease.busy = false;
+        free_leases_.fetch_add(1, std::memory_order_release);
+      }
+      if (result == CallResult::kSuccess) {
+        if (++probe_successes_ >= options_.probe_successes_to_close) {
+          close_locked(end_ns, TransitionReason::kProbesSucceeded, pending);
+        }
+      } else if (result == CallResult::kFailure) {
+        const Duration doubled = std::min(
+            Duration(open_period_ns_.load(std::memory_order_relaxed)) * 2, options_.open_max);
+        open_locked(end_ns, doubled, TransitionReason::kProbeFailed, pending);
+      }
+      if (state_of(word_.load(std::memory_order_relaxed)) == BreakerState::kHalfOpen) {
+        std::int64_t first = std::numeric_limits<std::int64_t>::max();
+        for (const Lease& l : leases_) {
+          if (l.busy) first = std::min(first, l.expires_ns);
+        }
+        first_lease_expiry_ns_.store(first, std::memory_order_relaxed);
+      }
+    }
+  }
+  publish(pending);
+}
+
+// ---- manual control --------------------------------------------------------------------
+
+void CircuitBreaker::isolate() {
+  const std::int64_t ns = clock_->now().time_since_epoch().count();
+  Pending pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_of(word_.load(std::memory_order_relaxed)) == BreakerState::kIsolated) return;
+    for (Lease& l : leases_)
+      l.busy = false;
+    free_leases_.store(0, std::memory_order_relaxed);
+    probe_successes_ = 0;
+    move_locked(BreakerState::kIsolated, TransitionReason::kIsolated, ns, pending);
+  }
+  publish(pending);
+}
+
+void CircuitBreaker::reset() {
+  const std::int64_t ns = clock_->now().time_since_epoch().count();
+  Pending pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_of(word_.load(std::memory_order_relaxed)) == BreakerState::kClosed) {
+      forget_window_locked(ns);
+      open_period_ns_.store(options_.open_initial.count(), std::memory_order_relaxed);
+    } else {
+      close_locked(ns, TransitionReason::kReset, pending);
+    }
+  }
+  publish(pending);
+}
+
+void CircuitBreaker::add_listener(Listener listener) {
+  std::lock_guard<std::mutex> lock(listeners_mutex_);
+  auto next = std::make_shared<std::vector<Listener>>(*listeners_);
+  next->push_back(std::move(listener));
+  listeners_ = std::move(next);
+}
+
+void CircuitBreaker::expect_health_probes(TimePoint next, Duration interval) noexcept {
+  health_interval_ns_.store(interval.count(), std::memory_order_relaxed);
+  health_next_ns_.store(next.time_since_epoch().count(), std::memory_order_release);
+}
+
+}  // namespace holdfast

@@ -1,0 +1,196 @@
+#include "holdfast/metrics.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "stripes.hpp"
+
+namespace holdfast {
+namespace {
+
+constexpr RetryScope kScopeOrder[] = {RetryScope::kNone, RetryScope::kStatement,
+                                      RetryScope::kTransaction, RetryScope::kReconnect};
+constexpr BreakerState kStateOrder[] = {BreakerState::kClosed, BreakerState::kOpen,
+                                        BreakerState::kHalfOpen, BreakerState::kIsolated};
+
+// A label value as the exposition format wants it: backslash, double quote and line feed
+// escaped.
+void append_label_value(std::string& out, std::string_view value) {
+  for (char c : value) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+void append_number(std::string& out, std::uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void append_number(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v > 0 ? "+Inf" : "-Inf";
+    return;
+  }
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+class Writer {
+ public:
+  Writer(std::string& out, std::string_view db) : out_(out), db_(db) {}
+
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+
+  // One sample; `labels` holds extra label pairs ("scope", "statement", ...).
+  template <class V>
+  void sample(std::string_view name, V value, std::initializer_list<std::string_view> labels = {}) {
+    out_ += name;
+    out_ += "{db=\"";
+    append_label_value(out_, db_);
+    out_ += '"';
+    for (auto it = labels.begin(); it != labels.end(); it += 2) {
+      out_ += ',';
+      out_ += *it;
+      out_ += "=\"";
+      append_label_value(out_, *(it + 1));
+      out_ += '"';
+    }
+    out_ += "} ";
+    append_number(out_, value);
+    out_ += '\n';
+  }
+
+ private:
+  std::string& out_;
+  std::string_view db_;
+};
+
+}  // namespace
+
+static_assert(Metrics::kScopes == std::size(kScopeOrder));
+static_assert(Metrics::kStates == std::size(kStateOrder));
+
+std::uint64_t Metrics::Snapshot::faults_total() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& by_overload : faults)
+    n += by_overload[0] + by_overload[1];
+  return n;
+}
+
+void Metrics::count_success() noexcept {
+  static_assert(kCells == detail::kStripes);
+  const unsigned stripe = detail::thread_stripe();
+  detail::stripe_add(successes_[stripe].value, stripe, 1);
+}
+
+void Metrics::count_fault(const Fault& fault) noexcept {
+  faults_[static_cast<std::size_t>(fault.scope) % kScopes][fault.overload ? 1 : 0].fetch_add(
+      1, std::memory_order_relaxed);
+}
+
+Metrics::Snapshot Metrics::snapshot() const noexcept {
+  Snapshot s;
+  for (const Cell& c : successes_)
+    s.successes += c.value.load(std::memory_order_relaxed);
+  s.retries = retries_.load(std::memory_order_relaxed);
+  s.windows_spent = windows_spent_.load(std::memory_order_relaxed);
+  s.throttled = throttled_.load(std::memory_order_relaxed);
+  s.breaker_rejected = breaker_rejected_.load(std::memory_order_relaxed);
+  s.breaker_waits = breaker_waits_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < kScopes; ++i) {
+    for (std::size_t j = 0; j < 2; ++j)
+      s.faults[i][j] = faults_[i][j].load(std::memory_order_relaxed);
+  }
+  for (std::size_t i = 0; i < kStates; ++i) {
+    s.transitions[i] = transitions_[i].load(std::memory_order_relaxed);
+  }
+  s.attempts = s.successes + s.faults_total();
+  return s;
+}
+
+std::string Metrics::prometheus_text(std::string_view shield_name) const {
+  const Snapshot s = snapshot();
+  std::string out;
+  out.reserve(3072);
+  Writer w(out, shield_name);
+
+  w.family("holdfast_attempts_total", "counter",
+           "Attempts that reached the database (successes plus faults).");
+  w.sample("holdfast_attempts_total", s.attempts);
+  w.family("holdfast_successes_total", "counter", "Attempts that succeeded.");
+  w.sample("holdfast_successes_total", s.successes);
+  w.family("holdfast_faults_total", "counter",
+           "Failed attempts by retry scope and by whether the fault counts as overload.");
+  for (RetryScope scope : kScopeOrder) {
+    const auto& by = s.faults[static_cast<std::size_t>(scope)];
+    w.sample("holdfast_faults_total", by[0], {"scope", to_string(scope), "overload", "false"});
+    w.sample("holdfast_faults_total", by[1], {"scope", to_string(scope), "overload", "true"});
+  }
+  w.family("holdfast_retries_total", "counter", "Retries started after a failed attempt.");
+  w.sample("holdfast_retries_total", s.retries);
+  w.family("holdfast_windows_spent_total", "counter",
+           "Requests that gave up because their retry window was spent.");
+  w.sample("holdfast_windows_spent_total", s.windows_spent);
+  w.family("holdfast_throttled_total", "counter",
+           "Requests that gave up because the retry throttle refused a retry.");
+  w.sample("holdfast_throttled_total", s.throttled);
+  w.family("holdfast_breaker_rejected_total", "counter",
+           "Requests failed at once because the circuit breaker was open and the next probe "
+           "did not fit in their window.");
+  w.sample("holdfast_breaker_rejected_total", s.breaker_rejected);
+  w.family("holdfast_breaker_waits_total", "counter",
+           "Times a request waited inside its window for the circuit breaker's next probe.");
+  w.sample("holdfast_breaker_waits_total", s.breaker_waits);
+  w.family("holdfast_breaker_transitions_total", "counter",
+           "Circuit breaker state changes, by the state entered.");
+  for (BreakerState state : kStateOrder) {
+    w.sample("holdfast_breaker_transitions_total", s.transitions[static_cast<std::size_t>(state)],
+             {"to", to_string(state)});
+  }
+  if (const CircuitBreaker* b = breaker_.load(std::memory_order_acquire)) {
+    const BreakerState current = b->state();
+    w.family("holdfast_breaker_state", "gauge",
+             "1 for the circuit breaker's current state, 0 for the others.");
+    for (BreakerState state : kStateOrder) {
+      w.sample("holdfast_breaker_state", std::uint64_t{state == current ? 1u : 0u},
+               {"state", to_string(state)});
+    }
+  }
+  if (const RetryThrottle* t = throttle_.load(std::memory_order_acquire)) {
+    w.family("holdfast_retry_tokens", "gauge",
+             "Tokens in the retry throttle's bucket (retries need more than half of the "
+             "maximum).");
+    w.sample("holdfast_retry_tokens", t->tokens());
+  }
+  return out;
+}
+
+}  // namespace holdfast
