@@ -1,0 +1,228 @@
+// holdfast::sqlite::Database and Transaction: SQLite with a read pool and one fair writer.
+//
+//   auto db = holdfast::sqlite::Database::open({.path = "club.db"});
+//   if (!db.ok()) return db.status();         // names the problem: missing, not a database...
+//   auto n = db->query_one<std::int64_t>("SELECT count(*) FROM games WHERE day = ?", day);
+//   Status paid = db->transaction([&](Transaction& tx) -> Status {
+//     if (auto r = tx.execute("INSERT INTO payments(user, cents) VALUES (?, ?)", u, c); !r.ok())
+//       return r.status();
+//     return tx.execute("UPDATE users SET paid = 1 WHERE id = ?", u).status();
+//   });
+//
+// Reads (see sqlite_query.hpp for what counts as one) run on up to
+// Options::read_connections connections opened with PRAGMA query_only=1. Checking one out
+// takes no lock: an atomic flag per connection; a caller waits only when all are busy.
+// Everything else runs on the one writer connection. Writers queue for it first come,
+// first served (SQLite's busy handler polls and lets a back-to-back writer starve the
+// others); write transactions begin with BEGIN IMMEDIATE.
+//
+// Every wait is bounded the same way: a lock held by another connection, a free read
+// connection, this process's writer queue - each is waited for at most
+// Options::busy_timeout per attempt, and never longer than the current RequestScope's
+// retry window has left (its whole length until a fault opens it). Running out is
+// SQLITE_BUSY: the Status carries code 5 and the lock-contention Fault, and a retrying
+// caller opens the window then. So a request gives up no later than its window plus one
+// busy_timeout slice.
+//
+// Database itself never retries: ResilientDatabase (sqlite_resilient.hpp) has the same API
+// and retries what is safe to retry.
+//
+// Thread safety: a Database may be used from many threads at once. A Transaction and the
+// Statements it hands out belong to one thread and must not outlive the Database.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "holdfast/result.hpp"
+#include "holdfast/retry.hpp"
+#include "holdfast/sqlite_options.hpp"
+#include "holdfast/sqlite_query.hpp"
+#include "holdfast/sqlite_statement.hpp"
+#include "holdfast/status.hpp"
+
+namespace holdfast::sqlite {
+
+class Database;
+class Transaction;
+
+namespace detail {
+class DatabaseImpl;
+class Connection;
+
+// One connection held for one use (a read connection or the writer); given back when
+// destroyed.
+class Lease {
+ public:
+  Lease() noexcept = default;
+  Lease(Lease&& other) noexcept
+      : impl_(std::exchange(other.impl_, nullptr)),
+        conn_(std::exchange(other.conn_, nullptr)),
+        slot_(other.slot_) {}
+  Lease& operator=(Lease&& other) noexcept {
+    if (this != &other) {
+      reset();
+      impl_ = std::exchange(other.impl_, nullptr);
+      conn_ = std::exchange(other.conn_, nullptr);
+      slot_ = other.slot_;
+    }
+    return *this;
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() { reset(); }
+
+  void reset() noexcept {
+    if (impl_ != nullptr) release();
+  }
+  [[nodiscard]] bool held() const noexcept { return impl_ != nullptr; }
+
+ private:
+  friend class holdfast::sqlite::Database;
+  friend class holdfast::sqlite::Transaction;
+  friend class DatabaseImpl;
+  void release() noexcept;
+  DatabaseImpl* impl_ = nullptr;
+  Connection* conn_ = nullptr;
+  int slot_ = -1;  // a read connection's index, or kWriterSlot
+};
+
+// After a failure inside a transaction: rolls it back (unless SQLite already did), marks
+// the Status TxnState::kRolledBack, and turns a transient fault of one statement into a
+// fault of the whole transaction (only re-running all of it can help now).
+Status abandon(Transaction& tx, Status failure);
+}  // namespace detail
+
+// A write transaction on the writer connection, holding it until commit() or rollback().
+// Move-only. Destroying an open Transaction rolls it back.
+class Transaction : public QueryApi<Transaction> {
+ public:
+  Transaction(Transaction&& other) noexcept;
+  Transaction& operator=(Transaction&& other) noexcept;
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+
+  // True until commit() succeeds, rollback() runs, or SQLite rolled it back after an error.
+  [[nodiscard]] bool is_open() const noexcept;
+  [[nodiscard]] TxnMode mode() const noexcept { return mode_; }
+
+  // On success the transaction is committed and the writer is free for others.
+  // On SQLITE_BUSY (rollback journal: a reader still holds its lock) the transaction stays
+  // open (TxnState::kStillOpen) and commit() may be called again. On another error the
+  // Status says whether SQLite rolled it back.
+  Status commit();
+  // Rolls back (if still open) and frees the writer. Never fails in practice; a failure is
+  // returned and the writer is rolled back again before its next use.
+  Status rollback();
+
+  // A statement on the writer connection, borrowed from its cache. Transaction control
+  // (BEGIN/COMMIT/ROLLBACK) is refused here; SAVEPOINT/RELEASE are allowed.
+  // REQUIRES: the Statement is destroyed before this Transaction ends.
+  Result<Statement> statement(QueryRef q);
+
+  template <class Body>
+  auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&> {
+    using R = std::invoke_result_t<Body&, Statement&>;
+    Statement st;
+    if (Status s = prepare_statement(q, st); !s.ok()) return R(std::move(s));
+    return body(st);
+  }
+
+ private:
+  friend class Database;
+  Transaction(detail::DatabaseImpl* impl, detail::Lease lease, TxnMode mode) noexcept;
+  Status finished() const;
+  Status prepare_statement(QueryRef q, Statement& out);
+
+  detail::DatabaseImpl* impl_ = nullptr;
+  detail::Lease lease_;  // the writer, held while open
+  TxnMode mode_ = TxnMode::kImmediate;
+};
+
+class Database : public QueryApi<Database> {
+ public:
+  // Opens `options.path` and checks that it is a writable SQLite database (readable, with
+  // read_only), switching it to options.journal_mode. Bad configuration throws
+  // std::invalid_argument naming the field; a file that is missing (with create=false),
+  // cannot be opened or written, or is not a database gives a Status naming the file and
+  // the problem.
+  static Result<Database> open(Options options);
+
+  Database(Database&& other) noexcept;
+  Database& operator=(Database&& other) noexcept;
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+  ~Database();
+
+  // Prepares and classifies `sql` (one statement; see sqlite_query.hpp), keeping it in
+  // the statement cache. Bad SQL is a Status with the engine's message.
+  Result<Query> prepare(std::string_view sql);
+  // The read/write verdict for `sql`, without keeping it. Preparing a PRAGMA that sets
+  // something is refused during classification, so classifying never changes a connection.
+  Result<Verdict> classify(std::string_view sql);
+
+  // Waits for the writer (first come, first served) and begins a transaction.
+  Result<Transaction> begin(TxnMode mode = TxnMode::kImmediate);
+
+  // Runs fn(Transaction&) -> Status or Result<T> inside a transaction and commits it. When
+  // fn fails or COMMIT fails, the transaction is rolled back and the Status says so
+  // (TxnState::kRolledBack): nothing of it is applied. `op` names the operation; a
+  // Database never retries (ResilientDatabase does, as `op` allows).
+  template <class Fn>
+  auto transaction(Fn&& fn, Operation op = Operation::transaction(false),
+                   TxnMode mode = TxnMode::kImmediate) -> std::invoke_result_t<Fn&, Transaction&>;
+
+  // Runs every statement of `sql` in one transaction (BEGIN IMMEDIATE ... COMMIT): all or
+  // nothing. For schemas and migrations. Transaction control inside `sql` is refused.
+  Status execute_script(std::string_view sql);
+
+  // Runs body(Statement&) on a statement of `q` bound to the right connection (a read
+  // connection for a read, the writer for a write) and returns what body returns. The
+  // statement is reset and the connection given back afterwards. Transaction control is
+  // refused (use begin()/transaction()), and so is SAVEPOINT outside a transaction.
+  template <class Body>
+  auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&> {
+    using R = std::invoke_result_t<Body&, Statement&>;
+    detail::Lease lease;
+    Statement st;  // destroyed (reset) before the lease gives the connection back
+    if (Status s = lease_statement(q, lease, st); !s.ok()) [[unlikely]]
+      return R(std::move(s));
+    return body(st);
+  }
+
+  // Closes every connection nobody is using; they reopen on next use. A connection that has
+  // read a WAL database keeps a lock that stops another process from taking the
+  // exclusive-locking-mode lock (see FAULTS.md). Keeps an in-memory database alive.
+  // Returns how many connections were closed.
+  int close_idle_connections() noexcept;
+
+  [[nodiscard]] const Options& options() const noexcept;
+
+ private:
+  explicit Database(std::unique_ptr<detail::DatabaseImpl> impl) noexcept;
+  Status lease_statement(QueryRef q, detail::Lease& lease, Statement& out);
+
+  std::unique_ptr<detail::DatabaseImpl> impl_;
+};
+
+template <class Fn>
+auto Database::transaction(Fn&& fn, Operation op, TxnMode mode)
+    -> std::invoke_result_t<Fn&, Transaction&> {
+  using R = std::invoke_result_t<Fn&, Transaction&>;
+  static_assert(std::is_same_v<R, Status> || is_result<R>::value,
+                "the transaction function must return holdfast::Status or Result<T>");
+  (void)op;
+  Result<Transaction> tx = begin(mode);
+  if (!tx.ok()) return R(tx.status());
+  R r = fn(*tx);
+  if (!is_ok(r)) return R(detail::abandon(*tx, Status(status_of(r))));
+  Status committed = tx->commit();
+  if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
+  return r;
+}
+
+}  // namespace holdfast::sqlite

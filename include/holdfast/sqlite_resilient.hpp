@@ -1,0 +1,137 @@
+// holdfast::sqlite::ResilientDatabase: a Database that retries what is safe to retry.
+//
+// The origin's getRetryingDb() with the same API as Database, so swapping the handle is one
+// line:
+//
+//   auto db = holdfast::sqlite::ResilientDatabase::open({.path = "club.db"});
+//   holdfast::RequestScope request;                      // one 6 s window per page render
+//   auto games = db->query<std::int64_t, std::string>(schedule, day);   // retried reads
+//
+// What is retried, and when (the Fault of each error decides; see docs/faults.md):
+//   - reads: any transient fault, within the request's window (Operation::read);
+//   - an autocommit write: only when it provably applied nothing, i.e. SQLITE_BUSY
+//     (Operation::write). It is never repeated after an error that may have applied it;
+//   - a transaction: waiting for the writer and BEGIN are retried (nothing ran yet); a
+//     COMMIT that returns SQLITE_BUSY is retried as a COMMIT (the transaction is still
+//     open); SQLITE_BUSY_SNAPSHOT, ABORT_ROLLBACK or any transient fault inside the
+//     function re-run the whole function only when the caller declared it re-runnable:
+//       db->transaction(fn, holdfast::Operation::transaction(/*rerunnable=*/true));
+//   - preparing SQL text (reading the schema can meet a lock): as a read.
+// Every wait draws from the current RequestScope's window, or from a window of the
+// policy's length outside any scope; the window also caps SQLite's busy wait per attempt.
+//
+// Thread safety: as Database. The policy is copied in; each operation builds fresh retry
+// state from it.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "holdfast/result.hpp"
+#include "holdfast/retry.hpp"
+#include "holdfast/sqlite_database.hpp"
+#include "holdfast/sqlite_options.hpp"
+#include "holdfast/sqlite_query.hpp"
+#include "holdfast/status.hpp"
+#include "holdfast/window.hpp"
+
+namespace holdfast::sqlite {
+
+class ResilientDatabase : public QueryApi<ResilientDatabase> {
+ public:
+  // Opens as Database::open() (not retried: it happens once, at start-up).
+  static Result<ResilientDatabase> open(Options options,
+                                        RetryPolicy policy = RetryPolicy::origin_reads());
+  // Takes over an open Database.
+  explicit ResilientDatabase(Database db, RetryPolicy policy = RetryPolicy::origin_reads());
+
+  // As Database::prepare(), retried as a read.
+  Result<Query> prepare(std::string_view sql);
+  // As Database::classify(), retried as a read.
+  Result<Verdict> classify(std::string_view sql);
+  // As Database::begin(); waiting for the writer and BEGIN are retried.
+  Result<Transaction> begin(TxnMode mode = TxnMode::kImmediate);
+
+  // As Database::transaction(), retried as described above. `op` says whether fn may be
+  // run again after a rollback (Operation::transaction(rerunnable)).
+  template <class Fn>
+  auto transaction(Fn&& fn, Operation op = Operation::transaction(false),
+                   TxnMode mode = TxnMode::kImmediate) -> std::invoke_result_t<Fn&, Transaction&>;
+
+  // As Database::execute_script(); the script runs as one transaction, so it is re-run
+  // whole after a rollback.
+  Status execute_script(std::string_view sql);
+
+  // As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
+  template <class Body>
+  auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&>;
+
+  int close_idle_connections() noexcept { return db_.close_idle_connections(); }
+  [[nodiscard]] Database& database() noexcept { return db_; }
+  [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
+
+ private:
+  // THE SEAM: every operation this class retries passes through here, once per operation
+  // (reads, autocommit writes, BEGIN, whole transactions, COMMIT, preparing SQL text).
+  // Today it makes sure a RequestScope is active (outside any, it starts one with the
+  // policy's window: the busy handler and the connection waits read it) and runs
+  // holdfast::retry(). The Shield (circuit breaker + retry throttle) plugs in here, around
+  // `attempt`, and nowhere else: `op` says what the operation is; `attempt` returns Status
+  // or Result<T>.
+  template <class F>
+  auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
+    std::optional<RequestScope> own;  // a window for the busy handler outside any scope
+    if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
+    return holdfast::retry(policy_, op, attempt);
+  }
+
+  Result<Query> resolve(QueryRef q);
+  template <class Body>
+  auto run_query(const Query& query, Body& body) -> std::invoke_result_t<Body&, Statement&>;
+
+  Database db_;
+  RetryPolicy policy_;
+};
+
+template <class Body>
+auto ResilientDatabase::with_statement(QueryRef q, Body&& body)
+    -> std::invoke_result_t<Body&, Statement&> {
+  if (const Query* query = q.query(); query != nullptr) [[likely]]
+    return run_query(*query, body);
+  using R = std::invoke_result_t<Body&, Statement&>;
+  Result<Query> resolved = resolve(q);
+  if (!resolved.ok()) return R(resolved.status());
+  return run_query(*resolved, body);
+}
+
+template <class Body>
+auto ResilientDatabase::run_query(const Query& query, Body& body)
+    -> std::invoke_result_t<Body&, Statement&> {
+  using R = std::invoke_result_t<Body&, Statement&>;
+  const Operation op = query.access() == Access::kRead ? Operation::read(query.sql())
+                                                       : Operation::write(query.sql());
+  return run(op, [&]() -> R { return db_.with_statement(query, body); });
+}
+
+template <class Fn>
+auto ResilientDatabase::transaction(Fn&& fn, Operation op, TxnMode mode)
+    -> std::invoke_result_t<Fn&, Transaction&> {
+  using R = std::invoke_result_t<Fn&, Transaction&>;
+  static_assert(std::is_same_v<R, Status> || is_result<R>::value,
+                "the transaction function must return holdfast::Status or Result<T>");
+  return run(op, [&]() -> R {
+    // Waiting for the writer and BEGIN: nothing has run yet, so a retry is always safe.
+    Result<Transaction> tx = db_.begin(mode);
+    if (!tx.ok()) return R(tx.status());
+    R r = fn(*tx);
+    if (!is_ok(r)) return R(detail::abandon(*tx, Status(status_of(r))));
+    // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone.
+    Status committed = run(Operation::write("sqlite.commit"), [&] { return tx->commit(); });
+    if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
+    return r;
+  });
+}
+
+}  // namespace holdfast::sqlite

@@ -1,0 +1,37 @@
+#include "holdfast/sqlite_resilient.hpp"
+
+namespace holdfast::sqlite {
+
+Result<ResilientDatabase> ResilientDatabase::open(Options options, RetryPolicy policy) {
+  Result<Database> db = Database::open(std::move(options));
+  if (!db.ok()) return db.status();
+  return ResilientDatabase(std::move(*db), std::move(policy));
+}
+
+ResilientDatabase::ResilientDatabase(Database db, RetryPolicy policy)
+    : db_(std::move(db)), policy_(std::move(policy)) {}
+
+Result<Query> ResilientDatabase::resolve(QueryRef q) {
+  // Preparing SQL text runs nothing, so it is retried like a read whatever the SQL is.
+  return run(Operation::read("sqlite.prepare"), [&] { return db_.prepare(q.sql()); });
+}
+
+Result<Query> ResilientDatabase::prepare(std::string_view sql) {
+  return resolve(sql);
+}
+
+Result<Verdict> ResilientDatabase::classify(std::string_view sql) {
+  return run(Operation::read("sqlite.classify"), [&] { return db_.classify(sql); });
+}
+
+Result<Transaction> ResilientDatabase::begin(TxnMode mode) {
+  // A failed wait for the writer or a BUSY BEGIN began nothing.
+  return run(Operation::write("sqlite.begin"), [&] { return db_.begin(mode); });
+}
+
+Status ResilientDatabase::execute_script(std::string_view sql) {
+  return run(Operation::transaction(/*rerunnable=*/true, "sqlite.script"),
+             [&] { return db_.execute_script(sql); });
+}
+
+}  // namespace holdfast::sqlite
