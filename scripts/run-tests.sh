@@ -18,6 +18,10 @@ if [[ -x scripts/pg-test-server.sh ]]; then
     pg_started=1
     export HOLDFAST_TEST_PG_URL="$url"
     echo "run-tests: PostgreSQL test server at $url"
+  elif [[ "${CI:-}" == "true" ]]; then
+    echo "run-tests: could not start the PostgreSQL test server; on CI the PostgreSQL" \
+         "tests must run" >&2
+    exit 1
   else
     echo "run-tests: WARNING: could not start the PostgreSQL test server;" \
          "the PostgreSQL tests will report themselves skipped" >&2

@@ -1,0 +1,379 @@
+// holdfast::pg::Database: PostgreSQL with classified errors, a retry window per request,
+// reads retried, writes never doubled, a circuit breaker per endpoint, and commits in
+// doubt resolved instead of guessed.
+//
+//   holdfast::pg::DatabaseOptions options;
+//   options.url = "postgresql://app@127.0.0.1:5432/app";
+//   holdfast::pg::Database db(options);
+//   {
+//     holdfast::RequestScope scope;                            // one 6 s window
+//     auto games = db.read("SELECT * FROM game WHERE day = $1", {day});
+//     auto paid = db.transaction(
+//         [&](holdfast::pg::Transaction& tx) -> holdfast::Status {
+//           auto r = tx.query("UPDATE account SET balance = balance - $1 WHERE id = $2",
+//                             {amount, account});
+//           return r.status();
+//         },
+//         {.operation = holdfast::Operation::transaction(/*rerunnable=*/true)});
+//   }
+//
+// Read path (read()): the SQL must classify as a read (classify_sql); it runs on a session
+// whose every transaction is READ ONLY (default_transaction_read_only=on), so a statement
+// misjudged as a read fails with 25006 and is never applied; transient faults are retried
+// within the request's window. Reads prefer a replica and fall back to the primary while
+// the replica's breaker is open (or the replica just failed).
+//
+// Write path (write()): one attempt, unless the fault proves nothing was applied (lock
+// timeout, statement timeout, refused connection, a serialization failure of the
+// statement's own implicit transaction). A lost connection means the outcome is unknown:
+// not retried unless the caller passes an idempotent Operation.
+//
+// Transactions (transaction()): BEGIN, the transaction id (pg_current_xact_id()), the
+// function, COMMIT. Any error rolls the whole transaction back; 40001/40P01 (and any other
+// fault that a re-run can help) re-run the whole function when the caller declared it
+// re-runnable (Operation::transaction(true)). A connection lost during COMMIT is resolved
+// with pg_xact_status() on a new connection: committed -> success; aborted -> rolled back
+// (and re-run if re-runnable); no answer -> Status with txn_state kUnknown. Never guessed.
+//
+// Idempotency keys (once()): the write and the key's row commit in one transaction, so a
+// call repeated with the same key -- after any failure, an unknown outcome included --
+// returns the first call's result and never applies the write twice.
+//
+// Every call goes RequestScope -> Shield (retry loop, throttle, breaker) -> pool -> libpq.
+// The remaining window caps the pool wait, the server's statement_timeout (set only when it
+// changes meaningfully) and the client's wait on the socket.
+//
+// Thread safety: a Database may be used from any number of threads. A Transaction belongs
+// to the function it is passed to.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "holdfast/clock.hpp"
+#include "holdfast/health_probe.hpp"
+#include "holdfast/postgres_connection.hpp"
+#include "holdfast/postgres_pool.hpp"
+#include "holdfast/postgres_sql.hpp"
+#include "holdfast/result.hpp"
+#include "holdfast/retry.hpp"
+#include "holdfast/shield.hpp"
+#include "holdfast/status.hpp"
+#include "holdfast/window.hpp"
+
+namespace holdfast::pg {
+
+struct DatabaseOptions {
+  // The primary: a connection URL or key=value keywords. REQUIRES: not empty.
+  std::string url;
+  // Read replicas, preferred for reads in this order.
+  std::vector<std::string> replica_urls;
+  // Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
+  std::string name = "pg";
+  // Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
+  int read_connections = 4;
+  int write_connections = 4;
+  // pg_stat_activity.application_name of every connection.
+  std::string application_name = "holdfast";
+  // More session settings for every connection, sent at connect ({"lock_timeout", "2s"}).
+  std::vector<std::pair<std::string, std::string>> settings;
+  // Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
+  Shield::Options shield;
+  // Cap on one connection attempt (the window may shorten it).
+  Duration connect_timeout = std::chrono::seconds(5);
+  // Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
+  Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
+  // > 0: a background HealthProbe per endpoint (SELECT 1) at this interval while its
+  // breaker is open. 0: none (requests probe when the open period ends).
+  Duration health_probe_interval = Duration::zero();
+  // The idempotency-key table used by once(). A plain or schema-qualified identifier.
+  std::string idempotency_table = "holdfast_idempotency";
+  // The clock of the pools and Shields. nullptr: Clock::system().
+  Clock* clock = nullptr;
+};
+
+enum class Isolation : std::uint8_t { kDefault, kReadCommitted, kRepeatableRead, kSerializable };
+
+// What happened inside one transaction() call (for callers and tests that want to know).
+struct TransactionReport {
+  int runs = 0;              // times the function was called
+  int commits_in_doubt = 0;  // COMMITs that lost their connection
+  // What the last doubt resolved to: kCommitted, kRolledBack or kUnknown
+  // (kNotInTransaction while no COMMIT was in doubt).
+  TxnState resolution = TxnState::kNotInTransaction;
+  RetryStats retry;
+};
+
+struct TransactionOptions {
+  // Operation::transaction(true): the function may be called again after a rollback.
+  Operation operation = Operation::transaction(false, "pg.transaction");
+  Isolation isolation = Isolation::kDefault;
+  // BEGIN ... READ ONLY, on a read-only session of the primary.
+  bool read_only = false;
+  // Filled in when not null.
+  TransactionReport* report = nullptr;
+};
+
+// A statement prepared (lazily, once per connection) under a name of its own.
+class Statement {
+ public:
+  Statement() = default;
+  [[nodiscard]] std::string_view sql() const noexcept { return sql_; }
+  [[nodiscard]] SqlKind kind() const noexcept { return kind_; }
+  [[nodiscard]] std::string_view reason() const noexcept { return reason_; }
+
+ private:
+  friend class Database;
+  friend class Transaction;
+  std::string sql_;
+  std::string name_;
+  std::uint32_t id_ = 0;
+  SqlKind kind_ = SqlKind::kInvalid;
+  std::string_view reason_;
+  bool changes_session_ = false;
+};
+
+// The result of once(): what the keyed write returned, and whether it was stored by an
+// earlier call with the same key (and so not run again).
+struct KeyedResult {
+  std::string result;
+  bool replayed = false;
+};
+
+class Database;
+
+// The transaction a transaction() function runs in. Statements may be anything but the
+// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
+// returns OK and rolls back otherwise). After a failed statement the transaction is
+// aborted; the function should return that Status.
+class Transaction {
+ public:
+  Transaction(Transaction&&) noexcept = default;
+  Transaction& operator=(Transaction&&) noexcept = default;
+  // A transaction still open here (an exception left the function) is ended by closing
+  // its connection, which makes the server roll it back.
+  ~Transaction();
+
+  Result<Rows> query(std::string_view sql, std::span<const Param> params);
+  Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
+    return query(sql, std::span<const Param>(params.begin(), params.size()));
+  }
+  Result<Rows> query(const Statement& stmt, std::span<const Param> params);
+  Result<Rows> query(const Statement& stmt, std::initializer_list<Param> params = {}) {
+    return query(stmt, std::span<const Param>(params.begin(), params.size()));
+  }
+
+  // The transaction id recorded at BEGIN (pg_current_xact_id()); empty for READ ONLY.
+  [[nodiscard]] std::string_view xid() const noexcept { return xid_; }
+  // 1 for the first run of the function, 2 for its first re-run, ...
+  [[nodiscard]] int run() const noexcept { return run_; }
+  [[nodiscard]] Connection& connection() noexcept { return *conn_; }
+
+ private:
+  friend class Database;
+  Transaction(PooledConnection conn, int run) noexcept : conn_(std::move(conn)), run_(run) {}
+  Result<Rows> record(Result<Rows> r);
+
+  PooledConnection conn_;
+  std::string xid_;
+  Status failure_;  // the first failed statement
+  int run_ = 1;
+};
+
+class Database {
+ public:
+  // Validates `options` (std::invalid_argument naming the field). Connects lazily.
+  explicit Database(DatabaseOptions options);
+  ~Database();
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  // The read path. REQUIRES: the SQL classifies as a read (else INVALID_ARGUMENT, nothing
+  // is sent). Retried within the window; runs in a READ ONLY transaction; may run on a
+  // replica.
+  Result<Rows> read(std::string_view sql, std::span<const Param> params);
+  Result<Rows> read(std::string_view sql, std::initializer_list<Param> params = {}) {
+    return read(sql, std::span<const Param>(params.begin(), params.size()));
+  }
+  Result<Rows> read(const Statement& stmt, std::span<const Param> params);
+  Result<Rows> read(const Statement& stmt, std::initializer_list<Param> params = {}) {
+    return read(stmt, std::span<const Param>(params.begin(), params.size()));
+  }
+
+  // The write path, on the primary, in autocommit. Retried only when the fault proves
+  // nothing was applied, or, with an idempotent `op`, on any transient fault. Transaction,
+  // session, cursor and prepared-statement control are refused (they would leave state on
+  // a pooled connection): use transaction(), DatabaseOptions::settings or prepare().
+  Result<Rows> write(std::string_view sql, std::span<const Param> params,
+                     Operation op = Operation::write("pg.write"));
+  Result<Rows> write(std::string_view sql, std::initializer_list<Param> params = {},
+                     Operation op = Operation::write("pg.write")) {
+    return write(sql, std::span<const Param>(params.begin(), params.size()), op);
+  }
+  Result<Rows> write(const Statement& stmt, std::span<const Param> params,
+                     Operation op = Operation::write("pg.write"));
+  Result<Rows> write(const Statement& stmt, std::initializer_list<Param> params = {},
+                     Operation op = Operation::write("pg.write")) {
+    return write(stmt, std::span<const Param>(params.begin(), params.size()), op);
+  }
+
+  // read() for a read, write() for anything else.
+  Result<Rows> query(std::string_view sql, std::span<const Param> params);
+  Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
+    return query(sql, std::span<const Param>(params.begin(), params.size()));
+  }
+
+  // Classifies `sql` once; each connection prepares it the first time it runs it.
+  // INVALID_ARGUMENT when the SQL cannot run (empty, unterminated, several statements).
+  Result<Statement> prepare(std::string_view sql);
+
+  // Runs `fn(Transaction&)` (returning Status or Result<T>) in a transaction on the
+  // primary and commits it; see the header comment for rollbacks, re-runs and commits in
+  // doubt. The returned failure's txn_state() says what became of the transaction.
+  template <class F>
+  auto transaction(F&& fn, TransactionOptions options = {})
+      -> std::invoke_result_t<F&, Transaction&>;
+
+  // Creates the idempotency-key table if it does not exist:
+  //   (key text PRIMARY KEY, result text, created_at timestamptz NOT NULL DEFAULT now()).
+  Status create_idempotency_table();
+  // Runs `fn(Transaction&)` -- returning Result<std::string> (the result to remember) or
+  // Status -- and records `key` with its result in the same transaction. If `key` is
+  // recorded already, returns the recorded result (replayed = true) without running `fn`.
+  // Safe to call again with the same key after any failure: it is run as an idempotent,
+  // re-runnable transaction. REQUIRES: create_idempotency_table() was called (once).
+  template <class F>
+  Result<KeyedResult> once(std::string_view key, F&& fn, TransactionOptions options = {});
+
+  // The primary's Shield (breaker, throttle, metrics), and each replica's.
+  [[nodiscard]] Shield& shield() noexcept { return *primary_->shield; }
+  [[nodiscard]] Shield& replica_shield(std::size_t i) { return *replicas_.at(i)->shield; }
+  [[nodiscard]] Pool& read_pool() noexcept { return *primary_->reads; }
+  [[nodiscard]] Pool& write_pool() noexcept { return *primary_->writes; }
+  [[nodiscard]] Pool& replica_pool(std::size_t i) { return *replicas_.at(i)->reads; }
+  [[nodiscard]] std::size_t replica_count() const noexcept { return replicas_.size(); }
+  [[nodiscard]] const DatabaseOptions& options() const noexcept { return options_; }
+
+ private:
+  struct Endpoint {
+    std::string name;
+    std::unique_ptr<Shield> shield;
+    std::unique_ptr<Pool> reads;
+    std::unique_ptr<Pool> writes;  // primary only
+    std::unique_ptr<HealthProbe> probe;
+  };
+  // What a read or write runs: SQL text, or a prepared Statement.
+  struct Work {
+    std::string_view sql;
+    const Statement* stmt = nullptr;
+    std::span<const Param> params;
+  };
+
+  // The one place every retried operation goes through: the endpoint's Shield (retry
+  // loop, throttle, breaker), inside a RequestScope (one of its own outside any).
+  template <class F>
+  auto run(Endpoint& endpoint, Operation op, F&& attempt, RetryStats* stats = nullptr)
+      -> std::invoke_result_t<F&> {
+    if (RequestScope::current_window() != nullptr) {
+      return endpoint.shield->run(op, attempt, stats);
+    }
+    RequestScope scope(endpoint.shield->policy_for(op).window(), endpoint.shield->clock());
+    return endpoint.shield->run(op, attempt, stats);
+  }
+
+  std::unique_ptr<Endpoint> make_endpoint(std::string name, const std::string& url, bool primary);
+  Result<Rows> read_work(const Work& work);
+  Result<Rows> write_work(const Work& work, Operation op);
+  Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
+  // One attempt of `work` on a connection of `pool`; `may_wait` for a free connection.
+  Result<Rows> attempt(Pool& pool, const Work& work, bool may_wait);
+  // One admitted attempt on a replica; sets `fall_back` when the primary should answer.
+  Result<Rows> try_replica(Endpoint& replica, const Work& work, bool& fall_back);
+  // Sets the connection's deadline and statement_timeout from the current window.
+  Status prepare_call(Connection& conn);
+  // When a new connection must be up by: the window's end, at most connect_timeout away.
+  TimePoint connect_deadline() const;
+
+  Result<Transaction> begin(const TransactionOptions& options, int run);
+  // Commits (fn_status OK) or rolls back, resolving a COMMIT in doubt.
+  Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
+  TxnState resolve(std::string_view xid, Status& why);
+  Result<bool> claim_key(Transaction& tx, std::string_view key);
+  Result<std::string> recorded_result(Transaction& tx, std::string_view key);
+  Status record_result(Transaction& tx, std::string_view key, std::string_view result);
+
+  const DatabaseOptions options_;
+  Clock* clock_;
+  std::unique_ptr<Endpoint> primary_;
+  std::vector<std::unique_ptr<Endpoint>> replicas_;
+  std::atomic<bool> standard_strings_{true};
+  std::string claim_sql_;
+  std::string recorded_sql_;
+  std::string record_sql_;
+};
+
+template <class F>
+auto Database::transaction(F&& fn, TransactionOptions options)
+    -> std::invoke_result_t<F&, Transaction&> {
+  using R = std::invoke_result_t<F&, Transaction&>;
+  static_assert(std::is_same_v<R, Status> || is_result<R>::value,
+                "holdfast::pg::Database::transaction: the function must return "
+                "holdfast::Status or holdfast::Result<T>");
+  TransactionReport local;
+  TransactionReport& report = options.report != nullptr ? *options.report : local;
+  report = TransactionReport{};
+  auto attempt = [&]() -> R {
+    ++report.runs;
+    Result<Transaction> tx = begin(options, report.runs);
+    if (!tx.ok()) return R(Status(tx.status()));
+    R r = fn(*tx);
+    Status s = finish(*tx, status_of(r), report);
+    if (!s.ok()) return R(std::move(s));
+    return r;
+  };
+  return run(*primary_, options.operation, attempt, &report.retry);
+}
+
+template <class F>
+Result<KeyedResult> Database::once(std::string_view key, F&& fn, TransactionOptions options) {
+  using R = std::invoke_result_t<F&, Transaction&>;
+  static_assert(std::is_same_v<R, Status> || std::is_same_v<R, Result<std::string>>,
+                "holdfast::pg::Database::once: the function must return holdfast::Status "
+                "or holdfast::Result<std::string>");
+  // Repeating is harmless whatever happened: the key makes the write apply at most once.
+  options.operation.idempotency = Idempotency::kIdempotent;
+  options.operation.reruns_transaction = true;
+  return transaction(
+      [&](Transaction& tx) -> Result<KeyedResult> {
+        Result<bool> claimed = claim_key(tx, key);
+        if (!claimed.ok()) return claimed.status();
+        if (!*claimed) {
+          Result<std::string> recorded = recorded_result(tx, key);
+          if (!recorded.ok()) return recorded.status();
+          return KeyedResult{std::move(*recorded), true};
+        }
+        std::string result;
+        if constexpr (std::is_same_v<R, Status>) {
+          Status s = fn(tx);
+          if (!s.ok()) return s;
+        } else {
+          Result<std::string> r = fn(tx);
+          if (!r.ok()) return r.status();
+          result = std::move(*r);
+        }
+        if (Status s = record_result(tx, key, result); !s.ok()) return s;
+        return KeyedResult{std::move(result), false};
+      },
+      options);
+}
+
+}  // namespace holdfast::pg

@@ -1,0 +1,151 @@
+// holdfast::pg::Pool: a bounded pool of libpq connections.
+//
+//   holdfast::pg::PoolOptions options;
+//   options.connect.conninfo = "postgresql://app@127.0.0.1:5432/app";
+//   options.size = 8;
+//   holdfast::pg::Pool pool(options);
+//   auto conn = pool.acquire();                 // waits no longer than the request's window
+//   if (!conn) return conn.status();
+//   auto rows = (*conn)->query("SELECT 1");     // returned to the pool when `conn` goes
+//
+// - At most `size` connections are open (or being opened) at once.
+// - acquire() hands out an idle connection after a cheap health check (no round trip): a
+//   backend terminated while idle has sent its FATAL, and such a connection is replaced
+//   instead of failing the caller's next statement.
+// - When no connection is idle and the pool is full, acquire() waits for one, no longer
+//   than the current RequestScope's window (which it opens: waiting for a connection is
+//   time the request spends), or `window` outside any scope. It never waits forever.
+// - Connections are opened in one place, connect(). After a failed connect the next one
+//   waits for a backoff delay, and while connects fail only one request at a time tries
+//   (the others wait for its result): a restarting server sees no reconnect storm.
+// - A connection returned inside a transaction, broken, or (read-only pools) with its
+//   read-only default switched off is closed instead of being reused.
+//
+// Thread safety: all methods may be called from any thread. The pool must outlive every
+// PooledConnection it handed out.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "holdfast/backoff.hpp"
+#include "holdfast/clock.hpp"
+#include "holdfast/postgres_connection.hpp"
+#include "holdfast/random.hpp"
+#include "holdfast/result.hpp"
+#include "holdfast/window.hpp"
+
+namespace holdfast::pg {
+
+struct PoolOptions {
+  // How to connect. connect.clock is also the pool's clock.
+  ConnectOptions connect;
+  // Most connections open at once. REQUIRES: >= 1.
+  int size = 4;
+  // Every session starts with default_transaction_read_only=on, so each statement runs in
+  // a READ ONLY transaction and a write fails with 25006.
+  bool read_only = false;
+  // Delay before the next connect after n consecutive failed ones: 50 ms doubling to 1 s,
+  // "equal" jitter (half fixed, half random) so restarting clients spread out. The cap
+  // bounds how long a restarted server waits for its clients to notice (about a second).
+  Backoff reconnect_backoff = Backoff::exponential(std::chrono::milliseconds(50), 2.0,
+                                                   std::chrono::seconds(1), Jitter::equal());
+  // Longest wait for a connection outside any RequestScope. REQUIRES: > 0.
+  Duration window = RetryWindow::kDefaultLength;
+};
+
+struct PoolStats {
+  int open = 0;  // connections open or being opened
+  int idle = 0;
+  std::uint64_t connects = 0;          // successful connects
+  std::uint64_t connect_failures = 0;  // failed connects
+  std::uint64_t discarded = 0;         // found broken at hand-out, or returned unusable
+  std::uint64_t waits = 0;             // acquisitions that had to wait
+  std::uint64_t timeouts = 0;          // acquisitions that gave up at their deadline
+  int consecutive_connect_failures = 0;
+};
+
+class Pool;
+
+// A connection lent by a Pool; goes back to it when destroyed. Move-only.
+class PooledConnection {
+ public:
+  PooledConnection() noexcept = default;
+  PooledConnection(PooledConnection&& other) noexcept;
+  PooledConnection& operator=(PooledConnection&& other) noexcept;
+  PooledConnection(const PooledConnection&) = delete;
+  PooledConnection& operator=(const PooledConnection&) = delete;
+  ~PooledConnection();
+
+  Connection& operator*() noexcept { return conn_; }
+  Connection* operator->() noexcept { return &conn_; }
+  // Closes the connection instead of returning it.
+  void discard() noexcept;
+  // True when acquire() opened this connection (rather than reusing an idle one).
+  [[nodiscard]] bool fresh() const noexcept { return fresh_; }
+
+ private:
+  friend class Pool;
+  PooledConnection(Pool* pool, Connection conn, bool fresh) noexcept
+      : pool_(pool), conn_(std::move(conn)), fresh_(fresh) {}
+  void give_back(bool unusable) noexcept;
+
+  Pool* pool_ = nullptr;
+  Connection conn_;
+  bool fresh_ = false;
+};
+
+class Pool {
+ public:
+  // Validates `options` (std::invalid_argument naming the field). Opens nothing yet.
+  explicit Pool(PoolOptions options);
+  // REQUIRES: every PooledConnection has been returned.
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // A healthy connection, waiting no later than the current RequestScope's window (opened
+  // if we must wait) or options().window outside any scope. On failure: the connect
+  // failure, or UNAVAILABLE / RESOURCE_EXHAUSTED naming why no connection came in time.
+  Result<PooledConnection> acquire();
+  // Same, with an explicit deadline.
+  Result<PooledConnection> acquire(TimePoint deadline);
+  // Never waits for a busy pool or for the reconnect backoff: an idle connection, a new one
+  // (connecting no later than `connect_deadline`), or UNAVAILABLE at once. For callers that
+  // have somewhere else to go (a read that can fall back from a replica to the primary).
+  Result<PooledConnection> try_acquire(TimePoint connect_deadline);
+
+  // Opens one connection for this pool (its settings, its application_name): the only
+  // place the pool connects. Does not count against size() (acquire() does that).
+  Result<Connection> connect(TimePoint deadline);
+
+  [[nodiscard]] PoolStats stats() const;
+  [[nodiscard]] const PoolOptions& options() const noexcept { return options_; }
+  [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+
+ private:
+  friend class PooledConnection;
+  Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, bool may_wait);
+  void release(Connection conn, bool unusable) noexcept;
+  Status no_connection_in_time(Duration waited) const;
+
+  const PoolOptions options_;
+  ConnectOptions connect_;  // options_.connect plus the pool's own session settings
+  Clock* clock_;
+  mutable std::mutex mutex_;
+  Signal returned_;  // a connection came back, a slot freed, or a connect finished
+  std::vector<Connection> idle_;
+  int open_ = 0;
+  int waiters_ = 0;
+  int failures_ = 0;  // consecutive failed connects
+  bool probing_ = false;
+  TimePoint next_connect_at_{};
+  Duration previous_delay_{};
+  Random rng_;
+  Status last_connect_error_;
+  PoolStats stats_;
+};
+
+}  // namespace holdfast::pg

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL server for the tests, on a free loopback port, in a temporary
+# folder, with trust authentication for loopback connections.
+#
+#   scripts/pg-test-server.sh start   prints ONLY the connection URL on stdout
+#   scripts/pg-test-server.sh stop    stops it (pg_ctl stop -m fast) and removes its folder
+#   scripts/pg-test-server.sh down    stops the server but keeps its folder and port
+#   scripts/pg-test-server.sh up      starts it again after `down` (same data, same port)
+#   scripts/pg-test-server.sh url     prints the URL of the running server
+#
+# The server refuses to run as root, so when this script runs as root (CI does) every
+# server binary runs as the `postgres` OS user; otherwise as the calling user.
+#
+# Environment:
+#   HOLDFAST_PG_STATE_DIR        where the state file lives
+#                                (default ${TMPDIR:-/tmp}/holdfast-pg-test); tests that
+#                                need a private server of their own pass another folder
+#   HOLDFAST_PG_MAX_CONNECTIONS  max_connections (default 64)
+#   HOLDFAST_PG_BINDIR           server binaries (default /usr/lib/postgresql/15/bin, else
+#                                the newest /usr/lib/postgresql/*/bin)
+#
+# Settings worth knowing: fsync is off (a throwaway cluster); synchronous_standby_names
+# names a standby that never exists while synchronous_commit defaults to `local`, so no
+# COMMIT ever waits for it -- except in a session that sets synchronous_commit=on, which
+# is how the commit-in-doubt test makes a COMMIT hang after it committed locally
+# (docs/adr/0004-postgres-read-path-and-commit-in-doubt.md).
+set -euo pipefail
+
+die() {
+  echo "pg-test-server: $*" >&2
+  exit 1
+}
+note() { echo "pg-test-server: $*" >&2; }
+
+state_dir="${HOLDFAST_PG_STATE_DIR:-${TMPDIR:-/tmp}/holdfast-pg-test}"
+state_file="$state_dir/server.env"
+max_connections="${HOLDFAST_PG_MAX_CONNECTIONS:-64}"
+
+find_bindir() {
+  if [[ -n "${HOLDFAST_PG_BINDIR:-}" ]]; then
+    echo "$HOLDFAST_PG_BINDIR"
+    return
+  fi
+  if [[ -x /usr/lib/postgresql/15/bin/pg_ctl ]]; then
+    echo /usr/lib/postgresql/15/bin
+    return
+  fi
+  local newest
+  newest="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+  echo "$newest"
+}
+
+# Runs a server binary as the user the server accepts.
+as_server_user() {
+  if [[ $(id -u) -eq 0 ]]; then
+    if command -v runuser >/dev/null 2>&1; then
+      runuser -u postgres -- "$@"
+    else
+      su postgres -s /bin/sh -c "$(printf '%q ' "$@")"
+    fi
+  else
+    "$@"
+  fi
+}
+
+port_in_use() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+load_state() {
+  [[ -f "$state_file" ]] || return 1
+  # shellcheck disable=SC1090
+  source "$state_file"
+}
+
+server_options() {
+  echo "-p $port -k $root -c listen_addresses=127.0.0.1 -c max_connections=$max_connections" \
+    "-c fsync=off -c full_page_writes=off -c synchronous_commit=local" \
+    "-c synchronous_standby_names=holdfast_absent_standby"
+}
+
+pg_start() {
+  as_server_user "$bindir/pg_ctl" -D "$data_dir" -l "$root/server.log" -w -t 30 \
+    -o "$(server_options)" start >/dev/null
+}
+
+cmd_start() {
+  bindir="$(find_bindir)"
+  [[ -n "$bindir" && -x "$bindir/initdb" && -x "$bindir/pg_ctl" ]] ||
+    die "PostgreSQL server binaries not found (install the Debian package 'postgresql'," \
+      "or set HOLDFAST_PG_BINDIR)"
+  if [[ $(id -u) -eq 0 ]] && ! id postgres >/dev/null 2>&1; then
+    die "running as root, but there is no 'postgres' OS user to run the server as"
+  fi
+  if load_state; then
+    if as_server_user "$bindir/pg_ctl" -D "$data_dir" status >/dev/null 2>&1; then
+      die "a test server is already running at $url (state $state_file);" \
+        "stop it first, or set HOLDFAST_PG_STATE_DIR for another one"
+    fi
+    note "removing the state of a server that is no longer running ($state_file)"
+    rm -rf "$root"
+    rm -f "$state_file"
+  fi
+  mkdir -p "$state_dir"
+
+  root="$(mktemp -d "${TMPDIR:-/tmp}/holdfast-pg.XXXXXX")"
+  chmod 700 "$root"
+  if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root"; fi
+  as_server_user test -w "$root" ||
+    die "the server user cannot write $root (is ${TMPDIR:-/tmp} reachable by 'postgres'?)"
+  data_dir="$root/data"
+  if ! as_server_user "$bindir/initdb" -D "$data_dir" -U postgres -A trust -E UTF8 \
+    --no-sync --locale=C >"$root/initdb.log" 2>&1; then
+    cat "$root/initdb.log" >&2
+    rm -rf "$root"
+    die "initdb failed"
+  fi
+
+  local tries=0
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    tries=$((tries + 1))
+    if port_in_use "$port"; then continue; fi
+    if pg_start; then break; fi
+    if [[ $tries -ge 8 ]]; then
+      tail -n 20 "$root/server.log" >&2 || true
+      rm -rf "$root"
+      die "the server did not start (see the log above)"
+    fi
+    note "port $port did not work; trying another"
+  done
+
+  url="postgresql://postgres@127.0.0.1:$port/postgres"
+  cat >"$state_file" <<EOF
+root='$root'
+data_dir='$data_dir'
+port='$port'
+pid_file='$data_dir/postmaster.pid'
+bindir='$bindir'
+max_connections='$max_connections'
+url='$url'
+EOF
+  echo "$url"
+}
+
+cmd_stop() {
+  if ! load_state; then
+    note "no test server recorded in $state_file; nothing to stop"
+    return 0
+  fi
+  as_server_user "$bindir/pg_ctl" -D "$data_dir" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+  rm -rf "$root"
+  rm -f "$state_file"
+  rmdir "$state_dir" 2>/dev/null || true
+}
+
+cmd_down() {
+  load_state || die "no test server recorded in $state_file"
+  as_server_user "$bindir/pg_ctl" -D "$data_dir" -m fast -w -t 30 stop >/dev/null
+}
+
+cmd_up() {
+  load_state || die "no test server recorded in $state_file"
+  pg_start || die "the server did not start again (see $root/server.log)"
+}
+
+cmd_url() {
+  load_state || die "no test server recorded in $state_file"
+  echo "$url"
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  down) cmd_down ;;
+  up) cmd_up ;;
+  url) cmd_url ;;
+  *)
+    echo "usage: $0 start|stop|down|up|url" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,222 @@
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "holdfast/postgres_pool.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+long long to_ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
+
+PooledConnection::PooledConnection(PooledConnection&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)),
+      conn_(std::move(other.conn_)),
+      fresh_(other.fresh_) {}
+
+PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept {
+  if (this != &other) {
+    give_back(false);
+    pool_ = std::exchange(other.pool_, nullptr);
+    conn_ = std::move(other.conn_);
+    fresh_ = other.fresh_;
+  }
+  return *this;
+}
+
+PooledConnection::~PooledConnection() {
+  give_back(false);
+}
+
+void PooledConnection::discard() noexcept {
+  give_back(true);
+}
+
+void PooledConnection::give_back(bool unusable) noexcept {
+  if (pool_ == nullptr) return;
+  Pool* pool = std::exchange(pool_, nullptr);
+  pool->release(std::move(conn_), unusable);
+}
+
+Pool::Pool(PoolOptions options)
+    : options_(std::move(options)),
+      connect_(options_.connect),
+      clock_(options_.connect.clock != nullptr ? options_.connect.clock : &Clock::system()),
+      rng_(Random::from_thread()) {
+  if (options_.size < 1) {
+    throw std::invalid_argument("PoolOptions::size must be at least 1, got " +
+                                std::to_string(options_.size));
+  }
+  if (options_.connect.conninfo.empty()) {
+    throw std::invalid_argument("PoolOptions::connect.conninfo must not be empty");
+  }
+  if (options_.window <= Duration::zero()) {
+    throw std::invalid_argument("PoolOptions::window must be greater than zero");
+  }
+  connect_.clock = clock_;
+  if (options_.read_only) connect_.settings.emplace_back("default_transaction_read_only", "on");
+  idle_.reserve(static_cast<std::size_t>(options_.size));
+}
+
+Pool::~Pool() {
+  std::vector<Connection> idle;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle.swap(idle_);
+  }
+  // Connections close outside the lock (PQfinish sends a Terminate message).
+}
+
+Result<Connection> Pool::connect(TimePoint deadline) {
+  return Connection::open(connect_, deadline);
+}
+
+Result<PooledConnection> Pool::acquire() {
+  return acquire_impl(RequestScope::current_window(), nullptr, true);
+}
+
+Result<PooledConnection> Pool::acquire(TimePoint deadline) {
+  return acquire_impl(nullptr, &deadline, true);
+}
+
+Result<PooledConnection> Pool::try_acquire(TimePoint connect_deadline) {
+  return acquire_impl(nullptr, &connect_deadline, false);
+}
+
+Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint* fixed,
+                                            bool may_wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  bool waiting = false;
+  TimePoint wait_start{};
+  TimePoint deadline{};
+  for (;;) {
+    if (!idle_.empty()) {
+      // Last in, first out: the warmest connection, and idle ones at the bottom can age.
+      Connection conn = std::move(idle_.back());
+      idle_.pop_back();
+      lock.unlock();
+      if (conn.check()) return PooledConnection(this, std::move(conn), false);
+      conn.close();
+      lock.lock();
+      --open_;
+      ++stats_.discarded;
+      continue;
+    }
+    const TimePoint now = clock_->now();
+    if (open_ < options_.size && (failures_ == 0 || (!probing_ && now >= next_connect_at_))) {
+      ++open_;
+      const bool probe = failures_ > 0;
+      if (probe) probing_ = true;
+      lock.unlock();
+      const TimePoint until =
+          fixed != nullptr ? *fixed
+          : waiting        ? deadline
+                           : now + (window != nullptr ? window->remaining(now) : options_.window);
+      Result<Connection> conn = connect(until);
+      lock.lock();
+      if (probe) probing_ = false;
+      if (conn.ok()) {
+        failures_ = 0;
+        previous_delay_ = Duration::zero();
+        ++stats_.connects;
+        if (waiters_ > 0) returned_.notify_all();
+        return PooledConnection(this, std::move(*conn), true);
+      }
+      --open_;
+      ++failures_;
+      ++stats_.connect_failures;
+      const Duration delay = options_.reconnect_backoff.delay(failures_, previous_delay_, rng_);
+      previous_delay_ = delay;
+      next_connect_at_ = clock_->now() + delay;
+      last_connect_error_ = conn.status();
+      if (waiters_ > 0) returned_.notify_all();
+      return conn.status();
+    }
+    if (!may_wait) {
+      if (failures_ > 0 && !last_connect_error_.ok()) return no_connection_in_time(Duration{});
+      return Status(Code::kUnavailable, "no pooled connection is free right now",
+                    Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kFast, false});
+    }
+    // Wait for a connection to come back, a connect to finish, or the backoff to pass.
+    if (!waiting) {
+      waiting = true;
+      wait_start = now;
+      ++stats_.waits;
+      if (fixed != nullptr) {
+        deadline = *fixed;
+      } else if (window != nullptr) {
+        window->open(now);
+        deadline = window->deadline();
+      } else {
+        deadline = now + options_.window;
+      }
+    }
+    if (now >= deadline) {
+      ++stats_.timeouts;
+      return no_connection_in_time(now - wait_start);
+    }
+    TimePoint wake = deadline;
+    if (open_ < options_.size && failures_ > 0 && !probing_) {
+      wake = std::min(wake, next_connect_at_);
+    }
+    const std::uint64_t seen = returned_.generation();
+    ++waiters_;
+    lock.unlock();
+    clock_->sleep_until(wake, &returned_, seen);
+    lock.lock();
+    --waiters_;
+  }
+}
+
+Status Pool::no_connection_in_time(Duration waited) const {
+  if (failures_ > 0 && !last_connect_error_.ok()) {
+    // The server cannot be reached: say why, but this wait itself put no load on it, so it
+    // must not count as overload a second time.
+    Status s = last_connect_error_;
+    Fault f = s.fault();
+    f.overload = false;
+    f.outcome = Outcome::kNotApplied;
+    s.with_fault(f);
+    s.annotate("no connection within " + std::to_string(to_ms(waited)) + " ms (" +
+               std::to_string(failures_) + " failed connects in a row; the last said)");
+    return s;
+  }
+  return Status(Code::kResourceExhausted,
+                "all " + std::to_string(options_.size) + " pooled connections stayed busy for " +
+                    std::to_string(to_ms(waited)) + " ms",
+                Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, false});
+}
+
+void Pool::release(Connection conn, bool unusable) noexcept {
+  bool usable = !unusable && conn.is_open() && conn.txn_status() == TxnStatus::kIdle;
+  // A read-only session whose default was switched off (set_config in a function) would
+  // run the next read in a read-write transaction: never reuse it.
+  if (usable && options_.read_only &&
+      conn.server_parameter("default_transaction_read_only") != "on") {
+    usable = false;
+  }
+  if (!usable) conn.close();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (usable) {
+    idle_.push_back(std::move(conn));
+  } else {
+    --open_;
+    ++stats_.discarded;
+  }
+  if (waiters_ > 0) returned_.notify_all();
+}
+
+PoolStats Pool::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PoolStats s = stats_;
+  s.open = open_;
+  s.idle = static_cast<int>(idle_.size());
+  s.consecutive_connect_failures = failures_;
+  return s;
+}
+
+}  // namespace holdfast::pg

@@ -1,0 +1,143 @@
+// A COMMIT whose connection is lost is in doubt. Both real ways (FAULTS.md): the backend is
+// terminated while its COMMIT waits for a synchronous standby that does not exist (it has
+// committed locally), or while a deferred trigger runs at COMMIT (it has not). Each is
+// resolved with pg_xact_status() of the transaction id recorded at BEGIN.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "pg_test_support.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+using pgtest::Admin;
+using pgtest::server_url;
+using pgtest::unique;
+
+class PgCommitInDoubt : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (server_url().empty()) return;
+    admin_ = std::make_unique<Admin>(server_url());
+    table_ = unique("hf_doubt");
+    fn_ = unique("hf_slow_commit");
+    app_ = unique("hf_doubter");
+    admin_->exec("CREATE TABLE " + table_ + " (id serial PRIMARY KEY, v text)");
+    // Sleeps at COMMIT when the transaction asked for it.
+    admin_->exec("CREATE FUNCTION " + fn_ +
+                 "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                 "IF current_setting('hf.slow_commit', true) = 'on' THEN "
+                 "PERFORM pg_sleep(30); END IF; RETURN NULL; END $$");
+    admin_->exec("CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + table_ +
+                 " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn_ + "()");
+  }
+  void TearDown() override {
+    if (!admin_) return;
+    admin_->exec("DROP TABLE IF EXISTS " + table_);
+    admin_->exec("DROP FUNCTION IF EXISTS " + fn_ + "()");
+  }
+  long long rows() { return admin_->count("SELECT count(*) FROM " + table_); }
+
+  // Terminates our backend once it is in COMMIT and waiting for `wait_event`.
+  std::thread kill_during_commit(std::string wait_event) {
+    return std::thread([this, wait_event] {
+      Admin killer(server_url());
+      const bool found = pgtest::eventually(
+          [&] {
+            return killer.count(
+                       "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                       "= $1 AND query = 'COMMIT' AND wait_event = $2",
+                       {app_, wait_event}) == 1;
+          },
+          std::chrono::milliseconds(8000));
+      EXPECT_TRUE(found) << "the COMMIT never waited for " << wait_event;
+      EXPECT_EQ(killer.terminate(app_), 1);
+    });
+  }
+
+  DatabaseOptions options() {
+    DatabaseOptions o;
+    o.url = server_url();
+    o.application_name = app_;
+    o.write_connections = 2;
+    return o;
+  }
+
+  std::unique_ptr<Admin> admin_;
+  std::string table_;
+  std::string fn_;
+  std::string app_;
+};
+
+TEST_F(PgCommitInDoubt, ACommitThatCommittedLocallyIsResolvedAsCommitted) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  if (admin_->exec("SHOW synchronous_standby_names").text(0, 0).empty()) {
+    GTEST_SKIP() << "SKIPPED: this server has no synchronous_standby_names, so a COMMIT cannot "
+                    "be made to wait after committing locally (scripts/pg-test-server.sh sets "
+                    "one)";
+  }
+  Database db(options());
+  TransactionReport report;
+  std::thread killer = kill_during_commit("SyncRep");
+  Status s = db.transaction(
+      [&](Transaction& tx) -> Status {
+        // Wait for the (absent) synchronous standby after the local commit.
+        if (auto r = tx.query("SET LOCAL synchronous_commit = on"); !r.ok()) return r.status();
+        return tx.query("INSERT INTO " + table_ + " (v) VALUES ('paid')").status();
+      },
+      {.report = &report});
+  killer.join();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(report.commits_in_doubt, 1);
+  EXPECT_EQ(report.resolution, TxnState::kCommitted);
+  EXPECT_EQ(report.runs, 1);
+  EXPECT_EQ(rows(), 1);
+}
+
+TEST_F(PgCommitInDoubt, ACommitKilledBeforeItCommittedIsResolvedAsRolledBack) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Database db(options());
+  TransactionReport report;
+  std::thread killer = kill_during_commit("PgSleep");
+  Status s = db.transaction(
+      [&](Transaction& tx) -> Status {
+        if (auto r = tx.query("SET LOCAL hf.slow_commit = 'on'"); !r.ok()) return r.status();
+        return tx.query("INSERT INTO " + table_ + " (v) VALUES ('paid')").status();
+      },
+      {.report = &report});
+  killer.join();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.txn_state(), TxnState::kRolledBack) << s.to_string();
+  EXPECT_EQ(s.code(), Code::kAborted);
+  EXPECT_EQ(s.fault().outcome, Outcome::kNotApplied);
+  EXPECT_EQ(s.stop_reason(), StopReason::kNotSafeToRepeat);  // not declared re-runnable
+  EXPECT_NE(s.message().find("aborted"), std::string_view::npos);
+  EXPECT_EQ(report.commits_in_doubt, 1);
+  EXPECT_EQ(report.resolution, TxnState::kRolledBack);
+  EXPECT_EQ(rows(), 0);
+}
+
+TEST_F(PgCommitInDoubt, ARerunnableTransactionResolvedAsRolledBackIsReRunAndAppliedOnce) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Database db(options());
+  TransactionReport report;
+  std::thread killer = kill_during_commit("PgSleep");
+  Status s = db.transaction(
+      [&](Transaction& tx) -> Status {
+        if (tx.run() == 1) {
+          if (auto r = tx.query("SET LOCAL hf.slow_commit = 'on'"); !r.ok()) return r.status();
+        }
+        return tx.query("INSERT INTO " + table_ + " (v) VALUES ('paid')").status();
+      },
+      {.operation = Operation::transaction(true), .report = &report});
+  killer.join();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(report.runs, 2);
+  EXPECT_EQ(report.commits_in_doubt, 1);
+  EXPECT_EQ(report.resolution, TxnState::kRolledBack);
+  EXPECT_EQ(rows(), 1);
+}
+
+}  // namespace
+}  // namespace holdfast::pg

@@ -1,0 +1,166 @@
+// What the PostgreSQL integration tests share: the server's URL, unique names (tests run
+// in parallel processes against one server), an admin connection that causes real faults,
+// and a private server of its own for a test that must stop and start it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "holdfast/postgres.hpp"
+
+namespace holdfast::pgtest {
+
+// The URL of the shared test server (scripts/run-tests.sh exports it), or "".
+inline std::string server_url() {
+  const char* url = std::getenv("HOLDFAST_TEST_PG_URL");
+  return url != nullptr ? std::string(url) : std::string();
+}
+
+// Skips the test loudly when there is no server.
+#define HOLDFAST_REQUIRE_PG_SERVER()                                                     \
+  do {                                                                                   \
+    if (::holdfast::pgtest::server_url().empty()) {                                      \
+      GTEST_SKIP() << "SKIPPED: no PostgreSQL test server (HOLDFAST_TEST_PG_URL is not " \
+                      "set). Run `make test` or scripts/run-tests.sh, which start one "  \
+                      "with scripts/pg-test-server.sh.";                                 \
+    }                                                                                    \
+  } while (0)
+
+// A name no other test process uses: "<prefix>_<pid>_<n>".
+inline std::string unique(std::string_view prefix) {
+  static std::atomic<int> n{0};
+  return std::string(prefix) + "_" + std::to_string(::getpid()) + "_" + std::to_string(++n);
+}
+
+// The server URL with `key=value` query parameters added.
+inline std::string url_with(const std::string& url, const std::string& params) {
+  return url + (url.find('?') == std::string::npos ? "?" : "&") + params;
+}
+
+// `url` with its user replaced (postgresql://USER@host...).
+inline std::string url_as(const std::string& url, const std::string& user) {
+  const std::size_t scheme = url.find("://");
+  const std::size_t at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos) return url;
+  return url.substr(0, scheme + 3) + user + url.substr(at);
+}
+
+// An admin connection (superuser) for setting up tables and causing faults.
+class Admin {
+ public:
+  explicit Admin(const std::string& url) {
+    auto c = pg::Connection::open(url);
+    if (!c.ok()) ADD_FAILURE() << "admin connection: " << c.status().to_string();
+    if (c.ok()) conn_ = std::move(*c);
+  }
+
+  // Runs one statement; a failure fails the test.
+  pg::Rows exec(std::string_view sql, std::initializer_list<pg::Param> params = {}) {
+    auto r = conn_.query(sql, params);
+    EXPECT_TRUE(r.ok()) << sql << ": " << r.status().to_string();
+    return r.ok() ? std::move(*r) : pg::Rows();
+  }
+  long long count(std::string_view sql, std::initializer_list<pg::Param> params = {}) {
+    pg::Rows r = exec(sql, params);
+    auto n = r.int64(0, 0);
+    return n.ok() ? *n : -1;
+  }
+
+  // Terminates every backend whose application_name is `app`; returns how many.
+  long long terminate(const std::string& app) {
+    return count(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = $1 AND pid <> pg_backend_pid()",
+        {app});
+  }
+  // Backends whose application_name is `app`.
+  long long backends(const std::string& app) {
+    return count("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", {app});
+  }
+  // Waits (really) until no backend of `app` is left.
+  bool wait_gone(const std::string& app,
+                 std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (backends(app) == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  pg::Connection& conn() { return conn_; }
+
+ private:
+  pg::Connection conn_;
+};
+
+// Polls `pred` (really) every 5 ms until it holds or `limit` passes.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A throwaway server of the test's own (scripts/pg-test-server.sh with a private state
+// folder), for tests that stop and restart it.
+class PrivateServer {
+ public:
+  explicit PrivateServer(int max_connections = 20) {
+    char dir[] = "/tmp/holdfast-pg-private-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return;
+    state_dir_ = dir;
+    const std::string out = run("start", max_connections);
+    if (out.rfind("postgresql://", 0) == 0) url_ = out;
+  }
+  ~PrivateServer() {
+    if (!state_dir_.empty()) {
+      run("stop", 0);
+      ::rmdir(state_dir_.c_str());
+    }
+  }
+  PrivateServer(const PrivateServer&) = delete;
+  PrivateServer& operator=(const PrivateServer&) = delete;
+
+  [[nodiscard]] const std::string& url() const { return url_; }
+  bool down() { return run("down", 0) != "error"; }
+  bool up() { return run("up", 0) != "error"; }
+
+ private:
+  std::string run(const char* verb, int max_connections) {
+    std::string cmd = "HOLDFAST_PG_STATE_DIR='" + state_dir_ + "'";
+    if (max_connections > 0)
+      cmd += " HOLDFAST_PG_MAX_CONNECTIONS=" + std::to_string(max_connections);
+    cmd += std::string(" '") + HOLDFAST_PG_TEST_SERVER_SCRIPT + "' " + verb;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return "error";
+    std::string out;
+    char buf[256];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr)
+      out += buf;
+    const int rc = ::pclose(p);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+      out.pop_back();
+    return rc == 0 ? out : "error";
+  }
+
+  std::string state_dir_;
+  std::string url_;
+};
+
+}  // namespace holdfast::pgtest

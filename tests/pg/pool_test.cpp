@@ -1,0 +1,184 @@
+// holdfast::pg::Pool against a real server: bounded size, waits bounded by the window,
+// health checks before hand-out, read-only sessions, and no reconnect storm.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "pg_test_support.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+using pgtest::Admin;
+using pgtest::server_url;
+using pgtest::unique;
+
+PoolOptions pool_options(const std::string& app, int size) {
+  PoolOptions o;
+  o.connect.conninfo = server_url();
+  o.connect.application_name = app;
+  o.size = size;
+  return o;
+}
+
+TEST(PgPool, NeverOpensMoreThanItsSizeAndAWaitEndsAtTheDeadline) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Pool pool(pool_options(unique("hf_pool"), 2));
+  auto a = pool.acquire();
+  auto b = pool.acquire();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->fresh());
+  const auto start = std::chrono::steady_clock::now();
+  auto c = pool.acquire(Clock::system().now() + std::chrono::milliseconds(200));
+  const double waited = pgtest::seconds_since(start);
+  EXPECT_EQ(c.status().code(), Code::kResourceExhausted) << c.status().to_string();
+  EXPECT_GE(waited, 0.19);
+  EXPECT_LT(waited, 1.0);
+  PoolStats s = pool.stats();
+  EXPECT_EQ(s.open, 2);
+  EXPECT_EQ(s.timeouts, 1u);
+}
+
+TEST(PgPool, AWaiterGetsTheConnectionThatComesBack) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Pool pool(pool_options(unique("hf_pool"), 1));
+  auto held = pool.acquire();
+  ASSERT_TRUE(held.ok());
+  const int pid = (*held)->backend_pid();
+  std::thread returner([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    held = Result<PooledConnection>(PooledConnection());  // returns it
+  });
+  auto next = pool.acquire(Clock::system().now() + std::chrono::seconds(5));
+  returner.join();
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_FALSE(next->fresh());
+  EXPECT_EQ((*next)->backend_pid(), pid);
+  EXPECT_EQ(pool.stats().waits, 1u);
+}
+
+TEST(PgPool, AWaitInsideARequestScopeEndsWithItsWindow) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Pool pool(pool_options(unique("hf_pool"), 1));
+  auto held = pool.acquire();
+  ASSERT_TRUE(held.ok());
+  RequestScope scope(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  auto c = pool.acquire();
+  EXPECT_FALSE(c.ok());
+  EXPECT_LT(pgtest::seconds_since(start), 1.0);
+  // Waiting for a connection is time the request spends: it opened the window.
+  EXPECT_TRUE(scope.window().is_open());
+  EXPECT_EQ(scope.window().remaining(), Duration::zero());
+}
+
+TEST(PgPool, ABackendTerminatedWhileIdleIsReplacedBeforeHandOut) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Admin admin(server_url());
+  const std::string app = unique("hf_pool_idle");
+  Pool pool(pool_options(app, 2));
+  int old_pid = 0;
+  {
+    auto c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    old_pid = (*c)->backend_pid();
+  }
+  ASSERT_EQ(admin.terminate(app), 1);
+  ASSERT_TRUE(admin.wait_gone(app));
+  auto c = pool.acquire();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_NE((*c)->backend_pid(), old_pid);
+  EXPECT_TRUE((*c)->query("SELECT 1").ok());
+  EXPECT_EQ(pool.stats().discarded, 1u);
+}
+
+TEST(PgPool, ReadOnlySessionsRefuseWrites) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Admin admin(server_url());
+  const std::string table = unique("hf_ro");
+  admin.exec("CREATE TABLE " + table + " (a int)");
+  PoolOptions o = pool_options(unique("hf_pool_ro"), 1);
+  o.read_only = true;
+  Pool pool(o);
+  {
+    auto c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->query("INSERT INTO " + table + " VALUES (1)");
+    EXPECT_EQ(r.status().sqlstate(), "25006") << r.status().to_string();
+  }
+  EXPECT_EQ(admin.count("SELECT count(*) FROM " + table), 0);
+  admin.exec("DROP TABLE " + table);
+}
+
+TEST(PgPool, AReadOnlySessionWhoseDefaultWasSwitchedOffIsNeverReused) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PoolOptions o = pool_options(unique("hf_pool_ro"), 1);
+  o.read_only = true;
+  Pool pool(o);
+  int pid = 0;
+  {
+    auto c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    pid = (*c)->backend_pid();
+    ASSERT_TRUE(
+        (*c)->query("SELECT set_config('default_transaction_read_only', 'off', false)").ok());
+  }
+  EXPECT_EQ(pool.stats().discarded, 1u);
+  auto c = pool.acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE((*c)->backend_pid(), pid);
+  EXPECT_EQ((*c)->server_parameter("default_transaction_read_only"), "on");
+}
+
+TEST(PgPool, AConnectionReturnedInsideATransactionIsClosed) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Pool pool(pool_options(unique("hf_pool_tx"), 1));
+  {
+    auto c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->query("BEGIN").ok());
+  }
+  EXPECT_EQ(pool.stats().discarded, 1u);
+  EXPECT_EQ(pool.stats().open, 0);
+}
+
+TEST(PgPool, ConnectsToADeadServerBackOffInsteadOfStorming) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PoolOptions o;
+  o.connect.conninfo = "postgresql://postgres@127.0.0.1:1/postgres";
+  o.size = 8;
+  Pool pool(o);
+  std::atomic<int> calls{0};
+  std::vector<std::thread> threads;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      while (std::chrono::steady_clock::now() < until) {
+        auto c = pool.acquire(Clock::system().now() + std::chrono::milliseconds(50));
+        EXPECT_FALSE(c.ok());
+        ++calls;
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  const PoolStats s = pool.stats();
+  // 50 ms doubling, one connect at a time: about 5 attempts in 800 ms, whatever the load.
+  EXPECT_GE(calls.load(), 50);
+  EXPECT_GE(s.connect_failures, 3u);
+  EXPECT_LE(s.connect_failures, 10u);
+  EXPECT_EQ(s.connects, 0u);
+  EXPECT_EQ(s.open, 0);
+}
+
+TEST(PgPool, RejectsABadConfiguration) {
+  PoolOptions o;
+  EXPECT_THROW(Pool{o}, std::invalid_argument);  // no conninfo
+  o.connect.conninfo = "postgresql://127.0.0.1:1/x";
+  o.size = 0;
+  EXPECT_THROW(Pool{o}, std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace holdfast::pg

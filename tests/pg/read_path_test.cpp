@@ -1,0 +1,273 @@
+// The read path of holdfast::pg::Database against real faults: a lock held by another
+// session, statement timeouts from the window, terminated backends, too many connections,
+// and the READ ONLY safety net.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "pg_test_support.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+using pgtest::Admin;
+using pgtest::server_url;
+using pgtest::unique;
+
+// Records every retry the Database's primary Shield makes.
+struct RetryLog {
+  std::mutex mutex;
+  std::vector<std::string> sqlstates;
+  void add(const RetryEvent& e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    sqlstates.emplace_back(e.status.sqlstate());
+  }
+  bool saw(std::string_view state) {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& s : sqlstates) {
+      if (s == state) return true;
+    }
+    return false;
+  }
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return sqlstates.size();
+  }
+};
+
+DatabaseOptions options_for(const std::string& url, const std::string& app, RetryLog* log) {
+  DatabaseOptions o;
+  o.url = url;
+  o.application_name = app;
+  if (log != nullptr) {
+    const auto hook = [log](const RetryEvent& e) { log->add(e); };
+    o.shield.reads.on_retry(hook);
+    o.shield.writes.on_retry(hook);
+  }
+  return o;
+}
+
+class PgReadPath : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (server_url().empty()) return;
+    admin_ = std::make_unique<Admin>(server_url());
+    table_ = unique("hf_read");
+    admin_->exec("CREATE TABLE " + table_ + " (id int PRIMARY KEY, v text)");
+    admin_->exec("INSERT INTO " + table_ + " VALUES (1, 'one'), (2, 'two')");
+  }
+  void TearDown() override {
+    if (admin_) admin_->exec("DROP TABLE IF EXISTS " + table_);
+  }
+  std::unique_ptr<Admin> admin_;
+  std::string table_;
+};
+
+TEST_F(PgReadPath, ReadsRunOnReadOnlySessionsAndReturnRows) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Database db(options_for(server_url(), unique("hf_reader"), nullptr));
+  auto rows = db.read("SELECT v FROM " + table_ + " WHERE id = $1", {2});
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  EXPECT_EQ(rows->text(0, 0), "two");
+  auto ro = db.read("SHOW transaction_read_only");
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->text(0, 0), "on");
+
+  auto stmt = db.prepare("SELECT v FROM " + table_ + " WHERE id = $1");
+  ASSERT_TRUE(stmt.ok());
+  for (int id : {1, 2, 1}) {
+    auto r = db.read(*stmt, {id});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->text(0, 0), id == 1 ? "one" : "two");
+  }
+}
+
+TEST_F(PgReadPath, AWriteIsRefusedOnTheReadPathBeforeAnythingIsSent) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Database db(options_for(server_url(), unique("hf_reader"), nullptr));
+  auto r = db.read("DELETE FROM " + table_);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("not a read"), std::string_view::npos);
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_), 2);
+  EXPECT_EQ(db.read_pool().stats().connects, 0u);
+}
+
+TEST_F(PgReadPath, AWriteMisjudgedAsAReadFailsWith25006AndIsNeverApplied) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  // A function the lexical classifier cannot see into: it writes.
+  const std::string fn = unique("hf_sneaky");
+  admin_->exec("CREATE FUNCTION " + fn + "() RETURNS int LANGUAGE sql AS $$ INSERT INTO " + table_ +
+               " VALUES (99, 'sneaky') RETURNING id $$");
+  RetryLog log;
+  Database db(options_for(server_url(), unique("hf_reader"), &log));
+  ASSERT_EQ(classify_sql("SELECT " + fn + "()").kind, SqlKind::kRead);
+
+  auto r = db.read("SELECT " + fn + "()");
+  EXPECT_EQ(r.status().sqlstate(), "25006") << r.status().to_string();
+  EXPECT_EQ(r.status().stop_reason(), StopReason::kPermanent);
+  EXPECT_EQ(r.status().attempts(), 1);
+  EXPECT_EQ(log.size(), 0u);
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE id = 99"), 0);
+  admin_->exec("DROP FUNCTION " + fn + "()");
+}
+
+TEST_F(PgReadPath, AFunctionThatSwitchesTheSessionToReadWriteDoesNotOpenTheNetForTheNextRead) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  const std::string unlock = unique("hf_unlock");
+  const std::string sneaky = unique("hf_sneaky");
+  admin_->exec("CREATE FUNCTION " + unlock +
+               "() RETURNS text LANGUAGE sql AS "
+               "$$ SELECT set_config('default_transaction_read_only', 'off', false) $$");
+  admin_->exec("CREATE FUNCTION " + sneaky + "() RETURNS int LANGUAGE sql AS $$ INSERT INTO " +
+               table_ + " VALUES (98, 'sneaky') RETURNING id $$");
+  DatabaseOptions o = options_for(server_url(), unique("hf_reader"), nullptr);
+  o.read_connections = 1;
+  Database db(o);
+  ASSERT_TRUE(db.read("SELECT " + unlock + "()").ok());
+  auto r = db.read("SELECT " + sneaky + "()");
+  EXPECT_EQ(r.status().sqlstate(), "25006") << r.status().to_string();
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE id = 98"), 0);
+  EXPECT_EQ(db.read_pool().stats().discarded, 1u);
+  admin_->exec("DROP FUNCTION " + unlock + "()");
+  admin_->exec("DROP FUNCTION " + sneaky + "()");
+}
+
+TEST_F(PgReadPath, AReadWaitsOutALockWithinItsWindow) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Admin holder(server_url());
+  holder.exec("BEGIN");
+  holder.exec("LOCK TABLE " + table_ + " IN ACCESS EXCLUSIVE MODE");
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    holder.exec("COMMIT");
+  });
+  RetryLog log;
+  DatabaseOptions o = options_for(server_url(), unique("hf_reader"), &log);
+  o.settings = {{"lock_timeout", "100ms"}};
+  Database db(o);
+  RequestScope scope;
+  auto rows = db.read("SELECT count(*) FROM " + table_);
+  release.join();
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  EXPECT_EQ(*rows->int64(0, 0), 2);
+  EXPECT_TRUE(log.saw("55P03"));
+}
+
+TEST_F(PgReadPath, AReadGivesUpWhenTheLockOutlastsTheWindow) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Admin holder(server_url());
+  holder.exec("BEGIN");
+  holder.exec("LOCK TABLE " + table_ + " IN ACCESS EXCLUSIVE MODE");
+  DatabaseOptions o = options_for(server_url(), unique("hf_reader"), nullptr);
+  o.settings = {{"lock_timeout", "100ms"}};
+  Database db(o);
+  const auto start = std::chrono::steady_clock::now();
+  Result<Rows> rows = Status();
+  {
+    RequestScope scope(std::chrono::milliseconds(800));
+    rows = db.read("SELECT count(*) FROM " + table_);
+  }
+  const double took = pgtest::seconds_since(start);
+  holder.exec("ROLLBACK");
+  ASSERT_FALSE(rows.ok());
+  // The last attempt may meet the statement_timeout (the window's end) before the
+  // lock_timeout: either says the lock outlasted the window.
+  EXPECT_TRUE(rows.status().sqlstate() == "55P03" || rows.status().sqlstate() == "57014")
+      << rows.status().to_string();
+  EXPECT_TRUE(rows.status().stop_reason() == StopReason::kWindowSpent ||
+              rows.status().stop_reason() == StopReason::kAttemptsExhausted)
+      << rows.status().to_string();
+  // The window opens at the first fault (after one lock_timeout): 0.1 + 0.8 s, plus slack.
+  EXPECT_LT(took, 1.6);
+}
+
+TEST_F(PgReadPath, TheRemainingWindowBecomesTheStatementTimeout) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Database db(options_for(server_url(), unique("hf_reader"), nullptr));
+  {
+    RequestScope scope(std::chrono::seconds(2));
+    scope.window().open(Clock::system().now());
+    auto shown = db.read("SELECT current_setting('statement_timeout')");
+    ASSERT_TRUE(shown.ok()) << shown.status().to_string();
+    const std::string_view v = shown->text(0, 0);
+    ASSERT_TRUE(v.size() > 2 && v.substr(v.size() - 2) == "ms") << v;
+    const int ms = std::stoi(std::string(v.substr(0, v.size() - 2)));
+    EXPECT_GT(ms, 1500);
+    EXPECT_LE(ms, 2000);
+  }
+  {
+    RequestScope scope(std::chrono::milliseconds(600));
+    scope.window().open(Clock::system().now());
+    const auto start = std::chrono::steady_clock::now();
+    auto slow = db.read("SELECT pg_sleep(5)");
+    EXPECT_LT(pgtest::seconds_since(start), 1.2);
+    EXPECT_EQ(slow.status().sqlstate(), "57014") << slow.status().to_string();
+    EXPECT_EQ(slow.status().code(), Code::kDeadlineExceeded);
+  }
+}
+
+TEST_F(PgReadPath, ABackendTerminatedMidReadIsRetriedOnANewConnection) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  const std::string app = unique("hf_reader");
+  RetryLog log;
+  Database db(options_for(server_url(), app, &log));
+  std::thread killer([&] {
+    pgtest::eventually([&] {
+      return admin_->count(
+                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+                 "AND wait_event = 'PgSleep'",
+                 {app}) == 1;
+    });
+    admin_->terminate(app);
+  });
+  RequestScope scope;
+  auto rows = db.read("SELECT v, pg_sleep(0.3) FROM " + table_ + " WHERE id = 1");
+  killer.join();
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  EXPECT_EQ(rows->text(0, 0), "one");
+  EXPECT_TRUE(log.saw("57P01"));
+}
+
+TEST_F(PgReadPath, AnIdleConnectionTerminatedBetweenReadsCostsNoRetry) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  const std::string app = unique("hf_reader");
+  RetryLog log;
+  Database db(options_for(server_url(), app, &log));
+  ASSERT_TRUE(db.read("SELECT 1").ok());
+  ASSERT_EQ(admin_->terminate(app), 1);
+  ASSERT_TRUE(admin_->wait_gone(app));
+  auto rows = db.read("SELECT v FROM " + table_ + " WHERE id = 2");
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  EXPECT_EQ(log.size(), 0u);
+  EXPECT_EQ(db.read_pool().stats().discarded, 1u);
+}
+
+TEST_F(PgReadPath, TooManyConnectionsIsRetriedUntilASlotFrees) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  const std::string role = unique("hf_limited");
+  admin_->exec("CREATE ROLE " + role + " LOGIN CONNECTION LIMIT 1");
+  admin_->exec("GRANT SELECT ON " + table_ + " TO " + role);
+  auto holder = Connection::open(pgtest::url_as(server_url(), role));
+  ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    holder->close();
+  });
+  RetryLog log;
+  Database db(options_for(pgtest::url_as(server_url(), role), unique("hf_reader"), &log));
+  Result<Rows> rows = Status();
+  {
+    RequestScope scope;
+    rows = db.read("SELECT count(*) FROM " + table_);
+  }
+  release.join();
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  EXPECT_TRUE(log.saw("53300"));
+  admin_->exec("REVOKE ALL ON " + table_ + " FROM " + role);
+  admin_->exec("DROP ROLE " + role);
+}
+
+}  // namespace
+}  // namespace holdfast::pg
