@@ -1,0 +1,277 @@
+// holdfast::sim — retry storms and metastable failure, simulated with the real policy code.
+//
+// A discrete-event simulation of many client processes reading from one database:
+//
+//   - user requests arrive open-loop (Poisson, `offered_rps` per second);
+//   - the database is a pool of `workers` with one FIFO queue and a service-time
+//     distribution; a full queue refuses at once ("too many connections", SQLSTATE 53300);
+//   - every attempt has a client timeout; a client that times out abandons its attempt,
+//     but the database still does the work (queued or running) — the mechanism that keeps
+//     a database saturated with dead work after the cause is gone (metastable failure);
+//   - a trigger disturbs the system for a while: capacity drop (service time x factor),
+//     load spike (offered load x factor), hard outage (every attempt refused at once) or
+//     brownout (a fraction of attempts refused at random).
+//
+// The clients decide with holdfast's own objects on one ManualClock: RetryPolicy and
+// RetryState for the strategies without a breaker (no retry, naive immediate retry,
+// Tenacity-style exponential backoff), and for the holdfast strategy a real Shield per
+// client process (or one shared) — its CircuitBreaker, RetryThrottle and retry loop,
+// driven through the non-blocking Shield::Call — with one RetryWindow per request.
+// Faults are built by the real classifier (classify.hpp).
+//
+// Everything is deterministic for a given seed; the simulation is single-threaded.
+//
+//   namespace sim = holdfast::sim;
+//   sim::Scenario s = *sim::builtin_scenario("capacity-drop");
+//   holdfast::Result<sim::Report> r = sim::run(s, sim::Strategy::holdfast());
+//   if (r.ok() && r->metastable) ...
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "holdfast/clock.hpp"
+#include "holdfast/result.hpp"
+#include "holdfast/retry.hpp"
+#include "holdfast/shield.hpp"
+#include "holdfast/status.hpp"
+
+namespace holdfast::sim {
+
+enum class ServiceDistribution : std::uint8_t {
+  kExponential,  // memoryless; the M/M/c textbook case
+  kLognormal,    // a long right tail, as measured query times usually have
+  kFixed,        // every query takes exactly the mean
+};
+
+enum class TriggerKind : std::uint8_t {
+  kNone,
+  kCapacityDrop,  // service time x factor (a slow disk, a vacuum, a noisy neighbour)
+  kLoadSpike,     // offered load x factor
+  kOutage,        // every attempt is refused at once (server restarting)
+  kBrownout,      // failure_ratio of attempts are refused at random
+};
+
+[[nodiscard]] std::string_view to_string(ServiceDistribution d) noexcept;
+[[nodiscard]] std::string_view to_string(TriggerKind k) noexcept;
+// "exponential", "lognormal", "fixed". False when unknown.
+[[nodiscard]] bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept;
+// "none", "capacity-drop", "spike", "outage", "brownout". False when unknown.
+[[nodiscard]] bool parse_trigger(std::string_view text, TriggerKind& out) noexcept;
+
+// The database: `workers` queries run at once, the rest wait in one FIFO queue.
+struct DatabaseModel {
+  int workers = 8;
+  // 8 workers x 5 ms: a capacity of 1600 queries/s.
+  Duration mean_service = std::chrono::milliseconds(5);
+  ServiceDistribution distribution = ServiceDistribution::kExponential;
+  double lognormal_sigma = 0.5;  // shape of the lognormal (its mean stays mean_service)
+  // Attempts waiting beyond this are refused at once (53300 "too many clients"). It bounds
+  // memory, and a queue longer than capacity x timeout is what lets dead work pile up.
+  int queue_limit = 10000;
+  // How long a refusal (queue full, outage, brownout) takes to reach the client.
+  Duration reject_latency = std::chrono::milliseconds(1);
+  // false (default): work abandoned by a timed-out client is still done when its turn
+  // comes (the server does not know the client left). true: queued work whose client left
+  // is skipped (a pooler that notices the closed socket); running work always finishes.
+  bool drop_abandoned = false;
+};
+
+struct Trigger {
+  TriggerKind kind = TriggerKind::kNone;
+  Duration start = std::chrono::seconds(20);
+  Duration length = std::chrono::seconds(10);
+  double factor = 2.0;         // capacity drop: service time x factor; spike: load x factor
+  double failure_ratio = 0.2;  // brownout: fraction of attempts refused
+  [[nodiscard]] Duration end() const noexcept { return start + length; }
+};
+
+struct Scenario {
+  std::string name = "custom";
+  double offered_rps = 1000.0;
+  Duration duration = std::chrono::seconds(150);
+  DatabaseModel database;
+  Trigger trigger;
+  // Client processes. Requests are spread over them at random; each has its own retry
+  // throttle and circuit breaker unless `shared_policies`.
+  int clients = 8;
+  bool shared_policies = false;
+  Duration attempt_timeout = std::chrono::seconds(1);
+  std::uint64_t seed = 1;
+  // Recovered: goodput >= recovery_goodput x offered load for recovery_hold consecutive
+  // seconds, starting at most metastable_after after the trigger ends.
+  double recovery_goodput = 0.95;
+  Duration recovery_hold = std::chrono::seconds(10);
+  Duration metastable_after = std::chrono::seconds(100);
+  // Stop admitting new requests after this many (0: no limit). For scale measurements.
+  std::uint64_t max_requests = 0;
+
+  // OK, or InvalidArgument naming the first field that is out of range.
+  [[nodiscard]] Status validate() const;
+};
+
+// The built-in scenarios: "capacity-drop", "spike", "outage", "brownout", "many-clients".
+[[nodiscard]] std::span<const std::string_view> builtin_scenario_names() noexcept;
+// NotFound naming the known scenarios when `name` is not one of them.
+[[nodiscard]] Result<Scenario> builtin_scenario(std::string_view name);
+
+enum class StrategyKind : std::uint8_t {
+  kNone,      // one attempt
+  kNaive,     // immediate retry
+  kBackoff,   // Tenacity-style: wait_exponential(multiplier=1, min=1, max=10), no window
+  kHoldfast,  // origin read schedule, one window per request, throttle, breaker
+};
+
+[[nodiscard]] std::string_view to_string(StrategyKind k) noexcept;
+
+struct Strategy {
+  std::string name;
+  StrategyKind kind = StrategyKind::kNone;
+  int max_attempts = 1;
+  // The retry window per request (holdfast); for the other kinds an effectively unlimited
+  // window (they stop on attempts only, as Tenacity's stop_after_attempt does).
+  Duration window = std::chrono::seconds(6);
+  // holdfast only (a Shield per client process, or one shared):
+  // false: the throttle's floor is raised to its maximum (10^6 retries/s), so it never
+  // refuses at these rates.
+  bool throttle = true;
+  // false: the breaker is configured never to open (no consecutive rule, an unreachable
+  // minimum number of calls).
+  bool breaker = true;
+  // Consecutive overload faults that open the breaker at low traffic (0: its default, 5).
+  int breaker_threshold = 0;
+  // Shield::Options::wake_jitter: requests woken by a successful probe wait a further
+  // uniform [0, wake_jitter] (negative: the Shield's default, 50 ms).
+  Duration wake_jitter = Duration(-1);
+  // > 0: each Shield's breaker also has a HealthProbe ("SELECT 1") run every this long
+  // while the breaker is open. Its answer is what an attempt sent at that moment would
+  // get (refused, 53300, or a wait longer than the timeout judged from the queue); the
+  // probe itself takes no database capacity. Zero: no health probe (the Shield default).
+  Duration health_interval = Duration::zero();
+
+  static Strategy none();
+  static Strategy naive();    // 4 attempts, no wait between them
+  static Strategy backoff();  // stop after 4 attempts; waits 1 s, 2 s, 4 s (cap 10 s)
+  static Strategy holdfast();
+};
+
+// Parses one strategy: a kind, then optional ":key=value" or ":flag" settings:
+//   none | naive[:attempts=N] | backoff[:attempts=N]
+//   holdfast[:attempts=N][:window=6s][:threshold=N][:wake-jitter=D][:health=D]
+//            [:no-throttle][:no-breaker]
+// Durations take ms or s ("250ms", "6s", "1.5s"). The strategy is named after the text.
+// `base_holdfast` supplies the defaults of every holdfast entry (command-line options).
+[[nodiscard]] Result<Strategy> parse_strategy(std::string_view text,
+                                              const Strategy& base_holdfast = Strategy::holdfast());
+// A comma-separated list of strategies.
+[[nodiscard]] Result<std::vector<Strategy>> parse_strategies(
+    std::string_view list, const Strategy& base_holdfast = Strategy::holdfast());
+// "250ms", "6s", "1.5s", "2m"; a bare number is seconds. InvalidArgument when malformed.
+[[nodiscard]] Result<Duration> parse_duration(std::string_view text);
+
+// One simulated second. Counts of events that happened during [t, t+1 s), except
+// `amplification`, which belongs to the requests that *arrived* in that second.
+struct Second {
+  std::uint32_t arrivals = 0;     // user requests offered
+  std::uint32_t db_attempts = 0;  // attempts that reached the database (refused ones too)
+  std::uint32_t successes = 0;    // user requests answered (goodput)
+  std::uint32_t errors = 0;       // user requests that ended in an error
+  // Database attempts made by the requests that arrived in this second, per request
+  // (0 when none arrived). Partial when some of them were still unfinished at the end.
+  double amplification = 0.0;
+  std::uint32_t unfinished = 0;  // requests of this second still in flight when the run ended
+  double p99_ms = 0.0;           // of the user-visible latency of successes; 0 when none
+  double breaker_open = 0.0;     // fraction of client breakers not closed at the end
+  std::uint32_t queue = 0;       // database queue length at the end of the second
+  std::uint32_t busy_workers = 0;
+};
+
+// Why user requests failed (indexed by StopReason).
+using ErrorsByReason = std::array<std::uint64_t, 8>;
+
+struct Report {
+  std::string strategy;
+  std::vector<Second> seconds;
+  // Seconds from the trigger's end to the start of the first run of recovery_hold good
+  // seconds; empty when there is none starting within metastable_after (metastable), or
+  // when the run ended too early to see one.
+  std::optional<double> recovery_s;
+  bool metastable = false;
+  // The highest per-second amplification (over seconds whose requests all finished).
+  double amplification_max = 0.0;
+  // Database attempts per request, over the requests that arrived during the trigger.
+  double amplification_during_trigger = 0.0;
+  // Fraction of the requests offered during the trigger that were answered during it.
+  double goodput_during_trigger = 0.0;
+  std::uint64_t requests = 0;
+  std::uint64_t successes = 0;
+  std::uint64_t errors = 0;
+  std::uint64_t in_flight_at_end = 0;
+  std::uint64_t db_attempts = 0;
+  std::uint64_t breaker_rejections = 0;  // requests failed at once by an open breaker
+  std::uint64_t breaker_waits = 0;       // times a request waited for a breaker's probe
+  ErrorsByReason errors_by_reason{};
+  double p99_ms = 0.0;  // of all successes
+  // Engine statistics (deterministic): events processed, peak live requests and pending
+  // events. Memory follows the peaks, not the number of requests.
+  std::uint64_t events = 0;
+  std::uint64_t peak_in_flight = 0;
+  std::uint64_t peak_event_queue = 0;
+};
+
+// What the simulator asked the library and what it answered, in order. For tests that
+// replay the same inputs through stand-alone objects (see tests/sim).
+struct TraceEvent {
+  enum class Kind : std::uint8_t {
+    kArrival,      // request `request` arrived and goes to client process `client`
+    kAdmit,        // holdfast: Shield::Call::admit(at) answered `admission`
+    kSucceeded,    // the attempt succeeded after `latency` (reported at `at`)
+    kFailed,       // the attempt failed with *status after `latency`; the decision follows
+    kHealthProbe,  // HealthProbe::probe_now() of Shield `client` at `at` (see below)
+  };
+  Kind kind = Kind::kArrival;
+  std::uint64_t request = 0;
+  std::uint32_t client = 0;
+  TimePoint at{};
+  // kAdmit:
+  Shield::Admission::Kind admission = Shield::Admission::Kind::kAttempt;
+  TimePoint until{};  // kWait
+  Duration jitter{};  // kWait
+  // kSucceeded, kFailed:
+  Duration latency{};
+  const Status* status = nullptr;  // kFailed: the fault; kAdmit kStop: why
+  // kFailed: retry after `delay`, or stop for `stop`.
+  bool retry = false;
+  Duration delay{};
+  StopReason stop = StopReason::kNone;
+  // kHealthProbe: whether it ran, its answer (*status) and whether it closed the breaker;
+  // afterwards the next run was announced for `until`.
+  bool ran = false;
+  bool closed = false;
+};
+using Tracer = std::function<void(const TraceEvent&)>;
+
+// Runs one strategy through one scenario; `trace`, when set, sees every decision.
+// InvalidArgument when the scenario or strategy is invalid.
+[[nodiscard]] Result<Report> run(const Scenario& scenario, const Strategy& strategy,
+                                 const Tracer& trace = {});
+
+// The exact configuration the simulator gives the library (for replaying its decisions):
+// the retry policy of `strategy` on `clock` (for holdfast, the Shield's reads policy),
+[[nodiscard]] RetryPolicy retry_policy(const Strategy& strategy, Clock& clock);
+// the Shield options of a holdfast strategy,
+[[nodiscard]] Shield::Options shield_options(const Strategy& strategy, Clock& clock);
+// and the seed of request number `request` (0-based arrival order) of a run with `seed`.
+[[nodiscard]] std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept;
+
+// The recovery rule (see Scenario), applied to per-second results. Sets recovery_s and
+// metastable in `report` from report.seconds.
+void judge_recovery(const Scenario& scenario, Report& report);
+
+}  // namespace holdfast::sim

@@ -1,0 +1,331 @@
+// Scenarios, strategies and their text forms.
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "holdfast/sim.hpp"
+
+namespace holdfast::sim {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+Status invalid(std::string message) {
+  return Status(Code::kInvalidArgument, std::move(message));
+}
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool parse_int(std::string_view text, int& out) {
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+constexpr std::array<std::string_view, 5> kScenarioNames = {"capacity-drop", "spike", "outage",
+                                                            "brownout", "many-clients"};
+
+}  // namespace
+
+std::string_view to_string(ServiceDistribution d) noexcept {
+  switch (d) {
+    case ServiceDistribution::kExponential:
+      return "exponential";
+    case ServiceDistribution::kLognormal:
+      return "lognormal";
+    case ServiceDistribution::kFixed:
+      return "fixed";
+  }
+  return "?";
+}
+
+std::string_view to_string(TriggerKind k) noexcept {
+  switch (k) {
+    case TriggerKind::kNone:
+      return "none";
+    case TriggerKind::kCapacityDrop:
+      return "capacity-drop";
+    case TriggerKind::kLoadSpike:
+      return "spike";
+    case TriggerKind::kOutage:
+      return "outage";
+    case TriggerKind::kBrownout:
+      return "brownout";
+  }
+  return "?";
+}
+
+std::string_view to_string(StrategyKind k) noexcept {
+  switch (k) {
+    case StrategyKind::kNone:
+      return "none";
+    case StrategyKind::kNaive:
+      return "naive";
+    case StrategyKind::kBackoff:
+      return "backoff";
+    case StrategyKind::kHoldfast:
+      return "holdfast";
+  }
+  return "?";
+}
+
+bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept {
+  for (auto d : {ServiceDistribution::kExponential, ServiceDistribution::kLognormal,
+                 ServiceDistribution::kFixed}) {
+    if (text == to_string(d)) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_trigger(std::string_view text, TriggerKind& out) noexcept {
+  for (auto k : {TriggerKind::kNone, TriggerKind::kCapacityDrop, TriggerKind::kLoadSpike,
+                 TriggerKind::kOutage, TriggerKind::kBrownout}) {
+    if (text == to_string(k)) {
+      out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+Status Scenario::validate() const {
+  const DatabaseModel& db = database;
+  if (!(offered_rps > 0.0) || !std::isfinite(offered_rps)) {
+    return invalid("offered load (rps) must be a positive number");
+  }
+  if (duration < seconds(1)) return invalid("duration must be at least 1 s");
+  if (duration > std::chrono::hours(24 * 30)) return invalid("duration must be at most 30 days");
+  if (db.workers < 1) return invalid("database workers must be at least 1");
+  if (db.mean_service <= Duration::zero()) return invalid("mean service time must be > 0");
+  if (!(db.lognormal_sigma >= 0.0) || db.lognormal_sigma > 5.0) {
+    return invalid("lognormal sigma must be within [0, 5]");
+  }
+  if (db.queue_limit < 0) return invalid("queue limit must not be negative");
+  if (db.reject_latency <= Duration::zero()) return invalid("reject latency must be > 0");
+  if (attempt_timeout <= Duration::zero()) return invalid("attempt timeout must be > 0");
+  if (clients < 1) return invalid("clients must be at least 1");
+  if (clients > 1'000'000) return invalid("clients must be at most 1000000");
+  const Trigger& t = trigger;
+  if (t.kind != TriggerKind::kNone) {
+    if (t.start < Duration::zero()) return invalid("trigger start must not be negative");
+    if (t.length <= Duration::zero()) return invalid("trigger length must be > 0");
+    if ((t.kind == TriggerKind::kCapacityDrop || t.kind == TriggerKind::kLoadSpike) &&
+        (!(t.factor > 0.0) || !std::isfinite(t.factor) || t.factor > 1000.0)) {
+      return invalid("trigger factor must be within (0, 1000]");
+    }
+    if (t.kind == TriggerKind::kBrownout && !(t.failure_ratio >= 0.0 && t.failure_ratio <= 1.0)) {
+      return invalid("brownout failure ratio must be within [0, 1]");
+    }
+  }
+  if (!(recovery_goodput > 0.0 && recovery_goodput <= 1.0)) {
+    return invalid("recovery goodput must be within (0, 1]");
+  }
+  if (recovery_hold < seconds(1)) return invalid("recovery hold must be at least 1 s");
+  if (metastable_after < Duration::zero()) return invalid("metastable-after must not be negative");
+  return {};
+}
+
+std::span<const std::string_view> builtin_scenario_names() noexcept {
+  return kScenarioNames;
+}
+
+Result<Scenario> builtin_scenario(std::string_view name) {
+  // The common stage: 8 workers x 5 ms = 1600 queries/s of capacity, 1000 requests/s
+  // offered (62% busy), a 1 s client timeout, a 10 s trigger at t = 20 s, 150 s in all
+  // (room to see 100 s + 10 s of recovery after the trigger).
+  Scenario s;
+  s.name = std::string(name);
+  s.trigger.start = seconds(20);
+  s.trigger.length = seconds(10);
+  if (name == "capacity-drop") {
+    // The database gets 2x slower: 800 queries/s for 1000 requests/s.
+    s.trigger.kind = TriggerKind::kCapacityDrop;
+    s.trigger.factor = 2.0;
+  } else if (name == "spike") {
+    // 2.5x the load: 2500 requests/s against 1600 queries/s.
+    s.trigger.kind = TriggerKind::kLoadSpike;
+    s.trigger.factor = 2.5;
+  } else if (name == "outage") {
+    // The server restarts: every connection is refused for 10 s.
+    s.trigger.kind = TriggerKind::kOutage;
+  } else if (name == "brownout") {
+    // 20% of attempts refused at random for 20 s while capacity is plentiful.
+    s.trigger.kind = TriggerKind::kBrownout;
+    s.trigger.failure_ratio = 0.2;
+    s.trigger.length = seconds(20);
+  } else if (name == "many-clients") {
+    // 200 application processes, ten times the traffic and the database, and a capacity
+    // drop (2x), with each process's breaker and throttle seeing only 1/200 of the traffic.
+    s.offered_rps = 10000.0;
+    s.database.workers = 80;
+    s.database.queue_limit = 100000;
+    s.clients = 200;
+    s.trigger.kind = TriggerKind::kCapacityDrop;
+    s.trigger.factor = 2.0;
+  } else {
+    std::string known;
+    for (std::string_view n : kScenarioNames) {
+      if (!known.empty()) known += ", ";
+      known += n;
+    }
+    return Status(Code::kNotFound,
+                  "unknown scenario '" + std::string(name) + "' (known: " + known + ")");
+  }
+  return s;
+}
+
+Strategy Strategy::none() {
+  Strategy s;
+  s.name = "none";
+  s.kind = StrategyKind::kNone;
+  s.max_attempts = 1;
+  return s;
+}
+
+Strategy Strategy::naive() {
+  Strategy s;
+  s.name = "naive";
+  s.kind = StrategyKind::kNaive;
+  s.max_attempts = 4;
+  return s;
+}
+
+Strategy Strategy::backoff() {
+  Strategy s;
+  s.name = "backoff";
+  s.kind = StrategyKind::kBackoff;
+  s.max_attempts = 4;
+  return s;
+}
+
+Strategy Strategy::holdfast() {
+  Strategy s;
+  s.name = "holdfast";
+  s.kind = StrategyKind::kHoldfast;
+  s.max_attempts = 5;  // the origin's read policy: 5 attempts, 200/600/1500/3000 ms, 6 s
+  s.window = seconds(6);
+  return s;
+}
+
+Result<Duration> parse_duration(std::string_view text) {
+  std::string_view number = text;
+  double unit = 1e9;
+  if (text.ends_with("ms")) {
+    number.remove_suffix(2);
+    unit = 1e6;
+  } else if (text.ends_with("us")) {
+    number.remove_suffix(2);
+    unit = 1e3;
+  } else if (text.ends_with("s")) {
+    number.remove_suffix(1);
+  } else if (text.ends_with("m")) {
+    number.remove_suffix(1);
+    unit = 60e9;
+  }
+  double value = 0.0;
+  const char* end = number.data() + number.size();
+  auto [p, ec] = std::from_chars(number.data(), end, value);
+  if (number.empty() || ec != std::errc() || p != end || !std::isfinite(value) || value < 0.0 ||
+      value * unit > 1e18) {
+    std::string message = "'";
+    message.append(text);
+    message.append("' is not a duration (e.g. 250ms, 6s, 1.5s, 2m)");
+    return invalid(std::move(message));
+  }
+  return Duration(static_cast<Duration::rep>(std::llround(value * unit)));
+}
+
+Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_holdfast) {
+  const std::string_view kind = text.substr(0, text.find(':'));
+  Strategy s;
+  if (kind == "none") {
+    s = Strategy::none();
+  } else if (kind == "naive") {
+    s = Strategy::naive();
+  } else if (kind == "backoff") {
+    s = Strategy::backoff();
+  } else if (kind == "holdfast") {
+    s = base_holdfast;
+    s.kind = StrategyKind::kHoldfast;
+  } else {
+    return invalid("unknown strategy '" + std::string(kind) +
+                   "' (known: none, naive, backoff, holdfast)");
+  }
+  s.name = std::string(text);
+  std::string_view rest = text.substr(kind.size());
+  while (!rest.empty()) {
+    rest.remove_prefix(1);  // ':'
+    const std::string_view item = rest.substr(0, rest.find(':'));
+    rest.remove_prefix(item.size());
+    const std::size_t eq = item.find('=');
+    const std::string key = lower(item.substr(0, eq));
+    const std::string_view value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
+    const bool holdfast = s.kind == StrategyKind::kHoldfast;
+    const std::string where = "strategy '" + std::string(text) + "': ";
+    if (key == "attempts" && s.kind != StrategyKind::kNone) {
+      if (!parse_int(value, s.max_attempts) || s.max_attempts < 1 || s.max_attempts > 1000) {
+        return invalid(where + "attempts must be a whole number within [1, 1000]");
+      }
+    } else if (key == "window" && holdfast) {
+      Result<Duration> d = parse_duration(value);
+      if (!d.ok()) return invalid(where + std::string(d.status().message()));
+      if (*d <= Duration::zero()) return invalid(where + "window must be > 0");
+      s.window = *d;
+    } else if (key == "threshold" && holdfast) {
+      if (!parse_int(value, s.breaker_threshold) || s.breaker_threshold < 1 ||
+          s.breaker_threshold > 1'000'000) {
+        return invalid(where + "threshold must be a whole number >= 1");
+      }
+    } else if (key == "wake-jitter" && holdfast) {
+      Result<Duration> d = parse_duration(value);
+      if (!d.ok()) return invalid(where + std::string(d.status().message()));
+      s.wake_jitter = *d;
+    } else if (key == "health" && holdfast) {
+      Result<Duration> d = parse_duration(value);
+      if (!d.ok()) return invalid(where + std::string(d.status().message()));
+      s.health_interval = *d;
+    } else if (key == "no-throttle" && holdfast && value.empty()) {
+      s.throttle = false;
+    } else if (key == "no-breaker" && holdfast && value.empty()) {
+      s.breaker = false;
+    } else {
+      return invalid(
+          where + "'" + std::string(item) + "' is not a setting of " + std::string(kind) +
+          (holdfast ? " (attempts=N, window=D, threshold=N, wake-jitter=D, health=D, "
+                      "no-throttle, no-breaker)"
+                    : (s.kind == StrategyKind::kNone ? " (it has none)" : " (attempts=N)")));
+    }
+  }
+  return s;
+}
+
+Result<std::vector<Strategy>> parse_strategies(std::string_view list,
+                                               const Strategy& base_holdfast) {
+  std::vector<Strategy> out;
+  while (!list.empty()) {
+    const std::string_view item = list.substr(0, list.find(','));
+    list.remove_prefix(std::min(list.size(), item.size() + 1));
+    if (item.empty()) continue;
+    Result<Strategy> s = parse_strategy(item, base_holdfast);
+    if (!s.ok()) return s.status();
+    for (const Strategy& seen : out) {
+      if (seen.name == s->name) return invalid("strategy '" + s->name + "' is listed twice");
+    }
+    out.push_back(std::move(*s));
+  }
+  if (out.empty()) return invalid("no strategy given (e.g. none,naive,backoff,holdfast)");
+  return out;
+}
+
+}  // namespace holdfast::sim
