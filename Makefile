@@ -3,7 +3,7 @@
 #   make drill   the main job: replay the origin's incident on embedded SQLite
 PRESET ?= debug
 
-.PHONY: all deps configure build test bench format clean
+.PHONY: all deps configure build test bench drill format clean
 
 all: build
 
@@ -18,6 +18,13 @@ build: configure
 
 test: build
 	@scripts/run-tests.sh $(PRESET)
+
+# The main job: replay the origin's incident on embedded SQLite, every strategy side by side.
+# Builds only the command-line tool, optimized. Reports land in drill-out/.
+drill: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release --target holdfast
+	@build/release/apps/holdfast/holdfast drill --out drill-out $(DRILL_ARGS)
 
 # Benchmarks always build optimized; each prints bare and holdfast side by side.
 bench: deps

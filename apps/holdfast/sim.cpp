@@ -1,0 +1,556 @@
+// `holdfast sim`: retry storms and metastable failure, simulated with the real policy code.
+//
+//   holdfast sim --scenario capacity-drop --strategies none,naive,backoff,holdfast
+//                --json sim.json --svg sim.svg
+//
+// Prints one row per strategy; --per-second adds the timeline; --json and --svg write the
+// results. Every scenario parameter can be overridden; the same --seed gives the same
+// numbers (and byte-identical JSON).
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "fmt/format.h"
+#include "holdfast/sim.hpp"
+#include "svg_plot.hpp"
+
+namespace {
+
+namespace sim = holdfast::sim;
+using holdfast::Duration;
+using nlohmann::ordered_json;
+
+struct SimArgs {
+  std::string scenario = "capacity-drop";
+  std::string strategies = "none,naive,backoff,holdfast";
+  std::string json_path;
+  std::string svg_path;
+  bool per_second = false;
+
+  // Overrides: applied only when given on the command line.
+  std::uint64_t seed = 1;
+  std::string duration;
+  double rps = 0;
+  int workers = 0;
+  std::string service;
+  std::string distribution;
+  double sigma = 0;
+  int queue_limit = 0;
+  std::string reject_latency;
+  bool drop_abandoned = false;
+  std::string timeout;
+  int clients = 0;
+  bool shared = false;
+  std::string trigger;
+  std::string trigger_start;
+  std::string trigger_length;
+  double factor = 0;
+  double failure_ratio = 0;
+  std::uint64_t requests = 0;
+  double recovery_goodput = 0;
+  std::string recovery_hold;
+  std::string metastable_after;
+
+  // Defaults of every holdfast strategy in the list.
+  int max_attempts = 0;
+  std::string window;
+  int threshold = 0;
+  std::string wake_jitter;
+  std::string health;
+  bool no_throttle = false;
+  bool no_breaker = false;
+};
+
+struct Given {
+  const CLI::App* cmd;
+  bool operator()(const char* name) const { return cmd->count(name) > 0; }
+};
+
+[[noreturn]] void fail(const std::string& message) {
+  throw CLI::ValidationError(message);
+}
+
+Duration duration_arg(const std::string& text, const char* option) {
+  holdfast::Result<Duration> d = sim::parse_duration(text);
+  if (!d.ok()) fail(std::string(option) + ": " + std::string(d.status().message()));
+  return *d;
+}
+
+sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
+  holdfast::Result<sim::Scenario> base = sim::builtin_scenario(a.scenario);
+  if (!base.ok()) fail("--scenario: " + std::string(base.status().message()));
+  sim::Scenario s = *base;
+  sim::DatabaseModel& db = s.database;
+  if (given("--seed")) s.seed = a.seed;
+  if (given("--duration")) s.duration = duration_arg(a.duration, "--duration");
+  if (given("--rps")) s.offered_rps = a.rps;
+  if (given("--workers")) db.workers = a.workers;
+  if (given("--service")) db.mean_service = duration_arg(a.service, "--service");
+  if (given("--distribution") && !sim::parse_distribution(a.distribution, db.distribution)) {
+    fail("--distribution: '" + a.distribution + "' is not exponential, lognormal or fixed");
+  }
+  if (given("--sigma")) db.lognormal_sigma = a.sigma;
+  if (given("--queue-limit")) db.queue_limit = a.queue_limit;
+  if (given("--reject-latency")) {
+    db.reject_latency = duration_arg(a.reject_latency, "--reject-latency");
+  }
+  if (given("--drop-abandoned")) db.drop_abandoned = true;
+  if (given("--timeout")) s.attempt_timeout = duration_arg(a.timeout, "--timeout");
+  if (given("--clients")) s.clients = a.clients;
+  if (given("--shared")) s.shared_policies = true;
+  if (given("--trigger") && !sim::parse_trigger(a.trigger, s.trigger.kind)) {
+    fail("--trigger: '" + a.trigger + "' is not none, capacity-drop, spike, outage or brownout");
+  }
+  if (given("--trigger-start")) s.trigger.start = duration_arg(a.trigger_start, "--trigger-start");
+  if (given("--trigger-length")) {
+    s.trigger.length = duration_arg(a.trigger_length, "--trigger-length");
+  }
+  if (given("--factor")) s.trigger.factor = a.factor;
+  if (given("--failure-ratio")) s.trigger.failure_ratio = a.failure_ratio;
+  if (given("--requests")) s.max_requests = a.requests;
+  if (given("--recovery-goodput")) s.recovery_goodput = a.recovery_goodput;
+  if (given("--recovery-hold")) s.recovery_hold = duration_arg(a.recovery_hold, "--recovery-hold");
+  if (given("--metastable-after")) {
+    s.metastable_after = duration_arg(a.metastable_after, "--metastable-after");
+  }
+  if (holdfast::Status st = s.validate(); !st.ok()) fail(std::string(st.message()));
+  return s;
+}
+
+sim::Strategy holdfast_defaults(const SimArgs& a, const Given& given) {
+  sim::Strategy h = sim::Strategy::holdfast();
+  if (given("--max-attempts")) {
+    if (a.max_attempts < 1) fail("--max-attempts must be at least 1");
+    h.max_attempts = a.max_attempts;
+  }
+  if (given("--window")) {
+    h.window = duration_arg(a.window, "--window");
+    if (h.window <= Duration::zero()) fail("--window must be greater than zero");
+  }
+  if (given("--threshold")) {
+    if (a.threshold < 1) fail("--threshold must be at least 1");
+    h.breaker_threshold = a.threshold;
+  }
+  if (given("--wake-jitter")) h.wake_jitter = duration_arg(a.wake_jitter, "--wake-jitter");
+  if (given("--health-probe")) h.health_interval = duration_arg(a.health, "--health-probe");
+  if (given("--no-throttle")) h.throttle = false;
+  if (given("--no-breaker")) h.breaker = false;
+  return h;
+}
+
+double seconds_of(Duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// The JSON document: the scenario, then per strategy the summary and the timeline as
+// columns. Nothing in it depends on the machine or the wall clock.
+ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& reports,
+                     const std::vector<sim::Strategy>& strategies) {
+  ordered_json doc;
+  ordered_json& sc = doc["scenario"];
+  sc["name"] = s.name;
+  sc["seed"] = s.seed;
+  sc["offered_rps"] = s.offered_rps;
+  sc["duration_s"] = seconds_of(s.duration);
+  sc["workers"] = s.database.workers;
+  sc["mean_service_ms"] = seconds_of(s.database.mean_service) * 1e3;
+  sc["capacity_qps"] = s.database.workers / seconds_of(s.database.mean_service);
+  sc["distribution"] = std::string(sim::to_string(s.database.distribution));
+  sc["queue_limit"] = s.database.queue_limit;
+  sc["drop_abandoned"] = s.database.drop_abandoned;
+  sc["attempt_timeout_s"] = seconds_of(s.attempt_timeout);
+  sc["clients"] = s.clients;
+  sc["shared_policies"] = s.shared_policies;
+  ordered_json& tr = sc["trigger"];
+  tr["kind"] = std::string(sim::to_string(s.trigger.kind));
+  tr["start_s"] = seconds_of(s.trigger.start);
+  tr["length_s"] = seconds_of(s.trigger.length);
+  tr["factor"] = s.trigger.factor;
+  tr["failure_ratio"] = s.trigger.failure_ratio;
+  sc["recovery"] = {{"goodput_ratio", s.recovery_goodput},
+                    {"hold_s", seconds_of(s.recovery_hold)},
+                    {"metastable_after_s", seconds_of(s.metastable_after)}};
+
+  ordered_json& list = doc["strategies"];
+  list = ordered_json::array();
+  for (std::size_t k = 0; k < reports.size(); ++k) {
+    const sim::Report& r = reports[k];
+    const sim::Strategy& st = strategies[k];
+    ordered_json j;
+    j["name"] = r.strategy;
+    j["recovery_s"] = r.recovery_s ? ordered_json(*r.recovery_s) : ordered_json(nullptr);
+    j["metastable"] = r.metastable;
+    j["amplification_max"] = r.amplification_max;
+    j["amplification_during_trigger"] = r.amplification_during_trigger;
+    j["goodput_during_trigger"] = r.goodput_during_trigger;
+    j["errors"] = r.errors;
+    j["kind"] = std::string(sim::to_string(st.kind));
+    j["max_attempts"] = st.max_attempts;
+    if (st.kind == sim::StrategyKind::kHoldfast) {
+      j["window_s"] = seconds_of(st.window);
+      j["throttle"] = st.throttle;
+      j["breaker"] = st.breaker;
+      j["breaker_threshold"] = st.breaker_threshold;  // 0: the breaker's default
+      j["health_probe_interval_s"] = seconds_of(st.health_interval);
+      j["wake_jitter_ms"] = st.wake_jitter < Duration::zero()
+                                ? ordered_json(nullptr)
+                                : ordered_json(seconds_of(st.wake_jitter) * 1e3);
+    }
+    j["requests"] = r.requests;
+    j["successes"] = r.successes;
+    j["in_flight_at_end"] = r.in_flight_at_end;
+    j["db_attempts"] = r.db_attempts;
+    j["breaker_rejections"] = r.breaker_rejections;
+    j["breaker_waits"] = r.breaker_waits;
+    ordered_json reasons = ordered_json::object();
+    for (std::size_t i = 0; i < r.errors_by_reason.size(); ++i) {
+      if (r.errors_by_reason[i] == 0) continue;
+      reasons[std::string(holdfast::to_string(static_cast<holdfast::StopReason>(i)))] =
+          r.errors_by_reason[i];
+    }
+    j["errors_by_reason"] = reasons;
+    j["p99_ms"] = r.p99_ms;
+    j["events"] = r.events;
+    j["peak_in_flight"] = r.peak_in_flight;
+    j["peak_event_queue"] = r.peak_event_queue;
+    ordered_json& sec = j["seconds"];
+    auto column = [&](const char* name, auto get) {
+      ordered_json c = ordered_json::array();
+      for (const sim::Second& x : r.seconds)
+        c.push_back(get(x));
+      sec[name] = std::move(c);
+    };
+    column("offered", [](const sim::Second& x) { return x.arrivals; });
+    column("goodput", [](const sim::Second& x) { return x.successes; });
+    column("errors", [](const sim::Second& x) { return x.errors; });
+    column("db_attempts", [](const sim::Second& x) { return x.db_attempts; });
+    column("amplification", [](const sim::Second& x) { return x.amplification; });
+    column("unfinished", [](const sim::Second& x) { return x.unfinished; });
+    column("p99_ms", [](const sim::Second& x) { return x.p99_ms; });
+    column("breaker_open", [](const sim::Second& x) { return x.breaker_open; });
+    column("queue", [](const sim::Second& x) { return x.queue; });
+    list.push_back(std::move(j));
+  }
+  return doc;
+}
+
+holdfast::svg::LineChart timeline(std::string title, std::string y_label) {
+  holdfast::svg::LineChart c;
+  c.title = std::move(title);
+  c.x.label = "time (s)";
+  c.y.label = std::move(y_label);
+  return c;
+}
+
+holdfast::svg::Series line(std::string name, std::string color = {}, bool dashed = false) {
+  holdfast::svg::Series s;
+  s.name = std::move(name);
+  s.color = std::move(color);
+  s.dashed = dashed;
+  return s;
+}
+
+std::string svg_of(const sim::Scenario& s, const std::vector<sim::Report>& reports) {
+  namespace svg = holdfast::svg;
+  std::vector<svg::Span> spans;
+  if (s.trigger.kind != sim::TriggerKind::kNone) {
+    svg::Span span;
+    span.from = seconds_of(s.trigger.start);
+    span.to = seconds_of(s.trigger.end());
+    span.label = std::string(sim::to_string(s.trigger.kind)) + " active";
+    spans.push_back(span);
+  }
+  svg::LineChart goodput =
+      timeline("scenario " + s.name + ": goodput (answered requests per second)", "requests/s");
+  svg::LineChart amp = timeline(
+      "amplification (database attempts per user request, by arrival second)", "attempts/request");
+  svg::LineChart load =
+      timeline("database load (attempts per second, refused ones included)", "attempts/s");
+  svg::LineChart breaker =
+      timeline("circuit breakers not closed (fraction of client processes)", "fraction");
+  breaker.y.min = 0.0;
+  breaker.y.max = 1.0;
+  bool any_breaker = false;
+  if (!reports.empty()) {
+    svg::Series offered = line("offered load", "#888888", true);
+    for (std::size_t i = 0; i < reports.front().seconds.size(); ++i) {
+      offered.x.push_back(static_cast<double>(i) + 0.5);
+      offered.y.push_back(reports.front().seconds[i].arrivals);
+    }
+    goodput.series.push_back(offered);
+    svg::Series capacity = line("capacity", "#888888", true);
+    const double cap = s.database.workers / seconds_of(s.database.mean_service);
+    capacity.x = {0.0, seconds_of(s.duration)};
+    capacity.y = {cap, cap};
+    load.series.push_back(capacity);
+  }
+  for (const sim::Report& r : reports) {
+    svg::Series g = line(r.strategy);
+    svg::Series a = line(r.strategy);
+    svg::Series l = line(r.strategy);
+    svg::Series b = line(r.strategy);
+    for (std::size_t i = 0; i < r.seconds.size(); ++i) {
+      const sim::Second& x = r.seconds[i];
+      const double t = static_cast<double>(i) + 0.5;
+      g.x.push_back(t);
+      g.y.push_back(x.successes);
+      a.x.push_back(t);
+      // Seconds whose requests were still in flight at the end are partial: left out.
+      a.y.push_back(x.arrivals > 0 && x.unfinished == 0 ? x.amplification : std::nan(""));
+      l.x.push_back(t);
+      l.y.push_back(x.db_attempts);
+      b.x.push_back(t);
+      b.y.push_back(x.breaker_open);
+      any_breaker = any_breaker || x.breaker_open > 0.0;
+    }
+    goodput.series.push_back(std::move(g));
+    amp.series.push_back(std::move(a));
+    load.series.push_back(std::move(l));
+    breaker.series.push_back(std::move(b));
+  }
+  // Same colour for a strategy in every chart: the first two goodput/load lines are the
+  // dashed references.
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    static constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#ff7f0e", "#2ca02c",
+                                              "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+    const char* c = kColors[i % 8];
+    goodput.series[i + 1].color = c;
+    amp.series[i].color = c;
+    load.series[i + 1].color = c;
+    breaker.series[i].color = c;
+  }
+  for (svg::LineChart* c : {&goodput, &amp, &load, &breaker}) {
+    c->spans = spans;
+    c->x.min = 0.0;
+    c->x.max = seconds_of(s.duration);
+  }
+  std::vector<svg::LineChart> charts = {goodput, amp, load};
+  if (any_breaker) charts.push_back(breaker);
+  return svg::render(charts);
+}
+
+// Failure after the command line was accepted: say so, then exit with 1 (commands.hpp).
+[[noreturn]] void runtime_failure(const std::string& message) {
+  fmt::print(stderr, "holdfast sim: {}\n", message);
+  throw CLI::RuntimeError(message, 1);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) runtime_failure("cannot write " + path);
+}
+
+std::string recovery_text(const sim::Report& r) {
+  if (r.recovery_s) return fmt::format("{:.0f} s", *r.recovery_s);
+  return r.metastable ? "never (metastable)" : "not within the run";
+}
+
+void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports) {
+  const double capacity = s.database.workers / seconds_of(s.database.mean_service);
+  fmt::print(
+      "scenario {}: {:.0f} requests/s offered, capacity {:.0f} queries/s ({} workers x "
+      "{:.1f} ms {}), timeout {:.2f} s, {} client process{}{}, seed {}\n",
+      s.name, s.offered_rps, capacity, s.database.workers,
+      seconds_of(s.database.mean_service) * 1e3, sim::to_string(s.database.distribution),
+      seconds_of(s.attempt_timeout), s.clients, s.clients == 1 ? "" : "es",
+      s.shared_policies ? " (shared breaker and throttle)" : "", s.seed);
+  if (s.trigger.kind != sim::TriggerKind::kNone) {
+    std::string what;
+    switch (s.trigger.kind) {
+      case sim::TriggerKind::kCapacityDrop:
+        what = fmt::format("service time x{:g}", s.trigger.factor);
+        break;
+      case sim::TriggerKind::kLoadSpike:
+        what = fmt::format("offered load x{:g}", s.trigger.factor);
+        break;
+      case sim::TriggerKind::kOutage:
+        what = "every connection refused";
+        break;
+      case sim::TriggerKind::kBrownout:
+        what = fmt::format("{:g}% of attempts refused", s.trigger.failure_ratio * 100.0);
+        break;
+      case sim::TriggerKind::kNone:
+        break;
+    }
+    fmt::print("trigger {} ({}) from {:g} s to {:g} s; run {:g} s\n\n",
+               sim::to_string(s.trigger.kind), what, seconds_of(s.trigger.start),
+               seconds_of(s.trigger.end()), seconds_of(s.duration));
+  }
+  std::size_t width = 8;
+  for (const sim::Report& r : reports)
+    width = std::max(width, r.strategy.size());
+  fmt::print("{:<{}}  {:>18} {:>8} {:>9} {:>9} {:>8} {:>8}\n", "strategy", width, "recovery",
+             "amp max", "amp trig", "good trig", "errors", "p99 ms");
+  for (const sim::Report& r : reports) {
+    fmt::print("{:<{}}  {:>18} {:>8.2f} {:>9.2f} {:>8.1f}% {:>8} {:>8.0f}\n", r.strategy, width,
+               recovery_text(r), r.amplification_max, r.amplification_during_trigger,
+               r.goodput_during_trigger * 100.0, r.errors, r.p99_ms);
+  }
+  fmt::print("\nwhy requests failed:\n");
+  for (const sim::Report& r : reports) {
+    std::string why;
+    for (std::size_t i = 0; i < r.errors_by_reason.size(); ++i) {
+      if (r.errors_by_reason[i] == 0) continue;
+      if (!why.empty()) why += ", ";
+      why += fmt::format("{} {}", holdfast::to_string(static_cast<holdfast::StopReason>(i)),
+                         r.errors_by_reason[i]);
+    }
+    if (r.breaker_waits > 0) why += fmt::format("; waited for a probe {} times", r.breaker_waits);
+    fmt::print("  {:<{}}  {}\n", r.strategy, width, why.empty() ? "-" : why);
+  }
+}
+
+void print_seconds(const sim::Report& r) {
+  fmt::print("\n{}: per second\n{:>5} {:>7} {:>7} {:>7} {:>8} {:>6} {:>9} {:>6} {:>7}\n",
+             r.strategy, "t", "offered", "goodput", "errors", "db/s", "amp", "p99 ms", "open",
+             "queue");
+  for (std::size_t i = 0; i < r.seconds.size(); ++i) {
+    const sim::Second& x = r.seconds[i];
+    fmt::print("{:>5} {:>7} {:>7} {:>7} {:>8} {:>6.2f} {:>9.0f} {:>6.2f} {:>7}\n", i, x.arrivals,
+               x.successes, x.errors, x.db_attempts, x.amplification, x.p99_ms, x.breaker_open,
+               x.queue);
+  }
+}
+
+long peak_rss_kib() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return u.ru_maxrss;  // KiB on Linux
+}
+
+void run_sim(const SimArgs& a, const CLI::App& cmd) {
+  const Given given{&cmd};
+  const sim::Scenario scenario = scenario_from(a, given);
+  const sim::Strategy base = holdfast_defaults(a, given);
+  holdfast::Result<std::vector<sim::Strategy>> strategies =
+      sim::parse_strategies(a.strategies, base);
+  if (!strategies.ok()) fail("--strategies: " + std::string(strategies.status().message()));
+
+  std::vector<sim::Report> reports;
+  std::vector<std::string> perf;
+  for (const sim::Strategy& st : *strategies) {
+    const auto t0 = std::chrono::steady_clock::now();
+    holdfast::Result<sim::Report> r = sim::run(scenario, st);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) runtime_failure(r.status().to_string());
+    perf.push_back(fmt::format(
+        "{}: {} requests, {} events in {:.2f} s wall ({:.1f} M events/s, {:.2f} M requests/s); "
+        "peak {} requests in flight, {} events queued",
+        st.name, r->requests, r->events, wall, wall > 0 ? r->events / wall / 1e6 : 0.0,
+        wall > 0 ? r->requests / wall / 1e6 : 0.0, r->peak_in_flight, r->peak_event_queue));
+    reports.push_back(std::move(*r));
+  }
+
+  print_table(scenario, reports);
+  if (a.per_second) {
+    for (const sim::Report& r : reports)
+      print_seconds(r);
+  }
+  fmt::print(
+      "\nrecovery: goodput >= {:g}% of offered load for {:g} s in a row after the trigger "
+      "ends; metastable: no such run starting within {:g} s\n",
+      scenario.recovery_goodput * 100.0, seconds_of(scenario.recovery_hold),
+      seconds_of(scenario.metastable_after));
+  for (const std::string& line : perf)
+    fmt::print(stderr, "{}\n", line);
+  fmt::print(stderr, "peak resident memory of the process: {:.1f} MiB\n",
+             static_cast<double>(peak_rss_kib()) / 1024.0);
+
+  if (!a.json_path.empty())
+    write_file(a.json_path, to_json(scenario, reports, *strategies).dump(2) + "\n");
+  if (!a.svg_path.empty()) write_file(a.svg_path, svg_of(scenario, reports));
+}
+
+}  // namespace
+
+namespace holdfast::cli {
+
+void add_sim_command(CLI::App& app) {
+  auto args = std::make_shared<SimArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "sim", "Simulate retry storms and metastable failure with the real policy code");
+  cmd->footer(
+      "Strategies: none | naive[:attempts=N] | backoff[:attempts=N] | holdfast[:attempts=N]"
+      "[:window=6s][:threshold=N][:wake-jitter=D][:health=D][:no-throttle][:no-breaker]\n"
+      "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, brownout, "
+      "many-clients.");
+  SimArgs& a = *args;
+  cmd->add_option("--scenario", a.scenario, "Built-in scenario to start from")
+      ->capture_default_str();
+  cmd->add_option("--strategies", a.strategies, "Comma-separated strategies to compare")
+      ->capture_default_str();
+  cmd->add_option("--json", a.json_path, "Write the results as JSON to this file");
+  cmd->add_option("--svg", a.svg_path, "Write goodput/amplification charts as SVG to this file");
+  cmd->add_flag("--per-second", a.per_second, "Print the per-second timeline of each strategy");
+
+  auto* sc = "Scenario";
+  cmd->add_option("--seed", a.seed, "Random seed (same seed, same results)")->group(sc);
+  cmd->add_option("--duration", a.duration, "Simulated time (e.g. 150s)")->group(sc);
+  cmd->add_option("--rps", a.rps, "Offered load, user requests per second")->group(sc);
+  cmd->add_option("--workers", a.workers, "Database workers (queries at once)")->group(sc);
+  cmd->add_option("--service", a.service, "Mean service time of one query (e.g. 5ms)")->group(sc);
+  cmd->add_option("--distribution", a.distribution, "exponential | lognormal | fixed")->group(sc);
+  cmd->add_option("--sigma", a.sigma, "Shape of the lognormal service time")->group(sc);
+  cmd->add_option("--queue-limit", a.queue_limit, "Queued attempts beyond which 53300 is returned")
+      ->group(sc);
+  cmd->add_option("--reject-latency", a.reject_latency, "Time for a refusal to reach the client")
+      ->group(sc);
+  cmd->add_flag("--drop-abandoned", a.drop_abandoned,
+                "Skip queued work whose client already gave up (a pooler that notices)")
+      ->group(sc);
+  cmd->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)")->group(sc);
+  cmd->add_option("--clients", a.clients, "Client processes")->group(sc);
+  cmd->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes")
+      ->group(sc);
+  cmd->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | brownout")
+      ->group(sc);
+  cmd->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)")
+      ->group(sc);
+  cmd->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)")->group(sc);
+  cmd->add_option("--factor", a.factor,
+                  "Capacity drop: service time x factor; spike: load x factor")
+      ->group(sc);
+  cmd->add_option("--failure-ratio", a.failure_ratio, "Brownout: fraction of attempts refused")
+      ->group(sc);
+  cmd->add_option("--requests", a.requests, "Stop admitting requests after this many")->group(sc);
+  cmd->add_option("--recovery-goodput", a.recovery_goodput,
+                  "Recovered: goodput at least this fraction of offered load")
+      ->group(sc);
+  cmd->add_option("--recovery-hold", a.recovery_hold, "... for this long in a row (e.g. 10s)")
+      ->group(sc);
+  cmd->add_option("--metastable-after", a.metastable_after,
+                  "Not recovered within this long after the trigger: metastable")
+      ->group(sc);
+
+  auto* hf = "holdfast strategy defaults";
+  cmd->add_option("--max-attempts", a.max_attempts, "Attempts per request (default 5)")->group(hf);
+  cmd->add_option("--window", a.window, "Retry window per request (default 6s)")->group(hf);
+  cmd->add_option("--threshold", a.threshold,
+                  "Consecutive overload faults that open the breaker at low traffic (default 5)")
+      ->group(hf);
+  cmd->add_option("--wake-jitter", a.wake_jitter,
+                  "Spread of requests woken by a successful probe (default 50ms)")
+      ->group(hf);
+  cmd->add_option("--health-probe", a.health,
+                  "Run a HealthProbe this often while a breaker is open (default: none)")
+      ->group(hf);
+  cmd->add_flag("--no-throttle", a.no_throttle, "No retry throttle")->group(hf);
+  cmd->add_flag("--no-breaker", a.no_breaker, "No circuit breaker")->group(hf);
+
+  cmd->callback([args, cmd] { run_sim(*args, *cmd); });
+}
+
+}  // namespace holdfast::cli

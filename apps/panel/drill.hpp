@@ -1,0 +1,98 @@
+// holdfast drill: the origin's incident, replayed on demand.
+//
+// Every strategy gets its own fresh SQLite file and its own panel on a loopback port, and
+// all of them run at the same time under identical load: K virtual workers per panel that
+// sign in, load the schedule page over real HTTP and now and then pay (with an
+// Idempotency-Key), plus a cron-like batch writer. At the same instants a real lock storm
+// hits every file (storm.hpp): a batch job holding the write lock, or a process holding the
+// file in exclusive locking mode. Each storm is followed by a quiet gap, so recovery shows.
+//
+// Per storm period (from the storm's start to the next storm's start) and strategy the
+// drill reports requests, error pages (5xx other than holdfast's 503), 503s, stale pages,
+// p50/p99/max latency, database attempts per request, log rows written during the storm and
+// whether the gap line was written; plus a timeline sampled every 250 ms.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "holdfast/result.hpp"
+#include "storm.hpp"
+#include "strategy.hpp"
+
+namespace holdfast::panel {
+
+struct StormSpec {
+  StormKind kind = StormKind::kWrite;
+  double seconds = 2.0;
+};
+
+struct DrillOptions {
+  std::vector<Strategy> strategies = all_strategies();
+  std::vector<StormSpec> storms;  // empty: the defaults (see default_storms())
+  int workers = 8;                // per strategy
+  double warmup_s = 3.0;
+  double gap_s = 4.0;             // quiet time after each storm
+  int think_ms = 100;             // a worker's pause between requests
+  int pay_every = 10;             // every Nth request of a worker is a payment
+  std::uint64_t seed = 1;
+  std::string out_dir = "drill-out";
+  bool progress = true;           // a progress bar on stderr
+  // After the last storm, wait at most this long for paused log sinks to resume (their
+  // 30 s pause), so the gap lines they write can be counted.
+  double log_tail_s = 35.0;
+};
+
+// 2 s, 5 s and 20 s, each as a write storm and as a read storm.
+std::vector<StormSpec> default_storms();
+
+struct StrategyResult {
+  std::string name;
+  std::int64_t requests = 0;
+  std::int64_t error_pages = 0;
+  std::int64_t status_503 = 0;
+  std::int64_t stale = 0;
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  double attempts_per_request = 0;
+  std::int64_t log_rows_during_storm = 0;
+  bool gap_line = false;
+  std::int64_t served = 0;  // 2xx with fresh data
+};
+
+struct StormResult {
+  StormSpec spec;
+  double start_s = 0;  // since the drill began
+  double end_s = 0;
+  std::vector<StrategyResult> strategies;
+};
+
+struct TimelinePoint {
+  double t = 0;
+  std::string strategy;
+  double requests_per_s = 0;
+  double errors_per_s = 0;  // error pages + 503s
+  int breaker = 0;          // 0 closed, 1 half-open, 2 open (holdfast and origin-breaker)
+};
+
+struct DrillResult {
+  std::vector<StormResult> storms;
+  std::vector<TimelinePoint> timeline;
+  double seconds = 0;
+  std::int64_t payments_sent = 0;      // across strategies
+  std::int64_t payments_doubled = 0;   // rows beyond one per idempotency key (must be 0)
+};
+
+// Runs the drill. `progress(done_s, total_s, what)` is called a few times a second.
+Result<DrillResult> run_drill(const DrillOptions& options,
+                              const std::function<void(double, double, const std::string&)>&
+                                  progress = {});
+
+// drill-report.md, drill-report.json and drill-timeline.svg in options.out_dir.
+Status write_drill_reports(const DrillOptions& options, const DrillResult& result);
+// The console table.
+std::string drill_table(const DrillResult& result);
+
+}  // namespace holdfast::panel

@@ -1,0 +1,29 @@
+// Server-rendered pages of the demo panel. Pure functions from values to HTML; every
+// value is escaped.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "club_model.hpp"
+
+namespace holdfast::panel {
+
+std::string escape_html(std::string_view text);
+
+// The schedule page. `stale_as_of` ("HH:MM:SS"): the data is the last good copy, shown
+// with a banner because the database is busy.
+std::string render_schedule(const Schedule& schedule, const User& user,
+                            const std::optional<std::string>& stale_as_of);
+
+// HTTP 503 page: the database is busy; the worker is told when to try again and is given
+// the digest that also appears in the console log line.
+std::string render_busy(int retry_after_seconds, std::string_view digest);
+
+std::string render_login(std::string_view error);
+
+// A plain page for 4xx answers: says what was wrong with the request.
+std::string render_bad_request(std::string_view what);
+
+}  // namespace holdfast::panel

@@ -1,0 +1,61 @@
+#include "logging.hpp"
+
+#include <fmt/format.h>
+
+#include "holdfast/sqlite_log_store.hpp"
+
+namespace holdfast::panel {
+
+void SyncTableSink::write(const LogEntry& entry) {
+  std::string message(entry.message);
+  for (const LogField& f : entry.fields) {
+    message += fmt::format(" {}={}", f.key(), f.value());
+  }
+  const UtcStamp at = utc_stamp(entry.created_at);
+  Result<sqlite::Exec> row = db_.execute(logs_table::kInsertSqlite, to_string(entry.level),
+                                         entry.context, message, at.view());
+  if (!row.ok()) {
+    failures_++;
+    if (report_failures_)
+      console::write(Level::kError, "logger",
+                   "Failed to save log to database: " + row.status().to_string());
+  }
+}
+
+Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
+                                  bool console) {
+  PanelLogging out;
+  Logger::Options options;
+  options.clock = &clock;
+  options.console = console;
+  out.logger = std::make_unique<Logger>(options);
+  if (strategy == Strategy::kHoldfast) {
+    sqlite::SqliteLogStore::Options store_options;
+    store_options.path = path;
+    store_options.clock = &clock;
+    Result<std::unique_ptr<sqlite::SqliteLogStore>> store =
+        sqlite::SqliteLogStore::open(store_options);
+    if (!store.ok()) return store.status();
+    DatabaseSink::Options sink_options;
+    sink_options.clock = &clock;
+    out.store = std::move(*store);
+    out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
+    out.logger->add_sink(out.sink);
+  } else {
+    sqlite::Options db_options;
+    db_options.path = path;
+    db_options.busy_timeout = std::chrono::seconds(5);
+    db_options.read_connections = 1;
+    db_options.clock = &clock;
+    Result<sqlite::Database> db = sqlite::Database::open(db_options);
+    if (!db.ok()) return db.status();
+    for (std::string_view ddl : logs_table::kSchemaSqlite) {
+      if (auto made = db->execute(ddl); !made.ok()) return made.status();
+    }
+    out.sync_sink = std::make_shared<SyncTableSink>(std::move(*db), console);
+    out.logger->add_sink(out.sync_sink);
+  }
+  return out;
+}
+
+}  // namespace holdfast::panel

@@ -1,0 +1,52 @@
+// The panel's logging: console plus the logs table, the holdfast way or the origin's way.
+//
+// holdfast: DatabaseSink over SqliteLogStore — a bounded queue, batches written off the
+// request path, a 30 s pause when the database is overloaded, a gap line afterwards.
+// The baselines: one synchronous INSERT per entry on the request's thread with the origin's
+// 5 s busy_timeout — the logger that, in the origin's incident, added queries to the
+// overloaded queue and fell over ("Failed to save log to database").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "holdfast/database_sink.hpp"
+#include "holdfast/logger.hpp"
+#include "holdfast/result.hpp"
+#include "holdfast/sqlite_database.hpp"
+#include "strategy.hpp"
+
+namespace holdfast::panel {
+
+// The baselines' logs-table sink: writes each entry at once, waiting for the lock.
+class SyncTableSink final : public Sink {
+ public:
+  // `report_failures`: write "Failed to save log to database" on the console, as the
+  // origin's logger did (the drill turns it off to keep its progress bar readable).
+  SyncTableSink(sqlite::Database db, bool report_failures) noexcept
+      : db_(std::move(db)), report_failures_(report_failures) {}
+  [[nodiscard]] bool accepts(Level level) const noexcept override {
+    return level >= Level::kInfo;
+  }
+  void write(const LogEntry& entry) override;
+  [[nodiscard]] std::uint64_t failures() const noexcept { return failures_.load(); }
+  [[nodiscard]] sqlite::Database& database() noexcept { return db_; }
+
+ private:
+  sqlite::Database db_;
+  bool report_failures_;
+  std::atomic<std::uint64_t> failures_{0};
+};
+
+// Declared so that destruction runs logger, sinks, then the store the sink writes to.
+struct PanelLogging {
+  std::unique_ptr<LogStore> store;           // holdfast
+  std::shared_ptr<DatabaseSink> sink;        // holdfast
+  std::shared_ptr<SyncTableSink> sync_sink;  // baselines
+  std::unique_ptr<Logger> logger;
+};
+
+Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
+                                  bool console = true);
+
+}  // namespace holdfast::panel

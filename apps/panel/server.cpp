@@ -1,0 +1,536 @@
+#include "server.hpp"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "html.hpp"
+#include "holdfast/window.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using nlohmann::json;
+
+std::string now_utc() { return std::string(utc_stamp(WallClock::system().now()).view()); }
+std::string today_utc() { return now_utc().substr(0, 10); }
+
+bool valid_date(std::string_view s) {
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
+  for (std::size_t i : {0, 1, 2, 3, 5, 6, 8, 9}) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  using namespace std::chrono;
+  const int y = std::stoi(std::string(s.substr(0, 4)));
+  const unsigned m = static_cast<unsigned>(std::stoi(std::string(s.substr(5, 2))));
+  const unsigned d = static_cast<unsigned>(std::stoi(std::string(s.substr(8, 2))));
+  return year_month_day(year(y), month(m), day(d)).ok();
+}
+
+std::string cookie_value(const httplib::Request& req, std::string_view name) {
+  const std::string header = req.get_header_value("Cookie");
+  std::string_view rest = header;
+  while (!rest.empty()) {
+    const auto semi = rest.find(';');
+    std::string_view part = rest.substr(0, semi);
+    rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    if (part.size() > name.size() && part.substr(0, name.size()) == name &&
+        part[name.size()] == '=') {
+      return std::string(part.substr(name.size() + 1));
+    }
+  }
+  return {};
+}
+
+// A failure the user should wait out (the database is busy), not a bug.
+bool is_busy(const Status& s) {
+  switch (s.stop_reason()) {
+    case StopReason::kWindowSpent:
+    case StopReason::kBreakerOpen:
+    case StopReason::kThrottled:
+    case StopReason::kAttemptsExhausted: return true;
+    default: break;
+  }
+  return s.fault().transient() || s.code() == Code::kUnavailable ||
+         s.code() == Code::kDeadlineExceeded || s.code() == Code::kResourceExhausted;
+}
+
+int retry_after_seconds(const Status& s) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(s.retry_after()).count();
+  if (ms <= 0) return 2;
+  return static_cast<int>((ms + 999) / 1000);
+}
+
+bool positive_integer(const std::string& text, std::int64_t& out) {
+  if (text.empty() || text.size() > 12) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  out = std::stoll(text);
+  return out > 0;
+}
+
+}  // namespace
+
+struct PanelServer::StaleCopy {
+  Schedule schedule;
+  std::string as_of;  // "HH:MM:SS" UTC
+};
+
+// Session refreshes for holdfast: a page render must not wait for the write lock just to
+// move last_seen forward, so renders hand the token to this background writer (bounded,
+// deduplicated) and a refresh that meets a busy database is simply tried on a later render.
+struct PanelServer::Toucher {
+  explicit Toucher(ClubStore& store) : store_(store), thread_([this] { loop(); }) {}
+  ~Toucher() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void touch(const std::string& token) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_.size() < 1024) pending_.insert(token);
+    wake_.notify_one();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !pending_.empty(); });
+      std::set<std::string> batch;
+      batch.swap(pending_);
+      lock.unlock();
+      for (const std::string& token : batch) {
+        RequestScope scope(std::chrono::seconds(2), store_.clock());
+        (void)store_.refresh_session(token, now_utc());
+      }
+      lock.lock();
+    }
+  }
+  ClubStore& store_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::set<std::string> pending_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+PanelServer::PanelServer(Options options)
+    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+  if (options_.store == nullptr || options_.logger == nullptr) {
+    throw std::invalid_argument("PanelServer: store and logger are required");
+  }
+  if (options_.store->strategy() == Strategy::kHoldfast) {
+    toucher_ = std::make_unique<Toucher>(*options_.store);
+  }
+  const int threads = options_.threads;
+  http_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<std::size_t>(threads));
+  };
+  http_->set_keep_alive_max_count(1000);
+  install_routes();
+}
+
+PanelServer::~PanelServer() { stop(); }
+
+Status PanelServer::start() {
+  port_ = options_.port == 0 ? http_->bind_to_any_port(options_.host)
+                             : (http_->bind_to_port(options_.host, options_.port) ? options_.port
+                                                                                  : -1);
+  if (port_ <= 0) {
+    return Status(Code::kUnavailable, fmt::format("cannot listen on {}:{} (in use?)",
+                                                  options_.host, options_.port));
+  }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return Status();
+}
+
+void PanelServer::stop() noexcept {
+  if (thread_.joinable()) {
+    http_->stop();
+    thread_.join();
+  }
+  toucher_.reset();
+}
+
+std::string PanelServer::metrics_text() const {
+  ClubStore& store = *options_.store;
+  const std::string strategy(to_string(store.strategy()));
+  std::string out;
+  const auto counter = [&](std::string_view name, std::string_view help, std::uint64_t value) {
+    out += fmt::format("# HELP holdfast_panel_{} {}\n# TYPE holdfast_panel_{} counter\n", name,
+                       help, name);
+    out += fmt::format("holdfast_panel_{}{{strategy=\"{}\"}} {}\n", name, strategy, value);
+  };
+  counter("requests_total", "HTTP requests received.", counters_.requests.load());
+  counter("responses_ok_total", "Requests answered 2xx.", counters_.ok.load());
+  counter("responses_busy_total", "Requests answered 503 (database busy).",
+          counters_.busy_503.load());
+  counter("responses_error_total", "Requests answered 500.", counters_.error_500.load());
+  counter("stale_pages_total", "Schedules served from the last good copy.",
+          counters_.stale.load());
+  counter("bad_requests_total", "Requests answered 4xx for bad input.",
+          counters_.bad_request.load());
+  counter("database_attempts_total", "Database attempts made by the panel.", store.attempts());
+  if (Shield* shield = store.shield()) out += shield->metrics_text();
+  return out;
+}
+
+void PanelServer::install_routes() {
+  ClubStore& store = *options_.store;
+  Logger& log = *options_.logger;
+  const bool holdfast = store.strategy() == Strategy::kHoldfast;
+
+  // Answers a failed request: 503 for a busy database (holdfast), a generic error page
+  // otherwise. The digest ties the page to the console line.
+  auto fail = [this, &log, holdfast](httplib::Response& res, const Status& s,
+                                     std::string_view path, bool as_json) {
+    const std::string digest =
+        fmt::format("{:010x}", (static_cast<std::uint64_t>(
+                                    std::chrono::steady_clock::now().time_since_epoch().count()) *
+                                0x9e3779b97f4a7c15ULL) ^
+                                   digest_counter_.fetch_add(1));
+    const std::string detail = s.to_string();
+    if (s.code() == Code::kInvalidArgument && s.stop_reason() == StopReason::kNone) {
+      counters_.bad_request++;
+      res.status = 400;
+      if (as_json) {
+        res.set_content(json{{"error", std::string(s.message())}}.dump(), "application/json");
+      } else {
+        res.set_content(render_bad_request(s.message()), "text/html; charset=utf-8");
+      }
+      return;
+    }
+    log.error("panel", "request failed",
+              {{"digest", digest}, {"path", path}, {"status", std::string_view(detail)}});
+    if (holdfast && is_busy(s)) {
+      counters_.busy_503++;
+      const int after = retry_after_seconds(s);
+      res.status = 503;
+      res.set_header("Retry-After", std::to_string(after));
+      if (as_json) {
+        res.set_content(json{{"error", "the database is busy"},
+                             {"retry_after_s", after},
+                             {"digest", digest}}
+                            .dump(),
+                        "application/json");
+      } else {
+        res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
+      }
+      return;
+    }
+    counters_.error_500++;
+    res.status = 500;
+    if (as_json) {
+      res.set_content(json{{"error", "internal error"}, {"digest", digest}}.dump(),
+                      "application/json");
+    } else {
+      res.set_content(
+          fmt::format("<!doctype html><title>Error</title><h1>Application error: a server-side "
+                      "exception has occurred</h1><p>Digest: {}</p>",
+                      digest),
+          "text/html; charset=utf-8");
+    }
+  };
+
+  http_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    counters_.requests++;
+    counters_.ok++;
+    res.set_content("ok\n", "text/plain");
+  });
+
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  });
+
+  http_->Get("/login", [this](const httplib::Request&, httplib::Response& res) {
+    counters_.requests++;
+    counters_.ok++;
+    res.set_content(render_login(""), "text/html; charset=utf-8");
+  });
+
+  http_->Post("/login", [this, &store, holdfast, fail](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    counters_.requests++;
+    const std::string email = req.get_param_value("email");
+    const std::string password = req.get_param_value("password");
+    std::optional<RequestScope> scope;
+    if (holdfast) scope.emplace(options_.window, store.clock());
+    Result<std::string> token = store.login(email, password, now_utc());
+    if (!token.ok()) {
+      if (token.status().code() == Code::kPermissionDenied) {
+        counters_.bad_request++;
+        res.status = 401;
+        res.set_content(render_login(token.status().message()), "text/html; charset=utf-8");
+        return;
+      }
+      return fail(res, token.status(), "/login", false);
+    }
+    counters_.ok++;
+    res.status = 303;
+    res.set_header("Set-Cookie", fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; "
+                                             "Max-Age=2592000",
+                                             *token));
+    res.set_header("Location", "/dashboard/schedule");
+  });
+
+  // The schedule: a session read and two query groups, inside one RequestScope (holdfast).
+  auto load_schedule = [this, &store, holdfast](const httplib::Request& req,
+                                                httplib::Response& res, bool as_json) {
+    counters_.requests++;
+    const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
+    if (!valid_date(date)) {
+      return std::optional<Status>(
+          Status(Code::kInvalidArgument, "date must be a calendar date written YYYY-MM-DD"));
+    }
+    const std::string token = cookie_value(req, "session");
+    if (token.empty() || token.size() > 64) {
+      res.status = as_json ? 401 : 303;
+      if (!as_json) res.set_header("Location", "/login");
+      counters_.bad_request++;
+      return std::optional<Status>();
+    }
+    std::optional<RequestScope> scope;
+    if (holdfast) scope.emplace(options_.window, store.clock());
+    const std::string now = now_utc();
+    Status failure;
+    Schedule schedule;
+    User user;
+    [&] {
+      Result<std::optional<User>> who = store.session(token, now);
+      if (!who.ok()) {
+        failure = who.status();
+        return;
+      }
+      if (!who->has_value()) {
+        failure = Status(Code::kPermissionDenied, "no live session");
+        return;
+      }
+      user = **who;
+      if (holdfast) {
+        toucher_->touch(token);
+      } else if (Status touched = store.refresh_session(token, now); !touched.ok()) {
+        failure = touched;  // the origin's "Failed to get session"
+        return;
+      }
+      Result<std::vector<Game>> games = store.games_on(date);
+      if (!games.ok()) {
+        failure = games.status();
+        return;
+      }
+      Result<ScheduleContext> context = store.context_on(date);
+      if (!context.ok()) {
+        failure = context.status();
+        return;
+      }
+      schedule = Schedule{date, std::move(*games), std::move(*context)};
+    }();
+    if (failure.code() == Code::kPermissionDenied) {
+      res.status = as_json ? 401 : 303;
+      if (!as_json) res.set_header("Location", "/login");
+      counters_.bad_request++;
+      return std::optional<Status>();
+    }
+    if (!failure.ok()) {
+      std::shared_ptr<const StaleCopy> copy;
+      if (holdfast && options_.serve_stale && is_busy(failure)) {
+        std::lock_guard<std::mutex> lock(stale_mutex_);
+        if (auto it = last_good_.find(date); it != last_good_.end()) copy = it->second;
+      }
+      if (!copy) return std::optional<Status>(failure);
+      counters_.stale++;
+      counters_.ok++;
+      res.set_header("X-Holdfast-Stale", copy->as_of);
+      if (as_json) {
+        json j = {{"date", date}, {"stale_as_of", copy->as_of}, {"games", json::array()}};
+        for (const Game& g : copy->schedule.games) {
+          j["games"].push_back({{"id", g.id}, {"court", g.court}, {"activity", g.activity},
+                                {"starts_at", g.starts_at}, {"ends_at", g.ends_at},
+                                {"capacity", g.capacity}, {"signed_up", g.signed_up}});
+        }
+        res.set_content(j.dump(), "application/json");
+      } else {
+        User someone = user.id != 0 ? user : User{0, "signed-in user", "", "member"};
+        res.set_content(render_schedule(copy->schedule, someone, copy->as_of),
+                        "text/html; charset=utf-8");
+      }
+      return std::optional<Status>();
+    }
+    if (holdfast) {
+      auto copy = std::make_shared<StaleCopy>(StaleCopy{schedule, now.substr(11, 8)});
+      std::lock_guard<std::mutex> lock(stale_mutex_);
+      last_good_[date] = std::move(copy);
+    }
+    counters_.ok++;
+    if (as_json) {
+      json j = {{"date", date},
+                {"club", schedule.context.club_name},
+                {"holidays", schedule.context.holidays},
+                {"games", json::array()}};
+      for (const Game& g : schedule.games) {
+        j["games"].push_back({{"id", g.id}, {"court", g.court}, {"activity", g.activity},
+                              {"starts_at", g.starts_at}, {"ends_at", g.ends_at},
+                              {"capacity", g.capacity}, {"signed_up", g.signed_up}});
+      }
+      res.set_content(j.dump(), "application/json");
+    } else {
+      res.set_content(render_schedule(schedule, user, std::nullopt), "text/html; charset=utf-8");
+    }
+    return std::optional<Status>();
+  };
+
+  http_->Get("/dashboard/schedule",
+             [load_schedule, fail](const httplib::Request& req, httplib::Response& res) {
+               if (auto failed = load_schedule(req, res, false)) {
+                 fail(res, *failed, "/dashboard/schedule", false);
+               }
+             });
+  http_->Get("/api/schedule",
+             [load_schedule, fail](const httplib::Request& req, httplib::Response& res) {
+               if (auto failed = load_schedule(req, res, true)) {
+                 fail(res, *failed, "/api/schedule", true);
+               }
+             });
+
+  // Writes: all or nothing; an Idempotency-Key makes a repeat return the first result.
+  auto signed_in = [this, &store](const httplib::Request& req, httplib::Response& res,
+                                  std::int64_t& user_id) -> std::optional<Status> {
+    const std::string token = cookie_value(req, "session");
+    Result<std::optional<User>> who =
+        token.empty() ? Result<std::optional<User>>(std::optional<User>())
+                      : store.session(token, now_utc());
+    if (!who.ok()) return who.status();
+    if (!who->has_value()) {
+      counters_.bad_request++;
+      res.status = 401;
+      res.set_content(json{{"error", "sign in first (POST /login)"}}.dump(), "application/json");
+      return std::nullopt;
+    }
+    user_id = (*who)->id;
+    return Status();
+  };
+  auto write_failed = [fail](httplib::Response& res, const Status& s, std::string_view path) {
+    fail(res, s, path, true);
+    if (res.status == 503) {
+      const bool nothing_applied = s.txn_state() == TxnState::kRolledBack ||
+                                   s.fault().outcome == Outcome::kNotApplied;
+      json j = json::parse(res.body);
+      j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
+      res.body = j.dump();
+    }
+  };
+
+  http_->Post("/payments", [this, &store, &log, holdfast, signed_in, write_failed](
+                               const httplib::Request& req, httplib::Response& res) {
+    counters_.requests++;
+    std::optional<RequestScope> scope;
+    if (holdfast) scope.emplace(options_.window, store.clock());
+    std::int64_t user_id = 0;
+    std::optional<Status> auth = signed_in(req, res, user_id);
+    if (!auth) return;
+    if (!auth->ok()) return write_failed(res, *auth, "/payments");
+    std::int64_t cents = 0;
+    if (!positive_integer(req.get_param_value("amount_cents"), cents)) {
+      return write_failed(res,
+                          Status(Code::kInvalidArgument,
+                                 "amount_cents must be a positive whole number of cents"),
+                          "/payments");
+    }
+    const std::string method =
+        req.has_param("method") ? req.get_param_value("method") : std::string("card");
+    Result<PaymentReceipt> paid = store.pay(user_id, cents, method,
+                                            req.get_header_value("Idempotency-Key"), now_utc());
+    if (!paid.ok()) return write_failed(res, paid.status(), "/payments");
+    if (!paid->replayed) {
+      log.info("payments", "payment recorded",
+               {{"payment_id", paid->payment_id}, {"amount_cents", paid->amount_cents}});
+    }
+    counters_.ok++;
+    res.status = paid->replayed ? 200 : 201;
+    res.set_content(json{{"payment_id", paid->payment_id},
+                         {"amount_cents", paid->amount_cents},
+                         {"replayed", paid->replayed}}
+                        .dump(),
+                    "application/json");
+  });
+
+  http_->Post("/signups", [this, &store, holdfast, signed_in, write_failed](
+                              const httplib::Request& req, httplib::Response& res) {
+    counters_.requests++;
+    std::optional<RequestScope> scope;
+    if (holdfast) scope.emplace(options_.window, store.clock());
+    std::int64_t user_id = 0;
+    std::optional<Status> auth = signed_in(req, res, user_id);
+    if (!auth) return;
+    if (!auth->ok()) return write_failed(res, *auth, "/signups");
+    std::int64_t game = 0;
+    if (!positive_integer(req.get_param_value("game_id"), game)) {
+      return write_failed(
+          res, Status(Code::kInvalidArgument, "game_id must be a positive whole number"),
+          "/signups");
+    }
+    Result<SignupReceipt> added =
+        store.sign_up(user_id, game, req.get_header_value("Idempotency-Key"), now_utc());
+    if (!added.ok()) {
+      const Code c = added.status().code();
+      if (c == Code::kNotFound || c == Code::kFailedPrecondition || c == Code::kAlreadyExists) {
+        counters_.bad_request++;
+        res.status = c == Code::kNotFound ? 404 : 409;
+        res.set_content(json{{"error", std::string(added.status().message())}}.dump(),
+                        "application/json");
+        return;
+      }
+      return write_failed(res, added.status(), "/signups");
+    }
+    counters_.ok++;
+    res.status = added->replayed ? 200 : 201;
+    res.set_content(json{{"signup_id", added->signup_id},
+                         {"game_id", added->game_id},
+                         {"replayed", added->replayed}}
+                        .dump(),
+                    "application/json");
+  });
+
+  http_->Post("/report", [this, &store, &log, holdfast](const httplib::Request& req,
+                                                       httplib::Response& res) {
+    counters_.requests++;
+    std::optional<RequestScope> scope;
+    if (holdfast) scope.emplace(options_.window, store.clock());
+    const std::string path = req.has_param("path") ? req.get_param_value("path") : "";
+    const std::string digest = req.has_param("digest") ? req.get_param_value("digest") : "";
+    const std::string note = req.has_param("note") ? req.get_param_value("note") : "";
+    const std::string now = now_utc();
+    // The console always gets the report, even when the database cannot take it.
+    log.warn("report", "problem reported",
+             {{"path", std::string_view(path)}, {"digest", std::string_view(digest)},
+              {"at", std::string_view(now)}});
+    Status recorded = store.record_report(path, digest, note, now);
+    if (recorded.code() == Code::kInvalidArgument) {
+      counters_.bad_request++;
+      res.status = 400;
+      res.set_content(render_bad_request(recorded.message()), "text/html; charset=utf-8");
+      return;
+    }
+    counters_.ok++;
+    res.status = 202;
+    res.set_content(
+        fmt::format("<!doctype html><title>Thank you</title><p>Thank you. Your report{} was "
+                    "recorded at {}{}.</p>",
+                    digest.empty() ? "" : " (" + escape_html(digest) + ")", escape_html(now),
+                    recorded.ok() ? "" : " in the server log"),
+        "text/html; charset=utf-8");
+  });
+}
+
+}  // namespace holdfast::panel

@@ -1,0 +1,82 @@
+// The demo panel's HTTP server (cpp-httplib) over a ClubStore.
+//
+// Routes: GET /login, POST /login, GET /dashboard/schedule?date=, GET /api/schedule?date=,
+// POST /payments, POST /signups (Idempotency-Key honoured), POST /report, GET /metrics,
+// GET /healthz.
+//
+// With the holdfast strategy each request runs inside one RequestScope (6 s window). When
+// the window is spent or the breaker is open, a page answers 503 with Retry-After and a
+// digest (the same digest is in the console log line), or — for the schedule — the last
+// good copy with an "as of HH:MM:SS" banner (header X-Holdfast-Stale). The baselines answer
+// a generic 500 error page, as an unprotected app would. Never a stack trace.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "club_store.hpp"
+#include "holdfast/logger.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace holdfast::panel {
+
+struct PanelCounters {
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> ok{0};
+  std::atomic<std::uint64_t> busy_503{0};
+  std::atomic<std::uint64_t> error_500{0};
+  std::atomic<std::uint64_t> stale{0};
+  std::atomic<std::uint64_t> bad_request{0};
+};
+
+class PanelServer {
+ public:
+  struct Options {
+    std::string host = "127.0.0.1";
+    int port = 0;                      // 0: any free port (see port())
+    ClubStore* store = nullptr;        // REQUIRED; outlives the server
+    Logger* logger = nullptr;          // REQUIRED; outlives the server
+    Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
+    bool serve_stale = true;           // holdfast: last good schedule instead of a 503
+    int threads = 16;
+  };
+
+  explicit PanelServer(Options options);
+  ~PanelServer();
+  PanelServer(const PanelServer&) = delete;
+  PanelServer& operator=(const PanelServer&) = delete;
+
+  // Binds and starts serving on a background thread. A port in use is a Status.
+  Status start();
+  // Stops serving and joins the thread. Idempotent.
+  void stop() noexcept;
+  [[nodiscard]] int port() const noexcept { return port_; }
+  [[nodiscard]] const PanelCounters& counters() const noexcept { return counters_; }
+
+ private:
+  void install_routes();
+  std::string metrics_text() const;
+
+  Options options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread thread_;
+  int port_ = 0;
+  PanelCounters counters_;
+  struct StaleCopy;
+  std::mutex stale_mutex_;
+  std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
+  std::atomic<std::uint64_t> digest_counter_{0};
+  // holdfast refreshes sessions off the request path (see server.cpp).
+  struct Toucher;
+  std::unique_ptr<Toucher> toucher_;
+};
+
+}  // namespace holdfast::panel

@@ -1,0 +1,58 @@
+// The drill itself, on a short configuration, asserting on its JSON report.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "drill.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Drill, HoldfastShowsNoErrorPagesForTwoSecondStorms) {
+  DrillOptions o;
+  o.strategies = {Strategy::kNone, Strategy::kHoldfast};
+  o.storms = {{StormKind::kWrite, 2.0}, {StormKind::kRead, 2.0}};
+  o.workers = 3;
+  o.warmup_s = 1.0;
+  o.gap_s = 2.0;
+  o.log_tail_s = 0.0;
+  o.progress = false;
+  o.out_dir = (fs::temp_directory_path() / ("holdfast-drill-test-" + std::to_string(::getpid())))
+                  .string();
+  Result<DrillResult> result = run_drill(o);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  ASSERT_TRUE(write_drill_reports(o, *result).ok());
+
+  std::ifstream in(fs::path(o.out_dir) / "drill-report.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["storms"].size(), 2u);
+  for (const auto& storm : j["storms"]) {
+    EXPECT_EQ(storm["seconds"], 2.0);
+    bool saw_holdfast = false;
+    for (const auto& s : storm["strategies"]) {
+      for (const char* key : {"name", "requests", "error_pages", "status_503", "stale", "p50_ms",
+                              "p99_ms", "max_ms", "attempts_per_request",
+                              "log_rows_during_storm", "gap_line"}) {
+        EXPECT_TRUE(s.contains(key)) << key;
+      }
+      if (s["name"] == "holdfast") {
+        saw_holdfast = true;
+        EXPECT_GT(s["requests"].get<int>(), 0);
+        EXPECT_EQ(s["error_pages"].get<int>(), 0) << storm.dump();
+      }
+    }
+    EXPECT_TRUE(saw_holdfast);
+  }
+  EXPECT_EQ(j["payments_applied_twice"], 0);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "drill-report.md"));
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "drill-timeline.svg"));
+  fs::remove_all(o.out_dir);
+}
+
+}  // namespace
+}  // namespace holdfast::panel

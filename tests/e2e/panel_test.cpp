@@ -1,0 +1,234 @@
+// The demo panel over HTTP on loopback, against a real SQLite file and real lock storms.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "club_store.hpp"
+#include "holdfast/sqlite_log_store.hpp"
+#include "logging.hpp"
+#include "server.hpp"
+#include "storm.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using Steady = std::chrono::steady_clock;
+
+std::string today() { return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10)); }
+
+class PanelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("holdfast-e2e-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "club.db").string();
+    ClubStore::Options so;
+    so.path = path_;
+    so.strategy = Strategy::kHoldfast;
+    auto store = ClubStore::open(so);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    store_ = std::move(*store);
+    ASSERT_TRUE(store_->ensure_demo_data(today()).ok());
+    auto logging = make_logging(path_, Strategy::kHoldfast, Clock::system(), /*console=*/false);
+    ASSERT_TRUE(logging.ok()) << logging.status().to_string();
+    logging_ = std::move(*logging);
+    PanelServer::Options po;
+    po.store = store_.get();
+    po.logger = logging_.logger.get();
+    po.serve_stale = serve_stale_;
+    server_ = std::make_unique<PanelServer>(po);
+    ASSERT_TRUE(server_->start().ok());
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    http_->set_read_timeout(seconds(30));
+    auto r = http_->Post("/login", httplib::Params{{"email", "Ada.Nowak@club.example"},
+                                                   {"password", "demo"}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 303);
+    const std::string set = r->get_header_value("Set-Cookie");
+    EXPECT_NE(set.find("HttpOnly"), std::string::npos);
+    EXPECT_NE(set.find("SameSite=Lax"), std::string::npos);
+    cookie_ = {{"Cookie", set.substr(0, set.find(';'))}};
+  }
+  void TearDown() override {
+    server_.reset();
+    logging_ = {};
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  httplib::Result schedule() {
+    return http_->Get("/dashboard/schedule?date=" + today(), cookie_);
+  }
+  std::unique_ptr<LockStorm> storm(StormKind kind) {
+    auto s = std::make_unique<LockStorm>(path_, kind, [this] {
+      store_->database().close_idle_connections();
+      if (logging_.store) {
+        static_cast<sqlite::SqliteLogStore*>(logging_.store.get())->database().close_idle_connections();
+      }
+    });
+    EXPECT_TRUE(s->begin().ok());
+    return s;
+  }
+
+  bool serve_stale_ = true;
+  fs::path dir_;
+  std::string path_;
+  std::unique_ptr<ClubStore> store_;
+  PanelLogging logging_;
+  std::unique_ptr<PanelServer> server_;
+  std::unique_ptr<httplib::Client> http_;
+  httplib::Headers cookie_;
+};
+
+TEST_F(PanelTest, TheScheduleRenders) {
+  auto r = schedule();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("Schedule for " + today()), std::string::npos);
+  EXPECT_NE(r->body.find("Riverside Court Club"), std::string::npos);
+  EXPECT_NE(r->body.find("data-game="), std::string::npos);
+  auto api = http_->Get("/api/schedule?date=" + today(), cookie_);
+  ASSERT_TRUE(api);
+  EXPECT_EQ(api->status, 200);
+  EXPECT_NE(api->body.find("\"games\":[{"), std::string::npos);
+}
+
+TEST_F(PanelTest, WithoutASessionThePageSendsYouToLogin) {
+  httplib::Client anon("127.0.0.1", server_->port());
+  auto r = anon.Get("/dashboard/schedule");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 303);
+  EXPECT_EQ(r->get_header_value("Location"), "/login");
+}
+
+TEST_F(PanelTest, DuringAThreeSecondWriteLockThePageStillShowsTheSchedule) {
+  auto lock = storm(StormKind::kWrite);
+  const auto start = Steady::now();
+  for (int i = 0; i < 5; ++i) {
+    auto r = schedule();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));  // WAL readers are not blocked
+  }
+  while (Steady::now() - start < seconds(3)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  lock->end();
+}
+
+TEST_F(PanelTest, DuringAThreeSecondReadLockThePageStillShowsTheSchedule) {
+  auto lock = storm(StormKind::kRead);
+  std::thread release([&] {
+    std::this_thread::sleep_for(seconds(3));
+    lock->end();
+  });
+  auto r = schedule();  // waits inside its 6 s window for the lock to go
+  release.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("Schedule for"), std::string::npos);
+}
+
+TEST_F(PanelTest, DuringATwentySecondReadLockItAnswers503WithRetryAfterWithinTheWindow) {
+  serve_stale_ = false;  // this test's server was built with stale pages on: rebuild without
+  TearDown();
+  SetUp();
+  auto lock = storm(StormKind::kRead);
+  const auto start = Steady::now();
+  auto r = schedule();
+  const auto took = Steady::now() - start;
+  lock->end();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  EXPECT_NE(r->body.find("id=\"digest\""), std::string::npos);
+  EXPECT_LE(took, seconds(7));  // the 6 s window plus 1 s
+}
+
+TEST_F(PanelTest, DuringATwentySecondReadLockItServesTheLastGoodScheduleWithABanner) {
+  ASSERT_EQ(schedule()->status, 200);  // a good copy to fall back on
+  auto lock = storm(StormKind::kRead);
+  const auto start = Steady::now();
+  auto r = schedule();
+  const auto took = Steady::now() - start;
+  lock->end();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(r->has_header("X-Holdfast-Stale"));
+  EXPECT_NE(r->body.find("id=\"stale-banner\""), std::string::npos);
+  EXPECT_LE(took, seconds(7));
+}
+
+TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAndNotApplied) {
+  auto lock = storm(StormKind::kWrite);
+  httplib::Headers h = cookie_;
+  h.emplace("Idempotency-Key", "during-lock");
+  const auto start = Steady::now();
+  auto r = http_->Post("/payments", h, httplib::Params{{"amount_cents", "900"}});
+  const auto took = Steady::now() - start;
+  lock->end();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("\"applied\":\"no\""), std::string::npos) << r->body;
+  EXPECT_LE(took, seconds(7));  // the 6 s window plus 1 s, busy waits included
+  auto n = store_->database().query_one<std::int64_t>(
+      "SELECT count(*) FROM idempotency_keys WHERE key = 'during-lock'");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->value_or(-1), 0);
+}
+
+TEST_F(PanelTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
+  httplib::Headers h = cookie_;
+  h.emplace("Idempotency-Key", "order-42");
+  const httplib::Params form{{"amount_cents", "1250"}, {"method", "card"}};
+  auto first = http_->Post("/payments", h, form);
+  auto second = http_->Post("/payments", h, form);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->status, 201);
+  EXPECT_EQ(second->status, 200);
+  EXPECT_NE(second->body.find("\"replayed\":true"), std::string::npos);
+  auto n = store_->database().query_one<std::int64_t>(
+      "SELECT count(*) FROM idempotency_keys WHERE key = 'order-42'");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->value_or(0), 1);
+}
+
+TEST_F(PanelTest, BadInputGets400WithAClearMessage) {
+  auto bad_date = http_->Get("/dashboard/schedule?date=2026-02-30", cookie_);
+  ASSERT_TRUE(bad_date);
+  EXPECT_EQ(bad_date->status, 400);
+  EXPECT_NE(bad_date->body.find("YYYY-MM-DD"), std::string::npos);
+  auto bad_amount =
+      http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "-5"}});
+  ASSERT_TRUE(bad_amount);
+  EXPECT_EQ(bad_amount->status, 400);
+  EXPECT_NE(bad_amount->body.find("amount_cents"), std::string::npos);
+  auto bad_method = http_->Post("/payments", cookie_,
+                                httplib::Params{{"amount_cents", "100"}, {"method", "gold"}});
+  ASSERT_TRUE(bad_method);
+  EXPECT_EQ(bad_method->status, 400);
+  auto bad_game = http_->Post("/signups", cookie_, httplib::Params{{"game_id", "abc"}});
+  ASSERT_TRUE(bad_game);
+  EXPECT_EQ(bad_game->status, 400);
+}
+
+TEST_F(PanelTest, MetricsAndHealthAnswer) {
+  ASSERT_EQ(schedule()->status, 200);
+  auto m = http_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("holdfast_panel_database_attempts_total{strategy=\"holdfast\"}"),
+            std::string::npos);
+  auto h = http_->Get("/healthz");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->body, "ok\n");
+}
+
+}  // namespace
+}  // namespace holdfast::panel
