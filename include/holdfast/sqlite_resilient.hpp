@@ -31,6 +31,7 @@
 
 #include "holdfast/result.hpp"
 #include "holdfast/retry.hpp"
+#include "holdfast/shield.hpp"
 #include "holdfast/sqlite_database.hpp"
 #include "holdfast/sqlite_options.hpp"
 #include "holdfast/sqlite_query.hpp"
@@ -46,6 +47,13 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
                                         RetryPolicy policy = RetryPolicy::origin_reads());
   // Takes over an open Database.
   explicit ResilientDatabase(Database db, RetryPolicy policy = RetryPolicy::origin_reads());
+  // With a Shield (one per database): every operation also goes through its circuit
+  // breaker and retry throttle, so while the database stays locked only probes reach it
+  // and requests get "breaker open, retry after N" instead of waiting out their windows.
+  // REQUIRES: `shield` outlives this object; its clock is the policy's clock.
+  static Result<ResilientDatabase> open(Options options, Shield& shield,
+                                        RetryPolicy policy = RetryPolicy::origin_reads());
+  ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::origin_reads());
 
   // As Database::prepare(), retried as a read.
   Result<Query> prepare(std::string_view sql);
@@ -71,6 +79,8 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   int close_idle_connections() noexcept { return db_.close_idle_connections(); }
   [[nodiscard]] Database& database() noexcept { return db_; }
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
+  // The Shield operations go through, or nullptr.
+  [[nodiscard]] Shield* shield() const noexcept { return shield_; }
 
  private:
   // THE SEAM: every operation this class retries passes through here, once per operation
@@ -84,6 +94,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
     std::optional<RequestScope> own;  // a window for the busy handler outside any scope
     if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
+    if (shield_ != nullptr) return shield_->run(policy_, op, attempt);
     return holdfast::retry(policy_, op, attempt);
   }
 
@@ -93,6 +104,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
 
   Database db_;
   RetryPolicy policy_;
+  Shield* shield_ = nullptr;
 };
 
 template <class Body>

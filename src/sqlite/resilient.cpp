@@ -11,6 +11,16 @@ Result<ResilientDatabase> ResilientDatabase::open(Options options, RetryPolicy p
 ResilientDatabase::ResilientDatabase(Database db, RetryPolicy policy)
     : db_(std::move(db)), policy_(std::move(policy)) {}
 
+Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& shield,
+                                                  RetryPolicy policy) {
+  Result<Database> db = Database::open(std::move(options));
+  if (!db.ok()) return db.status();
+  return ResilientDatabase(std::move(*db), shield, std::move(policy));
+}
+
+ResilientDatabase::ResilientDatabase(Database db, Shield& shield, RetryPolicy policy)
+    : db_(std::move(db)), policy_(std::move(policy)), shield_(&shield) {}
+
 Result<Query> ResilientDatabase::resolve(QueryRef q) {
   // Preparing SQL text runs nothing, so it is retried like a read whatever the SQL is.
   return run(Operation::read("sqlite.prepare"), [&] { return db_.prepare(q.sql()); });

@@ -452,3 +452,57 @@ TEST_F(Faults, AResilientTransactionThatFailsLeavesNoPartialRows) {
 
 }  // namespace
 }  // namespace holdfast::sqlite
+
+namespace holdfast::sqlite {
+namespace {
+
+class ShieldedFaults : public Faults {};
+
+TEST_F(ShieldedFaults, WithAShieldALongLockOpensTheBreakerSoRequestsFailFastWithRetryAfter) {
+  create(JournalMode::kDelete);
+  Shield shield("club");
+  Options options;
+  options.path = path;
+  options.journal_mode = JournalMode::kDelete;
+  options.busy_timeout = milliseconds(100);
+  Result<ResilientDatabase> opened = ResilientDatabase::open(options, shield);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  ResilientDatabase& db = *opened;
+  Result<Query> q = db.prepare("SELECT v FROM kv WHERE id = ?");
+  ASSERT_TRUE(q.ok());
+  Result<LockHolder> lock =
+      LockHolder::acquire({.path = path, .kind = LockKind::kBeginExclusive, .hold = seconds(10)});
+  ASSERT_TRUE(lock.ok()) << lock.status().to_string();
+
+  // Requests with short windows while the file stays locked.
+  int breaker_open = 0;
+  for (int i = 0; i < 12; ++i) {
+    RequestScope request(milliseconds(400));
+    Result<std::optional<std::int64_t>> v = db.query_one<std::int64_t>(*q, 1);
+    ASSERT_FALSE(v.ok());
+    if (v.status().stop_reason() == StopReason::kBreakerOpen) {
+      ++breaker_open;
+      EXPECT_GT(v.status().retry_after(), Duration::zero()) << v.status().to_string();
+      EXPECT_FALSE(v.status().fault().overload);  // our own shedding is not overload
+    }
+  }
+  EXPECT_NE(shield.breaker().state(), BreakerState::kClosed);
+  EXPECT_GT(breaker_open, 0);
+  const Metrics::Snapshot during = shield.metrics().snapshot();
+  EXPECT_GT(during.breaker_rejected, 0u);
+
+  // Once the lock is gone a probe gets through and the breaker closes again.
+  lock->release();
+  bool served = false;
+  const TimePoint start = Clock::system().now();
+  while (!served && elapsed_since(start) < seconds(5)) {
+    RequestScope request(seconds(2));
+    Result<std::optional<std::int64_t>> v = db.query_one<std::int64_t>(*q, 1);
+    served = v.ok() && v->value_or(0) == 10;
+  }
+  EXPECT_TRUE(served);
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+}
+
+}  // namespace
+}  // namespace holdfast::sqlite
