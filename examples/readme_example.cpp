@@ -1,6 +1,6 @@
+#include <cstdio>
 #include <holdfast/classify.hpp>
 #include <holdfast/retry.hpp>
-#include <cstdio>
 
 // Your own database call: locked twice (SQLITE_BUSY), then it answers.
 holdfast::Result<int> count_games(int& calls) {
@@ -13,8 +13,9 @@ int main() {
   holdfast::RequestScope request;  // one 6 s retry window for the whole request
   int calls = 0;
   holdfast::RetryStats stats;
-  auto games = holdfast::retry(reads, holdfast::Operation::read("schedule.games"),
-                               [&] { return count_games(calls); }, &stats);
+  auto games = holdfast::retry(
+      reads, holdfast::Operation::read("schedule.games"), [&] { return count_games(calls); },
+      &stats);
   if (!games.ok()) return std::puts(games.status().to_string().c_str()), 1;
   std::printf("%d games after %d attempts\n", *games, stats.attempts);
 }

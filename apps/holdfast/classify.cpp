@@ -69,8 +69,7 @@ void add_classify_command(CLI::App& app) {
   auto args = std::make_shared<ClassifyArgs>();
   CLI::App* cmd = app.add_subcommand(
       "classify", "Say whether a statement is a read (retried) or a write, and why");
-  CLI::Option* db =
-      cmd->add_option("--db", args->db, "SQLite database file (opened read-only)");
+  CLI::Option* db = cmd->add_option("--db", args->db, "SQLite database file (opened read-only)");
   CLI::Option* pg = cmd->add_option(
       "--pg", args->pg, "PostgreSQL connection URL (the statement is parsed, never run)");
   db->excludes(pg);

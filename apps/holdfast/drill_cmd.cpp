@@ -20,8 +20,7 @@ struct DrillArgs {
   panel::DrillOptions options;
   std::vector<double> storms = {2, 5, 20};
   std::vector<std::string> kinds = {"write", "read"};
-  std::vector<std::string> strategies = {"none", "naive", "backoff", "origin-breaker",
-                                         "holdfast"};
+  std::vector<std::string> strategies = {"none", "naive", "backoff", "origin-breaker", "holdfast"};
 };
 
 void run_drill_command(DrillArgs& args) {

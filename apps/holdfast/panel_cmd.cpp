@@ -28,8 +28,10 @@ struct PanelArgs {
 void run_panel(const PanelArgs& args) {
   panel::Strategy strategy;
   if (!panel::parse_strategy(args.strategy, strategy)) {
-    fmt::print(stderr, "error: unknown --strategy '{}' (none, naive, backoff, origin-breaker, "
-                       "holdfast)\n", args.strategy);
+    fmt::print(stderr,
+               "error: unknown --strategy '{}' (none, naive, backoff, origin-breaker, "
+               "holdfast)\n",
+               args.strategy);
     throw CLI::RuntimeError(2);
   }
   // Wait for SIGINT/SIGTERM on this thread; block them before the server's threads start.

@@ -89,7 +89,9 @@ std::string add_days(std::string_view date, int n) {
                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
 }
 
-Status bad(std::string_view what) { return Status(Code::kInvalidArgument, std::string(what)); }
+Status bad(std::string_view what) {
+  return Status(Code::kInvalidArgument, std::string(what));
+}
 
 }  // namespace
 
@@ -142,13 +144,16 @@ auto ClubStore::run(Operation op, F&& attempt, bool session_read) -> std::invoke
   // The baselines retry whatever looks transient, as a plain retry decorator does.
   const Operation anything{Idempotency::kIdempotent, true, op.label};
   switch (options_.strategy) {
-    case Strategy::kNone: return counted();
-    case Strategy::kNaive: return retry(naive_, anything, counted);
-    case Strategy::kBackoff: return retry(tenacity_, anything, counted);
+    case Strategy::kNone:
+      return counted();
+    case Strategy::kNaive:
+      return retry(naive_, anything, counted);
+    case Strategy::kBackoff:
+      return retry(tenacity_, anything, counted);
     case Strategy::kOriginBreaker: {
       if (!origin_breaker_->can_attempt()) {
-        return R(Status(Code::kUnavailable,
-                        "Circuit OPEN - database unavailable, request skipped"));
+        return R(
+            Status(Code::kUnavailable, "Circuit OPEN - database unavailable, request skipped"));
       }
       R r = retry(tenacity_, anything, counted);
       if (is_ok(r)) {
@@ -166,8 +171,8 @@ auto ClubStore::run(Operation op, F&& attempt, bool session_read) -> std::invoke
 
 Status ClubStore::ensure_demo_data(std::string_view today) {
   if (Status s = db_.execute_script(kSchema); !s.ok()) return s.annotate("creating the schema");
-  Result<std::optional<std::int64_t>> courts = db_.query_one<std::int64_t>(
-      "SELECT count(*) FROM courts");
+  Result<std::optional<std::int64_t>> courts =
+      db_.query_one<std::int64_t>("SELECT count(*) FROM courts");
   if (!courts.ok()) return courts.status();
   if (courts->value_or(0) > 0) return Status();
 
@@ -193,8 +198,9 @@ Status ClubStore::ensure_demo_data(std::string_view today) {
           !s.ok())
         return s;
     }
-    const std::array<const char*, 12> first = {"Ada",  "Bartek", "Chi",  "Dorota", "Emil", "Fang",
-                                               "Gosia", "Huong", "Igor", "Jana",   "Khanh", "Lena"};
+    const std::array<const char*, 12> first = {"Ada",  "Bartek", "Chi",   "Dorota",
+                                               "Emil", "Fang",   "Gosia", "Huong",
+                                               "Igor", "Jana",   "Khanh", "Lena"};
     const std::array<const char*, 5> last = {"Nowak", "Tran", "Kowalska", "Nguyen", "Smith"};
     int user_count = 0;
     for (const char* f : first) {
@@ -203,8 +209,7 @@ Status ClubStore::ensure_demo_data(std::string_view today) {
         const std::string email = fmt::format("{}.{}@club.example", f, l);
         const char* role = user_count == 1 ? "admin" : (user_count % 9 == 0 ? "staff" : "member");
         if (Status s = exec("INSERT INTO users(name, email, role, password_hash) VALUES (?,?,?,?)",
-                            fmt::format("{} {}", f, l), email, role,
-                            password_hash(email, "demo"));
+                            fmt::format("{} {}", f, l), email, role, password_hash(email, "demo"));
             !s.ok())
           return s;
       }
@@ -250,14 +255,15 @@ Status ClubStore::ensure_demo_data(std::string_view today) {
     const std::array<std::pair<int, const char*>, 3> holidays = {
         {{3, "Club anniversary"}, {10, "Regional holiday"}, {17, "Court maintenance day"}}};
     for (const auto& [offset, name] : holidays) {
-      if (Status s = exec("INSERT INTO holidays(date, name) VALUES (?, ?)",
-                          add_days(today, offset), name);
+      if (Status s =
+              exec("INSERT INTO holidays(date, name) VALUES (?, ?)", add_days(today, offset), name);
           !s.ok())
         return s;
     }
     for (const auto& [k, v] : std::array<std::pair<const char*, const char*>, 3>{
              {{"club_name", "Riverside Court Club"}, {"currency", "PLN"}, {"timezone", "UTC"}}}) {
-      if (Status s = exec("INSERT INTO settings(key, value) VALUES (?, ?)", k, v); !s.ok()) return s;
+      if (Status s = exec("INSERT INTO settings(key, value) VALUES (?, ?)", k, v); !s.ok())
+        return s;
     }
     return Status();
   });
@@ -285,8 +291,8 @@ Result<std::vector<Game>> ClubStore::games_on(std::string_view date) {
                          std::string, std::int64_t, std::int64_t>;
   const std::string next = day_after(date);
   Result<std::vector<Row>> rows = run(Operation::read("schedule.games"), [&] {
-    return db_.query<std::int64_t, std::string, std::string, std::string, std::string,
-                     std::string, std::int64_t, std::int64_t>(
+    return db_.query<std::int64_t, std::string, std::string, std::string, std::string, std::string,
+                     std::int64_t, std::int64_t>(
         "SELECT g.id, c.name, a.name, a.color, g.starts_at, g.ends_at, g.capacity, "
         "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
         "FROM games g JOIN courts c ON c.id = g.court_id "
@@ -315,9 +321,8 @@ Result<ScheduleContext> ClubStore::context_on(std::string_view date) {
     if (k == "club_name") ctx.club_name = v;
     if (k == "currency") ctx.currency = v;
   }
-  auto courts = run(Operation::read("schedule.courts"), [&] {
-    return db_.query<std::string>("SELECT name FROM courts ORDER BY id");
-  });
+  auto courts = run(Operation::read("schedule.courts"),
+                    [&] { return db_.query<std::string>("SELECT name FROM courts ORDER BY id"); });
   if (!courts.ok()) return courts.status();
   ctx.courts = std::move(*courts);
   auto holidays = run(Operation::read("schedule.holidays"), [&] {
@@ -394,8 +399,7 @@ Result<PaymentReceipt> ClubStore::pay(std::int64_t user_id, std::int64_t amount_
         [&](sqlite::Transaction& tx) -> Result<PaymentReceipt> {
           if (!key.empty()) {
             auto seen = tx.query_one<std::int64_t>(
-                "SELECT result_id FROM idempotency_keys WHERE key = ? AND route = 'payments'",
-                key);
+                "SELECT result_id FROM idempotency_keys WHERE key = ? AND route = 'payments'", key);
             if (!seen.ok()) return seen.status();
             if (seen->has_value()) {
               return PaymentReceipt{**seen, amount_cents, /*replayed=*/true};
@@ -438,9 +442,9 @@ Result<SignupReceipt> ClubStore::sign_up(std::int64_t user_id, std::int64_t game
           if (!game.ok()) return game.status();
           if (!game->has_value()) return Status(Code::kNotFound, "no such game");
           if (**game <= 0) return Status(Code::kFailedPrecondition, "the game is full");
-          auto added = tx.execute(
-              "INSERT INTO signups(game_id, user_id, created_at) VALUES (?, ?, ?)", game_id,
-              user_id, now_utc);
+          auto added =
+              tx.execute("INSERT INTO signups(game_id, user_id, created_at) VALUES (?, ?, ?)",
+                         game_id, user_id, now_utc);
           if (!added.ok()) return added.status();
           if (!key.empty()) {
             auto recorded = tx.execute(
@@ -460,11 +464,12 @@ Status ClubStore::record_report(std::string_view path, std::string_view digest,
   if (path.size() > 500 || digest.size() > 64 || note.size() > 2000) {
     return bad("path (500), digest (64) or note (2000 characters) too long");
   }
-  return run(Operation::write("problem_reports.create"), [&] {
-           return db_.execute(
-               "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",
-               path, digest, note, now_utc);
-         })
+  return run(Operation::write("problem_reports.create"),
+             [&] {
+               return db_.execute(
+                   "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",
+                   path, digest, note, now_utc);
+             })
       .status();
 }
 

@@ -14,12 +14,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "svg_plot.hpp"
 #include "club_store.hpp"
 #include "holdfast/random.hpp"
 #include "holdfast/sqlite_log_store.hpp"
 #include "logging.hpp"
 #include "server.hpp"
+#include "svg_plot.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -57,7 +57,9 @@ struct Instance {
   void close_idle_connections() {
     store->database().close_idle_connections();
     if (logging.store) {
-      static_cast<sqlite::SqliteLogStore*>(logging.store.get())->database().close_idle_connections();
+      static_cast<sqlite::SqliteLogStore*>(logging.store.get())
+          ->database()
+          .close_idle_connections();
     }
     if (logging.sync_sink) logging.sync_sink->database().close_idle_connections();
   }
@@ -65,16 +67,22 @@ struct Instance {
   int breaker_state() {
     if (Shield* s = store->shield()) {
       switch (s->breaker().state()) {
-        case BreakerState::kClosed: return 0;
-        case BreakerState::kHalfOpen: return 1;
-        default: return 2;
+        case BreakerState::kClosed:
+          return 0;
+        case BreakerState::kHalfOpen:
+          return 1;
+        default:
+          return 2;
       }
     }
     if (OriginBreaker* b = store->origin_breaker()) {
       switch (b->state()) {
-        case OriginBreaker::State::kClosed: return 0;
-        case OriginBreaker::State::kHalfOpen: return 1;
-        case OriginBreaker::State::kOpen: return 2;
+        case OriginBreaker::State::kClosed:
+          return 0;
+        case OriginBreaker::State::kHalfOpen:
+          return 1;
+        case OriginBreaker::State::kOpen:
+          return 2;
       }
     }
     return 0;
@@ -86,8 +94,8 @@ std::string today_utc() {
 }
 
 std::string demo_email(int i) {
-  static const char* first[] = {"Ada",  "Bartek", "Chi",  "Dorota", "Emil",  "Fang",
-                                "Gosia", "Huong", "Igor", "Jana",   "Khanh", "Lena"};
+  static const char* first[] = {"Ada",   "Bartek", "Chi",  "Dorota", "Emil",  "Fang",
+                                "Gosia", "Huong",  "Igor", "Jana",   "Khanh", "Lena"};
   static const char* last[] = {"Nowak", "Tran", "Kowalska", "Nguyen", "Smith"};
   const int n = i % 60;
   return fmt::format("{}.{}@club.example", first[n / 5], last[n % 5]);
@@ -120,7 +128,9 @@ std::int64_t count_rows(const std::string& path, const std::string& sql, const s
   return n;
 }
 
-std::string kind_name(StormKind k) { return k == StormKind::kWrite ? "write" : "read"; }
+std::string kind_name(StormKind k) {
+  return k == StormKind::kWrite ? "write" : "read";
+}
 
 }  // namespace
 
@@ -140,8 +150,7 @@ Result<DrillResult> run_drill(
   if (options.workers < 1 || options.workers > 64) {
     return Status(Code::kInvalidArgument, "workers must be between 1 and 64");
   }
-  const std::vector<StormSpec> storms =
-      options.storms.empty() ? default_storms() : options.storms;
+  const std::vector<StormSpec> storms = options.storms.empty() ? default_storms() : options.storms;
   std::error_code ec;
   fs::create_directories(fs::path(options.out_dir) / "db", ec);
   if (ec) {
@@ -156,7 +165,8 @@ Result<DrillResult> run_drill(
     auto inst = std::make_unique<Instance>();
     inst->strategy = s;
     inst->path = (fs::path(options.out_dir) / "db" / fmt::format("{}.db", to_string(s))).string();
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(inst->path + suffix, ec);
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+      fs::remove(inst->path + suffix, ec);
     ClubStore::Options store_options;
     store_options.path = inst->path;
     store_options.strategy = s;
@@ -168,8 +178,7 @@ Result<DrillResult> run_drill(
         "SELECT coalesce(max(id), 0) FROM payments");
     if (!last.ok()) return last.status();
     inst->payments_before = last->value_or(0);
-    Result<PanelLogging> logging =
-        make_logging(inst->path, s, Clock::system(), /*console=*/false);
+    Result<PanelLogging> logging = make_logging(inst->path, s, Clock::system(), /*console=*/false);
     if (!logging.ok()) return logging.status();
     inst->logging = std::move(*logging);
     PanelServer::Options server_options;
@@ -230,8 +239,8 @@ Result<DrillResult> run_drill(
           const int status = r ? r->status : 0;
           const bool stale = r && r->has_header("X-Holdfast-Stale");
           mine.push_back({start, latency, status, stale});
-          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(
-              options.think_ms * pace.uniform(0.5, 1.5)));
+          std::this_thread::sleep_for(
+              std::chrono::duration<double, std::milli>(options.think_ms * pace.uniform(0.5, 1.5)));
         }
         std::lock_guard<std::mutex> lock(inst->mutex);
         inst->records.insert(inst->records.end(), mine.begin(), mine.end());
@@ -242,8 +251,7 @@ Result<DrillResult> run_drill(
       int i = 0;
       while (!stop) {
         sqlite3* db = nullptr;
-        if (sqlite3_open_v2(inst->path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) ==
-            SQLITE_OK) {
+        if (sqlite3_open_v2(inst->path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
           sqlite3_busy_timeout(db, 5000);
           const std::string sql = fmt::format(
               "BEGIN IMMEDIATE; CREATE TABLE IF NOT EXISTS drill_batch(id INTEGER PRIMARY KEY, "
@@ -254,7 +262,8 @@ Result<DrillResult> run_drill(
           }
         }
         sqlite3_close_v2(db);
-        for (int k = 0; k < 20 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int k = 0; k < 20 && !stop; ++k)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
   }
@@ -273,7 +282,8 @@ Result<DrillResult> run_drill(
   });
 
   double total = options.warmup_s;
-  for (const StormSpec& s : storms) total += s.seconds + options.gap_s;
+  for (const StormSpec& s : storms)
+    total += s.seconds + options.gap_s;
   const auto wait_until = [&](double t, const std::string& what,
                               const std::function<void()>& tick = {}) {
     while (since() < t) {
@@ -293,15 +303,16 @@ Result<DrillResult> run_drill(
     std::vector<std::unique_ptr<LockStorm>> locks;
     for (auto& inst : instances) {
       Instance* raw = inst.get();
-      locks.push_back(std::make_unique<LockStorm>(
-          inst->path, spec.kind, [raw] { raw->close_idle_connections(); }));
+      locks.push_back(std::make_unique<LockStorm>(inst->path, spec.kind,
+                                                  [raw] { raw->close_idle_connections(); }));
     }
     std::vector<std::thread> starters;
     std::vector<Status> started(locks.size());
     for (std::size_t i = 0; i < locks.size(); ++i) {
       starters.emplace_back([&, i] { started[i] = locks[i]->begin(); });
     }
-    for (auto& th : starters) th.join();
+    for (auto& th : starters)
+      th.join();
     StormResult sr;
     sr.spec = spec;
     sr.start_s = since();
@@ -309,7 +320,8 @@ Result<DrillResult> run_drill(
     for (const Status& st : started) {
       if (!st.ok()) {
         stop = true;
-        for (auto& th : threads) th.join();
+        for (auto& th : threads)
+          th.join();
         return Status(st).annotate(what);
       }
     }
@@ -317,9 +329,11 @@ Result<DrillResult> run_drill(
     // recycling idle connections, so none that opened before the storm outlives it.
     wait_until(sr.start_s + spec.seconds, what, [&] {
       if (spec.kind != StormKind::kRead) return;
-      for (auto& inst : instances) inst->close_idle_connections();
+      for (auto& inst : instances)
+        inst->close_idle_connections();
     });
-    for (auto& l : locks) l->end();
+    for (auto& l : locks)
+      l->end();
     sr.end_s = since();
     storm_wall.emplace_back(wall_start, std::string(utc_stamp(WallClock::system().now()).view()));
     result.storms.push_back(sr);
@@ -340,7 +354,8 @@ Result<DrillResult> run_drill(
   }
   if (since() - tail_start > 0.5) wait_until(since() + 2.0, "log sinks resumed");
   stop = true;
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   for (auto& inst : instances) {
     if (inst->logging.sink) inst->logging.sink->flush(std::chrono::seconds(5));
     inst->server->stop();
@@ -352,8 +367,8 @@ Result<DrillResult> run_drill(
     StormResult& sr = result.storms[si];
     const double from = sr.start_s;
     // The last storm's period ends after its gap: the log tail that follows is not storm.
-    const double to = si + 1 < result.storms.size() ? result.storms[si + 1].start_s
-                                                    : sr.end_s + options.gap_s;
+    const double to =
+        si + 1 < result.storms.size() ? result.storms[si + 1].start_s : sr.end_s + options.gap_s;
     const std::string wall_from = storm_wall[si].first;
     const std::string wall_end = storm_wall[si].second;
     for (auto& inst : instances) {
@@ -414,8 +429,8 @@ Result<DrillResult> run_drill(
         if (s.t >= b && s.t < b + 1) breaker = std::max(breaker, s.breaker);
       }
       result.timeline.push_back({static_cast<double>(b), std::string(to_string(inst->strategy)),
-                                 req[static_cast<std::size_t>(b)],
-                                 err[static_cast<std::size_t>(b)], breaker});
+                                 req[static_cast<std::size_t>(b)], err[static_cast<std::size_t>(b)],
+                                 breaker});
     }
     // Every drill payment carries a key; applied once per key means payment rows made
     // during the drill equal the keys recorded.
@@ -440,10 +455,10 @@ std::string drill_table(const DrillResult& result) {
                        "requests", "errors", "503", "stale", "p50 ms", "p99 ms", "max ms",
                        "attempts/r", "log rows", "gap");
     for (const StrategyResult& r : s.strategies) {
-      out += fmt::format("  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9.0f}{:>9.0f}{:>9.0f}{:>10.2f}{:>10}{:>6}\n",
-                         r.name, r.requests, r.error_pages, r.status_503, r.stale, r.p50_ms,
-                         r.p99_ms, r.max_ms, r.attempts_per_request, r.log_rows_during_storm,
-                         r.gap_line ? "yes" : "no");
+      out += fmt::format(
+          "  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9.0f}{:>9.0f}{:>9.0f}{:>10.2f}{:>10}{:>6}\n", r.name,
+          r.requests, r.error_pages, r.status_503, r.stale, r.p50_ms, r.p99_ms, r.max_ms,
+          r.attempts_per_request, r.log_rows_during_storm, r.gap_line ? "yes" : "no");
     }
   }
   out += fmt::format("\npayments sent: {}; applied twice: {}\n", result.payments_sent,
@@ -493,14 +508,15 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
       options.workers, result.seconds);
   for (const StormResult& s : result.storms) {
     md += fmt::format("\n## {} lock storm, {:g} s\n\n", kind_name(s.spec.kind), s.spec.seconds);
-    md += "| strategy | requests | error pages | 503 | stale | p50 ms | p99 ms | max ms | "
-          "attempts/request | log rows during storm | gap line |\n";
+    md +=
+        "| strategy | requests | error pages | 503 | stale | p50 ms | p99 ms | max ms | "
+        "attempts/request | log rows during storm | gap line |\n";
     md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     for (const StrategyResult& r : s.strategies) {
-      md += fmt::format("| {} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {} | {} |\n",
-                        r.name, r.requests, r.error_pages, r.status_503, r.stale, r.p50_ms,
-                        r.p99_ms, r.max_ms, r.attempts_per_request, r.log_rows_during_storm,
-                        r.gap_line ? "yes" : "no");
+      md += fmt::format(
+          "| {} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {} | {} |\n", r.name,
+          r.requests, r.error_pages, r.status_503, r.stale, r.p50_ms, r.p99_ms, r.max_ms,
+          r.attempts_per_request, r.log_rows_during_storm, r.gap_line ? "yes" : "no");
     }
   }
   md += fmt::format("\nPayments sent: {}; applied twice: {}.\n\n![timeline](drill-timeline.svg)\n",
@@ -540,7 +556,8 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
     }
     charts[0].series.push_back(req);
     charts[1].series.push_back(err);
-    if (st == Strategy::kHoldfast || st == Strategy::kOriginBreaker) charts[2].series.push_back(brk);
+    if (st == Strategy::kHoldfast || st == Strategy::kOriginBreaker)
+      charts[2].series.push_back(brk);
   }
   std::ofstream(dir / "drill-timeline.svg") << svg::render(charts);
   if (!fs::exists(dir / "drill-report.json")) {

@@ -35,12 +35,12 @@ struct DrillOptions {
   std::vector<StormSpec> storms;  // empty: the defaults (see default_storms())
   int workers = 8;                // per strategy
   double warmup_s = 3.0;
-  double gap_s = 4.0;             // quiet time after each storm
-  int think_ms = 100;             // a worker's pause between requests
-  int pay_every = 10;             // every Nth request of a worker is a payment
+  double gap_s = 4.0;  // quiet time after each storm
+  int think_ms = 100;  // a worker's pause between requests
+  int pay_every = 10;  // every Nth request of a worker is a payment
   std::uint64_t seed = 1;
   std::string out_dir = "drill-out";
-  bool progress = true;           // a progress bar on stderr
+  bool progress = true;  // a progress bar on stderr
   // After the last storm, wait at most this long for paused log sinks to resume (their
   // 30 s pause), so the gap lines they write can be counted.
   double log_tail_s = 35.0;
@@ -81,14 +81,14 @@ struct DrillResult {
   std::vector<StormResult> storms;
   std::vector<TimelinePoint> timeline;
   double seconds = 0;
-  std::int64_t payments_sent = 0;      // across strategies
-  std::int64_t payments_doubled = 0;   // rows beyond one per idempotency key (must be 0)
+  std::int64_t payments_sent = 0;     // across strategies
+  std::int64_t payments_doubled = 0;  // rows beyond one per idempotency key (must be 0)
 };
 
 // Runs the drill. `progress(done_s, total_s, what)` is called a few times a second.
-Result<DrillResult> run_drill(const DrillOptions& options,
-                              const std::function<void(double, double, const std::string&)>&
-                                  progress = {});
+Result<DrillResult> run_drill(
+    const DrillOptions& options,
+    const std::function<void(double, double, const std::string&)>& progress = {});
 
 // drill-report.md, drill-report.json and drill-timeline.svg in options.out_dir.
 Status write_drill_reports(const DrillOptions& options, const DrillResult& result);

@@ -44,12 +44,23 @@ std::string escape_html(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -72,10 +83,9 @@ std::string render_schedule(const Schedule& s, const User& user,
     body += fmt::format("<div class=\"banner holiday\">Holiday: {}</div>", escape_html(h));
   }
   body += fmt::format("<h1 id=\"schedule-title\">Schedule for {}</h1>", escape_html(s.date));
-  body += fmt::format(
-      "<p>{} courts &middot; {} games &middot; today's payments: {} ({})</p>",
-      s.context.courts.size(), s.games.size(), s.context.payments_today,
-      money(s.context.cash_today_cents, s.context.currency));
+  body += fmt::format("<p>{} courts &middot; {} games &middot; today's payments: {} ({})</p>",
+                      s.context.courts.size(), s.games.size(), s.context.payments_today,
+                      money(s.context.cash_today_cents, s.context.currency));
   body +=
       "<table id=\"schedule\"><thead><tr><th>Time</th><th>Court</th><th>Activity</th>"
       "<th>Signed up</th></tr></thead><tbody>";
@@ -83,8 +93,8 @@ std::string render_schedule(const Schedule& s, const User& user,
     body += fmt::format(
         "<tr data-game=\"{}\"><td>{}&ndash;{}</td><td>{}</td><td><span class=\"dot\" "
         "style=\"background:{}\"></span>{}</td><td>{} / {}</td></tr>",
-        g.id, time_of(g.starts_at), time_of(g.ends_at), escape_html(g.court),
-        escape_html(g.color), escape_html(g.activity), g.signed_up, g.capacity);
+        g.id, time_of(g.starts_at), time_of(g.ends_at), escape_html(g.court), escape_html(g.color),
+        escape_html(g.activity), g.signed_up, g.capacity);
   }
   if (s.games.empty()) body += "<tr><td colspan=\"4\">No games on this day.</td></tr>";
   body += "</tbody></table></main>";
@@ -119,9 +129,9 @@ std::string render_login(std::string_view error) {
 }
 
 std::string render_bad_request(std::string_view what) {
-  return page("Bad request",
-              fmt::format("<main><h1>That request was not valid</h1><p>{}</p></main>",
-                          escape_html(what)));
+  return page(
+      "Bad request",
+      fmt::format("<main><h1>That request was not valid</h1><p>{}</p></main>", escape_html(what)));
 }
 
 }  // namespace holdfast::panel

@@ -18,7 +18,7 @@ void SyncTableSink::write(const LogEntry& entry) {
     failures_++;
     if (report_failures_)
       console::write(Level::kError, "logger",
-                   "Failed to save log to database: " + row.status().to_string());
+                     "Failed to save log to database: " + row.status().to_string());
   }
 }
 

@@ -25,9 +25,7 @@ class SyncTableSink final : public Sink {
   // origin's logger did (the drill turns it off to keep its progress bar readable).
   SyncTableSink(sqlite::Database db, bool report_failures) noexcept
       : db_(std::move(db)), report_failures_(report_failures) {}
-  [[nodiscard]] bool accepts(Level level) const noexcept override {
-    return level >= Level::kInfo;
-  }
+  [[nodiscard]] bool accepts(Level level) const noexcept override { return level >= Level::kInfo; }
   void write(const LogEntry& entry) override;
   [[nodiscard]] std::uint64_t failures() const noexcept { return failures_.load(); }
   [[nodiscard]] sqlite::Database& database() noexcept { return db_; }

@@ -10,16 +10,20 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "html.hpp"
 #include "holdfast/window.hpp"
+#include "html.hpp"
 
 namespace holdfast::panel {
 namespace {
 
 using nlohmann::json;
 
-std::string now_utc() { return std::string(utc_stamp(WallClock::system().now()).view()); }
-std::string today_utc() { return now_utc().substr(0, 10); }
+std::string now_utc() {
+  return std::string(utc_stamp(WallClock::system().now()).view());
+}
+std::string today_utc() {
+  return now_utc().substr(0, 10);
+}
 
 bool valid_date(std::string_view s) {
   if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
@@ -40,7 +44,8 @@ std::string cookie_value(const httplib::Request& req, std::string_view name) {
     const auto semi = rest.find(';');
     std::string_view part = rest.substr(0, semi);
     rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
-    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.front() == ' ')
+      part.remove_prefix(1);
     if (part.size() > name.size() && part.substr(0, name.size()) == name &&
         part[name.size()] == '=') {
       return std::string(part.substr(name.size() + 1));
@@ -55,8 +60,10 @@ bool is_busy(const Status& s) {
     case StopReason::kWindowSpent:
     case StopReason::kBreakerOpen:
     case StopReason::kThrottled:
-    case StopReason::kAttemptsExhausted: return true;
-    default: break;
+    case StopReason::kAttemptsExhausted:
+      return true;
+    default:
+      break;
   }
   return s.fault().transient() || s.code() == Code::kUnavailable ||
          s.code() == Code::kDeadlineExceeded || s.code() == Code::kResourceExhausted;
@@ -107,7 +114,8 @@ struct PanelServer::Toucher {
   void loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !pending_.empty(); });
+      wake_.wait_for(lock, std::chrono::milliseconds(200),
+                     [&] { return stop_ || !pending_.empty(); });
       std::set<std::string> batch;
       batch.swap(pending_);
       lock.unlock();
@@ -142,15 +150,17 @@ PanelServer::PanelServer(Options options)
   install_routes();
 }
 
-PanelServer::~PanelServer() { stop(); }
+PanelServer::~PanelServer() {
+  stop();
+}
 
 Status PanelServer::start() {
-  port_ = options_.port == 0 ? http_->bind_to_any_port(options_.host)
-                             : (http_->bind_to_port(options_.host, options_.port) ? options_.port
-                                                                                  : -1);
+  port_ = options_.port == 0
+              ? http_->bind_to_any_port(options_.host)
+              : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port_ <= 0) {
-    return Status(Code::kUnavailable, fmt::format("cannot listen on {}:{} (in use?)",
-                                                  options_.host, options_.port));
+    return Status(Code::kUnavailable,
+                  fmt::format("cannot listen on {}:{} (in use?)", options_.host, options_.port));
   }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   return Status();
@@ -178,8 +188,7 @@ std::string PanelServer::metrics_text() const {
   counter("responses_busy_total", "Requests answered 503 (database busy).",
           counters_.busy_503.load());
   counter("responses_error_total", "Requests answered 500.", counters_.error_500.load());
-  counter("stale_pages_total", "Schedules served from the last good copy.",
-          counters_.stale.load());
+  counter("stale_pages_total", "Schedules served from the last good copy.", counters_.stale.load());
   counter("bad_requests_total", "Requests answered 4xx for bad input.",
           counters_.bad_request.load());
   counter("database_attempts_total", "Database attempts made by the panel.", store.attempts());
@@ -194,13 +203,13 @@ void PanelServer::install_routes() {
 
   // Answers a failed request: 503 for a busy database (holdfast), a generic error page
   // otherwise. The digest ties the page to the console line.
-  auto fail = [this, &log, holdfast](httplib::Response& res, const Status& s,
-                                     std::string_view path, bool as_json) {
-    const std::string digest =
-        fmt::format("{:010x}", (static_cast<std::uint64_t>(
-                                    std::chrono::steady_clock::now().time_since_epoch().count()) *
-                                0x9e3779b97f4a7c15ULL) ^
-                                   digest_counter_.fetch_add(1));
+  auto fail = [this, &log, holdfast](httplib::Response& res, const Status& s, std::string_view path,
+                                     bool as_json) {
+    const std::string digest = fmt::format(
+        "{:010x}",
+        (static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) *
+         0x9e3779b97f4a7c15ULL) ^
+            digest_counter_.fetch_add(1));
     const std::string detail = s.to_string();
     if (s.code() == Code::kInvalidArgument && s.stop_reason() == StopReason::kNone) {
       counters_.bad_request++;
@@ -220,11 +229,10 @@ void PanelServer::install_routes() {
       res.status = 503;
       res.set_header("Retry-After", std::to_string(after));
       if (as_json) {
-        res.set_content(json{{"error", "the database is busy"},
-                             {"retry_after_s", after},
-                             {"digest", digest}}
-                            .dump(),
-                        "application/json");
+        res.set_content(
+            json{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}}
+                .dump(),
+            "application/json");
       } else {
         res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
       }
@@ -261,7 +269,7 @@ void PanelServer::install_routes() {
   });
 
   http_->Post("/login", [this, &store, holdfast, fail](const httplib::Request& req,
-                                                      httplib::Response& res) {
+                                                       httplib::Response& res) {
     counters_.requests++;
     const std::string email = req.get_param_value("email");
     const std::string password = req.get_param_value("password");
@@ -286,8 +294,8 @@ void PanelServer::install_routes() {
   });
 
   // The schedule: a session read and two query groups, inside one RequestScope (holdfast).
-  auto load_schedule = [this, &store, holdfast](const httplib::Request& req,
-                                                httplib::Response& res, bool as_json) {
+  auto load_schedule = [this, &store, holdfast](const httplib::Request& req, httplib::Response& res,
+                                                bool as_json) {
     counters_.requests++;
     const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
     if (!valid_date(date)) {
@@ -355,9 +363,13 @@ void PanelServer::install_routes() {
       if (as_json) {
         json j = {{"date", date}, {"stale_as_of", copy->as_of}, {"games", json::array()}};
         for (const Game& g : copy->schedule.games) {
-          j["games"].push_back({{"id", g.id}, {"court", g.court}, {"activity", g.activity},
-                                {"starts_at", g.starts_at}, {"ends_at", g.ends_at},
-                                {"capacity", g.capacity}, {"signed_up", g.signed_up}});
+          j["games"].push_back({{"id", g.id},
+                                {"court", g.court},
+                                {"activity", g.activity},
+                                {"starts_at", g.starts_at},
+                                {"ends_at", g.ends_at},
+                                {"capacity", g.capacity},
+                                {"signed_up", g.signed_up}});
         }
         res.set_content(j.dump(), "application/json");
       } else {
@@ -379,9 +391,13 @@ void PanelServer::install_routes() {
                 {"holidays", schedule.context.holidays},
                 {"games", json::array()}};
       for (const Game& g : schedule.games) {
-        j["games"].push_back({{"id", g.id}, {"court", g.court}, {"activity", g.activity},
-                              {"starts_at", g.starts_at}, {"ends_at", g.ends_at},
-                              {"capacity", g.capacity}, {"signed_up", g.signed_up}});
+        j["games"].push_back({{"id", g.id},
+                              {"court", g.court},
+                              {"activity", g.activity},
+                              {"starts_at", g.starts_at},
+                              {"ends_at", g.ends_at},
+                              {"capacity", g.capacity},
+                              {"signed_up", g.signed_up}});
       }
       res.set_content(j.dump(), "application/json");
     } else {
@@ -407,9 +423,9 @@ void PanelServer::install_routes() {
   auto signed_in = [this, &store](const httplib::Request& req, httplib::Response& res,
                                   std::int64_t& user_id) -> std::optional<Status> {
     const std::string token = cookie_value(req, "session");
-    Result<std::optional<User>> who =
-        token.empty() ? Result<std::optional<User>>(std::optional<User>())
-                      : store.session(token, now_utc());
+    Result<std::optional<User>> who = token.empty()
+                                          ? Result<std::optional<User>>(std::optional<User>())
+                                          : store.session(token, now_utc());
     if (!who.ok()) return who.status();
     if (!who->has_value()) {
       counters_.bad_request++;
@@ -423,8 +439,8 @@ void PanelServer::install_routes() {
   auto write_failed = [fail](httplib::Response& res, const Status& s, std::string_view path) {
     fail(res, s, path, true);
     if (res.status == 503) {
-      const bool nothing_applied = s.txn_state() == TxnState::kRolledBack ||
-                                   s.fault().outcome == Outcome::kNotApplied;
+      const bool nothing_applied =
+          s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
       json j = json::parse(res.body);
       j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
       res.body = j.dump();
@@ -442,15 +458,15 @@ void PanelServer::install_routes() {
     if (!auth->ok()) return write_failed(res, *auth, "/payments");
     std::int64_t cents = 0;
     if (!positive_integer(req.get_param_value("amount_cents"), cents)) {
-      return write_failed(res,
-                          Status(Code::kInvalidArgument,
-                                 "amount_cents must be a positive whole number of cents"),
-                          "/payments");
+      return write_failed(
+          res,
+          Status(Code::kInvalidArgument, "amount_cents must be a positive whole number of cents"),
+          "/payments");
     }
     const std::string method =
         req.has_param("method") ? req.get_param_value("method") : std::string("card");
-    Result<PaymentReceipt> paid = store.pay(user_id, cents, method,
-                                            req.get_header_value("Idempotency-Key"), now_utc());
+    Result<PaymentReceipt> paid =
+        store.pay(user_id, cents, method, req.get_header_value("Idempotency-Key"), now_utc());
     if (!paid.ok()) return write_failed(res, paid.status(), "/payments");
     if (!paid->replayed) {
       log.info("payments", "payment recorded",
@@ -476,9 +492,9 @@ void PanelServer::install_routes() {
     if (!auth->ok()) return write_failed(res, *auth, "/signups");
     std::int64_t game = 0;
     if (!positive_integer(req.get_param_value("game_id"), game)) {
-      return write_failed(
-          res, Status(Code::kInvalidArgument, "game_id must be a positive whole number"),
-          "/signups");
+      return write_failed(res,
+                          Status(Code::kInvalidArgument, "game_id must be a positive whole number"),
+                          "/signups");
     }
     Result<SignupReceipt> added =
         store.sign_up(user_id, game, req.get_header_value("Idempotency-Key"), now_utc());
@@ -503,7 +519,7 @@ void PanelServer::install_routes() {
   });
 
   http_->Post("/report", [this, &store, &log, holdfast](const httplib::Request& req,
-                                                       httplib::Response& res) {
+                                                        httplib::Response& res) {
     counters_.requests++;
     std::optional<RequestScope> scope;
     if (holdfast) scope.emplace(options_.window, store.clock());
@@ -513,7 +529,8 @@ void PanelServer::install_routes() {
     const std::string now = now_utc();
     // The console always gets the report, even when the database cannot take it.
     log.warn("report", "problem reported",
-             {{"path", std::string_view(path)}, {"digest", std::string_view(digest)},
+             {{"path", std::string_view(path)},
+              {"digest", std::string_view(digest)},
               {"at", std::string_view(now)}});
     Status recorded = store.record_report(path, digest, note, now);
     if (recorded.code() == Code::kInvalidArgument) {

@@ -41,11 +41,11 @@ class PanelServer {
  public:
   struct Options {
     std::string host = "127.0.0.1";
-    int port = 0;                      // 0: any free port (see port())
-    ClubStore* store = nullptr;        // REQUIRED; outlives the server
-    Logger* logger = nullptr;          // REQUIRED; outlives the server
+    int port = 0;                               // 0: any free port (see port())
+    ClubStore* store = nullptr;                 // REQUIRED; outlives the server
+    Logger* logger = nullptr;                   // REQUIRED; outlives the server
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
-    bool serve_stale = true;           // holdfast: last good schedule instead of a 503
+    bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;
   };
 

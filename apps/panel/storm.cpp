@@ -11,7 +11,9 @@ namespace holdfast::panel {
 LockStorm::LockStorm(std::string path, StormKind kind, std::function<void()> release)
     : path_(std::move(path)), kind_(kind), release_(std::move(release)) {}
 
-LockStorm::~LockStorm() { end(); }
+LockStorm::~LockStorm() {
+  end();
+}
 
 Status LockStorm::begin(Duration patience) {
   if (db_ != nullptr) return Status();

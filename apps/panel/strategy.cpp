@@ -4,11 +4,16 @@ namespace holdfast::panel {
 
 std::string_view to_string(Strategy strategy) noexcept {
   switch (strategy) {
-    case Strategy::kNone: return "none";
-    case Strategy::kNaive: return "naive";
-    case Strategy::kBackoff: return "backoff";
-    case Strategy::kOriginBreaker: return "origin-breaker";
-    case Strategy::kHoldfast: return "holdfast";
+    case Strategy::kNone:
+      return "none";
+    case Strategy::kNaive:
+      return "naive";
+    case Strategy::kBackoff:
+      return "backoff";
+    case Strategy::kOriginBreaker:
+      return "origin-breaker";
+    case Strategy::kHoldfast:
+      return "holdfast";
   }
   return "?";
 }
@@ -25,9 +30,8 @@ bool parse_strategy(std::string_view text, Strategy& out) noexcept {
 }
 
 const std::vector<Strategy>& all_strategies() {
-  static const std::vector<Strategy> kAll = {Strategy::kNone, Strategy::kNaive,
-                                             Strategy::kBackoff, Strategy::kOriginBreaker,
-                                             Strategy::kHoldfast};
+  static const std::vector<Strategy> kAll = {Strategy::kNone, Strategy::kNaive, Strategy::kBackoff,
+                                             Strategy::kOriginBreaker, Strategy::kHoldfast};
   return kAll;
 }
 

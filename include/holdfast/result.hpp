@@ -34,9 +34,9 @@ class [[nodiscard]] Result {
  public:
   using value_type = T;
 
-  Result(const T& value) : value_(value) {}  // NOLINT(google-explicit-constructor)
+  Result(const T& value) : value_(value) {}        // NOLINT(google-explicit-constructor)
   Result(T&& value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status status)  // NOLINT(google-explicit-constructor)
+  Result(Status status)                            // NOLINT(google-explicit-constructor)
       : status_(status.ok() ? detail::status_from_ok_without_value() : std::move(status)) {}
   template <class... Args>
   explicit Result(std::in_place_t, Args&&... args) : value_(std::forward<Args>(args)...) {}
@@ -100,12 +100,16 @@ template <class T>
 struct is_result<Result<T>> : std::true_type {};
 
 // The Status of a Status or a Result (the retry loop accepts callables returning either).
-inline const Status& status_of(const Status& s) noexcept { return s; }
+inline const Status& status_of(const Status& s) noexcept {
+  return s;
+}
 template <class T>
 const Status& status_of(const Result<T>& r) noexcept {
   return r.status();
 }
-inline bool is_ok(const Status& s) noexcept { return s.ok(); }
+inline bool is_ok(const Status& s) noexcept {
+  return s.ok();
+}
 template <class T>
 bool is_ok(const Result<T>& r) noexcept {
   return r.ok();

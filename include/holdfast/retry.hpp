@@ -101,7 +101,7 @@ class RetryPolicy {
   static RetryPolicy no_retry();
 
   // Setters validate at once and throw std::invalid_argument naming the field.
-  RetryPolicy& max_attempts(int n);            // n >= 1
+  RetryPolicy& max_attempts(int n);  // n >= 1
   RetryPolicy& backoff(Backoff b);
   RetryPolicy& window(Duration length);        // > 0; used outside any RequestScope
   RetryPolicy& last_attempt_time(Duration d);  // >= 0; window time a last attempt needs
@@ -131,7 +131,7 @@ class RetryPolicy {
 
 struct RetryDecision {
   bool retry = false;
-  Duration delay{};                      // when retry: wait this long first
+  Duration delay{};                       // when retry: wait this long first
   StopReason reason = StopReason::kNone;  // when not: why
 };
 

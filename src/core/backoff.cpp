@@ -87,21 +87,26 @@ Duration Backoff::nominal(int retry) const noexcept {
 
 Duration Backoff::max_delay() const noexcept {
   switch (jitter_.kind()) {
-    case Jitter::Kind::kProportional: return scale(cap_, 1.0 + jitter_.ratio());
-    default: return cap_;
+    case Jitter::Kind::kProportional:
+      return scale(cap_, 1.0 + jitter_.ratio());
+    default:
+      return cap_;
   }
 }
 
 Duration Backoff::delay(int retry, Duration previous, Random& rng) const noexcept {
   const Duration d = nominal(retry);
   switch (jitter_.kind()) {
-    case Jitter::Kind::kNone: return d;
+    case Jitter::Kind::kNone:
+      return d;
     case Jitter::Kind::kProportional: {
       const double r = jitter_.ratio();
       return scale(d, rng.uniform(1.0 - r, 1.0 + r));
     }
-    case Jitter::Kind::kFull: return scale(d, rng.uniform());
-    case Jitter::Kind::kEqual: return d / 2 + scale(d - d / 2, rng.uniform());
+    case Jitter::Kind::kFull:
+      return scale(d, rng.uniform());
+    case Jitter::Kind::kEqual:
+      return d / 2 + scale(d - d / 2, rng.uniform());
     case Jitter::Kind::kDecorrelated: {
       const Duration lo = base_;
       const Duration prev = previous > Duration::zero() ? previous : base_;

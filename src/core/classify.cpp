@@ -244,8 +244,7 @@ constexpr std::array kD1Rows = std::to_array<D1FaultRow>({
     {"Too many requests queued", C::kUnavailable, kOverloaded},
     {"Network connection lost", C::kUnavailable, kConnectionLost},
     {"transient issue on remote node", C::kUnavailable, kOverloaded},
-    {"exceeded timeout which caused object to be reset", C::kDeadlineExceeded,
-     kOverloadedUnknown},
+    {"exceeded timeout which caused object to be reset", C::kDeadlineExceeded, kOverloadedUnknown},
     {"caused object to be reset", C::kInternal, kOverloadedUnknown},
     {"exceeded its memory limit and was reset", C::kResourceExhausted, kOverloadedUnknown},
     {"reset because its code was updated", C::kUnavailable, kStatementRace},
@@ -327,8 +326,14 @@ Status d1_status(std::string_view message) {
   return s;
 }
 
-std::span<const SqliteFaultRow> sqlite_fault_table() noexcept { return kSqliteRows; }
-std::span<const SqlstateFaultRow> sqlstate_fault_table() noexcept { return kSqlstateRows; }
-std::span<const D1FaultRow> d1_fault_table() noexcept { return kD1Rows; }
+std::span<const SqliteFaultRow> sqlite_fault_table() noexcept {
+  return kSqliteRows;
+}
+std::span<const SqlstateFaultRow> sqlstate_fault_table() noexcept {
+  return kSqlstateRows;
+}
+std::span<const D1FaultRow> d1_fault_table() noexcept {
+  return kD1Rows;
+}
 
 }  // namespace holdfast

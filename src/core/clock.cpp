@@ -48,8 +48,7 @@ bool ManualClock::sleep_until(TimePoint deadline, const Signal* wake, std::uint6
     // Move time forward, never backward (another thread may have gone further).
     std::int64_t cur = now_ns_.load(std::memory_order_acquire);
     const std::int64_t target = deadline.time_since_epoch().count();
-    while (cur < target &&
-           !now_ns_.compare_exchange_weak(cur, target, std::memory_order_acq_rel)) {
+    while (cur < target && !now_ns_.compare_exchange_weak(cur, target, std::memory_order_acq_rel)) {
     }
     slept_.fetch_add((deadline - start).count(), std::memory_order_relaxed);
     return false;
@@ -106,7 +105,9 @@ void ManualClock::release_due_locked(std::unique_lock<std::mutex>& lock, TimePoi
   if (t > now()) now_ns_.store(t.time_since_epoch().count(), std::memory_order_release);
 }
 
-void ManualClock::advance(Duration d) { advance_to(now() + d); }
+void ManualClock::advance(Duration d) {
+  advance_to(now() + d);
+}
 
 void ManualClock::advance_to(TimePoint t) {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -128,7 +129,8 @@ void ManualClock::wait_for_sleepers(std::size_t n) const {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] {
     std::size_t waiting = 0;
-    for (const Sleeper* s : sleepers_) waiting += s->released ? 0 : 1;
+    for (const Sleeper* s : sleepers_)
+      waiting += s->released ? 0 : 1;
     return waiting >= n;
   });
 }
@@ -136,7 +138,8 @@ void ManualClock::wait_for_sleepers(std::size_t n) const {
 std::size_t ManualClock::sleepers() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::size_t waiting = 0;
-  for (const Sleeper* s : sleepers_) waiting += s->released ? 0 : 1;
+  for (const Sleeper* s : sleepers_)
+    waiting += s->released ? 0 : 1;
   return waiting;
 }
 

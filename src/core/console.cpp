@@ -36,10 +36,14 @@ std::mutex& write_mutex() noexcept {
 
 std::string_view to_string(Level level) noexcept {
   switch (level) {
-    case Level::kDebug: return "DEBUG";
-    case Level::kInfo: return "INFO";
-    case Level::kWarn: return "WARN";
-    case Level::kError: return "ERROR";
+    case Level::kDebug:
+      return "DEBUG";
+    case Level::kInfo:
+      return "INFO";
+    case Level::kWarn:
+      return "WARN";
+    case Level::kError:
+      return "ERROR";
   }
   return "?";
 }
@@ -51,26 +55,37 @@ bool parse_level(std::string_view text, Level& out) noexcept {
     lower[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
   }
   const std::string_view t(lower, text.size());
-  if (t == "debug") out = Level::kDebug;
-  else if (t == "info") out = Level::kInfo;
-  else if (t == "warn" || t == "warning") out = Level::kWarn;
-  else if (t == "error") out = Level::kError;
-  else return false;
+  if (t == "debug")
+    out = Level::kDebug;
+  else if (t == "info")
+    out = Level::kInfo;
+  else if (t == "warn" || t == "warning")
+    out = Level::kWarn;
+  else if (t == "error")
+    out = Level::kError;
+  else
+    return false;
   return true;
 }
 
 namespace console {
 
-void set_level(Level level) noexcept { current_level().store(level, std::memory_order_relaxed); }
-Level level() noexcept { return current_level().load(std::memory_order_relaxed); }
-bool enabled(Level l) noexcept { return l >= level(); }
+void set_level(Level level) noexcept {
+  current_level().store(level, std::memory_order_relaxed);
+}
+Level level() noexcept {
+  return current_level().load(std::memory_order_relaxed);
+}
+bool enabled(Level l) noexcept {
+  return l >= level();
+}
 
 void write(Level l, std::string_view context, std::string_view message) noexcept {
   if (!enabled(l)) return;
   const auto now = std::chrono::system_clock::now();
   const std::time_t secs = std::chrono::system_clock::to_time_t(now);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      now.time_since_epoch()).count() % 1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char stamp[64];

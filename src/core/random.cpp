@@ -12,12 +12,15 @@ std::uint64_t splitmix64(std::uint64_t& x) noexcept {
   return z ^ (z >> 31);
 }
 
-std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }
+std::uint64_t rotl(std::uint64_t x, int k) noexcept {
+  return (x << k) | (x >> (64 - k));
+}
 
 }  // namespace
 
 Random::Random(std::uint64_t seed) noexcept {
-  for (auto& s : s_) s = splitmix64(seed);
+  for (auto& s : s_)
+    s = splitmix64(seed);
 }
 
 Random Random::from_thread() noexcept {

@@ -9,10 +9,14 @@ namespace holdfast {
 
 std::string_view to_string(RetryScope scope) noexcept {
   switch (scope) {
-    case RetryScope::kNone: return "none";
-    case RetryScope::kStatement: return "statement";
-    case RetryScope::kTransaction: return "transaction";
-    case RetryScope::kReconnect: return "reconnect";
+    case RetryScope::kNone:
+      return "none";
+    case RetryScope::kStatement:
+      return "statement";
+    case RetryScope::kTransaction:
+      return "transaction";
+    case RetryScope::kReconnect:
+      return "reconnect";
   }
   return "?";
 }
@@ -21,61 +25,96 @@ std::string_view to_string(Outcome outcome) noexcept {
   return outcome == Outcome::kNotApplied ? "not_applied" : "unknown";
 }
 
-std::string_view to_string(Pace pace) noexcept { return pace == Pace::kFast ? "fast" : "slow"; }
+std::string_view to_string(Pace pace) noexcept {
+  return pace == Pace::kFast ? "fast" : "slow";
+}
 
 std::string_view to_string(Code code) noexcept {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kCancelled: return "CANCELLED";
-    case Code::kUnknown: return "UNKNOWN";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kPermissionDenied: return "PERMISSION_DENIED";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kAborted: return "ABORTED";
-    case Code::kOutOfRange: return "OUT_OF_RANGE";
-    case Code::kUnimplemented: return "UNIMPLEMENTED";
-    case Code::kInternal: return "INTERNAL";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kDataLoss: return "DATA_LOSS";
+    case Code::kOk:
+      return "OK";
+    case Code::kCancelled:
+      return "CANCELLED";
+    case Code::kUnknown:
+      return "UNKNOWN";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kAborted:
+      return "ABORTED";
+    case Code::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case Code::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case Code::kInternal:
+      return "INTERNAL";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kDataLoss:
+      return "DATA_LOSS";
   }
   return "?";
 }
 
 std::string_view to_string(Backend backend) noexcept {
   switch (backend) {
-    case Backend::kNone: return "none";
-    case Backend::kSqlite: return "sqlite";
-    case Backend::kPostgres: return "postgres";
-    case Backend::kD1: return "d1";
+    case Backend::kNone:
+      return "none";
+    case Backend::kSqlite:
+      return "sqlite";
+    case Backend::kPostgres:
+      return "postgres";
+    case Backend::kD1:
+      return "d1";
   }
   return "?";
 }
 
 std::string_view to_string(StopReason reason) noexcept {
   switch (reason) {
-    case StopReason::kNone: return "none";
-    case StopReason::kPermanent: return "permanent fault";
-    case StopReason::kNotSafeToRepeat: return "not safe to repeat";
-    case StopReason::kAttemptsExhausted: return "attempts exhausted";
-    case StopReason::kWindowSpent: return "window spent";
-    case StopReason::kThrottled: return "throttled";
-    case StopReason::kBreakerOpen: return "breaker open";
-    case StopReason::kCancelled: return "cancelled";
+    case StopReason::kNone:
+      return "none";
+    case StopReason::kPermanent:
+      return "permanent fault";
+    case StopReason::kNotSafeToRepeat:
+      return "not safe to repeat";
+    case StopReason::kAttemptsExhausted:
+      return "attempts exhausted";
+    case StopReason::kWindowSpent:
+      return "window spent";
+    case StopReason::kThrottled:
+      return "throttled";
+    case StopReason::kBreakerOpen:
+      return "breaker open";
+    case StopReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
 
 std::string_view to_string(TxnState state) noexcept {
   switch (state) {
-    case TxnState::kNotInTransaction: return "not in transaction";
-    case TxnState::kStillOpen: return "transaction still open";
-    case TxnState::kRolledBack: return "transaction rolled back";
-    case TxnState::kCommitted: return "transaction committed";
-    case TxnState::kUnknown: return "transaction outcome unknown";
+    case TxnState::kNotInTransaction:
+      return "not in transaction";
+    case TxnState::kStillOpen:
+      return "transaction still open";
+    case TxnState::kRolledBack:
+      return "transaction rolled back";
+    case TxnState::kCommitted:
+      return "transaction committed";
+    case TxnState::kUnknown:
+      return "transaction outcome unknown";
   }
   return "?";
 }

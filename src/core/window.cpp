@@ -43,9 +43,13 @@ RequestScope::RequestScope(RetryWindow& shared) noexcept
   current_scope = this;
 }
 
-RequestScope::~RequestScope() { current_scope = previous_; }
+RequestScope::~RequestScope() {
+  current_scope = previous_;
+}
 
-RequestScope* RequestScope::current() noexcept { return current_scope; }
+RequestScope* RequestScope::current() noexcept {
+  return current_scope;
+}
 
 RetryWindow* RequestScope::current_window() noexcept {
   return current_scope != nullptr ? current_scope->window_ : nullptr;

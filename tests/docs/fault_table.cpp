@@ -25,16 +25,16 @@ std::string tables() {
       << "| code | name | canonical | retry scope | outcome | pace | overload |\n"
       << "|---:|---|---|---|---|---|---|\n";
   for (const auto& r : holdfast::sqlite_fault_table()) {
-    out << "| " << r.code << " | `" << r.name << "` | " << holdfast::to_string(r.canonical)
-        << " | " << fault_cells(r.fault) << " |\n";
+    out << "| " << r.code << " | `" << r.name << "` | " << holdfast::to_string(r.canonical) << " | "
+        << fault_cells(r.fault) << " |\n";
   }
   out << "\n### PostgreSQL (SQLSTATE; two characters = the whole class)\n\n"
       << "| SQLSTATE | name | canonical | retry scope | outcome | pace | overload |\n"
       << "|---|---|---|---|---|---|---|\n";
   for (const auto& r : holdfast::sqlstate_fault_table()) {
-    out << "| " << (r.sqlstate.empty() ? "(none)" : "`" + std::string(r.sqlstate) + "`")
-        << " | " << r.name << " | " << holdfast::to_string(r.canonical) << " | "
-        << fault_cells(r.fault) << " |\n";
+    out << "| " << (r.sqlstate.empty() ? "(none)" : "`" + std::string(r.sqlstate) + "`") << " | "
+        << r.name << " | " << holdfast::to_string(r.canonical) << " | " << fault_cells(r.fault)
+        << " |\n";
   }
   out << "\n### Cloudflare D1 (message contains, first match wins)\n\n"
       << "| message contains | canonical | retry scope | outcome | pace | overload |\n"
@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
       std::cerr << argv[2] << ": generated section markers not found\n";
       return 1;
     }
-    const std::string section = text.substr(b + std::string(kBegin).size(),
-                                            e - b - std::string(kBegin).size());
+    const std::string section =
+        text.substr(b + std::string(kBegin).size(), e - b - std::string(kBegin).size());
     if (section != generated) {
       std::cerr << argv[2] << " is out of date: regenerate with "
                 << "`build/debug/tests/docs/fault_table` and paste between the markers\n";

@@ -22,8 +22,8 @@ TEST(Drill, HoldfastShowsNoErrorPagesForTwoSecondStorms) {
   o.gap_s = 2.0;
   o.log_tail_s = 0.0;
   o.progress = false;
-  o.out_dir = (fs::temp_directory_path() / ("holdfast-drill-test-" + std::to_string(::getpid())))
-                  .string();
+  o.out_dir =
+      (fs::temp_directory_path() / ("holdfast-drill-test-" + std::to_string(::getpid()))).string();
   Result<DrillResult> result = run_drill(o);
   ASSERT_TRUE(result.ok()) << result.status().to_string();
   ASSERT_TRUE(write_drill_reports(o, *result).ok());
@@ -35,9 +35,9 @@ TEST(Drill, HoldfastShowsNoErrorPagesForTwoSecondStorms) {
     EXPECT_EQ(storm["seconds"], 2.0);
     bool saw_holdfast = false;
     for (const auto& s : storm["strategies"]) {
-      for (const char* key : {"name", "requests", "error_pages", "status_503", "stale", "p50_ms",
-                              "p99_ms", "max_ms", "attempts_per_request",
-                              "log_rows_during_storm", "gap_line"}) {
+      for (const char* key :
+           {"name", "requests", "error_pages", "status_503", "stale", "p50_ms", "p99_ms", "max_ms",
+            "attempts_per_request", "log_rows_during_storm", "gap_line"}) {
         EXPECT_TRUE(s.contains(key)) << key;
       }
       if (s["name"] == "holdfast") {

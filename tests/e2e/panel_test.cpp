@@ -20,7 +20,9 @@ namespace fs = std::filesystem;
 using std::chrono::seconds;
 using Steady = std::chrono::steady_clock;
 
-std::string today() { return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10)); }
+std::string today() {
+  return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10));
+}
 
 class PanelTest : public ::testing::Test {
  protected:
@@ -49,8 +51,8 @@ class PanelTest : public ::testing::Test {
     ASSERT_TRUE(server_->start().ok());
     http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     http_->set_read_timeout(seconds(30));
-    auto r = http_->Post("/login", httplib::Params{{"email", "Ada.Nowak@club.example"},
-                                                   {"password", "demo"}});
+    auto r = http_->Post(
+        "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 303);
     const std::string set = r->get_header_value("Set-Cookie");
@@ -64,14 +66,14 @@ class PanelTest : public ::testing::Test {
     store_.reset();
     fs::remove_all(dir_);
   }
-  httplib::Result schedule() {
-    return http_->Get("/dashboard/schedule?date=" + today(), cookie_);
-  }
+  httplib::Result schedule() { return http_->Get("/dashboard/schedule?date=" + today(), cookie_); }
   std::unique_ptr<LockStorm> storm(StormKind kind) {
     auto s = std::make_unique<LockStorm>(path_, kind, [this] {
       store_->database().close_idle_connections();
       if (logging_.store) {
-        static_cast<sqlite::SqliteLogStore*>(logging_.store.get())->database().close_idle_connections();
+        static_cast<sqlite::SqliteLogStore*>(logging_.store.get())
+            ->database()
+            .close_idle_connections();
       }
     });
     EXPECT_TRUE(s->begin().ok());
@@ -118,7 +120,8 @@ TEST_F(PanelTest, DuringAThreeSecondWriteLockThePageStillShowsTheSchedule) {
     EXPECT_EQ(r->status, 200);
     EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));  // WAL readers are not blocked
   }
-  while (Steady::now() - start < seconds(3)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (Steady::now() - start < seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   lock->end();
 }
 
@@ -204,8 +207,7 @@ TEST_F(PanelTest, BadInputGets400WithAClearMessage) {
   ASSERT_TRUE(bad_date);
   EXPECT_EQ(bad_date->status, 400);
   EXPECT_NE(bad_date->body.find("YYYY-MM-DD"), std::string::npos);
-  auto bad_amount =
-      http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "-5"}});
+  auto bad_amount = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "-5"}});
   ASSERT_TRUE(bad_amount);
   EXPECT_EQ(bad_amount->status, 400);
   EXPECT_NE(bad_amount->body.find("amount_cents"), std::string::npos);

@@ -12,7 +12,9 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-double ms(Duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double ms(Duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
 
 TEST(Backoff, OriginReadScheduleStaysWithinFiftyPercentOfEachStep) {
   const Backoff b = Backoff::origin_reads();
@@ -106,7 +108,8 @@ TEST(Backoff, DecorrelatedJitterStaysBetweenBaseAndThreeTimesPreviousUnderTheCap
 TEST(Backoff, SameSeedGivesTheSameDelays) {
   const Backoff b = Backoff::origin_reads();
   Random a(99), c(99);
-  for (int i = 1; i < 50; ++i) EXPECT_EQ(b.delay(i, {}, a), b.delay(i, {}, c));
+  for (int i = 1; i < 50; ++i)
+    EXPECT_EQ(b.delay(i, {}, a), b.delay(i, {}, c));
 }
 
 TEST(Backoff, MaxDelayBoundsEveryDelay) {
@@ -128,13 +131,13 @@ std::string error_of(F f) {
 TEST(BackoffConfig, InvalidConfigurationNamesTheField) {
   EXPECT_THAT(error_of([] { (void)Backoff::steps(std::vector<Duration>{}); }),
               HasSubstr("delays must not be empty"));
-  EXPECT_THAT(error_of([] { (void)Backoff::steps({milliseconds(1), milliseconds(-5)}); }),
+  EXPECT_THAT(error_of([] {
+                (void)Backoff::steps({milliseconds(1), milliseconds(-5)});
+              }),
               HasSubstr("delays[1] must not be negative"));
   EXPECT_THAT(error_of([] { (void)Jitter::proportional(-0.1); }), HasSubstr("ratio"));
   EXPECT_THAT(error_of([] { (void)Jitter::proportional(1.5); }), HasSubstr("ratio"));
-  EXPECT_THAT(error_of([] {
-                (void)Backoff::exponential(milliseconds(-1), 2, seconds(1));
-              }),
+  EXPECT_THAT(error_of([] { (void)Backoff::exponential(milliseconds(-1), 2, seconds(1)); }),
               HasSubstr("base must not be negative"));
   EXPECT_THAT(error_of([] { (void)Backoff::exponential(seconds(1), 0.5, seconds(2)); }),
               HasSubstr("factor"));

@@ -50,10 +50,12 @@ TEST(ManualClock, SeveralSleepingThreadsAreWokenInDeadlineOrderAtTheirDeadlines)
   wait_for_woken(3);
   EXPECT_TRUE(clock.advance_to_next_sleeper());
   wait_for_woken(4);
-  for (auto& t : threads) t.join();
-  const std::vector<std::pair<int, Duration>> expected = {
-      {10, milliseconds(10)}, {10, milliseconds(10)}, {20, milliseconds(20)},
-      {30, milliseconds(30)}};
+  for (auto& t : threads)
+    t.join();
+  const std::vector<std::pair<int, Duration>> expected = {{10, milliseconds(10)},
+                                                          {10, milliseconds(10)},
+                                                          {20, milliseconds(20)},
+                                                          {30, milliseconds(30)}};
   EXPECT_EQ(woke, expected);
   EXPECT_EQ(clock.now() - start, milliseconds(30));
 }

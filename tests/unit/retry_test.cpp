@@ -19,7 +19,9 @@ using ::testing::HasSubstr;
 constexpr int kBusy = 5;
 constexpr int kConstraintUnique = 2067;
 
-Status busy() { return sqlite_status(kBusy, "database is locked"); }
+Status busy() {
+  return sqlite_status(kBusy, "database is locked");
+}
 
 // A policy on virtual time with reproducible jitter that records every wait.
 struct Fixture {
@@ -39,7 +41,8 @@ TEST(Retry, SuccessOnFirstAttemptMakesOneAttemptAndNeverSleeps) {
   Fixture f;
   RetryStats stats;
   const TimePoint start = f.clock.now();
-  Result<int> r = retry(f.policy, Operation::read(), [] { return Result<int>(7); }, &stats);
+  Result<int> r = retry(
+      f.policy, Operation::read(), [] { return Result<int>(7); }, &stats);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, 7);
   EXPECT_EQ(stats.attempts, 1);
@@ -132,9 +135,8 @@ TEST(Retry, AnUnknownOutcomeIsRetriedOnlyWhenTheCallerSaidItIsIdempotent) {
   EXPECT_EQ(s.stop_reason(), StopReason::kNotSafeToRepeat);
 
   calls = 0;
-  s = retry(f.policy, Operation::idempotent_write("payment with key"), [&] {
-    return ++calls < 3 ? lost() : Status();
-  });
+  s = retry(f.policy, Operation::idempotent_write("payment with key"),
+            [&] { return ++calls < 3 ? lost() : Status(); });
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(calls, 3);
 }
@@ -242,11 +244,10 @@ TEST(RetryThrowing, ClassifiesTheUsersExceptionsAndRetriesByTheirFault) {
 
 TEST(RetryThrowing, OtherExceptionsPropagateUnchanged) {
   Fixture f;
-  EXPECT_THROW(
-      (void)retry_throwing<DriverError>(
-          f.policy, Operation::read(), []() -> int { throw std::logic_error("bug"); },
-          [](const DriverError&) { return busy(); }),
-      std::logic_error);
+  EXPECT_THROW((void)retry_throwing<DriverError>(
+                   f.policy, Operation::read(), []() -> int { throw std::logic_error("bug"); },
+                   [](const DriverError&) { return busy(); }),
+               std::logic_error);
 }
 
 TEST(RetryState, AnEventDrivenCallerGetsTheSameDecisionsAsTheLoop) {
@@ -282,9 +283,8 @@ TEST(Retry, TheDefaultHookWritesOneDebugLineToTheConsolePerRetry) {
   console::set_level(Level::kDebug);
   testing::internal::CaptureStderr();
   int calls = 0;
-  Status s = retry(policy, Operation::read("schedule.games"), [&] {
-    return ++calls < 3 ? busy() : Status();
-  });
+  Status s = retry(policy, Operation::read("schedule.games"),
+                   [&] { return ++calls < 3 ? busy() : Status(); });
   const std::string err = testing::internal::GetCapturedStderr();
   console::set_level(before);
   EXPECT_TRUE(s.ok());

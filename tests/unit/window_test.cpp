@@ -13,7 +13,9 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-Status busy() { return sqlite_status(5, "database is locked"); }
+Status busy() {
+  return sqlite_status(5, "database is locked");
+}
 
 // The origin's /dashboard/schedule render: two query groups and a session read, with the
 // database refusing every query.
