@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "svg_plot.hpp"
+
 namespace holdfast::panel {
 namespace {
 
@@ -40,30 +42,7 @@ std::string time_of(std::string_view iso) {
 }  // namespace
 
 std::string escape_html(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return svg::escape(text);
 }
 
 std::string render_schedule(const Schedule& s, const User& user,

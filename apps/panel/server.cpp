@@ -75,6 +75,25 @@ int retry_after_seconds(const Status& s) {
   return static_cast<int>((ms + 999) / 1000);
 }
 
+// The schedule as /api/schedule answers it; `stale_as_of` marks the last good copy.
+json schedule_json(const Schedule& s, const std::optional<std::string>& stale_as_of) {
+  json j = {{"date", s.date},
+            {"club", s.context.club_name},
+            {"holidays", s.context.holidays},
+            {"games", json::array()}};
+  if (stale_as_of) j["stale_as_of"] = *stale_as_of;
+  for (const Game& g : s.games) {
+    j["games"].push_back({{"id", g.id},
+                          {"court", g.court},
+                          {"activity", g.activity},
+                          {"starts_at", g.starts_at},
+                          {"ends_at", g.ends_at},
+                          {"capacity", g.capacity},
+                          {"signed_up", g.signed_up}});
+  }
+  return j;
+}
+
 bool positive_integer(const std::string& text, std::int64_t& out) {
   if (text.empty() || text.size() > 12) return false;
   for (char c : text) {
@@ -361,17 +380,7 @@ void PanelServer::install_routes() {
       counters_.ok++;
       res.set_header("X-Holdfast-Stale", copy->as_of);
       if (as_json) {
-        json j = {{"date", date}, {"stale_as_of", copy->as_of}, {"games", json::array()}};
-        for (const Game& g : copy->schedule.games) {
-          j["games"].push_back({{"id", g.id},
-                                {"court", g.court},
-                                {"activity", g.activity},
-                                {"starts_at", g.starts_at},
-                                {"ends_at", g.ends_at},
-                                {"capacity", g.capacity},
-                                {"signed_up", g.signed_up}});
-        }
-        res.set_content(j.dump(), "application/json");
+        res.set_content(schedule_json(copy->schedule, copy->as_of).dump(), "application/json");
       } else {
         User someone = user.id != 0 ? user : User{0, "signed-in user", "", "member"};
         res.set_content(render_schedule(copy->schedule, someone, copy->as_of),
@@ -386,20 +395,7 @@ void PanelServer::install_routes() {
     }
     counters_.ok++;
     if (as_json) {
-      json j = {{"date", date},
-                {"club", schedule.context.club_name},
-                {"holidays", schedule.context.holidays},
-                {"games", json::array()}};
-      for (const Game& g : schedule.games) {
-        j["games"].push_back({{"id", g.id},
-                              {"court", g.court},
-                              {"activity", g.activity},
-                              {"starts_at", g.starts_at},
-                              {"ends_at", g.ends_at},
-                              {"capacity", g.capacity},
-                              {"signed_up", g.signed_up}});
-      }
-      res.set_content(j.dump(), "application/json");
+      res.set_content(schedule_json(schedule, std::nullopt).dump(), "application/json");
     } else {
       res.set_content(render_schedule(schedule, user, std::nullopt), "text/html; charset=utf-8");
     }
