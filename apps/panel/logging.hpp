@@ -36,12 +36,34 @@ class SyncTableSink final : public Sink {
   std::atomic<std::uint64_t> failures_{0};
 };
 
-// Declared so that destruction runs logger, sinks, then the store the sink writes to.
+// The sink writes to the store and the logger holds the sinks, so they are released in
+// that order: logger, sinks, then the store (also when one is assigned over another).
 struct PanelLogging {
   std::unique_ptr<LogStore> store;           // holdfast
   std::shared_ptr<DatabaseSink> sink;        // holdfast
   std::shared_ptr<SyncTableSink> sync_sink;  // baselines
   std::unique_ptr<Logger> logger;
+
+  PanelLogging() = default;
+  PanelLogging(PanelLogging&&) noexcept = default;
+  PanelLogging& operator=(PanelLogging&& other) noexcept {
+    if (this != &other) {
+      reset();
+      store = std::move(other.store);
+      sink = std::move(other.sink);
+      sync_sink = std::move(other.sync_sink);
+      logger = std::move(other.logger);
+    }
+    return *this;
+  }
+  ~PanelLogging() { reset(); }
+
+  void reset() noexcept {
+    logger.reset();
+    sync_sink.reset();
+    sink.reset();
+    store.reset();
+  }
 };
 
 Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,

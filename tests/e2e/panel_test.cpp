@@ -62,7 +62,7 @@ class PanelTest : public ::testing::Test {
   }
   void TearDown() override {
     server_.reset();
-    logging_ = {};
+    logging_.reset();
     store_.reset();
     fs::remove_all(dir_);
   }
