@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   holdfast::cli::add_panel_command(app);
   holdfast::cli::add_drill_command(app);
   holdfast::cli::add_sim_command(app);
+  holdfast::cli::add_logs_command(app);
 
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -1,0 +1,288 @@
+// `holdfast logs`: read the logs table without adding reads to the production database, and
+// `holdfast logs prune`: retention from the command line.
+//
+//   $ holdfast logs --db club.db --since 2026-09-11T06:20 --level WARN --context payments
+//   2026-09-11T06:21:07.412Z ERROR [payments] charge failed: database is locked
+//   2026-09-11T06:20:13.004Z WARN  [payments] slow commit ms=840
+//   $ holdfast logs prune --db club.db --older-than 90d
+//   deleted 1200 rows older than 2026-09-01T11:40:21.123Z
+//
+// `logs` copies the database once with SQLite's online backup API (one read transaction on
+// the production file, so the copy is a consistent snapshot), queries the copy, and deletes
+// it: however long the diagnosis, production sees one read. Rows are printed newest first,
+// one per line: created_at level [context] message. Errors print "error: ..." on stderr and
+// exit with 1 (2 for bad arguments).
+#include <fmt/core.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "commands.hpp"
+#include "holdfast/database_sink.hpp"
+#include "holdfast/sqlite_log_store.hpp"
+
+namespace holdfast::cli {
+namespace {
+
+struct LogsArgs {
+  std::string db;
+  std::string since;
+  std::string level = "INFO";
+  std::string context;
+  int limit = 50;
+};
+
+struct PruneArgs {
+  std::string db;
+  std::string older_than;
+  int batch_size = 500;
+};
+
+[[noreturn]] void fail(const std::string& message, int exit_code = 1) {
+  fmt::print(stderr, "error: {}\n", message);
+  throw CLI::RuntimeError(exit_code);
+}
+
+struct SqliteCloser {
+  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
+};
+using Handle = std::unique_ptr<sqlite3, SqliteCloser>;
+
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* st) const noexcept { sqlite3_finalize(st); }
+};
+using Stmt = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+
+Handle open_handle(const std::string& path, int flags) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  Handle db(raw);
+  if (rc != SQLITE_OK) {
+    fail(fmt::format("cannot open '{}': {}", path, raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  return db;
+}
+
+void require_file(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) fail("name the database: --db FILE", 2);
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    fail(fmt::format("'{}' does not exist or is not a file", path));
+  }
+}
+
+// Whether `db` has a logs table (the query fails with the engine's message on a file that
+// is not a database).
+void require_logs_table(sqlite3* db, const std::string& shown_as) {
+  sqlite3_stmt* raw = nullptr;
+  const int rc = sqlite3_prepare_v2(
+      db, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'logs'", -1, &raw,
+      nullptr);
+  Stmt st(raw);
+  if (rc != SQLITE_OK) fail(fmt::format("cannot read '{}': {}", shown_as, sqlite3_errmsg(db)));
+  const int step = sqlite3_step(raw);
+  if (step != SQLITE_ROW) fail(fmt::format("cannot read '{}': {}", shown_as, sqlite3_errmsg(db)));
+  if (sqlite3_column_int(raw, 0) == 0) fail(fmt::format("'{}' has no logs table", shown_as));
+}
+
+// A temporary file removed (with any journal SQLite left beside it) when this goes away.
+class TempCopy {
+ public:
+  TempCopy() {
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+    if (ec) dir = "/tmp";
+    std::string pattern = (dir / "holdfast-logs-XXXXXX").string();
+    const int fd = mkstemp(pattern.data());
+    if (fd < 0) fail(fmt::format("cannot create a temporary file in '{}'", dir.string()));
+    ::close(fd);
+    path_ = pattern;
+  }
+  ~TempCopy() {
+    std::error_code ec;
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+      std::filesystem::remove(path_ + suffix, ec);
+    }
+  }
+  TempCopy(const TempCopy&) = delete;
+  TempCopy& operator=(const TempCopy&) = delete;
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Copies the whole database in one backup step: one read transaction on the source, so
+// the copy is one consistent snapshot.
+void snapshot(const std::string& source_path, const std::string& copy_path) {
+  Handle source = open_handle(source_path, SQLITE_OPEN_READONLY);
+  sqlite3_busy_timeout(source.get(), 5000);
+  Handle copy = open_handle(copy_path, SQLITE_OPEN_READWRITE);
+  sqlite3_backup* backup = sqlite3_backup_init(copy.get(), "main", source.get(), "main");
+  if (backup == nullptr) {
+    fail(fmt::format("cannot copy '{}': {}", source_path, sqlite3_errmsg(copy.get())));
+  }
+  const int rc = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE) {
+    fail(fmt::format("cannot copy '{}': {}", source_path, sqlite3_errstr(rc)));
+  }
+}
+
+// "2026-11-30T11:40:21.123Z" or any prefix of that shape of at least the year.
+bool valid_since(std::string_view text) {
+  constexpr std::string_view kShape = "dddd-dd-ddTdd:dd:dd.dddZ";
+  if (text.size() < 4 || text.size() > kShape.size()) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool digit = std::isdigit(static_cast<unsigned char>(text[i])) != 0;
+    if (kShape[i] == 'd' ? !digit : text[i] != kShape[i]) return false;
+  }
+  return true;
+}
+
+void run_logs(const LogsArgs& args) {
+  Level min_level = Level::kInfo;
+  if (!parse_level(args.level, min_level) || min_level == Level::kDebug) {
+    fail(fmt::format("unknown --level '{}': use INFO, WARN or ERROR", args.level), 2);
+  }
+  if (!args.since.empty() && !valid_since(args.since)) {
+    fail(fmt::format("bad --since '{}': use ISO-8601 UTC like 2026-09-11T06:20:00.000Z or a "
+                     "prefix of it such as 2026-09-11T06",
+                     args.since),
+         2);
+  }
+  if (args.limit < 1) fail(fmt::format("--limit must be at least 1, got {}", args.limit), 2);
+  require_file(args.db);
+
+  TempCopy copy;
+  snapshot(args.db, copy.path());
+  Handle db = open_handle(copy.path(), SQLITE_OPEN_READONLY);
+  require_logs_table(db.get(), args.db);
+
+  const std::string sql =
+      "SELECT created_at, level, context, message FROM logs WHERE created_at >= ?1 "
+      "AND (CASE level WHEN 'INFO' THEN 1 WHEN 'WARN' THEN 2 WHEN 'ERROR' THEN 3 ELSE 0 END) "
+      ">= ?2 AND (?3 IS NULL OR context = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4";
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
+    Stmt guard(raw);
+    fail(fmt::format("cannot query the logs table of '{}': {}", args.db, sqlite3_errmsg(db.get())));
+  }
+  Stmt st(raw);
+  sqlite3_bind_text(raw, 1, args.since.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(raw, 2, static_cast<int>(min_level));
+  if (args.context.empty()) {
+    sqlite3_bind_null(raw, 3);
+  } else {
+    sqlite3_bind_text(raw, 3, args.context.c_str(), -1, SQLITE_TRANSIENT);
+  }
+  sqlite3_bind_int(raw, 4, args.limit);
+
+  auto column = [raw](int i) {
+    const unsigned char* text = sqlite3_column_text(raw, i);
+    return text ? std::string_view(reinterpret_cast<const char*>(text)) : std::string_view();
+  };
+  int rc = SQLITE_OK;
+  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+    fmt::print("{} {:<5} [{}] {}\n", column(0), column(1), column(2), column(3));
+  }
+  if (rc != SQLITE_DONE) {
+    fail(fmt::format("cannot read the logs table of '{}': {}", args.db, sqlite3_errmsg(db.get())));
+  }
+}
+
+// "90d" or "12h": a positive whole number of days or hours.
+bool parse_age(std::string_view text, std::chrono::milliseconds& out) {
+  if (text.size() < 2 || text.size() > 8) return false;
+  const char unit = text.back();
+  std::int64_t n = 0;
+  for (char c : text.substr(0, text.size() - 1)) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    n = n * 10 + (c - '0');
+  }
+  if (n <= 0) return false;
+  if (unit == 'd') {
+    out = std::chrono::days(n);
+  } else if (unit == 'h') {
+    out = std::chrono::hours(n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void run_prune(const PruneArgs& args) {
+  std::chrono::milliseconds age{};
+  if (!parse_age(args.older_than, age)) {
+    fail(fmt::format("bad --older-than '{}': use a number of days or hours, like 90d or 12h",
+                     args.older_than),
+         2);
+  }
+  if (args.batch_size < 1) {
+    fail(fmt::format("--batch-size must be at least 1, got {}", args.batch_size), 2);
+  }
+  require_file(args.db);
+  {
+    // Refuse a file without a logs table instead of creating one in it.
+    Handle check = open_handle(args.db, SQLITE_OPEN_READONLY);
+    sqlite3_busy_timeout(check.get(), 5000);
+    require_logs_table(check.get(), args.db);
+  }
+  sqlite::SqliteLogStore::Options store_options;
+  store_options.path = args.db;
+  // Each batch waits this long for the write lock; prune is not in a hurry.
+  store_options.busy_timeout = std::chrono::seconds(5);
+  Result<std::unique_ptr<sqlite::SqliteLogStore>> store =
+      sqlite::SqliteLogStore::open(store_options);
+  if (!store.ok()) fail(store.status().to_string());
+
+  const WallTime cutoff = WallClock::system().now() - age;
+  PruneOptions options;
+  options.batch_size = args.batch_size;
+  Result<std::int64_t> deleted = prune_logs(**store, cutoff, options);
+  if (!deleted.ok()) fail(deleted.status().to_string());
+  fmt::print("deleted {} rows older than {}\n", *deleted, utc_stamp(cutoff).view());
+}
+
+}  // namespace
+
+void add_logs_command(CLI::App& app) {
+  auto args = std::make_shared<LogsArgs>();
+  auto prune_args = std::make_shared<PruneArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "logs", "Show the logs table, newest first, from a snapshot copy of the database");
+  cmd->add_option("--db", args->db,
+                  "SQLite database file with a logs table (read once, into a snapshot copy)");
+  cmd->add_option("--since", args->since,
+                  "Only rows at or after this UTC time (2026-09-11T06:20:00.000Z or a prefix)");
+  cmd->add_option("--level", args->level, "Lowest level shown: INFO, WARN or ERROR")
+      ->capture_default_str();
+  cmd->add_option("--context", args->context, "Only rows with this context tag");
+  cmd->add_option("--limit", args->limit, "At most this many rows")->capture_default_str();
+
+  CLI::App* prune = cmd->add_subcommand(
+      "prune", "Delete old rows in small batches (short transactions), printing how many");
+  prune->add_option("--db", prune_args->db, "SQLite database file with a logs table")->required();
+  prune->add_option("--older-than", prune_args->older_than, "Age of the rows to delete: 90d, 12h")
+      ->required();
+  prune->add_option("--batch-size", prune_args->batch_size, "Rows per transaction")
+      ->capture_default_str();
+  prune->callback([prune_args] { run_prune(*prune_args); });
+
+  cmd->callback([cmd, prune, args] {
+    if (cmd->got_subcommand(prune)) return;
+    run_logs(*args);
+  });
+}
+
+}  // namespace holdfast::cli
