@@ -123,14 +123,16 @@ Status DatabaseImpl::open() {
 }
 
 TimePoint DatabaseImpl::wait_deadline() const {
-  // The same bound as a wait for SQLite's locks (Connection::on_busy). The window is not
-  // opened here: a brief queue is no fault; a wait that runs out is, and the retry loop
-  // opens the window then.
+  // The same bound as a wait for SQLite's locks (Connection::on_busy), and like it, having
+  // to wait opens the request's window: the request waits at most its window in all, queue
+  // included (otherwise a queue wait of busy_timeout would come on top of the window).
+  const TimePoint now = clock->now();
   Duration limit = options.busy_timeout;
-  if (const RetryWindow* w = RequestScope::current_window()) {
-    limit = std::min(limit, w->remaining());
+  if (RetryWindow* w = RequestScope::current_window()) {
+    w->open(now);
+    limit = std::min(limit, w->remaining(now));
   }
-  return clock->now() + limit;
+  return now + limit;
 }
 
 Status DatabaseImpl::busy(std::string_view what, TimePoint since) const {
