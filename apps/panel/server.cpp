@@ -443,76 +443,79 @@ void PanelServer::install_routes() {
     }
   };
 
-  http_->Post("/payments", [this, &store, &log, holdfast, signed_in, write_failed](
-                               const httplib::Request& req, httplib::Response& res) {
-    counters_.requests++;
-    std::optional<RequestScope> scope;
-    if (holdfast) scope.emplace(options_.window, store.clock());
-    std::int64_t user_id = 0;
-    std::optional<Status> auth = signed_in(req, res, user_id);
-    if (!auth) return;
-    if (!auth->ok()) return write_failed(res, *auth, "/payments");
-    std::int64_t cents = 0;
-    if (!positive_integer(req.get_param_value("amount_cents"), cents)) {
-      return write_failed(
-          res,
-          Status(Code::kInvalidArgument, "amount_cents must be a positive whole number of cents"),
-          "/payments");
-    }
-    const std::string method =
-        req.has_param("method") ? req.get_param_value("method") : std::string("card");
-    Result<PaymentReceipt> paid =
-        store.pay(user_id, cents, method, req.get_header_value("Idempotency-Key"), now_utc());
-    if (!paid.ok()) return write_failed(res, paid.status(), "/payments");
-    if (!paid->replayed) {
-      log.info("payments", "payment recorded",
-               {{"payment_id", paid->payment_id}, {"amount_cents", paid->amount_cents}});
-    }
-    counters_.ok++;
-    res.status = paid->replayed ? 200 : 201;
-    res.set_content(json{{"payment_id", paid->payment_id},
-                         {"amount_cents", paid->amount_cents},
-                         {"replayed", paid->replayed}}
-                        .dump(),
-                    "application/json");
-  });
-
-  http_->Post("/signups", [this, &store, holdfast, signed_in, write_failed](
-                              const httplib::Request& req, httplib::Response& res) {
-    counters_.requests++;
-    std::optional<RequestScope> scope;
-    if (holdfast) scope.emplace(options_.window, store.clock());
-    std::int64_t user_id = 0;
-    std::optional<Status> auth = signed_in(req, res, user_id);
-    if (!auth) return;
-    if (!auth->ok()) return write_failed(res, *auth, "/signups");
-    std::int64_t game = 0;
-    if (!positive_integer(req.get_param_value("game_id"), game)) {
-      return write_failed(res,
-                          Status(Code::kInvalidArgument, "game_id must be a positive whole number"),
-                          "/signups");
-    }
-    Result<SignupReceipt> added =
-        store.sign_up(user_id, game, req.get_header_value("Idempotency-Key"), now_utc());
-    if (!added.ok()) {
-      const Code c = added.status().code();
-      if (c == Code::kNotFound || c == Code::kFailedPrecondition || c == Code::kAlreadyExists) {
-        counters_.bad_request++;
-        res.status = c == Code::kNotFound ? 404 : 409;
-        res.set_content(json{{"error", std::string(added.status().message())}}.dump(),
-                        "application/json");
-        return;
+  // The common start of a write: counted, inside the request's window (holdfast), signed
+  // in, and one positive whole number read from the form; `body` does the rest.
+  auto write_route = [this, &store, holdfast, signed_in, write_failed](
+                         std::string path, std::string field, std::string field_error, auto body) {
+    return [this, &store, holdfast, signed_in, write_failed, path, field, field_error, body](
+               const httplib::Request& req, httplib::Response& res) {
+      counters_.requests++;
+      std::optional<RequestScope> scope;
+      if (holdfast) scope.emplace(options_.window, store.clock());
+      std::int64_t user_id = 0;
+      std::optional<Status> auth = signed_in(req, res, user_id);
+      if (!auth) return;
+      if (!auth->ok()) return write_failed(res, *auth, path);
+      std::int64_t value = 0;
+      if (!positive_integer(req.get_param_value(field), value)) {
+        return write_failed(res, Status(Code::kInvalidArgument, field_error), path);
       }
-      return write_failed(res, added.status(), "/signups");
-    }
-    counters_.ok++;
-    res.status = added->replayed ? 200 : 201;
-    res.set_content(json{{"signup_id", added->signup_id},
-                         {"game_id", added->game_id},
-                         {"replayed", added->replayed}}
-                        .dump(),
-                    "application/json");
-  });
+      body(req, res, user_id, value);
+    };
+  };
+
+  http_->Post(
+      "/payments",
+      write_route(
+          "/payments", "amount_cents", "amount_cents must be a positive whole number of cents",
+          [this, &store, &log, write_failed](const httplib::Request& req, httplib::Response& res,
+                                             std::int64_t user_id, std::int64_t cents) {
+            const std::string method =
+                req.has_param("method") ? req.get_param_value("method") : std::string("card");
+            Result<PaymentReceipt> paid = store.pay(
+                user_id, cents, method, req.get_header_value("Idempotency-Key"), now_utc());
+            if (!paid.ok()) return write_failed(res, paid.status(), "/payments");
+            if (!paid->replayed) {
+              log.info("payments", "payment recorded",
+                       {{"payment_id", paid->payment_id}, {"amount_cents", paid->amount_cents}});
+            }
+            counters_.ok++;
+            res.status = paid->replayed ? 200 : 201;
+            res.set_content(json{{"payment_id", paid->payment_id},
+                                 {"amount_cents", paid->amount_cents},
+                                 {"replayed", paid->replayed}}
+                                .dump(),
+                            "application/json");
+          }));
+
+  http_->Post(
+      "/signups",
+      write_route("/signups", "game_id", "game_id must be a positive whole number",
+                  [this, &store, write_failed](const httplib::Request& req, httplib::Response& res,
+                                               std::int64_t user_id, std::int64_t game) {
+                    Result<SignupReceipt> added = store.sign_up(
+                        user_id, game, req.get_header_value("Idempotency-Key"), now_utc());
+                    if (!added.ok()) {
+                      const Code c = added.status().code();
+                      if (c == Code::kNotFound || c == Code::kFailedPrecondition ||
+                          c == Code::kAlreadyExists) {
+                        counters_.bad_request++;
+                        res.status = c == Code::kNotFound ? 404 : 409;
+                        res.set_content(
+                            json{{"error", std::string(added.status().message())}}.dump(),
+                            "application/json");
+                        return;
+                      }
+                      return write_failed(res, added.status(), "/signups");
+                    }
+                    counters_.ok++;
+                    res.status = added->replayed ? 200 : 201;
+                    res.set_content(json{{"signup_id", added->signup_id},
+                                         {"game_id", added->game_id},
+                                         {"replayed", added->replayed}}
+                                        .dump(),
+                                    "application/json");
+                  }));
 
   http_->Post("/report", [this, &store, &log, holdfast](const httplib::Request& req,
                                                         httplib::Response& res) {
