@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
@@ -110,16 +111,18 @@ double percentile(std::vector<double>& v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
 }
 
-std::int64_t count_rows(const std::string& path, const std::string& sql, const std::string& a,
-                        const std::string& b) {
+// One count(*) from a read-only connection of its own, with text parameters; -1 on error.
+std::int64_t count_rows(const std::string& path, const std::string& sql,
+                        std::initializer_list<std::string> params) {
   sqlite3* db = nullptr;
   std::int64_t n = -1;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
     sqlite3_busy_timeout(db, 5000);
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
-      sqlite3_bind_text(st, 1, a.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(st, 2, b.c_str(), -1, SQLITE_TRANSIENT);
+      int i = 0;
+      for (const std::string& p : params)
+        sqlite3_bind_text(st, ++i, p.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
     }
     sqlite3_finalize(st);
@@ -402,22 +405,19 @@ Result<DrillResult> run_drill(
           r.requests > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(r.requests) : 0.0;
       r.log_rows_during_storm = count_rows(
           inst->path, "SELECT count(*) FROM logs WHERE created_at >= ?1 AND created_at < ?2",
-          wall_from, wall_end);
+          {wall_from, wall_end});
       r.gap_line = count_rows(inst->path,
                               "SELECT count(*) FROM logs WHERE message LIKE 'Log persistence "
-                              "paused%' AND created_at >= ?1 AND ?2 <> ''",
-                              wall_from, "x") > 0;
+                              "paused%' AND created_at >= ?1",
+                              {wall_from}) > 0;
       sr.strategies.push_back(r);
     }
   }
   // The timeline, per strategy, from consecutive samples.
   for (auto& inst : instances) {
-    std::vector<Record> recs = inst->records;
-    std::sort(recs.begin(), recs.end(),
-              [](const Record& a, const Record& b) { return a.start_s < b.start_s; });
     const int buckets = static_cast<int>(std::ceil(result.seconds)) + 1;
     std::vector<double> req(static_cast<std::size_t>(buckets)), err(req.size());
-    for (const Record& rec : recs) {
+    for (const Record& rec : inst->records) {
       const auto b = static_cast<std::size_t>(rec.start_s);
       if (b >= req.size()) continue;
       req[b] += 1;
@@ -435,12 +435,11 @@ Result<DrillResult> run_drill(
     // Every drill payment carries a key; applied once per key means payment rows made
     // during the drill equal the keys recorded.
     result.payments_sent += inst->payments_sent.load();
-    const std::int64_t rows = count_rows(
-        inst->path, "SELECT count(*) FROM payments WHERE id > CAST(?1 AS INTEGER) AND ?2 <> ''",
-        std::to_string(inst->payments_before), "x");
+    const std::int64_t rows =
+        count_rows(inst->path, "SELECT count(*) FROM payments WHERE id > CAST(?1 AS INTEGER)",
+                   {std::to_string(inst->payments_before)});
     const std::int64_t keys = count_rows(
-        inst->path, "SELECT count(*) FROM idempotency_keys WHERE route = ?1 AND ?2 <> ''",
-        "payments", "x");
+        inst->path, "SELECT count(*) FROM idempotency_keys WHERE route = ?1", {"payments"});
     if (rows > keys && keys >= 0) result.payments_doubled += rows - keys;
   }
   return result;
