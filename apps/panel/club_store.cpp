@@ -125,7 +125,10 @@ ClubStore::ClubStore(Options options, sqlite::Database db)
   session_reads_ = RetryPolicy::origin_session();
   session_reads_.clock(*clock_);
   if (options_.strategy == Strategy::kHoldfast) {
-    shield_ = std::make_unique<Shield>(std::string(to_string(options_.strategy)), *clock_);
+    // One Shield for reads and one for writes: in WAL mode a batch job holding the write
+    // lock stops writers only, so failing writes must not open the breaker that reads pass.
+    read_shield_ = std::make_unique<Shield>("club.reads", *clock_);
+    write_shield_ = std::make_unique<Shield>("club.writes", *clock_);
   }
   if (options_.strategy == Strategy::kOriginBreaker) {
     origin_breaker_ = std::make_unique<OriginBreaker>(*clock_);
@@ -135,7 +138,8 @@ ClubStore::ClubStore(Options options, sqlite::Database db)
 ClubStore::~ClubStore() = default;
 
 template <class F>
-auto ClubStore::run(Operation op, F&& attempt, bool session_read) -> std::invoke_result_t<F&> {
+auto ClubStore::run(Access access, Operation op, F&& attempt, bool session_read)
+    -> std::invoke_result_t<F&> {
   using R = std::invoke_result_t<F&>;
   const auto counted = [&]() -> R {
     attempts_.fetch_add(1, std::memory_order_relaxed);
@@ -163,8 +167,10 @@ auto ClubStore::run(Operation op, F&& attempt, bool session_read) -> std::invoke
       }
       return r;
     }
-    case Strategy::kHoldfast:
-      return session_read ? shield_->run(session_reads_, op, counted) : shield_->run(op, counted);
+    case Strategy::kHoldfast: {
+      Shield& shield = access == Access::kRead ? *read_shield_ : *write_shield_;
+      return session_read ? shield.run(session_reads_, op, counted) : shield.run(op, counted);
+    }
   }
   return counted();
 }
@@ -272,7 +278,7 @@ Status ClubStore::ensure_demo_data(std::string_view today) {
 Result<std::optional<User>> ClubStore::session(std::string_view token, std::string_view now_utc) {
   using Row = std::tuple<std::int64_t, std::string, std::string, std::string>;
   Result<std::vector<Row>> rows = run(
-      Operation::read("session.read"),
+      Access::kRead, Operation::read("session.read"),
       [&] {
         return db_.query<std::int64_t, std::string, std::string, std::string>(
             "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = "
@@ -290,7 +296,7 @@ Result<std::vector<Game>> ClubStore::games_on(std::string_view date) {
   using Row = std::tuple<std::int64_t, std::string, std::string, std::string, std::string,
                          std::string, std::int64_t, std::int64_t>;
   const std::string next = day_after(date);
-  Result<std::vector<Row>> rows = run(Operation::read("schedule.games"), [&] {
+  Result<std::vector<Row>> rows = run(Access::kRead, Operation::read("schedule.games"), [&] {
     return db_.query<std::int64_t, std::string, std::string, std::string, std::string, std::string,
                      std::int64_t, std::int64_t>(
         "SELECT g.id, c.name, a.name, a.color, g.starts_at, g.ends_at, g.capacity, "
@@ -313,7 +319,7 @@ Result<std::vector<Game>> ClubStore::games_on(std::string_view date) {
 
 Result<ScheduleContext> ClubStore::context_on(std::string_view date) {
   ScheduleContext ctx;
-  auto settings = run(Operation::read("schedule.settings"), [&] {
+  auto settings = run(Access::kRead, Operation::read("schedule.settings"), [&] {
     return db_.query<std::string, std::string>("SELECT key, value FROM settings");
   });
   if (!settings.ok()) return settings.status();
@@ -321,17 +327,17 @@ Result<ScheduleContext> ClubStore::context_on(std::string_view date) {
     if (k == "club_name") ctx.club_name = v;
     if (k == "currency") ctx.currency = v;
   }
-  auto courts = run(Operation::read("schedule.courts"),
+  auto courts = run(Access::kRead, Operation::read("schedule.courts"),
                     [&] { return db_.query<std::string>("SELECT name FROM courts ORDER BY id"); });
   if (!courts.ok()) return courts.status();
   ctx.courts = std::move(*courts);
-  auto holidays = run(Operation::read("schedule.holidays"), [&] {
+  auto holidays = run(Access::kRead, Operation::read("schedule.holidays"), [&] {
     return db_.query<std::string>("SELECT name FROM holidays WHERE date = ?", date);
   });
   if (!holidays.ok()) return holidays.status();
   ctx.holidays = std::move(*holidays);
   const std::string next = day_after(date);
-  auto cash = run(Operation::read("schedule.cash"), [&] {
+  auto cash = run(Access::kRead, Operation::read("schedule.cash"), [&] {
     return db_.query<std::int64_t, std::int64_t>(
         "SELECT count(*), coalesce(sum(amount_cents), 0) FROM payments "
         "WHERE created_at >= ? AND created_at < ?",
@@ -343,7 +349,7 @@ Result<ScheduleContext> ClubStore::context_on(std::string_view date) {
 }
 
 Result<std::optional<std::int64_t>> ClubStore::user_id_by_email(std::string_view email) {
-  return run(Operation::read("users.by_email"), [&] {
+  return run(Access::kRead, Operation::read("users.by_email"), [&] {
     return db_.query_one<std::int64_t>("SELECT id FROM users WHERE email = ?", email);
   });
 }
@@ -351,7 +357,7 @@ Result<std::optional<std::int64_t>> ClubStore::user_id_by_email(std::string_view
 Status ClubStore::refresh_session(std::string_view token, std::string_view now_utc) {
   // Only when last_seen is over a minute old: "2026-11-30T12:00:00.000Z" minus a minute,
   // compared as text (the stamps are fixed-width UTC).
-  Result<sqlite::Exec> r = run(Operation::write("session.refresh"), [&] {
+  Result<sqlite::Exec> r = run(Access::kWrite, Operation::write("session.refresh"), [&] {
     return db_.execute(
         "UPDATE sessions SET last_seen = ?1 WHERE token = ?2 AND "
         "last_seen < strftime('%Y-%m-%dT%H:%M:%fZ', ?1, '-60 seconds')",
@@ -364,7 +370,7 @@ Result<std::string> ClubStore::login(std::string_view email, std::string_view pa
                                      std::string_view now_utc) {
   if (email.empty() || email.size() > 200) return bad("email must be 1 to 200 characters");
   if (password.empty() || password.size() > 200) return bad("password must be 1 to 200 characters");
-  auto user = run(Operation::read("login.user"), [&] {
+  auto user = run(Access::kRead, Operation::read("login.user"), [&] {
     return db_.query<std::int64_t, std::string>(
         "SELECT id, password_hash FROM users WHERE email = ?", email);
   });
@@ -375,12 +381,13 @@ Result<std::string> ClubStore::login(std::string_view email, std::string_view pa
   const std::int64_t id = std::get<0>(user->front());
   std::string token = new_token();
   // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  Result<sqlite::Exec> inserted = run(Operation::idempotent_write("login.session"), [&] {
-    return db_.execute(
-        "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, expires_at) "
-        "VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, '+30 days'))",
-        token, id, now_utc);
-  });
+  Result<sqlite::Exec> inserted =
+      run(Access::kWrite, Operation::idempotent_write("login.session"), [&] {
+        return db_.execute(
+            "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, expires_at) "
+            "VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, '+30 days'))",
+            token, id, now_utc);
+      });
   if (!inserted.ok()) return inserted.status();
   return token;
 }
@@ -394,7 +401,7 @@ Result<PaymentReceipt> ClubStore::pay(std::int64_t user_id, std::int64_t amount_
   if (method != "cash" && method != "card") return bad("method must be \"cash\" or \"card\"");
   if (key.size() > 200) return bad("Idempotency-Key must be at most 200 characters");
   // The whole transaction may be re-run: it checks the key first, inside the transaction.
-  return run(Operation::transaction(/*rerunnable=*/true, "payments.create"), [&] {
+  return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "payments.create"), [&] {
     return db_.transaction(
         [&](sqlite::Transaction& tx) -> Result<PaymentReceipt> {
           if (!key.empty()) {
@@ -426,7 +433,7 @@ Result<SignupReceipt> ClubStore::sign_up(std::int64_t user_id, std::int64_t game
                                          std::string_view key, std::string_view now_utc) {
   if (game_id <= 0) return bad("game_id must be a positive number");
   if (key.size() > 200) return bad("Idempotency-Key must be at most 200 characters");
-  return run(Operation::transaction(/*rerunnable=*/true, "signups.create"), [&] {
+  return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "signups.create"), [&] {
     return db_.transaction(
         [&](sqlite::Transaction& tx) -> Result<SignupReceipt> {
           if (!key.empty()) {
@@ -464,7 +471,7 @@ Status ClubStore::record_report(std::string_view path, std::string_view digest,
   if (path.size() > 500 || digest.size() > 64 || note.size() > 2000) {
     return bad("path (500), digest (64) or note (2000 characters) too long");
   }
-  return run(Operation::write("problem_reports.create"),
+  return run(Access::kWrite, Operation::write("problem_reports.create"),
              [&] {
                return db_.execute(
                    "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",

@@ -70,8 +70,9 @@ class ClubStore {
   [[nodiscard]] std::uint64_t attempts() const noexcept {
     return attempts_.load(std::memory_order_relaxed);
   }
-  // holdfast only (nullptr for the baselines).
-  [[nodiscard]] Shield* shield() noexcept { return shield_.get(); }
+  // holdfast only (nullptr for the baselines): the Shields reads and writes go through.
+  [[nodiscard]] Shield* read_shield() noexcept { return read_shield_.get(); }
+  [[nodiscard]] Shield* write_shield() noexcept { return write_shield_.get(); }
   [[nodiscard]] OriginBreaker* origin_breaker() noexcept { return origin_breaker_.get(); }
   [[nodiscard]] sqlite::Database& database() noexcept { return db_; }
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
@@ -80,9 +81,12 @@ class ClubStore {
   ClubStore(Options options, sqlite::Database db);
 
   // Every database operation of the panel goes through here: one attempt is one call of
-  // `attempt`, run as the strategy says. `session_read`: the origin's session schedule.
+  // `attempt`, run as the strategy says (holdfast: through the read or the write Shield).
+  // `session_read`: the origin's session schedule.
+  enum class Access : std::uint8_t { kRead, kWrite };
   template <class F>
-  auto run(Operation op, F&& attempt, bool session_read = false) -> std::invoke_result_t<F&>;
+  auto run(Access access, Operation op, F&& attempt, bool session_read = false)
+      -> std::invoke_result_t<F&>;
 
   Options options_;
   Clock* clock_;
@@ -91,7 +95,8 @@ class ClubStore {
   RetryPolicy naive_;
   RetryPolicy tenacity_;
   RetryPolicy session_reads_;
-  std::unique_ptr<Shield> shield_;
+  std::unique_ptr<Shield> read_shield_;
+  std::unique_ptr<Shield> write_shield_;
   std::unique_ptr<OriginBreaker> origin_breaker_;
 };
 

@@ -65,8 +65,10 @@ struct Instance {
     if (logging.sync_sink) logging.sync_sink->database().close_idle_connections();
   }
 
+  // 0 closed, 1 half-open, 2 open: the more open of the read and write breakers.
   int breaker_state() {
-    if (Shield* s = store->shield()) {
+    const auto level = [](const Shield* s) {
+      if (s == nullptr) return 0;
       switch (s->breaker().state()) {
         case BreakerState::kClosed:
           return 0;
@@ -75,6 +77,9 @@ struct Instance {
         default:
           return 2;
       }
+    };
+    if (store->read_shield() != nullptr) {
+      return std::max(level(store->read_shield()), level(store->write_shield()));
     }
     if (OriginBreaker* b = store->origin_breaker()) {
       switch (b->state()) {

@@ -211,7 +211,12 @@ std::string PanelServer::metrics_text() const {
   counter("bad_requests_total", "Requests answered 4xx for bad input.",
           counters_.bad_request.load());
   counter("database_attempts_total", "Database attempts made by the panel.", store.attempts());
-  if (Shield* shield = store.shield()) out += shield->metrics_text();
+  if (store.read_shield() != nullptr) {
+    const Metrics::Labelled shields[] = {
+        {&store.read_shield()->metrics(), store.read_shield()->name()},
+        {&store.write_shield()->metrics(), store.write_shield()->name()}};
+    out += Metrics::prometheus_text(shields);
+  }
   return out;
 }
 

@@ -27,6 +27,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -87,6 +88,14 @@ class Metrics {
   // Every family in the Prometheus text exposition format (version 0.0.4): HELP and TYPE
   // lines, then the samples, each labelled db="<shield_name>" (escaped as the format asks).
   [[nodiscard]] std::string prometheus_text(std::string_view shield_name) const;
+
+  // Several Shields' metrics in one exposition (a page must not repeat a family's HELP and
+  // TYPE lines): each family once, with every shield's samples under it.
+  struct Labelled {
+    const Metrics* metrics;
+    std::string_view name;
+  };
+  [[nodiscard]] static std::string prometheus_text(std::span<const Labelled> shields);
 
  private:
   struct alignas(64) Cell {

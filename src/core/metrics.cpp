@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <vector>
 
 #include "stripes.hpp"
 
@@ -55,7 +56,10 @@ void append_number(std::string& out, double v) {
 
 class Writer {
  public:
-  Writer(std::string& out, std::string_view db) : out_(out), db_(db) {}
+  explicit Writer(std::string& out) : out_(out) {}
+
+  // The db label of the samples that follow.
+  void db(std::string_view name) { db_ = name; }
 
   void family(std::string_view name, std::string_view type, std::string_view help) {
     out_ += "# HELP ";
@@ -137,58 +141,96 @@ Metrics::Snapshot Metrics::snapshot() const noexcept {
 }
 
 std::string Metrics::prometheus_text(std::string_view shield_name) const {
-  const Snapshot s = snapshot();
-  std::string out;
-  out.reserve(3072);
-  Writer w(out, shield_name);
+  const Labelled one[] = {{this, shield_name}};
+  return prometheus_text(one);
+}
 
-  w.family("holdfast_attempts_total", "counter",
-           "Attempts that reached the database (successes plus faults).");
-  w.sample("holdfast_attempts_total", s.attempts);
-  w.family("holdfast_successes_total", "counter", "Attempts that succeeded.");
-  w.sample("holdfast_successes_total", s.successes);
-  w.family("holdfast_faults_total", "counter",
-           "Failed attempts by retry scope and by whether the fault counts as overload.");
-  for (RetryScope scope : kScopeOrder) {
-    const auto& by = s.faults[static_cast<std::size_t>(scope)];
-    w.sample("holdfast_faults_total", by[0], {"scope", to_string(scope), "overload", "false"});
-    w.sample("holdfast_faults_total", by[1], {"scope", to_string(scope), "overload", "true"});
-  }
-  w.family("holdfast_retries_total", "counter", "Retries started after a failed attempt.");
-  w.sample("holdfast_retries_total", s.retries);
-  w.family("holdfast_windows_spent_total", "counter",
-           "Requests that gave up because their retry window was spent.");
-  w.sample("holdfast_windows_spent_total", s.windows_spent);
-  w.family("holdfast_throttled_total", "counter",
-           "Requests that gave up because the retry throttle refused a retry.");
-  w.sample("holdfast_throttled_total", s.throttled);
-  w.family("holdfast_breaker_rejected_total", "counter",
-           "Requests failed at once because the circuit breaker was open and the next probe "
-           "did not fit in their window.");
-  w.sample("holdfast_breaker_rejected_total", s.breaker_rejected);
-  w.family("holdfast_breaker_waits_total", "counter",
-           "Times a request waited inside its window for the circuit breaker's next probe.");
-  w.sample("holdfast_breaker_waits_total", s.breaker_waits);
-  w.family("holdfast_breaker_transitions_total", "counter",
-           "Circuit breaker state changes, by the state entered.");
-  for (BreakerState state : kStateOrder) {
-    w.sample("holdfast_breaker_transitions_total", s.transitions[static_cast<std::size_t>(state)],
-             {"to", to_string(state)});
-  }
-  if (const CircuitBreaker* b = breaker_.load(std::memory_order_acquire)) {
-    const BreakerState current = b->state();
-    w.family("holdfast_breaker_state", "gauge",
-             "1 for the circuit breaker's current state, 0 for the others.");
-    for (BreakerState state : kStateOrder) {
-      w.sample("holdfast_breaker_state", std::uint64_t{state == current ? 1u : 0u},
-               {"state", to_string(state)});
+std::string Metrics::prometheus_text(std::span<const Labelled> shields) {
+  std::vector<Snapshot> snaps;
+  snaps.reserve(shields.size());
+  for (const Labelled& l : shields)
+    snaps.push_back(l.metrics->snapshot());
+  std::string out;
+  out.reserve(3072 * shields.size());
+  Writer w(out);
+  // One family: its HELP and TYPE lines once, then every shield's samples.
+  const auto family = [&](std::string_view name, std::string_view type, std::string_view help,
+                          const auto& samples) {
+    w.family(name, type, help);
+    for (std::size_t i = 0; i < shields.size(); ++i) {
+      w.db(shields[i].name);
+      samples(snaps[i], *shields[i].metrics);
     }
+  };
+  const auto counter = [&](std::string_view name, std::string_view help,
+                           std::uint64_t Snapshot::*field) {
+    family(name, "counter", help,
+           [&](const Snapshot& s, const Metrics&) { w.sample(name, s.*field); });
+  };
+
+  counter("holdfast_attempts_total", "Attempts that reached the database (successes plus faults).",
+          &Snapshot::attempts);
+  counter("holdfast_successes_total", "Attempts that succeeded.", &Snapshot::successes);
+  family(
+      "holdfast_faults_total", "counter",
+      "Failed attempts by retry scope and by whether the fault counts as overload.",
+      [&](const Snapshot& s, const Metrics&) {
+        for (RetryScope scope : kScopeOrder) {
+          const auto& by = s.faults[static_cast<std::size_t>(scope)];
+          w.sample("holdfast_faults_total", by[0],
+                   {"scope", to_string(scope), "overload", "false"});
+          w.sample("holdfast_faults_total", by[1], {"scope", to_string(scope), "overload", "true"});
+        }
+      });
+  counter("holdfast_retries_total", "Retries started after a failed attempt.", &Snapshot::retries);
+  counter("holdfast_windows_spent_total",
+          "Requests that gave up because their retry window was spent.", &Snapshot::windows_spent);
+  counter("holdfast_throttled_total",
+          "Requests that gave up because the retry throttle refused a retry.",
+          &Snapshot::throttled);
+  counter("holdfast_breaker_rejected_total",
+          "Requests failed at once because the circuit breaker was open and the next probe "
+          "did not fit in their window.",
+          &Snapshot::breaker_rejected);
+  counter("holdfast_breaker_waits_total",
+          "Times a request waited inside its window for the circuit breaker's next probe.",
+          &Snapshot::breaker_waits);
+  family("holdfast_breaker_transitions_total", "counter",
+         "Circuit breaker state changes, by the state entered.",
+         [&](const Snapshot& s, const Metrics&) {
+           for (BreakerState state : kStateOrder) {
+             w.sample("holdfast_breaker_transitions_total",
+                      s.transitions[static_cast<std::size_t>(state)], {"to", to_string(state)});
+           }
+         });
+  const auto any = [&](const auto& member) {
+    for (const Labelled& l : shields) {
+      if ((l.metrics->*member).load(std::memory_order_acquire) != nullptr) return true;
+    }
+    return false;
+  };
+  if (any(&Metrics::breaker_)) {
+    family("holdfast_breaker_state", "gauge",
+           "1 for the circuit breaker's current state, 0 for the others.",
+           [&](const Snapshot&, const Metrics& m) {
+             const CircuitBreaker* b = m.breaker_.load(std::memory_order_acquire);
+             if (b == nullptr) return;
+             const BreakerState current = b->state();
+             for (BreakerState state : kStateOrder) {
+               w.sample("holdfast_breaker_state", std::uint64_t{state == current ? 1u : 0u},
+                        {"state", to_string(state)});
+             }
+           });
   }
-  if (const RetryThrottle* t = throttle_.load(std::memory_order_acquire)) {
-    w.family("holdfast_retry_tokens", "gauge",
-             "Tokens in the retry throttle's bucket (retries need more than half of the "
-             "maximum).");
-    w.sample("holdfast_retry_tokens", t->tokens());
+  if (any(&Metrics::throttle_)) {
+    family("holdfast_retry_tokens", "gauge",
+           "Tokens in the retry throttle's bucket (retries need more than half of the "
+           "maximum).",
+           [&](const Snapshot&, const Metrics& m) {
+             if (const RetryThrottle* t = m.throttle_.load(std::memory_order_acquire)) {
+               w.sample("holdfast_retry_tokens", t->tokens());
+             }
+           });
   }
   return out;
 }

@@ -125,6 +125,29 @@ TEST_F(PanelTest, DuringAThreeSecondWriteLockThePageStillShowsTheSchedule) {
   lock->end();
 }
 
+// A batch job holds the write lock: writes fail and open the write breaker, while WAL reads
+// go on — the pages must not be shed as stale or 503 by the writes' breaker.
+TEST_F(PanelTest, WhileAWriteLockOpensTheWriteBreakerPagesAreStillServedFresh) {
+  auto lock = storm(StormKind::kWrite);
+  auto user = store_->user_id_by_email("Ada.Nowak@club.example");
+  ASSERT_TRUE(user.ok() && user->has_value());
+  for (int i = 0; i < 8 && store_->write_shield()->breaker().state() == BreakerState::kClosed;
+       ++i) {
+    RequestScope scope(std::chrono::milliseconds(300));
+    auto paid = store_->pay(**user, 500, "cash", "", "2026-01-01T00:00:00Z");
+    EXPECT_FALSE(paid.ok());
+  }
+  ASSERT_NE(store_->write_shield()->breaker().state(), BreakerState::kClosed);
+  for (int i = 0; i < 5; ++i) {
+    auto r = schedule();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));
+  }
+  EXPECT_EQ(store_->read_shield()->breaker().state(), BreakerState::kClosed);
+  lock->end();
+}
+
 TEST_F(PanelTest, DuringAThreeSecondReadLockThePageStillShowsTheSchedule) {
   auto lock = storm(StormKind::kRead);
   std::thread release([&] {
@@ -227,6 +250,13 @@ TEST_F(PanelTest, MetricsAndHealthAnswer) {
   EXPECT_EQ(m->status, 200);
   EXPECT_NE(m->body.find("holdfast_panel_database_attempts_total{strategy=\"holdfast\"}"),
             std::string::npos);
+  // Both Shields, under one HELP/TYPE per family (a repeated TYPE line is invalid).
+  EXPECT_NE(m->body.find("holdfast_attempts_total{db=\"club.reads\"}"), std::string::npos);
+  EXPECT_NE(m->body.find("holdfast_attempts_total{db=\"club.writes\"}"), std::string::npos);
+  const std::string type = "# TYPE holdfast_attempts_total counter";
+  const std::size_t first = m->body.find(type);
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(m->body.find(type, first + 1), std::string::npos);
   auto h = http_->Get("/healthz");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->body, "ok\n");
