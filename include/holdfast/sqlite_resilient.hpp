@@ -54,6 +54,14 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   static Result<ResilientDatabase> open(Options options, Shield& shield,
                                         RetryPolicy policy = RetryPolicy::origin_reads());
   ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::origin_reads());
+  // With one Shield for reads and one for writes (docs/adr/0006): a batch job holding the
+  // write lock opens the writes' breaker only, and WAL reads, which it does not block, go on.
+  // Statements SQLite proves read-only (and preparing SQL) go through `reads`; writes,
+  // BEGIN, transactions and COMMIT through `writes`. REQUIRES: both outlive this object.
+  static Result<ResilientDatabase> open(Options options, Shield& reads, Shield& writes,
+                                        RetryPolicy policy = RetryPolicy::origin_reads());
+  ResilientDatabase(Database db, Shield& reads, Shield& writes,
+                    RetryPolicy policy = RetryPolicy::origin_reads());
 
   // As Database::prepare(), retried as a read.
   Result<Query> prepare(std::string_view sql);
@@ -79,8 +87,10 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   int close_idle_connections() noexcept { return db_.close_idle_connections(); }
   [[nodiscard]] Database& database() noexcept { return db_; }
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
-  // The Shield operations go through, or nullptr.
+  // The Shield reads go through, or nullptr.
   [[nodiscard]] Shield* shield() const noexcept { return shield_; }
+  // The Shield writes go through (the same as shield() unless two were given), or nullptr.
+  [[nodiscard]] Shield* write_shield() const noexcept { return write_shield_; }
 
  private:
   // THE SEAM: every operation this class retries passes through here, once per operation
@@ -88,13 +98,13 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   // Today it makes sure a RequestScope is active (outside any, it starts one with the
   // policy's window: the busy handler and the connection waits read it) and runs
   // holdfast::retry(). The Shield (circuit breaker + retry throttle) plugs in here, around
-  // `attempt`, and nowhere else: `op` says what the operation is; `attempt` returns Status
-  // or Result<T>.
+  // `attempt`, and nowhere else: `shield` is shield_ for reads, write_shield_ for writes;
+  // `op` says what the operation is; `attempt` returns Status or Result<T>.
   template <class F>
-  auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
+  auto run(Shield* shield, Operation op, F&& attempt) -> std::invoke_result_t<F&> {
     std::optional<RequestScope> own;  // a window for the busy handler outside any scope
     if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
-    if (shield_ != nullptr) return shield_->run(policy_, op, attempt);
+    if (shield != nullptr) return shield->run(policy_, op, attempt);
     return holdfast::retry(policy_, op, attempt);
   }
 
@@ -104,7 +114,8 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
 
   Database db_;
   RetryPolicy policy_;
-  Shield* shield_ = nullptr;
+  Shield* shield_ = nullptr;        // reads
+  Shield* write_shield_ = nullptr;  // writes
 };
 
 template <class Body>
@@ -122,9 +133,10 @@ template <class Body>
 auto ResilientDatabase::run_query(const Query& query, Body& body)
     -> std::invoke_result_t<Body&, Statement&> {
   using R = std::invoke_result_t<Body&, Statement&>;
-  const Operation op = query.access() == Access::kRead ? Operation::read(query.sql())
-                                                       : Operation::write(query.sql());
-  return run(op, [&]() -> R { return db_.with_statement(query, body); });
+  const bool read = query.access() == Access::kRead;
+  const Operation op = read ? Operation::read(query.sql()) : Operation::write(query.sql());
+  return run(read ? shield_ : write_shield_, op,
+             [&]() -> R { return db_.with_statement(query, body); });
 }
 
 template <class Fn>
@@ -133,14 +145,15 @@ auto ResilientDatabase::transaction(Fn&& fn, Operation op, TxnMode mode)
   using R = std::invoke_result_t<Fn&, Transaction&>;
   static_assert(std::is_same_v<R, Status> || is_result<R>::value,
                 "the transaction function must return holdfast::Status or Result<T>");
-  return run(op, [&]() -> R {
+  return run(write_shield_, op, [&]() -> R {
     // Waiting for the writer and BEGIN: nothing has run yet, so a retry is always safe.
     Result<Transaction> tx = db_.begin(mode);
     if (!tx.ok()) return R(tx.status());
     R r = fn(*tx);
     if (!is_ok(r)) return R(detail::abandon(*tx, Status(status_of(r))));
     // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone.
-    Status committed = run(Operation::write("sqlite.commit"), [&] { return tx->commit(); });
+    Status committed =
+        run(write_shield_, Operation::write("sqlite.commit"), [&] { return tx->commit(); });
     if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
     return r;
   });

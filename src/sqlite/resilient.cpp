@@ -19,11 +19,21 @@ Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& shiel
 }
 
 ResilientDatabase::ResilientDatabase(Database db, Shield& shield, RetryPolicy policy)
-    : db_(std::move(db)), policy_(std::move(policy)), shield_(&shield) {}
+    : db_(std::move(db)), policy_(std::move(policy)), shield_(&shield), write_shield_(&shield) {}
+
+Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& reads, Shield& writes,
+                                                  RetryPolicy policy) {
+  Result<Database> db = Database::open(std::move(options));
+  if (!db.ok()) return db.status();
+  return ResilientDatabase(std::move(*db), reads, writes, std::move(policy));
+}
+
+ResilientDatabase::ResilientDatabase(Database db, Shield& reads, Shield& writes, RetryPolicy policy)
+    : db_(std::move(db)), policy_(std::move(policy)), shield_(&reads), write_shield_(&writes) {}
 
 Result<Query> ResilientDatabase::resolve(QueryRef q) {
   // Preparing SQL text runs nothing, so it is retried like a read whatever the SQL is.
-  return run(Operation::read("sqlite.prepare"), [&] { return db_.prepare(q.sql()); });
+  return run(shield_, Operation::read("sqlite.prepare"), [&] { return db_.prepare(q.sql()); });
 }
 
 Result<Query> ResilientDatabase::prepare(std::string_view sql) {
@@ -31,16 +41,16 @@ Result<Query> ResilientDatabase::prepare(std::string_view sql) {
 }
 
 Result<Verdict> ResilientDatabase::classify(std::string_view sql) {
-  return run(Operation::read("sqlite.classify"), [&] { return db_.classify(sql); });
+  return run(shield_, Operation::read("sqlite.classify"), [&] { return db_.classify(sql); });
 }
 
 Result<Transaction> ResilientDatabase::begin(TxnMode mode) {
   // A failed wait for the writer or a BUSY BEGIN began nothing.
-  return run(Operation::write("sqlite.begin"), [&] { return db_.begin(mode); });
+  return run(write_shield_, Operation::write("sqlite.begin"), [&] { return db_.begin(mode); });
 }
 
 Status ResilientDatabase::execute_script(std::string_view sql) {
-  return run(Operation::transaction(/*rerunnable=*/true, "sqlite.script"),
+  return run(write_shield_, Operation::transaction(/*rerunnable=*/true, "sqlite.script"),
              [&] { return db_.execute_script(sql); });
 }
 

@@ -504,5 +504,41 @@ TEST_F(ShieldedFaults, WithAShieldALongLockOpensTheBreakerSoRequestsFailFastWith
   EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
 }
 
+// WAL: a batch job holds the write lock. With one Shield for reads and one for writes the
+// failing writes open the writes' breaker only; reads, which the lock does not block, go on.
+TEST_F(ShieldedFaults, WithTwoShieldsAWriteLockOpensOnlyTheWritesBreaker) {
+  create(JournalMode::kWal);
+  Shield reads("club.reads");
+  Shield writes("club.writes");
+  Options options;
+  options.path = path;
+  options.journal_mode = JournalMode::kWal;
+  options.busy_timeout = milliseconds(100);
+  Result<ResilientDatabase> opened = ResilientDatabase::open(options, reads, writes);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  ResilientDatabase& db = *opened;
+  EXPECT_EQ(db.shield(), &reads);
+  EXPECT_EQ(db.write_shield(), &writes);
+  Result<LockHolder> lock =
+      LockHolder::acquire({.path = path, .kind = LockKind::kBeginImmediate, .hold = seconds(10)});
+  ASSERT_TRUE(lock.ok()) << lock.status().to_string();
+
+  for (int i = 0; i < 10 && writes.breaker().state() == BreakerState::kClosed; ++i) {
+    RequestScope request(milliseconds(300));
+    EXPECT_FALSE(db.execute("INSERT INTO log(v) VALUES (1)").ok());
+  }
+  EXPECT_NE(writes.breaker().state(), BreakerState::kClosed);
+  for (int i = 0; i < 20; ++i) {
+    RequestScope request(milliseconds(300));
+    Result<std::optional<std::int64_t>> v =
+        db.query_one<std::int64_t>("SELECT v FROM kv WHERE id = 1");
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    EXPECT_EQ(v->value_or(0), 10);
+  }
+  EXPECT_EQ(reads.breaker().state(), BreakerState::kClosed);
+  EXPECT_EQ(reads.metrics().snapshot().breaker_rejected, 0u);
+  lock->release();
+}
+
 }  // namespace
 }  // namespace holdfast::sqlite
