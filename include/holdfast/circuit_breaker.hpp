@@ -9,8 +9,11 @@
 // States (DESIGN.md §2):
 //   closed    every call goes through. It opens when, over a sliding time window, the share
 //             of calls that failed from overload reaches `failure_ratio` (once the window
-//             holds `minimum_calls` calls), or, while the window holds fewer calls than that
-//             (low traffic), after `consecutive_failures` overload faults in a row.
+//             holds `minimum_calls` calls), or after overload faults in a row:
+//             `consecutive_failures` (5) while the window holds fewer calls than that (low
+//             traffic), `busy_consecutive_failures` (20) once it holds more — so a
+//             database that stops answering under steady traffic is noticed within 20
+//             calls, not after half a window.
 //   open      every call is refused until the open period ends. The period starts at
 //             `open_initial`, doubles on each failed probe up to `open_max`, and starts over
 //             once the breaker closes.
@@ -72,7 +75,7 @@ CallResult breaker_result_of_error(const Status& status) noexcept;
 
 enum class TransitionReason : std::uint8_t {
   kFailureRatio,          // closed -> open: the failure ratio over the window
-  kConsecutiveFailures,   // closed -> open: N overload faults in a row at low traffic
+  kConsecutiveFailures,   // closed -> open: N overload faults in a row (see Options)
   kProbeDue,              // open -> half-open: the open period ended
   kProbeFailed,           // half-open -> open
   kProbeLeaseExpired,     // half-open -> open: a probe held its lease too long
@@ -104,13 +107,18 @@ class CircuitBreaker {
   // Plain configuration; validated by the constructor (std::invalid_argument names the
   // field). Defaults: the ratio rule follows Hystrix (50% over a 10 s window of 10 buckets,
   // at least 20 calls); the consecutive rule and the 30 s cap are the Vietnamese origin's
-  // breaker (threshold 5, recovery timeout 30 s). See docs/adr/0003-breaker-and-throttle.md.
+  // breaker (threshold 5, recovery timeout 30 s). See docs/adr/0003-breaker-and-throttle.md;
+  // for busy_consecutive_failures, ADR 0007 (docs/adr/0007-*.md).
   struct Options {
     double failure_ratio = 0.5;  // in (0, 1]
     int minimum_calls = 20;      // >= 1: the ratio rule needs this many calls in the window
     Duration window = std::chrono::seconds(10);  // > 0
     int window_buckets = 10;       // in [1, 64]; window / window_buckets >= 1 microsecond
     int consecutive_failures = 5;  // >= 0; 0 turns the low-traffic rule off
+    // >= 0; 0 turns it off. Once the window holds minimum_calls calls, this many overload
+    // faults in a row open the breaker too: a whole ratio sample that failed, without
+    // waiting for the failures to outweigh up to 10 s of earlier successes.
+    int busy_consecutive_failures = 20;
     Duration slow_call_threshold = Duration::zero();         // >= 0; 0: latency never counts
     Duration open_initial = std::chrono::milliseconds(500);  // > 0
     Duration open_max = std::chrono::seconds(30);            // >= open_initial

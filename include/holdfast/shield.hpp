@@ -10,10 +10,14 @@
 //
 // A request goes RequestScope -> retry loop -> throttle -> breaker -> attempt:
 //   - every attempt asks the breaker first. Refused while open: if the next probe is due
-//     inside the request's window, the request waits for it (and is woken at once, with a
-//     small jitter, when a probe succeeds); otherwise it fails at once with kUnavailable,
-//     stop_reason kBreakerOpen and retry_after() set (HTTP 503 + Retry-After). That Status
-//     is not an overload fault: shedding never feeds the breaker.
+//     inside the request's window, the request waits for it; otherwise it fails at once
+//     with kUnavailable, stop_reason kBreakerOpen and retry_after() set (HTTP 503 +
+//     Retry-After). That Status is not an overload fault: shedding never feeds the breaker.
+//   - when a probe succeeds the waiters are woken at once (each after a small jitter) and
+//     go through a gate of release_concurrency (32) slots: a released waiter holds a slot
+//     for its attempt and hands it back when the attempt ends. A database that answers in
+//     a millisecond takes the whole crowd within milliseconds; one that is still weak is
+//     never sent more than 32 of them at a time (the herd that would close it again).
 //   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
 //     may be repeated). Before each retry the throttle is asked; refused: stop, kThrottled.
 //   - results: success -> breaker success, throttle success; overload fault -> breaker
@@ -31,6 +35,7 @@
 // nothing.
 #pragma once
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +65,10 @@ class Shield {
     // After a successful probe wakes a waiting request, it waits a further uniform
     // [0, wake_jitter] so the waiters do not all arrive at once. >= 0.
     Duration wake_jitter = std::chrono::milliseconds(50);
+    // Requests that waited for the breaker's probe make their next attempt through a gate
+    // of this many slots, each held for one attempt: the most of them the database is sent
+    // at once after it comes back. >= 1.
+    int release_concurrency = 32;
   };
 
   class Call;
@@ -103,6 +112,9 @@ class Shield {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
   [[nodiscard]] const Options& options() const noexcept { return options_; }
+  // What waiting requests sleep on (Admission::wake): moved by every breaker state change
+  // that may let them through, and by every slot handed back at the release gate.
+  [[nodiscard]] const Signal& signal() const noexcept { return signal_; }
 
   // metrics().prometheus_text(name()).
   [[nodiscard]] std::string metrics_text() const;
@@ -116,6 +128,9 @@ class Shield {
   CircuitBreaker breaker_;
   RetryThrottle throttle_;
   Metrics metrics_;
+  Signal signal_;
+  // Free slots of the release gate (see Options::release_concurrency).
+  alignas(64) std::atomic<int> release_slots_;
 };
 
 // What to do next, before an attempt.
@@ -171,11 +186,21 @@ class Shield::Call {
       : shield_(&shield), policy_(&policy), op_(op), window_(window), rng_(rng) {}
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
+  ~Call() {
+    if (holds_slot_) [[unlikely]]
+      release_slot();
+  }
 
-  // May the next attempt start at `now`? Asks the breaker; never blocks.
+  // May the next attempt start at `now`? Asks the breaker (and, for a request that waited
+  // for a probe, the release gate); never blocks.
   [[nodiscard]] Admission admit(TimePoint now) {
     CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
     if (permit) [[likely]] {
+      if (waited_ && !permit.is_probe()) [[unlikely]] {
+        // The permit is dropped if the gate says wait: unused, it counts as nothing.
+        Admission gate = through_gate(now);
+        if (gate.kind != Admission::Kind::kAttempt) return gate;
+      }
       Admission a;
       a.kind = Admission::Kind::kAttempt;
       a.permit = std::move(permit);
@@ -201,6 +226,8 @@ class Shield::Call {
 
  private:
   Admission refused(const CircuitBreaker::Permit& permit, TimePoint now);
+  Admission through_gate(TimePoint now);
+  void release_slot() noexcept;
   RetryState& state();
   Random& rng();
 
@@ -213,6 +240,8 @@ class Shield::Call {
   int attempts_ = 0;
   Duration slept_{};
   StopReason stop_ = StopReason::kNone;
+  bool waited_ = false;      // waited for a probe; its next attempt goes through the gate
+  bool holds_slot_ = false;  // holds a slot of the release gate for its current attempt
 };
 
 template <class F>

@@ -69,6 +69,10 @@ const CircuitBreaker::Options& validated(const CircuitBreaker::Options& o) {
     bad_option("consecutive_failures",
                "must not be negative, got " + std::to_string(o.consecutive_failures));
   }
+  if (o.busy_consecutive_failures < 0) {
+    bad_option("busy_consecutive_failures",
+               "must not be negative, got " + std::to_string(o.busy_consecutive_failures));
+  }
   if (o.slow_call_threshold < Duration::zero()) {
     bad_option("slow_call_threshold",
                "must not be negative, got " + ms_text(o.slow_call_threshold));
@@ -530,11 +534,17 @@ void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns) noexce
   const WindowCounts counts = sum(bucket_index(end_ns));
   TransitionReason reason;
   if (counts.calls >= static_cast<std::uint64_t>(options_.minimum_calls)) {
-    if (static_cast<double>(counts.failures) <
+    if (static_cast<double>(counts.failures) >=
         options_.failure_ratio * static_cast<double>(counts.calls)) {
+      reason = TransitionReason::kFailureRatio;
+    } else if (options_.busy_consecutive_failures > 0 &&
+               run >= options_.busy_consecutive_failures) {
+      // High traffic, and a whole sample's worth of calls failed in a row: the database
+      // stopped answering (see ADR 0007). The ratio would take up to half a window.
+      reason = TransitionReason::kConsecutiveFailures;
+    } else {
       return;
     }
-    reason = TransitionReason::kFailureRatio;
   } else if (options_.consecutive_failures > 0 && run >= options_.consecutive_failures) {
     // Low traffic: too few calls for a ratio to mean anything (see the ADR).
     reason = TransitionReason::kConsecutiveFailures;

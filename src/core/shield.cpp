@@ -21,6 +21,10 @@ Shield::Options Shield::with_clock(Options options, Clock& clock) {
     throw std::invalid_argument("Shield::Options::wake_jitter must not be negative, got " +
                                 std::to_string(to_ms_ceil(options.wake_jitter)) + " ms");
   }
+  if (options.release_concurrency < 1) {
+    throw std::invalid_argument("Shield::Options::release_concurrency must be at least 1, got " +
+                                std::to_string(options.release_concurrency));
+  }
   options.reads.clock(clock);
   options.writes.clock(clock);
   return options;
@@ -33,8 +37,13 @@ Shield::Shield(std::string name, Options options, Clock& clock)
       clock_(&clock),
       options_(with_clock(std::move(options), clock)),
       breaker_(options_.breaker, clock),
-      throttle_(options_.throttle) {
-  breaker_.add_listener([this](const BreakerTransition& t) { metrics_.count_transition(t.to); });
+      throttle_(options_.throttle),
+      release_slots_(options_.release_concurrency) {
+  breaker_.add_listener([this](const BreakerTransition& t) {
+    metrics_.count_transition(t.to);
+    // Open -> half-open admits only the probe, which is not waiting: it wakes nobody.
+    if (t.to != BreakerState::kHalfOpen) signal_.notify_all();
+  });
   metrics_.attach(&breaker_, &throttle_);
 }
 
@@ -65,7 +74,54 @@ Random& Shield::Call::rng() {
   return *rng_;
 }
 
+void Shield::Call::release_slot() noexcept {
+  holds_slot_ = false;
+  shield_->release_slots_.fetch_add(1, std::memory_order_release);
+  shield_->signal_.notify_all();
+}
+
+Shield::Admission Shield::Call::through_gate(TimePoint now) {
+  Shield& shield = *shield_;
+  // Read before trying, so a slot handed back after the try still wakes us.
+  const std::uint64_t seen = shield.signal_.generation();
+  int free = shield.release_slots_.load(std::memory_order_acquire);
+  while (free > 0) {
+    if (shield.release_slots_.compare_exchange_weak(free, free - 1, std::memory_order_acquire)) {
+      waited_ = false;
+      holds_slot_ = true;
+      Admission go;
+      go.kind = Admission::Kind::kAttempt;
+      return go;
+    }
+  }
+  // Every slot is out: wait for one to come back while the window lasts.
+  RetryWindow& window = state().window();
+  const TimePoint limit = window.deadline() - policy_->last_attempt_time();
+  if (limit > now) {
+    Admission a;
+    a.kind = Admission::Kind::kWait;
+    a.until = limit;
+    a.wake = &shield.signal_;
+    a.seen = seen;
+    return a;
+  }
+  shield.metrics_.count_window_spent();
+  stop_ = StopReason::kWindowSpent;
+  Admission a;
+  a.kind = Admission::Kind::kStop;
+  a.status = Status(Code::kUnavailable,
+                    "the database of '" + shield.name_ +
+                        "' is back, and the requests that waited for it go " +
+                        std::to_string(shield.options_.release_concurrency) +
+                        " at a time; this one's window ended first",
+                    kShedding);
+  a.status.with_stop(StopReason::kWindowSpent, attempts_, std::chrono::seconds(1));
+  return a;
+}
+
 void Shield::Call::succeeded(CircuitBreaker::Permit&& permit, Duration latency) noexcept {
+  if (holds_slot_) [[unlikely]]
+    release_slot();
   ++attempts_;
   stop_ = StopReason::kNone;
   permit.record(CallResult::kSuccess, latency);
@@ -76,6 +132,7 @@ void Shield::Call::succeeded(CircuitBreaker::Permit&& permit, Duration latency) 
 
 Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Status& status,
                                      TimePoint now, Duration latency) {
+  if (holds_slot_) release_slot();
   ++attempts_;
   Shield& shield = *shield_;
   permit.record(status, latency);
@@ -113,7 +170,7 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
 
 Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, TimePoint now) {
   Shield& shield = *shield_;
-  const Signal& signal = shield.breaker_.signal();
+  const Signal& signal = shield.signal_;
   const std::uint64_t seen = signal.generation();
   // The breaker changes its state before it notifies the signal: if it has changed since it
   // refused us, the refusal may be stale and `seen` may already include the wake-up.
@@ -142,6 +199,7 @@ Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, Ti
       break;
   }
   if (wait) {
+    waited_ = true;
     shield.metrics_.count_breaker_wait();
     Admission a;
     a.kind = Admission::Kind::kWait;

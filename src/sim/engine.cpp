@@ -744,7 +744,7 @@ class Engine {
   // After any call into Shield b: if its breaker's signal moved (a state change, e.g. a
   // probe that succeeded), the requests waiting on it wake up, each after its jitter.
   void wake_if_signalled(std::uint32_t b) {
-    const std::uint64_t g = shields_[b]->breaker().signal().generation();
+    const std::uint64_t g = shields_[b]->signal().generation();
     if (g == seen_generation_[b]) return;
     seen_generation_[b] = g;
     std::vector<Waiter>& list = waiters_[b];
@@ -967,6 +967,7 @@ Shield::Options shield_options(const Strategy& st, Clock& clock) {
   if (st.breaker_threshold > 0) o.breaker.consecutive_failures = st.breaker_threshold;
   if (!st.breaker) {
     o.breaker.consecutive_failures = 0;                         // no low-traffic rule
+    o.breaker.busy_consecutive_failures = 0;                    // nor the busy one
     o.breaker.minimum_calls = std::numeric_limits<int>::max();  // no ratio rule
   }
   if (!st.throttle) o.throttle.floor_per_second = 1e6;  // the floor's maximum

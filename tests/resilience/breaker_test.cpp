@@ -68,6 +68,7 @@ struct Fixture {
 CircuitBreaker::Options ratio_only() {
   CircuitBreaker::Options o;
   o.consecutive_failures = 0;
+  o.busy_consecutive_failures = 0;
   return o;
 }
 
@@ -79,7 +80,8 @@ TEST(BreakerOptions, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(o.minimum_calls, 20);
   EXPECT_EQ(o.window, seconds(10));
   EXPECT_EQ(o.window_buckets, 10);
-  EXPECT_EQ(o.consecutive_failures, 5);  // the origin's threshold
+  EXPECT_EQ(o.consecutive_failures, 5);        // the origin's threshold
+  EXPECT_EQ(o.busy_consecutive_failures, 20);  // minimum_calls' worth, all failed
   EXPECT_EQ(o.slow_call_threshold, Duration::zero());
   EXPECT_EQ(o.open_initial, milliseconds(500));
   EXPECT_EQ(o.open_max, seconds(30));  // the origin's recovery timeout
@@ -102,6 +104,7 @@ TEST(BreakerOptions, EachBadFieldIsRejectedByName) {
       {"window_buckets", [](auto& o) { o.window_buckets = 65; }},
       {"window", [](auto& o) { o.window = std::chrono::nanoseconds(10); }},
       {"consecutive_failures", [](auto& o) { o.consecutive_failures = -1; }},
+      {"busy_consecutive_failures", [](auto& o) { o.busy_consecutive_failures = -1; }},
       {"slow_call_threshold", [](auto& o) { o.slow_call_threshold = milliseconds(-1); }},
       {"open_initial", [](auto& o) { o.open_initial = Duration::zero(); }},
       {"open_max", [](auto& o) { o.open_max = milliseconds(100); }},
@@ -246,6 +249,46 @@ TEST(Breaker, AtHigherTrafficTheRatioDecidesNotARunOfFive) {
   EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
 }
 
+TEST(Breaker, AtHigherTrafficTwentyOverloadFaultsInARowOpenItWithoutWaitingForTheRatio) {
+  // 125 calls a second for 5 s, all answered; then the database stops answering.
+  Fixture f;
+  for (int i = 0; i < 625; ++i) {
+    f.call(Status(), milliseconds(2));
+    f.clock.advance(milliseconds(8));
+  }
+  for (int i = 0; i < 19; ++i) {
+    f.call(overload(), milliseconds(1));
+    f.clock.advance(milliseconds(8));
+  }
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed) << "19 in a row, 3% of the window";
+  f.call(overload(), milliseconds(1));
+  ASSERT_EQ(f.breaker.state(), BreakerState::kOpen);
+  ASSERT_EQ(f.transitions.size(), 1u);
+  EXPECT_EQ(f.transitions[0].reason, TransitionReason::kConsecutiveFailures);
+  // 20 calls: 160 ms after the first failure, where the ratio (50% of 10 s) needed seconds.
+  EXPECT_EQ(f.transitions[0].at, ManualClock::kStart + milliseconds(625 * 8 + 19 * 8 + 1));
+}
+
+TEST(Breaker, AtHigherTrafficASuccessBreaksTheRunOfTwenty) {
+  Fixture f;
+  for (int i = 0; i < 100; ++i)
+    f.call(Status());
+  f.fail_n(19);
+  f.call(Status());
+  f.fail_n(19);
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
+  f.fail_n(1);
+  EXPECT_EQ(f.breaker.state(), BreakerState::kOpen);
+  // Turned off, the same run leaves it to the ratio.
+  CircuitBreaker::Options o;
+  o.busy_consecutive_failures = 0;
+  Fixture off(o);
+  for (int i = 0; i < 100; ++i)
+    off.call(Status());
+  off.fail_n(40);
+  EXPECT_EQ(off.breaker.state(), BreakerState::kClosed) << "40 of 140: below 50%";
+}
+
 TEST(Breaker, SlowSuccessesCountAsFailuresWhenAThresholdIsSet) {
   CircuitBreaker::Options o;
   o.slow_call_threshold = seconds(1);
@@ -288,8 +331,10 @@ TEST(Breaker, ABrownoutOfTwentyPercentFailuresDoesNotOpenIt) {
   EXPECT_TRUE(f.transitions.empty());
   EXPECT_NEAR(failures / static_cast<double>(kCalls), 0.2, 0.01);
   // The brownout has runs that would trip a breaker counting 5 in a row at any traffic
-  // (about one every 4,000 calls).
+  // (about one every 4,000 calls), but none near the busy rule's 20 (0.2^20: about one in
+  // 10^14 calls).
   EXPECT_GE(longest_run, 5);
+  EXPECT_LT(longest_run, 20);
 }
 
 // ---- open, half-open, and back -----------------------------------------------------------

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "holdfast/classify.hpp"
 #include "holdfast/health_probe.hpp"
@@ -51,6 +53,17 @@ TEST(Shield, RejectsANegativeWakeJitter) {
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("wake_jitter"));
+  }
+}
+
+TEST(Shield, RejectsAReleaseConcurrencyBelowOne) {
+  Shield::Options o;
+  o.release_concurrency = 0;
+  try {
+    Shield s("main", o);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("release_concurrency"));
   }
 }
 
@@ -238,7 +251,7 @@ TEST(Shield, TheNonBlockingCallSaysWhatToWaitForAndTheProbeWakesIt) {
   ASSERT_EQ(a1.kind, Shield::Admission::Kind::kWait);
   ASSERT_EQ(a2.kind, Shield::Admission::Kind::kWait);
   EXPECT_EQ(a1.until, opened + seconds(4));
-  EXPECT_EQ(a1.wake, &shield.breaker().signal());
+  EXPECT_EQ(a1.wake, &shield.signal());
   EXPECT_TRUE(w1.is_open()) << "being refused opens the request's window";
   EXPECT_GE(a1.jitter, Duration::zero());
   EXPECT_LE(a1.jitter, milliseconds(50));
@@ -257,6 +270,135 @@ TEST(Shield, TheNonBlockingCallSaysWhatToWaitForAndTheProbeWakesIt) {
   ASSERT_EQ(again.kind, Shield::Admission::Kind::kAttempt);
   first.succeeded(std::move(again.permit));
   EXPECT_EQ(first.stats().attempts, 1);
+}
+
+// Three requests wait for the probe; it succeeds; with two gate slots two go at once and
+// the third goes the moment one of them is done — not on a timer of its own.
+TEST(Shield, WaitersReleasedByAProbeGoThroughTheGateAFewAtATime) {
+  ManualClock clock;
+  Shield::Options o = quiet_options();
+  o.release_concurrency = 2;
+  Shield shield("main", o, clock);
+  trip(shield);
+  RetryWindow w1(seconds(6), clock);
+  RetryWindow w2(seconds(6), clock);
+  RetryWindow w3(seconds(6), clock);
+  Shield::Call first(shield, shield.reads(), Operation::read(), &w1, Random(1));
+  Shield::Call second(shield, shield.reads(), Operation::read(), &w2, Random(2));
+  Shield::Call third(shield, shield.reads(), Operation::read(), &w3, Random(3));
+  for (Shield::Call* c : {&first, &second, &third})
+    ASSERT_EQ(c->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
+  clock.advance(milliseconds(100));
+  HealthProbe::Options po;
+  po.background = false;
+  HealthProbe probe(
+      shield.breaker(), [] { return Status(); }, po);
+  ASSERT_TRUE(probe.probe_now().closed);
+
+  Shield::Admission a1 = first.admit(clock.now());
+  Shield::Admission a2 = second.admit(clock.now());
+  Shield::Admission a3 = third.admit(clock.now());
+  ASSERT_EQ(a1.kind, Shield::Admission::Kind::kAttempt);
+  ASSERT_EQ(a2.kind, Shield::Admission::Kind::kAttempt);
+  ASSERT_EQ(a3.kind, Shield::Admission::Kind::kWait);
+  EXPECT_EQ(a3.wake, &shield.signal());
+  EXPECT_EQ(a3.until,
+            clock.now() - milliseconds(100) + seconds(6) - shield.reads().last_attempt_time())
+      << "it waits for a slot as long as its window lets it";
+  // A request that never waited is not held back by the gate.
+  RetryWindow w4(seconds(6), clock);
+  Shield::Call fresh(shield, shield.reads(), Operation::read(), &w4, Random(4));
+  Shield::Admission a4 = fresh.admit(clock.now());
+  ASSERT_EQ(a4.kind, Shield::Admission::Kind::kAttempt);
+  fresh.succeeded(std::move(a4.permit));
+  EXPECT_EQ(a3.wake->generation(), a3.seen) << "only a gate slot or the breaker wakes it";
+
+  clock.advance(milliseconds(2));
+  first.succeeded(std::move(a1.permit));
+  EXPECT_NE(a3.wake->generation(), a3.seen) << "a slot came back";
+  Shield::Admission again = third.admit(clock.now());
+  ASSERT_EQ(again.kind, Shield::Admission::Kind::kAttempt);
+  third.succeeded(std::move(again.permit));
+  second.succeeded(std::move(a2.permit));
+  EXPECT_EQ(shield.metrics().snapshot().breaker_rejected, 0u);
+}
+
+TEST(Shield, AGateSlotComesBackWhenTheAttemptFailsOrTheCallIsGone) {
+  ManualClock clock;
+  Shield::Options o = quiet_options();
+  o.release_concurrency = 1;
+  Shield shield("main", o, clock);
+  trip(shield);
+  RetryWindow w1(seconds(6), clock);
+  RetryWindow w2(seconds(6), clock);
+  RetryWindow w3(seconds(6), clock);
+  Shield::Call failing(shield, shield.reads(), Operation::read(), &w1, Random(1));
+  std::optional<Shield::Call> gone;
+  gone.emplace(shield, shield.reads(), Operation::read(), &w2, Random(2));
+  Shield::Call waiter(shield, shield.reads(), Operation::read(), &w3, Random(3));
+  for (Shield::Call* c : {&failing, &*gone, &waiter})
+    ASSERT_EQ(c->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
+  HealthProbe::Options po;
+  po.background = false;
+  HealthProbe probe(
+      shield.breaker(), [] { return Status(); }, po);
+  ASSERT_TRUE(probe.probe_now().closed);
+
+  Shield::Admission a = failing.admit(clock.now());
+  ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
+  ASSERT_EQ(gone->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
+  // The attempt fails with a fault that is retried: its slot comes back at once.
+  const Shield::Verdict v = failing.failed(std::move(a.permit), overload(), clock.now(), {});
+  EXPECT_EQ(v.kind, Shield::Verdict::Kind::kRetry);
+  Shield::Admission b = gone->admit(clock.now());
+  ASSERT_EQ(b.kind, Shield::Admission::Kind::kAttempt);
+  ASSERT_EQ(waiter.admit(clock.now()).kind, Shield::Admission::Kind::kWait);
+  // Its request goes away holding the slot (an exception, a cancelled request): the slot
+  // comes back with it.
+  b = Shield::Admission{};
+  gone.reset();
+  Shield::Admission c = waiter.admit(clock.now());
+  ASSERT_EQ(c.kind, Shield::Admission::Kind::kAttempt);
+  waiter.succeeded(std::move(c.permit));
+}
+
+TEST(Shield, SixteenBlockedRequestsAreAllReleasedByTheSuccessfulProbe) {
+  // The panel's concurrency (DESIGN.md §4): every request waits for the probe, and all
+  // go through the release gate at once (16 < its 32 slots) the moment it succeeds.
+  ManualClock clock(ManualClock::Mode::kBlocking);
+  Shield::Options o = quiet_options();
+  o.breaker.open_initial = seconds(4);
+  o.wake_jitter = Duration::zero();
+  Shield shield("main", o, clock);
+  trip(shield);
+  const TimePoint opened = clock.now();
+  constexpr int kRequests = 16;
+  std::vector<std::thread> requests;
+  std::vector<Status> results(kRequests, Status(Code::kUnknown, "not run"));
+  std::vector<TimePoint> attempted(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    requests.emplace_back([&, i] {
+      RequestScope scope(seconds(6), clock);
+      results[static_cast<std::size_t>(i)] = shield.run(Operation::read(), [&, i] {
+        attempted[static_cast<std::size_t>(i)] = clock.now();
+        return Status();
+      });
+    });
+  }
+  clock.wait_for_sleepers(kRequests);
+  clock.advance(seconds(1));
+  HealthProbe::Options po;
+  po.background = false;
+  HealthProbe probe(
+      shield.breaker(), [] { return Status(); }, po);
+  ASSERT_TRUE(probe.probe_now().closed);
+  for (auto& t : requests)
+    t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_TRUE(results[static_cast<std::size_t>(i)].ok()) << i;
+    EXPECT_EQ(attempted[static_cast<std::size_t>(i)], opened + seconds(1)) << i;
+  }
+  EXPECT_EQ(shield.metrics().snapshot().breaker_rejected, 0u);
 }
 
 TEST(Shield, ABlockedRequestIsReleasedByTheSuccessfulProbeNotByItsOwnTimer) {

@@ -300,9 +300,17 @@ TEST(SimLibraryDecisions, HoldfastDecisionsAreExactlyTheShieldsPerProcess) {
   expect_every_kind(seen);
 }
 
+// Random failures that the throttle lets through as retries (the breaker stays closed).
+Scenario small_brownout() {
+  Scenario s = *builtin_scenario("brownout");
+  s.duration = seconds(30);
+  s.clients = 2;
+  return s;
+}
+
 TEST(SimLibraryDecisions, HoldfastDecisionsAreExactlyTheShieldsWhenShared) {
   Seen seen;
-  for (Scenario s : {small_capacity_drop(), small_outage()}) {
+  for (Scenario s : {small_capacity_drop(), small_outage(), small_brownout()}) {
     s.shared_policies = true;
     replay_shields(s, Strategy::holdfast(), seen);
   }
