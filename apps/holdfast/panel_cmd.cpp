@@ -1,13 +1,20 @@
-// `holdfast panel`: the demo court-booking panel on a SQLite file.
+// `holdfast panel`: the demo court-booking panel on a SQLite file, or on PostgreSQL.
 //
 //   $ holdfast panel --db club.db --port 8080
 //   panel (holdfast) on http://127.0.0.1:8080/login — sign in as Ada.Nowak@club.example / demo
+//   $ holdfast panel --pg postgresql://app@127.0.0.1:5432/club
+//
+//   or open http://127.0.0.1:8080/login/link?token=...   (a one-time sign-in link)
+//
+// holdfast logs to the logs table of the same database (SQLite or PostgreSQL) through the
+// overload-aware DatabaseSink; on PostgreSQL the baselines log to the console only.
 //
 // Stops on Ctrl-C (SIGINT) or SIGTERM.
 #include <fmt/core.h>
 
 #include <csignal>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "club_store.hpp"
@@ -20,6 +27,7 @@ namespace {
 
 struct PanelArgs {
   std::string db = "club.db";
+  std::string pg;
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string strategy = "holdfast";
@@ -43,6 +51,7 @@ void run_panel(const PanelArgs& args) {
 
   panel::ClubStore::Options store_options;
   store_options.path = args.db;
+  store_options.pg_url = args.pg;
   store_options.strategy = strategy;
   Result<std::unique_ptr<panel::ClubStore>> store = panel::ClubStore::open(store_options);
   if (!store.ok()) {
@@ -54,7 +63,9 @@ void run_panel(const PanelArgs& args) {
     fmt::print(stderr, "error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
-  Result<panel::PanelLogging> logging = panel::make_logging(args.db, strategy, Clock::system());
+  Result<panel::PanelLogging> logging =
+      args.pg.empty() ? panel::make_logging(args.db, strategy, Clock::system())
+                      : panel::make_logging_pg(args.pg, strategy, Clock::system());
   if (!logging.ok()) {
     fmt::print(stderr, "error: {}\n", logging.status().to_string());
     throw CLI::RuntimeError(1);
@@ -69,8 +80,16 @@ void run_panel(const PanelArgs& args) {
     fmt::print(stderr, "error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
-  fmt::print("panel ({}) on http://{}:{}/login - sign in as Ada.Nowak@club.example / demo\n",
-             args.strategy, args.host, server.port());
+  const std::string where =
+      args.pg.empty() ? std::string() : ", PostgreSQL " + panel::masked_pg_url(args.pg);
+  fmt::print("panel ({}{}) on http://{}:{}/login - sign in as Ada.Nowak@club.example / demo\n",
+             args.strategy, where, args.host, server.port());
+  // A one-time link that signs the demo user in (valid for 10 minutes).
+  Result<std::optional<std::int64_t>> demo = (*store)->user_id_by_email("Ada.Nowak@club.example");
+  if (demo.ok() && demo->has_value()) {
+    fmt::print("or open http://{}:{}{}\n", args.host, server.port(),
+               server.issue_sign_in_link(**demo));
+  }
   std::fflush(stdout);
   int signal = 0;
   sigwait(&stop_signals, &signal);
@@ -83,8 +102,15 @@ void run_panel(const PanelArgs& args) {
 void add_panel_command(CLI::App& app) {
   auto args = std::make_shared<PanelArgs>();
   CLI::App* cmd = app.add_subcommand("panel", "Run the demo court-booking panel");
-  cmd->add_option("--db", args->db, "SQLite database file (created with demo data)")
-      ->capture_default_str();
+  CLI::Option* db =
+      cmd->add_option("--db", args->db, "SQLite database file (created with demo data)")
+          ->capture_default_str();
+  CLI::Option* pg = cmd->add_option("--pg", args->pg,
+                                    "Run on PostgreSQL instead: a connection URL "
+                                    "(postgresql://user[:password]@host:port/dbname); the demo "
+                                    "data is created in it if missing. Not with --db");
+  db->excludes(pg);
+  pg->excludes(db);
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--strategy", args->strategy,

@@ -1,6 +1,11 @@
 // The demo club's database: schema, demo data, and every query the panel makes, each run
 // through the panel's Strategy (holdfast or a baseline), with every database attempt
 // counted so the drill can report attempts per request.
+//
+// Two backends behind one interface, chosen by ClubStore::open():
+//   - SQLite (Options::path; club_store_sqlite.cpp): the drill's backend;
+//   - PostgreSQL (Options::pg_url; club_store_pg.cpp) through holdfast::pg.
+// Both validate input the same way (here) and answer the same values (club_model.hpp).
 #pragma once
 
 #include <atomic>
@@ -9,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "club_model.hpp"
@@ -24,37 +30,53 @@ namespace holdfast::panel {
 class ClubStore {
  public:
   struct Options {
+    // The SQLite file, used when pg_url is empty.
     std::string path = "club.db";
+    // A PostgreSQL connection URL or key=value string. Not empty: the PostgreSQL store.
+    std::string pg_url;
     Strategy strategy = Strategy::kHoldfast;
     Clock* clock = nullptr;  // nullptr: Clock::system()
-    // SQLite's busy_timeout for one attempt: the origin's 5 s. holdfast caps it by the
-    // request's remaining window.
+    // How long one attempt waits for a lock: SQLite's busy_timeout, PostgreSQL's
+    // lock_timeout. The origin's 5 s; holdfast caps it by the request's remaining window.
     Duration busy_timeout = std::chrono::seconds(5);
     int read_connections = 4;
+    // PostgreSQL only: the write pool's size and pg_stat_activity.application_name.
+    int pg_write_connections = 4;
+    std::string pg_application_name = "holdfast-panel";
   };
 
-  // Opens (creating if needed) the database. Bad paths give a Status naming the file.
+  // Opens the SQLite file (creating it if needed) or connects to PostgreSQL once to check
+  // the server answers. A bad path gives a Status naming the file; a bad URL or an
+  // unreachable server a Status naming the URL (its password masked).
   static Result<std::unique_ptr<ClubStore>> open(Options options);
-  ~ClubStore();
+  virtual ~ClubStore();
+  ClubStore(const ClubStore&) = delete;
+  ClubStore& operator=(const ClubStore&) = delete;
 
   // Creates the schema and, if the club has no courts yet, demo data around `today`
   // ("YYYY-MM-DD"): courts, activity types, games over several weeks, users, holidays,
-  // settings, cash and payments. Demo users' password is "demo".
-  Status ensure_demo_data(std::string_view today);
+  // settings, cash and payments. Demo users' password is "demo". Safe when several panels
+  // start on one database at once: one creates the data, the others find it.
+  virtual Status ensure_demo_data(std::string_view today) = 0;
 
   // --- reads (retried as the strategy allows) ---
   // The user of a live session, or nullopt. `now_utc` is ISO-8601.
-  Result<std::optional<User>> session(std::string_view token, std::string_view now_utc);
-  Result<std::vector<Game>> games_on(std::string_view date);
-  Result<ScheduleContext> context_on(std::string_view date);
-  Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email);
+  virtual Result<std::optional<User>> session(std::string_view token, std::string_view now_utc) = 0;
+  virtual Result<std::vector<Game>> games_on(std::string_view date) = 0;
+  virtual Result<ScheduleContext> context_on(std::string_view date) = 0;
+  virtual Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) = 0;
 
   // --- writes ---
   // Moves the session's last_seen forward (at most once a minute per session).
-  Status refresh_session(std::string_view token, std::string_view now_utc);
+  virtual Status refresh_session(std::string_view token, std::string_view now_utc) = 0;
   // Checks the password and opens a session: the token, or kPermissionDenied.
   Result<std::string> login(std::string_view email, std::string_view password,
                             std::string_view now_utc);
+  // Opens a session for `user_id` without a password (the server's one-time sign-in links):
+  // the token.
+  Result<std::string> open_session(std::int64_t user_id, std::string_view now_utc) {
+    return do_open_session(user_id, now_utc);
+  }
   // All or nothing; with an idempotency key, a repeat returns the first receipt and
   // applies nothing.
   Result<PaymentReceipt> pay(std::int64_t user_id, std::int64_t amount_cents,
@@ -66,38 +88,101 @@ class ClubStore {
                        std::string_view now_utc);
 
   [[nodiscard]] Strategy strategy() const noexcept { return options_.strategy; }
+  // "sqlite" or "postgresql".
+  [[nodiscard]] virtual std::string_view backend() const noexcept = 0;
   // Database attempts made so far (each statement or transaction try).
-  [[nodiscard]] std::uint64_t attempts() const noexcept {
+  [[nodiscard]] virtual std::uint64_t attempts() const noexcept {
     return attempts_.load(std::memory_order_relaxed);
   }
   // holdfast only (nullptr for the baselines): the Shields reads and writes go through.
-  [[nodiscard]] Shield* read_shield() noexcept { return read_shield_.get(); }
-  [[nodiscard]] Shield* write_shield() noexcept { return write_shield_.get(); }
+  [[nodiscard]] Shield* read_shield() noexcept { return read_shield_; }
+  [[nodiscard]] Shield* write_shield() noexcept { return write_shield_; }
   [[nodiscard]] OriginBreaker* origin_breaker() noexcept { return origin_breaker_.get(); }
-  [[nodiscard]] sqlite::Database& database() noexcept { return db_; }
+  // The SQLite store's database; nullptr for PostgreSQL.
+  [[nodiscard]] virtual sqlite::Database* sqlite_database() noexcept { return nullptr; }
+  // The same as a reference, for the SQLite-only drill and tests. REQUIRES: the SQLite
+  // store (std::logic_error otherwise: a programming error).
+  [[nodiscard]] sqlite::Database& database();
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+  // A fresh random token (128 bits from the OS, hex): sessions, sign-in links.
+  static std::string new_token();
 
- private:
-  ClubStore(Options options, sqlite::Database db);
+ protected:
+  explicit ClubStore(Options options);
 
-  // Every database operation of the panel goes through here: one attempt is one call of
-  // `attempt`, run as the strategy says (holdfast: through the read or the write Shield).
-  // `session_read`: the origin's session schedule.
-  enum class Access : std::uint8_t { kRead, kWrite };
+  // What the public writes run once their input is checked.
+  virtual Result<std::string> do_login(std::string_view email, std::string_view password,
+                                       std::string_view now_utc) = 0;
+  virtual Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) = 0;
+  virtual Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
+                                        std::string_view method, std::string_view key,
+                                        std::string_view now_utc) = 0;
+  virtual Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id,
+                                           std::string_view key, std::string_view now_utc) = 0;
+  virtual Status do_record_report(std::string_view path, std::string_view digest,
+                                  std::string_view note, std::string_view now_utc) = 0;
+
+  // The baselines (REQUIRES: strategy() is not holdfast): `attempt` run once, or in the
+  // baseline's own retry loop, each call counted as one attempt. The baselines retry
+  // whatever looks transient, as a plain retry decorator does.
   template <class F>
-  auto run(Access access, Operation op, F&& attempt, bool session_read = false)
-      -> std::invoke_result_t<F&>;
+  auto run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
+
+  // Counts one attempt made outside run_baseline().
+  void count_attempt() noexcept { attempts_.fetch_add(1, std::memory_order_relaxed); }
 
   Options options_;
   Clock* clock_;
-  sqlite::Database db_;
+  // holdfast: set by the backend to the Shields it owns or its driver owns.
+  Shield* read_shield_ = nullptr;
+  Shield* write_shield_ = nullptr;
+
+ private:
   std::atomic<std::uint64_t> attempts_{0};
   RetryPolicy naive_;
   RetryPolicy tenacity_;
-  RetryPolicy session_reads_;
-  std::unique_ptr<Shield> read_shield_;
-  std::unique_ptr<Shield> write_shield_;
   std::unique_ptr<OriginBreaker> origin_breaker_;
 };
+
+// `url` (a PostgreSQL URL or key=value connection string) with its password -- in the
+// user-info part, a `password=` query parameter or keyword -- replaced by "***", so that it
+// can be printed.
+[[nodiscard]] std::string masked_pg_url(std::string_view url);
+// `text` with every occurrence of `url`'s password (if it has one of 4 or more characters)
+// replaced by "***": for error messages a driver built from the URL.
+[[nodiscard]] std::string without_pg_password(std::string_view text, std::string_view url);
+
+template <class F>
+auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
+  using R = std::invoke_result_t<F&>;
+  const auto counted = [&]() -> R {
+    count_attempt();
+    return attempt();
+  };
+  const Operation anything{Idempotency::kIdempotent, true, op.label};
+  switch (options_.strategy) {
+    case Strategy::kNone:
+    case Strategy::kHoldfast:
+      return counted();
+    case Strategy::kNaive:
+      return retry(naive_, anything, counted);
+    case Strategy::kBackoff:
+      return retry(tenacity_, anything, counted);
+    case Strategy::kOriginBreaker: {
+      if (!origin_breaker_->can_attempt()) {
+        return R(
+            Status(Code::kUnavailable, "Circuit OPEN - database unavailable, request skipped"));
+      }
+      R r = retry(tenacity_, anything, counted);
+      if (is_ok(r)) {
+        origin_breaker_->record_success();
+      } else {
+        origin_breaker_->record_failure();
+      }
+      return r;
+    }
+  }
+  return counted();
+}
 
 }  // namespace holdfast::panel

@@ -383,11 +383,14 @@ Result<DrillResult> run_drill(
       StrategyResult r;
       r.name = std::string(to_string(inst->strategy));
       std::vector<double> latencies;
+      std::int64_t during = 0;
+      std::int64_t served_during = 0;
       for (const Record& rec : inst->records) {
         if (rec.start_s < from || rec.start_s >= to) continue;
         ++r.requests;
         latencies.push_back(rec.latency_ms);
         const bool holdfast_busy = inst->strategy == Strategy::kHoldfast && rec.status == 503;
+        bool fresh = false;
         if (holdfast_busy) {
           ++r.status_503;
         } else if (rec.status >= 500 || rec.status == 0) {
@@ -396,8 +399,20 @@ Result<DrillResult> run_drill(
           ++r.stale;
         } else if (rec.status >= 200 && rec.status < 300) {
           ++r.served;
+          fresh = true;
         }
+        if (rec.start_s < sr.end_s) {
+          ++during;
+          if (fresh) ++served_during;
+        }
+        // Back: the last answer that was not a fresh page, counted from the release.
+        const double answered = rec.start_s + rec.latency_ms / 1000.0;
+        if (!fresh && answered > sr.end_s)
+          r.back_after_s = std::max(r.back_after_s, answered - sr.end_s);
       }
+      r.served_during_storm_pct =
+          during > 0 ? 100.0 * static_cast<double>(served_during) / static_cast<double>(during)
+                     : 100.0;
       r.p50_ms = percentile(latencies, 0.50);
       r.p99_ms = percentile(latencies, 0.99);
       r.max_ms = latencies.empty() ? 0 : latencies.back();
@@ -455,14 +470,17 @@ std::string drill_table(const DrillResult& result) {
   for (const StormResult& s : result.storms) {
     out += fmt::format("\n{} lock storm, {:g} s (from t={:.1f} s; counted until the next storm)\n",
                        kind_name(s.spec.kind), s.spec.seconds, s.start_s);
-    out += fmt::format("  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9}{:>9}{:>9}{:>10}{:>10}{:>6}\n", "strategy",
-                       "requests", "errors", "503", "stale", "p50 ms", "p99 ms", "max ms",
-                       "attempts/r", "log rows", "gap");
+    out += fmt::format("  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9}{:>8}{:>9}{:>9}{:>9}{:>10}{:>10}{:>6}\n",
+                       "strategy", "requests", "errors", "503", "stale", "served", "back s",
+                       "p50 ms", "p99 ms", "max ms", "attempts/r", "log rows", "gap");
     for (const StrategyResult& r : s.strategies) {
       out += fmt::format(
-          "  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9.0f}{:>9.0f}{:>9.0f}{:>10.2f}{:>10}{:>6}\n", r.name,
-          r.requests, r.error_pages, r.status_503, r.stale, r.p50_ms, r.p99_ms, r.max_ms,
-          r.attempts_per_request, r.log_rows_during_storm, r.gap_line ? "yes" : "no");
+          "  "
+          "{:<15}{:>9}{:>8}{:>7}{:>7}{:>8.0f}%{:>8.1f}{:>9.0f}{:>9.0f}{:>9.0f}{:>10.2f}{:>10}{:>6}"
+          "\n",
+          r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
+          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request,
+          r.log_rows_during_storm, r.gap_line ? "yes" : "no");
     }
   }
   out += fmt::format("\npayments sent: {}; applied twice: {}\n", result.payments_sent,
@@ -489,6 +507,8 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
       storm["strategies"].push_back({{"name", r.name},
                                      {"requests", r.requests},
                                      {"served", r.served},
+                                     {"served_during_storm_pct", r.served_during_storm_pct},
+                                     {"back_after_s", r.back_after_s},
                                      {"error_pages", r.error_pages},
                                      {"status_503", r.status_503},
                                      {"stale", r.stale},
@@ -508,19 +528,24 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
       "{} workers per strategy, {:.0f} s in all. Each storm is counted from its start to the next "
       "storm's start, so recovery is included. *errors*: error pages (any 5xx other than "
       "holdfast's 503); *503*: holdfast's \"busy, retry in N s\" page; *stale*: the last good "
-      "schedule with an \"as of\" banner.\n",
+      "schedule with an \"as of\" banner; *served during storm*: requests started during the "
+      "storm that got a fresh page; *back after*: from the lock's release to the last answer "
+      "that was not a fresh page.\n",
       options.workers, result.seconds);
   for (const StormResult& s : result.storms) {
     md += fmt::format("\n## {} lock storm, {:g} s\n\n", kind_name(s.spec.kind), s.spec.seconds);
     md +=
-        "| strategy | requests | error pages | 503 | stale | p50 ms | p99 ms | max ms | "
-        "attempts/request | log rows during storm | gap line |\n";
-    md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+        "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
+        "p50 ms | p99 ms | max ms | attempts/request | log rows during storm | gap line |\n";
+    md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     for (const StrategyResult& r : s.strategies) {
       md += fmt::format(
-          "| {} | {} | {} | {} | {} | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {} | {} |\n", r.name,
-          r.requests, r.error_pages, r.status_503, r.stale, r.p50_ms, r.p99_ms, r.max_ms,
-          r.attempts_per_request, r.log_rows_during_storm, r.gap_line ? "yes" : "no");
+          "| {} | {} | {} | {} | {} | {:.0f} % | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {} "
+          "| "
+          "{} |\n",
+          r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
+          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request,
+          r.log_rows_during_storm, r.gap_line ? "yes" : "no");
     }
   }
   md += fmt::format("\nPayments sent: {}; applied twice: {}.\n\n![timeline](drill-timeline.svg)\n",

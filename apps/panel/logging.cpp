@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include "holdfast/sqlite_log_store.hpp"
+#ifdef HOLDFAST_PANEL_HAVE_PG
+#include "holdfast/postgres_log_store.hpp"
+#endif
 
 namespace holdfast::panel {
 
@@ -56,6 +59,33 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
     out.logger->add_sink(out.sync_sink);
   }
   return out;
+}
+
+Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, Clock& clock,
+                                     bool console) {
+  PanelLogging out;
+  Logger::Options options;
+  options.clock = &clock;
+  options.console = console;
+  out.logger = std::make_unique<Logger>(options);
+  if (strategy != Strategy::kHoldfast) return out;  // the baselines: the console only
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  pg::PgLogStore::Options store_options;
+  store_options.url = url;
+  store_options.clock = &clock;
+  store_options.application_name = "holdfast-panel-logs";
+  Result<std::unique_ptr<pg::PgLogStore>> store = pg::PgLogStore::open(std::move(store_options));
+  if (!store.ok()) return store.status();
+  DatabaseSink::Options sink_options;
+  sink_options.clock = &clock;
+  out.store = std::move(*store);
+  out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
+  out.logger->add_sink(out.sink);
+  return out;
+#else
+  (void)url;
+  return Status(Code::kFailedPrecondition, "this build has no PostgreSQL support");
+#endif
 }
 
 }  // namespace holdfast::panel

@@ -68,5 +68,9 @@ struct PanelLogging {
 
 Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
                                   bool console = true);
+// On PostgreSQL: holdfast logs to the logs table through DatabaseSink over pg::PgLogStore;
+// the baselines log to the console only.
+Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, Clock& clock,
+                                     bool console = true);
 
 }  // namespace holdfast::panel

@@ -54,6 +54,12 @@ std::string cookie_value(const httplib::Request& req, std::string_view name) {
   return {};
 }
 
+// The session cookie: not readable by scripts, not sent on cross-site subrequests, 30 days.
+void set_session_cookie(httplib::Response& res, std::string_view token) {
+  res.set_header("Set-Cookie",
+                 fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000", token));
+}
+
 // A failure the user should wait out (the database is busy), not a bug.
 bool is_busy(const Status& s) {
   switch (s.stop_reason()) {
@@ -171,6 +177,22 @@ PanelServer::PanelServer(Options options)
 
 PanelServer::~PanelServer() {
   stop();
+}
+
+std::string PanelServer::issue_sign_in_link(std::int64_t user_id, std::string_view next,
+                                            Duration valid_for) {
+  // Only a path on this server: "//host" or "https://..." would make it an open redirect.
+  std::string target(next);
+  if (target.empty() || target.front() != '/' || target.rfind("//", 0) == 0 ||
+      target.find_first_of("\\\r\n") != std::string::npos) {
+    target = "/dashboard/schedule";
+  }
+  std::string token = ClubStore::new_token();
+  std::lock_guard<std::mutex> lock(links_mutex_);
+  const TimePoint now = options_.store->clock().now();
+  std::erase_if(links_, [&](const auto& kv) { return kv.second.expires <= now; });
+  links_[token] = SignInLink{user_id, std::move(target), now + valid_for};
+  return "/login/link?token=" + token;
 }
 
 Status PanelServer::start() {
@@ -311,11 +333,39 @@ void PanelServer::install_routes() {
     }
     counters_.ok++;
     res.status = 303;
-    res.set_header("Set-Cookie", fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; "
-                                             "Max-Age=2592000",
-                                             *token));
+    set_session_cookie(res, *token);
     res.set_header("Location", "/dashboard/schedule");
   });
+
+  // A one-time sign-in link (issue_sign_in_link): a session without typing the password.
+  http_->Get("/login/link",
+             [this, &store, holdfast, fail](const httplib::Request& req, httplib::Response& res) {
+               counters_.requests++;
+               const std::string token = req.get_param_value("token");
+               std::optional<SignInLink> link;
+               {
+                 std::lock_guard<std::mutex> lock(links_mutex_);
+                 if (auto it = links_.find(token); it != links_.end() && !token.empty()) {
+                   if (store.clock().now() < it->second.expires) link = it->second;
+                   links_.erase(it);  // used or expired: gone either way
+                 }
+               }
+               if (!link) {
+                 counters_.bad_request++;
+                 res.status = 403;
+                 res.set_content(render_login("That sign-in link was used already or has expired."),
+                                 "text/html; charset=utf-8");
+                 return;
+               }
+               std::optional<RequestScope> scope;
+               if (holdfast) scope.emplace(options_.window, store.clock());
+               Result<std::string> session = store.open_session(link->user_id, now_utc());
+               if (!session.ok()) return fail(res, session.status(), "/login/link", false);
+               counters_.ok++;
+               res.status = 303;
+               set_session_cookie(res, *session);
+               res.set_header("Location", link->next);
+             });
 
   // The schedule: a session read and two query groups, inside one RequestScope (holdfast).
   auto load_schedule = [this, &store, holdfast](const httplib::Request& req, httplib::Response& res,

@@ -1,6 +1,7 @@
 // The demo panel's HTTP server (cpp-httplib) over a ClubStore.
 //
-// Routes: GET /login, POST /login, GET /dashboard/schedule?date=, GET /api/schedule?date=,
+// Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links),
+// GET /dashboard/schedule?date=, GET /api/schedule?date=,
 // POST /payments, POST /signups (Idempotency-Key honoured), POST /report, GET /metrics,
 // GET /healthz.
 //
@@ -59,6 +60,15 @@ class PanelServer {
   // Stops serving and joins the thread. Idempotent.
   void stop() noexcept;
   [[nodiscard]] int port() const noexcept { return port_; }
+
+  // A one-time sign-in link for `user_id`: the path and query to append to the server's
+  // address ("/login/link?token=..."). Following it opens a session (the cookie POST /login
+  // sets) and redirects to `next`, a path on this server. It works once, within
+  // `valid_for`. `holdfast panel` prints one at start so nobody types the demo password;
+  // the browser test signs in with it.
+  std::string issue_sign_in_link(std::int64_t user_id,
+                                 std::string_view next = "/dashboard/schedule",
+                                 Duration valid_for = std::chrono::minutes(10));
   [[nodiscard]] const PanelCounters& counters() const noexcept { return counters_; }
 
  private:
@@ -74,6 +84,13 @@ class PanelServer {
   std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
   std::atomic<std::uint64_t> digest_counter_{0};
+  struct SignInLink {
+    std::int64_t user_id;
+    std::string next;
+    TimePoint expires;
+  };
+  std::mutex links_mutex_;
+  std::map<std::string, SignInLink> links_;
   // holdfast refreshes sessions off the request path (see server.cpp).
   struct Toucher;
   std::unique_ptr<Toucher> toucher_;

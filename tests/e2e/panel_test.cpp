@@ -1,94 +1,14 @@
 // The demo panel over HTTP on loopback, against a real SQLite file and real lock storms.
-#include <gtest/gtest.h>
-#include <httplib.h>
-
 #include <chrono>
-#include <filesystem>
-#include <memory>
 #include <string>
+#include <thread>
 
-#include "club_store.hpp"
-#include "holdfast/sqlite_log_store.hpp"
-#include "logging.hpp"
-#include "server.hpp"
-#include "storm.hpp"
+#include "panel_fixture.hpp"
 
 namespace holdfast::panel {
 namespace {
 
-namespace fs = std::filesystem;
-using std::chrono::seconds;
-using Steady = std::chrono::steady_clock;
-
-std::string today() {
-  return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10));
-}
-
-class PanelTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("holdfast-e2e-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "club.db").string();
-    ClubStore::Options so;
-    so.path = path_;
-    so.strategy = Strategy::kHoldfast;
-    auto store = ClubStore::open(so);
-    ASSERT_TRUE(store.ok()) << store.status().to_string();
-    store_ = std::move(*store);
-    ASSERT_TRUE(store_->ensure_demo_data(today()).ok());
-    auto logging = make_logging(path_, Strategy::kHoldfast, Clock::system(), /*console=*/false);
-    ASSERT_TRUE(logging.ok()) << logging.status().to_string();
-    logging_ = std::move(*logging);
-    PanelServer::Options po;
-    po.store = store_.get();
-    po.logger = logging_.logger.get();
-    po.serve_stale = serve_stale_;
-    server_ = std::make_unique<PanelServer>(po);
-    ASSERT_TRUE(server_->start().ok());
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    http_->set_read_timeout(seconds(30));
-    auto r = http_->Post(
-        "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 303);
-    const std::string set = r->get_header_value("Set-Cookie");
-    EXPECT_NE(set.find("HttpOnly"), std::string::npos);
-    EXPECT_NE(set.find("SameSite=Lax"), std::string::npos);
-    cookie_ = {{"Cookie", set.substr(0, set.find(';'))}};
-  }
-  void TearDown() override {
-    server_.reset();
-    logging_.reset();
-    store_.reset();
-    fs::remove_all(dir_);
-  }
-  httplib::Result schedule() { return http_->Get("/dashboard/schedule?date=" + today(), cookie_); }
-  std::unique_ptr<LockStorm> storm(StormKind kind) {
-    auto s = std::make_unique<LockStorm>(path_, kind, [this] {
-      store_->database().close_idle_connections();
-      if (logging_.store) {
-        static_cast<sqlite::SqliteLogStore*>(logging_.store.get())
-            ->database()
-            .close_idle_connections();
-      }
-    });
-    EXPECT_TRUE(s->begin().ok());
-    return s;
-  }
-
-  bool serve_stale_ = true;
-  fs::path dir_;
-  std::string path_;
-  std::unique_ptr<ClubStore> store_;
-  PanelLogging logging_;
-  std::unique_ptr<PanelServer> server_;
-  std::unique_ptr<httplib::Client> http_;
-  httplib::Headers cookie_;
-};
+using PanelTest = PanelFixture;
 
 TEST_F(PanelTest, TheScheduleRenders) {
   auto r = schedule();
@@ -109,6 +29,37 @@ TEST_F(PanelTest, WithoutASessionThePageSendsYouToLogin) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 303);
   EXPECT_EQ(r->get_header_value("Location"), "/login");
+}
+
+TEST_F(PanelTest, ASignInLinkWorksOnceAndOnlyRedirectsOnThisServer) {
+  auto user = store_->user_id_by_email("Ada.Nowak@club.example");
+  ASSERT_TRUE(user.ok() && user->has_value());
+  const std::string link = server_->issue_sign_in_link(**user, "/api/schedule?date=" + today());
+  httplib::Client browser("127.0.0.1", server_->port());
+  auto first = browser.Get(link);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 303);
+  EXPECT_EQ(first->get_header_value("Location"), "/api/schedule?date=" + today());
+  const std::string set = first->get_header_value("Set-Cookie");
+  EXPECT_NE(set.find("HttpOnly"), std::string::npos);
+  auto page = browser.Get("/api/schedule?date=" + today(),
+                          httplib::Headers{{"Cookie", set.substr(0, set.find(';'))}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+
+  auto again = browser.Get(link);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 403) << "a link works once";
+  EXPECT_FALSE(again->has_header("Set-Cookie"));
+  auto forged = browser.Get("/login/link?token=0123456789abcdef0123456789abcdef");
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 403);
+  // Somewhere else is not a place a link sends you.
+  for (const char* next : {"//evil.example/", "https://evil.example/", "dashboard"}) {
+    auto r = browser.Get(server_->issue_sign_in_link(**user, next));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->get_header_value("Location"), "/dashboard/schedule") << next;
+  }
 }
 
 TEST_F(PanelTest, DuringAThreeSecondWriteLockThePageStillShowsTheSchedule) {

@@ -1,0 +1,589 @@
+#include "club_store_pg.hpp"
+
+#include <charconv>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "demo_data.hpp"
+#include "holdfast/window.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using std::chrono::seconds;
+
+// Timestamps: games are club-local wall times ("2026-11-30T18:00", no zone, as the model
+// has them): TIMESTAMP. Everything stamped by the server's clock (sessions, payments,
+// signups, reports) is an instant: TIMESTAMPTZ, read and written as UTC ISO-8601 (every
+// session runs with TimeZone=UTC). Days are DATE.
+constexpr std::string_view kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS users ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT NOT NULL,"
+    " email TEXT NOT NULL UNIQUE, role TEXT NOT NULL, password_hash TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS sessions ("
+    " token TEXT PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id),"
+    " created_at TIMESTAMPTZ NOT NULL, last_seen TIMESTAMPTZ NOT NULL,"
+    " expires_at TIMESTAMPTZ NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS courts ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT NOT NULL, surface TEXT)",
+    "CREATE TABLE IF NOT EXISTS activity_types ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT NOT NULL,"
+    " color TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS games ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " court_id BIGINT NOT NULL REFERENCES courts(id),"
+    " activity_type_id BIGINT NOT NULL REFERENCES activity_types(id),"
+    " starts_at TIMESTAMP NOT NULL, ends_at TIMESTAMP NOT NULL, capacity INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS games_by_start ON games(starts_at)",
+    "CREATE TABLE IF NOT EXISTS signups ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " game_id BIGINT NOT NULL REFERENCES games(id),"
+    " user_id BIGINT NOT NULL REFERENCES users(id), created_at TIMESTAMPTZ NOT NULL,"
+    " UNIQUE (game_id, user_id))",
+    "CREATE TABLE IF NOT EXISTS holidays (date DATE PRIMARY KEY, name TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS cash_days ("
+    " date DATE PRIMARY KEY, opening_cents BIGINT NOT NULL, closing_cents BIGINT)",
+    "CREATE TABLE IF NOT EXISTS payments ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " user_id BIGINT NOT NULL REFERENCES users(id),"
+    " amount_cents BIGINT NOT NULL CHECK (amount_cents > 0), method TEXT NOT NULL,"
+    " created_at TIMESTAMPTZ NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS payments_by_time ON payments(created_at)",
+    "CREATE TABLE IF NOT EXISTS problem_reports ("
+    " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, path TEXT NOT NULL,"
+    " digest TEXT NOT NULL, note TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL)",
+};
+
+// The transaction-scoped advisory lock that makes creating the club one panel's job when
+// several start at once ("hfpanel" in ASCII).
+constexpr std::int64_t kDemoDataLock = 0x6866'7061'6e65'6cLL;
+
+// The key table of Database::once(); keys are "<route>:<Idempotency-Key>".
+constexpr const char* kIdempotencyTable = "idempotency_keys";
+
+Result<std::int64_t> int_at(const pg::Rows& rows, int row, int col) {
+  Result<long long> v = rows.int64(row, col);
+  if (!v.ok()) return v.status();
+  return static_cast<std::int64_t>(*v);
+}
+
+Result<std::int64_t> parse_id(std::string_view text) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return Status(Code::kInternal,
+                  "the idempotency record holds '" + std::string(text) + "', not an id");
+  }
+  return v;
+}
+
+// A PostgreSQL array literal ("{1,2,3}") of `values`, each written by `element`. REQUIRES:
+// the elements need no quoting (numbers, dates, ISO stamps, plain words).
+template <class T, class F>
+std::string array_of(const std::vector<T>& values, F&& element) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    out += element(values[i]);
+  }
+  out += '}';
+  return out;
+}
+
+// One attempt, whatever the fault, and a breaker that never opens: the driver's Shield as
+// the baselines must see it (their own loops do the retrying). The window is an hour, like
+// the baselines' policies: no request window to speak of.
+Shield::Options single_attempt() {
+  Shield::Options o;
+  o.breaker.failure_ratio = 1.0;
+  o.breaker.minimum_calls = std::numeric_limits<int>::max();
+  o.breaker.consecutive_failures = 0;
+  o.reads = RetryPolicy::no_retry();
+  o.reads.window(std::chrono::hours(1));
+  o.writes = o.reads;
+  return o;
+}
+
+// Inserts the demo club, unless it is there already. Runs in one transaction that first
+// takes kDemoDataLock: a second panel starting at the same time waits, then finds the
+// courts and inserts nothing.
+Status create_club(pg::Transaction& tx, const DemoData& data) {
+  if (auto r = tx.query("SELECT pg_advisory_xact_lock($1)", {kDemoDataLock}); !r.ok()) {
+    return r.status();
+  }
+  for (std::string_view ddl : kSchema) {
+    if (auto r = tx.query(ddl); !r.ok()) return r.status();
+  }
+  Result<pg::Rows> courts = tx.query("SELECT count(*) FROM courts");
+  if (!courts.ok()) return courts.status();
+  Result<std::int64_t> n = int_at(*courts, 0, 0);
+  if (!n.ok()) return n.status();
+  if (*n > 0) return Status();
+
+  // Each inserted row's id, by its position in `data` (references there are 1-based).
+  std::vector<std::int64_t> court_ids, type_ids, user_ids;
+  const auto insert_one = [&](std::vector<std::int64_t>& ids, std::string_view sql,
+                              std::initializer_list<pg::Param> params) -> Status {
+    Result<pg::Rows> r = tx.query(sql, params);
+    if (!r.ok()) return r.status();
+    Result<std::int64_t> id = int_at(*r, 0, 0);
+    if (!id.ok()) return id.status();
+    ids.push_back(*id);
+    return Status();
+  };
+  const auto id = [](const std::vector<std::int64_t>& ids, int position) {
+    return ids.at(static_cast<std::size_t>(position - 1));
+  };
+  for (const auto& c : data.courts) {
+    if (Status s =
+            insert_one(court_ids, "INSERT INTO courts(name, surface) VALUES ($1, $2) RETURNING id",
+                       {c.name, c.surface});
+        !s.ok())
+      return s;
+  }
+  for (const auto& t : data.activity_types) {
+    if (Status s = insert_one(
+            type_ids, "INSERT INTO activity_types(name, color) VALUES ($1, $2) RETURNING id",
+            {t.name, t.color});
+        !s.ok())
+      return s;
+  }
+  for (const auto& u : data.users) {
+    if (Status s = insert_one(user_ids,
+                              "INSERT INTO users(name, email, role, password_hash) "
+                              "VALUES ($1, $2, $3, $4) RETURNING id",
+                              {u.name, u.email, u.role, u.password_hash});
+        !s.ok())
+      return s;
+  }
+
+  // The games in one statement; RETURNING gives each id with its (court, start), which
+  // identify a demo game.
+  const std::string g_courts = array_of(
+      data.games, [&](const DemoData::Slot& g) { return std::to_string(id(court_ids, g.court)); });
+  const std::string g_types = array_of(data.games, [&](const DemoData::Slot& g) {
+    return std::to_string(id(type_ids, g.activity_type));
+  });
+  const std::string g_starts =
+      array_of(data.games, [](const DemoData::Slot& g) { return g.starts_at; });
+  const std::string g_ends =
+      array_of(data.games, [](const DemoData::Slot& g) { return g.ends_at; });
+  const std::string g_caps =
+      array_of(data.games, [](const DemoData::Slot& g) { return std::to_string(g.capacity); });
+  Result<pg::Rows> games = tx.query(
+      "INSERT INTO games(court_id, activity_type_id, starts_at, ends_at, capacity) "
+      "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamp[], $4::timestamp[], "
+      "$5::integer[]) "
+      "RETURNING id, court_id, to_char(starts_at, 'YYYY-MM-DD\"T\"HH24:MI')",
+      {g_courts, g_types, g_starts, g_ends, g_caps});
+  if (!games.ok()) return games.status();
+  std::map<std::pair<std::int64_t, std::string>, std::int64_t> game_by_slot;
+  for (int row = 0; row < games->size(); ++row) {
+    Result<std::int64_t> game = int_at(*games, row, 0);
+    Result<std::int64_t> court = int_at(*games, row, 1);
+    if (!game.ok()) return game.status();
+    if (!court.ok()) return court.status();
+    game_by_slot[{*court, std::string(games->text(row, 2))}] = *game;
+  }
+  std::vector<std::int64_t> game_ids;
+  game_ids.reserve(data.games.size());
+  for (const auto& g : data.games) {
+    auto it = game_by_slot.find({id(court_ids, g.court), g.starts_at});
+    if (it == game_by_slot.end()) {
+      return Status(Code::kInternal, "a demo game was not inserted: " + g.starts_at);
+    }
+    game_ids.push_back(it->second);
+  }
+
+  const std::string s_games = array_of(data.signups, [&](const DemoData::Signup& s) {
+    return std::to_string(id(game_ids, s.game));
+  });
+  const std::string s_users = array_of(data.signups, [&](const DemoData::Signup& s) {
+    return std::to_string(id(user_ids, s.user));
+  });
+  const std::string s_at =
+      array_of(data.signups, [](const DemoData::Signup& s) { return s.created_at; });
+  if (auto r = tx.query("INSERT INTO signups(game_id, user_id, created_at) "
+                        "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) "
+                        "ON CONFLICT (game_id, user_id) DO NOTHING",
+                        {s_games, s_users, s_at});
+      !r.ok())
+    return r.status();
+
+  const std::string c_dates =
+      array_of(data.cash_days, [](const DemoData::CashDay& c) { return c.date; });
+  const std::string c_cents = array_of(
+      data.cash_days, [](const DemoData::CashDay& c) { return std::to_string(c.opening_cents); });
+  if (auto r = tx.query("INSERT INTO cash_days(date, opening_cents) "
+                        "SELECT * FROM unnest($1::date[], $2::bigint[])",
+                        {c_dates, c_cents});
+      !r.ok())
+    return r.status();
+
+  const std::string p_users = array_of(data.payments, [&](const DemoData::Payment& p) {
+    return std::to_string(id(user_ids, p.user));
+  });
+  const std::string p_cents = array_of(
+      data.payments, [](const DemoData::Payment& p) { return std::to_string(p.amount_cents); });
+  const std::string p_methods =
+      array_of(data.payments, [](const DemoData::Payment& p) { return p.method; });
+  const std::string p_at =
+      array_of(data.payments, [](const DemoData::Payment& p) { return p.created_at; });
+  if (auto r = tx.query(
+          "INSERT INTO payments(user_id, amount_cents, method, created_at) "
+          "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::timestamptz[])",
+          {p_users, p_cents, p_methods, p_at});
+      !r.ok())
+    return r.status();
+
+  for (const auto& h : data.holidays) {
+    if (auto r = tx.query("INSERT INTO holidays(date, name) VALUES ($1, $2)", {h.date, h.name});
+        !r.ok())
+      return r.status();
+  }
+  for (const auto& [k, v] : data.settings) {
+    if (auto r = tx.query("INSERT INTO settings(key, value) VALUES ($1, $2)", {k, v}); !r.ok())
+      return r.status();
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
+  std::string where = masked_pg_url(options.pg_url);
+  const auto failed = [&](const Status& why) {
+    Status s(why.code(),
+             fmt::format("cannot use PostgreSQL at {}: {}", where,
+                         without_pg_password(why.message(), options.pg_url)),
+             why.fault());
+    s.with_sqlstate(why.sqlstate());
+    return s;
+  };
+  {
+    // One connection now, so that a wrong URL or a server that is down is reported at
+    // start, by its URL, rather than by the first page.
+    pg::ConnectOptions probe;
+    probe.conninfo = options.pg_url;
+    probe.application_name = options.pg_application_name;
+    probe.connect_timeout = seconds(5);
+    probe.clock = options.clock;
+    Result<pg::Connection> conn = pg::Connection::open(probe);
+    if (!conn.ok()) return failed(conn.status());
+  }
+  auto store = std::unique_ptr<PgClubStore>(new PgClubStore(std::move(options), std::move(where)));
+  const Options& o = store->options_;
+  pg::DatabaseOptions base;
+  base.url = o.pg_url;
+  base.application_name = o.pg_application_name;
+  base.settings = {
+      {"TimeZone", "UTC"},
+      {"lock_timeout",
+       std::to_string(std::chrono::ceil<std::chrono::milliseconds>(o.busy_timeout).count())}};
+  base.idempotency_table = kIdempotencyTable;
+  base.clock = store->clock_;
+  if (o.strategy != Strategy::kHoldfast) base.shield = single_attempt();
+  pg::DatabaseOptions reads = base;
+  reads.name = "club.reads";
+  reads.read_connections = o.read_connections;
+  reads.write_connections = 1;  // never opened
+  pg::DatabaseOptions writes = base;
+  writes.name = "club.writes";
+  writes.read_connections = 1;  // never opened
+  writes.write_connections = o.pg_write_connections;
+  try {
+    store->reads_ = std::make_unique<pg::Database>(std::move(reads));
+    store->writes_ = std::make_unique<pg::Database>(std::move(writes));
+  } catch (const std::invalid_argument& e) {
+    return failed(Status(Code::kInvalidArgument, e.what()));
+  }
+  if (o.strategy == Strategy::kHoldfast) {
+    store->read_shield_ = &store->reads_->shield();
+    store->write_shield_ = &store->writes_->shield();
+  }
+  return std::unique_ptr<ClubStore>(std::move(store));
+}
+
+PgClubStore::PgClubStore(Options options, std::string where)
+    : ClubStore(std::move(options)), where_(std::move(where)) {}
+
+PgClubStore::~PgClubStore() = default;
+
+std::uint64_t PgClubStore::attempts() const noexcept {
+  std::uint64_t n = ClubStore::attempts();
+  if (options_.strategy == Strategy::kHoldfast) {
+    n += reads_->shield().metrics().snapshot().attempts;
+    n += writes_->shield().metrics().snapshot().attempts;
+  }
+  return n;
+}
+
+template <class F>
+auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
+  if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
+  // The page waits at most its window in all. SQLite's driver opens the window when a
+  // statement meets a lock; a PostgreSQL statement waiting for a lock is invisible to the
+  // driver until it fails, so the window would open only then -- after up to a whole
+  // window (statement_timeout) of waiting. Opening it at the request's first call keeps the
+  // bound: every statement's statement_timeout is then what is left of the window.
+  if (RetryWindow* w = RequestScope::current_window()) w->open(clock_->now());
+  return attempt();
+}
+
+Status PgClubStore::ensure_demo_data(std::string_view today) {
+  // A few dozen statements, one of them with every game: a window of its own, longer than
+  // a page's (a second panel may also wait here for the first to finish).
+  RequestScope scope(seconds(60), *clock_);
+  const DemoData data = make_demo_data(today);
+  pg::TransactionOptions t;
+  t.operation = Operation::transaction(/*rerunnable=*/true, "demo_data.create");
+  Status made = writes_->transaction([&](pg::Transaction& tx) { return create_club(tx, data); }, t);
+  if (!made.ok()) return made.annotate(fmt::format("creating the demo club on {}", where_));
+  if (Status keys = writes_->create_idempotency_table(); !keys.ok()) {
+    return keys.annotate(fmt::format("creating the idempotency-key table on {}", where_));
+  }
+  return Status();
+}
+
+Result<std::optional<User>> PgClubStore::session(std::string_view token, std::string_view now_utc) {
+  Result<pg::Rows> rows = run(Operation::read("session.read"), [&] {
+    return reads_->read(
+        "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = s.user_id "
+        "WHERE s.token = $1 AND s.expires_at > $2",
+        {token, now_utc});
+  });
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<User>();
+  Result<std::int64_t> id = int_at(*rows, 0, 0);
+  if (!id.ok()) return id.status();
+  return std::optional<User>(User{*id, std::string(rows->text(0, 1)), std::string(rows->text(0, 2)),
+                                  std::string(rows->text(0, 3))});
+}
+
+Result<std::vector<Game>> PgClubStore::games_on(std::string_view date) {
+  Result<pg::Rows> rows = run(Operation::read("schedule.games"), [&] {
+    return reads_->read(
+        // The model's "2026-11-30T18:00".
+        "SELECT g.id, c.name, a.name, a.color, to_char(g.starts_at, 'YYYY-MM-DD\"T\"HH24:MI'), "
+        "to_char(g.ends_at, 'YYYY-MM-DD\"T\"HH24:MI'), g.capacity, "
+        "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
+        "FROM games g JOIN courts c ON c.id = g.court_id "
+        "JOIN activity_types a ON a.id = g.activity_type_id "
+        "WHERE g.starts_at >= $1::date AND g.starts_at < $1::date + 1 "
+        "ORDER BY g.starts_at, c.name",
+        {date});
+  });
+  if (!rows.ok()) return rows.status();
+  std::vector<Game> games;
+  games.reserve(static_cast<std::size_t>(rows->size()));
+  for (int r = 0; r < rows->size(); ++r) {
+    Result<std::int64_t> id = int_at(*rows, r, 0);
+    Result<std::int64_t> capacity = int_at(*rows, r, 6);
+    Result<std::int64_t> taken = int_at(*rows, r, 7);
+    if (!id.ok()) return id.status();
+    if (!capacity.ok()) return capacity.status();
+    if (!taken.ok()) return taken.status();
+    games.push_back(Game{*id, std::string(rows->text(r, 1)), std::string(rows->text(r, 2)),
+                         std::string(rows->text(r, 3)), std::string(rows->text(r, 4)),
+                         std::string(rows->text(r, 5)), static_cast<int>(*capacity),
+                         static_cast<int>(*taken)});
+  }
+  return games;
+}
+
+Result<ScheduleContext> PgClubStore::context_on(std::string_view date) {
+  ScheduleContext ctx;
+  Result<pg::Rows> settings = run(Operation::read("schedule.settings"),
+                                  [&] { return reads_->read("SELECT key, value FROM settings"); });
+  if (!settings.ok()) return settings.status();
+  for (int r = 0; r < settings->size(); ++r) {
+    const std::string_view k = settings->text(r, 0);
+    if (k == "club_name") ctx.club_name = settings->text(r, 1);
+    if (k == "currency") ctx.currency = settings->text(r, 1);
+  }
+  Result<pg::Rows> courts = run(Operation::read("schedule.courts"), [&] {
+    return reads_->read("SELECT name FROM courts ORDER BY id");
+  });
+  if (!courts.ok()) return courts.status();
+  for (int r = 0; r < courts->size(); ++r)
+    ctx.courts.emplace_back(courts->text(r, 0));
+  Result<pg::Rows> holidays = run(Operation::read("schedule.holidays"), [&] {
+    return reads_->read("SELECT name FROM holidays WHERE date = $1::date", {date});
+  });
+  if (!holidays.ok()) return holidays.status();
+  for (int r = 0; r < holidays->size(); ++r)
+    ctx.holidays.emplace_back(holidays->text(r, 0));
+  Result<pg::Rows> cash = run(Operation::read("schedule.cash"), [&] {
+    return reads_->read(
+        "SELECT count(*), coalesce(sum(amount_cents), 0)::bigint FROM payments "
+        "WHERE created_at >= $1::date AND created_at < $1::date + 1",
+        {date});
+  });
+  if (!cash.ok()) return cash.status();
+  if (!cash->empty()) {
+    Result<std::int64_t> count = int_at(*cash, 0, 0);
+    Result<std::int64_t> cents = int_at(*cash, 0, 1);
+    if (!count.ok()) return count.status();
+    if (!cents.ok()) return cents.status();
+    ctx.payments_today = *count;
+    ctx.cash_today_cents = *cents;
+  }
+  return ctx;
+}
+
+Result<std::optional<std::int64_t>> PgClubStore::user_id_by_email(std::string_view email) {
+  Result<pg::Rows> rows = run(Operation::read("users.by_email"), [&] {
+    return reads_->read("SELECT id FROM users WHERE email = $1", {email});
+  });
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<std::int64_t>();
+  Result<std::int64_t> id = int_at(*rows, 0, 0);
+  if (!id.ok()) return id.status();
+  return std::optional<std::int64_t>(*id);
+}
+
+Status PgClubStore::refresh_session(std::string_view token, std::string_view now_utc) {
+  // Only when last_seen is over a minute old.
+  return run(Operation::write("session.refresh"),
+             [&] {
+               return writes_->write(
+                   "UPDATE sessions SET last_seen = $1 WHERE token = $2 AND "
+                   "last_seen < $1::timestamptz - interval '60 seconds'",
+                   {now_utc, token}, Operation::write("session.refresh"));
+             })
+      .status();
+}
+
+Result<std::string> PgClubStore::do_login(std::string_view email, std::string_view password,
+                                          std::string_view now_utc) {
+  Result<pg::Rows> user = run(Operation::read("login.user"), [&] {
+    return reads_->read("SELECT id, password_hash FROM users WHERE email = $1", {email});
+  });
+  if (!user.ok()) return user.status();
+  if (user->empty() || user->text(0, 1) != password_hash(email, password)) {
+    return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  }
+  Result<std::int64_t> id = int_at(*user, 0, 0);
+  if (!id.ok()) return id.status();
+  return do_open_session(*id, now_utc);
+}
+
+Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::string_view now_utc) {
+  std::string token = new_token();
+  // Inserting a fresh random token twice is impossible, so a retry of it is safe.
+  const Operation op = Operation::idempotent_write("login.session");
+  Result<pg::Rows> inserted = run(op, [&] {
+    return writes_->write(
+        "INSERT INTO sessions(token, user_id, created_at, last_seen, expires_at) "
+        "VALUES ($1, $2, $3, $3, $3::timestamptz + interval '30 days') "
+        "ON CONFLICT (token) DO NOTHING",
+        {token, user_id, now_utc}, op);
+  });
+  if (!inserted.ok()) return inserted.status();
+  return token;
+}
+
+Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
+                                           std::string_view method, std::string_view key,
+                                           std::string_view now_utc) {
+  const auto insert = [&](pg::Transaction& tx) -> Result<std::int64_t> {
+    Result<pg::Rows> r = tx.query(
+        "INSERT INTO payments(user_id, amount_cents, method, created_at) "
+        "VALUES ($1, $2, $3, $4) RETURNING id",
+        {user_id, amount_cents, method, now_utc});
+    if (!r.ok()) return r.status();
+    return int_at(*r, 0, 0);
+  };
+  const Operation op = Operation::transaction(/*rerunnable=*/true, "payments.create");
+  pg::TransactionOptions t;
+  t.operation = op;
+  if (key.empty()) {
+    Result<std::int64_t> id = run(op, [&] { return writes_->transaction(insert, t); });
+    if (!id.ok()) return id.status();
+    return PaymentReceipt{*id, amount_cents, false};
+  }
+  // The payment and its key commit together; repeated with the same key -- by the client,
+  // or by a retry after a COMMIT whose outcome is unknown -- it returns the first payment.
+  const std::string keyed = "payments:" + std::string(key);
+  Result<pg::KeyedResult> r = run(op, [&] {
+    return writes_->once(
+        keyed,
+        [&](pg::Transaction& tx) -> Result<std::string> {
+          Result<std::int64_t> id = insert(tx);
+          if (!id.ok()) return id.status();
+          return std::to_string(*id);
+        },
+        t);
+  });
+  if (!r.ok()) return r.status();
+  Result<std::int64_t> id = parse_id(r->result);
+  if (!id.ok()) return id.status();
+  return PaymentReceipt{*id, amount_cents, r->replayed};
+}
+
+Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
+                                              std::string_view key, std::string_view now_utc) {
+  const auto add = [&](pg::Transaction& tx) -> Result<std::int64_t> {
+    // The game's row lock makes concurrent sign-ups for one game take turns, and the count
+    // that follows (a new statement: a new snapshot) sees every sign-up committed before.
+    Result<pg::Rows> game =
+        tx.query("SELECT capacity FROM games WHERE id = $1 FOR UPDATE", {game_id});
+    if (!game.ok()) return game.status();
+    if (game->empty()) return Status(Code::kNotFound, "no such game");
+    Result<std::int64_t> capacity = int_at(*game, 0, 0);
+    if (!capacity.ok()) return capacity.status();
+    Result<pg::Rows> taken = tx.query("SELECT count(*) FROM signups WHERE game_id = $1", {game_id});
+    if (!taken.ok()) return taken.status();
+    Result<std::int64_t> n = int_at(*taken, 0, 0);
+    if (!n.ok()) return n.status();
+    if (*capacity - *n <= 0) return Status(Code::kFailedPrecondition, "the game is full");
+    Result<pg::Rows> added = tx.query(
+        "INSERT INTO signups(game_id, user_id, created_at) VALUES ($1, $2, $3) RETURNING id",
+        {game_id, user_id, now_utc});
+    if (!added.ok()) return added.status();
+    return int_at(*added, 0, 0);
+  };
+  const Operation op = Operation::transaction(/*rerunnable=*/true, "signups.create");
+  pg::TransactionOptions t;
+  t.operation = op;
+  if (key.empty()) {
+    Result<std::int64_t> id = run(op, [&] { return writes_->transaction(add, t); });
+    if (!id.ok()) return id.status();
+    return SignupReceipt{*id, game_id, false};
+  }
+  const std::string keyed = "signups:" + std::string(key);
+  Result<pg::KeyedResult> r = run(op, [&] {
+    return writes_->once(
+        keyed,
+        [&](pg::Transaction& tx) -> Result<std::string> {
+          Result<std::int64_t> id = add(tx);
+          if (!id.ok()) return id.status();
+          return std::to_string(*id);
+        },
+        t);
+  });
+  if (!r.ok()) return r.status();
+  Result<std::int64_t> id = parse_id(r->result);
+  if (!id.ok()) return id.status();
+  return SignupReceipt{*id, game_id, r->replayed};
+}
+
+Status PgClubStore::do_record_report(std::string_view path, std::string_view digest,
+                                     std::string_view note, std::string_view now_utc) {
+  const Operation op = Operation::write("problem_reports.create");
+  return run(op,
+             [&] {
+               return writes_->write(
+                   "INSERT INTO problem_reports(path, digest, note, created_at) "
+                   "VALUES ($1, $2, $3, $4)",
+                   {path, digest, note, now_utc}, op);
+             })
+      .status();
+}
+
+}  // namespace holdfast::panel

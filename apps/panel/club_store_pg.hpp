@@ -1,0 +1,63 @@
+// The club on PostgreSQL through holdfast::pg (`holdfast panel --pg URL`).
+//
+// Two pg::Database objects on the same server, so that the holdfast strategy keeps the
+// SQLite store's two Shields: "club.reads" (its read pool: READ ONLY sessions, reads retried
+// within the request's window) and "club.writes" (its write pool: transactions re-run on
+// 40001/40P01, commits in doubt resolved, payments and sign-ups keyed with once()). Neither
+// opens the pool it does not use.
+//
+// The baselines run each driver call as one attempt (a Shield with no retries and a breaker
+// that never opens) inside the baseline's own retry loop, as on SQLite.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "club_store.hpp"
+#include "holdfast/postgres.hpp"
+
+namespace holdfast::panel {
+
+class PgClubStore final : public ClubStore {
+ public:
+  // Connects once to check the server answers (a Status naming the masked URL if not),
+  // then builds the pools, which connect when first used.
+  static Result<std::unique_ptr<ClubStore>> open(Options options);
+  ~PgClubStore() override;
+
+  Status ensure_demo_data(std::string_view today) override;
+  Result<std::optional<User>> session(std::string_view token, std::string_view now_utc) override;
+  Result<std::vector<Game>> games_on(std::string_view date) override;
+  Result<ScheduleContext> context_on(std::string_view date) override;
+  Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) override;
+  Status refresh_session(std::string_view token, std::string_view now_utc) override;
+
+  [[nodiscard]] std::string_view backend() const noexcept override { return "postgresql"; }
+  // The baselines count their calls; holdfast counts what its Shields let through.
+  [[nodiscard]] std::uint64_t attempts() const noexcept override;
+
+ private:
+  PgClubStore(Options options, std::string where);
+
+  Result<std::string> do_login(std::string_view email, std::string_view password,
+                               std::string_view now_utc) override;
+  Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) override;
+  Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
+                                std::string_view method, std::string_view key,
+                                std::string_view now_utc) override;
+  Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id, std::string_view key,
+                                   std::string_view now_utc) override;
+  Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
+                          std::string_view now_utc) override;
+
+  // One panel operation: holdfast lets the driver's Shield retry it; a baseline wraps the
+  // driver's single attempt in its own loop.
+  template <class F>
+  auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
+
+  std::string where_;  // the URL with its password masked, for messages
+  std::unique_ptr<pg::Database> reads_;
+  std::unique_ptr<pg::Database> writes_;
+};
+
+}  // namespace holdfast::panel

@@ -1,0 +1,389 @@
+#include "club_store_sqlite.hpp"
+
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "demo_data.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+constexpr std::string_view kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS users (
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, email TEXT NOT NULL UNIQUE,
+  role TEXT NOT NULL, password_hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+  token TEXT PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id),
+  created_at TEXT NOT NULL, last_seen TEXT NOT NULL, expires_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS courts (id INTEGER PRIMARY KEY, name TEXT NOT NULL, surface TEXT);
+CREATE TABLE IF NOT EXISTS activity_types (
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, color TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS games (
+  id INTEGER PRIMARY KEY, court_id INTEGER NOT NULL REFERENCES courts(id),
+  activity_type_id INTEGER NOT NULL REFERENCES activity_types(id),
+  starts_at TEXT NOT NULL, ends_at TEXT NOT NULL, capacity INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS games_by_start ON games(starts_at);
+CREATE TABLE IF NOT EXISTS signups (
+  id INTEGER PRIMARY KEY, game_id INTEGER NOT NULL REFERENCES games(id),
+  user_id INTEGER NOT NULL REFERENCES users(id), created_at TEXT NOT NULL,
+  UNIQUE (game_id, user_id));
+CREATE TABLE IF NOT EXISTS holidays (date TEXT PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cash_days (
+  date TEXT PRIMARY KEY, opening_cents INTEGER NOT NULL, closing_cents INTEGER);
+CREATE TABLE IF NOT EXISTS payments (
+  id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id),
+  amount_cents INTEGER NOT NULL CHECK (amount_cents > 0), method TEXT NOT NULL,
+  created_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS payments_by_time ON payments(created_at);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+  key TEXT PRIMARY KEY, route TEXT NOT NULL, result_id INTEGER NOT NULL,
+  created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS problem_reports (
+  id INTEGER PRIMARY KEY, path TEXT NOT NULL, digest TEXT NOT NULL, note TEXT NOT NULL,
+  created_at TEXT NOT NULL);
+)sql";
+
+}  // namespace
+
+Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
+  sqlite::Options db_options;
+  db_options.path = options.path;
+  db_options.busy_timeout = options.busy_timeout;
+  db_options.read_connections = options.read_connections;
+  if (options.clock != nullptr) db_options.clock = options.clock;
+  Result<sqlite::Database> db = sqlite::Database::open(db_options);
+  if (!db.ok()) return db.status();
+  return std::unique_ptr<ClubStore>(new SqliteClubStore(std::move(options), std::move(*db)));
+}
+
+SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
+    : ClubStore(std::move(options)), db_(std::move(db)) {
+  session_reads_ = RetryPolicy::origin_session();
+  session_reads_.clock(*clock_);
+  if (options_.strategy == Strategy::kHoldfast) {
+    // One Shield for reads and one for writes: in WAL mode a batch job holding the write
+    // lock stops writers only, so failing writes must not open the breaker that reads pass.
+    reads_ = std::make_unique<Shield>("club.reads", *clock_);
+    writes_ = std::make_unique<Shield>("club.writes", *clock_);
+    read_shield_ = reads_.get();
+    write_shield_ = writes_.get();
+    HealthProbe::Options every;
+    every.interval = std::chrono::milliseconds(250);
+    // Each probe waits at most 100 ms for its lock (the busy handler reads the window).
+    read_probe_ = std::make_unique<HealthProbe>(
+        reads_->breaker(),
+        [this]() -> Status {
+          RequestScope probe(std::chrono::milliseconds(100), *clock_);
+          return db_.query_one<std::int64_t>("SELECT count(*) FROM sqlite_master").status();
+        },
+        every);
+    write_probe_ = std::make_unique<HealthProbe>(
+        writes_->breaker(),
+        [this]() -> Status {
+          RequestScope probe(std::chrono::milliseconds(100), *clock_);
+          Result<sqlite::Transaction> tx = db_.begin(sqlite::TxnMode::kImmediate);
+          if (!tx.ok()) return tx.status();
+          return tx->rollback();
+        },
+        every);
+  }
+}
+
+template <class F>
+auto SqliteClubStore::run(Access access, Operation op, F&& attempt, bool session_read)
+    -> std::invoke_result_t<F&> {
+  using R = std::invoke_result_t<F&>;
+  if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
+  const auto counted = [&]() -> R {
+    count_attempt();
+    return attempt();
+  };
+  Shield& shield = access == Access::kRead ? *reads_ : *writes_;
+  return session_read ? shield.run(session_reads_, op, counted) : shield.run(op, counted);
+}
+
+Status SqliteClubStore::ensure_demo_data(std::string_view today) {
+  if (Status s = db_.execute_script(kSchema); !s.ok()) return s.annotate("creating the schema");
+  Result<std::optional<std::int64_t>> courts =
+      db_.query_one<std::int64_t>("SELECT count(*) FROM courts");
+  if (!courts.ok()) return courts.status();
+  if (courts->value_or(0) > 0) return Status();
+
+  const DemoData data = make_demo_data(today);
+  return db_.transaction([&](sqlite::Transaction& tx) -> Status {
+    // Each inserted row's id, by its position in `data` (references there are 1-based).
+    std::vector<std::int64_t> court_ids, type_ids, user_ids, game_ids;
+    const auto insert = [&](std::vector<std::int64_t>* ids, auto&&... args) -> Status {
+      Result<sqlite::Exec> r = tx.execute(std::forward<decltype(args)>(args)...);
+      if (!r.ok()) return r.status();
+      if (ids != nullptr) ids->push_back(r->last_insert_rowid);
+      return Status();
+    };
+    const auto id = [](const std::vector<std::int64_t>& ids, int position) {
+      return ids.at(static_cast<std::size_t>(position - 1));
+    };
+    for (const auto& c : data.courts) {
+      if (Status s = insert(&court_ids, "INSERT INTO courts(name, surface) VALUES (?, ?)", c.name,
+                            c.surface);
+          !s.ok())
+        return s;
+    }
+    for (const auto& t : data.activity_types) {
+      if (Status s = insert(&type_ids, "INSERT INTO activity_types(name, color) VALUES (?, ?)",
+                            t.name, t.color);
+          !s.ok())
+        return s;
+    }
+    for (const auto& u : data.users) {
+      if (Status s = insert(&user_ids,
+                            "INSERT INTO users(name, email, role, password_hash) VALUES (?,?,?,?)",
+                            u.name, u.email, u.role, u.password_hash);
+          !s.ok())
+        return s;
+    }
+    for (const auto& g : data.games) {
+      if (Status s = insert(&game_ids,
+                            "INSERT INTO games(court_id, activity_type_id, starts_at, ends_at, "
+                            "capacity) VALUES (?, ?, ?, ?, ?)",
+                            id(court_ids, g.court), id(type_ids, g.activity_type), g.starts_at,
+                            g.ends_at, g.capacity);
+          !s.ok())
+        return s;
+    }
+    for (const auto& s : data.signups) {
+      if (Status st = insert(
+              nullptr, "INSERT OR IGNORE INTO signups(game_id, user_id, created_at) VALUES (?,?,?)",
+              id(game_ids, s.game), id(user_ids, s.user), s.created_at);
+          !st.ok())
+        return st;
+    }
+    for (const auto& c : data.cash_days) {
+      if (Status s = insert(nullptr, "INSERT INTO cash_days(date, opening_cents) VALUES (?, ?)",
+                            c.date, c.opening_cents);
+          !s.ok())
+        return s;
+    }
+    for (const auto& p : data.payments) {
+      if (Status s = insert(
+              nullptr,
+              "INSERT INTO payments(user_id, amount_cents, method, created_at) VALUES (?,?,?,?)",
+              id(user_ids, p.user), p.amount_cents, p.method, p.created_at);
+          !s.ok())
+        return s;
+    }
+    for (const auto& h : data.holidays) {
+      if (Status s =
+              insert(nullptr, "INSERT INTO holidays(date, name) VALUES (?, ?)", h.date, h.name);
+          !s.ok())
+        return s;
+    }
+    for (const auto& [k, v] : data.settings) {
+      if (Status s = insert(nullptr, "INSERT INTO settings(key, value) VALUES (?, ?)", k, v);
+          !s.ok())
+        return s;
+    }
+    return Status();
+  });
+}
+
+Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
+                                                     std::string_view now_utc) {
+  using Row = std::tuple<std::int64_t, std::string, std::string, std::string>;
+  Result<std::vector<Row>> rows = run(
+      Access::kRead, Operation::read("session.read"),
+      [&] {
+        return db_.query<std::int64_t, std::string, std::string, std::string>(
+            "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = "
+            "s.user_id WHERE s.token = ? AND s.expires_at > ?",
+            token, now_utc);
+      },
+      /*session_read=*/true);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return std::optional<User>();
+  auto& [id, name, email, role] = rows->front();
+  return std::optional<User>(User{id, std::move(name), std::move(email), std::move(role)});
+}
+
+Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
+  using Row = std::tuple<std::int64_t, std::string, std::string, std::string, std::string,
+                         std::string, std::int64_t, std::int64_t>;
+  const std::string next = day_after(date);
+  Result<std::vector<Row>> rows = run(Access::kRead, Operation::read("schedule.games"), [&] {
+    return db_.query<std::int64_t, std::string, std::string, std::string, std::string, std::string,
+                     std::int64_t, std::int64_t>(
+        "SELECT g.id, c.name, a.name, a.color, g.starts_at, g.ends_at, g.capacity, "
+        "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
+        "FROM games g JOIN courts c ON c.id = g.court_id "
+        "JOIN activity_types a ON a.id = g.activity_type_id "
+        "WHERE g.starts_at >= ? AND g.starts_at < ? ORDER BY g.starts_at, c.name",
+        date, next);
+  });
+  if (!rows.ok()) return rows.status();
+  std::vector<Game> games;
+  games.reserve(rows->size());
+  for (auto& [id, court, activity, color, starts, ends, capacity, taken] : *rows) {
+    games.push_back(Game{id, std::move(court), std::move(activity), std::move(color),
+                         std::move(starts), std::move(ends), static_cast<int>(capacity),
+                         static_cast<int>(taken)});
+  }
+  return games;
+}
+
+Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
+  ScheduleContext ctx;
+  auto settings = run(Access::kRead, Operation::read("schedule.settings"), [&] {
+    return db_.query<std::string, std::string>("SELECT key, value FROM settings");
+  });
+  if (!settings.ok()) return settings.status();
+  for (auto& [k, v] : *settings) {
+    if (k == "club_name") ctx.club_name = v;
+    if (k == "currency") ctx.currency = v;
+  }
+  auto courts = run(Access::kRead, Operation::read("schedule.courts"),
+                    [&] { return db_.query<std::string>("SELECT name FROM courts ORDER BY id"); });
+  if (!courts.ok()) return courts.status();
+  ctx.courts = std::move(*courts);
+  auto holidays = run(Access::kRead, Operation::read("schedule.holidays"), [&] {
+    return db_.query<std::string>("SELECT name FROM holidays WHERE date = ?", date);
+  });
+  if (!holidays.ok()) return holidays.status();
+  ctx.holidays = std::move(*holidays);
+  const std::string next = day_after(date);
+  auto cash = run(Access::kRead, Operation::read("schedule.cash"), [&] {
+    return db_.query<std::int64_t, std::int64_t>(
+        "SELECT count(*), coalesce(sum(amount_cents), 0) FROM payments "
+        "WHERE created_at >= ? AND created_at < ?",
+        date, next);
+  });
+  if (!cash.ok()) return cash.status();
+  if (!cash->empty()) std::tie(ctx.payments_today, ctx.cash_today_cents) = cash->front();
+  return ctx;
+}
+
+Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::string_view email) {
+  return run(Access::kRead, Operation::read("users.by_email"), [&] {
+    return db_.query_one<std::int64_t>("SELECT id FROM users WHERE email = ?", email);
+  });
+}
+
+Status SqliteClubStore::refresh_session(std::string_view token, std::string_view now_utc) {
+  // Only when last_seen is over a minute old: "2026-11-30T12:00:00.000Z" minus a minute,
+  // compared as text (the stamps are fixed-width UTC).
+  Result<sqlite::Exec> r = run(Access::kWrite, Operation::write("session.refresh"), [&] {
+    return db_.execute(
+        "UPDATE sessions SET last_seen = ?1 WHERE token = ?2 AND "
+        "last_seen < strftime('%Y-%m-%dT%H:%M:%fZ', ?1, '-60 seconds')",
+        now_utc, token);
+  });
+  return r.status();
+}
+
+Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
+                                              std::string_view now_utc) {
+  auto user = run(Access::kRead, Operation::read("login.user"), [&] {
+    return db_.query<std::int64_t, std::string>(
+        "SELECT id, password_hash FROM users WHERE email = ?", email);
+  });
+  if (!user.ok()) return user.status();
+  if (user->empty() || std::get<1>(user->front()) != password_hash(email, password)) {
+    return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  }
+  return do_open_session(std::get<0>(user->front()), now_utc);
+}
+
+Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,
+                                                     std::string_view now_utc) {
+  std::string token = new_token();
+  // Inserting a fresh random token twice is impossible, so a retry of it is safe.
+  Result<sqlite::Exec> inserted =
+      run(Access::kWrite, Operation::idempotent_write("login.session"), [&] {
+        return db_.execute(
+            "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, expires_at) "
+            "VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, '+30 days'))",
+            token, user_id, now_utc);
+      });
+  if (!inserted.ok()) return inserted.status();
+  return token;
+}
+
+Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
+                                               std::string_view method, std::string_view key,
+                                               std::string_view now_utc) {
+  // The whole transaction may be re-run: it checks the key first, inside the transaction.
+  return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "payments.create"), [&] {
+    return db_.transaction(
+        [&](sqlite::Transaction& tx) -> Result<PaymentReceipt> {
+          if (!key.empty()) {
+            auto seen = tx.query_one<std::int64_t>(
+                "SELECT result_id FROM idempotency_keys WHERE key = ? AND route = 'payments'", key);
+            if (!seen.ok()) return seen.status();
+            if (seen->has_value()) {
+              return PaymentReceipt{**seen, amount_cents, /*replayed=*/true};
+            }
+          }
+          auto paid = tx.execute(
+              "INSERT INTO payments(user_id, amount_cents, method, created_at) VALUES (?,?,?,?)",
+              user_id, amount_cents, method, now_utc);
+          if (!paid.ok()) return paid.status();
+          if (!key.empty()) {
+            auto recorded = tx.execute(
+                "INSERT INTO idempotency_keys(key, route, result_id, created_at) "
+                "VALUES (?, 'payments', ?, ?)",
+                key, paid->last_insert_rowid, now_utc);
+            if (!recorded.ok()) return recorded.status();
+          }
+          return PaymentReceipt{paid->last_insert_rowid, amount_cents, false};
+        },
+        Operation::transaction(true, "payments.create"));
+  });
+}
+
+Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
+                                                  std::string_view key, std::string_view now_utc) {
+  return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "signups.create"), [&] {
+    return db_.transaction(
+        [&](sqlite::Transaction& tx) -> Result<SignupReceipt> {
+          if (!key.empty()) {
+            auto seen = tx.query_one<std::int64_t>(
+                "SELECT result_id FROM idempotency_keys WHERE key = ? AND route = 'signups'", key);
+            if (!seen.ok()) return seen.status();
+            if (seen->has_value()) return SignupReceipt{**seen, game_id, true};
+          }
+          auto game = tx.query_one<std::int64_t>(
+              "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1) FROM games "
+              "WHERE id = ?1",
+              game_id);
+          if (!game.ok()) return game.status();
+          if (!game->has_value()) return Status(Code::kNotFound, "no such game");
+          if (**game <= 0) return Status(Code::kFailedPrecondition, "the game is full");
+          auto added =
+              tx.execute("INSERT INTO signups(game_id, user_id, created_at) VALUES (?, ?, ?)",
+                         game_id, user_id, now_utc);
+          if (!added.ok()) return added.status();
+          if (!key.empty()) {
+            auto recorded = tx.execute(
+                "INSERT INTO idempotency_keys(key, route, result_id, created_at) "
+                "VALUES (?, 'signups', ?, ?)",
+                key, added->last_insert_rowid, now_utc);
+            if (!recorded.ok()) return recorded.status();
+          }
+          return SignupReceipt{added->last_insert_rowid, game_id, false};
+        },
+        Operation::transaction(true, "signups.create"));
+  });
+}
+
+Status SqliteClubStore::do_record_report(std::string_view path, std::string_view digest,
+                                         std::string_view note, std::string_view now_utc) {
+  return run(Access::kWrite, Operation::write("problem_reports.create"),
+             [&] {
+               return db_.execute(
+                   "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",
+                   path, digest, note, now_utc);
+             })
+      .status();
+}
+
+}  // namespace holdfast::panel

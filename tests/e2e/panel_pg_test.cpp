@@ -1,0 +1,390 @@
+// The demo panel on PostgreSQL over HTTP on loopback: a fresh database per test on the
+// server of scripts/pg-test-server.sh (HOLDFAST_TEST_PG_URL; skipped without it), and real
+// faults: backends terminated under the panel, a table locked while a page loads.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "club_store.hpp"
+#include "demo_data.hpp"
+#include "holdfast/logger.hpp"
+#include "pg_test_support.hpp"
+#include "server.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using nlohmann::json;
+using pgtest::Admin;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Steady = std::chrono::steady_clock;
+
+std::string today() {
+  return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10));
+}
+
+// `url` pointing at database `name` instead of its own.
+std::string url_for_database(const std::string& url, const std::string& name) {
+  const std::size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url + " dbname=" + name;  // key=value form
+  const std::size_t query = url.find('?', scheme + 3);
+  const std::size_t path = std::min(url.find('/', scheme + 3), query);
+  const std::string tail = query == std::string::npos ? "" : url.substr(query);
+  return url.substr(0, path) + "/" + name + tail;
+}
+
+// A database of the test's own, dropped (with whoever is still connected) at the end.
+class ScratchDatabase {
+ public:
+  ScratchDatabase() : admin_(pgtest::server_url()), name_(pgtest::unique("panel_e2e")) {
+    admin_.exec("CREATE DATABASE " + name_);
+    url_ = url_for_database(pgtest::server_url(), name_);
+  }
+  ~ScratchDatabase() { admin_.exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)"); }
+  ScratchDatabase(const ScratchDatabase&) = delete;
+  ScratchDatabase& operator=(const ScratchDatabase&) = delete;
+
+  [[nodiscard]] const std::string& url() const { return url_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+  // Terminates every backend connected to this database; returns how many.
+  long long terminate_backends() {
+    return admin_.count(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1",
+        {name_});
+  }
+
+ private:
+  Admin admin_;
+  std::string name_;
+  std::string url_;
+};
+
+class PanelPgTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HOLDFAST_REQUIRE_PG_SERVER();
+    db_ = std::make_unique<ScratchDatabase>();
+    ClubStore::Options so;
+    so.pg_url = db_->url();
+    so.strategy = Strategy::kHoldfast;
+    auto store = ClubStore::open(so);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    store_ = std::move(*store);
+    const Status made = store_->ensure_demo_data(today());
+    ASSERT_TRUE(made.ok()) << made.to_string();
+    Logger::Options lo;
+    lo.console = false;
+    logger_ = std::make_unique<Logger>(lo);
+    start_panel(/*serve_stale=*/true);
+  }
+  void TearDown() override {
+    http_.reset();
+    server_.reset();
+    store_.reset();
+    db_.reset();
+  }
+
+  // (Re)starts the panel over the store, signs in, and keeps the session cookie.
+  void start_panel(bool serve_stale) {
+    http_.reset();
+    server_.reset();
+    PanelServer::Options po;
+    po.store = store_.get();
+    po.logger = logger_.get();
+    po.serve_stale = serve_stale;
+    server_ = std::make_unique<PanelServer>(po);
+    ASSERT_TRUE(server_->start().ok());
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    http_->set_read_timeout(seconds(30));
+    auto r = http_->Post(
+        "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 303) << r->body;
+    const std::string set = r->get_header_value("Set-Cookie");
+    EXPECT_NE(set.find("HttpOnly"), std::string::npos);
+    cookie_ = {{"Cookie", set.substr(0, set.find(';'))}};
+  }
+
+  httplib::Result schedule() { return http_->Get("/dashboard/schedule?date=" + today(), cookie_); }
+  // Asserts that `r` is the schedule, fresh from the database.
+  static void expect_fresh_schedule(const httplib::Result& r) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body.substr(0, 300);
+    EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));
+    EXPECT_NE(r->body.find("Schedule for " + today()), std::string::npos);
+    EXPECT_NE(r->body.find("data-game="), std::string::npos);
+  }
+
+  std::unique_ptr<ScratchDatabase> db_;
+  std::unique_ptr<ClubStore> store_;
+  std::unique_ptr<Logger> logger_;
+  std::unique_ptr<PanelServer> server_;
+  std::unique_ptr<httplib::Client> http_;
+  httplib::Headers cookie_;
+};
+
+TEST_F(PanelPgTest, TheScheduleRendersWithTheDemoData) {
+  auto page = schedule();
+  expect_fresh_schedule(page);
+  EXPECT_NE(page->body.find("Riverside Court Club"), std::string::npos);
+
+  auto api = http_->Get("/api/schedule?date=" + today(), cookie_);
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->status, 200);
+  const json j = json::parse(api->body);
+  EXPECT_EQ(j["date"], today());
+  EXPECT_EQ(j["club"], "Riverside Court Club");
+  ASSERT_EQ(j["games"].size(), 24U);  // 4 courts, 6 games a day each
+  EXPECT_EQ(j["games"][0]["starts_at"], today() + "T08:00");
+  EXPECT_EQ(j["games"][0]["ends_at"], today() + "T09:30");
+  EXPECT_EQ(j["games"][0]["court"], "Court 1");
+
+  const std::string anniversary = add_days(today(), 3);
+  auto holiday = http_->Get("/api/schedule?date=" + anniversary, cookie_);
+  ASSERT_TRUE(holiday);
+  EXPECT_EQ(json::parse(holiday->body)["holidays"], json::array({"Club anniversary"}));
+}
+
+TEST_F(PanelPgTest, ItShowsTheSameClubAsTheSqliteStore) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("holdfast-e2e-pg-" + std::to_string(::getpid()) + "-same-club");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ClubStore::Options so;
+  so.path = (dir / "club.db").string();
+  auto sqlite = ClubStore::open(so);
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status().to_string();
+  ASSERT_TRUE((*sqlite)->ensure_demo_data(today()).ok());
+  for (int offset : {-14, -1, 0, 3, 28}) {
+    SCOPED_TRACE(offset);
+    const std::string day = add_days(today(), offset);
+    auto pg_games = store_->games_on(day);
+    auto lite_games = (*sqlite)->games_on(day);
+    ASSERT_TRUE(pg_games.ok() && lite_games.ok());
+    ASSERT_EQ(pg_games->size(), lite_games->size());
+    ASSERT_FALSE(pg_games->empty());
+    for (std::size_t i = 0; i < pg_games->size(); ++i) {
+      const Game& p = (*pg_games)[i];
+      const Game& l = (*lite_games)[i];
+      EXPECT_GT(p.id, 0);
+      EXPECT_EQ(
+          std::tie(p.court, p.activity, p.color, p.starts_at, p.ends_at, p.capacity, p.signed_up),
+          std::tie(l.court, l.activity, l.color, l.starts_at, l.ends_at, l.capacity, l.signed_up));
+    }
+    auto pg_ctx = store_->context_on(day);
+    auto lite_ctx = (*sqlite)->context_on(day);
+    ASSERT_TRUE(pg_ctx.ok() && lite_ctx.ok());
+    EXPECT_EQ(std::tie(pg_ctx->club_name, pg_ctx->currency, pg_ctx->courts, pg_ctx->holidays,
+                       pg_ctx->payments_today, pg_ctx->cash_today_cents),
+              std::tie(lite_ctx->club_name, lite_ctx->currency, lite_ctx->courts,
+                       lite_ctx->holidays, lite_ctx->payments_today, lite_ctx->cash_today_cents));
+  }
+  sqlite->reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(PanelPgTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
+  Admin club(db_->url());
+  const long long before = club.count("SELECT count(*) FROM payments");
+  httplib::Headers h = cookie_;
+  h.emplace("Idempotency-Key", "order-42");
+  const httplib::Params form{{"amount_cents", "1250"}, {"method", "card"}};
+  auto first = http_->Post("/payments", h, form);
+  auto second = http_->Post("/payments", h, form);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->status, 201) << first->body;
+  EXPECT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(json::parse(second->body)["replayed"], true);
+  EXPECT_EQ(json::parse(first->body)["payment_id"], json::parse(second->body)["payment_id"]);
+  EXPECT_EQ(club.count("SELECT count(*) FROM payments"), before + 1);
+  EXPECT_EQ(club.count("SELECT count(*) FROM idempotency_keys WHERE key = 'payments:order-42'"), 1);
+
+  // A sign-up likewise; without a key a repeat is refused (already signed up).
+  const long long game = club.count(
+      "SELECT min(id) FROM games g WHERE capacity > "
+      "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
+      "AND NOT EXISTS (SELECT 1 FROM signups s WHERE "
+      "s.game_id = g.id AND s.user_id = 1)");
+  ASSERT_GT(game, 0);
+  httplib::Headers k = cookie_;
+  k.emplace("Idempotency-Key", "join-7");
+  const httplib::Params join{{"game_id", std::to_string(game)}};
+  auto a = http_->Post("/signups", k, join);
+  auto b = http_->Post("/signups", k, join);
+  auto c = http_->Post("/signups", cookie_, join);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(a->status, 201) << a->body;
+  EXPECT_EQ(b->status, 200) << b->body;
+  EXPECT_EQ(c->status, 409) << c->body;
+  EXPECT_EQ(club.count("SELECT count(*) FROM signups WHERE game_id = $1 AND user_id = 1", {game}),
+            1);
+}
+
+TEST_F(PanelPgTest, BadInputGets400WithAClearMessage) {
+  auto bad_date = http_->Get("/dashboard/schedule?date=2026-02-30", cookie_);
+  ASSERT_TRUE(bad_date);
+  EXPECT_EQ(bad_date->status, 400);
+  EXPECT_NE(bad_date->body.find("YYYY-MM-DD"), std::string::npos);
+  auto bad_amount = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "-5"}});
+  ASSERT_TRUE(bad_amount);
+  EXPECT_EQ(bad_amount->status, 400);
+  EXPECT_NE(bad_amount->body.find("amount_cents"), std::string::npos);
+  auto bad_method = http_->Post("/payments", cookie_,
+                                httplib::Params{{"amount_cents", "100"}, {"method", "gold"}});
+  ASSERT_TRUE(bad_method);
+  EXPECT_EQ(bad_method->status, 400);
+  EXPECT_NE(bad_method->body.find("method"), std::string::npos);
+  auto bad_game = http_->Post("/signups", cookie_, httplib::Params{{"game_id", "abc"}});
+  ASSERT_TRUE(bad_game);
+  EXPECT_EQ(bad_game->status, 400);
+  auto no_game = http_->Post("/signups", cookie_, httplib::Params{{"game_id", "99999999"}});
+  ASSERT_TRUE(no_game);
+  EXPECT_EQ(no_game->status, 404);
+}
+
+TEST_F(PanelPgTest, WhenThePanelsBackendsAreTerminatedTheNextPagesStillRender) {
+  start_panel(/*serve_stale=*/false);  // a failure must show, not hide behind a stale copy
+  expect_fresh_schedule(schedule());
+  EXPECT_GT(db_->terminate_backends(), 0);  // the pools' idle connections
+  expect_fresh_schedule(schedule());        // replaced at hand-out, or the read retried
+
+  // Terminations every 100 ms for 2 s while pages load: statements cut off mid-flight are
+  // retried on new connections within the page's window.
+  std::atomic<bool> done{false};
+  std::atomic<long long> terminated{0};
+  std::thread killer([&] {
+    Admin admin(pgtest::server_url());
+    while (!done.load()) {
+      terminated += admin.count(
+          "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1",
+          {db_->name()});
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  });
+  const auto start = Steady::now();
+  int pages = 0;
+  while (Steady::now() - start < seconds(2)) {
+    expect_fresh_schedule(schedule());
+    ++pages;
+  }
+  done = true;
+  killer.join();
+  EXPECT_GT(terminated.load(), 0);
+  EXPECT_GT(pages, 0);
+}
+
+TEST_F(PanelPgTest, WhileTheGamesTableIsLockedForTwoSecondsThePageWaitsAndShowsTheSchedule) {
+  start_panel(/*serve_stale=*/false);
+  expect_fresh_schedule(schedule());  // connections open, a good copy would exist if allowed
+  Admin locker(db_->url());
+  locker.exec("BEGIN");
+  locker.exec("LOCK TABLE games IN ACCESS EXCLUSIVE MODE");
+  std::thread release([&] {
+    std::this_thread::sleep_for(seconds(2));
+    locker.exec("COMMIT");
+  });
+  const auto start = Steady::now();
+  auto r = schedule();
+  const auto took = Steady::now() - start;
+  release.join();
+  expect_fresh_schedule(r);
+  EXPECT_GE(took, milliseconds(1500));  // it really waited for the lock
+  EXPECT_LE(took, seconds(7));          // within the 6 s window plus 1 s
+}
+
+TEST_F(PanelPgTest, WhileTheGamesTableStaysLockedThePageAnswers503WithinTheWindow) {
+  start_panel(/*serve_stale=*/false);
+  Admin locker(db_->url());
+  locker.exec("BEGIN");
+  locker.exec("LOCK TABLE games IN ACCESS EXCLUSIVE MODE");
+  const auto start = Steady::now();
+  auto r = schedule();
+  const auto took = Steady::now() - start;
+  locker.exec("COMMIT");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body.substr(0, 300);
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  EXPECT_NE(r->body.find("id=\"digest\""), std::string::npos);
+  EXPECT_LE(took, seconds(7));
+  expect_fresh_schedule(schedule());  // and all is well once the lock is gone
+}
+
+TEST_F(PanelPgTest, ABaselineRunsOnPostgresqlTooAndCountsItsAttempts) {
+  ClubStore::Options so;
+  so.pg_url = db_->url();
+  so.strategy = Strategy::kNone;
+  auto none = ClubStore::open(so);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_EQ((*none)->read_shield(), nullptr);
+  EXPECT_EQ((*none)->sqlite_database(), nullptr);
+  EXPECT_EQ((*none)->backend(), "postgresql");
+  ASSERT_TRUE((*none)->ensure_demo_data(today()).ok());  // finds the club
+  http_.reset();
+  server_.reset();  // it uses the holdfast store
+  store_ = std::move(*none);
+  start_panel(/*serve_stale=*/false);
+  const std::uint64_t before = store_->attempts();
+  expect_fresh_schedule(schedule());
+  // The session read, the session refresh, the games and the four context reads.
+  EXPECT_EQ(store_->attempts() - before, 7U);
+}
+
+TEST(PanelPgStart, SeveralPanelsStartingOnOneDatabaseCreateTheClubOnce) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  ScratchDatabase db;
+  std::vector<std::thread> panels;
+  std::vector<Status> results(3);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    panels.emplace_back([&, i] {
+      ClubStore::Options so;
+      so.pg_url = db.url();
+      auto store = ClubStore::open(so);
+      results[i] = store.ok() ? (*store)->ensure_demo_data(today()) : store.status();
+    });
+  }
+  for (auto& t : panels)
+    t.join();
+  for (const Status& s : results)
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  Admin club(db.url());
+  EXPECT_EQ(club.count("SELECT count(*) FROM courts"), 4);
+  EXPECT_EQ(club.count("SELECT count(*) FROM games"),
+            static_cast<long long>(make_demo_data(today()).games.size()));
+  EXPECT_EQ(club.count("SELECT count(*) FROM users"), 60);
+}
+
+// Needs no server: nothing listens on port 1.
+TEST(PanelPgStart, AnUnreachableServerOrABadUrlIsAClearStatusNamingTheUrlWithoutThePassword) {
+  ClubStore::Options so;
+  so.pg_url = "postgresql://panel:s3cretpw@127.0.0.1:1/club";
+  auto down = ClubStore::open(so);
+  ASSERT_FALSE(down.ok());
+  const std::string text = down.status().to_string();
+  EXPECT_NE(text.find("postgresql://panel:***@127.0.0.1:1/club"), std::string::npos) << text;
+  EXPECT_EQ(text.find("s3cretpw"), std::string::npos) << text;
+
+  so.pg_url = "postgresql://panel:s3cretpw@[::1/club";  // libpq quotes the URL back
+  auto bad = ClubStore::open(so);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().to_string().find("s3cretpw"), std::string::npos)
+      << bad.status().to_string();
+
+  EXPECT_EQ(masked_pg_url("host=db port=5432 password='a b\\'c' user=app"),
+            "host=db port=5432 password='***' user=app");
+  EXPECT_EQ(masked_pg_url("postgresql://app@db/club?sslmode=disable&password=xyz"),
+            "postgresql://app@db/club?sslmode=disable&password=***");
+  EXPECT_EQ(masked_pg_url("postgresql://app@db:5432/club"), "postgresql://app@db:5432/club");
+}
+
+}  // namespace
+}  // namespace holdfast::panel
