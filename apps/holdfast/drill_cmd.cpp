@@ -87,6 +87,10 @@ void add_drill_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--warmup", args->options.warmup_s, "Seconds before the first storm")
       ->capture_default_str();
+  cmd->add_option("--log-pause", args->options.log_pause_s,
+                  "Seconds holdfast's logger pauses after the database refuses a log batch "
+                  "(the origin's is 30; shorter keeps the drill short)")
+      ->capture_default_str();
   cmd->add_option("--gap", args->options.gap_s, "Quiet seconds after each storm")
       ->capture_default_str();
   cmd->add_option("--think-ms", args->options.think_ms, "A worker's pause between requests")

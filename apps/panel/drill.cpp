@@ -186,7 +186,9 @@ Result<DrillResult> run_drill(
         "SELECT coalesce(max(id), 0) FROM payments");
     if (!last.ok()) return last.status();
     inst->payments_before = last->value_or(0);
-    Result<PanelLogging> logging = make_logging(inst->path, s, Clock::system(), /*console=*/false);
+    Result<PanelLogging> logging = make_logging(
+        inst->path, s, Clock::system(), /*console=*/false,
+        std::chrono::duration_cast<Duration>(std::chrono::duration<double>(options.log_pause_s)));
     if (!logging.ok()) return logging.status();
     inst->logging = std::move(*logging);
     PanelServer::Options server_options;
@@ -405,9 +407,10 @@ Result<DrillResult> run_drill(
           ++during;
           if (fresh) ++served_during;
         }
-        // Back: the last answer that was not a fresh page, counted from the release.
+        // Back: the last answer that was not a fresh page, from the release until the next
+        // storm starts (what happens after that is the next storm's).
         const double answered = rec.start_s + rec.latency_ms / 1000.0;
-        if (!fresh && answered > sr.end_s)
+        if (!fresh && answered > sr.end_s && answered <= to)
           r.back_after_s = std::max(r.back_after_s, answered - sr.end_s);
       }
       r.served_during_storm_pct =
@@ -530,7 +533,7 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
       "holdfast's 503); *503*: holdfast's \"busy, retry in N s\" page; *stale*: the last good "
       "schedule with an \"as of\" banner; *served during storm*: requests started during the "
       "storm that got a fresh page; *back after*: from the lock's release to the last answer "
-      "that was not a fresh page.\n",
+      "that was not a fresh page, until the next storm starts.\n",
       options.workers, result.seconds);
   for (const StormResult& s : result.storms) {
     md += fmt::format("\n## {} lock storm, {:g} s\n\n", kind_name(s.spec.kind), s.spec.seconds);

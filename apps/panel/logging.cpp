@@ -26,7 +26,7 @@ void SyncTableSink::write(const LogEntry& entry) {
 }
 
 Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
-                                  bool console) {
+                                  bool console, Duration overload_pause) {
   PanelLogging out;
   Logger::Options options;
   options.clock = &clock;
@@ -41,6 +41,7 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
     if (!store.ok()) return store.status();
     DatabaseSink::Options sink_options;
     sink_options.clock = &clock;
+    sink_options.overload_pause = overload_pause;
     out.store = std::move(*store);
     out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
     out.logger->add_sink(out.sink);
