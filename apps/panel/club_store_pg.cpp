@@ -499,22 +499,29 @@ Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t am
     if (!r.ok()) return r.status();
     return int_at(*r, 0, 0);
   };
-  const Operation op = Operation::transaction(/*rerunnable=*/true, "payments.create");
+  Result<std::pair<std::int64_t, bool>> made = create_row("payments", key, insert);
+  if (!made.ok()) return made.status();
+  return PaymentReceipt{made->first, amount_cents, made->second};
+}
+
+Result<std::pair<std::int64_t, bool>> PgClubStore::create_row(
+    std::string_view route, std::string_view key,
+    const std::function<Result<std::int64_t>(pg::Transaction&)>& body) {
+  const std::string label = std::string(route) + ".create";
+  const Operation op = Operation::transaction(/*rerunnable=*/true, label);
   pg::TransactionOptions t;
   t.operation = op;
   if (key.empty()) {
-    Result<std::int64_t> id = run(op, [&] { return writes_->transaction(insert, t); });
+    Result<std::int64_t> id = run(op, [&] { return writes_->transaction(body, t); });
     if (!id.ok()) return id.status();
-    return PaymentReceipt{*id, amount_cents, false};
+    return std::pair<std::int64_t, bool>(*id, false);
   }
-  // The payment and its key commit together; repeated with the same key -- by the client,
-  // or by a retry after a COMMIT whose outcome is unknown -- it returns the first payment.
-  const std::string keyed = "payments:" + std::string(key);
+  const std::string keyed = std::string(route) + ":" + std::string(key);
   Result<pg::KeyedResult> r = run(op, [&] {
     return writes_->once(
         keyed,
         [&](pg::Transaction& tx) -> Result<std::string> {
-          Result<std::int64_t> id = insert(tx);
+          Result<std::int64_t> id = body(tx);
           if (!id.ok()) return id.status();
           return std::to_string(*id);
         },
@@ -523,7 +530,7 @@ Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t am
   if (!r.ok()) return r.status();
   Result<std::int64_t> id = parse_id(r->result);
   if (!id.ok()) return id.status();
-  return PaymentReceipt{*id, amount_cents, r->replayed};
+  return std::pair<std::int64_t, bool>(*id, r->replayed);
 }
 
 Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
@@ -548,29 +555,9 @@ Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t
     if (!added.ok()) return added.status();
     return int_at(*added, 0, 0);
   };
-  const Operation op = Operation::transaction(/*rerunnable=*/true, "signups.create");
-  pg::TransactionOptions t;
-  t.operation = op;
-  if (key.empty()) {
-    Result<std::int64_t> id = run(op, [&] { return writes_->transaction(add, t); });
-    if (!id.ok()) return id.status();
-    return SignupReceipt{*id, game_id, false};
-  }
-  const std::string keyed = "signups:" + std::string(key);
-  Result<pg::KeyedResult> r = run(op, [&] {
-    return writes_->once(
-        keyed,
-        [&](pg::Transaction& tx) -> Result<std::string> {
-          Result<std::int64_t> id = add(tx);
-          if (!id.ok()) return id.status();
-          return std::to_string(*id);
-        },
-        t);
-  });
-  if (!r.ok()) return r.status();
-  Result<std::int64_t> id = parse_id(r->result);
-  if (!id.ok()) return id.status();
-  return SignupReceipt{*id, game_id, r->replayed};
+  Result<std::pair<std::int64_t, bool>> made = create_row("signups", key, add);
+  if (!made.ok()) return made.status();
+  return SignupReceipt{made->first, game_id, made->second};
 }
 
 Status PgClubStore::do_record_report(std::string_view path, std::string_view digest,

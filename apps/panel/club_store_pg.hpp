@@ -10,8 +10,10 @@
 // that never opens) inside the baseline's own retry loop, as on SQLite.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "club_store.hpp"
 #include "holdfast/postgres.hpp"
@@ -45,6 +47,12 @@ class PgClubStore final : public ClubStore {
   Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
                                 std::string_view method, std::string_view key,
                                 std::string_view now_utc) override;
+  // One write transaction that creates one row (`body` returns its id), re-run on
+  // 40001/40P01. With a key it commits together with the key "<route>:<key>", so a repeat
+  // (the client's, or a retry after a COMMIT in doubt) returns the first id: {id, replayed}.
+  Result<std::pair<std::int64_t, bool>> create_row(
+      std::string_view route, std::string_view key,
+      const std::function<Result<std::int64_t>(pg::Transaction&)>& body);
   Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id, std::string_view key,
                                    std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,

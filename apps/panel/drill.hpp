@@ -64,7 +64,8 @@ struct StrategyResult {
   std::int64_t log_rows_during_storm = 0;
   bool gap_line = false;
   std::int64_t served = 0;  // 2xx with fresh data
-  // Of the requests started while the lock was held, the share answered with a fresh page.
+  // Of the requests started while the lock was held, the share answered with a fresh page
+  // within 6 s (the origins' retry budget).
   double served_during_storm_pct = 0;
   // From the lock's release to the last answer that was not a fresh page (0: none after it).
   double back_after_s = 0;
