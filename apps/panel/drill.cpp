@@ -537,7 +537,8 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
       "storm's start, so recovery is included. *errors*: error pages (any 5xx other than "
       "holdfast's 503); *503*: holdfast's \"busy, retry in N s\" page; *stale*: the last good "
       "schedule with an \"as of\" banner; *served during storm*: requests started during the "
-      "storm that got a fresh page within 6 s; *back after*: from the lock's release to the last answer "
+      "storm that got a fresh page within 6 s; *back after*: from the lock's release to the last "
+      "answer "
       "that was not a fresh page, until the next storm starts.\n",
       options.workers, result.seconds);
   for (const StormResult& s : result.storms) {
