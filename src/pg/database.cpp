@@ -231,8 +231,13 @@ TimePoint Database::connect_deadline() const {
 
 Status Database::prepare_call(Connection& conn) {
   const TimePoint now = clock_->now();
-  const RetryWindow* w = RequestScope::current_window();
-  const Duration left = w != nullptr ? w->remaining() : primary_->shield->reads().window();
+  RetryWindow* w = RequestScope::current_window();
+  // PostgreSQL does not tell a client that its statement waits for a lock, so the window
+  // opens when the request's first statement starts (SQLite's opens when its busy handler
+  // first waits). Opened at the first failure instead, a statement stuck behind a lock
+  // could spend a whole window and its retry a second one.
+  if (w != nullptr && !w->is_open()) w->open(now);
+  const Duration left = w != nullptr ? w->remaining(now) : primary_->shield->reads().window();
   conn.set_deadline(now + left + kClientGrace);
   return conn.ensure_statement_timeout(left);
 }

@@ -179,8 +179,32 @@ TEST_F(PgReadPath, AReadGivesUpWhenTheLockOutlastsTheWindow) {
   EXPECT_TRUE(rows.status().stop_reason() == StopReason::kWindowSpent ||
               rows.status().stop_reason() == StopReason::kAttemptsExhausted)
       << rows.status().to_string();
-  // The window opens at the first fault (after one lock_timeout): 0.1 + 0.8 s, plus slack.
+  // The window opens when the first statement starts: 0.8 s, plus slack.
   EXPECT_LT(took, 1.6);
+}
+
+// Without a lock_timeout the statement itself waits for the lock until the window's
+// statement_timeout: the request spends one window in all, not one on the first attempt
+// and another on the retries (the window opens when the first statement starts).
+TEST_F(PgReadPath, AStatementStuckBehindALockSpendsOneWindowNotTwo) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Admin holder(server_url());
+  holder.exec("BEGIN");
+  holder.exec("LOCK TABLE " + table_ + " IN ACCESS EXCLUSIVE MODE");
+  DatabaseOptions o = options_for(server_url(), unique("hf_reader"), nullptr);
+  Database db(o);
+  const auto start = std::chrono::steady_clock::now();
+  Result<Rows> rows = Status();
+  {
+    RequestScope scope(std::chrono::seconds(1));
+    rows = db.read("SELECT count(*) FROM " + table_);
+  }
+  const double took = pgtest::seconds_since(start);
+  holder.exec("ROLLBACK");
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().sqlstate(), "57014") << rows.status().to_string();
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 1.6) << "a second window after the first attempt's";
 }
 
 TEST_F(PgReadPath, TheRemainingWindowBecomesTheStatementTimeout) {
