@@ -12,6 +12,10 @@
 // it: however long the diagnosis, production sees one read. Rows are printed newest first,
 // one per line: created_at level [context] message. Errors print "error: ..." on stderr and
 // exit with 1 (2 for bad arguments).
+//
+// On PostgreSQL (`--pg URL` instead of `--db FILE`) the table is read with one query on a
+// read-only session (its own snapshot), and prune deletes through pg::PgLogStore in the
+// same small batches; the URL is shown without its password.
 #include <fmt/core.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -29,12 +33,17 @@
 #include "commands.hpp"
 #include "holdfast/database_sink.hpp"
 #include "holdfast/sqlite_log_store.hpp"
+#ifdef HOLDFAST_HAVE_PG
+#include "holdfast/postgres_connection.hpp"
+#include "holdfast/postgres_log_store.hpp"
+#endif
 
 namespace holdfast::cli {
 namespace {
 
 struct LogsArgs {
   std::string db;
+  std::string pg;
   std::string since;
   std::string level = "INFO";
   std::string context;
@@ -43,6 +52,7 @@ struct LogsArgs {
 
 struct PruneArgs {
   std::string db;
+  std::string pg;
   std::string older_than;
   int batch_size = 500;
 };
@@ -75,7 +85,7 @@ Handle open_handle(const std::string& path, int flags) {
 
 void require_file(const std::string& path) {
   std::error_code ec;
-  if (path.empty()) fail("name the database: --db FILE", 2);
+  if (path.empty()) fail("name the database: --db FILE or --pg URL", 2);
   if (!std::filesystem::is_regular_file(path, ec)) {
     fail(fmt::format("'{}' does not exist or is not a file", path));
   }
@@ -150,6 +160,39 @@ bool valid_since(std::string_view text) {
   return true;
 }
 
+#ifdef HOLDFAST_HAVE_PG
+// The same query on PostgreSQL, on a read-only session: one statement, one snapshot.
+void run_logs_pg(const LogsArgs& args, Level min_level) {
+  const std::string shown = pg::redact_password(args.pg);
+  pg::ConnectOptions o;
+  o.conninfo = args.pg;
+  o.application_name = "holdfast-logs-cli";
+  o.settings = {{"default_transaction_read_only", "on"}, {"statement_timeout", "30s"}};
+  Result<pg::Connection> conn = pg::Connection::open(o);
+  if (!conn.ok()) fail(fmt::format("cannot connect to {}: {}", shown, conn.status().to_string()));
+  const std::string level_rank =
+      "(CASE level WHEN 'INFO' THEN 1 WHEN 'WARN' THEN 2 WHEN 'ERROR' THEN 3 ELSE 0 END)";
+  Result<pg::Rows> rows = conn->query(
+      "SELECT created_at, level, context, message FROM logs WHERE created_at >= $1 AND " +
+          level_rank +
+          " >= $2 AND ($3::text IS NULL OR context = $3) ORDER BY created_at DESC, id DESC "
+          "LIMIT $4",
+      {args.since, static_cast<int>(min_level),
+       args.context.empty() ? pg::Param(nullptr) : pg::Param(args.context), args.limit});
+  if (!rows.ok()) {
+    fail(fmt::format("cannot read the logs table at {}: {}", shown, rows.status().to_string()));
+  }
+  for (int r = 0; r < rows->size(); ++r) {
+    fmt::print("{} {:<5} [{}] {}\n", rows->text(r, 0), rows->text(r, 1), rows->text(r, 2),
+               rows->text(r, 3));
+  }
+}
+#else
+[[noreturn]] void run_logs_pg(const LogsArgs&, Level) {
+  fail("this build of holdfast has no PostgreSQL support", 2);
+}
+#endif
+
 void run_logs(const LogsArgs& args) {
   Level min_level = Level::kInfo;
   if (!parse_level(args.level, min_level) || min_level == Level::kDebug) {
@@ -162,6 +205,10 @@ void run_logs(const LogsArgs& args) {
          2);
   }
   if (args.limit < 1) fail(fmt::format("--limit must be at least 1, got {}", args.limit), 2);
+  if (!args.pg.empty()) {
+    if (!args.db.empty()) fail("name one database: --db FILE or --pg URL", 2);
+    return run_logs_pg(args, min_level);
+  }
   require_file(args.db);
 
   TempCopy copy;
@@ -231,6 +278,27 @@ void run_prune(const PruneArgs& args) {
   if (args.batch_size < 1) {
     fail(fmt::format("--batch-size must be at least 1, got {}", args.batch_size), 2);
   }
+  const WallTime cutoff = WallClock::system().now() - age;
+  PruneOptions options;
+  options.batch_size = args.batch_size;
+  if (!args.pg.empty()) {
+    if (!args.db.empty()) fail("name one database: --db FILE or --pg URL", 2);
+#ifdef HOLDFAST_HAVE_PG
+    pg::PgLogStore::Options store_options;
+    store_options.url = args.pg;
+    store_options.statement_timeout = std::chrono::seconds(5);  // prune is not in a hurry
+    store_options.lock_timeout = std::chrono::seconds(2);
+    store_options.application_name = "holdfast-logs-prune";
+    Result<std::unique_ptr<pg::PgLogStore>> store = pg::PgLogStore::open(store_options);
+    if (!store.ok()) fail(store.status().to_string());
+    Result<std::int64_t> deleted = prune_logs(**store, cutoff, options);
+    if (!deleted.ok()) fail(deleted.status().to_string());
+    fmt::print("deleted {} rows older than {}\n", *deleted, utc_stamp(cutoff).view());
+    return;
+#else
+    fail("this build of holdfast has no PostgreSQL support", 2);
+#endif
+  }
   require_file(args.db);
   {
     // Refuse a file without a logs table instead of creating one in it.
@@ -246,9 +314,6 @@ void run_prune(const PruneArgs& args) {
       sqlite::SqliteLogStore::open(store_options);
   if (!store.ok()) fail(store.status().to_string());
 
-  const WallTime cutoff = WallClock::system().now() - age;
-  PruneOptions options;
-  options.batch_size = args.batch_size;
   Result<std::int64_t> deleted = prune_logs(**store, cutoff, options);
   if (!deleted.ok()) fail(deleted.status().to_string());
   fmt::print("deleted {} rows older than {}\n", *deleted, utc_stamp(cutoff).view());
@@ -263,6 +328,8 @@ void add_logs_command(CLI::App& app) {
       "logs", "Show the logs table, newest first, from a snapshot copy of the database");
   cmd->add_option("--db", args->db,
                   "SQLite database file with a logs table (read once, into a snapshot copy)");
+  cmd->add_option("--pg", args->pg,
+                  "PostgreSQL URL instead of --db: read the logs table on a read-only session");
   cmd->add_option("--since", args->since,
                   "Only rows at or after this UTC time (2026-09-11T06:20:00.000Z or a prefix)");
   cmd->add_option("--level", args->level, "Lowest level shown: INFO, WARN or ERROR")
@@ -272,7 +339,11 @@ void add_logs_command(CLI::App& app) {
 
   CLI::App* prune = cmd->add_subcommand(
       "prune", "Delete old rows in small batches (short transactions), printing how many");
-  prune->add_option("--db", prune_args->db, "SQLite database file with a logs table")->required();
+  CLI::Option* prune_db =
+      prune->add_option("--db", prune_args->db, "SQLite database file with a logs table");
+  CLI::Option* prune_pg =
+      prune->add_option("--pg", prune_args->pg, "PostgreSQL URL instead of --db");
+  prune_db->excludes(prune_pg);
   prune->add_option("--older-than", prune_args->older_than, "Age of the rows to delete: 90d, 12h")
       ->required();
   prune->add_option("--batch-size", prune_args->batch_size, "Rows per transaction")
