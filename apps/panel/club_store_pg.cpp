@@ -326,12 +326,7 @@ std::uint64_t PgClubStore::attempts() const noexcept {
 template <class F>
 auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
   if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
-  // The page waits at most its window in all. SQLite's driver opens the window when a
-  // statement meets a lock; a PostgreSQL statement waiting for a lock is invisible to the
-  // driver until it fails, so the window would open only then -- after up to a whole
-  // window (statement_timeout) of waiting. Opening it at the request's first call keeps the
-  // bound: every statement's statement_timeout is then what is left of the window.
-  if (RetryWindow* w = RequestScope::current_window()) w->open(clock_->now());
+  // The driver bounds the page by its window (it opens it at the first statement).
   return attempt();
 }
 

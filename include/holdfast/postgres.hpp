@@ -298,6 +298,8 @@ class Database {
   Result<Rows> attempt(Pool& pool, const Work& work, bool may_wait);
   // One admitted attempt on a replica; sets `fall_back` when the primary should answer.
   Result<Rows> try_replica(Endpoint& replica, const Work& work, bool& fall_back);
+  // Opens the current request's window if it is not open yet (see database.cpp).
+  void open_request_window() const;
   // Sets the connection's deadline and statement_timeout from the current window.
   Status prepare_call(Connection& conn);
   // When a new connection must be up by: the window's end, at most connect_timeout away.

@@ -229,20 +229,26 @@ TimePoint Database::connect_deadline() const {
   return clock_->now() + std::min(left, options_.connect_timeout);
 }
 
+void Database::open_request_window() const {
+  // PostgreSQL does not tell a client that its statement waits for a lock (nor a pool
+  // wait from a slow server), so the window opens when the request first goes to the
+  // database (SQLite's opens when its busy handler first waits). Opened at the first
+  // failure instead, a statement stuck behind a lock could spend a whole window and its
+  // retry a second one.
+  RetryWindow* w = RequestScope::current_window();
+  if (w != nullptr && !w->is_open()) w->open(clock_->now());
+}
+
 Status Database::prepare_call(Connection& conn) {
   const TimePoint now = clock_->now();
-  RetryWindow* w = RequestScope::current_window();
-  // PostgreSQL does not tell a client that its statement waits for a lock, so the window
-  // opens when the request's first statement starts (SQLite's opens when its busy handler
-  // first waits). Opened at the first failure instead, a statement stuck behind a lock
-  // could spend a whole window and its retry a second one.
-  if (w != nullptr && !w->is_open()) w->open(now);
+  const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining(now) : primary_->shield->reads().window();
   conn.set_deadline(now + left + kClientGrace);
   return conn.ensure_statement_timeout(left);
 }
 
 Result<Rows> Database::attempt(Pool& pool, const Work& work, bool may_wait) {
+  open_request_window();
   Result<PooledConnection> lease = may_wait ? pool.acquire() : pool.try_acquire(connect_deadline());
   if (!lease.ok()) return lease.status();
   PooledConnection& conn = *lease;
@@ -377,6 +383,7 @@ Result<Statement> Database::prepare(std::string_view sql) {
 
 Result<Transaction> Database::begin(const TransactionOptions& options, int run) {
   Pool& pool = options.read_only ? *primary_->reads : *primary_->writes;
+  open_request_window();
   Result<PooledConnection> lease = pool.acquire();
   if (!lease.ok()) return lease.status();
   if (Status s = prepare_call(**lease); !s.ok()) {
