@@ -57,6 +57,11 @@ struct PruneArgs {
   int batch_size = 500;
 };
 
+// A row's level as the number Level has (INFO 1, WARN 2, ERROR 3), in SQL both databases
+// understand, for "--level WARN and above".
+constexpr const char* kLevelRank =
+    "(CASE level WHEN 'INFO' THEN 1 WHEN 'WARN' THEN 2 WHEN 'ERROR' THEN 3 ELSE 0 END)";
+
 [[noreturn]] void fail(const std::string& message, int exit_code = 1) {
   fmt::print(stderr, "error: {}\n", message);
   throw CLI::RuntimeError(exit_code);
@@ -170,11 +175,10 @@ void run_logs_pg(const LogsArgs& args, Level min_level) {
   o.settings = {{"default_transaction_read_only", "on"}, {"statement_timeout", "30s"}};
   Result<pg::Connection> conn = pg::Connection::open(o);
   if (!conn.ok()) fail(fmt::format("cannot connect to {}: {}", shown, conn.status().to_string()));
-  const std::string level_rank =
-      "(CASE level WHEN 'INFO' THEN 1 WHEN 'WARN' THEN 2 WHEN 'ERROR' THEN 3 ELSE 0 END)";
   Result<pg::Rows> rows = conn->query(
-      "SELECT created_at, level, context, message FROM logs WHERE created_at >= $1 AND " +
-          level_rank +
+      std::string("SELECT created_at, level, context, message FROM logs WHERE created_at >= $1 "
+                  "AND ") +
+          kLevelRank +
           " >= $2 AND ($3::text IS NULL OR context = $3) ORDER BY created_at DESC, id DESC "
           "LIMIT $4",
       {args.since, static_cast<int>(min_level),
@@ -217,9 +221,11 @@ void run_logs(const LogsArgs& args) {
   require_logs_table(db.get(), args.db);
 
   const std::string sql =
-      "SELECT created_at, level, context, message FROM logs WHERE created_at >= ?1 "
-      "AND (CASE level WHEN 'INFO' THEN 1 WHEN 'WARN' THEN 2 WHEN 'ERROR' THEN 3 ELSE 0 END) "
-      ">= ?2 AND (?3 IS NULL OR context = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4";
+      std::string(
+          "SELECT created_at, level, context, message FROM logs WHERE created_at >= ?1 "
+          "AND ") +
+      kLevelRank +
+      " >= ?2 AND (?3 IS NULL OR context = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4";
   sqlite3_stmt* raw = nullptr;
   if (sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
     Stmt guard(raw);

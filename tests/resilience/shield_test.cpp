@@ -45,6 +45,16 @@ void trip(Shield& shield) {
   ASSERT_EQ(shield.breaker().state(), BreakerState::kOpen);
 }
 
+// The database answers a health probe: true when that closed the breaker (and woke the
+// requests waiting for it).
+bool probe_succeeds(Shield& shield) {
+  HealthProbe::Options po;
+  po.background = false;
+  HealthProbe probe(
+      shield.breaker(), [] { return Status(); }, po);
+  return probe.probe_now().closed;
+}
+
 TEST(Shield, RejectsANegativeWakeJitter) {
   Shield::Options o;
   o.wake_jitter = milliseconds(-1);
@@ -259,11 +269,7 @@ TEST(Shield, TheNonBlockingCallSaysWhatToWaitForAndTheProbeWakesIt) {
 
   // A health probe succeeds one second in: the waiters' signal moves at once.
   clock.advance(seconds(1));
-  HealthProbe::Options po;
-  po.background = false;
-  HealthProbe probe(
-      shield.breaker(), [] { return Status(); }, po);
-  ASSERT_TRUE(probe.probe_now().closed);
+  ASSERT_TRUE(probe_succeeds(shield));
   EXPECT_NE(a1.wake->generation(), a1.seen);
   clock.advance(a1.jitter);
   Shield::Admission again = first.admit(clock.now());
@@ -289,11 +295,7 @@ TEST(Shield, WaitersReleasedByAProbeGoThroughTheGateAFewAtATime) {
   for (Shield::Call* c : {&first, &second, &third})
     ASSERT_EQ(c->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
   clock.advance(milliseconds(100));
-  HealthProbe::Options po;
-  po.background = false;
-  HealthProbe probe(
-      shield.breaker(), [] { return Status(); }, po);
-  ASSERT_TRUE(probe.probe_now().closed);
+  ASSERT_TRUE(probe_succeeds(shield));
 
   Shield::Admission a1 = first.admit(clock.now());
   Shield::Admission a2 = second.admit(clock.now());
@@ -338,11 +340,7 @@ TEST(Shield, AGateSlotComesBackWhenTheAttemptFailsOrTheCallIsGone) {
   Shield::Call waiter(shield, shield.reads(), Operation::read(), &w3, Random(3));
   for (Shield::Call* c : {&failing, &*gone, &waiter})
     ASSERT_EQ(c->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
-  HealthProbe::Options po;
-  po.background = false;
-  HealthProbe probe(
-      shield.breaker(), [] { return Status(); }, po);
-  ASSERT_TRUE(probe.probe_now().closed);
+  ASSERT_TRUE(probe_succeeds(shield));
 
   Shield::Admission a = failing.admit(clock.now());
   ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
@@ -387,11 +385,7 @@ TEST(Shield, SixteenBlockedRequestsAreAllReleasedByTheSuccessfulProbe) {
   }
   clock.wait_for_sleepers(kRequests);
   clock.advance(seconds(1));
-  HealthProbe::Options po;
-  po.background = false;
-  HealthProbe probe(
-      shield.breaker(), [] { return Status(); }, po);
-  ASSERT_TRUE(probe.probe_now().closed);
+  ASSERT_TRUE(probe_succeeds(shield));
   for (auto& t : requests)
     t.join();
   for (int i = 0; i < kRequests; ++i) {
@@ -425,11 +419,7 @@ TEST(Shield, ABlockedRequestIsReleasedByTheSuccessfulProbeNotByItsOwnTimer) {
   clock.wait_for_sleepers(1);  // the request sleeps until the probe due at +4 s
   clock.advance(seconds(1));
   EXPECT_FALSE(done.load());
-  HealthProbe::Options po;
-  po.background = false;
-  HealthProbe probe(
-      shield.breaker(), [] { return Status(); }, po);
-  ASSERT_TRUE(probe.probe_now().closed);
+  ASSERT_TRUE(probe_succeeds(shield));
   request.join();  // woken by the probe: no virtual time passes
   ASSERT_TRUE(result.ok()) << result.to_string();
   EXPECT_EQ(attempted_at, opened + seconds(1)) << "not at its own timer (+4 s)";
