@@ -291,8 +291,8 @@ class RequestPool {
   std::uint32_t size_ = 0;
 };
 
-// A request waiting for a breaker's probe: woken when the breaker's signal moves past
-// `seen`.
+// A request waiting for a breaker's probe or a slot of the release gate: woken when the
+// Shield's signal moves past `seen`.
 struct Waiter {
   std::uint32_t slot;
   std::uint32_t tag;
@@ -741,8 +741,9 @@ class Engine {
     }
   }
 
-  // After any call into Shield b: if its breaker's signal moved (a state change, e.g. a
-  // probe that succeeded), the requests waiting on it wake up, each after its jitter.
+  // After any call into Shield b: if its signal moved (a breaker state change, e.g. a
+  // probe that succeeded, or a gate slot handed back), the requests waiting on it wake up,
+  // each after its jitter.
   void wake_if_signalled(std::uint32_t b) {
     const std::uint64_t g = shields_[b]->signal().generation();
     if (g == seen_generation_[b]) return;
