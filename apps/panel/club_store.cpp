@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "club_store_sqlite.hpp"
+#include "idempotency.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
 #include "club_store_pg.hpp"
 #endif
@@ -160,36 +161,63 @@ std::string ClubStore::new_token() {
   return fmt::format("{:016x}{:016x}", words[0], words[1]);
 }
 
-Result<std::string> ClubStore::login(std::string_view email, std::string_view password,
-                                     std::string_view now_utc) {
+Status ClubStore::check_login(std::string_view email, std::string_view password) {
   if (email.empty() || email.size() > 200) return bad("email must be 1 to 200 characters");
   if (password.empty() || password.size() > 200) return bad("password must be 1 to 200 characters");
+  return Status();
+}
+
+Status ClubStore::check_payment(std::int64_t amount_cents, std::string_view method,
+                                std::string_view key) {
+  if (amount_cents <= 0 || amount_cents > 10'000'000) {
+    return bad("amount_cents must be between 1 and 10000000");
+  }
+  if (method != "cash" && method != "card") return bad("method must be \"cash\" or \"card\"");
+  return check_idempotency_key(key);
+}
+
+Status ClubStore::check_sign_up(std::int64_t game_id, std::string_view key) {
+  if (game_id <= 0) return bad("game_id must be a positive number");
+  return check_idempotency_key(key);
+}
+
+Status ClubStore::check_report(std::string_view path, std::string_view digest,
+                               std::string_view note) {
+  if (path.size() > 500 || digest.size() > 64 || note.size() > 2000) {
+    return bad("path (500), digest (64) or note (2000 characters) too long");
+  }
+  return Status();
+}
+
+Result<std::string> ClubStore::login(std::string_view email, std::string_view password,
+                                     std::string_view now_utc) {
+  if (Status s = check_login(email, password); !s.ok()) return s;
   return do_login(email, password, now_utc);
 }
 
 Result<PaymentReceipt> ClubStore::pay(std::int64_t user_id, std::int64_t amount_cents,
                                       std::string_view method, std::string_view key,
                                       std::string_view now_utc) {
-  if (amount_cents <= 0 || amount_cents > 10'000'000) {
-    return bad("amount_cents must be between 1 and 10000000");
+  if (Status s = check_payment(amount_cents, method, key); !s.ok()) return s;
+  IdempotencyKey keyed{key, {}};
+  if (!key.empty()) {
+    keyed.fingerprint =
+        request_fingerprint({{"amount_cents", std::to_string(amount_cents)}, {"method", method}});
   }
-  if (method != "cash" && method != "card") return bad("method must be \"cash\" or \"card\"");
-  if (key.size() > 200) return bad("Idempotency-Key must be at most 200 characters");
-  return do_pay(user_id, amount_cents, method, key, now_utc);
+  return do_pay(user_id, amount_cents, method, keyed, now_utc);
 }
 
 Result<SignupReceipt> ClubStore::sign_up(std::int64_t user_id, std::int64_t game_id,
                                          std::string_view key, std::string_view now_utc) {
-  if (game_id <= 0) return bad("game_id must be a positive number");
-  if (key.size() > 200) return bad("Idempotency-Key must be at most 200 characters");
-  return do_sign_up(user_id, game_id, key, now_utc);
+  if (Status s = check_sign_up(game_id, key); !s.ok()) return s;
+  IdempotencyKey keyed{key, {}};
+  if (!key.empty()) keyed.fingerprint = request_fingerprint({{"game_id", std::to_string(game_id)}});
+  return do_sign_up(user_id, game_id, keyed, now_utc);
 }
 
 Status ClubStore::record_report(std::string_view path, std::string_view digest,
                                 std::string_view note, std::string_view now_utc) {
-  if (path.size() > 500 || digest.size() > 64 || note.size() > 2000) {
-    return bad("path (500), digest (64) or note (2000 characters) too long");
-  }
+  if (Status s = check_report(path, digest, note); !s.ok()) return s;
   return do_record_report(path, digest, note, now_utc);
 }
 

@@ -27,6 +27,13 @@
 
 namespace holdfast::panel {
 
+// A checked Idempotency-Key with the fingerprint of the request it came with. An empty
+// `key`: the request has none.
+struct IdempotencyKey {
+  std::string_view key;
+  std::string fingerprint;
+};
+
 class ClubStore {
  public:
   struct Options {
@@ -77,13 +84,23 @@ class ClubStore {
   Result<std::string> open_session(std::int64_t user_id, std::string_view now_utc) {
     return do_open_session(user_id, now_utc);
   }
-  // All or nothing; with an idempotency key, a repeat returns the first receipt and
-  // applies nothing.
+  // All or nothing. With an idempotency key (see idempotency.hpp: scoped to the user and
+  // the route, stored with the request's fingerprint), a repeat of the same request returns
+  // the first receipt and applies nothing; the key with other parameters is refused
+  // (is_key_reused()) and applies nothing.
   Result<PaymentReceipt> pay(std::int64_t user_id, std::int64_t amount_cents,
                              std::string_view method, std::string_view idempotency_key,
                              std::string_view now_utc);
   Result<SignupReceipt> sign_up(std::int64_t user_id, std::int64_t game_id,
                                 std::string_view idempotency_key, std::string_view now_utc);
+  // The input checks pay(), sign_up(), login() and record_report() make first: OK, or
+  // INVALID_ARGUMENT with a message fit for the client. The server calls them before the
+  // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's.
+  static Status check_payment(std::int64_t amount_cents, std::string_view method,
+                              std::string_view idempotency_key);
+  static Status check_sign_up(std::int64_t game_id, std::string_view idempotency_key);
+  static Status check_login(std::string_view email, std::string_view password);
+  static Status check_report(std::string_view path, std::string_view digest, std::string_view note);
   Status record_report(std::string_view path, std::string_view digest, std::string_view note,
                        std::string_view now_utc);
 
@@ -115,10 +132,10 @@ class ClubStore {
                                        std::string_view now_utc) = 0;
   virtual Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) = 0;
   virtual Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
-                                        std::string_view method, std::string_view key,
+                                        std::string_view method, const IdempotencyKey& key,
                                         std::string_view now_utc) = 0;
   virtual Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id,
-                                           std::string_view key, std::string_view now_utc) = 0;
+                                           const IdempotencyKey& key, std::string_view now_utc) = 0;
   virtual Status do_record_report(std::string_view path, std::string_view digest,
                                   std::string_view note, std::string_view now_utc) = 0;
 

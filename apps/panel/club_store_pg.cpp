@@ -10,6 +10,7 @@
 
 #include "demo_data.hpp"
 #include "holdfast/window.hpp"
+#include "idempotency.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -63,7 +64,8 @@ constexpr std::string_view kSchema[] = {
 // several start at once ("hfpanel" in ASCII).
 constexpr std::int64_t kDemoDataLock = 0x6866'7061'6e65'6cLL;
 
-// The key table of Database::once(); keys are "<route>:<Idempotency-Key>".
+// The key table of Database::once(); keys are "<user id>:<route>:<Idempotency-Key>" and
+// results "<request fingerprint>:<row id>".
 constexpr const char* kIdempotencyTable = "idempotency_keys";
 
 Result<std::int64_t> int_at(const pg::Rows& rows, int row, int col) {
@@ -72,8 +74,16 @@ Result<std::int64_t> int_at(const pg::Rows& rows, int row, int col) {
   return static_cast<std::int64_t>(*v);
 }
 
-Result<std::int64_t> parse_id(std::string_view text) {
+// The row id of a once() record "<fingerprint>:<id>", after checking the fingerprint.
+Result<std::int64_t> recorded_id(std::string_view record, std::string_view fingerprint) {
+  const std::size_t colon = record.rfind(':');
+  if (colon == std::string_view::npos) {
+    return Status(Code::kInternal, "the idempotency record has no fingerprint");
+  }
+  if (Status same = same_request(record.substr(0, colon), fingerprint); !same.ok()) return same;
+  record.remove_prefix(colon + 1);
   std::int64_t v = 0;
+  const std::string_view text = record;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size()) {
     return Status(Code::kInternal,
@@ -484,7 +494,7 @@ Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::stri
 }
 
 Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
-                                           std::string_view method, std::string_view key,
+                                           std::string_view method, const IdempotencyKey& key,
                                            std::string_view now_utc) {
   const auto insert = [&](pg::Transaction& tx) -> Result<std::int64_t> {
     Result<pg::Rows> r = tx.query(
@@ -494,42 +504,42 @@ Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t am
     if (!r.ok()) return r.status();
     return int_at(*r, 0, 0);
   };
-  Result<std::pair<std::int64_t, bool>> made = create_row("payments", key, insert);
+  Result<std::pair<std::int64_t, bool>> made = create_row(user_id, "payments", key, insert);
   if (!made.ok()) return made.status();
   return PaymentReceipt{made->first, amount_cents, made->second};
 }
 
 Result<std::pair<std::int64_t, bool>> PgClubStore::create_row(
-    std::string_view route, std::string_view key,
+    std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
     const std::function<Result<std::int64_t>(pg::Transaction&)>& body) {
   const std::string label = std::string(route) + ".create";
   const Operation op = Operation::transaction(/*rerunnable=*/true, label);
   pg::TransactionOptions t;
   t.operation = op;
-  if (key.empty()) {
+  if (key.key.empty()) {
     Result<std::int64_t> id = run(op, [&] { return writes_->transaction(body, t); });
     if (!id.ok()) return id.status();
     return std::pair<std::int64_t, bool>(*id, false);
   }
-  const std::string keyed = std::string(route) + ":" + std::string(key);
+  const std::string keyed = fmt::format("{}:{}:{}", user_id, route, key.key);
   Result<pg::KeyedResult> r = run(op, [&] {
     return writes_->once(
         keyed,
         [&](pg::Transaction& tx) -> Result<std::string> {
           Result<std::int64_t> id = body(tx);
           if (!id.ok()) return id.status();
-          return std::to_string(*id);
+          return fmt::format("{}:{}", key.fingerprint, *id);
         },
         t);
   });
   if (!r.ok()) return r.status();
-  Result<std::int64_t> id = parse_id(r->result);
+  Result<std::int64_t> id = recorded_id(r->result, key.fingerprint);
   if (!id.ok()) return id.status();
   return std::pair<std::int64_t, bool>(*id, r->replayed);
 }
 
 Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
-                                              std::string_view key, std::string_view now_utc) {
+                                              const IdempotencyKey& key, std::string_view now_utc) {
   const auto add = [&](pg::Transaction& tx) -> Result<std::int64_t> {
     // The game's row lock makes concurrent sign-ups for one game take turns, and the count
     // that follows (a new statement: a new snapshot) sees every sign-up committed before.
@@ -539,10 +549,15 @@ Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t
     if (game->empty()) return Status(Code::kNotFound, "no such game");
     Result<std::int64_t> capacity = int_at(*game, 0, 0);
     if (!capacity.ok()) return capacity.status();
-    Result<pg::Rows> taken = tx.query("SELECT count(*) FROM signups WHERE game_id = $1", {game_id});
+    Result<pg::Rows> taken = tx.query(
+        "SELECT count(*), count(*) FILTER (WHERE user_id = $2) FROM signups WHERE game_id = $1",
+        {game_id, user_id});
     if (!taken.ok()) return taken.status();
     Result<std::int64_t> n = int_at(*taken, 0, 0);
     if (!n.ok()) return n.status();
+    Result<std::int64_t> mine = int_at(*taken, 0, 1);
+    if (!mine.ok()) return mine.status();
+    if (*mine > 0) return Status(Code::kAlreadyExists, "already signed up for this game");
     if (*capacity - *n <= 0) return Status(Code::kFailedPrecondition, "the game is full");
     Result<pg::Rows> added = tx.query(
         "INSERT INTO signups(game_id, user_id, created_at) VALUES ($1, $2, $3) RETURNING id",
@@ -550,7 +565,7 @@ Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t
     if (!added.ok()) return added.status();
     return int_at(*added, 0, 0);
   };
-  Result<std::pair<std::int64_t, bool>> made = create_row("signups", key, add);
+  Result<std::pair<std::int64_t, bool>> made = create_row(user_id, "signups", key, add);
   if (!made.ok()) return made.status();
   return SignupReceipt{made->first, game_id, made->second};
 }

@@ -45,16 +45,18 @@ class PgClubStore final : public ClubStore {
                                std::string_view now_utc) override;
   Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) override;
   Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
-                                std::string_view method, std::string_view key,
+                                std::string_view method, const IdempotencyKey& key,
                                 std::string_view now_utc) override;
   // One write transaction that creates one row (`body` returns its id), re-run on
-  // 40001/40P01. With a key it commits together with the key "<route>:<key>", so a repeat
-  // (the client's, or a retry after a COMMIT in doubt) returns the first id: {id, replayed}.
+  // 40001/40P01. With a key it commits together with the key "<user>:<route>:<key>" and the
+  // record "<fingerprint>:<id>", so a repeat of the same request (the client's, or a retry
+  // after a COMMIT in doubt) returns the first id: {id, replayed}; a repeat with another
+  // fingerprint is refused (is_key_reused()).
   Result<std::pair<std::int64_t, bool>> create_row(
-      std::string_view route, std::string_view key,
+      std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
       const std::function<Result<std::int64_t>(pg::Transaction&)>& body);
-  Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id, std::string_view key,
-                                   std::string_view now_utc) override;
+  Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id,
+                                   const IdempotencyKey& key, std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "demo_data.hpp"
+#include "idempotency.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -38,8 +39,9 @@ CREATE TABLE IF NOT EXISTS payments (
   created_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS payments_by_time ON payments(created_at);
 CREATE TABLE IF NOT EXISTS idempotency_keys (
-  key TEXT PRIMARY KEY, route TEXT NOT NULL, result_id INTEGER NOT NULL,
-  created_at TEXT NOT NULL);
+  user_id INTEGER NOT NULL, route TEXT NOT NULL, key TEXT NOT NULL,
+  fingerprint TEXT NOT NULL, result_id INTEGER NOT NULL, created_at TEXT NOT NULL,
+  PRIMARY KEY (user_id, route, key));
 CREATE TABLE IF NOT EXISTS problem_reports (
   id INTEGER PRIMARY KEY, path TEXT NOT NULL, digest TEXT NOT NULL, note TEXT NOT NULL,
   created_at TEXT NOT NULL);
@@ -105,6 +107,17 @@ auto SqliteClubStore::run(Access access, Operation op, F&& attempt, bool session
 }
 
 Status SqliteClubStore::ensure_demo_data(std::string_view today) {
+  // A file from before keys were scoped (one key space, no fingerprint): its keys cannot be
+  // checked against a request, so the table is made again.
+  Result<std::optional<std::int64_t>> unscoped = db_.query_one<std::int64_t>(
+      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys' "
+      "AND sql NOT LIKE '%fingerprint%'");
+  if (!unscoped.ok()) return Status(unscoped.status()).annotate("reading the schema");
+  if (unscoped->value_or(0) > 0) {
+    if (Status s = db_.execute_script("DROP TABLE idempotency_keys;"); !s.ok()) {
+      return s.annotate("replacing the unscoped idempotency-key table");
+    }
+  }
   if (Status s = db_.execute_script(kSchema); !s.ok()) return s.annotate("creating the schema");
   Result<std::optional<std::int64_t>> courts =
       db_.query_one<std::int64_t>("SELECT count(*) FROM courts");
@@ -308,32 +321,61 @@ Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,
   return token;
 }
 
+namespace {
+
+// The id recorded for (user, route, key), after checking the request is the one it was
+// recorded with; nullopt when the key is new. REQUIRES: !key.key.empty().
+Result<std::optional<std::int64_t>> recorded_id(sqlite::Transaction& tx, std::int64_t user_id,
+                                                std::string_view route, const IdempotencyKey& key) {
+  auto seen = tx.query<std::int64_t, std::string>(
+      "SELECT result_id, fingerprint FROM idempotency_keys "
+      "WHERE user_id = ? AND route = ? AND key = ?",
+      user_id, route, key.key);
+  if (!seen.ok()) return seen.status();
+  if (seen->empty()) return std::optional<std::int64_t>();
+  const auto& [id, fingerprint] = seen->front();
+  if (Status same = same_request(fingerprint, key.fingerprint); !same.ok()) return same;
+  return std::optional<std::int64_t>(id);
+}
+
+Status record_key(sqlite::Transaction& tx, std::int64_t user_id, std::string_view route,
+                  const IdempotencyKey& key, std::int64_t id, std::string_view now_utc) {
+  if (key.key.empty()) return Status();
+  return tx
+      .execute(
+          "INSERT INTO idempotency_keys(user_id, route, key, fingerprint, result_id, created_at) "
+          "VALUES (?, ?, ?, ?, ?, ?)",
+          user_id, route, key.key, key.fingerprint, id, now_utc)
+      .status();
+}
+
+}  // namespace
+
 Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
-                                               std::string_view method, std::string_view key,
+                                               std::string_view method, const IdempotencyKey& key,
                                                std::string_view now_utc) {
   // The whole transaction may be re-run: it checks the key first, inside the transaction.
   return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "payments.create"), [&] {
     return db_.transaction(
         [&](sqlite::Transaction& tx) -> Result<PaymentReceipt> {
-          if (!key.empty()) {
-            auto seen = tx.query_one<std::int64_t>(
-                "SELECT result_id FROM idempotency_keys WHERE key = ? AND route = 'payments'", key);
+          if (!key.key.empty()) {
+            auto seen = recorded_id(tx, user_id, "payments", key);
             if (!seen.ok()) return seen.status();
             if (seen->has_value()) {
-              return PaymentReceipt{**seen, amount_cents, /*replayed=*/true};
+              // The first answer, from the payment itself.
+              auto amount = tx.query_one<std::int64_t>(
+                  "SELECT amount_cents FROM payments WHERE id = ?", **seen);
+              if (!amount.ok()) return amount.status();
+              return PaymentReceipt{**seen, amount->value_or(amount_cents), /*replayed=*/true};
             }
           }
           auto paid = tx.execute(
               "INSERT INTO payments(user_id, amount_cents, method, created_at) VALUES (?,?,?,?)",
               user_id, amount_cents, method, now_utc);
           if (!paid.ok()) return paid.status();
-          if (!key.empty()) {
-            auto recorded = tx.execute(
-                "INSERT INTO idempotency_keys(key, route, result_id, created_at) "
-                "VALUES (?, 'payments', ?, ?)",
-                key, paid->last_insert_rowid, now_utc);
-            if (!recorded.ok()) return recorded.status();
-          }
+          if (Status s = record_key(tx, user_id, "payments", key, paid->last_insert_rowid, now_utc);
+              !s.ok())
+            return s;
           return PaymentReceipt{paid->last_insert_rowid, amount_cents, false};
         },
         Operation::transaction(true, "payments.create"));
@@ -341,34 +383,36 @@ Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_
 }
 
 Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
-                                                  std::string_view key, std::string_view now_utc) {
+                                                  const IdempotencyKey& key,
+                                                  std::string_view now_utc) {
   return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "signups.create"), [&] {
     return db_.transaction(
         [&](sqlite::Transaction& tx) -> Result<SignupReceipt> {
-          if (!key.empty()) {
-            auto seen = tx.query_one<std::int64_t>(
-                "SELECT result_id FROM idempotency_keys WHERE key = ? AND route = 'signups'", key);
+          if (!key.key.empty()) {
+            auto seen = recorded_id(tx, user_id, "signups", key);
             if (!seen.ok()) return seen.status();
             if (seen->has_value()) return SignupReceipt{**seen, game_id, true};
           }
-          auto game = tx.query_one<std::int64_t>(
-              "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1) FROM games "
+          auto game = tx.query<std::int64_t, std::int64_t>(
+              "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1), "
+              "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2) FROM games "
               "WHERE id = ?1",
-              game_id);
+              game_id, user_id);
           if (!game.ok()) return game.status();
-          if (!game->has_value()) return Status(Code::kNotFound, "no such game");
-          if (**game <= 0) return Status(Code::kFailedPrecondition, "the game is full");
+          if (game->empty()) return Status(Code::kNotFound, "no such game");
+          if (std::get<1>(game->front()) > 0) {
+            return Status(Code::kAlreadyExists, "already signed up for this game");
+          }
+          if (std::get<0>(game->front()) <= 0) {
+            return Status(Code::kFailedPrecondition, "the game is full");
+          }
           auto added =
               tx.execute("INSERT INTO signups(game_id, user_id, created_at) VALUES (?, ?, ?)",
                          game_id, user_id, now_utc);
           if (!added.ok()) return added.status();
-          if (!key.empty()) {
-            auto recorded = tx.execute(
-                "INSERT INTO idempotency_keys(key, route, result_id, created_at) "
-                "VALUES (?, 'signups', ?, ?)",
-                key, added->last_insert_rowid, now_utc);
-            if (!recorded.ok()) return recorded.status();
-          }
+          if (Status s = record_key(tx, user_id, "signups", key, added->last_insert_rowid, now_utc);
+              !s.ok())
+            return s;
           return SignupReceipt{added->last_insert_rowid, game_id, false};
         },
         Operation::transaction(true, "signups.create"));

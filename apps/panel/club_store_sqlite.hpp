@@ -32,10 +32,10 @@ class SqliteClubStore final : public ClubStore {
                                std::string_view now_utc) override;
   Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) override;
   Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
-                                std::string_view method, std::string_view key,
+                                std::string_view method, const IdempotencyKey& key,
                                 std::string_view now_utc) override;
-  Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id, std::string_view key,
-                                   std::string_view now_utc) override;
+  Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id,
+                                   const IdempotencyKey& key, std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
 

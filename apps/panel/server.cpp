@@ -12,6 +12,7 @@
 
 #include "holdfast/window.hpp"
 #include "html.hpp"
+#include "idempotency.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -54,31 +55,12 @@ std::string cookie_value(const httplib::Request& req, std::string_view name) {
   return {};
 }
 
-// The session cookie: not readable by scripts, not sent on cross-site subrequests, 30 days.
-void set_session_cookie(httplib::Response& res, std::string_view token) {
+// The session cookie: not readable by scripts, not sent on cross-site subrequests, 30 days;
+// Secure (HTTPS only) with `--secure-cookies`.
+void set_session_cookie(httplib::Response& res, std::string_view token, bool secure) {
   res.set_header("Set-Cookie",
-                 fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000", token));
-}
-
-// A failure the user should wait out (the database is busy), not a bug.
-bool is_busy(const Status& s) {
-  switch (s.stop_reason()) {
-    case StopReason::kWindowSpent:
-    case StopReason::kBreakerOpen:
-    case StopReason::kThrottled:
-    case StopReason::kAttemptsExhausted:
-      return true;
-    default:
-      break;
-  }
-  return s.fault().transient() || s.code() == Code::kUnavailable ||
-         s.code() == Code::kDeadlineExceeded || s.code() == Code::kResourceExhausted;
-}
-
-int retry_after_seconds(const Status& s) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(s.retry_after()).count();
-  if (ms <= 0) return 2;
-  return static_cast<int>((ms + 999) / 1000);
+                 fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000{}", token,
+                             secure ? "; Secure" : ""));
 }
 
 // The schedule as /api/schedule answers it; `stale_as_of` marks the last good copy.
@@ -164,6 +146,8 @@ PanelServer::PanelServer(Options options)
   if (options_.store == nullptr || options_.logger == nullptr) {
     throw std::invalid_argument("PanelServer: store and logger are required");
   }
+  answers_ = std::make_unique<Answers>(*options_.logger, counters_,
+                                       options_.store->strategy() == Strategy::kHoldfast);
   if (options_.store->strategy() == Strategy::kHoldfast) {
     toucher_ = std::make_unique<Toucher>(*options_.store);
   }
@@ -247,56 +231,10 @@ void PanelServer::install_routes() {
   Logger& log = *options_.logger;
   const bool holdfast = store.strategy() == Strategy::kHoldfast;
 
-  // Answers a failed request: 503 for a busy database (holdfast), a generic error page
-  // otherwise. The digest ties the page to the console line.
-  auto fail = [this, &log, holdfast](httplib::Response& res, const Status& s, std::string_view path,
-                                     bool as_json) {
-    const std::string digest = fmt::format(
-        "{:010x}",
-        (static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) *
-         0x9e3779b97f4a7c15ULL) ^
-            digest_counter_.fetch_add(1));
-    const std::string detail = s.to_string();
-    if (s.code() == Code::kInvalidArgument && s.stop_reason() == StopReason::kNone) {
-      counters_.bad_request++;
-      res.status = 400;
-      if (as_json) {
-        res.set_content(json{{"error", std::string(s.message())}}.dump(), "application/json");
-      } else {
-        res.set_content(render_bad_request(s.message()), "text/html; charset=utf-8");
-      }
-      return;
-    }
-    log.error("panel", "request failed",
-              {{"digest", digest}, {"path", path}, {"status", std::string_view(detail)}});
-    if (holdfast && is_busy(s)) {
-      counters_.busy_503++;
-      const int after = retry_after_seconds(s);
-      res.status = 503;
-      res.set_header("Retry-After", std::to_string(after));
-      if (as_json) {
-        res.set_content(
-            json{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}}
-                .dump(),
-            "application/json");
-      } else {
-        res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
-      }
-      return;
-    }
-    counters_.error_500++;
-    res.status = 500;
-    if (as_json) {
-      res.set_content(json{{"error", "internal error"}, {"digest", digest}}.dump(),
-                      "application/json");
-    } else {
-      res.set_content(
-          fmt::format("<!doctype html><title>Error</title><h1>Application error: a server-side "
-                      "exception has occurred</h1><p>Digest: {}</p>",
-                      digest),
-          "text/html; charset=utf-8");
-    }
-  };
+  Answers& answers = *answers_;
+  // A failure of the database or the panel: generic answer plus digest (answers.hpp).
+  auto fail = [&answers](httplib::Response& res, const Status& s, std::string_view path,
+                         bool as_json) { answers.failure(res, s, path, as_json); };
 
   http_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
     counters_.requests++;
@@ -319,6 +257,12 @@ void PanelServer::install_routes() {
     counters_.requests++;
     const std::string email = req.get_param_value("email");
     const std::string password = req.get_param_value("password");
+    if (Status input = ClubStore::check_login(email, password); !input.ok()) {
+      counters_.bad_request++;
+      res.status = 400;
+      res.set_content(render_login(input.message()), "text/html; charset=utf-8");
+      return;
+    }
     std::optional<RequestScope> scope;
     if (holdfast) scope.emplace(options_.window, store.clock());
     Result<std::string> token = store.login(email, password, now_utc());
@@ -333,7 +277,7 @@ void PanelServer::install_routes() {
     }
     counters_.ok++;
     res.status = 303;
-    set_session_cookie(res, *token);
+    set_session_cookie(res, *token, options_.secure_cookies);
     res.set_header("Location", "/dashboard/schedule");
   });
 
@@ -363,7 +307,7 @@ void PanelServer::install_routes() {
                if (!session.ok()) return fail(res, session.status(), "/login/link", false);
                counters_.ok++;
                res.status = 303;
-               set_session_cookie(res, *session);
+               set_session_cookie(res, *session, options_.secure_cookies);
                res.set_header("Location", link->next);
              });
 
@@ -373,8 +317,8 @@ void PanelServer::install_routes() {
     counters_.requests++;
     const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
     if (!valid_date(date)) {
-      return std::optional<Status>(
-          Status(Code::kInvalidArgument, "date must be a calendar date written YYYY-MM-DD"));
+      answers_->client_error(res, 400, "date must be a calendar date written YYYY-MM-DD", as_json);
+      return std::optional<Status>();
     }
     const std::string token = cookie_value(req, "session");
     if (token.empty() || token.size() > 64) {
@@ -487,15 +431,8 @@ void PanelServer::install_routes() {
     user_id = (*who)->id;
     return Status();
   };
-  auto write_failed = [fail](httplib::Response& res, const Status& s, std::string_view path) {
-    fail(res, s, path, true);
-    if (res.status == 503) {
-      const bool nothing_applied =
-          s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
-      json j = json::parse(res.body);
-      j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
-      res.body = j.dump();
-    }
+  auto write_failed = [&answers](httplib::Response& res, const Status& s, std::string_view path) {
+    answers.write_failure(res, s, path);
   };
 
   // The common start of a write: counted, inside the request's window (holdfast), signed
@@ -513,7 +450,7 @@ void PanelServer::install_routes() {
       if (!auth->ok()) return write_failed(res, *auth, path);
       std::int64_t value = 0;
       if (!positive_integer(req.get_param_value(field), value)) {
-        return write_failed(res, Status(Code::kInvalidArgument, field_error), path);
+        return answers_->client_error(res, 400, field_error, true);
       }
       body(req, res, user_id, value);
     };
@@ -527,8 +464,14 @@ void PanelServer::install_routes() {
                                              std::int64_t user_id, std::int64_t cents) {
             const std::string method =
                 req.has_param("method") ? req.get_param_value("method") : std::string("card");
-            Result<PaymentReceipt> paid = store.pay(
-                user_id, cents, method, req.get_header_value("Idempotency-Key"), now_utc());
+            const std::string key = req.get_header_value("Idempotency-Key");
+            if (Status input = ClubStore::check_payment(cents, method, key); !input.ok()) {
+              return answers_->client_error(res, 400, input.message(), true);
+            }
+            Result<PaymentReceipt> paid = store.pay(user_id, cents, method, key, now_utc());
+            if (!paid.ok() && is_key_reused(paid.status())) {
+              return answers_->client_error(res, 422, kKeyReusedMessage, true);
+            }
             if (!paid.ok()) return write_failed(res, paid.status(), "/payments");
             if (!paid->replayed) {
               log.info("payments", "payment recorded",
@@ -548,21 +491,13 @@ void PanelServer::install_routes() {
       write_route("/signups", "game_id", "game_id must be a positive whole number",
                   [this, &store, write_failed](const httplib::Request& req, httplib::Response& res,
                                                std::int64_t user_id, std::int64_t game) {
-                    Result<SignupReceipt> added = store.sign_up(
-                        user_id, game, req.get_header_value("Idempotency-Key"), now_utc());
-                    if (!added.ok()) {
-                      const Code c = added.status().code();
-                      if (c == Code::kNotFound || c == Code::kFailedPrecondition ||
-                          c == Code::kAlreadyExists) {
-                        counters_.bad_request++;
-                        res.status = c == Code::kNotFound ? 404 : 409;
-                        res.set_content(
-                            json{{"error", std::string(added.status().message())}}.dump(),
-                            "application/json");
-                        return;
-                      }
-                      return write_failed(res, added.status(), "/signups");
+                    const std::string key = req.get_header_value("Idempotency-Key");
+                    if (Status input = ClubStore::check_sign_up(game, key); !input.ok()) {
+                      return answers_->client_error(res, 400, input.message(), true);
                     }
+                    Result<SignupReceipt> added = store.sign_up(user_id, game, key, now_utc());
+                    if (!added.ok())
+                      return answers_->write_refusal(res, added.status(), "/signups");
                     counters_.ok++;
                     res.status = added->replayed ? 200 : 201;
                     res.set_content(json{{"signup_id", added->signup_id},
@@ -586,12 +521,12 @@ void PanelServer::install_routes() {
              {{"path", std::string_view(path)},
               {"digest", std::string_view(digest)},
               {"at", std::string_view(now)}});
+    if (Status input = ClubStore::check_report(path, digest, note); !input.ok()) {
+      return answers_->client_error(res, 400, input.message(), false);
+    }
     Status recorded = store.record_report(path, digest, note, now);
-    if (recorded.code() == Code::kInvalidArgument) {
-      counters_.bad_request++;
-      res.status = 400;
-      res.set_content(render_bad_request(recorded.message()), "text/html; charset=utf-8");
-      return;
+    if (!recorded.ok()) {
+      log.warn("report", "report not stored", {{"status", std::string_view(recorded.to_string())}});
     }
     counters_.ok++;
     res.status = 202;

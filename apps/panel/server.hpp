@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "answers.hpp"
 #include "club_store.hpp"
 #include "holdfast/logger.hpp"
 
@@ -48,6 +49,8 @@ class PanelServer {
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;
+    // Mark the session cookie Secure (`holdfast panel --secure-cookies`, behind TLS).
+    bool secure_cookies = false;
   };
 
   explicit PanelServer(Options options);
@@ -83,7 +86,7 @@ class PanelServer {
   struct StaleCopy;
   std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
-  std::atomic<std::uint64_t> digest_counter_{0};
+  std::unique_ptr<Answers> answers_;
   struct SignInLink {
     std::int64_t user_id;
     std::string next;

@@ -15,6 +15,7 @@
 
 #include "club_store.hpp"
 #include "demo_data.hpp"
+#include "hardening_checks.hpp"
 #include "holdfast/logger.hpp"
 #include "pg_test_support.hpp"
 #include "server.hpp"
@@ -207,7 +208,9 @@ TEST_F(PanelPgTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
   EXPECT_EQ(json::parse(second->body)["replayed"], true);
   EXPECT_EQ(json::parse(first->body)["payment_id"], json::parse(second->body)["payment_id"]);
   EXPECT_EQ(club.count("SELECT count(*) FROM payments"), before + 1);
-  EXPECT_EQ(club.count("SELECT count(*) FROM idempotency_keys WHERE key = 'payments:order-42'"), 1);
+  // Keys are stored as "<user>:<route>:<key>".
+  EXPECT_EQ(
+      club.count("SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:order-42'"), 1);
 
   // A sign-up likewise; without a key a repeat is refused (already signed up).
   const long long game = club.count(
@@ -384,6 +387,24 @@ TEST(PanelPgStart, AnUnreachableServerOrABadUrlIsAClearStatusNamingTheUrlWithout
   EXPECT_EQ(masked_pg_url("postgresql://app@db/club?sslmode=disable&password=xyz"),
             "postgresql://app@db/club?sslmode=disable&password=***");
   EXPECT_EQ(masked_pg_url("postgresql://app@db:5432/club"), "postgresql://app@db:5432/club");
+}
+
+TEST_F(PanelPgTest, IdempotencyKeysAreScopedToUserAndRouteAndCarryTheRequestFingerprint) {
+  Admin club(db_->url());
+  const long long game = club.count(
+      "SELECT min(id) FROM games g WHERE capacity > "
+      "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) + 2 AND NOT EXISTS "
+      "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2))");
+  ASSERT_GT(game, 0);
+  hardening::expect_keys_scoped_and_fingerprinted(
+      *http_, [&] { return club.count("SELECT count(*) FROM payments"); }, game);
+}
+
+TEST_F(PanelPgTest, KeysWithControlBytesOrOver255BytesAreRefusedWith400) {
+  Admin club(db_->url());
+  hardening::expect_nul_key_refused(*store_);
+  hardening::expect_bad_keys_refused(*http_,
+                                     [&] { return club.count("SELECT count(*) FROM payments"); });
 }
 
 }  // namespace

@@ -1,0 +1,143 @@
+#include "answers.hpp"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "html.hpp"
+#include "idempotency.hpp"
+#include "server.hpp"
+
+namespace holdfast::panel {
+
+using nlohmann::json;
+
+bool is_busy(const Status& s) {
+  switch (s.stop_reason()) {
+    case StopReason::kWindowSpent:
+    case StopReason::kBreakerOpen:
+    case StopReason::kThrottled:
+    case StopReason::kAttemptsExhausted:
+      return true;
+    default:
+      break;
+  }
+  return s.fault().transient() || s.code() == Code::kUnavailable ||
+         s.code() == Code::kDeadlineExceeded || s.code() == Code::kResourceExhausted;
+}
+
+bool is_storage_full(const Status& s) {
+  constexpr int kSqliteFull = 13;  // SQLITE_FULL; extended codes keep it in the low byte
+  return (s.sqlite_code() & 0xff) == kSqliteFull || s.sqlstate() == "53100";
+}
+
+int retry_after_seconds(const Status& s) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(s.retry_after()).count();
+  if (ms <= 0) return 2;
+  return static_cast<int>((ms + 999) / 1000);
+}
+
+bool from_engine(const Status& s) {
+  return s.backend() != Backend::kNone || s.sqlite_code() != 0 || !s.sqlstate().empty();
+}
+
+std::string Answers::new_digest() {
+  const auto now =
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return fmt::format(
+      "{:010x}", ((now * 0x9e3779b97f4a7c15ULL) ^ digest_counter_.fetch_add(1)) & 0xffffffffffULL);
+}
+
+void Answers::client_error(httplib::Response& res, int status, std::string_view message,
+                           bool as_json) const {
+  counters_.bad_request++;
+  res.status = status;
+  if (as_json) {
+    res.set_content(json{{"error", std::string(message)}}.dump(), "application/json");
+  } else {
+    res.set_content(render_bad_request(message), "text/html; charset=utf-8");
+  }
+}
+
+void Answers::failure(httplib::Response& res, const Status& s, std::string_view path,
+                      bool as_json) {
+  const std::string digest = new_digest();
+  const std::string detail = s.to_string();
+  log_.error("panel", "request failed",
+             {{"digest", digest}, {"path", path}, {"status", std::string_view(detail)}});
+  if (is_storage_full(s)) {
+    counters_.error_500++;
+    res.status = 507;
+    const std::string what = "the server's storage is full; nothing was saved";
+    if (as_json) {
+      res.set_content(json{{"error", what}, {"digest", digest}}.dump(), "application/json");
+    } else {
+      res.set_content(render_bad_request(what + " (digest " + digest + ")"),
+                      "text/html; charset=utf-8");
+    }
+    return;
+  }
+  if (holdfast_ && is_busy(s)) {
+    counters_.busy_503++;
+    const int after = retry_after_seconds(s);
+    res.status = 503;
+    res.set_header("Retry-After", std::to_string(after));
+    if (as_json) {
+      res.set_content(
+          json{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}}
+              .dump(),
+          "application/json");
+    } else {
+      res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
+    }
+    return;
+  }
+  counters_.error_500++;
+  res.status = 500;
+  if (as_json) {
+    res.set_content(json{{"error", "internal error"}, {"digest", digest}}.dump(),
+                    "application/json");
+  } else {
+    res.set_content(
+        fmt::format("<!doctype html><title>Error</title><h1>Application error: a server-side "
+                    "exception has occurred</h1><p>Digest: {}</p>",
+                    digest),
+        "text/html; charset=utf-8");
+  }
+}
+
+void Answers::write_failure(httplib::Response& res, const Status& s, std::string_view path) {
+  failure(res, s, path, true);
+  if (res.status == 503) {
+    const bool nothing_applied =
+        s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
+    json j = json::parse(res.body);
+    j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
+    res.body = j.dump();
+  }
+}
+
+void Answers::write_refusal(httplib::Response& res, const Status& s, std::string_view path) {
+  if (is_key_reused(s)) return client_error(res, 422, kKeyReusedMessage, true);
+  if (s.code() == Code::kAlreadyExists) {
+    // The store checks first; a UNIQUE violation from the engine is the same refusal, with
+    // its detail kept in the log.
+    if (from_engine(s)) {
+      log_.warn("panel", "write refused by a constraint",
+                {{"path", path}, {"status", std::string_view(s.to_string())}});
+    }
+    return client_error(res, 409, "already signed up for this game", true);
+  }
+  if (!from_engine(s) && s.code() == Code::kNotFound) {
+    return client_error(res, 404, "no such game", true);
+  }
+  if (!from_engine(s) && s.code() == Code::kFailedPrecondition) {
+    return client_error(res, 409, "the game is full", true);
+  }
+  write_failure(res, s, path);
+}
+
+}  // namespace holdfast::panel

@@ -1,0 +1,59 @@
+// How the panel answers a request it cannot serve (DESIGN §8): the client's own mistakes
+// get a 4xx with a message written for them; everything else gets a short generic answer
+// and a digest, while the console and the logs table keep the detail under that digest.
+// No answer carries SQL text, an engine message or a file path.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "holdfast/logger.hpp"
+#include "holdfast/status.hpp"
+
+namespace httplib {
+struct Response;
+}
+
+namespace holdfast::panel {
+
+struct PanelCounters;
+
+// A failure the user should wait out (the database is busy), not a bug.
+[[nodiscard]] bool is_busy(const Status& s);
+// The database ran out of space: SQLITE_FULL or PostgreSQL's 53100 (disk_full).
+[[nodiscard]] bool is_storage_full(const Status& s);
+// Seconds for Retry-After: the Status's own hint, 2 s without one.
+[[nodiscard]] int retry_after_seconds(const Status& s);
+// True when a database engine or driver made `s` (its message may quote SQL or paths).
+[[nodiscard]] bool from_engine(const Status& s);
+
+class Answers {
+ public:
+  Answers(Logger& log, PanelCounters& counters, bool holdfast)
+      : log_(log), counters_(counters), holdfast_(holdfast) {}
+
+  // A fresh 10-hex-digit digest for an answer and its log line.
+  std::string new_digest();
+
+  // The client's mistake: `status` (4xx) with `message`, which must be written for the client.
+  void client_error(httplib::Response& res, int status, std::string_view message,
+                    bool as_json) const;
+  // A failure of the database or of the panel: logged with its detail under a digest, then
+  // answered 503 + Retry-After (holdfast, busy), 507 (storage full) or 500, with the digest.
+  void failure(httplib::Response& res, const Status& s, std::string_view path, bool as_json);
+  // failure() for a write: a 503 also says whether anything was applied.
+  void write_failure(httplib::Response& res, const Status& s, std::string_view path);
+  // A write's refusal by the store (a domain rule, or a conflicting idempotency key): 404,
+  // 409 or 422 with a fixed message; any other status goes to write_failure().
+  void write_refusal(httplib::Response& res, const Status& s, std::string_view path);
+
+ private:
+  Logger& log_;
+  PanelCounters& counters_;
+  bool holdfast_;
+  std::atomic<std::uint64_t> digest_counter_{0};
+};
+
+}  // namespace holdfast::panel

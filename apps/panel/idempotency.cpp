@@ -1,0 +1,50 @@
+#include "idempotency.hpp"
+
+#include <openssl/sha.h>
+
+#include <fmt/format.h>
+
+namespace holdfast::panel {
+
+Status check_idempotency_key(std::string_view key) {
+  if (key.size() > kMaxIdempotencyKeyBytes) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("Idempotency-Key must be at most {} bytes", kMaxIdempotencyKeyBytes));
+  }
+  for (const char c : key) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      return Status(Code::kInvalidArgument,
+                    "Idempotency-Key must not contain control characters (NUL, newline, tab...)");
+    }
+  }
+  return Status();
+}
+
+std::string request_fingerprint(
+    std::initializer_list<std::pair<std::string_view, std::string_view>> params) {
+  std::string canonical;
+  for (const auto& [name, value] : params) {
+    // Lengths first, so that no two parameter lists write the same text.
+    canonical += fmt::format("{}:{}={}:{}\n", name.size(), name, value.size(), value);
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(canonical.data()), canonical.size(), digest);
+  std::string hex;
+  hex.reserve(2 * sizeof digest);
+  for (const unsigned char b : digest)
+    hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+Status same_request(std::string_view stored, std::string_view request) {
+  if (stored == request) return Status();
+  return Status(Code::kFailedPrecondition, std::string(kKeyReusedMessage));
+}
+
+bool is_key_reused(const Status& s) noexcept {
+  return s.code() == Code::kFailedPrecondition && s.backend() == Backend::kNone &&
+         s.message() == kKeyReusedMessage;
+}
+
+}  // namespace holdfast::panel

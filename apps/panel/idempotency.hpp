@@ -1,0 +1,44 @@
+// Idempotency keys as the panel honours them (DESIGN §8), on both stores:
+//
+//   - a key is scoped to (user, route): another user's key, or the same key on another
+//     route, is a different key;
+//   - the key is stored with the request's fingerprint; the same key with the same request
+//     replays the first answer, with different parameters it is refused (422) and nothing is
+//     applied;
+//   - a key is 1 to 255 bytes with no control bytes (NUL included); an empty header means
+//     "no key".
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "holdfast/status.hpp"
+
+namespace holdfast::panel {
+
+inline constexpr std::size_t kMaxIdempotencyKeyBytes = 255;
+
+// The message of the Status a store returns when a key meets a request with other
+// parameters (Code::kFailedPrecondition); the server answers it 422.
+inline constexpr std::string_view kKeyReusedMessage =
+    "this Idempotency-Key was already used with different parameters; nothing was applied "
+    "(use a new key for a new request)";
+
+// OK, or INVALID_ARGUMENT with a message fit for the client.
+[[nodiscard]] Status check_idempotency_key(std::string_view key);
+
+// The fingerprint of a request: the hex SHA-256 of its parameters as "name=value" lines, in
+// the order given (the caller fixes the order per route).
+[[nodiscard]] std::string request_fingerprint(
+    std::initializer_list<std::pair<std::string_view, std::string_view>> params);
+
+// A store's answer for a key already recorded with `stored` when the request's fingerprint
+// is `request`: OK when they match, the kKeyReusedMessage Status otherwise.
+[[nodiscard]] Status same_request(std::string_view stored, std::string_view request);
+
+// True for the Status same_request() returns on a mismatch.
+[[nodiscard]] bool is_key_reused(const Status& s) noexcept;
+
+}  // namespace holdfast::panel

@@ -1,0 +1,157 @@
+// Checks of issue #13 that hold on both stores (panel_test.cpp runs them on SQLite,
+// panel_pg_test.cpp on PostgreSQL): idempotency keys scoped to (user, route) and carrying the
+// request's fingerprint; refusals that quote no SQL.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "club_store.hpp"
+
+namespace holdfast::panel::hardening {
+
+using nlohmann::json;
+
+// Signs in as `email` (password "demo"): the headers a signed-in client sends with its writes
+// (the session cookie and, when the panel gives one, its CSRF token).
+inline httplib::Headers sign_in(httplib::Client& http, const std::string& email) {
+  auto r = http.Post("/login", httplib::Params{{"email", email}, {"password", "demo"}});
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 303) << r->body;
+  const std::string set = r->get_header_value("Set-Cookie");
+  httplib::Headers h{{"Cookie", set.substr(0, set.find(';'))}};
+  if (r->has_header("X-CSRF-Token")) h.emplace("X-CSRF-Token", r->get_header_value("X-CSRF-Token"));
+  return h;
+}
+
+// Sends `request` as raw bytes to the panel on loopback `port` and returns the raw answer.
+inline std::string raw_exchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+      answer.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+inline httplib::Headers with_key(httplib::Headers h, const std::string& key) {
+  h.emplace("Idempotency-Key", key);
+  return h;
+}
+
+// An answer body that quotes no SQL or engine text.
+inline void expect_no_internals(const std::string& body) {
+  for (const char* leak : {"INSERT", "SELECT", "UNIQUE", "constraint", "SQLITE", "sqlite",
+                           "duplicate key", "idempotency_keys", ".db"}) {
+    EXPECT_EQ(body.find(leak), std::string::npos) << "the answer quotes '" << leak << "': " << body;
+  }
+}
+
+// `payments()` counts the payments table; `game` is a game neither user has joined.
+inline void expect_keys_scoped_and_fingerprinted(httplib::Client& http,
+                                                 const std::function<long long()>& payments,
+                                                 long long game) {
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  const httplib::Headers bartek = sign_in(http, "Bartek.Tran@club.example");
+  const httplib::Params pay100{{"amount_cents", "100"}, {"method", "card"}};
+  const long long before = payments();
+
+  // The same key from two users: two payments, each replayed to its own user.
+  auto a1 = http.Post("/payments", with_key(ada, "shared-K"), pay100);
+  auto b1 = http.Post("/payments", with_key(bartek, "shared-K"), pay100);
+  auto b2 = http.Post("/payments", with_key(bartek, "shared-K"), pay100);
+  ASSERT_TRUE(a1 && b1 && b2);
+  ASSERT_EQ(a1->status, 201) << a1->body;
+  ASSERT_EQ(b1->status, 201) << b1->body;
+  EXPECT_EQ(b2->status, 200) << b2->body;
+  EXPECT_NE(json::parse(a1->body)["payment_id"], json::parse(b1->body)["payment_id"]);
+  EXPECT_EQ(json::parse(b2->body)["payment_id"], json::parse(b1->body)["payment_id"]);
+  EXPECT_EQ(payments(), before + 2);
+
+  // The same key with another amount: 422, nothing applied, no amount quoted.
+  auto other = http.Post("/payments", with_key(ada, "shared-K"),
+                         httplib::Params{{"amount_cents", "9999"}, {"method", "card"}});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 422) << other->body;
+  EXPECT_NE(other->body.find("different parameters"), std::string::npos) << other->body;
+  EXPECT_EQ(other->body.find("9999"), std::string::npos) << other->body;
+  EXPECT_EQ(payments(), before + 2);
+
+  // The same request again: the original answer.
+  auto again = http.Post("/payments", with_key(ada, "shared-K"), pay100);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+  const json replay = json::parse(again->body);
+  EXPECT_EQ(replay["payment_id"], json::parse(a1->body)["payment_id"]);
+  EXPECT_EQ(replay["amount_cents"], 100);
+  EXPECT_EQ(replay["replayed"], true);
+
+  // Routes are separate key spaces: no 409 quoting SQL, no 500.
+  const httplib::Params join{{"game_id", std::to_string(game)}};
+  auto joined = http.Post("/signups", with_key(ada, "shared-K"), join);
+  ASSERT_TRUE(joined);
+  EXPECT_EQ(joined->status, 201) << joined->body;
+  auto paid = http.Post("/payments", with_key(bartek, "signup-first"), pay100);
+  auto b_joined = http.Post("/signups", with_key(bartek, "signup-first"), join);
+  ASSERT_TRUE(paid && b_joined);
+  EXPECT_EQ(paid->status, 201) << paid->body;
+  EXPECT_EQ(b_joined->status, 201) << b_joined->body;
+
+  // Signing up twice without a key: a plain 409.
+  auto twice = http.Post("/signups", ada, join);
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->status, 409) << twice->body;
+  EXPECT_EQ(json::parse(twice->body)["error"], "already signed up for this game");
+  expect_no_internals(twice->body);
+}
+
+// A key with a NUL never reaches the database. (Over HTTP, cpp-httplib 0.11 cuts a header
+// value at a NUL before any handler sees it, so the store is asked directly.)
+inline void expect_nul_key_refused(ClubStore& store) {
+  Result<PaymentReceipt> r =
+      store.pay(1, 100, "cash", std::string("cut\0here", 8), "2026-01-01T00:00:00.000Z");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("control characters"), std::string::npos);
+}
+
+inline void expect_bad_keys_refused(httplib::Client& http,
+                                    const std::function<long long()>& payments) {
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  const httplib::Params pay{{"amount_cents", "100"}, {"method", "cash"}};
+  const long long before = payments();
+  auto tab = http.Post("/payments", with_key(ada, "a\tb"), pay);
+  ASSERT_TRUE(tab);
+  EXPECT_EQ(tab->status, 400) << tab->body;
+  EXPECT_NE(tab->body.find("control characters"), std::string::npos) << tab->body;
+  auto long_key = http.Post("/payments", with_key(ada, std::string(256, 'k')), pay);
+  ASSERT_TRUE(long_key);
+  EXPECT_EQ(long_key->status, 400) << long_key->body;
+  EXPECT_NE(long_key->body.find("255"), std::string::npos) << long_key->body;
+  EXPECT_EQ(payments(), before);
+  auto longest = http.Post("/payments", with_key(ada, std::string(255, 'k')), pay);
+  ASSERT_TRUE(longest);
+  EXPECT_EQ(longest->status, 201) << longest->body;
+}
+
+}  // namespace holdfast::panel::hardening
