@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "drill.hpp"
+#include "validators.hpp"
 
 namespace holdfast::cli {
 namespace {
@@ -73,8 +74,10 @@ void add_drill_command(CLI::App& app) {
   auto args = std::make_shared<DrillArgs>();
   CLI::App* cmd = app.add_subcommand(
       "drill", "Replay the origin's lock-storm incident, every strategy side by side");
+  // Bounds: a storm, warm-up or gap over 10 minutes is a typo, not a drill.
   cmd->add_option("--storms", args->storms, "Storm lengths in seconds")
       ->delimiter(',')
+      ->check(seconds_in(600))
       ->capture_default_str();
   cmd->add_option("--kinds", args->kinds, "Storm kinds: write (batch job), read (exclusive lock)")
       ->delimiter(',')
@@ -84,23 +87,30 @@ void add_drill_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--workers", args->options.workers, "Virtual workers per strategy")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_option("--warmup", args->options.warmup_s, "Seconds before the first storm")
+      ->check(seconds_in(600))
       ->capture_default_str();
   cmd->add_option("--log-pause", args->options.log_pause_s,
                   "Seconds holdfast's logger pauses after the database refuses a log batch "
                   "(the origin's is 30; shorter keeps the drill short)")
+      ->check(seconds_in(3600))
       ->capture_default_str();
   cmd->add_option("--gap", args->options.gap_s, "Quiet seconds after each storm")
+      ->check(seconds_in(600))
       ->capture_default_str();
   cmd->add_option("--think-ms", args->options.think_ms, "A worker's pause between requests")
+      ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
   cmd->add_option("--pay-every", args->options.pay_every,
                   "Every Nth request of a worker is a payment")
+      ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
   cmd->add_option("--seed", args->options.seed, "Seed for the workers' pacing")
       ->capture_default_str();
   cmd->add_option("--out", args->options.out_dir, "Folder for the databases and reports")
+      ->check(not_empty("--out"))
       ->capture_default_str();
   cmd->add_flag("!--no-progress", args->options.progress, "No progress bar");
   cmd->callback([args] { run_drill_command(*args); });

@@ -341,7 +341,9 @@ void add_logs_command(CLI::App& app) {
   cmd->add_option("--level", args->level, "Lowest level shown: INFO, WARN or ERROR")
       ->capture_default_str();
   cmd->add_option("--context", args->context, "Only rows with this context tag");
-  cmd->add_option("--limit", args->limit, "At most this many rows")->capture_default_str();
+  cmd->add_option("--limit", args->limit, "At most this many rows")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
 
   CLI::App* prune = cmd->add_subcommand(
       "prune", "Delete old rows in small batches (short transactions), printing how many");
@@ -353,6 +355,7 @@ void add_logs_command(CLI::App& app) {
   prune->add_option("--older-than", prune_args->older_than, "Age of the rows to delete: 90d, 12h")
       ->required();
   prune->add_option("--batch-size", prune_args->batch_size, "Rows per transaction")
+      ->check(CLI::Range(1, 1'000'000))
       ->capture_default_str();
   prune->callback([prune_args] { run_prune(*prune_args); });
 

@@ -17,10 +17,13 @@
 #include <optional>
 #include <string>
 
+#include <sqlite3.h>
+
 #include "club_store.hpp"
 #include "commands.hpp"
 #include "logging.hpp"
 #include "server.hpp"
+#include "validators.hpp"
 
 namespace holdfast::cli {
 namespace {
@@ -31,7 +34,31 @@ struct PanelArgs {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string strategy = "holdfast";
+  bool secure_cookies = false;
+  bool check = false;
 };
+
+// `PRAGMA quick_check` on the SQLite file: OK, or a Status quoting what SQLite found.
+Status quick_check(const std::string& path) {
+  sqlite3* db = nullptr;
+  std::string problems;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* stmt = nullptr;
+  if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &stmt, nullptr);
+  while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+    rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW) break;
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    const std::string line = text != nullptr ? text : "";
+    if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+  }
+  if (rc != SQLITE_DONE && problems.empty()) problems = sqlite3_errstr(rc);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  if (problems.empty()) return Status();
+  return Status(Code::kDataLoss,
+                fmt::format("PRAGMA quick_check on {} failed: {}", path, problems.substr(0, 500)));
+}
 
 void run_panel(const PanelArgs& args) {
   panel::Strategy strategy;
@@ -58,6 +85,13 @@ void run_panel(const PanelArgs& args) {
     fmt::print(stderr, "error: {}\n", store.status().to_string());
     throw CLI::RuntimeError(1);
   }
+  if (args.check) {
+    if (Status s = quick_check(args.db); !s.ok()) {
+      fmt::print(stderr, "error: {}; not starting (restore a backup, or start without --check)\n",
+                 s.message());
+      throw CLI::RuntimeError(1);
+    }
+  }
   const std::string today(utc_stamp(WallClock::system().now()).view().substr(0, 10));
   if (Status s = (*store)->ensure_demo_data(today); !s.ok()) {
     fmt::print(stderr, "error: {}\n", s.to_string());
@@ -75,6 +109,7 @@ void run_panel(const PanelArgs& args) {
   server_options.port = args.port;
   server_options.store = store->get();
   server_options.logger = logging->logger.get();
+  server_options.secure_cookies = args.secure_cookies;
   panel::PanelServer server(server_options);
   if (Status s = server.start(); !s.ok()) {
     fmt::print(stderr, "error: {}\n", s.to_string());
@@ -104,15 +139,27 @@ void add_panel_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("panel", "Run the demo court-booking panel");
   CLI::Option* db =
       cmd->add_option("--db", args->db, "SQLite database file (created with demo data)")
+          ->check(not_empty("--db"))
           ->capture_default_str();
   CLI::Option* pg = cmd->add_option("--pg", args->pg,
                                     "Run on PostgreSQL instead: a connection URL "
                                     "(postgresql://user[:password]@host:port/dbname); the demo "
-                                    "data is created in it if missing. Not with --db");
+                                    "data is created in it if missing. Not with --db")
+                        ->check(not_empty("--pg"));
   db->excludes(pg);
   pg->excludes(db);
-  cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", args->port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--host", args->host, "Address to listen on")
+      ->check(not_empty("--host"))
+      ->capture_default_str();
+  cmd->add_option("--port", args->port, "Port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_flag("--secure-cookies", args->secure_cookies,
+                "Mark the session cookie Secure (behind TLS: a proxy that terminates HTTPS)");
+  CLI::Option* check =
+      cmd->add_flag("--check", args->check,
+                    "SQLite: run PRAGMA quick_check at start and refuse to start if it fails");
+  check->excludes(pg);
   cmd->add_option("--strategy", args->strategy,
                   "holdfast, or a baseline: none, naive, backoff, origin-breaker")
       ->capture_default_str();

@@ -1,0 +1,115 @@
+// The holdfast tool run as a process: every numeric flag is range-checked (one line on
+// stderr, exit status 2), and nothing aborts.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_status = -1;
+  std::string err;
+};
+
+// Runs `holdfast <args>` with a 60 s limit; stdout is discarded.
+Outcome holdfast(const std::string& args) {
+  const fs::path err =
+      fs::temp_directory_path() / ("holdfast-cli-" + std::to_string(::getpid()) + ".err");
+  const std::string cmd =
+      "timeout 60 " + std::string(HOLDFAST_BIN) + " " + args + " >/dev/null 2>" + err.string();
+  const int raw = std::system(cmd.c_str());
+  Outcome r;
+  r.exit_status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  std::ifstream in(err);
+  std::stringstream text;
+  text << in.rdbuf();
+  r.err = text.str();
+  fs::remove(err);
+  return r;
+}
+
+void expect_refused(const std::string& args, const std::string& mention) {
+  const Outcome r = holdfast(args);
+  EXPECT_EQ(r.exit_status, 2) << "holdfast " << args << "\n" << r.err;
+  EXPECT_NE(r.err.find(mention), std::string::npos) << "holdfast " << args << "\n" << r.err;
+  // One line.
+  EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(Cli, APortOutside0To65535IsRefusedNotBoundElsewhere) {
+  expect_refused("panel --db /nonexistent/x.db --port 70000", "--port");
+  expect_refused("panel --db /nonexistent/x.db --port -1", "--port");
+}
+
+TEST(Cli, AnEmptyDatabasePathIsAClearErrorNotAnAbort) {
+  expect_refused("panel --db ''", "--db must not be empty");
+  expect_refused("panel --pg ''", "--pg must not be empty");
+}
+
+TEST(Cli, DrillStormLengthsWarmupGapsAndLogPauseMustBeFiniteAndPositive) {
+  for (const char* bad : {"-1", "0", "nan", "inf", "1e9", "abc"}) {
+    expect_refused(std::string("drill --no-progress --storms ") + bad, "--storms");
+  }
+  expect_refused("drill --no-progress --storms 2,-1", "--storms");
+  expect_refused("drill --no-progress --warmup 1e9", "--warmup");
+  expect_refused("drill --no-progress --gap 0", "--gap");
+  expect_refused("drill --no-progress --log-pause -1", "--log-pause");
+  expect_refused("drill --no-progress --log-pause nan", "--log-pause");
+}
+
+TEST(Cli, DrillPayEveryAndWorkersAreAtLeastOne) {
+  expect_refused("drill --no-progress --pay-every 0", "--pay-every");
+  expect_refused("drill --no-progress --workers 0", "--workers");
+  expect_refused("drill --no-progress --think-ms -5", "--think-ms");
+}
+
+TEST(Cli, LogsLimitAndBatchSizeAreRangeChecked) {
+  expect_refused("logs --db x.db --limit 0", "--limit");
+  expect_refused("logs prune --db x.db --older-than 90d --batch-size 0", "--batch-size");
+}
+
+TEST(Cli, AnUnknownFlagIsExitStatus2) {
+  expect_refused("panel --no-such-flag", "no-such-flag");
+}
+
+// A SQLite file whose index pages are overwritten: quick_check reports it.
+TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-check-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "club.db").string();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "PRAGMA page_size = 4096; CREATE TABLE t(x TEXT); CREATE INDEX tx ON t(x);"
+                         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                         "WHERE i < 5000) INSERT INTO t SELECT printf('%08d-row', i) FROM n;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  {
+    // Scribble over the middle of the file (pages of the table and its index), not the header.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    const std::string junk(8192, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  const Outcome r = holdfast("panel --check --port 0 --db " + path);
+  EXPECT_EQ(r.exit_status, 1) << r.err;
+  EXPECT_NE(r.err.find("quick_check"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not starting"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace
