@@ -217,11 +217,13 @@ Result<DrillResult> run_drill(
         http.set_read_timeout(std::chrono::seconds(60));
         http.set_keep_alive(true);
         std::string cookie;
+        std::string csrf;  // the session's CSRF token, sent with each payment form
         for (int tries = 0; tries < 50 && cookie.empty() && !stop; ++tries) {
           httplib::Params form{{"email", demo_email(w)}, {"password", "demo"}};
           if (auto r = http.Post("/login", form); r && r->status == 303) {
             const std::string set = r->get_header_value("Set-Cookie");
             cookie = set.substr(0, set.find(';'));
+            csrf = r->get_header_value("X-CSRF-Token");
           } else {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
           }
@@ -242,7 +244,8 @@ Result<DrillResult> run_drill(
               pending_key = fmt::format("{}-{}-{}", to_string(inst->strategy), w, n);
               inst->payments_sent++;
             }
-            httplib::Headers h{{"Cookie", cookie}, {"Idempotency-Key", pending_key}};
+            httplib::Headers h{
+                {"Cookie", cookie}, {"X-CSRF-Token", csrf}, {"Idempotency-Key", pending_key}};
             r = http.Post("/payments", h,
                           httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
             if (r && (r->status == 200 || r->status == 201)) pending_key.clear();

@@ -156,6 +156,7 @@ PanelServer::PanelServer(Options options)
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
   };
   http_->set_keep_alive_max_count(1000);
+  install_guards();
   install_routes();
 }
 
@@ -263,11 +264,25 @@ void PanelServer::install_routes() {
       res.set_content(render_login(input.message()), "text/html; charset=utf-8");
       return;
     }
+    // Throttled per account and per address before the password is looked at.
+    const std::string account = "account:" + email;
+    const Duration wait = std::max(sign_in_by_account_->wait_for(account),
+                                   sign_in_by_address_->wait_for(req.remote_addr));
+    if (wait > Duration::zero()) {
+      counters_.bad_request++;
+      res.status = 429;
+      res.set_header("Retry-After", std::to_string(retry_after_header(wait)));
+      res.set_content(render_login("Too many failed sign-ins. Try again in a minute."),
+                      "text/html; charset=utf-8");
+      return;
+    }
     std::optional<RequestScope> scope;
     if (holdfast) scope.emplace(options_.window, store.clock());
     Result<std::string> token = store.login(email, password, now_utc());
     if (!token.ok()) {
       if (token.status().code() == Code::kPermissionDenied) {
+        sign_in_by_account_->record(account);
+        sign_in_by_address_->record(req.remote_addr);
         counters_.bad_request++;
         res.status = 401;
         res.set_content(render_login(token.status().message()), "text/html; charset=utf-8");
@@ -278,6 +293,7 @@ void PanelServer::install_routes() {
     counters_.ok++;
     res.status = 303;
     set_session_cookie(res, *token, options_.secure_cookies);
+    res.set_header("X-CSRF-Token", csrf_token(*token));
     res.set_header("Location", "/dashboard/schedule");
   });
 
@@ -308,6 +324,7 @@ void PanelServer::install_routes() {
                counters_.ok++;
                res.status = 303;
                set_session_cookie(res, *session, options_.secure_cookies);
+               res.set_header("X-CSRF-Token", csrf_token(*session));
                res.set_header("Location", link->next);
              });
 
@@ -393,10 +410,13 @@ void PanelServer::install_routes() {
       last_good_[date] = std::move(copy);
     }
     counters_.ok++;
+    res.set_header("X-CSRF-Token", csrf_token(token));
     if (as_json) {
       res.set_content(schedule_json(schedule, std::nullopt).dump(), "application/json");
     } else {
-      res.set_content(render_schedule(schedule, user, std::nullopt), "text/html; charset=utf-8");
+      res.set_content(
+          with_csrf_fields(render_schedule(schedule, user, std::nullopt), csrf_token(token)),
+          "text/html; charset=utf-8");
     }
     return std::optional<Status>();
   };
@@ -429,6 +449,13 @@ void PanelServer::install_routes() {
       return std::nullopt;
     }
     user_id = (*who)->id;
+    if (!csrf_ok(req, token)) {
+      answers_->client_error(res, 403,
+                             "missing or wrong CSRF token: send the csrf_token form field or the "
+                             "X-CSRF-Token header the panel gave at sign-in",
+                             true);
+      return std::nullopt;
+    }
     return Status();
   };
   auto write_failed = [&answers](httplib::Response& res, const Status& s, std::string_view path) {
@@ -449,7 +476,7 @@ void PanelServer::install_routes() {
       if (!auth) return;
       if (!auth->ok()) return write_failed(res, *auth, path);
       std::int64_t value = 0;
-      if (!positive_integer(req.get_param_value(field), value)) {
+      if (!positive_integer(request_field(req, field), value)) {
         return answers_->client_error(res, 400, field_error, true);
       }
       body(req, res, user_id, value);
@@ -462,8 +489,8 @@ void PanelServer::install_routes() {
           "/payments", "amount_cents", "amount_cents must be a positive whole number of cents",
           [this, &store, &log, write_failed](const httplib::Request& req, httplib::Response& res,
                                              std::int64_t user_id, std::int64_t cents) {
-            const std::string method =
-                req.has_param("method") ? req.get_param_value("method") : std::string("card");
+            std::string method = request_field(req, "method");
+            if (method.empty()) method = "card";
             const std::string key = req.get_header_value("Idempotency-Key");
             if (Status input = ClubStore::check_payment(cents, method, key); !input.ok()) {
               return answers_->client_error(res, 400, input.message(), true);

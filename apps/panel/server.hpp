@@ -23,6 +23,7 @@
 #include "answers.hpp"
 #include "club_store.hpp"
 #include "holdfast/logger.hpp"
+#include "security.hpp"
 
 namespace httplib {
 class Server;
@@ -75,6 +76,10 @@ class PanelServer {
   [[nodiscard]] const PanelCounters& counters() const noexcept { return counters_; }
 
  private:
+  // The largest request body taken (a form is at most 8 KiB: httplib's own limit).
+  static constexpr std::size_t kMaxBodyBytes = 64 * 1024;
+
+  void install_guards();
   void install_routes();
   std::string metrics_text() const;
 
@@ -87,6 +92,9 @@ class PanelServer {
   std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
   std::unique_ptr<Answers> answers_;
+  std::unique_ptr<AttemptLimiter> sign_in_by_account_;
+  std::unique_ptr<AttemptLimiter> sign_in_by_address_;
+  std::unique_ptr<AttemptLimiter> reports_by_address_;
   struct SignInLink {
     std::int64_t user_id;
     std::string next;

@@ -61,7 +61,8 @@ class PanelFixture : public ::testing::Test {
     const std::string set = r->get_header_value("Set-Cookie");
     EXPECT_NE(set.find("HttpOnly"), std::string::npos);
     EXPECT_NE(set.find("SameSite=Lax"), std::string::npos);
-    cookie_ = {{"Cookie", set.substr(0, set.find(';'))}};
+    cookie_ = {{"Cookie", set.substr(0, set.find(';'))},
+               {"X-CSRF-Token", r->get_header_value("X-CSRF-Token")}};
   }
   void TearDown() override {
     server_.reset();

@@ -50,5 +50,132 @@ TEST_F(PanelHardeningTest, AnOldUnscopedKeyTableIsReplacedAndCreationIsIdempoten
             1);
 }
 
+TEST_F(PanelHardeningTest, CrossSiteWritesAreRefusedWith403AndApplyNothing) {
+  const httplib::Params pay{{"amount_cents", "100"}, {"method", "card"}};
+  const long long before = payments();
+  httplib::Headers evil = cookie_;
+  evil.emplace("Origin", "https://evil.example");
+  auto r = http_->Post("/payments", evil, pay);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(r->body.find("cross-site"), std::string::npos) << r->body;
+  httplib::Headers fetch = cookie_;
+  fetch.emplace("Sec-Fetch-Site", "cross-site");
+  auto f = http_->Post("/payments", fetch, pay);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->status, 403);
+  EXPECT_EQ(payments(), before);
+  httplib::Headers same = cookie_;
+  same.emplace("Origin", "http://127.0.0.1:" + std::to_string(server_->port()));
+  same.emplace("Sec-Fetch-Site", "same-origin");
+  auto ok = http_->Post("/payments", same, pay);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 201) << ok->body;
+}
+
+TEST_F(PanelHardeningTest, AFormPostNeedsTheSessionsCsrfTokenAndJsonNeedsNone) {
+  const httplib::Headers cookie_only{{"Cookie", cookie_.find("Cookie")->second}};
+  const long long before = payments();
+  auto bare = http_->Post("/payments", cookie_only, httplib::Params{{"amount_cents", "100"}});
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(bare->status, 403) << bare->body;
+  EXPECT_NE(bare->body.find("CSRF"), std::string::npos) << bare->body;
+  auto wrong = http_->Post("/payments", cookie_only,
+                           httplib::Params{{"amount_cents", "100"}, {"csrf_token", "0123"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 403);
+  EXPECT_EQ(payments(), before);
+  const std::string token = cookie_.find("X-CSRF-Token")->second;
+  ASSERT_EQ(token.size(), 32u);
+  auto field = http_->Post("/payments", cookie_only,
+                           httplib::Params{{"amount_cents", "100"}, {"csrf_token", token}});
+  ASSERT_TRUE(field);
+  EXPECT_EQ(field->status, 201) << field->body;
+  auto as_json = http_->Post("/payments", cookie_only, R"({"amount_cents": 250, "method": "cash"})",
+                             "application/json");
+  ASSERT_TRUE(as_json);
+  EXPECT_EQ(as_json->status, 201) << as_json->body;
+  // The schedule page's forms carry the token.
+  auto page = schedule();
+  ASSERT_TRUE(page);
+  EXPECT_NE(page->body.find("name=\"csrf_token\" value=\"" + token + "\""), std::string::npos);
+}
+
+TEST_F(PanelHardeningTest, EveryAnswerCarriesTheSecurityHeaders) {
+  for (const char* path : {"/login", "/healthz", "/no-such-page", "/dashboard/schedule"}) {
+    auto r = http_->Get(path, cookie_);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->get_header_value("X-Frame-Options"), "DENY") << path;
+    EXPECT_NE(r->get_header_value("Content-Security-Policy").find("frame-ancestors 'none'"),
+              std::string::npos)
+        << path;
+    EXPECT_EQ(r->get_header_value("X-Content-Type-Options"), "nosniff") << path;
+    EXPECT_EQ(r->get_header_value("Referrer-Policy"), "same-origin") << path;
+  }
+}
+
+TEST_F(PanelHardeningTest, WithSecureCookiesTheSessionCookieIsSecure) {
+  PanelServer::Options po;
+  po.store = store_.get();
+  po.logger = logging_.logger.get();
+  po.secure_cookies = true;
+  PanelServer secure(po);
+  ASSERT_TRUE(secure.start().ok());
+  httplib::Client c("127.0.0.1", secure.port());
+  auto r =
+      c.Post("/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->get_header_value("Set-Cookie").find("; Secure"), std::string::npos);
+  auto plain = http_->Post(
+      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->get_header_value("Set-Cookie").find("Secure"), std::string::npos);
+}
+
+TEST_F(PanelHardeningTest, FiveWrongPasswordsAMinuteThrottleTheAccountWith429) {
+  const httplib::Params wrong{{"email", "Bartek.Tran@club.example"}, {"password", "nope"}};
+  for (int i = 0; i < 5; ++i) {
+    auto r = http_->Post("/login", wrong);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+  }
+  auto blocked = http_->Post(
+      "/login", httplib::Params{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(blocked);
+  EXPECT_EQ(blocked->status, 429);
+  EXPECT_FALSE(blocked->get_header_value("Retry-After").empty());
+}
+
+TEST_F(PanelHardeningTest, ReportsAreSizeCappedAndRateLimited) {
+  auto big = http_->Post("/report", httplib::Params{{"note", std::string(3000, 'n')}});
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 400);
+  int accepted = 0;
+  int limited = 0;
+  for (int i = 0; i < 15; ++i) {
+    auto r = http_->Post("/report", httplib::Params{{"note", "hello"}});
+    ASSERT_TRUE(r);
+    if (r->status == 202) ++accepted;
+    if (r->status == 429) {
+      ++limited;
+      EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+    }
+  }
+  EXPECT_LE(accepted, 10);
+  EXPECT_GE(limited, 5);
+}
+
+TEST_F(PanelHardeningTest, OversizedBodiesGet413WithAShortMessage) {
+  auto form = http_->Post("/payments", cookie_,
+                          httplib::Params{{"amount_cents", "1"}, {"pad", std::string(9000, 'x')}});
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 413);
+  EXPECT_NE(form->body.find("too large"), std::string::npos) << form->body;
+  auto blob = http_->Post("/payments", cookie_, std::string(200 * 1024, 'x'), "text/plain");
+  ASSERT_TRUE(blob);
+  EXPECT_EQ(blob->status, 413);
+  EXPECT_NE(blob->body.find("too large"), std::string::npos) << blob->body;
+}
+
 }  // namespace
 }  // namespace holdfast::panel

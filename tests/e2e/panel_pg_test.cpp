@@ -112,7 +112,8 @@ class PanelPgTest : public ::testing::Test {
     ASSERT_EQ(r->status, 303) << r->body;
     const std::string set = r->get_header_value("Set-Cookie");
     EXPECT_NE(set.find("HttpOnly"), std::string::npos);
-    cookie_ = {{"Cookie", set.substr(0, set.find(';'))}};
+    cookie_ = {{"Cookie", set.substr(0, set.find(';'))},
+               {"X-CSRF-Token", r->get_header_value("X-CSRF-Token")}};
   }
 
   httplib::Result schedule() { return http_->Get("/dashboard/schedule?date=" + today(), cookie_); }

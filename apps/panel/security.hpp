@@ -1,0 +1,79 @@
+// Web security of the panel (DESIGN §8, issue #13):
+//
+//   - every answer carries kSecurityHeaders (no framing, no sniffing, same-origin referrers,
+//     a CSP that allows the pages' inline CSS and SVG and nothing else);
+//   - a state-changing request (anything but GET/HEAD/OPTIONS) from another site is refused
+//     with 403: its Origin must be absent or name the Host it came to, and Sec-Fetch-Site
+//     must not be "cross-site";
+//   - writes made with a session (/payments, /signups) sent as a form also carry the
+//     session's CSRF token (form field csrf_token or header X-CSRF-Token). A JSON body
+//     (Content-Type: application/json) needs none: a browser sends one cross-site only
+//     after a CORS preflight, which the panel never grants;
+//   - AttemptLimiter counts failures or hits per key in a sliding window (sign-in per
+//     account and per address, /report per address), on the panel's Clock.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "holdfast/clock.hpp"
+
+namespace httplib {
+struct Request;
+}
+
+namespace holdfast::panel {
+
+// The headers set on every answer.
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> security_headers();
+
+// Why `req` is refused as a cross-site state-changing request, or "" when it may proceed.
+[[nodiscard]] std::string cross_site_refusal(const httplib::Request& req);
+
+// The CSRF token of a session: the hex SHA-256 of a domain tag and the session token.
+// Unguessable without the session cookie (HttpOnly), the same on every panel sharing the
+// database and across restarts, so a page keeps working after a panel restarts.
+[[nodiscard]] std::string csrf_token(std::string_view session_token);
+
+// True when `req` carries `session_token`'s CSRF token or needs none (a JSON body).
+[[nodiscard]] bool csrf_ok(const httplib::Request& req, std::string_view session_token);
+
+// The request's field `name`: from a JSON object body (Content-Type: application/json;
+// strings and numbers), else from the query or form.
+[[nodiscard]] std::string request_field(const httplib::Request& req, const std::string& name);
+
+// `html` with a hidden csrf_token field in each <form method="post">.
+[[nodiscard]] std::string with_csrf_fields(std::string html, std::string_view token);
+
+// At most `limit` events per key within `window`; thread-safe.
+class AttemptLimiter {
+ public:
+  AttemptLimiter(Clock& clock, int limit, Duration window, std::size_t max_keys = 10'000)
+      : clock_(clock), limit_(limit), window_(window), max_keys_(max_keys) {}
+
+  // Zero when another event for `key` is allowed now; else how long until one is.
+  [[nodiscard]] Duration wait_for(const std::string& key);
+  // Counts one event for `key`.
+  void record(const std::string& key);
+
+ private:
+  void forget_old(std::deque<TimePoint>& events, TimePoint now) const;
+
+  Clock& clock_;
+  int limit_;
+  Duration window_;
+  std::size_t max_keys_;
+  std::mutex mutex_;
+  std::map<std::string, std::deque<TimePoint>> events_;
+};
+
+// Whole seconds for Retry-After (at least 1).
+[[nodiscard]] int retry_after_header(Duration wait);
+
+}  // namespace holdfast::panel
