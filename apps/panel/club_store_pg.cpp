@@ -129,6 +129,13 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
   for (std::string_view ddl : kSchema) {
     if (auto r = tx.query(ddl); !r.ok()) return r.status();
   }
+  // once()'s key table (the DDL of pg::Database::create_idempotency_table()), made here under
+  // the lock: two panels creating it at once outside it meet 42710/23505 on its type.
+  if (auto r = tx.query(std::string("CREATE TABLE IF NOT EXISTS ") + kIdempotencyTable +
+                        " (key text PRIMARY KEY, result text, "
+                        "created_at timestamptz NOT NULL DEFAULT now())");
+      !r.ok())
+    return r.status();
   Result<pg::Rows> courts = tx.query("SELECT count(*) FROM courts");
   if (!courts.ok()) return courts.status();
   Result<std::int64_t> n = int_at(*courts, 0, 0);
