@@ -65,7 +65,6 @@ struct SimArgs {
   int max_attempts = 0;
   std::string window;
   int threshold = 0;
-  std::string wake_jitter;
   std::string health;
   bool no_throttle = false;
   bool no_breaker = false;
@@ -141,7 +140,6 @@ sim::Strategy holdfast_defaults(const SimArgs& a, const Given& given) {
     if (a.threshold < 1) fail("--threshold must be at least 1");
     h.breaker_threshold = a.threshold;
   }
-  if (given("--wake-jitter")) h.wake_jitter = duration_arg(a.wake_jitter, "--wake-jitter");
   if (given("--health-probe")) h.health_interval = duration_arg(a.health, "--health-probe");
   if (given("--no-throttle")) h.throttle = false;
   if (given("--no-breaker")) h.breaker = false;
@@ -153,9 +151,10 @@ double seconds_of(Duration d) {
 }
 
 // The JSON document: the scenario, then per strategy the summary and the timeline as
-// columns. Nothing in it depends on the machine or the wall clock.
+// columns. Only wall_s (the run's real time) depends on the machine.
 ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& reports,
-                     const std::vector<sim::Strategy>& strategies) {
+                     const std::vector<sim::Strategy>& strategies,
+                     const std::vector<double>& walls) {
   ordered_json doc;
   ordered_json& sc = doc["scenario"];
   sc["name"] = s.name;
@@ -193,6 +192,12 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
     j["amplification_max"] = r.amplification_max;
     j["amplification_during_trigger"] = r.amplification_during_trigger;
     j["goodput_during_trigger"] = r.goodput_during_trigger;
+    j["goodput_limit_during_trigger"] = r.goodput_limit_during_trigger;
+    j["efficiency"] =
+        r.goodput_limit_during_trigger > 0.0 ? ordered_json(r.efficiency) : ordered_json(nullptr);
+    j["failed_p50_ms"] = r.failed_p50_ms;
+    j["failed_p99_ms"] = r.failed_p99_ms;
+    j["wall_s"] = walls[k];
     j["errors"] = r.errors;
     j["kind"] = std::string(sim::to_string(st.kind));
     j["max_attempts"] = st.max_attempts;
@@ -202,9 +207,6 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
       j["breaker"] = st.breaker;
       j["breaker_threshold"] = st.breaker_threshold;  // 0: the breaker's default
       j["health_probe_interval_s"] = seconds_of(st.health_interval);
-      j["wake_jitter_ms"] = st.wake_jitter < Duration::zero()
-                                ? ordered_json(nullptr)
-                                : ordered_json(seconds_of(st.wake_jitter) * 1e3);
     }
     j["requests"] = r.requests;
     j["successes"] = r.successes;
@@ -357,7 +359,8 @@ std::string recovery_text(const sim::Report& r) {
   return r.metastable ? "never (metastable)" : "not within the run";
 }
 
-void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports) {
+void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports,
+                 const std::vector<double>& walls) {
   const double capacity = s.database.workers / seconds_of(s.database.mean_service);
   fmt::print(
       "scenario {}: {:.0f} requests/s offered, capacity {:.0f} queries/s ({} workers x "
@@ -391,12 +394,20 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
   std::size_t width = 8;
   for (const sim::Report& r : reports)
     width = std::max(width, r.strategy.size());
-  fmt::print("{:<{}}  {:>18} {:>8} {:>9} {:>9} {:>8} {:>8}\n", "strategy", width, "recovery",
-             "amp max", "amp trig", "good trig", "errors", "p99 ms");
-  for (const sim::Report& r : reports) {
-    fmt::print("{:<{}}  {:>18} {:>8.2f} {:>9.2f} {:>8.1f}% {:>8} {:>8.0f}\n", r.strategy, width,
-               recovery_text(r), r.amplification_max, r.amplification_during_trigger,
-               r.goodput_during_trigger * 100.0, r.errors, r.p99_ms);
+  fmt::print("{:<{}}  {:>18} {:>8} {:>9} {:>9} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7}\n",
+             "strategy", width, "recovery", "amp max", "amp trig", "good trig", "limit", "effic",
+             "errors", "p99 ms", "fail p50", "fail p99", "wall s");
+  for (std::size_t k = 0; k < reports.size(); ++k) {
+    const sim::Report& r = reports[k];
+    const std::string efficiency = r.goodput_limit_during_trigger > 0.0
+                                       ? fmt::format("{:.2f}", r.efficiency)
+                                       : std::string("-");
+    fmt::print(
+        "{:<{}}  {:>18} {:>8.2f} {:>9.2f} {:>8.1f}% {:>6.2f} {:>6} {:>8} {:>8.0f} {:>8.0f} "
+        "{:>8.0f} {:>7.2f}\n",
+        r.strategy, width, recovery_text(r), r.amplification_max, r.amplification_during_trigger,
+        r.goodput_during_trigger * 100.0, r.goodput_limit_during_trigger, efficiency, r.errors,
+        r.p99_ms, r.failed_p50_ms, r.failed_p99_ms, walls[k]);
   }
   fmt::print("\nwhy requests failed:\n");
   for (const sim::Report& r : reports) {
@@ -440,6 +451,7 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
 
   std::vector<sim::Report> reports;
   std::vector<std::string> perf;
+  std::vector<double> walls;
   for (const sim::Strategy& st : *strategies) {
     const auto t0 = std::chrono::steady_clock::now();
     holdfast::Result<sim::Report> r = sim::run(scenario, st);
@@ -452,9 +464,10 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
         st.name, r->requests, r->events, wall, wall > 0 ? r->events / wall / 1e6 : 0.0,
         wall > 0 ? r->requests / wall / 1e6 : 0.0, r->peak_in_flight, r->peak_event_queue));
     reports.push_back(std::move(*r));
+    walls.push_back(wall);
   }
 
-  print_table(scenario, reports);
+  print_table(scenario, reports, walls);
   if (a.per_second) {
     for (const sim::Report& r : reports)
       print_seconds(r);
@@ -470,7 +483,7 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
              static_cast<double>(peak_rss_kib()) / 1024.0);
 
   if (!a.json_path.empty())
-    write_file(a.json_path, to_json(scenario, reports, *strategies).dump(2) + "\n");
+    write_file(a.json_path, to_json(scenario, reports, *strategies, walls).dump(2) + "\n");
   if (!a.svg_path.empty()) write_file(a.svg_path, svg_of(scenario, reports));
 }
 
@@ -484,7 +497,7 @@ void add_sim_command(CLI::App& app) {
       "sim", "Simulate retry storms and metastable failure with the real policy code");
   cmd->footer(
       "Strategies: none | naive[:attempts=N] | backoff[:attempts=N] | holdfast[:attempts=N]"
-      "[:window=6s][:threshold=N][:wake-jitter=D][:health=D][:no-throttle][:no-breaker]\n"
+      "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker]\n"
       "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, brownout, "
       "many-clients.");
   SimArgs& a = *args;
@@ -540,9 +553,6 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--window", a.window, "Retry window per request (default 6s)")->group(hf);
   cmd->add_option("--threshold", a.threshold,
                   "Consecutive overload faults that open the breaker at low traffic (default 5)")
-      ->group(hf);
-  cmd->add_option("--wake-jitter", a.wake_jitter,
-                  "Spread of requests woken by a successful probe (default 50ms)")
       ->group(hf);
   cmd->add_option("--health-probe", a.health,
                   "Run a HealthProbe this often while a breaker is open (default: none)")

@@ -15,8 +15,9 @@
 //             database that stops answering under steady traffic is noticed within 20
 //             calls, not after half a window.
 //   open      every call is refused until the open period ends. The period starts at
-//             `open_initial`, doubles on each failed probe up to `open_max`, and starts over
-//             once the breaker closes.
+//             `open_initial`, doubles on each probe that fails from overload up to
+//             `open_max`, and starts over once a probe succeeds. A probe whose caller cancels
+//             it (Permit::cancel(): it ran out of the caller's window) changes nothing.
 //   half-open after the open period, up to `half_open_probes` calls are admitted as probes,
 //             each holding a lease of `probe_lease`. `probe_successes_to_close` successful
 //             probes close the breaker; a failed probe, or a lease that expires without a
@@ -106,9 +107,10 @@ class CircuitBreaker {
  public:
   // Plain configuration; validated by the constructor (std::invalid_argument names the
   // field). Defaults: the ratio rule follows Hystrix (50% over a 10 s window of 10 buckets,
-  // at least 20 calls); the consecutive rule and the 30 s cap are the Vietnamese origin's
-  // breaker (threshold 5, recovery timeout 30 s). See docs/adr/0003-breaker-and-throttle.md;
-  // for busy_consecutive_failures, ADR 0007 (docs/adr/0007-*.md).
+  // at least 20 calls); the consecutive rule and the 30 s cap are the Vietnamese
+  // origin's breaker (threshold 5, recovery timeout 30 s). See
+  // docs/adr/0003-breaker-and-throttle.md; for busy_consecutive_failures, ADR 0007; for the open
+  // period, ADR 0008.
   struct Options {
     double failure_ratio = 0.5;  // in (0, 1]
     int minimum_calls = 20;      // >= 1: the ratio rule needs this many calls in the window
@@ -119,7 +121,8 @@ class CircuitBreaker {
     // faults in a row open the breaker too: a whole ratio sample that failed, without
     // waiting for the failures to outweigh up to 10 s of earlier successes.
     int busy_consecutive_failures = 20;
-    Duration slow_call_threshold = Duration::zero();         // >= 0; 0: latency never counts
+    Duration slow_call_threshold = Duration::zero();  // >= 0; 0: latency never counts
+    // A Shield's breaker opens for 250 ms to 1 s instead (Shield::Options, ADR 0008).
     Duration open_initial = std::chrono::milliseconds(500);  // > 0
     Duration open_max = std::chrono::seconds(30);            // >= open_initial
     int half_open_probes = 1;                        // in [1, 64]: probes admitted at a time

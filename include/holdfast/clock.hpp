@@ -42,6 +42,9 @@ class Clock {
   virtual ~Clock() = default;
 
   [[nodiscard]] virtual TimePoint now() const noexcept = 0;
+  // now(), or a cheaper reading of the same clock that may lag it by a clock tick (on
+  // Linux's system clock up to 4 ms): for bookkeeping that tolerates it on a hot path.
+  [[nodiscard]] virtual TimePoint coarse_now() const noexcept { return now(); }
 
   // Sleeps until `deadline`. With `wake`, returns early once wake->generation() differs
   // from `seen`. Returns true when woken early, false when the deadline was reached.
@@ -57,6 +60,8 @@ class Clock {
 class SystemClock final : public Clock {
  public:
   [[nodiscard]] TimePoint now() const noexcept override;
+  // CLOCK_MONOTONIC_COARSE: the same clock as now(), read without the time counter.
+  [[nodiscard]] TimePoint coarse_now() const noexcept override;
   bool sleep_until(TimePoint deadline, const Signal* wake = nullptr,
                    std::uint64_t seen = 0) override;
 };

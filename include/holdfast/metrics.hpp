@@ -17,9 +17,12 @@
 //   holdfast_throttled_total                     requests that gave up: retry throttle
 //   holdfast_breaker_rejected_total              requests failed at once by the breaker
 //   holdfast_breaker_waits_total                 waits for a probe inside the window
+//   holdfast_at_capacity_total                   requests failed at once: concurrency limit
 //   holdfast_breaker_transitions_total{to}       breaker state changes by target state
 //   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
 //   holdfast_retry_tokens                        gauge: the throttle's tokens
+//   holdfast_concurrency_limit                   gauge: the learned concurrency limit
+//   holdfast_in_flight                           gauge: calls in flight
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -32,6 +35,7 @@
 #include <string_view>
 
 #include "holdfast/circuit_breaker.hpp"
+#include "holdfast/concurrency_limit.hpp"
 #include "holdfast/fault.hpp"
 #include "holdfast/retry_throttle.hpp"
 
@@ -50,6 +54,7 @@ class Metrics {
     std::uint64_t throttled = 0;
     std::uint64_t breaker_rejected = 0;
     std::uint64_t breaker_waits = 0;
+    std::uint64_t at_capacity = 0;
     // [RetryScope][overload ? 1 : 0]
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
     // [BreakerState]: transitions into that state
@@ -71,15 +76,18 @@ class Metrics {
     breaker_rejected_.fetch_add(1, std::memory_order_relaxed);
   }
   void count_breaker_wait() noexcept { breaker_waits_.fetch_add(1, std::memory_order_relaxed); }
+  void count_at_capacity() noexcept { at_capacity_.fetch_add(1, std::memory_order_relaxed); }
   void count_transition(BreakerState to) noexcept {
     transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
   }
 
   // Where the gauges come from (either may be null: that gauge is left out). REQUIRES: the
   // objects outlive every later call of prometheus_text().
-  void attach(const CircuitBreaker* breaker, const RetryThrottle* throttle) noexcept {
+  void attach(const CircuitBreaker* breaker, const RetryThrottle* throttle,
+              const ConcurrencyLimit* limit = nullptr) noexcept {
     breaker_.store(breaker, std::memory_order_release);
     throttle_.store(throttle, std::memory_order_release);
+    limit_.store(limit, std::memory_order_release);
   }
 
   // A consistent-enough copy of the counters (each read on its own, relaxed).
@@ -109,10 +117,12 @@ class Metrics {
   std::atomic<std::uint64_t> throttled_{0};
   std::atomic<std::uint64_t> breaker_rejected_{0};
   std::atomic<std::uint64_t> breaker_waits_{0};
+  std::atomic<std::uint64_t> at_capacity_{0};
   std::array<std::array<std::atomic<std::uint64_t>, 2>, kScopes> faults_{};
   std::array<std::atomic<std::uint64_t>, kStates> transitions_{};
   std::atomic<const CircuitBreaker*> breaker_{nullptr};
   std::atomic<const RetryThrottle*> throttle_{nullptr};
+  std::atomic<const ConcurrencyLimit*> limit_{nullptr};
 };
 
 }  // namespace holdfast

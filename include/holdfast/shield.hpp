@@ -1,5 +1,5 @@
-// Shield: what an application holds per database — circuit breaker, retry throttle,
-// default retry policies and metrics, composed in one place.
+// Shield: what an application holds per database — circuit breaker, concurrency limit,
+// retry throttle, default retry policies and metrics, composed in one place.
 //
 //   holdfast::Shield shield("main");
 //   {
@@ -8,20 +8,27 @@
 //                            [&] { return db.query(sql); });
 //   }
 //
-// A request goes RequestScope -> retry loop -> throttle -> breaker -> attempt:
-//   - every attempt asks the breaker first. Refused while open: if the next probe is due
-//     inside the request's window, the request waits for it; otherwise it fails at once
-//     with kUnavailable, stop_reason kBreakerOpen and retry_after() set (HTTP 503 +
-//     Retry-After). That Status is not an overload fault: shedding never feeds the breaker.
-//   - when a probe succeeds the waiters are woken at once (each after a small jitter) and
-//     go through a gate of release_concurrency (32) slots: a released waiter holds a slot
-//     for its attempt and hands it back when the attempt ends. A database that answers in
-//     a millisecond takes the whole crowd within milliseconds; one that is still weak is
-//     never sent more than 32 of them at a time (the herd that would close it again).
+// A request goes RequestScope -> retry loop -> breaker -> concurrency limit -> attempt
+// (docs/adr/0008-admission-by-learned-capacity.md):
+//   - every attempt asks the breaker first. Refused while open: the request waits for the
+//     next probe only when that pays — the breaker opened on lock contention (a holder that
+//     will let go), the probe is due within probe_wait, and the window covers the probe and
+//     one more attempt. Otherwise it fails at once with kUnavailable, stop_reason
+//     kBreakerOpen and retry_after() set (HTTP 503 + Retry-After). Shedding never counts as
+//     an overload fault.
+//   - then the ConcurrencyLimit: the work this Shield has in flight stays within what the
+//     database answers at its normal latency (learned, Gradient2). A first attempt that
+//     finds it full queues, first come first served, if its expected wait fits within
+//     queue_wait and its window; otherwise it fails at once with stop_reason kAtCapacity
+//     and retry_after(). Every place that frees up is handed to the first waiter, and only
+//     to it. When a probe succeeds, as many waiters go as the limit has room for.
 //   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
-//     may be repeated). Before each retry the throttle is asked; refused: stop, kThrottled.
-//   - results: success -> breaker success, throttle success; overload fault -> breaker
-//     failure; transient fault -> throttle failure; anything else -> neutral.
+//     may be repeated). A retry starts only where the limit has room for retries (below
+//     retry_share of it) and, while the database answers slower than normal, the throttle
+//     allows it: retries use spare capacity and nothing else.
+//   - results: success -> breaker, throttle and limit (a latency sample); overload fault
+//     -> breaker failure; a timed-out attempt -> a dropped sample; a probe that ran out of
+//     its caller's window -> nothing (no evidence against the database).
 // Reads (idempotent operations) use the reads policy (the origin's: 5 attempts,
 // 200/600/1500/3000 ms ±50%, 6 s window); everything else uses the writes policy, whose
 // schedule is the same: the Operation already limits a write's retries to faults that prove
@@ -32,10 +39,12 @@
 //
 // Thread safety: a Shield may be used from any number of threads. A Call belongs to one
 // request and is not thread-safe. The success path of run() takes no lock and allocates
-// nothing.
+// nothing; on the system clock it reads the coarse clock once and times one call per
+// clock tick and thread.
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +53,7 @@
 
 #include "holdfast/circuit_breaker.hpp"
 #include "holdfast/clock.hpp"
+#include "holdfast/concurrency_limit.hpp"
 #include "holdfast/metrics.hpp"
 #include "holdfast/random.hpp"
 #include "holdfast/result.hpp"
@@ -56,21 +66,32 @@ namespace holdfast {
 
 class Shield {
  public:
+  // A Shield's breaker options: CircuitBreaker's, with the open period below.
+  static CircuitBreaker::Options shield_breaker() {
+    CircuitBreaker::Options o;
+    o.open_initial = std::chrono::milliseconds(250);
+    o.open_max = std::chrono::seconds(1);
+    return o;
+  }
+
   // Copyable configuration, validated by the constructor (std::invalid_argument).
   struct Options {
-    CircuitBreaker::Options breaker;
+    // The breaker's open period is 250 ms, doubling on each probe that fails for the
+    // database's own reasons, to at most 1 s: the first probe after an outage comes within
+    // a second of its end (ADR 0008). The concurrency limit and the throttle keep the
+    // load down meanwhile; the origin's 30 s kept a page failing 28 s after the lock.
+    CircuitBreaker::Options breaker = shield_breaker();
     RetryThrottle::Options throttle;
+    ConcurrencyLimit::Options limit;
     RetryPolicy reads = RetryPolicy::origin_reads();
     RetryPolicy writes = RetryPolicy::origin_reads();
-    // After a successful probe wakes a waiting request, it waits a further uniform
-    // [0, wake_jitter] so the waiters do not all arrive at once. >= 0.
-    Duration wake_jitter = std::chrono::milliseconds(50);
-    // Requests that waited for the breaker's probe make their next attempt through a gate
-    // of this many slots, each held for one attempt: the most of them the database is sent
-    // at once after it comes back. >= 1.
-    int release_concurrency = 32;
+    // The longest a first attempt queues for a place under the concurrency limit; one
+    // whose expected wait is longer is answered kAtCapacity at once. >= 0.
+    Duration queue_wait = std::chrono::milliseconds(500);
+    // The longest a request waits for the breaker's next probe (and only after lock
+    // contention: see above). >= 0; zero never waits.
+    Duration probe_wait = std::chrono::seconds(1);
   };
-
   class Call;
   struct Admission;
   struct Verdict;
@@ -105,6 +126,8 @@ class Shield {
 
   [[nodiscard]] CircuitBreaker& breaker() noexcept { return breaker_; }
   [[nodiscard]] const CircuitBreaker& breaker() const noexcept { return breaker_; }
+  [[nodiscard]] ConcurrencyLimit& limit() noexcept { return limit_; }
+  [[nodiscard]] const ConcurrencyLimit& limit() const noexcept { return limit_; }
   [[nodiscard]] RetryThrottle& throttle() noexcept { return throttle_; }
   [[nodiscard]] const RetryThrottle& throttle() const noexcept { return throttle_; }
   [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
@@ -112,25 +135,44 @@ class Shield {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
   [[nodiscard]] const Options& options() const noexcept { return options_; }
-  // What waiting requests sleep on (Admission::wake): moved by every breaker state change
-  // that may let them through, and by every slot handed back at the release gate.
+  // Moved by every breaker state change that may let requests through.
   [[nodiscard]] const Signal& signal() const noexcept { return signal_; }
+  // Moved whenever a waiting Call is woken (handed a place, or told to decide again): an
+  // event loop that keeps its waiters in the order admit() said kWait to them finds the
+  // woken ones at the front (Call::woken()).
+  [[nodiscard]] const Signal& wakes() const noexcept { return wakes_; }
+  // Requests waiting for a place or for a probe.
+  [[nodiscard]] std::int64_t waiting() const noexcept { return limit_.queued(); }
 
   // metrics().prometheus_text(name()).
   [[nodiscard]] std::string metrics_text() const;
 
  private:
   static Options with_clock(Options options, Clock& clock);
+  void on_transition(const BreakerTransition& t);
+  // The wait queue (first come, first served), under wait_mutex_.
+  void enqueue(Call& call);
+  bool leave_queue(Call& call);  // true when the call had been handed a place
+  void release_place() noexcept;
+  void wake_locked(Call& call, bool granted) noexcept;
+  // REQUIRES: wait_mutex_ held. While the breaker is closed, hands the limit's room to the
+  // first waiters; true when it woke any.
+  bool grant_locked() noexcept;
 
   std::string name_;
   Clock* clock_;
   Options options_;
   CircuitBreaker breaker_;
+  ConcurrencyLimit limit_;
   RetryThrottle throttle_;
   Metrics metrics_;
   Signal signal_;
-  // Free slots of the release gate (see Options::release_concurrency).
-  alignas(64) std::atomic<int> release_slots_;
+  Signal wakes_;
+  // 1 when the last overload fault was lock contention (see Options::probe_wait).
+  std::atomic<bool> last_overload_fast_{false};
+  std::mutex wait_mutex_;
+  Call* head_ = nullptr;  // guarded by wait_mutex_
+  Call* tail_ = nullptr;  // guarded by wait_mutex_
 };
 
 // What to do next, before an attempt.
@@ -145,7 +187,6 @@ struct Shield::Admission {
   TimePoint until{};              // kWait
   const Signal* wake = nullptr;   // kWait
   std::uint64_t seen = 0;         // kWait
-  Duration jitter{};              // kWait: if woken early, wait this much longer first
   Status status;                  // kStop
 };
 
@@ -168,7 +209,7 @@ struct Shield::Verdict {
 //     kAttempt: run it; call.succeeded(std::move(a.permit), latency) -> done, or
 //               Verdict v = call.failed(std::move(a.permit), status, now, latency):
 //               kRetry -> come back after v.delay; kStop -> fail with v.status
-//     kWait:    come back at a.until, or (+ a.jitter) when a.wake moves past a.seen
+//     kWait:    come back at a.until, or when a.wake moves past a.seen
 //     kStop:    fail with a.status
 //   }
 //
@@ -180,37 +221,38 @@ class Shield::Call {
   Call(Shield& shield, const RetryPolicy& policy, Operation op,
        RetryWindow* window = RequestScope::current_window()) noexcept
       : shield_(&shield), policy_(&policy), op_(op), window_(window) {}
-  // The same with a given random source (backoff and wake jitter), for reproducible runs.
+  // The same with a given random source (backoff), for reproducible runs.
   Call(Shield& shield, const RetryPolicy& policy, Operation op, RetryWindow* window,
        Random rng) noexcept
       : shield_(&shield), policy_(&policy), op_(op), window_(window), rng_(rng) {}
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
   ~Call() {
-    if (holds_slot_) [[unlikely]]
-      release_slot();
+    if (queued_ || holds_place_) [[unlikely]]
+      abandon();
   }
 
-  // May the next attempt start at `now`? Asks the breaker (and, for a request that waited
-  // for a probe, the release gate); never blocks.
+  // May the next attempt start at `now`? Asks the breaker, then the concurrency limit;
+  // never blocks.
   [[nodiscard]] Admission admit(TimePoint now) {
+    if (queued_) [[unlikely]]
+      return admit_after_wait(now);
     CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
     if (permit) [[likely]] {
-      if (waited_ && !permit.is_probe()) [[unlikely]] {
-        // The permit is dropped if the gate says wait: unused, it counts as nothing.
-        Admission gate = through_gate(now);
-        if (gate.kind != Admission::Kind::kAttempt) return gate;
+      if (!permit.is_probe() && shield_->limit_.try_acquire(attempts_ > 0)) [[likely]] {
+        holds_place_ = true;
+        Admission a;
+        a.kind = Admission::Kind::kAttempt;
+        a.permit = std::move(permit);
+        return a;
       }
-      Admission a;
-      a.kind = Admission::Kind::kAttempt;
-      a.permit = std::move(permit);
-      return a;
+      return admit_slow(std::move(permit), now);
     }
     return refused(permit, now);
   }
 
-  // The attempt admitted with `permit` succeeded after `latency` (zero when not measured;
-  // needed only when shield.breaker().measures_latency()).
+  // The attempt admitted with `permit` succeeded after `latency` (zero when not measured:
+  // then it is no latency sample).
   void succeeded(CircuitBreaker::Permit&& permit, Duration latency = Duration::zero()) noexcept;
 
   // The attempt admitted with `permit` failed with `status` (REQUIRES: !status.ok()) at
@@ -223,13 +265,24 @@ class Shield::Call {
 
   [[nodiscard]] int attempts() const noexcept { return attempts_; }
   [[nodiscard]] RetryStats stats() const noexcept { return {attempts_, slept_, stop_}; }
+  // After kWait: true once the Shield has woken this call (for single-threaded event loops;
+  // see Shield::wakes()).
+  [[nodiscard]] bool woken() const noexcept { return woken_; }
 
  private:
+  friend class Shield;
+  Admission admit_slow(CircuitBreaker::Permit&& permit, TimePoint now);
+  Admission admit_after_wait(TimePoint now);
   Admission refused(const CircuitBreaker::Permit& permit, TimePoint now);
-  Admission through_gate(TimePoint now);
-  void release_slot() noexcept;
+  Admission at_capacity(TimePoint now);
+  Admission wait(TimePoint until);
+  Admission stop(StopReason reason, Status status);
+  void release_place() noexcept;
+  void abandon() noexcept;
+  // Window time an attempt needs: the policy's last-attempt reserve, or twice the
+  // database's normal latency when that is longer.
+  Duration attempt_time() const noexcept;
   RetryState& state();
-  Random& rng();
 
   Shield* shield_;
   const RetryPolicy* policy_;
@@ -237,11 +290,20 @@ class Shield::Call {
   RetryWindow* window_;
   std::optional<Random> rng_;
   std::optional<RetryState> state_;  // built at the first failure or refusal
+  std::optional<Signal> signal_;     // built at the first wait: what this call sleeps on
   int attempts_ = 0;
   Duration slept_{};
   StopReason stop_ = StopReason::kNone;
-  bool waited_ = false;      // waited for a probe; its next attempt goes through the gate
-  bool holds_slot_ = false;  // holds a slot of the release gate for its current attempt
+  TimePoint queue_deadline_{};  // set at the first wait for a place
+  bool holds_place_ = false;    // holds a place under the concurrency limit
+  bool queued_ = false;         // admit() said kWait and the call has not looked since
+  bool waited_for_probe_ = false;
+  // Guarded by the Shield's wait_mutex_:
+  Call* next_ = nullptr;
+  Call* prev_ = nullptr;
+  bool linked_ = false;   // in the Shield's wait queue
+  bool granted_ = false;  // woken with a place handed to it
+  bool woken_ = false;
 };
 
 template <class F>
@@ -251,32 +313,38 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
   static_assert(std::is_same_v<R, Status> || is_result<R>::value,
                 "holdfast::Shield::run: the callable must return holdfast::Status or Result<T>");
   Clock& clock = *clock_;
-  const bool timed = breaker_.measures_latency();
+  const bool always_timed = breaker_.measures_latency();
   Call call(*this, policy, op);
+  // The coarse clock places the call in the breaker's window; one call per clock tick and
+  // thread is timed precisely, as the concurrency limit's latency sample.
+  TimePoint start = clock.coarse_now();
   for (;;) {
-    const TimePoint start = clock.now();
     Admission a = call.admit(start);
     if (a.kind == Admission::Kind::kAttempt) [[likely]] {
+      const bool timed = always_timed || limit_.wants_sample(start);
+      const TimePoint t0 = timed ? clock.now() : start;
       R r = attempt();
       if (is_ok(r)) [[likely]] {
-        call.succeeded(std::move(a.permit), timed ? clock.now() - start : Duration::zero());
+        call.succeeded(std::move(a.permit), timed ? clock.now() - t0 : Duration::zero());
         if (stats != nullptr) *stats = call.stats();
         return r;
       }
       const TimePoint end = clock.now();
-      Verdict v = call.failed(std::move(a.permit), status_of(r), end, end - start);
+      Verdict v = call.failed(std::move(a.permit), status_of(r), end, end - t0);
       if (v.kind == Verdict::Kind::kStop) {
         if (stats != nullptr) *stats = call.stats();
         return R(std::move(v.status));
       }
       clock.sleep_for(v.delay);
-      call.add_slept(clock.now() - end);
+      start = clock.now();
+      call.add_slept(start - end);
       continue;
     }
     if (a.kind == Admission::Kind::kWait) {
-      const bool woken = clock.sleep_until(a.until, a.wake, a.seen);
-      if (woken && a.jitter > Duration::zero()) clock.sleep_for(a.jitter);
-      call.add_slept(clock.now() - start);
+      clock.sleep_until(a.until, a.wake, a.seen);
+      const TimePoint woke = clock.now();
+      call.add_slept(woke - start);
+      start = woke;
       continue;
     }
     if (stats != nullptr) *stats = call.stats();

@@ -146,9 +146,6 @@ struct Strategy {
   bool breaker = true;
   // Consecutive overload faults that open the breaker at low traffic (0: its default, 5).
   int breaker_threshold = 0;
-  // Shield::Options::wake_jitter: requests woken by a successful probe wait a further
-  // uniform [0, wake_jitter] (negative: the Shield's default, 50 ms).
-  Duration wake_jitter = Duration(-1);
   // > 0: each Shield's breaker also has a HealthProbe ("SELECT 1") run every this long
   // while the breaker is open. Its answer is what an attempt sent at that moment would
   // get (refused, 53300, or a wait longer than the timeout judged from the queue); the
@@ -163,7 +160,7 @@ struct Strategy {
 
 // Parses one strategy: a kind, then optional ":key=value" or ":flag" settings:
 //   none | naive[:attempts=N] | backoff[:attempts=N]
-//   holdfast[:attempts=N][:window=6s][:threshold=N][:wake-jitter=D][:health=D]
+//   holdfast[:attempts=N][:window=6s][:threshold=N][:health=D]
 //            [:no-throttle][:no-breaker]
 // Durations take ms or s ("250ms", "6s", "1.5s"). The strategy is named after the text.
 // `base_holdfast` supplies the defaults of every holdfast entry (command-line options).
@@ -193,7 +190,7 @@ struct Second {
 };
 
 // Why user requests failed (indexed by StopReason).
-using ErrorsByReason = std::array<std::uint64_t, 8>;
+using ErrorsByReason = std::array<std::uint64_t, 9>;
 
 struct Report {
   std::string strategy;
@@ -209,6 +206,14 @@ struct Report {
   double amplification_during_trigger = 0.0;
   // Fraction of the requests offered during the trigger that were answered during it.
   double goodput_during_trigger = 0.0;
+  // The most a perfect client could get: capacity during the trigger / offered load,
+  // capped at 1 (0 in an outage, where there is no capacity).
+  double goodput_limit_during_trigger = 0.0;
+  // goodput_during_trigger / goodput_limit_during_trigger (0 when the limit is 0).
+  double efficiency = 0.0;
+  // Latency of the requests that failed, from arrival to the error.
+  double failed_p50_ms = 0.0;
+  double failed_p99_ms = 0.0;
   std::uint64_t requests = 0;
   std::uint64_t successes = 0;
   std::uint64_t errors = 0;
@@ -242,7 +247,6 @@ struct TraceEvent {
   // kAdmit:
   Shield::Admission::Kind admission = Shield::Admission::Kind::kAttempt;
   TimePoint until{};  // kWait
-  Duration jitter{};  // kWait
   // kSucceeded, kFailed:
   Duration latency{};
   const Status* status = nullptr;  // kFailed: the fault; kAdmit kStop: why
@@ -269,6 +273,9 @@ using Tracer = std::function<void(const TraceEvent&)>;
 [[nodiscard]] Shield::Options shield_options(const Strategy& strategy, Clock& clock);
 // and the seed of request number `request` (0-based arrival order) of a run with `seed`.
 [[nodiscard]] std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept;
+
+// Capacity during the trigger / offered load, capped at 1 (see Report).
+[[nodiscard]] double goodput_limit(const Scenario& scenario) noexcept;
 
 // The recovery rule (see Scenario), applied to per-second results. Sets recovery_s and
 // metastable in `report` from report.seconds.

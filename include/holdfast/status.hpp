@@ -56,6 +56,7 @@ enum class StopReason : std::uint8_t {
   kThrottled,          // the retry throttle refused (too many retries process-wide)
   kBreakerOpen,        // the circuit breaker refused the attempt
   kCancelled,          // the caller cancelled
+  kAtCapacity,         // the database is at the concurrency the Shield learned it answers
 };
 
 // What an error inside a transaction left behind.
@@ -99,7 +100,8 @@ class [[nodiscard]] Status {
   }
   // Attempts made by the retry loop that gave up (0 when no loop gave up).
   [[nodiscard]] int attempts() const noexcept { return rep_ ? rep_->attempts : 0; }
-  // For kBreakerOpen/kThrottled: how long until trying again is worth it (HTTP Retry-After).
+  // For kBreakerOpen/kThrottled/kAtCapacity: how long until trying again is worth it (HTTP
+  // Retry-After).
   [[nodiscard]] Duration retry_after() const noexcept {
     return rep_ ? rep_->retry_after : Duration::zero();
   }

@@ -143,6 +143,7 @@ bool is_own_shedding(const Status& status) noexcept {
     case StopReason::kThrottled:
     case StopReason::kWindowSpent:
     case StopReason::kCancelled:
+    case StopReason::kAtCapacity:
       return true;
     default:
       return false;

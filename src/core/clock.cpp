@@ -1,5 +1,7 @@
 #include "holdfast/clock.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -20,6 +22,12 @@ Clock& Clock::system() noexcept {
 
 TimePoint SystemClock::now() const noexcept {
   return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+}
+
+TimePoint SystemClock::coarse_now() const noexcept {
+  timespec ts{};
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return now();
+  return TimePoint(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
 }
 
 bool SystemClock::sleep_until(TimePoint deadline, const Signal* wake, std::uint64_t seen) {

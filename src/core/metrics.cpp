@@ -129,6 +129,7 @@ Metrics::Snapshot Metrics::snapshot() const noexcept {
   s.throttled = throttled_.load(std::memory_order_relaxed);
   s.breaker_rejected = breaker_rejected_.load(std::memory_order_relaxed);
   s.breaker_waits = breaker_waits_.load(std::memory_order_relaxed);
+  s.at_capacity = at_capacity_.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < kScopes; ++i) {
     for (std::size_t j = 0; j < 2; ++j)
       s.faults[i][j] = faults_[i][j].load(std::memory_order_relaxed);
@@ -195,6 +196,10 @@ std::string Metrics::prometheus_text(std::span<const Labelled> shields) {
   counter("holdfast_breaker_waits_total",
           "Times a request waited inside its window for the circuit breaker's next probe.",
           &Snapshot::breaker_waits);
+  counter("holdfast_at_capacity_total",
+          "Requests failed at once because the database was at the concurrency the Shield "
+          "learned it answers, and their wait for a place would have been too long.",
+          &Snapshot::at_capacity);
   family("holdfast_breaker_transitions_total", "counter",
          "Circuit breaker state changes, by the state entered.",
          [&](const Snapshot& s, const Metrics&) {
@@ -231,6 +236,20 @@ std::string Metrics::prometheus_text(std::span<const Labelled> shields) {
                w.sample("holdfast_retry_tokens", t->tokens());
              }
            });
+  }
+  if (any(&Metrics::limit_)) {
+    const auto limit_gauge = [&](std::string_view name, std::string_view help, auto value) {
+      family(name, "gauge", help, [&](const Snapshot&, const Metrics& m) {
+        if (const ConcurrencyLimit* l = m.limit_.load(std::memory_order_acquire)) {
+          w.sample(name, value(*l));
+        }
+      });
+    };
+    limit_gauge("holdfast_concurrency_limit",
+                "The concurrency the Shield learned the database answers at its normal latency.",
+                [](const ConcurrencyLimit& l) { return l.limit(); });
+    limit_gauge("holdfast_in_flight", "Calls in flight to the database.",
+                [](const ConcurrencyLimit& l) { return static_cast<double>(l.in_flight()); });
   }
   return out;
 }

@@ -17,13 +17,13 @@ constexpr Fault kShedding{RetryScope::kStatement, Outcome::kNotApplied, Pace::kS
 }  // namespace
 
 Shield::Options Shield::with_clock(Options options, Clock& clock) {
-  if (options.wake_jitter < Duration::zero()) {
-    throw std::invalid_argument("Shield::Options::wake_jitter must not be negative, got " +
-                                std::to_string(to_ms_ceil(options.wake_jitter)) + " ms");
+  if (options.queue_wait < Duration::zero()) {
+    throw std::invalid_argument("Shield::Options::queue_wait must not be negative, got " +
+                                std::to_string(to_ms_ceil(options.queue_wait)) + " ms");
   }
-  if (options.release_concurrency < 1) {
-    throw std::invalid_argument("Shield::Options::release_concurrency must be at least 1, got " +
-                                std::to_string(options.release_concurrency));
+  if (options.probe_wait < Duration::zero()) {
+    throw std::invalid_argument("Shield::Options::probe_wait must not be negative, got " +
+                                std::to_string(to_ms_ceil(options.probe_wait)) + " ms");
   }
   options.reads.clock(clock);
   options.writes.clock(clock);
@@ -37,20 +37,130 @@ Shield::Shield(std::string name, Options options, Clock& clock)
       clock_(&clock),
       options_(with_clock(std::move(options), clock)),
       breaker_(options_.breaker, clock),
-      throttle_(options_.throttle),
-      release_slots_(options_.release_concurrency) {
-  breaker_.add_listener([this](const BreakerTransition& t) {
-    metrics_.count_transition(t.to);
-    // Open -> half-open admits only the probe, which is not waiting: it wakes nobody.
-    if (t.to != BreakerState::kHalfOpen) signal_.notify_all();
-  });
-  metrics_.attach(&breaker_, &throttle_);
+      limit_(options_.limit),
+      throttle_(options_.throttle) {
+  breaker_.add_listener([this](const BreakerTransition& t) { on_transition(t); });
+  metrics_.attach(&breaker_, &throttle_, &limit_);
 }
 
 Shield::~Shield() = default;
 
 std::string Shield::metrics_text() const {
   return metrics_.prometheus_text(name_);
+}
+
+// ---- the wait queue ----------------------------------------------------------------------
+
+void Shield::on_transition(const BreakerTransition& t) {
+  metrics_.count_transition(t.to);
+  // Open -> half-open admits only the probe, which is not waiting: it wakes nobody.
+  if (t.to == BreakerState::kHalfOpen) return;
+  signal_.notify_all();
+  bool woke = false;
+  {
+    std::lock_guard<std::mutex> lock(wait_mutex_);
+    if (t.to == BreakerState::kClosed) {
+      // The database answers again: as many waiters go as the limit has room for; the
+      // others get the places their predecessors free, one by one.
+      woke = grant_locked();
+    } else {
+      // Opened (or isolated): every waiter decides again, most of them to fail now.
+      while (head_ != nullptr) {
+        wake_locked(*head_, false);
+        woke = true;
+      }
+    }
+  }
+  if (woke) wakes_.notify_all();
+}
+
+bool Shield::grant_locked() noexcept {
+  if (breaker_.state() != BreakerState::kClosed) return false;
+  bool woke = false;
+  while (head_ != nullptr &&
+         static_cast<double>(limit_.in_flight()) + 1.0 <= std::max(limit_.limit(), 1.0)) {
+    limit_.acquire();
+    wake_locked(*head_, true);
+    woke = true;
+  }
+  return woke;
+}
+
+void Shield::enqueue(Call& call) {
+  if (!call.signal_) call.signal_.emplace();
+  bool woke = false;
+  {
+    std::lock_guard<std::mutex> lock(wait_mutex_);
+    call.prev_ = tail_;
+    call.next_ = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next_ = &call;
+    } else {
+      head_ = &call;
+    }
+    tail_ = &call;
+    call.linked_ = true;
+    call.granted_ = false;
+    call.woken_ = false;
+    limit_.queued(1);
+    call.queued_ = true;
+    // Room under the limit (it grew, or places were freed before anyone queued): it goes
+    // to the first in line, which may be this call.
+    woke = grant_locked();
+  }
+  if (woke) wakes_.notify_all();
+}
+
+// REQUIRES: wait_mutex_ held and `call` linked. Unlinks it and wakes it (under the lock, so
+// the call cannot be gone before its signal is notified).
+void Shield::wake_locked(Call& call, bool granted) noexcept {
+  if (call.prev_ != nullptr) {
+    call.prev_->next_ = call.next_;
+  } else {
+    head_ = call.next_;
+  }
+  if (call.next_ != nullptr) {
+    call.next_->prev_ = call.prev_;
+  } else {
+    tail_ = call.prev_;
+  }
+  call.next_ = call.prev_ = nullptr;
+  call.linked_ = false;
+  call.granted_ = granted;
+  call.woken_ = true;
+  limit_.queued(-1);
+  call.signal_->notify_all();
+}
+
+bool Shield::leave_queue(Call& call) {
+  std::lock_guard<std::mutex> lock(wait_mutex_);
+  call.queued_ = false;
+  if (call.linked_) {
+    wake_locked(call, false);  // leaves by itself: nobody else to notify
+    return false;
+  }
+  const bool granted = call.granted_;
+  call.granted_ = false;
+  return granted;
+}
+
+void Shield::release_place() noexcept {
+  if (limit_.queued() > 0) [[unlikely]] {
+    bool woke = false;
+    {
+      std::lock_guard<std::mutex> lock(wait_mutex_);
+      if (head_ != nullptr && breaker_.state() == BreakerState::kClosed) {
+        wake_locked(*head_, true);  // the place goes to the first waiter, and only to it
+        grant_locked();             // and any room the limit gained since, to the next ones
+        woke = true;
+      } else {
+        limit_.release();
+      }
+    }
+    if (woke) wakes_.notify_all();
+    return;
+  }
+  limit_.release();
 }
 
 // ---- Call ------------------------------------------------------------------------------
@@ -66,80 +176,143 @@ RetryState& Shield::Call::state() {
   return *state_;
 }
 
-Random& Shield::Call::rng() {
-  if (!rng_) {
-    rng_.emplace(policy_->seed() ? Random(*policy_->seed() ^ 0x5851f42d4c957f2dULL)
-                                 : Random::from_thread());
-  }
-  return *rng_;
+void Shield::Call::release_place() noexcept {
+  holds_place_ = false;
+  shield_->release_place();
 }
 
-void Shield::Call::release_slot() noexcept {
-  holds_slot_ = false;
-  shield_->release_slots_.fetch_add(1, std::memory_order_release);
-  shield_->signal_.notify_all();
+void Shield::Call::abandon() noexcept {
+  if (queued_ && shield_->leave_queue(*this)) holds_place_ = true;
+  if (holds_place_) release_place();
 }
 
-Shield::Admission Shield::Call::through_gate(TimePoint now) {
-  Shield& shield = *shield_;
-  // Read before trying, so a slot handed back after the try still wakes us.
-  const std::uint64_t seen = shield.signal_.generation();
-  int free = shield.release_slots_.load(std::memory_order_acquire);
-  while (free > 0) {
-    if (shield.release_slots_.compare_exchange_weak(free, free - 1, std::memory_order_acquire)) {
-      waited_ = false;
-      holds_slot_ = true;
-      Admission go;
-      go.kind = Admission::Kind::kAttempt;
-      return go;
-    }
+Duration Shield::Call::attempt_time() const noexcept {
+  return std::max(policy_->last_attempt_time(), 2 * shield_->limit_.normal_latency());
+}
+
+Shield::Admission Shield::Call::admit_after_wait(TimePoint now) {
+  if (!shield_->leave_queue(*this)) return admit(now);
+  // Handed a place: it is this call's, unless the breaker refuses it now.
+  holds_place_ = true;
+  CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
+  if (!permit) {
+    release_place();
+    return refused(permit, now);
   }
-  // Every slot is out: wait for one to come back while the window lasts.
-  RetryWindow& window = state().window();
-  const TimePoint limit = window.deadline() - policy_->last_attempt_time();
-  if (limit > now) {
-    Admission a;
-    a.kind = Admission::Kind::kWait;
-    a.until = limit;
-    a.wake = &shield.signal_;
-    a.seen = seen;
-    return a;
-  }
-  shield.metrics_.count_window_spent();
-  stop_ = StopReason::kWindowSpent;
   Admission a;
-  a.kind = Admission::Kind::kStop;
-  a.status = Status(Code::kUnavailable,
-                    "the database of '" + shield.name_ +
-                        "' is back, and the requests that waited for it go " +
-                        std::to_string(shield.options_.release_concurrency) +
-                        " at a time; this one's window ended first",
-                    kShedding);
-  a.status.with_stop(StopReason::kWindowSpent, attempts_, std::chrono::seconds(1));
+  a.kind = Admission::Kind::kAttempt;
+  a.permit = std::move(permit);
   return a;
 }
 
+Shield::Admission Shield::Call::admit_slow(CircuitBreaker::Permit&& permit, TimePoint now) {
+  Shield& shield = *shield_;
+  if (!permit.is_probe()) return at_capacity(now);  // the permit goes unused: neutral
+  // A probe: only for a caller whose window still covers an attempt, so that a probe that
+  // fails tells about the database and not about the caller's window.
+  if (window_ != nullptr && window_->is_open() && window_->remaining(now) < attempt_time()) {
+    permit.cancel();
+    shield.metrics_.count_window_spent();
+    stop_ = StopReason::kWindowSpent;
+    Status s(Code::kUnavailable,
+             "the database of '" + shield.name_ +
+                 "' is being probed; this request's window is too short to carry the probe",
+             kShedding);
+    s.with_stop(StopReason::kWindowSpent, attempts_, shield.breaker_.options().open_initial);
+    return stop(StopReason::kWindowSpent, std::move(s));
+  }
+  shield.limit_.acquire();
+  holds_place_ = true;
+  Admission a;
+  a.kind = Admission::Kind::kAttempt;
+  a.permit = std::move(permit);
+  return a;
+}
+
+Shield::Admission Shield::Call::wait(TimePoint until) {
+  shield_->enqueue(*this);
+  Admission a;
+  a.kind = Admission::Kind::kWait;
+  a.until = until;
+  a.wake = &*signal_;
+  a.seen = signal_->generation();
+  return a;
+}
+
+Shield::Admission Shield::Call::stop(StopReason reason, Status status) {
+  stop_ = reason;
+  Admission a;
+  a.kind = Admission::Kind::kStop;
+  a.status = std::move(status);
+  return a;
+}
+
+Shield::Admission Shield::Call::at_capacity(TimePoint now) {
+  Shield& shield = *shield_;
+  const Duration expected = shield.limit_.expected_wait(shield.limit_.queued());
+  // Queued, a request is delayed just as by a fault: its window opens now.
+  RetryWindow& window = state().window();
+  window.open(now);
+  // A first attempt queues for at most queue_wait. A request that waited for the breaker's
+  // probe keeps its place in line while its window lasts: the database it waited for is
+  // back, and the line moves at the pace it answers. Other retries do not queue: they use
+  // spare capacity only.
+  if ((attempts_ == 0 || waited_for_probe_) && shield.options_.queue_wait > Duration::zero()) {
+    if (queue_deadline_ == TimePoint{}) {
+      queue_deadline_ = waited_for_probe_ ? TimePoint::max() : now + shield.options_.queue_wait;
+    }
+    const TimePoint until = std::min(queue_deadline_, window.deadline() - attempt_time());
+    if (now + expected <= until) return wait(until);
+  }
+  shield.metrics_.count_at_capacity();
+  const Duration retry_after = std::max<Duration>(expected, std::chrono::milliseconds(1));
+  Status s(Code::kUnavailable,
+           "the database of '" + shield.name_ + "' is at its capacity (" +
+               std::to_string(static_cast<long long>(shield.limit_.limit())) +
+               " calls at once); retry after " + std::to_string(to_ms_ceil(retry_after)) + " ms",
+           kShedding);
+  s.with_stop(StopReason::kAtCapacity, attempts_, retry_after);
+  return stop(StopReason::kAtCapacity, std::move(s));
+}
+
 void Shield::Call::succeeded(CircuitBreaker::Permit&& permit, Duration latency) noexcept {
-  if (holds_slot_) [[unlikely]]
-    release_slot();
+  if (holds_place_) release_place();
   ++attempts_;
   stop_ = StopReason::kNone;
   permit.record(CallResult::kSuccess, latency);
-  shield_->throttle_.record_success();
-  shield_->metrics_.count_success();
+  Shield& shield = *shield_;
+  shield.throttle_.record_success();
+  shield.metrics_.count_success();
+  if (latency > Duration::zero()) shield.limit_.record(latency, false);
   if (state_) state_->on_success();
 }
 
 Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Status& status,
                                      TimePoint now, Duration latency) {
-  if (holds_slot_) release_slot();
+  if (holds_place_) release_place();
   ++attempts_;
+  queue_deadline_ = {};
+  waited_for_probe_ = false;
   Shield& shield = *shield_;
-  permit.record(status, latency);
-  shield.metrics_.count_fault(status.fault());
-  if (status.fault().transient() && !is_own_shedding(status)) shield.throttle_.record_failure();
-
+  const Fault& fault = status.fault();
+  const bool shedding = is_own_shedding(status);
   RetryState& st = state();
+  if (permit.is_probe() && st.window().is_open() && now >= st.window().deadline()) {
+    // The probe ran out of its caller's window: no evidence against the database.
+    permit.cancel();
+  } else {
+    permit.record(status, latency);
+  }
+  shield.metrics_.count_fault(fault);
+  if (fault.overload && !shedding) {
+    shield.last_overload_fast_.store(fault.pace == Pace::kFast, std::memory_order_relaxed);
+    // Timed out with its work still on the database: a dropped call for the limit.
+    if (fault.outcome == Outcome::kUnknown && latency > Duration::zero()) {
+      shield.limit_.record(latency, true);
+    }
+  }
+  if (fault.transient() && !shedding) shield.throttle_.record_failure();
+
   RetryDecision d = st.on_failure(status, now);
   if (!d.retry) {
     if (d.reason == StopReason::kPermanent && status.code() == Code::kCancelled) {
@@ -151,7 +324,9 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
     v.status = st.give_up(Status(status), d.reason);
     return v;
   }
-  if (!shield.throttle_.allow_retry(now)) {
+  // Retries use spare capacity: while the database has room to spare they go (admit()
+  // checks the room); once it is busy, the throttle must allow them too.
+  if (shield.limit_.tight() && !shield.throttle_.allow_retry(now)) {
     shield.metrics_.count_throttled();
     stop_ = StopReason::kThrottled;
     Verdict v;
@@ -170,60 +345,38 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
 
 Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, TimePoint now) {
   Shield& shield = *shield_;
-  const Signal& signal = shield.signal_;
-  const std::uint64_t seen = signal.generation();
-  // The breaker changes its state before it notifies the signal: if it has changed since it
-  // refused us, the refusal may be stale and `seen` may already include the wake-up.
+  // The breaker changes its state before it wakes anyone: if it has changed since it
+  // refused us, the refusal may be stale.
   if (shield.breaker_.generation() != permit.generation()) return admit(now);
 
   // Being refused delays the request just as a fault would: its window opens now.
   RetryWindow& window = state().window();
   window.open(now);
-  const TimePoint limit = window.deadline() - policy_->last_attempt_time();
   const Duration retry_after = permit.retry_after();
-  TimePoint until{};
-  bool wait = false;
-  switch (permit.state()) {
-    case BreakerState::kOpen:
-      // Wait only for a probe that is due inside the window.
-      until = now + retry_after;
-      wait = until <= limit;
-      break;
-    case BreakerState::kHalfOpen:
-      // A probe is out and may answer at any moment: wait for it while the window lasts.
-      until = std::min(now + retry_after, limit);
-      wait = until > now;
-      break;
-    case BreakerState::kClosed:
-    case BreakerState::kIsolated:
-      break;
-  }
-  if (wait) {
-    waited_ = true;
-    shield.metrics_.count_breaker_wait();
-    Admission a;
-    a.kind = Admission::Kind::kWait;
-    a.until = until;
-    a.wake = &signal;
-    a.seen = seen;
-    const Duration jitter = shield.options_.wake_jitter;
-    if (jitter > Duration::zero()) {
-      a.jitter = Duration(
-          static_cast<Duration::rep>(rng().uniform() * static_cast<double>(jitter.count())));
+  // Waiting for the probe pays only when the breaker opened on lock contention (the holder
+  // will let go), the probe is due soon, and the window covers it and one more attempt.
+  // After a refused connection or a timeout the answer is now, with Retry-After.
+  const bool contention = shield.last_overload_fast_.load(std::memory_order_relaxed);
+  const bool open_or_probing =
+      permit.state() == BreakerState::kOpen || permit.state() == BreakerState::kHalfOpen;
+  // Half-open, the probe is out and may answer at any moment.
+  const bool probing = permit.state() == BreakerState::kHalfOpen;
+  if (contention && open_or_probing && (probing || retry_after <= shield.options_.probe_wait)) {
+    const TimePoint until = now + std::min(retry_after, shield.options_.probe_wait);
+    if (until <= window.deadline() - attempt_time()) {
+      shield.metrics_.count_breaker_wait();
+      waited_for_probe_ = true;
+      return wait(until);
     }
-    return a;
   }
 
   shield.metrics_.count_breaker_rejected();
-  stop_ = StopReason::kBreakerOpen;
   std::string message = "circuit breaker of '" + shield.name_ + "' is ";
   message += to_string(permit.state());
   message += "; retry after " + std::to_string(to_ms_ceil(retry_after)) + " ms";
-  Admission a;
-  a.kind = Admission::Kind::kStop;
-  a.status = Status(Code::kUnavailable, std::move(message), kShedding);
-  a.status.with_stop(StopReason::kBreakerOpen, attempts_, retry_after);
-  return a;
+  Status s(Code::kUnavailable, std::move(message), kShedding);
+  s.with_stop(StopReason::kBreakerOpen, attempts_, retry_after);
+  return stop(StopReason::kBreakerOpen, std::move(s));
 }
 
 }  // namespace holdfast

@@ -99,6 +99,8 @@ std::string_view to_string(StopReason reason) noexcept {
       return "breaker open";
     case StopReason::kCancelled:
       return "cancelled";
+    case StopReason::kAtCapacity:
+      return "at capacity";
   }
   return "?";
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -263,7 +264,6 @@ struct Request {
   std::uint32_t client = 0;
   std::uint32_t next_free = kNoSlot;
   std::uint32_t db_attempts = 0;
-  Duration wake_jitter{};  // kWaitingForProbe: the extra wait when woken by a probe
   // none, naive, backoff: the retry loop's state (with a window of its own); holdfast:
   // the request's window, its way through its client's Shield and the permit in flight.
   std::variant<std::monostate, RetryState, Guarded> policy;
@@ -291,12 +291,11 @@ class RequestPool {
   std::uint32_t size_ = 0;
 };
 
-// A request waiting for a breaker's probe or a slot of the release gate: woken when the
-// Shield's signal moves past `seen`.
+// A request waiting for a breaker's probe or for a place under its Shield's concurrency
+// limit, in the order the Shield queued it.
 struct Waiter {
   std::uint32_t slot;
   std::uint32_t tag;
-  std::uint64_t seen;
 };
 
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) noexcept {
@@ -586,7 +585,6 @@ class Engine {
       TraceEvent e = event(TraceEvent::Kind::kAdmit, r);
       e.admission = a.kind;
       e.until = a.until;
-      e.jitter = a.jitter;
       e.status = &a.status;
       trace_(e);
     }
@@ -597,13 +595,12 @@ class Engine {
         send(s);
         break;
       case Shield::Admission::Kind::kWait: {
-        // Shield::run would sleep_until(a.until, a.wake, a.seen) and, if woken early, sleep
-        // a.jitter more: a timer at `until`, and a place in the breaker's wake-up list.
+        // Shield::run would sleep_until(a.until, a.wake, a.seen): a timer at `until`, and a
+        // place in the Shield's queue, mirrored here in the same order.
         ++out_.breaker_waits;
         const std::uint32_t tag = ++marks_[s].tag;
         marks_[s].phase = Phase::kWaitingForProbe;
-        r.wake_jitter = a.jitter;
-        waiters_[b].push_back(Waiter{s, tag, a.seen});
+        waiters_[b].push_back(Waiter{s, tag});
         events_.push(std::max(now_, ns_of(a.until)), EventType::kAttempt, s, tag);
         break;
       }
@@ -741,25 +738,23 @@ class Engine {
     }
   }
 
-  // After any call into Shield b: if its signal moved (a breaker state change, e.g. a
-  // probe that succeeded, or a gate slot handed back), the requests waiting on it wake up,
-  // each after its jitter.
+  // After any call into Shield b: if it woke waiters (handed them places, or told them to
+  // decide again), they are at the front of its queue, and so of ours: they go now. Each
+  // waiter is looked at once, however many places come back.
   void wake_if_signalled(std::uint32_t b) {
-    const std::uint64_t g = shields_[b]->signal().generation();
+    const std::uint64_t g = shields_[b]->wakes().generation();
     if (g == seen_generation_[b]) return;
     seen_generation_[b] = g;
-    std::vector<Waiter>& list = waiters_[b];
-    std::size_t kept = 0;
-    for (const Waiter& w : list) {
+    std::deque<Waiter>& list = waiters_[b];
+    while (!list.empty()) {
+      const Waiter w = list.front();
       Mark& m = marks_[w.slot];
-      if (m.tag != w.tag || m.phase != Phase::kWaitingForProbe) continue;  // gone
-      if (w.seen == g) {
-        list[kept++] = w;  // registered after this change: still waiting
-        continue;
+      if (m.tag == w.tag && m.phase == Phase::kWaitingForProbe) {
+        if (!std::get<Guarded>(slots_[w.slot].policy).call.woken()) break;
+        events_.push(now_, EventType::kAttempt, w.slot, ++m.tag);
       }
-      events_.push(now_ + slots_[w.slot].wake_jitter.count(), EventType::kAttempt, w.slot, ++m.tag);
+      list.pop_front();
     }
-    list.resize(kept);
   }
 
   // One turn of HealthProbe's loop for Shield b: probe_now() (a no-op unless the breaker is
@@ -807,6 +802,7 @@ class Engine {
   }
 
   void finish_error(std::uint32_t s, StopReason reason) {
+    failed_latency_.add(static_cast<std::uint64_t>((now_ - slots_[s].arrival) / 1000));
     ++current().errors;
     ++out_.errors;
     ++out_.errors_by_reason[static_cast<std::size_t>(reason)];
@@ -876,6 +872,12 @@ class Engine {
       out_.goodput_during_trigger = static_cast<double>(answered) / static_cast<double>(arrivals);
     }
     out_.p99_ms = all_latency_.quantile(0.99) / 1000.0;
+    out_.failed_p50_ms = failed_latency_.quantile(0.50) / 1000.0;
+    out_.failed_p99_ms = failed_latency_.quantile(0.99) / 1000.0;
+    out_.goodput_limit_during_trigger = goodput_limit(sc_);
+    if (out_.goodput_limit_during_trigger > 0.0) {
+      out_.efficiency = out_.goodput_during_trigger / out_.goodput_limit_during_trigger;
+    }
     out_.peak_event_queue = events_.peak();
     judge_recovery(sc_, out_);
   }
@@ -904,7 +906,7 @@ class Engine {
   // holdfast: one Shield per client process (or one shared). Declared before the request
   // slots, whose permits and calls refer to them: destroyed after them.
   std::vector<std::unique_ptr<Shield>> shields_;
-  std::vector<std::vector<Waiter>> waiters_;          // per Shield: requests waiting for a probe
+  std::vector<std::deque<Waiter>> waiters_;           // per Shield: requests it queued
   std::vector<std::uint64_t> seen_generation_;        // per Shield: its signal when last looked at
   std::vector<std::unique_ptr<HealthProbe>> probes_;  // per Shield, when configured
 
@@ -923,10 +925,31 @@ class Engine {
   std::vector<std::uint64_t> attempts_by_arrival_;
   detail::LatencyHistogram second_latency_;
   detail::LatencyHistogram all_latency_;
+  detail::LatencyHistogram failed_latency_;
   Report out_;
 };
 
 }  // namespace
+
+double goodput_limit(const Scenario& sc) noexcept {
+  const DatabaseModel& db = sc.database;
+  double capacity = db.workers / std::chrono::duration<double>(db.mean_service).count();
+  double offered = sc.offered_rps;
+  switch (sc.trigger.kind) {
+    case TriggerKind::kCapacityDrop:
+      capacity /= sc.trigger.factor;
+      break;
+    case TriggerKind::kLoadSpike:
+      offered *= sc.trigger.factor;
+      break;
+    case TriggerKind::kOutage:
+      return 0.0;
+    case TriggerKind::kBrownout:  // a refused attempt costs nothing: a retry can still go
+    case TriggerKind::kNone:
+      break;
+  }
+  return std::min(1.0, capacity / offered);
+}
 
 std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept {
   return mix(seed, request + 16);
@@ -972,7 +995,6 @@ Shield::Options shield_options(const Strategy& st, Clock& clock) {
     o.breaker.minimum_calls = std::numeric_limits<int>::max();  // no ratio rule
   }
   if (!st.throttle) o.throttle.floor_per_second = 1e6;  // the floor's maximum
-  if (st.wake_jitter >= Duration::zero()) o.wake_jitter = st.wake_jitter;
   return o;
 }
 

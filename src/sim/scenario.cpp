@@ -128,6 +128,19 @@ Status Scenario::validate() const {
       return invalid("brownout failure ratio must be within [0, 1]");
     }
   }
+  // What fits in memory and in a few minutes: a request in flight takes about 200 bytes,
+  // and a client may keep one for tens of seconds (Tenacity-style waits).
+  const double peak_rps = offered_rps * (t.kind == TriggerKind::kLoadSpike ? t.factor : 1.0);
+  if (peak_rps > 1e6) {
+    return invalid("offered load (rps), times the spike factor, must be at most 1000000 a second");
+  }
+  if (offered_rps * std::chrono::duration<double>(duration).count() > 5e7 && max_requests == 0) {
+    return invalid(
+        "offered load (rps) x duration must be at most 50000000 requests (or set "
+        "a request limit)");
+  }
+  if (db.workers > 1'000'000) return invalid("database workers must be at most 1000000");
+  if (db.queue_limit > 10'000'000) return invalid("queue limit must be at most 10000000");
   if (!(recovery_goodput > 0.0 && recovery_goodput <= 1.0)) {
     return invalid("recovery goodput must be within (0, 1]");
   }
@@ -287,10 +300,6 @@ Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_hold
           s.breaker_threshold > 1'000'000) {
         return invalid(where + "threshold must be a whole number >= 1");
       }
-    } else if (key == "wake-jitter" && holdfast) {
-      Result<Duration> d = parse_duration(value);
-      if (!d.ok()) return invalid(where + std::string(d.status().message()));
-      s.wake_jitter = *d;
     } else if (key == "health" && holdfast) {
       Result<Duration> d = parse_duration(value);
       if (!d.ok()) return invalid(where + std::string(d.status().message()));
@@ -302,7 +311,7 @@ Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_hold
     } else {
       return invalid(
           where + "'" + std::string(item) + "' is not a setting of " + std::string(kind) +
-          (holdfast ? " (attempts=N, window=D, threshold=N, wake-jitter=D, health=D, "
+          (holdfast ? " (attempts=N, window=D, threshold=N, health=D, "
                       "no-throttle, no-breaker)"
                     : (s.kind == StrategyKind::kNone ? " (it has none)" : " (attempts=N)")));
     }

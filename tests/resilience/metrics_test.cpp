@@ -294,9 +294,12 @@ TEST(MetricsText, EveryFamilyParsesWithHelpTypeAndTheDbLabel) {
       {"holdfast_throttled_total", "counter"},
       {"holdfast_breaker_rejected_total", "counter"},
       {"holdfast_breaker_waits_total", "counter"},
+      {"holdfast_at_capacity_total", "counter"},
       {"holdfast_breaker_transitions_total", "counter"},
       {"holdfast_breaker_state", "gauge"},
       {"holdfast_retry_tokens", "gauge"},
+      {"holdfast_concurrency_limit", "gauge"},
+      {"holdfast_in_flight", "gauge"},
   };
   EXPECT_EQ(e.size(), expected.size());
   for (const auto& [name, type] : expected) {

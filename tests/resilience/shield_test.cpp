@@ -37,10 +37,15 @@ Shield::Options quiet_options() {
   return o;
 }
 
-// Opens the breaker the way the database would: five overload faults in a row.
+// Opens the breaker the way the database would: five requests that met lock contention
+// (SQLITE_BUSY) in a row.
 void trip(Shield& shield) {
   for (int i = 0; i < 5; ++i) {
-    shield.breaker().acquire(shield.clock().now()).record(overload());
+    RetryWindow window(seconds(6), shield.clock());
+    Shield::Call call(shield, shield.reads(), Operation::read(), &window, Random(99));
+    Shield::Admission a = call.admit(shield.clock().now());
+    ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
+    (void)call.failed(std::move(a.permit), overload(), shield.clock().now(), {});
   }
   ASSERT_EQ(shield.breaker().state(), BreakerState::kOpen);
 }
@@ -55,25 +60,22 @@ bool probe_succeeds(Shield& shield) {
   return probe.probe_now().closed;
 }
 
-TEST(Shield, RejectsANegativeWakeJitter) {
+TEST(Shield, RejectsANegativeQueueWaitOrProbeWait) {
   Shield::Options o;
-  o.wake_jitter = milliseconds(-1);
+  o.queue_wait = milliseconds(-1);
   try {
     Shield s("main", o);
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("wake_jitter"));
+    EXPECT_THAT(e.what(), HasSubstr("queue_wait"));
   }
-}
-
-TEST(Shield, RejectsAReleaseConcurrencyBelowOne) {
-  Shield::Options o;
-  o.release_concurrency = 0;
+  o = Shield::Options{};
+  o.probe_wait = milliseconds(-1);
   try {
     Shield s("main", o);
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("release_concurrency"));
+    EXPECT_THAT(e.what(), HasSubstr("probe_wait"));
   }
 }
 
@@ -149,13 +151,20 @@ TEST(Shield, ACancelledAttemptStopsWithCancelled) {
   EXPECT_EQ(shield.breaker().window_counts(clock.now()).calls, 0u);
 }
 
-TEST(Shield, StopsWithThrottledWhenTheThrottleRefusesARetry) {
+TEST(Shield, WhileTheDatabaseIsBusyStopsWithThrottledWhenTheThrottleRefusesARetry) {
   ManualClock clock;
   Shield::Options o = quiet_options();
   o.throttle.floor_per_second = 0;
+  o.limit.min = 1;
+  o.limit.initial = 2;
+  o.limit.max = 2;
   Shield shield("main", o, clock);
   for (int i = 0; i < 5; ++i)
     shield.throttle().record_failure();
+  // Busy: another call holds a place, half the limit, when a sample is taken.
+  ASSERT_TRUE(shield.limit().try_acquire(false));
+  shield.limit().record(milliseconds(5), false);
+  ASSERT_TRUE(shield.limit().tight());
   int calls = 0;
   RetryStats stats;
   Status s = shield.run(
@@ -167,6 +176,24 @@ TEST(Shield, StopsWithThrottledWhenTheThrottleRefusesARetry) {
   EXPECT_EQ(s.sqlite_code(), 5) << "the last underlying error is kept";
   EXPECT_EQ(shield.metrics().snapshot().throttled, 1u);
   EXPECT_EQ(clock.total_slept(), Duration::zero()) << "refused before sleeping";
+  shield.limit().release();
+}
+
+TEST(Shield, WithRoomToSpareARetryGoesWhateverTheThrottleSays) {
+  // A brownout: the database refuses some attempts at once but has capacity to spare.
+  ManualClock clock;
+  Shield::Options o = quiet_options();
+  o.throttle.floor_per_second = 0;
+  Shield shield("main", o, clock);
+  for (int i = 0; i < 10; ++i)
+    shield.throttle().record_failure();
+  ASSERT_FALSE(shield.throttle().above_half());
+  int calls = 0;
+  Status s = shield.run(Operation::read(), [&] {
+    return ++calls == 1 ? postgres_status("53300", "sorry, too many clients already") : Status();
+  });
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(calls, 2);
 }
 
 TEST(Shield, StopsWhenTheWindowIsSpent) {
@@ -194,7 +221,7 @@ TEST(Shield, WhileOpenARequestWaitsForAProbeThatFitsItsWindowAndBecomesIt) {
   Result<int> r = shield.run(
       Operation::read(),
       [&] {
-        EXPECT_EQ(clock.now(), opened + milliseconds(500));
+        EXPECT_EQ(clock.now(), opened + milliseconds(250));
         EXPECT_EQ(shield.breaker().state(), BreakerState::kHalfOpen) << "this attempt is the probe";
         return Result<int>(1);
       },
@@ -202,14 +229,62 @@ TEST(Shield, WhileOpenARequestWaitsForAProbeThatFitsItsWindowAndBecomesIt) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
   EXPECT_EQ(stats.attempts, 1);
-  EXPECT_EQ(stats.slept, milliseconds(500));
+  EXPECT_EQ(stats.slept, milliseconds(250));
   EXPECT_EQ(shield.metrics().snapshot().breaker_waits, 1u);
+}
+
+TEST(Shield, AfterARefusedConnectionARequestFailsAtOnceWithRetryAfter) {
+  // Not lock contention: the database is down. Waiting for the probe would not pay.
+  ManualClock clock;
+  Shield shield("main", quiet_options(), clock);
+  for (int i = 0; i < 5; ++i) {
+    RetryWindow window(seconds(6), clock);
+    Shield::Call call(shield, shield.reads(), Operation::read(), &window, Random(7));
+    Shield::Admission a = call.admit(clock.now());
+    ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
+    const Classification refused = classify_pg_connect_failure();
+    (void)call.failed(std::move(a.permit), Status(refused.code, "refused", refused.fault),
+                      clock.now(), {});
+  }
+  ASSERT_EQ(shield.breaker().state(), BreakerState::kOpen);
+  RequestScope scope(seconds(6), clock);
+  const TimePoint start = clock.now();
+  Status s = shield.run(Operation::read(), [] { return Status(); });
+  EXPECT_EQ(s.stop_reason(), StopReason::kBreakerOpen);
+  EXPECT_EQ(clock.now(), start) << "answered at once";
+  EXPECT_EQ(s.retry_after(), milliseconds(250));
+}
+
+TEST(Shield, AProbeThatRanOutOfItsCallersWindowDoesNotGrowTheOpenPeriod) {
+  ManualClock clock;
+  Shield shield("main", quiet_options(), clock);
+  trip(shield);
+  const Duration before = shield.breaker().open_duration();
+  clock.advance(milliseconds(250));
+  RetryWindow window(seconds(1), clock);
+  window.open(clock.now());
+  Shield::Call call(shield, shield.reads(), Operation::read(), &window, Random(5));
+  Shield::Admission a = call.admit(clock.now());
+  ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
+  ASSERT_TRUE(a.permit.is_probe());
+  clock.advance(seconds(1));  // the attempt's timeout was the rest of the window
+  (void)call.failed(std::move(a.permit), connection_lost(), clock.now(), seconds(1));
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kHalfOpen) << "no evidence either way";
+  EXPECT_EQ(shield.breaker().open_duration(), before);
+  // A caller whose window cannot carry an attempt does not take the probe at all.
+  RetryWindow short_window(seconds(6), clock);
+  short_window.open(clock.now() - seconds(6) + milliseconds(10));
+  Shield::Call late(shield, shield.reads(), Operation::read(), &short_window, Random(6));
+  Shield::Admission b = late.admit(clock.now());
+  EXPECT_EQ(b.kind, Shield::Admission::Kind::kStop);
+  EXPECT_TRUE(shield.breaker().acquire(clock.now()).is_probe()) << "the probe is still free";
 }
 
 TEST(Shield, ARequestWhoseWindowCannotFitTheNextProbeFailsAtOnce) {
   ManualClock clock;
   Shield::Options o = quiet_options();
   o.breaker.open_initial = seconds(10);
+  o.breaker.open_max = seconds(10);
   Shield shield("main", o, clock);
   trip(shield);
   RequestScope scope(seconds(6), clock);
@@ -242,13 +317,15 @@ TEST(Shield, AnIsolatedBreakerFailsRequestsAtOnce) {
   shield.breaker().isolate();
   Status s = shield.run(Operation::read(), [] { return Status(); });
   EXPECT_EQ(s.stop_reason(), StopReason::kBreakerOpen);
-  EXPECT_EQ(s.retry_after(), seconds(30));
+  EXPECT_EQ(s.retry_after(), shield.breaker().options().open_max);
 }
 
 TEST(Shield, TheNonBlockingCallSaysWhatToWaitForAndTheProbeWakesIt) {
   ManualClock clock;
   Shield::Options o = quiet_options();
   o.breaker.open_initial = seconds(4);
+  o.breaker.open_max = seconds(4);
+  o.probe_wait = seconds(4);
   Shield shield("main", o, clock);
   trip(shield);
   const TimePoint opened = clock.now();
@@ -261,76 +338,83 @@ TEST(Shield, TheNonBlockingCallSaysWhatToWaitForAndTheProbeWakesIt) {
   ASSERT_EQ(a1.kind, Shield::Admission::Kind::kWait);
   ASSERT_EQ(a2.kind, Shield::Admission::Kind::kWait);
   EXPECT_EQ(a1.until, opened + seconds(4));
-  EXPECT_EQ(a1.wake, &shield.signal());
+  EXPECT_NE(a1.wake, a2.wake) << "each waiter sleeps on its own signal";
   EXPECT_TRUE(w1.is_open()) << "being refused opens the request's window";
-  EXPECT_GE(a1.jitter, Duration::zero());
-  EXPECT_LE(a1.jitter, milliseconds(50));
-  EXPECT_NE(a1.jitter, a2.jitter) << "waiters are spread out";
+  EXPECT_EQ(shield.waiting(), 2);
 
-  // A health probe succeeds one second in: the waiters' signal moves at once.
+  // A health probe succeeds one second in: both are woken at once, each with a place.
   clock.advance(seconds(1));
   ASSERT_TRUE(probe_succeeds(shield));
   EXPECT_NE(a1.wake->generation(), a1.seen);
-  clock.advance(a1.jitter);
+  EXPECT_NE(a2.wake->generation(), a2.seen);
+  EXPECT_TRUE(first.woken());
+  EXPECT_EQ(shield.waiting(), 0);
   Shield::Admission again = first.admit(clock.now());
   ASSERT_EQ(again.kind, Shield::Admission::Kind::kAttempt);
   first.succeeded(std::move(again.permit));
   EXPECT_EQ(first.stats().attempts, 1);
 }
 
-// Three requests wait for the probe; it succeeds; with two gate slots two go at once and
-// the third goes the moment one of them is done — not on a timer of its own.
-TEST(Shield, WaitersReleasedByAProbeGoThroughTheGateAFewAtATime) {
+// Three requests wait for the probe; it succeeds; with a limit of two, two go at once and
+// the third goes the moment one of them is done — not on a timer of its own. A newcomer
+// queues behind it: the freed place goes to the first in line, and only to it.
+TEST(Shield, WaitersReleasedByAProbeGoAsTheLimitHasRoomThenOnePerFreedPlace) {
   ManualClock clock;
   Shield::Options o = quiet_options();
-  o.release_concurrency = 2;
+  o.limit.min = 1;
+  o.limit.initial = 2;
+  o.limit.max = 2;
   Shield shield("main", o, clock);
   trip(shield);
   RetryWindow w1(seconds(6), clock);
   RetryWindow w2(seconds(6), clock);
   RetryWindow w3(seconds(6), clock);
+  RetryWindow w4(seconds(6), clock);
   Shield::Call first(shield, shield.reads(), Operation::read(), &w1, Random(1));
   Shield::Call second(shield, shield.reads(), Operation::read(), &w2, Random(2));
   Shield::Call third(shield, shield.reads(), Operation::read(), &w3, Random(3));
+  Shield::Call fresh(shield, shield.reads(), Operation::read(), &w4, Random(4));
   for (Shield::Call* c : {&first, &second, &third})
     ASSERT_EQ(c->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
   clock.advance(milliseconds(100));
   ASSERT_TRUE(probe_succeeds(shield));
+  EXPECT_TRUE(first.woken());
+  EXPECT_TRUE(second.woken());
+  EXPECT_FALSE(third.woken()) << "the limit has room for two";
 
   Shield::Admission a1 = first.admit(clock.now());
   Shield::Admission a2 = second.admit(clock.now());
-  Shield::Admission a3 = third.admit(clock.now());
   ASSERT_EQ(a1.kind, Shield::Admission::Kind::kAttempt);
   ASSERT_EQ(a2.kind, Shield::Admission::Kind::kAttempt);
-  ASSERT_EQ(a3.kind, Shield::Admission::Kind::kWait);
-  EXPECT_EQ(a3.wake, &shield.signal());
-  EXPECT_EQ(a3.until,
-            clock.now() - milliseconds(100) + seconds(6) - shield.reads().last_attempt_time())
-      << "it waits for a slot as long as its window lets it";
-  // A request that never waited is not held back by the gate.
-  RetryWindow w4(seconds(6), clock);
-  Shield::Call fresh(shield, shield.reads(), Operation::read(), &w4, Random(4));
+  EXPECT_EQ(shield.limit().in_flight(), 2);
   Shield::Admission a4 = fresh.admit(clock.now());
-  ASSERT_EQ(a4.kind, Shield::Admission::Kind::kAttempt);
-  fresh.succeeded(std::move(a4.permit));
-  EXPECT_EQ(a3.wake->generation(), a3.seen) << "only a gate slot or the breaker wakes it";
+  ASSERT_EQ(a4.kind, Shield::Admission::Kind::kWait) << "it may not overtake the third";
+  EXPECT_EQ(shield.waiting(), 2);
 
   clock.advance(milliseconds(2));
   first.succeeded(std::move(a1.permit));
-  EXPECT_NE(a3.wake->generation(), a3.seen) << "a slot came back";
-  Shield::Admission again = third.admit(clock.now());
-  ASSERT_EQ(again.kind, Shield::Admission::Kind::kAttempt);
-  third.succeeded(std::move(again.permit));
+  EXPECT_TRUE(third.woken()) << "the freed place went to the first in line";
+  EXPECT_FALSE(fresh.woken()) << "and only to it";
+  Shield::Admission a3 = third.admit(clock.now());
+  ASSERT_EQ(a3.kind, Shield::Admission::Kind::kAttempt);
+  EXPECT_EQ(shield.limit().in_flight(), 2);
   second.succeeded(std::move(a2.permit));
+  EXPECT_TRUE(fresh.woken());
+  a4 = fresh.admit(clock.now());
+  ASSERT_EQ(a4.kind, Shield::Admission::Kind::kAttempt);
+  third.succeeded(std::move(a3.permit));
+  fresh.succeeded(std::move(a4.permit));
+  EXPECT_EQ(shield.limit().in_flight(), 0);
   EXPECT_EQ(shield.metrics().snapshot().breaker_rejected, 0u);
 }
 
-TEST(Shield, AGateSlotComesBackWhenTheAttemptFailsOrTheCallIsGone) {
+TEST(Shield, APlaceComesBackWhenTheAttemptFailsOrTheCallIsGone) {
   ManualClock clock;
   Shield::Options o = quiet_options();
-  o.release_concurrency = 1;
+  o.limit.min = 1;
+  o.limit.initial = 1;
+  o.limit.max = 1;
   Shield shield("main", o, clock);
-  trip(shield);
   RetryWindow w1(seconds(6), clock);
   RetryWindow w2(seconds(6), clock);
   RetryWindow w3(seconds(6), clock);
@@ -338,35 +422,35 @@ TEST(Shield, AGateSlotComesBackWhenTheAttemptFailsOrTheCallIsGone) {
   std::optional<Shield::Call> gone;
   gone.emplace(shield, shield.reads(), Operation::read(), &w2, Random(2));
   Shield::Call waiter(shield, shield.reads(), Operation::read(), &w3, Random(3));
-  for (Shield::Call* c : {&failing, &*gone, &waiter})
-    ASSERT_EQ(c->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
-  ASSERT_TRUE(probe_succeeds(shield));
-
   Shield::Admission a = failing.admit(clock.now());
   ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
+  // The limit of one is taken: the others queue (the limiter checks from now on).
+  shield.limit().record(milliseconds(5), false);
   ASSERT_EQ(gone->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
-  // The attempt fails with a fault that is retried: its slot comes back at once.
+  ASSERT_EQ(waiter.admit(clock.now()).kind, Shield::Admission::Kind::kWait);
+  // The attempt fails with a fault that is retried: its place goes to the first waiter.
   const Shield::Verdict v = failing.failed(std::move(a.permit), overload(), clock.now(), {});
   EXPECT_EQ(v.kind, Shield::Verdict::Kind::kRetry);
-  Shield::Admission b = gone->admit(clock.now());
-  ASSERT_EQ(b.kind, Shield::Admission::Kind::kAttempt);
-  ASSERT_EQ(waiter.admit(clock.now()).kind, Shield::Admission::Kind::kWait);
-  // Its request goes away holding the slot (an exception, a cancelled request): the slot
-  // comes back with it.
-  b = Shield::Admission{};
+  EXPECT_TRUE(gone->woken());
+  // That request goes away holding the place (an exception, a cancelled request): the
+  // place goes on to the next.
   gone.reset();
+  EXPECT_TRUE(waiter.woken());
   Shield::Admission c = waiter.admit(clock.now());
   ASSERT_EQ(c.kind, Shield::Admission::Kind::kAttempt);
   waiter.succeeded(std::move(c.permit));
+  EXPECT_EQ(shield.limit().in_flight(), 0);
+  EXPECT_EQ(shield.waiting(), 0);
 }
 
 TEST(Shield, SixteenBlockedRequestsAreAllReleasedByTheSuccessfulProbe) {
   // The panel's concurrency (DESIGN.md §4): every request waits for the probe, and all
-  // go through the release gate at once (16 < its 32 slots) the moment it succeeds.
+  // go at once (16 is within the limit) the moment it succeeds.
   ManualClock clock(ManualClock::Mode::kBlocking);
   Shield::Options o = quiet_options();
   o.breaker.open_initial = seconds(4);
-  o.wake_jitter = Duration::zero();
+  o.breaker.open_max = seconds(4);
+  o.probe_wait = seconds(4);
   Shield shield("main", o, clock);
   trip(shield);
   const TimePoint opened = clock.now();
@@ -399,9 +483,8 @@ TEST(Shield, ABlockedRequestIsReleasedByTheSuccessfulProbeNotByItsOwnTimer) {
   ManualClock clock(ManualClock::Mode::kBlocking);
   Shield::Options o = quiet_options();
   o.breaker.open_initial = seconds(4);
-  // The jitter is checked with the non-blocking Call above; here it would make the woken
-  // thread sleep again at a moment this test cannot observe.
-  o.wake_jitter = Duration::zero();
+  o.breaker.open_max = seconds(4);
+  o.probe_wait = seconds(4);
   Shield shield("main", o, clock);
   trip(shield);
   const TimePoint opened = clock.now();

@@ -1,0 +1,169 @@
+#include "holdfast/concurrency_limit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "stripes.hpp"
+
+namespace holdfast {
+namespace {
+
+[[noreturn]] void bad_option(const char* field, const std::string& rule) {
+  throw std::invalid_argument(std::string("ConcurrencyLimit::Options::") + field + " " + rule);
+}
+
+const ConcurrencyLimit::Options& validated(const ConcurrencyLimit::Options& o) {
+  if (o.min < 1) bad_option("min", "must be at least 1, got " + std::to_string(o.min));
+  if (o.max < o.min) {
+    bad_option("max", "must be at least min (" + std::to_string(o.min) + "), got " +
+                          std::to_string(o.max));
+  }
+  if (o.initial < o.min || o.initial > o.max) {
+    bad_option("initial", "must be within [min, max], got " + std::to_string(o.initial));
+  }
+  if (!(o.tolerance >= 1.0) || !std::isfinite(o.tolerance)) {
+    bad_option("tolerance", "must be a finite number >= 1, got " + std::to_string(o.tolerance));
+  }
+  if (!(o.smoothing > 0.0 && o.smoothing <= 1.0)) {
+    bad_option("smoothing", "must be in (0, 1], got " + std::to_string(o.smoothing));
+  }
+  if (o.short_samples < 1) {
+    bad_option("short_samples", "must be at least 1, got " + std::to_string(o.short_samples));
+  }
+  if (o.long_samples <= o.short_samples) {
+    bad_option("long_samples",
+               "must be greater than short_samples, got " + std::to_string(o.long_samples));
+  }
+  if (!(o.retry_share > 0.0 && o.retry_share <= 1.0)) {
+    bad_option("retry_share", "must be in (0, 1], got " + std::to_string(o.retry_share));
+  }
+  return o;
+}
+
+}  // namespace
+
+// One cache line per stripe: the calls its owner started minus those it finished (either
+// may be negative alone: a call may finish on another thread), and the clock tick it last
+// timed a call at.
+struct ConcurrencyLimit::Stripe {
+  alignas(64) std::atomic<std::int64_t> in_flight{0};
+  std::atomic<std::int64_t> sampled_tick{-1};
+};
+
+ConcurrencyLimit::ConcurrencyLimit() : ConcurrencyLimit(Options{}) {}
+
+ConcurrencyLimit::ConcurrencyLimit(Options options)
+    : options_(validated(options)),
+      short_weight_(2.0 / (options.short_samples + 1.0)),
+      long_weight_(2.0 / (options.long_samples / 50.0 + 1.0)),
+      base_creep_(std::exp(std::log(1.5) / options.long_samples)),
+      stripes_(new Stripe[detail::kStripes]),
+      limit_(static_cast<double>(options.initial)) {}
+
+ConcurrencyLimit::~ConcurrencyLimit() = default;
+
+void ConcurrencyLimit::add(std::int64_t n) noexcept {
+  const unsigned s = detail::thread_stripe();
+  std::atomic<std::int64_t>& cell = stripes_[s].in_flight;
+  if (s < detail::kOwnedStripes) {
+    cell.store(cell.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  } else {
+    cell.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+std::int64_t ConcurrencyLimit::in_flight() const noexcept {
+  std::int64_t sum = 0;
+  for (unsigned s = 0; s < detail::kStripes; ++s)
+    sum += stripes_[s].in_flight.load(std::memory_order_relaxed);
+  return std::max<std::int64_t>(sum, 0);
+}
+
+bool ConcurrencyLimit::has_room_for_retry() const noexcept {
+  const double room = limit() * options_.retry_share;
+  return static_cast<double>(in_flight()) + 1.0 <= std::max(room, 1.0);
+}
+
+void ConcurrencyLimit::queued(std::int64_t change) noexcept {
+  if (queued_.fetch_add(change, std::memory_order_relaxed) + change > 0) {
+    tight_.store(true, std::memory_order_relaxed);
+  }
+}
+
+bool ConcurrencyLimit::try_acquire_tight(bool retry) noexcept {
+  if (queued() > 0) return false;
+  if (retry ? !has_room_for_retry() : static_cast<double>(in_flight()) + 1.0 > limit()) {
+    return false;
+  }
+  add(1);
+  return true;
+}
+
+bool ConcurrencyLimit::wants_sample(TimePoint coarse_now) noexcept {
+  const unsigned s = detail::thread_stripe();
+  std::atomic<std::int64_t>& tick = stripes_[s].sampled_tick;
+  const std::int64_t now = coarse_now.time_since_epoch().count();
+  if (tick.load(std::memory_order_relaxed) == now) return false;
+  tick.store(now, std::memory_order_relaxed);
+  return true;
+}
+
+void ConcurrencyLimit::record(Duration latency, bool dropped) noexcept {
+  const auto rtt = static_cast<double>(latency.count());
+  if (!(rtt > 0.0)) return;
+  double s = short_ns_.load(std::memory_order_relaxed);
+  double base = long_ns_.load(std::memory_order_relaxed);
+  if (base == 0.0) {
+    s = rtt;
+    base = rtt;
+  } else {
+    s += (rtt - s) * short_weight_;
+    // The normal latency: the low end of the recent (short-average) latency. It follows
+    // lower latencies at once (averaged over long_samples / 50 samples, so one lucky run
+    // does not set it) and higher ones only by creeping up by half every long_samples
+    // samples, enough to follow a database that got slower for good. It does not follow a
+    // queue, so a long overload cannot teach it that the queue is normal.
+    base = s < base ? base + (s - base) * long_weight_ : std::min(base * base_creep_, s);
+  }
+  short_ns_.store(s, std::memory_order_relaxed);
+  long_ns_.store(base, std::memory_order_relaxed);
+
+  const double limit = limit_.load(std::memory_order_relaxed);
+  const auto in_flight = static_cast<double>(this->in_flight());
+  double next = limit;
+  if (dropped) {
+    next = limit * (1.0 - options_.smoothing * 0.5);
+  } else if (in_flight >= limit / 2.0 || s > options_.tolerance * base) {
+    // Gradient2's step: shrink in proportion to how far the latency rose above normal (at
+    // most by half), plus a queue allowance: a few calls may wait at the database so its
+    // workers never idle between answers (fewer for a small limit).
+    const double queue = std::clamp(std::sqrt(limit), 1.0, 4.0);
+    const double gradient = std::clamp(options_.tolerance * base / s, 0.5, 1.0);
+    next = limit * (1.0 - options_.smoothing) + (limit * gradient + queue) * options_.smoothing;
+  }
+  next = std::clamp(next, static_cast<double>(options_.min), static_cast<double>(options_.max));
+  limit_.store(next, std::memory_order_relaxed);
+  tight_.store(in_flight >= next / 2.0 || queued() > 0, std::memory_order_relaxed);
+}
+
+Duration ConcurrencyLimit::recent_latency() const noexcept {
+  return Duration(static_cast<Duration::rep>(short_ns_.load(std::memory_order_relaxed)));
+}
+
+Duration ConcurrencyLimit::normal_latency() const noexcept {
+  return Duration(static_cast<Duration::rep>(long_ns_.load(std::memory_order_relaxed)));
+}
+
+bool ConcurrencyLimit::congested() const noexcept {
+  const double l = long_ns_.load(std::memory_order_relaxed);
+  return l > 0.0 && short_ns_.load(std::memory_order_relaxed) > options_.tolerance * l;
+}
+
+Duration ConcurrencyLimit::expected_wait(std::int64_t ahead) const noexcept {
+  const double per_place = short_ns_.load(std::memory_order_relaxed) / std::max(limit(), 1.0);
+  return Duration(static_cast<Duration::rep>(per_place * static_cast<double>(ahead + 1)));
+}
+
+}  // namespace holdfast
