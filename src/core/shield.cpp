@@ -262,7 +262,9 @@ Shield::Admission Shield::Call::at_capacity(TimePoint now) {
       queue_deadline_ = waited_for_probe_ ? TimePoint::max() : now + shield.options_.queue_wait;
     }
     const TimePoint until = std::min(queue_deadline_, window.deadline() - attempt_time());
-    if (now + expected <= until) return wait(until);
+    // The estimate is of no use to a request that waited out the outage: the recent
+    // latency is from before it. It waits for its turn while its window lasts.
+    if (waited_for_probe_ ? now < until : now + expected <= until) return wait(until);
   }
   shield.metrics_.count_at_capacity();
   const Duration retry_after = std::max<Duration>(expected, std::chrono::milliseconds(1));

@@ -80,7 +80,7 @@ endif()
 # Bad input: a clear message and a non-zero exit code.
 expect_error("logs;--db;${db};--level;LOUD" "unknown --level 'LOUD'")
 expect_error("logs;--db;${db};--since;yesterday" "bad --since 'yesterday'")
-expect_error("logs;--db;${db};--limit;0" "--limit must be at least 1")
+expect_error("logs;--db;${db};--limit;0" "--limit: Value 0 not in range 1 to")
 expect_error("logs;--db;${WORK_DIR}/no-such.db" "no-such.db' does not exist")
 expect_error("logs" "name the database")
 file(WRITE ${WORK_DIR}/notes.txt "this is not a database, just some text that is long enough\n")
