@@ -67,7 +67,7 @@ class ConcurrencyLimit {
   // one release().
   [[nodiscard]] bool try_acquire(bool retry) noexcept {
     if (!tight_.load(std::memory_order_relaxed)) [[likely]] {
-      add(1);
+      count(kStarted);
       return true;
     }
     return try_acquire_tight(retry);
@@ -81,16 +81,22 @@ class ConcurrencyLimit {
 
   // Takes a place whatever the limit (a breaker's probe, a place handed from one waiter to
   // the next).
-  void acquire() noexcept { add(1); }
-  void release() noexcept { add(-1); }
+  void acquire() noexcept { count(kStarted); }
+  void release() noexcept { count(kFinished); }
 
   // One sample: a call that took `latency` to answer (dropped: it was given up on at
   // `latency`, its work still on the database). Zero latency is no sample.
   void record(Duration latency, bool dropped) noexcept;
 
-  // True at most once per distinct `coarse_now` per thread: whether the call that starts
-  // now should be timed, so that a busy thread times one call per clock tick.
-  [[nodiscard]] bool wants_sample(TimePoint coarse_now) noexcept;
+  // True at most once per distinct `coarse_now` (a race may let two threads through):
+  // whether the call that starts now should be timed, so that a busy service times about
+  // one call per clock tick.
+  [[nodiscard]] bool wants_sample(TimePoint coarse_now) noexcept {
+    const std::int64_t now = coarse_now.time_since_epoch().count();
+    if (sampled_tick_.load(std::memory_order_relaxed) == now) return false;
+    sampled_tick_.store(now, std::memory_order_relaxed);
+    return true;
+  }
 
   [[nodiscard]] double limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
   // The calls in flight now (a sum of the stripes: a snapshot).
@@ -104,8 +110,6 @@ class ConcurrencyLimit {
   // True while the work in flight is at least half the limit, or callers are queued (as of
   // the last sample): the database is busy, and admissions are checked.
   [[nodiscard]] bool tight() const noexcept { return tight_.load(std::memory_order_relaxed); }
-  // True while the recent latency is above tolerance x the normal one.
-  [[nodiscard]] bool congested() const noexcept;
   // How long a caller with `ahead` callers queued before it should expect to wait for a
   // place: (ahead + 1) x recent latency / limit.
   [[nodiscard]] Duration expected_wait(std::int64_t ahead) const noexcept;
@@ -113,7 +117,10 @@ class ConcurrencyLimit {
 
  private:
   struct Stripe;
-  void add(std::int64_t n) noexcept;
+  enum Counter : unsigned { kStarted = 0, kFinished = 1 };
+  // Counts a call started or finished in this thread's stripe. Two counters rather than one
+  // that goes up and down: the start and the end of a call then write different words.
+  void count(Counter which) noexcept;
   bool try_acquire_tight(bool retry) noexcept;
 
   const Options options_;
@@ -122,6 +129,7 @@ class ConcurrencyLimit {
   const double base_creep_;
   std::unique_ptr<Stripe[]> stripes_;
   alignas(64) std::atomic<bool> tight_{false};
+  std::atomic<std::int64_t> sampled_tick_{-1};
   std::atomic<std::int64_t> queued_{0};
   std::atomic<double> limit_;
   std::atomic<double> short_ns_{0.0};

@@ -240,11 +240,7 @@ class Shield::Call {
     CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
     if (permit) [[likely]] {
       if (!permit.is_probe() && shield_->limit_.try_acquire(attempts_ > 0)) [[likely]] {
-        holds_place_ = true;
-        Admission a;
-        a.kind = Admission::Kind::kAttempt;
-        a.permit = std::move(permit);
-        return a;
+        return attempt(std::move(permit));
       }
       return admit_slow(std::move(permit), now);
     }
@@ -271,6 +267,14 @@ class Shield::Call {
 
  private:
   friend class Shield;
+  // Go: the call holds a place under the limit for the attempt made with `permit`.
+  Admission attempt(CircuitBreaker::Permit&& permit) noexcept {
+    holds_place_ = true;
+    Admission a;
+    a.kind = Admission::Kind::kAttempt;
+    a.permit = std::move(permit);
+    return a;
+  }
   Admission admit_slow(CircuitBreaker::Permit&& permit, TimePoint now);
   Admission admit_after_wait(TimePoint now);
   Admission refused(const CircuitBreaker::Permit& permit, TimePoint now);

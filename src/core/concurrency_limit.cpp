@@ -44,12 +44,10 @@ const ConcurrencyLimit::Options& validated(const ConcurrencyLimit::Options& o) {
 
 }  // namespace
 
-// One cache line per stripe: the calls its owner started minus those it finished (either
-// may be negative alone: a call may finish on another thread), and the clock tick it last
-// timed a call at.
+// One cache line per stripe: the calls its owner started and those it finished (a call
+// may finish on another thread than the one that started it: only the sums mean anything).
 struct ConcurrencyLimit::Stripe {
-  alignas(64) std::atomic<std::int64_t> in_flight{0};
-  std::atomic<std::int64_t> sampled_tick{-1};
+  alignas(64) std::atomic<std::int64_t> counts[2] = {0, 0};
 };
 
 ConcurrencyLimit::ConcurrencyLimit() : ConcurrencyLimit(Options{}) {}
@@ -64,20 +62,22 @@ ConcurrencyLimit::ConcurrencyLimit(Options options)
 
 ConcurrencyLimit::~ConcurrencyLimit() = default;
 
-void ConcurrencyLimit::add(std::int64_t n) noexcept {
+void ConcurrencyLimit::count(Counter which) noexcept {
   const unsigned s = detail::thread_stripe();
-  std::atomic<std::int64_t>& cell = stripes_[s].in_flight;
+  std::atomic<std::int64_t>& cell = stripes_[s].counts[which];
   if (s < detail::kOwnedStripes) {
-    cell.store(cell.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    cell.store(cell.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   } else {
-    cell.fetch_add(n, std::memory_order_relaxed);
+    cell.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
 std::int64_t ConcurrencyLimit::in_flight() const noexcept {
   std::int64_t sum = 0;
-  for (unsigned s = 0; s < detail::kStripes; ++s)
-    sum += stripes_[s].in_flight.load(std::memory_order_relaxed);
+  for (unsigned s = 0; s < detail::kStripes; ++s) {
+    sum += stripes_[s].counts[kStarted].load(std::memory_order_relaxed) -
+           stripes_[s].counts[kFinished].load(std::memory_order_relaxed);
+  }
   return std::max<std::int64_t>(sum, 0);
 }
 
@@ -97,16 +97,7 @@ bool ConcurrencyLimit::try_acquire_tight(bool retry) noexcept {
   if (retry ? !has_room_for_retry() : static_cast<double>(in_flight()) + 1.0 > limit()) {
     return false;
   }
-  add(1);
-  return true;
-}
-
-bool ConcurrencyLimit::wants_sample(TimePoint coarse_now) noexcept {
-  const unsigned s = detail::thread_stripe();
-  std::atomic<std::int64_t>& tick = stripes_[s].sampled_tick;
-  const std::int64_t now = coarse_now.time_since_epoch().count();
-  if (tick.load(std::memory_order_relaxed) == now) return false;
-  tick.store(now, std::memory_order_relaxed);
+  count(kStarted);
   return true;
 }
 
@@ -154,11 +145,6 @@ Duration ConcurrencyLimit::recent_latency() const noexcept {
 
 Duration ConcurrencyLimit::normal_latency() const noexcept {
   return Duration(static_cast<Duration::rep>(long_ns_.load(std::memory_order_relaxed)));
-}
-
-bool ConcurrencyLimit::congested() const noexcept {
-  const double l = long_ns_.load(std::memory_order_relaxed);
-  return l > 0.0 && short_ns_.load(std::memory_order_relaxed) > options_.tolerance * l;
 }
 
 Duration ConcurrencyLimit::expected_wait(std::int64_t ahead) const noexcept {

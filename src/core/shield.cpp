@@ -193,16 +193,12 @@ Duration Shield::Call::attempt_time() const noexcept {
 Shield::Admission Shield::Call::admit_after_wait(TimePoint now) {
   if (!shield_->leave_queue(*this)) return admit(now);
   // Handed a place: it is this call's, unless the breaker refuses it now.
-  holds_place_ = true;
   CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
   if (!permit) {
-    release_place();
+    shield_->release_place();
     return refused(permit, now);
   }
-  Admission a;
-  a.kind = Admission::Kind::kAttempt;
-  a.permit = std::move(permit);
-  return a;
+  return attempt(std::move(permit));
 }
 
 Shield::Admission Shield::Call::admit_slow(CircuitBreaker::Permit&& permit, TimePoint now) {
@@ -222,11 +218,7 @@ Shield::Admission Shield::Call::admit_slow(CircuitBreaker::Permit&& permit, Time
     return stop(StopReason::kWindowSpent, std::move(s));
   }
   shield.limit_.acquire();
-  holds_place_ = true;
-  Admission a;
-  a.kind = Admission::Kind::kAttempt;
-  a.permit = std::move(permit);
-  return a;
+  return attempt(std::move(permit));
 }
 
 Shield::Admission Shield::Call::wait(TimePoint until) {

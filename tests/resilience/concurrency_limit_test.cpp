@@ -1,0 +1,155 @@
+#include "holdfast/concurrency_limit.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <thread>
+
+namespace holdfast {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+ConcurrencyLimit::Options small(int initial, int max = 1000) {
+  ConcurrencyLimit::Options o;
+  o.min = 1;
+  o.initial = initial;
+  o.max = max;
+  return o;
+}
+
+// Holds `n` places, takes one sample of `latency` with them in flight, gives them back.
+void busy_sample(ConcurrencyLimit& limit, int n, Duration latency, bool dropped = false) {
+  for (int i = 0; i < n; ++i)
+    limit.acquire();
+  limit.record(latency, dropped);
+  for (int i = 0; i < n; ++i)
+    limit.release();
+}
+
+TEST(ConcurrencyLimitOptions, EachBadFieldIsRejectedByName) {
+  const auto message = [](auto change) {
+    ConcurrencyLimit::Options o;
+    change(o);
+    try {
+      ConcurrencyLimit l(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(message([](auto& o) { o.min = 0; }), HasSubstr("min"));
+  EXPECT_THAT(message([](auto& o) { o.max = 1; }), HasSubstr("max"));
+  EXPECT_THAT(message([](auto& o) { o.initial = 5000; }), HasSubstr("initial"));
+  EXPECT_THAT(message([](auto& o) { o.tolerance = 0.5; }), HasSubstr("tolerance"));
+  EXPECT_THAT(message([](auto& o) { o.smoothing = 0; }), HasSubstr("smoothing"));
+  EXPECT_THAT(message([](auto& o) { o.long_samples = 5; }), HasSubstr("long_samples"));
+  EXPECT_THAT(message([](auto& o) { o.retry_share = 1.5; }), HasSubstr("retry_share"));
+}
+
+TEST(ConcurrencyLimit, AQuietServiceLearnsNothingAboutMoreLoad) {
+  ConcurrencyLimit limit(small(20));
+  for (int i = 0; i < 1000; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  EXPECT_DOUBLE_EQ(limit.limit(), 20.0) << "one call at a time says nothing about 40";
+  EXPECT_FALSE(limit.tight());
+  EXPECT_EQ(limit.in_flight(), 0);
+}
+
+TEST(ConcurrencyLimit, ABusyServiceAtNormalLatencyGrows) {
+  ConcurrencyLimit limit(small(20));
+  busy_sample(limit, 1, milliseconds(5));  // the normal latency: 5 ms
+  for (int i = 0; i < 50; ++i)
+    busy_sample(limit, static_cast<int>(limit.limit()), milliseconds(5));
+  EXPECT_GT(limit.limit(), 40.0);
+}
+
+TEST(ConcurrencyLimit, LatencyRisingAboveTwiceNormalShrinksItByAtMostHalfASample) {
+  ConcurrencyLimit limit(small(100));
+  for (int i = 0; i < 20; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  const double before = limit.limit();
+  busy_sample(limit, 100, milliseconds(50));
+  EXPECT_LT(limit.limit(), before);
+  EXPECT_GE(limit.limit(), before * (1.0 - 0.2 * 0.5)) << "smoothing 0.2 of a gradient >= 0.5";
+  for (int i = 0; i < 100; ++i)
+    busy_sample(limit, 100, milliseconds(50));
+  EXPECT_LT(limit.limit(), 20.0);
+}
+
+TEST(ConcurrencyLimit, TheNormalLatencyDoesNotLearnAQueue) {
+  ConcurrencyLimit limit(small(20));
+  for (int i = 0; i < 20; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  for (int i = 0; i < 2000; ++i)
+    busy_sample(limit, 20, milliseconds(200));
+  EXPECT_LT(limit.normal_latency(), milliseconds(10))
+      << "a long overload does not become the normal";
+  EXPECT_GT(limit.recent_latency(), milliseconds(150));
+}
+
+TEST(ConcurrencyLimit, ADroppedCallShrinksIt) {
+  ConcurrencyLimit limit(small(50));
+  busy_sample(limit, 1, milliseconds(5));
+  busy_sample(limit, 1, std::chrono::seconds(1), /*dropped=*/true);
+  EXPECT_DOUBLE_EQ(limit.limit(), 45.0);
+}
+
+TEST(ConcurrencyLimit, WhileBusyFirstAttemptsFillTheLimitAndRetriesOnlyItsSpareShare) {
+  ConcurrencyLimit limit(small(10, 10));
+  busy_sample(limit, 10, milliseconds(5));  // half full or more: admissions are checked
+  ASSERT_TRUE(limit.tight());
+  ASSERT_DOUBLE_EQ(limit.limit(), 10.0);
+  int taken = 0;
+  while (limit.try_acquire(false))
+    ++taken;
+  EXPECT_EQ(taken, 10);
+  limit.release();
+  EXPECT_FALSE(limit.try_acquire(true)) << "9 of 10 in flight: no room for a retry (0.9)";
+  EXPECT_TRUE(limit.try_acquire(false)) << "a first attempt may take the last place";
+  limit.release();
+  limit.release();
+  EXPECT_TRUE(limit.try_acquire(true)) << "8 of 10: a retry may go";
+}
+
+TEST(ConcurrencyLimit, NobodyOvertakesQueuedCallers) {
+  ConcurrencyLimit limit(small(10, 10));
+  limit.queued(1);
+  EXPECT_TRUE(limit.tight());
+  EXPECT_FALSE(limit.try_acquire(false)) << "the place goes to the one in line";
+  limit.queued(-1);
+  EXPECT_TRUE(limit.try_acquire(false));
+  limit.release();
+}
+
+TEST(ConcurrencyLimit, TheExpectedWaitIsThePlacesAheadAtTheRecentPace) {
+  ConcurrencyLimit limit(small(10, 10));
+  busy_sample(limit, 1, milliseconds(20));
+  EXPECT_EQ(limit.expected_wait(0), milliseconds(2));
+  EXPECT_EQ(limit.expected_wait(9), milliseconds(20));
+}
+
+TEST(ConcurrencyLimit, CallsFinishedOnAnotherThreadAreCountedOnce) {
+  ConcurrencyLimit limit;
+  for (int i = 0; i < 100; ++i)
+    limit.acquire();
+  std::thread other([&] {
+    for (int i = 0; i < 100; ++i)
+      limit.release();
+  });
+  other.join();
+  EXPECT_EQ(limit.in_flight(), 0);
+}
+
+TEST(ConcurrencyLimit, OneSampleIsTakenPerClockTick) {
+  ConcurrencyLimit limit;
+  const TimePoint t{std::chrono::seconds(1)};
+  EXPECT_TRUE(limit.wants_sample(t));
+  EXPECT_FALSE(limit.wants_sample(t));
+  EXPECT_TRUE(limit.wants_sample(t + milliseconds(4)));
+}
+
+}  // namespace
+}  // namespace holdfast
