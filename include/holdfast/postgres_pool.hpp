@@ -17,7 +17,9 @@
 //   time the request spends), or `window` outside any scope. It never waits forever.
 // - Connections are opened in one place, connect(). After a failed connect the next one
 //   waits for a backoff delay, and while connects fail only one request at a time tries
-//   (the others wait for its result): a restarting server sees no reconnect storm.
+//   (the others wait for its result): a restarting server sees no reconnect storm. A
+//   request that comes during the backoff is answered at once with the last connect
+//   error, stop_reason kBreakerOpen and retry_after() (the rest of the backoff).
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
 //   read-only default switched off is closed instead of being reused.
 //
@@ -128,6 +130,8 @@ class Pool {
  private:
   friend class PooledConnection;
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, bool may_wait);
+  // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.
+  Status connect_backing_off(Duration left) const;
   void release(Connection conn, bool unusable) noexcept;
   Status no_connection_in_time(Duration waited) const;
 

@@ -70,16 +70,17 @@ class Shield {
   static CircuitBreaker::Options shield_breaker() {
     CircuitBreaker::Options o;
     o.open_initial = std::chrono::milliseconds(250);
-    o.open_max = std::chrono::seconds(1);
+    o.open_max = std::chrono::milliseconds(800);
     return o;
   }
 
   // Copyable configuration, validated by the constructor (std::invalid_argument).
   struct Options {
     // The breaker's open period is 250 ms, doubling on each probe that fails for the
-    // database's own reasons, to at most 1 s: the first probe after an outage comes within
-    // a second of its end (ADR 0008). The concurrency limit and the throttle keep the
-    // load down meanwhile; the origin's 30 s kept a page failing 28 s after the lock.
+    // database's own reasons, to at most 800 ms: the first probe after an outage comes
+    // within 800 ms of its end, and its answer within a second (ADR 0008). The concurrency limit
+    // and the throttle keep the load down meanwhile; the origin's 30 s kept a page failing 28 s
+    // after the lock.
     CircuitBreaker::Options breaker = shield_breaker();
     RetryThrottle::Options throttle;
     ConcurrencyLimit::Options limit;

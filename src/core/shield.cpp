@@ -328,6 +328,18 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
     v.status.with_stop(StopReason::kThrottled, st.attempts(), shield.throttle_.retry_after(now));
     return v;
   }
+  // The breaker is open now (this failure may have opened it) and the database is down
+  // rather than locked: the retry would only be refused after its backoff. Answer now.
+  const bool contention = shield.last_overload_fast_.load(std::memory_order_relaxed);
+  if (!contention && shield.breaker_.state() != BreakerState::kClosed) {
+    const Duration retry_after = shield.breaker_.retry_after(now);
+    shield.metrics_.count_breaker_rejected();
+    stop_ = StopReason::kBreakerOpen;
+    Verdict v;
+    v.status = st.give_up(Status(status), StopReason::kBreakerOpen);
+    v.status.with_stop(StopReason::kBreakerOpen, st.attempts(), retry_after);
+    return v;
+  }
   shield.metrics_.count_retry();
   policy_->notify_retry(
       RetryEvent{op_.label, st.attempts(), d.delay, st.window().remaining(now), status});

@@ -136,6 +136,11 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       if (waiters_ > 0) returned_.notify_all();
       return conn.status();
     }
+    if (failures_ > 0 && !probing_ && open_ < options_.size && !last_connect_error_.ok()) {
+      // Connects are failing and the next one is not due yet: the answer is now, with
+      // when to come back, rather than after the backoff (ADR 0008).
+      return connect_backing_off(next_connect_at_ - now);
+    }
     if (!may_wait) {
       if (failures_ > 0 && !last_connect_error_.ok()) return no_connection_in_time(Duration{});
       return Status(Code::kUnavailable, "no pooled connection is free right now",
@@ -189,6 +194,19 @@ Status Pool::no_connection_in_time(Duration waited) const {
                 "all " + std::to_string(options_.size) + " pooled connections stayed busy for " +
                     std::to_string(to_ms(waited)) + " ms",
                 Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, false});
+}
+
+Status Pool::connect_backing_off(Duration left) const {
+  // Like an open breaker: our own shedding, so it feeds no breaker and is not retried.
+  Status s = last_connect_error_;
+  Fault f = s.fault();
+  f.overload = false;
+  f.outcome = Outcome::kNotApplied;
+  s.with_fault(f);
+  s.annotate("the pool connects again in " + std::to_string(to_ms(left)) + " ms (" +
+             std::to_string(failures_) + " failed connects in a row; the last said)");
+  s.with_stop(StopReason::kBreakerOpen, 0, left);
+  return s;
 }
 
 void Pool::release(Connection conn, bool unusable) noexcept {

@@ -142,7 +142,7 @@ TEST(SimStory, AHealthProbeBringsBreakersBackSoonerAfterAnOutage) {
   ASSERT_TRUE(with_probe.recovery_s.has_value());
   EXPECT_LE(*with_probe.recovery_s, *plain.recovery_s);
   // Without a probe too, service is back within a second: the open period stops growing
-  // at 1 s (ADR 0008), so the first probe after the outage comes within a second of it.
+  // at 800 ms (ADR 0008), so the first probe after the outage comes within a second of it.
   EXPECT_LE(*plain.recovery_s, 1.0);
   EXPECT_EQ(plain.seconds[32].breaker_open, 0.0);
 }
