@@ -117,7 +117,8 @@ void AttemptLimiter::record(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   const TimePoint now = clock_.now();
   if (events_.size() >= max_keys_ && events_.find(key) == events_.end()) {
-    // Bounded memory: drop keys whose events have all expired, or else the oldest key.
+    // Bounded memory: drop keys whose events have all expired, or else the first key in
+    // order (an arbitrary one: the per-address limit still holds a flood of names).
     for (auto it = events_.begin(); it != events_.end();) {
       forget_old(it->second, now);
       it = it->second.empty() ? events_.erase(it) : std::next(it);

@@ -128,15 +128,20 @@ Status Scenario::validate() const {
       return invalid("brownout failure ratio must be within [0, 1]");
     }
   }
-  // What fits in memory and in a few minutes: a request in flight takes about 200 bytes,
-  // and a client may keep one for tens of seconds (Tenacity-style waits).
-  const double peak_rps = offered_rps * (t.kind == TriggerKind::kLoadSpike ? t.factor : 1.0);
-  if (peak_rps > 1e6) {
-    return invalid("offered load (rps), times the spike factor, must be at most 1000000 a second");
+  // What fits in memory and in a minute: a request in flight takes about 200 bytes, a
+  // collapsed client keeps one for seconds (Tenacity-style waits), and four strategies run.
+  const double seconds_total = std::chrono::duration<double>(duration).count();
+  const bool spike = t.kind == TriggerKind::kLoadSpike;
+  const double peak_rps = offered_rps * (spike ? t.factor : 1.0);
+  if (peak_rps > 200'000) {
+    return invalid("offered load (rps), times the spike factor, must be at most 200000 a second");
   }
-  if (offered_rps * std::chrono::duration<double>(duration).count() > 5e7 && max_requests == 0) {
+  const double spike_extra =
+      spike ? offered_rps * (t.factor - 1.0) * std::chrono::duration<double>(t.length).count()
+            : 0.0;
+  if (offered_rps * seconds_total + spike_extra > 2e7 && max_requests == 0) {
     return invalid(
-        "offered load (rps) x duration must be at most 50000000 requests (or set "
+        "offered load (rps) x duration must be at most 20000000 requests (or set "
         "a request limit)");
   }
   if (db.workers > 1'000'000) return invalid("database workers must be at most 1000000");

@@ -77,6 +77,26 @@ TEST(SimScenarios, ValidationNamesTheBadField) {
             std::string::npos);
 }
 
+TEST(SimScenarios, ALoadThatWouldNotFitInMemoryOrAMinuteIsRefused) {
+  auto message_for = [](auto change) {
+    Scenario s = *builtin_scenario("spike");
+    change(s);
+    return std::string(s.validate().message());
+  };
+  EXPECT_NE(message_for([](Scenario& s) { s.offered_rps = 1e12; }).find("at most 200000"),
+            std::string::npos);
+  EXPECT_NE(message_for([](Scenario& s) { s.trigger.factor = 1000; }).find("spike factor"),
+            std::string::npos);
+  Scenario many = *builtin_scenario("capacity-drop");
+  many.offered_rps = 150000;  // for 150 s
+  EXPECT_NE(std::string(many.validate().message()).find("at most 20000000 requests"),
+            std::string::npos);
+  Scenario limited = *builtin_scenario("capacity-drop");
+  limited.offered_rps = 150000;
+  limited.max_requests = 1000;
+  EXPECT_TRUE(limited.validate().ok()) << "a request limit bounds the run";
+}
+
 TEST(SimScenarios, NamesOfTriggersAndDistributionsRoundTrip) {
   for (auto k : {TriggerKind::kNone, TriggerKind::kCapacityDrop, TriggerKind::kLoadSpike,
                  TriggerKind::kOutage, TriggerKind::kBrownout}) {
