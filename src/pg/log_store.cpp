@@ -32,6 +32,10 @@ constexpr std::string_view kHasIndex =
     "JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid "
     "WHERE x.indrelid = 'logs'::regclass AND i.relname = 'logs_created_at'";
 
+// Serializes the creation of the logs table between processes (released at COMMIT).
+constexpr std::string_view kLockSchema =
+    "SELECT pg_advisory_xact_lock(hashtext('holdfast.logs_table'))";
+
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 bool continuation(unsigned char c) noexcept {
@@ -258,14 +262,27 @@ Result<std::unique_ptr<PgLogStore>> PgLogStore::open(Options options) {
       return lane.conn.query(sql);
     };
     static_assert(logs_table::kSchemaPostgres.size() == 2);
-    Result<Rows> made = run(logs_table::kSchemaPostgres[0]);
-    if (!made.ok()) return Status(made.status()).annotate(where);
-    Result<Rows> has_index = run(kHasIndex);
-    if (!has_index.ok()) return Status(has_index.status()).annotate(where);
-    if (has_index->text(0, 0) == "0") {
-      made = run(logs_table::kSchemaPostgres[1]);
-      if (!made.ok()) return Status(made.status()).annotate(where);
+    // Several processes may open at the same instant: CREATE ... IF NOT EXISTS is not safe
+    // against itself (23505 on pg_type, 42P07), so creation takes a transaction-scoped
+    // advisory lock first. Nothing here is retried: a failure rolls back and is reported.
+    auto create = [&]() -> Status {
+      for (std::string_view sql : {kLockSchema, logs_table::kSchemaPostgres[0], kHasIndex}) {
+        Result<Rows> r = run(sql);
+        if (!r.ok()) return r.status();
+        if (sql == kHasIndex && r->text(0, 0) == "0") {
+          Result<Rows> index = run(logs_table::kSchemaPostgres[1]);
+          if (!index.ok()) return index.status();
+        }
+      }
+      return Status();
+    };
+    if (Result<Rows> begun = run("BEGIN"); !begun.ok()) {
+      return Status(begun.status()).annotate(where);
     }
+    Status created = create();
+    Result<Rows> ended = run(created.ok() ? "COMMIT" : "ROLLBACK");
+    if (!created.ok()) return created.annotate(where);
+    if (!ended.ok()) return Status(ended.status()).annotate(where);
     return store;
   } catch (const std::exception& e) {
     return internal_failure("PgLogStore::open", &e);

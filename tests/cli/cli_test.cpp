@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -110,6 +113,64 @@ TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
   EXPECT_NE(r.err.find("quick_check"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not starting"), std::string::npos) << r.err;
   fs::remove_all(dir);
+}
+
+// ---- two processes at once -----------------------------------------------------------------
+
+// Runs `cmd` in a shell and returns its standard output, trimmed.
+std::string shell_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr)
+      out += buf;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+    out.pop_back();
+  return out;
+}
+
+bool answers_healthz(int port) {
+  return shell_output("timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) +
+                      " && printf \"GET /healthz HTTP/1.0\\r\\n\\r\\n\" >&3 && head -c 12 <&3' "
+                      "2>/dev/null") == "HTTP/1.1 200";
+}
+
+TEST(CliPg, TwoPanelsStartingAtTheSameInstantOnOneDatabaseBothServe) {
+  const char* server = std::getenv("HOLDFAST_TEST_PG_URL");
+  if (server == nullptr || *server == '\0') GTEST_SKIP() << "SKIPPED: no PostgreSQL test server";
+  const std::string url(server);
+  const std::string schema = "hf_cli_start_" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("psql -q '" + url + "' -c 'CREATE SCHEMA " + schema + "'").c_str()), 0);
+  // Every table of both panels goes to the test's own schema.
+  const std::string panel_url =
+      url + (url.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" + schema;
+  const int base = 20000 + static_cast<int>(::getpid() % 20000);
+  std::vector<int> pids;
+  for (int i = 0; i < 2; ++i) {
+    const std::string cmd = std::string(HOLDFAST_BIN) + " panel --pg '" + panel_url + "' --port " +
+                            std::to_string(base + i) + " >/dev/null 2>&1 & echo $!";
+    pids.push_back(std::stoi(shell_output(cmd)));
+  }
+  bool both = false;
+  for (int tries = 0; tries < 200 && !both; ++tries) {
+    both = answers_healthz(base) && answers_healthz(base + 1);
+    if (!both) ::usleep(100 * 1000);
+  }
+  std::vector<bool> alive;
+  for (int pid : pids)
+    alive.push_back(::kill(pid, 0) == 0);
+  for (int pid : pids)
+    ::kill(pid, SIGTERM);
+  for (int pid : pids) {
+    for (int tries = 0; tries < 50 && ::kill(pid, 0) == 0; ++tries)
+      ::usleep(100 * 1000);
+    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+  }
+  std::system(("psql -q '" + url + "' -c 'DROP SCHEMA " + schema + " CASCADE' >/dev/null").c_str());
+  EXPECT_TRUE(alive[0] && alive[1]) << "a panel exited while starting";
+  EXPECT_TRUE(both) << "both panels answer /healthz";
 }
 
 }  // namespace

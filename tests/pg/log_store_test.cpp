@@ -7,6 +7,7 @@
 // (search_path), so reruns and parallel test processes never meet.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -212,6 +213,37 @@ TEST(PgLogStore, OpenCreatesTheTableAndIndexAndOpeningAgainIsHarmless) {
                 {schema.table()}),
             1);
   EXPECT_EQ(schema.count(), 0);
+}
+
+TEST(PgLogStore, EightStoresOpeningAtTheSameInstantAllOpenAndMakeOneTable) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  LogSchema schema;
+  constexpr int kStores = 8;
+  std::vector<Result<std::unique_ptr<PgLogStore>>> opened;
+  for (int i = 0; i < kStores; ++i)
+    opened.emplace_back(Status(Code::kUnknown, "not run"));
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStores; ++i) {
+    threads.emplace_back([&, i] {
+      const PgLogStore::Options o = schema.options();
+      ++ready;
+      while (ready.load() < kStores) {
+      }
+      opened[static_cast<std::size_t>(i)] = PgLogStore::open(o);
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  for (int i = 0; i < kStores; ++i) {
+    EXPECT_TRUE(opened[static_cast<std::size_t>(i)].ok())
+        << i << ": " << opened[static_cast<std::size_t>(i)].status().to_string();
+  }
+  EXPECT_EQ(schema.admin().count(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname || '.' || tablename = $1 "
+                "AND indexname = 'logs_created_at'",
+                {schema.table()}),
+            1);
 }
 
 TEST(PgLogStore, OpenWhereNoSchemaCanHoldTheTableFailsNamingTheUrl) {
