@@ -130,6 +130,11 @@ void AttemptLimiter::record(const std::string& key) {
   events.push_back(now);
 }
 
+std::string client_address(const httplib::Request& req) {
+  std::string forwarded = req.get_header_value("X-Holdfast-Client");
+  return forwarded.empty() ? req.remote_addr : forwarded;
+}
+
 int retry_after_header(Duration wait) {
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
   return std::max<int>(1, static_cast<int>((ms + 999) / 1000));

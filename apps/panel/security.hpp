@@ -73,6 +73,10 @@ class AttemptLimiter {
   std::map<std::string, std::deque<TimePoint>> events_;
 };
 
+// The client's address: X-Holdfast-Client, which the front (front.hpp) sets on every request
+// it relays (replacing any the client sent), else the peer's address.
+[[nodiscard]] std::string client_address(const httplib::Request& req);
+
 // Whole seconds for Retry-After (at least 1).
 [[nodiscard]] int retry_after_header(Duration wait);
 

@@ -151,11 +151,12 @@ PanelServer::PanelServer(Options options)
   if (options_.store->strategy() == Strategy::kHoldfast) {
     toucher_ = std::make_unique<Toucher>(*options_.store);
   }
-  const int threads = options_.threads;
+  // The front relays at most `threads` database-bound and kLightRelays light requests at
+  // once: httplib has a thread for each, so light ones never wait behind the others.
+  const int threads = options_.threads + kLightRelays;
   http_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
   };
-  http_->set_keep_alive_max_count(1000);
   install_guards();
   install_routes();
 }
@@ -181,18 +182,27 @@ std::string PanelServer::issue_sign_in_link(std::int64_t user_id, std::string_vi
 }
 
 Status PanelServer::start() {
-  port_ = options_.port == 0
-              ? http_->bind_to_any_port(options_.host)
-              : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port_ <= 0) {
-    return Status(Code::kUnavailable,
-                  fmt::format("cannot listen on {}:{} (in use?)", options_.host, options_.port));
-  }
+  // httplib on a loopback port of its own; the front on the public one (front.hpp).
+  const int upstream = http_->bind_to_any_port("127.0.0.1");
+  if (upstream <= 0) return Status(Code::kUnavailable, "cannot listen on 127.0.0.1");
   thread_ = std::thread([this] { http_->listen_after_bind(); });
+  HttpFront::Options fo;
+  fo.host = options_.host;
+  fo.port = options_.port;
+  fo.upstream_port = upstream;
+  fo.heavy_relays = options_.threads;
+  fo.light_relays = kLightRelays;
+  front_ = std::make_unique<HttpFront>(fo);
+  if (Status s = front_->start(); !s.ok()) {
+    stop();
+    return s;
+  }
+  port_ = front_->port();
   return Status();
 }
 
 void PanelServer::stop() noexcept {
+  if (front_) front_->stop();
   if (thread_.joinable()) {
     http_->stop();
     thread_.join();
@@ -267,7 +277,7 @@ void PanelServer::install_routes() {
     // Throttled per account and per address before the password is looked at.
     const std::string account = "account:" + email;
     const Duration wait = std::max(sign_in_by_account_->wait_for(account),
-                                   sign_in_by_address_->wait_for(req.remote_addr));
+                                   sign_in_by_address_->wait_for(client_address(req)));
     if (wait > Duration::zero()) {
       counters_.bad_request++;
       res.status = 429;
@@ -282,7 +292,7 @@ void PanelServer::install_routes() {
     if (!token.ok()) {
       if (token.status().code() == Code::kPermissionDenied) {
         sign_in_by_account_->record(account);
-        sign_in_by_address_->record(req.remote_addr);
+        sign_in_by_address_->record(client_address(req));
         counters_.bad_request++;
         res.status = 401;
         res.set_content(render_login(token.status().message()), "text/html; charset=utf-8");

@@ -22,6 +22,7 @@
 
 #include "answers.hpp"
 #include "club_store.hpp"
+#include "front.hpp"
 #include "holdfast/logger.hpp"
 #include "security.hpp"
 
@@ -49,7 +50,7 @@ class PanelServer {
     Logger* logger = nullptr;                   // REQUIRED; outlives the server
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
-    int threads = 16;
+    int threads = 16;  // database-bound requests served at once (the front's bulkhead)
     // Mark the session cookie Secure (`holdfast panel --secure-cookies`, behind TLS).
     bool secure_cookies = false;
   };
@@ -78,6 +79,8 @@ class PanelServer {
  private:
   // The largest request body taken (a form is at most 8 KiB: httplib's own limit).
   static constexpr std::size_t kMaxBodyBytes = 64 * 1024;
+  // Relays (and httplib threads) kept for the routes that never touch the database.
+  static constexpr int kLightRelays = 4;
 
   void install_guards();
   void install_routes();
@@ -85,6 +88,7 @@ class PanelServer {
 
   Options options_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpFront> front_;  // the public socket (front.hpp)
   std::thread thread_;
   int port_ = 0;
   PanelCounters counters_;

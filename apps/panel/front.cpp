@@ -1,0 +1,444 @@
+#include "front.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <memory>
+#include <string_view>
+
+#include "security.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+std::string_view reason_of(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
+  }
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x | 0x20) == (y | 0x20);
+         });
+}
+
+std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Writes all of `data` to a blocking socket (whose send timeout bounds each call).
+bool send_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+void set_timeouts(int fd, std::chrono::milliseconds send, std::chrono::milliseconds receive) {
+  const auto tv = [](std::chrono::milliseconds d) {
+    timeval t{};
+    t.tv_sec = static_cast<time_t>(d.count() / 1000);
+    t.tv_usec = static_cast<suseconds_t>((d.count() % 1000) * 1000);
+    return t;
+  };
+  const timeval s = tv(send);
+  const timeval r = tv(receive);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, sizeof(s));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof(r));
+}
+
+void set_blocking(int fd, bool blocking) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, blocking ? (flags & ~O_NONBLOCK) : (flags | O_NONBLOCK));
+}
+
+// How long the relay waits for the panel's answer: longer than any request's window.
+constexpr std::chrono::milliseconds kUpstreamAnswer{30000};
+
+}  // namespace
+
+// A client connection being read by the event loop.
+struct HttpFront::Conn {
+  int fd = -1;
+  std::string client;
+  std::string buf;
+  Steady::time_point deadline;
+  bool in_body = false;
+  std::size_t head_end = 0;  // bytes of the head in `buf` (with its blank line)
+  std::size_t body_len = 0;
+  std::string head;  // the head to send upstream
+  bool light = false;
+};
+
+HttpFront::HttpFront(Options options) : options_(std::move(options)) {
+  heavy_.limit = options_.heavy_queue;
+  light_.limit = options_.light_queue;
+}
+
+HttpFront::~HttpFront() {
+  stop();
+}
+
+bool HttpFront::is_light(std::string_view method, std::string_view path) noexcept {
+  if (method != "GET" && method != "HEAD") return false;
+  const std::string_view p = path.substr(0, path.find('?'));
+  return p == "/healthz" || p == "/metrics" || p == "/login";
+}
+
+Status HttpFront::start() {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Status(Code::kInternal, "socket() failed");
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(options_.port));
+  if (::inet_pton(AF_INET, options_.host.c_str(), &addr.sin_addr) != 1 ||
+      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listen_fd_, 512) != 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Status(Code::kUnavailable, "cannot listen on " + options_.host + ":" +
+                                          std::to_string(options_.port) + " (in use?)");
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  if (::pipe2(wake_fds_, O_NONBLOCK | O_CLOEXEC) != 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Status(Code::kInternal, "pipe2() failed");
+  }
+  for (int i = 0; i < options_.heavy_relays; ++i)
+    relays_.emplace_back([this] { relay_loop(heavy_); });
+  for (int i = 0; i < options_.light_relays; ++i)
+    relays_.emplace_back([this] { relay_loop(light_); });
+  loop_thread_ = std::thread([this] { loop(); });
+  return Status();
+}
+
+void HttpFront::stop() noexcept {
+  if (!loop_thread_.joinable()) return;
+  stopping_ = true;
+  const char byte = 1;
+  (void)!::write(wake_fds_[1], &byte, 1);
+  loop_thread_.join();
+  for (Lane* lane : {&heavy_, &light_}) {
+    std::lock_guard<std::mutex> lock(lane->mutex);
+    lane->ready.notify_all();
+  }
+  for (std::thread& t : relays_)
+    t.join();
+  relays_.clear();
+  for (Lane* lane : {&heavy_, &light_}) {
+    for (Request& r : lane->queue)
+      ::close(r.fd);
+    lane->queue.clear();
+  }
+  ::close(listen_fd_);
+  ::close(wake_fds_[0]);
+  ::close(wake_fds_[1]);
+  listen_fd_ = wake_fds_[0] = wake_fds_[1] = -1;
+}
+
+void HttpFront::loop() {
+  std::vector<std::unique_ptr<Conn>> conns;
+  std::vector<pollfd> fds;
+  while (!stopping_) {
+    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}});
+    const auto now = Steady::now();
+    auto next = now + std::chrono::seconds(1);
+    for (const auto& c : conns) {
+      fds.push_back({c->fd, POLLIN, 0});
+      next = std::min(next, c->deadline);
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
+    ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(wait.count(), 0) + 1));
+    if (stopping_) break;
+    // Existing connections first (fds[2..] match conns, before any is added or removed).
+    std::vector<std::unique_ptr<Conn>> kept;
+    kept.reserve(conns.size());
+    const auto after = Steady::now();
+    for (std::size_t i = 0; i < conns.size(); ++i) {
+      Conn& c = *conns[i];
+      bool keep = true;
+      if ((fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) keep = on_readable(c);
+      if (keep && after >= c.deadline) {
+        ++counters_.timed_out_408;
+        refuse(c, 408, "the request did not arrive in time\n");
+        keep = false;
+      }
+      if (keep) kept.push_back(std::move(conns[i]));
+    }
+    conns.swap(kept);
+    if ((fds[0].revents & POLLIN) != 0) {
+      for (;;) {
+        sockaddr_in peer{};
+        socklen_t len = sizeof(peer);
+        const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;
+        ++counters_.accepted;
+        auto c = std::make_unique<Conn>();
+        c->fd = fd;
+        char ip[INET_ADDRSTRLEN] = {};
+        ::inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof(ip));
+        c->client = ip;
+        c->deadline = Steady::now() + options_.head_deadline;
+        if (static_cast<int>(conns.size()) >= options_.max_connections) {
+          ++counters_.shed_503;
+          refuse(*c, 503, "too many connections; try again in a second\n", 1);
+          continue;
+        }
+        conns.push_back(std::move(c));
+      }
+    }
+  }
+  for (const auto& c : conns)
+    ::close(c->fd);
+}
+
+bool HttpFront::on_readable(Conn& c) {
+  char chunk[16 * 1024];
+  for (;;) {
+    std::size_t want = sizeof(chunk);
+    if (c.in_body) want = std::min(want, c.head_end + c.body_len - c.buf.size());
+    if (want == 0) return dispatch(c);
+    const ssize_t n = ::recv(c.fd, chunk, want, 0);
+    if (n == 0) {  // the client went away
+      ::close(c.fd);
+      return false;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      ::close(c.fd);
+      return false;
+    }
+    c.buf.append(chunk, static_cast<std::size_t>(n));
+    if (!c.in_body) {
+      const std::size_t end = c.buf.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (c.buf.size() > options_.max_head_bytes) {
+          ++counters_.refused_4xx;
+          refuse(c, 431, "request header fields too large\n");
+          return false;
+        }
+        continue;
+      }
+      c.head_end = end + 4;
+      if (c.head_end > options_.max_head_bytes) {
+        ++counters_.refused_4xx;
+        refuse(c, 431, "request header fields too large\n");
+        return false;
+      }
+      if (!on_head(c)) return false;
+    }
+    if (c.buf.size() >= c.head_end + c.body_len) return dispatch(c);
+  }
+}
+
+bool HttpFront::on_head(Conn& c) {
+  const std::string_view head(c.buf.data(), c.head_end - 2);
+  std::size_t at = head.find("\r\n");
+  const std::string_view line = head.substr(0, at);
+  const std::size_t sp1 = line.find(' ');
+  const std::size_t sp2 = line.rfind(' ');
+  if (sp1 == std::string_view::npos || sp2 == sp1 ||
+      line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
+    ++counters_.refused_4xx;
+    refuse(c, 400, "bad request: the request line could not be read\n");
+    return false;
+  }
+  const std::string_view method = line.substr(0, sp1);
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string out(line);
+  out += "\r\n";
+  int lines = 0;
+  bool has_length = false;
+  bool form = false;
+  bool expect_continue = false;
+  std::size_t length = 0;
+  while (at != std::string_view::npos && at + 2 <= head.size()) {
+    const std::size_t next = head.find("\r\n", at + 2);
+    const std::string_view field = head.substr(
+        at + 2, next == std::string_view::npos ? std::string_view::npos : next - at - 2);
+    at = next;
+    if (field.empty()) continue;
+    if (++lines > options_.max_header_lines) {
+      ++counters_.refused_4xx;
+      refuse(c, 431, "too many request header fields\n");
+      return false;
+    }
+    const std::size_t colon = field.find(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      ++counters_.refused_4xx;
+      refuse(c, 400, "bad request: a header field could not be read\n");
+      return false;
+    }
+    const std::string_view name = field.substr(0, colon);
+    const std::string_view value = trim(field.substr(colon + 1));
+    if (iequals(name, "Content-Length")) {
+      std::size_t n = 0;
+      const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || p != value.data() + value.size() || (has_length && n != length)) {
+        ++counters_.refused_4xx;
+        refuse(c, 400, "bad request: Content-Length is not a number\n");
+        return false;
+      }
+      has_length = true;
+      length = n;
+    } else if (iequals(name, "Transfer-Encoding")) {
+      ++counters_.refused_4xx;
+      refuse(c, 411, "send the body with a Content-Length, not in chunks\n");
+      return false;
+    } else if (iequals(name, "Content-Type")) {
+      form = value.rfind("application/x-www-form-urlencoded", 0) == 0;
+    } else if (iequals(name, "Expect")) {
+      expect_continue = iequals(value, "100-continue");
+      continue;
+    }
+    if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
+        iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client")) {
+      continue;
+    }
+    out.append(field);
+    out += "\r\n";
+  }
+  const std::size_t limit = form ? options_.max_form_bytes : options_.max_body_bytes;
+  if (length > limit) {
+    ++counters_.refused_4xx;
+    refuse(c, 413,
+           "request body too large: forms up to " + std::to_string(options_.max_form_bytes / 1024) +
+               " KiB, other bodies up to " + std::to_string(options_.max_body_bytes / 1024) +
+               " KiB\n");
+    return false;
+  }
+  out += "Connection: close\r\nX-Holdfast-Client: " + c.client + "\r\n\r\n";
+  c.head = std::move(out);
+  c.body_len = length;
+  c.in_body = true;
+  c.light = is_light(method, target);
+  c.deadline = Steady::now() + options_.body_deadline;
+  if (expect_continue && length > 0) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    (void)::send(c.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  return true;
+}
+
+bool HttpFront::dispatch(Conn& c) {
+  Request r;
+  r.fd = c.fd;
+  r.client = std::move(c.client);
+  r.bytes = std::move(c.head);
+  r.bytes.append(c.buf, c.head_end, c.body_len);
+  Lane& lane = c.light ? light_ : heavy_;
+  {
+    std::lock_guard<std::mutex> lock(lane.mutex);
+    if (lane.queue.size() < lane.limit) {
+      lane.queue.push_back(std::move(r));
+      lane.ready.notify_one();
+      return false;
+    }
+  }
+  ++counters_.shed_503;
+  refuse(c, 503, "the panel is busy; try again in a second\n", 1);
+  return false;
+}
+
+void HttpFront::refuse(Conn& c, int status, std::string_view text, int retry_after_s) {
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason_of(status)) +
+                    "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+                    std::to_string(text.size()) + "\r\nConnection: close\r\n";
+  if (retry_after_s > 0) out += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
+  for (const auto& [name, value] : security_headers())
+    out += name + ": " + value + "\r\n";
+  out += "\r\n";
+  out += text;
+  // Best effort, without blocking the loop: a client that does not read loses the text.
+  (void)::send(c.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(c.fd, SHUT_WR);
+  ::close(c.fd);
+}
+
+void HttpFront::relay_loop(Lane& lane) {
+  for (;;) {
+    Request r;
+    {
+      std::unique_lock<std::mutex> lock(lane.mutex);
+      lane.ready.wait(lock, [&] { return stopping_.load() || !lane.queue.empty(); });
+      if (lane.queue.empty()) return;  // stopping
+      r = std::move(lane.queue.front());
+      lane.queue.pop_front();
+    }
+    relay(r);
+    ::close(r.fd);
+  }
+}
+
+void HttpFront::relay(Request& r) {
+  set_blocking(r.fd, true);
+  set_timeouts(r.fd, options_.send_deadline, options_.send_deadline);
+  const int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(options_.upstream_port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  set_timeouts(up, options_.send_deadline, kUpstreamAnswer);
+  if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      !send_all(up, r.bytes)) {
+    if (up >= 0) ::close(up);
+    static constexpr std::string_view kDown =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 22\r\n"
+        "Retry-After: 1\r\nConnection: close\r\n\r\nthe panel is starting\n";
+    (void)send_all(r.fd, kDown);
+    return;
+  }
+  ++counters_.relayed;
+  char chunk[16 * 1024];
+  for (;;) {
+    const ssize_t n = ::recv(up, chunk, sizeof(chunk), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (!send_all(r.fd, std::string_view(chunk, static_cast<std::size_t>(n)))) break;
+  }
+  ::close(up);
+  ::shutdown(r.fd, SHUT_WR);
+}
+
+}  // namespace holdfast::panel

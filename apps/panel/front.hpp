@@ -1,0 +1,115 @@
+// HttpFront: what stands between the panel's clients and its HTTP server (DESIGN §8,
+// docs/adr/0009-the-panel-behind-a-front.md).
+//
+// cpp-httplib gives each connection a thread and puts no deadline on a request's headers:
+// twenty clients that send a header line every two seconds hold twenty threads, and a
+// header flood or a 400 MB body is read before any route sees it. The front owns the
+// public socket instead and, on one event-loop thread, with no thread per connection:
+//   - reads each request's head and body against a total deadline and size caps (head
+//     bytes, header lines, body per method), answering 408, 411, 413 or 431 with a short
+//     text before any work or authentication;
+//   - then hands the whole request to one of a fixed set of relay threads, which send it
+//     to the panel's httplib server on loopback (Connection: close, the client's address
+//     in X-Holdfast-Client) and copy the answer back;
+//   - keeps two bulkheads: light routes (/healthz, /metrics, the sign-in page) have relays
+//     of their own and never queue behind database work; database work waits in a bounded
+//     queue, and when that is full the answer is an immediate 503 with Retry-After.
+// One request per connection: the front closes it after the answer, so an idle keep-alive
+// client holds nothing.
+//
+// Thread safety: start() and stop() from one thread; stop() is idempotent.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "holdfast/status.hpp"
+
+namespace holdfast::panel {
+
+class HttpFront {
+ public:
+  struct Options {
+    std::string host = "127.0.0.1";
+    int port = 0;                  // 0: any free port (see port())
+    int upstream_port = 0;         // REQUIRED: the httplib server, on 127.0.0.1
+    int heavy_relays = 12;         // database-bound requests at the server at once
+    int light_relays = 4;          // light requests at the server at once
+    std::size_t heavy_queue = 64;  // database-bound requests waiting for a relay
+    std::size_t light_queue = 64;
+    std::chrono::milliseconds head_deadline{5000};   // for the whole request head
+    std::chrono::milliseconds body_deadline{10000};  // for the whole body
+    std::chrono::milliseconds send_deadline{10000};  // for writing the answer
+    std::size_t max_head_bytes = 16 * 1024;
+    int max_header_lines = 100;
+    std::size_t max_form_bytes = 8 * 1024;   // application/x-www-form-urlencoded
+    std::size_t max_body_bytes = 64 * 1024;  // any other body
+    int max_connections = 1024;              // open client connections
+  };
+
+  // What the front has done (for tests and /metrics).
+  struct Counters {
+    std::atomic<std::uint64_t> accepted{0};
+    std::atomic<std::uint64_t> relayed{0};
+    std::atomic<std::uint64_t> shed_503{0};       // queue full
+    std::atomic<std::uint64_t> timed_out_408{0};  // head or body deadline
+    std::atomic<std::uint64_t> refused_4xx{0};    // 400, 411, 413, 431
+  };
+
+  explicit HttpFront(Options options);
+  ~HttpFront();
+  HttpFront(const HttpFront&) = delete;
+  HttpFront& operator=(const HttpFront&) = delete;
+
+  // Binds and starts the event loop and the relays. A port in use is a Status.
+  Status start();
+  void stop() noexcept;
+  [[nodiscard]] int port() const noexcept { return port_; }
+  [[nodiscard]] const Counters& counters() const noexcept { return counters_; }
+
+  // True for a request that never touches the database: it has relays of its own.
+  [[nodiscard]] static bool is_light(std::string_view method, std::string_view path) noexcept;
+
+ private:
+  struct Request {
+    int fd = -1;
+    std::string client;  // the peer's address
+    std::string bytes;   // head (rewritten) and body, ready to send upstream
+  };
+  struct Lane {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<Request> queue;
+    std::size_t limit = 0;
+  };
+  struct Conn;
+
+  void loop();
+  void relay_loop(Lane& lane);
+  void relay(Request& r);
+  // Reads what `c` sent; false when it is done with (answered, refused or gone).
+  bool on_readable(Conn& c);
+  bool on_head(Conn& c);
+  bool dispatch(Conn& c);
+  void refuse(Conn& c, int status, std::string_view text, int retry_after_s = 0);
+
+  Options options_;
+  int listen_fd_ = -1;
+  int wake_fds_[2] = {-1, -1};  // a pipe that wakes the loop for stop()
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  Counters counters_;
+  Lane heavy_;
+  Lane light_;
+  std::thread loop_thread_;
+  std::vector<std::thread> relays_;
+};
+
+}  // namespace holdfast::panel

@@ -1,0 +1,271 @@
+// Issue #13, the HTTP layer: the panel keeps answering while its clients are slow or hostile
+// (apps/panel/front.hpp). Raw sockets, so a test can be the client a library would not be.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "front.hpp"
+#include "panel_fixture.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using std::chrono::milliseconds;
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_text(int fd, std::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    s.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// Everything the server sends until it closes, or until `limit` passes.
+std::string read_until_closed(int fd, milliseconds limit) {
+  std::string out;
+  const auto until = Steady::now() + limit;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Steady::now()).count();
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+std::string request(int port, std::string_view text, milliseconds limit = milliseconds(5000)) {
+  const int fd = connect_to(port);
+  if (fd < 0) return "";
+  send_text(fd, text);
+  std::string out = read_until_closed(fd, limit);
+  ::close(fd);
+  return out;
+}
+
+long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+class PanelHttpTest : public PanelFixture {};
+
+TEST_F(PanelHttpTest, HealthzAnswersWithin1sDuringSlowClientsBusyClientsAndALockStorm) {
+  const int port = server_->port();
+  std::atomic<bool> stop{false};
+  // 40 slowloris sockets: a request head one header line every 500 ms, never finished.
+  std::thread slow([&] {
+    std::vector<int> fds;
+    for (int i = 0; i < 40; ++i) {
+      const int fd = connect_to(port);
+      if (fd >= 0 && send_text(fd, "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n")) {
+        fds.push_back(fd);
+      }
+    }
+    for (int tick = 0; !stop.load(); ++tick) {
+      for (int fd : fds)
+        send_text(fd, "X-Slow-" + std::to_string(tick) + ": 1\r\n");
+      std::this_thread::sleep_for(milliseconds(500));
+    }
+    for (int fd : fds)
+      ::close(fd);
+  });
+  // 64 keep-alive clients loading the schedule as fast as they can.
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 64; ++i) {
+    busy.emplace_back([&] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_keep_alive(true);
+      c.set_read_timeout(std::chrono::seconds(15));
+      while (!stop.load())
+        (void)c.Get("/dashboard/schedule?date=" + today(), cookie_);
+    });
+  }
+  auto lock = storm(StormKind::kRead);  // readers blocked: the schedule waits for it
+  long long slowest_ms = 0;
+  int answered = 0;
+  for (int i = 0; i < 12; ++i) {
+    std::this_thread::sleep_for(milliseconds(250));
+    const auto t0 = Steady::now();
+    const std::string r = request(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    const auto ms = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
+    slowest_ms = std::max<long long>(slowest_ms, ms);
+    answered += r.rfind("HTTP/1.1 200", 0) == 0 ? 1 : 0;
+  }
+  lock->end();
+  stop = true;
+  slow.join();
+  for (auto& t : busy)
+    t.join();
+  EXPECT_EQ(answered, 12);
+  EXPECT_LE(slowest_ms, 1000) << "a health check waited behind slow or busy clients";
+  std::printf(
+      "[ info ] healthz during 40 slow + 64 busy clients and a read lock: slowest %lld "
+      "ms\n",
+      slowest_ms);
+}
+
+TEST_F(PanelHttpTest, AClientThatNeverFinishesItsHeadIsCutOffWith408) {
+  const int fd = connect_to(server_->port());
+  ASSERT_GE(fd, 0);
+  send_text(fd, "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n");
+  const std::string r = read_until_closed(fd, milliseconds(8000));
+  ::close(fd);
+  EXPECT_EQ(r.rfind("HTTP/1.1 408", 0), 0u) << r;
+  EXPECT_NE(r.find("did not arrive in time"), std::string::npos);
+}
+
+TEST_F(PanelHttpTest, A200MegabyteUnauthenticatedBodyIsRefusedUnread) {
+  const long before = rss_kib();
+  const int fd = connect_to(server_->port());
+  ASSERT_GE(fd, 0);
+  send_text(fd,
+            "POST /payments HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-"
+            "urlencoded\r\nContent-Length: 209715200\r\n\r\n");
+  // Keep sending (as a real upload would) until the server has closed.
+  const std::string chunk(1 << 20, 'a');
+  for (int i = 0; i < 200 && send_text(fd, chunk); ++i) {
+  }
+  const std::string r = read_until_closed(fd, milliseconds(2000));
+  ::close(fd);
+  EXPECT_LE(rss_kib() - before, 100 * 1024) << "resident memory grew by more than 100 MB";
+  if (!r.empty()) {  // the answer may be lost in the reset of an unread upload
+    EXPECT_EQ(r.rfind("HTTP/1.1 413", 0), 0u) << r.substr(0, 200);
+    EXPECT_NE(r.find("request body too large"), std::string::npos);
+  }
+  // Nothing was stored, and the panel still answers.
+  EXPECT_EQ(
+      request(server_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").rfind("HTTP/1.1 200", 0),
+      0u);
+}
+
+TEST_F(PanelHttpTest, AHeaderFloodIsRefusedWith431AndAShortText) {
+  std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 1000; ++i)
+    head += "X-Flood-" + std::to_string(i) + ": 1\r\n";
+  head += "\r\n";
+  const std::string r = request(server_->port(), head);
+  EXPECT_EQ(r.rfind("HTTP/1.1 431", 0), 0u) << r.substr(0, 200);
+  EXPECT_NE(r.find("request header fields"), std::string::npos);
+  std::string many = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 150; ++i)
+    many += "A" + std::to_string(i) + ": 1\r\n";
+  many += "\r\n";
+  const std::string r2 = request(server_->port(), many);
+  EXPECT_EQ(r2.rfind("HTTP/1.1 431", 0), 0u) << r2.substr(0, 200);
+  EXPECT_NE(r2.find("too many request header fields"), std::string::npos);
+}
+
+TEST_F(PanelHttpTest, AChunkedBodyIsRefusedWith411) {
+  const std::string r = request(
+      server_->port(),
+      "POST /payments HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 411", 0), 0u) << r.substr(0, 200);
+}
+
+TEST_F(PanelHttpTest, TheClientAddressCannotBeSpoofedThroughTheFront) {
+  // Five failures from a forged X-Holdfast-Client still count against the real address.
+  for (int i = 0; i < 5; ++i) {
+    const std::string body = "email=Ada.Nowak%40club.example&password=wrong";
+    request(server_->port(), "POST /login HTTP/1.1\r\nHost: x\r\nX-Holdfast-Client: 10.0.0." +
+                                 std::to_string(i) +
+                                 "\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                                 "Content-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body);
+  }
+  const std::string body = "email=Bartek.Tran%40club.example&password=wrong";
+  const std::string r = request(server_->port(),
+                                "POST /login HTTP/1.1\r\nHost: x\r\nX-Holdfast-Client: 10.9.9.9"
+                                "\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                                "Content-Length: " +
+                                    std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(r.rfind("HTTP/1.1 429", 0), 0u) << "the address limit holds: " << r.substr(0, 80);
+}
+
+// The bulkhead on its own, in front of a server whose database work never ends.
+TEST(HttpFront, WhenTheDatabaseQueueIsFullTheAnswerIs503AtOnceAndHealthStillGoes) {
+  httplib::Server upstream;
+  std::mutex mutex;
+  std::condition_variable release;
+  bool released = false;
+  upstream.Get("/dashboard/schedule", [&](const httplib::Request&, httplib::Response& res) {
+    std::unique_lock<std::mutex> lock(mutex);
+    release.wait(lock, [&] { return released; });
+    res.set_content("late", "text/plain");
+  });
+  upstream.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
+  const int up_port = upstream.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { upstream.listen_after_bind(); });
+  HttpFront::Options o;
+  o.upstream_port = up_port;
+  o.heavy_relays = 1;
+  o.heavy_queue = 1;
+  o.light_relays = 1;
+  HttpFront front(o);
+  ASSERT_TRUE(front.start().ok());
+  // One at the server, one queued: both held.
+  std::vector<int> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(connect_to(front.port()));
+    send_text(held.back(), "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::this_thread::sleep_for(milliseconds(200));  // the first reaches the server first
+  }
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto t0 = Steady::now();
+  const std::string shed =
+      request(front.port(), "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto shed_ms = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
+  EXPECT_EQ(shed.rfind("HTTP/1.1 503", 0), 0u) << shed;
+  EXPECT_NE(shed.find("Retry-After: 1"), std::string::npos);
+  EXPECT_LE(shed_ms, 200);
+  const std::string health = request(front.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << "health does not queue behind the database";
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    released = true;
+  }
+  release.notify_all();
+  for (int fd : held) {
+    EXPECT_EQ(read_until_closed(fd, milliseconds(5000)).rfind("HTTP/1.1 200", 0), 0u);
+    ::close(fd);
+  }
+  front.stop();
+  upstream.stop();
+  serving.join();
+  EXPECT_EQ(front.counters().shed_503.load(), 1u);
+}
+
+}  // namespace
+}  // namespace holdfast::panel
