@@ -2,9 +2,10 @@
 // latency the database answers with.
 //
 //   holdfast::ConcurrencyLimit limit;
-//   if (!limit.try_acquire(/*retry=*/false)) return busy(limit.expected_wait(0));
+//   const auto place = limit.try_acquire(/*retry=*/false);
+//   if (place == ConcurrencyLimit::Place::kRefused) return busy(limit.expected_wait(0));
 //   Status s = db.query(...);
-//   limit.release();
+//   if (place == ConcurrencyLimit::Place::kCounted) limit.release();
 //   limit.record(latency, /*dropped=*/false);   // a sample; any subset of the calls will do
 //
 // The rule (docs/adr/0008-admission-by-learned-capacity.md) is Netflix's Gradient2: two
@@ -19,10 +20,14 @@
 // First attempts may fill the limit; retries start only below `retry_share` of it, so that
 // under overload retries use spare capacity and nothing else.
 //
-// Cost: while the work in flight is below half the limit (the last sample said so), an
-// admission is a plain increment of a counter in the calling thread's own stripe; above it,
-// the stripes are summed (one cache line each) and compared with the limit. A burst that
-// arrives between two samples may overshoot the limit by what arrived meanwhile.
+// Cost: while the database answers at its normal pace and no caller is queued, the limit is
+// relaxed: an admission reads one flag and counts nothing (Place::kUncounted). It turns
+// tight when a sample shows the latency above tolerance x normal (or a caller queues);
+// then places are counted (a plain increment in the calling thread's own stripe), the
+// stripes are summed (one cache line each) and compared with the limit. It turns relaxed
+// again when the latency is normal and the counted work is below half the limit. Calls
+// admitted while relaxed are not counted: for about one latency after the turn the limit
+// may be exceeded by what was in flight then.
 //
 // Thread safety: every method may be called from any thread; none locks or allocates.
 // Samples from several threads may race: one of them is then lost, which a moving average
@@ -62,15 +67,18 @@ class ConcurrencyLimit {
   ConcurrencyLimit& operator=(const ConcurrencyLimit&) = delete;
   ~ConcurrencyLimit();
 
-  // Takes a place for one call if there is room: below the limit for a first attempt,
-  // below retry_share of it for a retry. Every successful try_acquire() or acquire() needs
-  // one release().
-  [[nodiscard]] bool try_acquire(bool retry) noexcept {
+  enum class Place : std::uint8_t {
+    kRefused,    // no room
+    kUncounted,  // go; the limit is relaxed and counts nothing: no release()
+    kCounted,    // go, and release() when the call ends
+  };
+  // A place for one call if there is room: below the limit for a first attempt, below
+  // retry_share of it for a retry.
+  [[nodiscard]] Place try_acquire(bool retry) noexcept {
     if (!tight_.load(std::memory_order_relaxed)) [[likely]] {
-      count(kStarted);
-      return true;
+      return Place::kUncounted;
     }
-    return try_acquire_tight(retry);
+    return try_acquire_tight(retry) ? Place::kCounted : Place::kRefused;
   }
   // Callers queued for a place (kept by the Shield that owns this limit). While any are,
   // try_acquire() refuses, so nobody overtakes them; places go to them as they free up.
@@ -79,8 +87,8 @@ class ConcurrencyLimit {
     return queued_.load(std::memory_order_relaxed);
   }
 
-  // Takes a place whatever the limit (a breaker's probe, a place handed from one waiter to
-  // the next).
+  // Takes a counted place whatever the limit (a breaker's probe, a place handed from one
+  // waiter to the next); it needs one release().
   void acquire() noexcept { count(kStarted); }
   void release() noexcept { count(kFinished); }
 
@@ -107,9 +115,11 @@ class ConcurrencyLimit {
   // first sample.
   [[nodiscard]] Duration recent_latency() const noexcept;
   [[nodiscard]] Duration normal_latency() const noexcept;
-  // True while the work in flight is at least half the limit, or callers are queued (as of
-  // the last sample): the database is busy, and admissions are checked.
+  // True while admissions are counted and checked (see above).
   [[nodiscard]] bool tight() const noexcept { return tight_.load(std::memory_order_relaxed); }
+  // True while tight with the counted work at half the limit or more, or callers queued (as
+  // of the last sample): the database has little room to spare.
+  [[nodiscard]] bool busy() const noexcept { return busy_.load(std::memory_order_relaxed); }
   // How long a caller with `ahead` callers queued before it should expect to wait for a
   // place: (ahead + 1) x recent latency / limit.
   [[nodiscard]] Duration expected_wait(std::int64_t ahead) const noexcept;
@@ -129,6 +139,7 @@ class ConcurrencyLimit {
   const double base_creep_;
   std::unique_ptr<Stripe[]> stripes_;
   alignas(64) std::atomic<bool> tight_{false};
+  std::atomic<bool> busy_{false};
   std::atomic<std::int64_t> sampled_tick_{-1};
   std::atomic<std::int64_t> queued_{0};
   std::atomic<double> limit_;

@@ -240,8 +240,11 @@ class Shield::Call {
       return admit_after_wait(now);
     CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
     if (permit) [[likely]] {
-      if (!permit.is_probe() && shield_->limit_.try_acquire(attempts_ > 0)) [[likely]] {
-        return attempt(std::move(permit));
+      if (!permit.is_probe()) [[likely]] {
+        const ConcurrencyLimit::Place place = shield_->limit_.try_acquire(attempts_ > 0);
+        if (place != ConcurrencyLimit::Place::kRefused) [[likely]] {
+          return attempt(std::move(permit), place == ConcurrencyLimit::Place::kCounted);
+        }
       }
       return admit_slow(std::move(permit), now);
     }
@@ -268,9 +271,9 @@ class Shield::Call {
 
  private:
   friend class Shield;
-  // Go: the call holds a place under the limit for the attempt made with `permit`.
-  Admission attempt(CircuitBreaker::Permit&& permit) noexcept {
-    holds_place_ = true;
+  // Go with `permit`; `counted`: the call holds a counted place under the limit.
+  Admission attempt(CircuitBreaker::Permit&& permit, bool counted = true) noexcept {
+    holds_place_ = counted;
     Admission a;
     a.kind = Admission::Kind::kAttempt;
     a.permit = std::move(permit);

@@ -89,6 +89,7 @@ bool ConcurrencyLimit::has_room_for_retry() const noexcept {
 void ConcurrencyLimit::queued(std::int64_t change) noexcept {
   if (queued_.fetch_add(change, std::memory_order_relaxed) + change > 0) {
     tight_.store(true, std::memory_order_relaxed);
+    busy_.store(true, std::memory_order_relaxed);
   }
 }
 
@@ -136,7 +137,11 @@ void ConcurrencyLimit::record(Duration latency, bool dropped) noexcept {
   }
   next = std::clamp(next, static_cast<double>(options_.min), static_cast<double>(options_.max));
   limit_.store(next, std::memory_order_relaxed);
-  tight_.store(in_flight >= next / 2.0 || queued() > 0, std::memory_order_relaxed);
+  const bool slow = s > options_.tolerance * base;
+  const bool busy =
+      (tight_.load(std::memory_order_relaxed) && in_flight >= next / 2.0) || queued() > 0;
+  busy_.store(busy, std::memory_order_relaxed);
+  tight_.store(slow || busy, std::memory_order_relaxed);
 }
 
 Duration ConcurrencyLimit::recent_latency() const noexcept {

@@ -320,7 +320,7 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
   }
   // Retries use spare capacity: while the database has room to spare they go (admit()
   // checks the room); once it is busy, the throttle must allow them too.
-  if (shield.limit_.tight() && !shield.throttle_.allow_retry(now)) {
+  if (shield.limit_.busy() && !shield.throttle_.allow_retry(now)) {
     shield.metrics_.count_throttled();
     stop_ = StopReason::kThrottled;
     Verdict v;

@@ -97,30 +97,64 @@ TEST(ConcurrencyLimit, ADroppedCallShrinksIt) {
   EXPECT_DOUBLE_EQ(limit.limit(), 45.0);
 }
 
+using Place = ConcurrencyLimit::Place;
+
+// Makes the limit tight the way a database does: answers twice as slow as normal.
+void slow_down(ConcurrencyLimit& limit) {
+  for (int i = 0; i < 20; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  busy_sample(limit, 1, milliseconds(500));
+}
+
+TEST(ConcurrencyLimit, AtNormalLatencyAdmissionsAreNotEvenCounted) {
+  ConcurrencyLimit limit(small(2, 2));
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(limit.try_acquire(false), Place::kUncounted);
+  EXPECT_EQ(limit.in_flight(), 0);
+  EXPECT_FALSE(limit.tight());
+}
+
 TEST(ConcurrencyLimit, WhileBusyFirstAttemptsFillTheLimitAndRetriesOnlyItsSpareShare) {
   ConcurrencyLimit limit(small(10, 10));
-  busy_sample(limit, 10, milliseconds(5));  // half full or more: admissions are checked
+  slow_down(limit);
   ASSERT_TRUE(limit.tight());
-  ASSERT_DOUBLE_EQ(limit.limit(), 10.0);
+  const double cap = limit.limit();
   int taken = 0;
-  while (limit.try_acquire(false))
+  while (limit.try_acquire(false) == Place::kCounted)
     ++taken;
-  EXPECT_EQ(taken, 10);
+  EXPECT_EQ(taken, static_cast<int>(cap));
   limit.release();
-  EXPECT_FALSE(limit.try_acquire(true)) << "9 of 10 in flight: no room for a retry (0.9)";
-  EXPECT_TRUE(limit.try_acquire(false)) << "a first attempt may take the last place";
+  EXPECT_EQ(limit.try_acquire(true), Place::kRefused) << "one place free: not a retry's (0.9)";
+  EXPECT_EQ(limit.try_acquire(false), Place::kCounted) << "a first attempt takes the last place";
   limit.release();
   limit.release();
-  EXPECT_TRUE(limit.try_acquire(true)) << "8 of 10: a retry may go";
+  EXPECT_EQ(limit.try_acquire(true), Place::kCounted) << "two free: a retry may go";
+}
+
+TEST(ConcurrencyLimit, SlowAnswersAloneMakeItTightButOnlyCountedWorkMakesItBusy) {
+  ConcurrencyLimit limit(small(10, 10));
+  slow_down(limit);
+  EXPECT_TRUE(limit.tight());
+  EXPECT_FALSE(limit.busy()) << "nothing counted in flight: room to spare";
+  for (int i = 0; i < 6; ++i)
+    limit.acquire();
+  limit.record(milliseconds(500), false);
+  EXPECT_TRUE(limit.busy());
+  for (int i = 0; i < 6; ++i)
+    limit.release();
+  for (int i = 0; i < 50; ++i)
+    limit.record(milliseconds(5), false);
+  EXPECT_FALSE(limit.tight()) << "normal latency and nothing in flight: relaxed again";
+  EXPECT_FALSE(limit.busy());
 }
 
 TEST(ConcurrencyLimit, NobodyOvertakesQueuedCallers) {
   ConcurrencyLimit limit(small(10, 10));
   limit.queued(1);
   EXPECT_TRUE(limit.tight());
-  EXPECT_FALSE(limit.try_acquire(false)) << "the place goes to the one in line";
+  EXPECT_EQ(limit.try_acquire(false), Place::kRefused) << "the place goes to the one in line";
   limit.queued(-1);
-  EXPECT_TRUE(limit.try_acquire(false));
+  EXPECT_EQ(limit.try_acquire(false), Place::kCounted);
   limit.release();
 }
 

@@ -161,10 +161,13 @@ TEST(Shield, WhileTheDatabaseIsBusyStopsWithThrottledWhenTheThrottleRefusesARetr
   Shield shield("main", o, clock);
   for (int i = 0; i < 5; ++i)
     shield.throttle().record_failure();
-  // Busy: another call holds a place, half the limit, when a sample is taken.
-  ASSERT_TRUE(shield.limit().try_acquire(false));
+  // Busy: the database answers slower than normal, and another call holds a place.
   shield.limit().record(milliseconds(5), false);
+  shield.limit().record(milliseconds(500), false);
   ASSERT_TRUE(shield.limit().tight());
+  shield.limit().acquire();
+  shield.limit().record(milliseconds(500), false);
+  ASSERT_TRUE(shield.limit().busy());
   int calls = 0;
   RetryStats stats;
   Status s = shield.run(
@@ -422,10 +425,12 @@ TEST(Shield, APlaceComesBackWhenTheAttemptFailsOrTheCallIsGone) {
   std::optional<Shield::Call> gone;
   gone.emplace(shield, shield.reads(), Operation::read(), &w2, Random(2));
   Shield::Call waiter(shield, shield.reads(), Operation::read(), &w3, Random(3));
+  // The database answers slowly: the limit counts and checks from now on.
+  shield.limit().record(milliseconds(5), false);
+  shield.limit().record(milliseconds(500), false);
   Shield::Admission a = failing.admit(clock.now());
   ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);
-  // The limit of one is taken: the others queue (the limiter checks from now on).
-  shield.limit().record(milliseconds(5), false);
+  // The limit of one is taken: the others queue.
   ASSERT_EQ(gone->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
   ASSERT_EQ(waiter.admit(clock.now()).kind, Shield::Admission::Kind::kWait);
   // The attempt fails with a fault that is retried: its place goes to the first waiter.
