@@ -3,7 +3,7 @@
 #   make drill   the main job: replay the origin's incident on embedded SQLite
 PRESET ?= debug
 
-.PHONY: all deps configure build test bench drill format clean
+.PHONY: all deps configure build test bench drill fuzz format clean
 
 all: build
 
@@ -31,6 +31,20 @@ bench: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release
 	@for b in build/release/bench/bench_*; do echo "== $$b"; $$b --benchmark_min_time=0.2; done
+
+# Fuzzing with libFuzzer (clang): each target for FUZZ_SECONDS, new inputs kept in
+# build/fuzz/corpus/<name> (copy the interesting ones to fuzz/corpus/<name>).
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS = pg_sql redact_url http_head
+fuzz: deps
+	@HOLDFAST_EXTRA_PACKAGES="clang libclang-rt-14-dev" scripts/install-deps.sh
+	@cmake --preset fuzz >/dev/null
+	@cmake --build --preset fuzz --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do mkdir -p build/fuzz/corpus/$$t; \
+	  echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
+	  build/fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    build/fuzz/corpus/$$t fuzz/corpus/$$t > build/fuzz/$$t.log 2>&1; rc=$$?; \
+	  tail -n 6 build/fuzz/$$t.log; [ $$rc -eq 0 ] || exit $$rc; done
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

@@ -17,6 +17,9 @@ if [[ -f "$(dirname "$0")/extra-packages.txt" ]]; then
     < "$(dirname "$0")/extra-packages.txt"
 fi
 
+# More packages for one command (make fuzz sets HOLDFAST_EXTRA_PACKAGES="clang ...").
+for p in ${HOLDFAST_EXTRA_PACKAGES:-}; do packages+=("$p"); done
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -272,89 +272,99 @@ bool HttpFront::on_readable(Conn& c) {
   }
 }
 
-bool HttpFront::on_head(Conn& c) {
-  const std::string_view head(c.buf.data(), c.head_end - 2);
+HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view client,
+                                      const Options& options) {
+  Head out;
+  const auto refuse = [&out](int status, std::string text) {
+    out.status = status;
+    out.text = std::move(text);
+    return out;
+  };
   std::size_t at = head.find("\r\n");
   const std::string_view line = head.substr(0, at);
   const std::size_t sp1 = line.find(' ');
   const std::size_t sp2 = line.rfind(' ');
   if (sp1 == std::string_view::npos || sp2 == sp1 ||
-      line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
-    ++counters_.refused_4xx;
-    refuse(c, 400, "bad request: the request line could not be read\n");
-    return false;
+      line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0 ||
+      line.find_first_of(std::string_view("\0\r\n", 3)) != std::string_view::npos) {
+    return refuse(400, "bad request: the request line could not be read\n");
   }
   const std::string_view method = line.substr(0, sp1);
   const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  std::string out(line);
-  out += "\r\n";
+  out.rewritten.assign(line);
+  out.rewritten += "\r\n";
   int lines = 0;
   bool has_length = false;
   bool form = false;
-  bool expect_continue = false;
   std::size_t length = 0;
-  while (at != std::string_view::npos && at + 2 <= head.size()) {
+  while (at != std::string_view::npos && at + 2 < head.size()) {
     const std::size_t next = head.find("\r\n", at + 2);
-    const std::string_view field = head.substr(
-        at + 2, next == std::string_view::npos ? std::string_view::npos : next - at - 2);
+    const std::string_view field =
+        head.substr(at + 2, next == std::string_view::npos ? std::string_view::npos : next - at - 2);
     at = next;
     if (field.empty()) continue;
-    if (++lines > options_.max_header_lines) {
-      ++counters_.refused_4xx;
-      refuse(c, 431, "too many request header fields\n");
-      return false;
+    if (++lines > options.max_header_lines) {
+      return refuse(431, "too many request header fields\n");
     }
     const std::size_t colon = field.find(':');
-    if (colon == std::string_view::npos || colon == 0) {
-      ++counters_.refused_4xx;
-      refuse(c, 400, "bad request: a header field could not be read\n");
-      return false;
+    if (colon == std::string_view::npos || colon == 0 ||
+        field.find_first_of(std::string_view("\0\r\n", 3)) != std::string_view::npos) {
+      return refuse(400, "bad request: a header field could not be read\n");
     }
     const std::string_view name = field.substr(0, colon);
     const std::string_view value = trim(field.substr(colon + 1));
     if (iequals(name, "Content-Length")) {
       std::size_t n = 0;
       const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || p != value.data() + value.size() || (has_length && n != length)) {
-        ++counters_.refused_4xx;
-        refuse(c, 400, "bad request: Content-Length is not a number\n");
-        return false;
+      if (value.empty() || ec != std::errc() || p != value.data() + value.size() ||
+          (has_length && n != length)) {
+        return refuse(400, "bad request: Content-Length is not one number\n");
       }
       has_length = true;
       length = n;
     } else if (iequals(name, "Transfer-Encoding")) {
-      ++counters_.refused_4xx;
-      refuse(c, 411, "send the body with a Content-Length, not in chunks\n");
-      return false;
+      return refuse(411, "send the body with a Content-Length, not in chunks\n");
     } else if (iequals(name, "Content-Type")) {
       form = value.rfind("application/x-www-form-urlencoded", 0) == 0;
     } else if (iequals(name, "Expect")) {
-      expect_continue = iequals(value, "100-continue");
+      out.expect_continue = iequals(value, "100-continue");
       continue;
     }
     if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
         iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client")) {
       continue;
     }
-    out.append(field);
-    out += "\r\n";
+    out.rewritten.append(field);
+    out.rewritten += "\r\n";
   }
-  const std::size_t limit = form ? options_.max_form_bytes : options_.max_body_bytes;
+  const std::size_t limit = form ? options.max_form_bytes : options.max_body_bytes;
   if (length > limit) {
+    return refuse(413, "request body too large: forms up to " +
+                           std::to_string(options.max_form_bytes / 1024) +
+                           " KiB, other bodies up to " +
+                           std::to_string(options.max_body_bytes / 1024) + " KiB\n");
+  }
+  out.rewritten += "Connection: close\r\nX-Holdfast-Client: ";
+  out.rewritten.append(client);
+  out.rewritten += "\r\n\r\n";
+  out.body_len = length;
+  out.light = is_light(method, target);
+  return out;
+}
+
+bool HttpFront::on_head(Conn& c) {
+  Head h = parse_head(std::string_view(c.buf.data(), c.head_end - 2), c.client, options_);
+  if (h.status != 0) {
     ++counters_.refused_4xx;
-    refuse(c, 413,
-           "request body too large: forms up to " + std::to_string(options_.max_form_bytes / 1024) +
-               " KiB, other bodies up to " + std::to_string(options_.max_body_bytes / 1024) +
-               " KiB\n");
+    refuse(c, h.status, h.text);
     return false;
   }
-  out += "Connection: close\r\nX-Holdfast-Client: " + c.client + "\r\n\r\n";
-  c.head = std::move(out);
-  c.body_len = length;
+  c.head = std::move(h.rewritten);
+  c.body_len = h.body_len;
   c.in_body = true;
-  c.light = is_light(method, target);
+  c.light = h.light;
   c.deadline = Steady::now() + options_.body_deadline;
-  if (expect_continue && length > 0) {
+  if (h.expect_continue && h.body_len > 0) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     (void)::send(c.fd, kContinue.data(), kContinue.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }

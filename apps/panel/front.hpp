@@ -77,6 +77,20 @@ class HttpFront {
   // True for a request that never touches the database: it has relays of its own.
   [[nodiscard]] static bool is_light(std::string_view method, std::string_view path) noexcept;
 
+  // A request head, read: what to send upstream, or why not.
+  struct Head {
+    int status = 0;        // 0: fine; else the HTTP status to refuse it with
+    std::string text;      // why, for a refusal
+    std::string rewritten;  // request line and fields to send upstream, with the blank line
+    std::size_t body_len = 0;
+    bool light = false;
+    bool expect_continue = false;
+  };
+  // Parses `head` (the request line and fields, each ending in CRLF, without the blank
+  // line) from `client` against the limits in `options`. Pure: any bytes are fine.
+  [[nodiscard]] static Head parse_head(std::string_view head, std::string_view client,
+                                       const Options& options);
+
  private:
   struct Request {
     int fd = -1;
