@@ -42,7 +42,7 @@ fuzz: deps
 	@cmake --build --preset fuzz --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do mkdir -p build/fuzz/corpus/$$t; \
 	  echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
-	  build/fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  build/fuzz/fuzz/fuzz_$$t -artifact_prefix=build/fuzz/ -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    build/fuzz/corpus/$$t fuzz/corpus/$$t > build/fuzz/$$t.log 2>&1; rc=$$?; \
 	  tail -n 6 build/fuzz/$$t.log; [ $$rc -eq 0 ] || exit $$rc; done
 

@@ -15,6 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (char c : text.substr(0, 16)) {
     if (c != ':' && c != '@' && c != '/' && c != '?' && c != '%' && c > ' ') url += c;
   }
+  if (url.find("Zq8") != std::string::npos) return 0;  // the user name is not the secret
   url += ":Zq8SECRETpw@127.0.0.1:5432/db";
   if (holdfast::pg::redact_password(url).find("Zq8SECRETpw") != std::string::npos) {
     __builtin_trap();

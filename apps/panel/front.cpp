@@ -299,8 +299,8 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
   std::size_t length = 0;
   while (at != std::string_view::npos && at + 2 < head.size()) {
     const std::size_t next = head.find("\r\n", at + 2);
-    const std::string_view field =
-        head.substr(at + 2, next == std::string_view::npos ? std::string_view::npos : next - at - 2);
+    const std::string_view field = head.substr(
+        at + 2, next == std::string_view::npos ? std::string_view::npos : next - at - 2);
     at = next;
     if (field.empty()) continue;
     if (++lines > options.max_header_lines) {

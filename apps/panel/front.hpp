@@ -79,8 +79,8 @@ class HttpFront {
 
   // A request head, read: what to send upstream, or why not.
   struct Head {
-    int status = 0;        // 0: fine; else the HTTP status to refuse it with
-    std::string text;      // why, for a refusal
+    int status = 0;         // 0: fine; else the HTTP status to refuse it with
+    std::string text;       // why, for a refusal
     std::string rewritten;  // request line and fields to send upstream, with the blank line
     std::size_t body_len = 0;
     bool light = false;

@@ -523,26 +523,26 @@ void PanelServer::install_routes() {
                             "application/json");
           }));
 
-  http_->Post(
-      "/signups",
-      write_route("/signups", "game_id", "game_id must be a positive whole number",
-                  [this, &store, write_failed](const httplib::Request& req, httplib::Response& res,
-                                               std::int64_t user_id, std::int64_t game) {
-                    const std::string key = req.get_header_value("Idempotency-Key");
-                    if (Status input = ClubStore::check_sign_up(game, key); !input.ok()) {
-                      return answers_->client_error(res, 400, input.message(), true);
-                    }
-                    Result<SignupReceipt> added = store.sign_up(user_id, game, key, now_utc());
-                    if (!added.ok())
-                      return answers_->write_refusal(res, added.status(), "/signups");
-                    counters_.ok++;
-                    res.status = added->replayed ? 200 : 201;
-                    res.set_content(json{{"signup_id", added->signup_id},
-                                         {"game_id", added->game_id},
-                                         {"replayed", added->replayed}}
-                                        .dump(),
-                                    "application/json");
-                  }));
+  http_->Post("/signups",
+              write_route("/signups", "game_id", "game_id must be a positive whole number",
+                          [this, &store](const httplib::Request& req, httplib::Response& res,
+                                         std::int64_t user_id, std::int64_t game) {
+                            const std::string key = req.get_header_value("Idempotency-Key");
+                            if (Status input = ClubStore::check_sign_up(game, key); !input.ok()) {
+                              return answers_->client_error(res, 400, input.message(), true);
+                            }
+                            Result<SignupReceipt> added =
+                                store.sign_up(user_id, game, key, now_utc());
+                            if (!added.ok())
+                              return answers_->write_refusal(res, added.status(), "/signups");
+                            counters_.ok++;
+                            res.status = added->replayed ? 200 : 201;
+                            res.set_content(json{{"signup_id", added->signup_id},
+                                                 {"game_id", added->game_id},
+                                                 {"replayed", added->replayed}}
+                                                .dump(),
+                                            "application/json");
+                          }));
 
   http_->Post("/report", [this, &store, &log, holdfast](const httplib::Request& req,
                                                         httplib::Response& res) {
