@@ -186,6 +186,18 @@ TEST_F(PanelHttpTest, AHeaderFloodIsRefusedWith431AndAShortText) {
   EXPECT_NE(r2.find("too many request header fields"), std::string::npos);
 }
 
+TEST_F(PanelHttpTest, ANulOrBareLineBreakInAHeaderIsRefusedWith400NotCut) {
+  // httplib alone would cut "cut\0here" to "cut"; an Idempotency-Key must not change so.
+  const std::string nul =
+      std::string("POST /payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: cut") + '\0' +
+      "here\r\nContent-Length: 0\r\n\r\n";
+  const std::string r = request(server_->port(), nul);
+  EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r.substr(0, 200);
+  const std::string bare =
+      request(server_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\nX-Injected: 2\r\n\r\n");
+  EXPECT_EQ(bare.rfind("HTTP/1.1 400", 0), 0u) << bare.substr(0, 200);
+}
+
 TEST_F(PanelHttpTest, AChunkedBodyIsRefusedWith411) {
   const std::string r = request(
       server_->port(),
