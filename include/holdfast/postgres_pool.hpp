@@ -132,6 +132,8 @@ class Pool {
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, bool may_wait);
   // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.
   Status connect_backing_off(Duration left) const;
+  // REQUIRES: mutex_ held. The last connect error, as this pool's answer: `what` happened.
+  Status last_connect_failure(const std::string& what) const;
   void release(Connection conn, bool unusable) noexcept;
   Status no_connection_in_time(Duration waited) const;
 

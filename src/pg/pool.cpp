@@ -177,18 +177,21 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
   }
 }
 
+Status Pool::last_connect_failure(const std::string& what) const {
+  // The server cannot be reached: say why, but this answer itself put no load on it, so it
+  // must not count as overload a second time.
+  Status s = last_connect_error_;
+  Fault f = s.fault();
+  f.overload = false;
+  f.outcome = Outcome::kNotApplied;
+  s.with_fault(f);
+  s.annotate(what + " (" + std::to_string(failures_) + " failed connects in a row; the last said)");
+  return s;
+}
+
 Status Pool::no_connection_in_time(Duration waited) const {
   if (failures_ > 0 && !last_connect_error_.ok()) {
-    // The server cannot be reached: say why, but this wait itself put no load on it, so it
-    // must not count as overload a second time.
-    Status s = last_connect_error_;
-    Fault f = s.fault();
-    f.overload = false;
-    f.outcome = Outcome::kNotApplied;
-    s.with_fault(f);
-    s.annotate("no connection within " + std::to_string(to_ms(waited)) + " ms (" +
-               std::to_string(failures_) + " failed connects in a row; the last said)");
-    return s;
+    return last_connect_failure("no connection within " + std::to_string(to_ms(waited)) + " ms");
   }
   return Status(Code::kResourceExhausted,
                 "all " + std::to_string(options_.size) + " pooled connections stayed busy for " +
@@ -198,13 +201,8 @@ Status Pool::no_connection_in_time(Duration waited) const {
 
 Status Pool::connect_backing_off(Duration left) const {
   // Like an open breaker: our own shedding, so it feeds no breaker and is not retried.
-  Status s = last_connect_error_;
-  Fault f = s.fault();
-  f.overload = false;
-  f.outcome = Outcome::kNotApplied;
-  s.with_fault(f);
-  s.annotate("the pool connects again in " + std::to_string(to_ms(left)) + " ms (" +
-             std::to_string(failures_) + " failed connects in a row; the last said)");
+  Status s =
+      last_connect_failure("the pool connects again in " + std::to_string(to_ms(left)) + " ms");
   s.with_stop(StopReason::kBreakerOpen, 0, left);
   return s;
 }
