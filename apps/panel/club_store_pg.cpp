@@ -119,72 +119,76 @@ Shield::Options single_attempt() {
   return o;
 }
 
-// Inserts the demo club, unless it is there already. Runs in one transaction that first
-// takes kDemoDataLock: a second panel starting at the same time waits, then finds the
-// courts and inserts nothing.
-Status create_club(pg::Transaction& tx, const DemoData& data) {
-  if (auto r = tx.query("SELECT pg_advisory_xact_lock($1)", {kDemoDataLock}); !r.ok()) {
-    return r.status();
-  }
+// The schema and once()'s key table, made under kDemoDataLock. The key table has the DDL of
+// pg::Database::create_idempotency_table(); made outside the lock, two panels creating it at
+// once meet 42710/23505 on its type.
+Status create_schema(pg::Transaction& tx) {
   for (std::string_view ddl : kSchema) {
     if (auto r = tx.query(ddl); !r.ok()) return r.status();
   }
-  // once()'s key table (the DDL of pg::Database::create_idempotency_table()), made here under
-  // the lock: two panels creating it at once outside it meet 42710/23505 on its type.
   if (auto r = tx.query(std::string("CREATE TABLE IF NOT EXISTS ") + kIdempotencyTable +
                         " (key text PRIMARY KEY, result text, "
                         "created_at timestamptz NOT NULL DEFAULT now())");
       !r.ok())
     return r.status();
-  Result<pg::Rows> courts = tx.query("SELECT count(*) FROM courts");
-  if (!courts.ok()) return courts.status();
-  Result<std::int64_t> n = int_at(*courts, 0, 0);
-  if (!n.ok()) return n.status();
-  if (*n > 0) return Status();
+  return Status();
+}
 
-  // Each inserted row's id, by its position in `data` (references there are 1-based).
-  std::vector<std::int64_t> court_ids, type_ids, user_ids;
-  const auto insert_one = [&](std::vector<std::int64_t>& ids, std::string_view sql,
-                              std::initializer_list<pg::Param> params) -> Status {
-    Result<pg::Rows> r = tx.query(sql, params);
-    if (!r.ok()) return r.status();
-    Result<std::int64_t> id = int_at(*r, 0, 0);
-    if (!id.ok()) return id.status();
-    ids.push_back(*id);
-    return Status();
-  };
-  const auto id = [](const std::vector<std::int64_t>& ids, int position) {
+// Each inserted row's id, by its position in DemoData (references there are 1-based).
+struct ClubIds {
+  std::vector<std::int64_t> courts, types, users, games;
+
+  static std::int64_t at(const std::vector<std::int64_t>& ids, int position) {
     return ids.at(static_cast<std::size_t>(position - 1));
-  };
+  }
+};
+
+// Runs an INSERT ... RETURNING id and appends the id to `ids`.
+Status insert_one(pg::Transaction& tx, std::vector<std::int64_t>& ids, std::string_view sql,
+                  std::initializer_list<pg::Param> params) {
+  Result<pg::Rows> r = tx.query(sql, params);
+  if (!r.ok()) return r.status();
+  Result<std::int64_t> id = int_at(*r, 0, 0);
+  if (!id.ok()) return id.status();
+  ids.push_back(*id);
+  return Status();
+}
+
+// Courts, activity types and users, one row at a time; fills ids.courts, .types, .users.
+Status insert_club_members(pg::Transaction& tx, const DemoData& data, ClubIds& ids) {
   for (const auto& c : data.courts) {
-    if (Status s =
-            insert_one(court_ids, "INSERT INTO courts(name, surface) VALUES ($1, $2) RETURNING id",
-                       {c.name, c.surface});
+    if (Status s = insert_one(tx, ids.courts,
+                              "INSERT INTO courts(name, surface) VALUES ($1, $2) RETURNING id",
+                              {c.name, c.surface});
         !s.ok())
       return s;
   }
   for (const auto& t : data.activity_types) {
     if (Status s = insert_one(
-            type_ids, "INSERT INTO activity_types(name, color) VALUES ($1, $2) RETURNING id",
+            tx, ids.types, "INSERT INTO activity_types(name, color) VALUES ($1, $2) RETURNING id",
             {t.name, t.color});
         !s.ok())
       return s;
   }
   for (const auto& u : data.users) {
-    if (Status s = insert_one(user_ids,
+    if (Status s = insert_one(tx, ids.users,
                               "INSERT INTO users(name, email, role, password_hash) "
                               "VALUES ($1, $2, $3, $4) RETURNING id",
                               {u.name, u.email, u.role, u.password_hash});
         !s.ok())
       return s;
   }
+  return Status();
+}
 
-  // The games in one statement; RETURNING gives each id with its (court, start), which
-  // identify a demo game.
-  const std::string g_courts = array_of(
-      data.games, [&](const DemoData::Slot& g) { return std::to_string(id(court_ids, g.court)); });
+// The games in one statement; fills ids.games. RETURNING gives each id with its (court,
+// start), which identify a demo game. REQUIRES: ids.courts and ids.types filled.
+Status insert_games(pg::Transaction& tx, const DemoData& data, ClubIds& ids) {
+  const std::string g_courts = array_of(data.games, [&](const DemoData::Slot& g) {
+    return std::to_string(ClubIds::at(ids.courts, g.court));
+  });
   const std::string g_types = array_of(data.games, [&](const DemoData::Slot& g) {
-    return std::to_string(id(type_ids, g.activity_type));
+    return std::to_string(ClubIds::at(ids.types, g.activity_type));
   });
   const std::string g_starts =
       array_of(data.games, [](const DemoData::Slot& g) { return g.starts_at; });
@@ -207,21 +211,25 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
     if (!court.ok()) return court.status();
     game_by_slot[{*court, std::string(games->text(row, 2))}] = *game;
   }
-  std::vector<std::int64_t> game_ids;
-  game_ids.reserve(data.games.size());
+  ids.games.reserve(data.games.size());
   for (const auto& g : data.games) {
-    auto it = game_by_slot.find({id(court_ids, g.court), g.starts_at});
+    auto it = game_by_slot.find({ClubIds::at(ids.courts, g.court), g.starts_at});
     if (it == game_by_slot.end()) {
       return Status(Code::kInternal, "a demo game was not inserted: " + g.starts_at);
     }
-    game_ids.push_back(it->second);
+    ids.games.push_back(it->second);
   }
+  return Status();
+}
 
+// Signups, cash days and payments, one statement per table. REQUIRES: ids.games and
+// ids.users filled.
+Status insert_club_history(pg::Transaction& tx, const DemoData& data, const ClubIds& ids) {
   const std::string s_games = array_of(data.signups, [&](const DemoData::Signup& s) {
-    return std::to_string(id(game_ids, s.game));
+    return std::to_string(ClubIds::at(ids.games, s.game));
   });
   const std::string s_users = array_of(data.signups, [&](const DemoData::Signup& s) {
-    return std::to_string(id(user_ids, s.user));
+    return std::to_string(ClubIds::at(ids.users, s.user));
   });
   const std::string s_at =
       array_of(data.signups, [](const DemoData::Signup& s) { return s.created_at; });
@@ -243,7 +251,7 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
     return r.status();
 
   const std::string p_users = array_of(data.payments, [&](const DemoData::Payment& p) {
-    return std::to_string(id(user_ids, p.user));
+    return std::to_string(ClubIds::at(ids.users, p.user));
   });
   const std::string p_cents = array_of(
       data.payments, [](const DemoData::Payment& p) { return std::to_string(p.amount_cents); });
@@ -257,7 +265,11 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
           {p_users, p_cents, p_methods, p_at});
       !r.ok())
     return r.status();
+  return Status();
+}
 
+// Holidays and settings, which reference nothing.
+Status insert_calendar(pg::Transaction& tx, const DemoData& data) {
   for (const auto& h : data.holidays) {
     if (auto r = tx.query("INSERT INTO holidays(date, name) VALUES ($1, $2)", {h.date, h.name});
         !r.ok())
@@ -268,6 +280,27 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
       return r.status();
   }
   return Status();
+}
+
+// Inserts the demo club, unless it is there already. Runs in one transaction that first
+// takes kDemoDataLock: a second panel starting at the same time waits, then finds the
+// courts and inserts nothing.
+Status create_club(pg::Transaction& tx, const DemoData& data) {
+  if (auto r = tx.query("SELECT pg_advisory_xact_lock($1)", {kDemoDataLock}); !r.ok()) {
+    return r.status();
+  }
+  if (Status s = create_schema(tx); !s.ok()) return s;
+  Result<pg::Rows> courts = tx.query("SELECT count(*) FROM courts");
+  if (!courts.ok()) return courts.status();
+  Result<std::int64_t> n = int_at(*courts, 0, 0);
+  if (!n.ok()) return n.status();
+  if (*n > 0) return Status();
+
+  ClubIds ids;
+  if (Status s = insert_club_members(tx, data, ids); !s.ok()) return s;
+  if (Status s = insert_games(tx, data, ids); !s.ok()) return s;
+  if (Status s = insert_club_history(tx, data, ids); !s.ok()) return s;
+  return insert_calendar(tx, data);
 }
 
 }  // namespace
