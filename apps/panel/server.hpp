@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -24,13 +25,18 @@
 #include "club_store.hpp"
 #include "front.hpp"
 #include "holdfast/logger.hpp"
+#include "holdfast/window.hpp"
 #include "security.hpp"
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace holdfast::panel {
+
+class SessionToucher;
 
 struct PanelCounters {
   std::atomic<std::uint64_t> requests{0};
@@ -83,8 +89,52 @@ class PanelServer {
   static constexpr int kLightRelays = 4;
 
   void install_guards();
+  // Wires each path to its route; the routes live in routes_<resource>.cpp.
   void install_routes();
+
+  [[nodiscard]] bool holdfast() const noexcept {
+    return options_.store->strategy() == Strategy::kHoldfast;
+  }
+  // The request's window (holdfast): every database call of the request draws from it
+  // while the returned scope lives. Empty for the baselines.
+  [[nodiscard]] std::optional<RequestScope> request_window();
+
+  // routes_service.cpp: the service's own routes.
+  void get_healthz(const httplib::Request& req, httplib::Response& res);
+  void get_metrics(const httplib::Request& req, httplib::Response& res);
+  void post_report(const httplib::Request& req, httplib::Response& res);
   std::string metrics_text() const;
+
+  // routes_session.cpp: signing in.
+  void get_login(const httplib::Request& req, httplib::Response& res);
+  void post_login(const httplib::Request& req, httplib::Response& res);
+  void get_login_link(const httplib::Request& req, httplib::Response& res);
+
+  // routes_schedule.cpp: the schedule, as a page and as JSON.
+  void get_schedule_page(const httplib::Request& req, httplib::Response& res);
+  void get_schedule_json(const httplib::Request& req, httplib::Response& res);
+  // Answers the schedule, a redirect or 401 to sign in, a 400, or the last good copy; or
+  // returns the failure for the caller to answer once the request's window is closed.
+  std::optional<Status> answer_schedule(const httplib::Request& req, httplib::Response& res,
+                                        bool as_json);
+  // The session's user and the schedule of `date`. kPermissionDenied: no live session.
+  Status read_schedule(const std::string& token, const std::string& date, const std::string& now,
+                       Schedule& schedule, User& user);
+  // Answers the last good copy of `date`'s schedule when `failure` allows it (holdfast,
+  // serve_stale, busy) and there is one; false when it answered nothing.
+  bool answer_stale_schedule(httplib::Response& res, const std::string& date, const User& user,
+                             const Status& failure, bool as_json);
+
+  // routes_writes.cpp: payments and signups, all or nothing; an Idempotency-Key makes a
+  // repeat return the first result.
+  void post_payment(const httplib::Request& req, httplib::Response& res);
+  void post_signup(const httplib::Request& req, httplib::Response& res);
+  struct WriteInput;
+  // What every write starts with: a signed-in user (with the CSRF token a form needs) and
+  // one positive whole number from `field`. nullopt after answering the request.
+  std::optional<WriteInput> write_input(const httplib::Request& req, httplib::Response& res,
+                                        std::string_view path, const std::string& field,
+                                        std::string_view field_error);
 
   Options options_;
   std::unique_ptr<httplib::Server> http_;
@@ -106,9 +156,8 @@ class PanelServer {
   };
   std::mutex links_mutex_;
   std::map<std::string, SignInLink> links_;
-  // holdfast refreshes sessions off the request path (see server.cpp).
-  struct Toucher;
-  std::unique_ptr<Toucher> toucher_;
+  // holdfast refreshes sessions off the request path (session_toucher.hpp).
+  std::unique_ptr<SessionToucher> toucher_;
 };
 
 }  // namespace holdfast::panel

@@ -1,0 +1,30 @@
+#include "route_helpers.hpp"
+
+#include <httplib.h>
+
+#include "holdfast/logger.hpp"
+
+namespace holdfast::panel {
+
+std::string now_utc() {
+  return std::string(utc_stamp(WallClock::system().now()).view());
+}
+
+std::string cookie_value(const httplib::Request& req, std::string_view name) {
+  const std::string header = req.get_header_value("Cookie");
+  std::string_view rest = header;
+  while (!rest.empty()) {
+    const auto semi = rest.find(';');
+    std::string_view part = rest.substr(0, semi);
+    rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+    while (!part.empty() && part.front() == ' ')
+      part.remove_prefix(1);
+    if (part.size() > name.size() && part.substr(0, name.size()) == name &&
+        part[name.size()] == '=') {
+      return std::string(part.substr(name.size() + 1));
+    }
+  }
+  return {};
+}
+
+}  // namespace holdfast::panel

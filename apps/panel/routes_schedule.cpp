@@ -1,0 +1,167 @@
+// The schedule: GET /dashboard/schedule?date= (the page) and GET /api/schedule?date= (JSON).
+// One render reads the session and two query groups, inside one request window (holdfast).
+// When that fails busy, holdfast answers the last good copy of the day, marked with
+// X-Holdfast-Stale and an "as of" banner; otherwise the failure is answered (answers.hpp).
+#include <httplib.h>
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "html.hpp"
+#include "route_helpers.hpp"
+#include "server.hpp"
+#include "session_toucher.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kHtml = "text/html; charset=utf-8";
+
+std::string today_utc() {
+  return now_utc().substr(0, 10);
+}
+
+bool valid_date(std::string_view s) {
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
+  for (std::size_t i : {0, 1, 2, 3, 5, 6, 8, 9}) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  using namespace std::chrono;
+  const int y = std::stoi(std::string(s.substr(0, 4)));
+  const unsigned m = static_cast<unsigned>(std::stoi(std::string(s.substr(5, 2))));
+  const unsigned d = static_cast<unsigned>(std::stoi(std::string(s.substr(8, 2))));
+  return year_month_day(year(y), month(m), day(d)).ok();
+}
+
+// The schedule as /api/schedule answers it; `stale_as_of` marks the last good copy.
+json schedule_json(const Schedule& s, const std::optional<std::string>& stale_as_of) {
+  json j = {{"date", s.date},
+            {"club", s.context.club_name},
+            {"holidays", s.context.holidays},
+            {"games", json::array()}};
+  if (stale_as_of) j["stale_as_of"] = *stale_as_of;
+  for (const Game& g : s.games) {
+    j["games"].push_back({{"id", g.id},
+                          {"court", g.court},
+                          {"activity", g.activity},
+                          {"starts_at", g.starts_at},
+                          {"ends_at", g.ends_at},
+                          {"capacity", g.capacity},
+                          {"signed_up", g.signed_up}});
+  }
+  return j;
+}
+
+// No live session: the page redirects to the sign-in form, JSON answers 401.
+void send_to_sign_in(httplib::Response& res, bool as_json) {
+  res.status = as_json ? 401 : 303;
+  if (!as_json) res.set_header("Location", "/login");
+}
+
+}  // namespace
+
+struct PanelServer::StaleCopy {
+  Schedule schedule;
+  std::string as_of;  // "HH:MM:SS" UTC
+};
+
+void PanelServer::get_schedule_page(const httplib::Request& req, httplib::Response& res) {
+  if (auto failed = answer_schedule(req, res, false)) {
+    answers_->failure(res, *failed, "/dashboard/schedule", false);
+  }
+}
+
+void PanelServer::get_schedule_json(const httplib::Request& req, httplib::Response& res) {
+  if (auto failed = answer_schedule(req, res, true)) {
+    answers_->failure(res, *failed, "/api/schedule", true);
+  }
+}
+
+std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
+                                                   httplib::Response& res, bool as_json) {
+  counters_.requests++;
+  const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
+  if (!valid_date(date)) {
+    answers_->client_error(res, 400, "date must be a calendar date written YYYY-MM-DD", as_json);
+    return std::nullopt;
+  }
+  const std::string token = cookie_value(req, "session");
+  if (token.empty() || token.size() > 64) {
+    send_to_sign_in(res, as_json);
+    counters_.bad_request++;
+    return std::nullopt;
+  }
+  const std::optional<RequestScope> scope = request_window();
+  const std::string now = now_utc();
+  Schedule schedule;
+  User user;
+  const Status failure = read_schedule(token, date, now, schedule, user);
+  if (failure.code() == Code::kPermissionDenied) {
+    send_to_sign_in(res, as_json);
+    counters_.bad_request++;
+    return std::nullopt;
+  }
+  if (!failure.ok()) {
+    if (answer_stale_schedule(res, date, user, failure, as_json)) return std::nullopt;
+    return failure;
+  }
+  if (holdfast()) {
+    auto copy = std::make_shared<StaleCopy>(StaleCopy{schedule, now.substr(11, 8)});
+    std::lock_guard<std::mutex> lock(stale_mutex_);
+    last_good_[date] = std::move(copy);
+  }
+  counters_.ok++;
+  res.set_header("X-CSRF-Token", csrf_token(token));
+  if (as_json) {
+    res.set_content(schedule_json(schedule, std::nullopt).dump(), "application/json");
+  } else {
+    res.set_content(
+        with_csrf_fields(render_schedule(schedule, user, std::nullopt), csrf_token(token)), kHtml);
+  }
+  return std::nullopt;
+}
+
+Status PanelServer::read_schedule(const std::string& token, const std::string& date,
+                                  const std::string& now, Schedule& schedule, User& user) {
+  ClubStore& store = *options_.store;
+  Result<std::optional<User>> who = store.session(token, now);
+  if (!who.ok()) return who.status();
+  if (!who->has_value()) return Status(Code::kPermissionDenied, "no live session");
+  user = **who;
+  if (holdfast()) {
+    toucher_->touch(token);
+  } else if (Status touched = store.refresh_session(token, now); !touched.ok()) {
+    return touched;  // the origin's "Failed to get session"
+  }
+  Result<std::vector<Game>> games = store.games_on(date);
+  if (!games.ok()) return games.status();
+  Result<ScheduleContext> context = store.context_on(date);
+  if (!context.ok()) return context.status();
+  schedule = Schedule{date, std::move(*games), std::move(*context)};
+  return Status();
+}
+
+bool PanelServer::answer_stale_schedule(httplib::Response& res, const std::string& date,
+                                        const User& user, const Status& failure, bool as_json) {
+  std::shared_ptr<const StaleCopy> copy;
+  if (holdfast() && options_.serve_stale && is_busy(failure)) {
+    std::lock_guard<std::mutex> lock(stale_mutex_);
+    if (auto it = last_good_.find(date); it != last_good_.end()) copy = it->second;
+  }
+  if (!copy) return false;
+  counters_.stale++;
+  counters_.ok++;
+  res.set_header("X-Holdfast-Stale", copy->as_of);
+  if (as_json) {
+    res.set_content(schedule_json(copy->schedule, copy->as_of).dump(), "application/json");
+  } else {
+    User someone = user.id != 0 ? user : User{0, "signed-in user", "", "member"};
+    res.set_content(render_schedule(copy->schedule, someone, copy->as_of), kHtml);
+  }
+  return true;
+}
+
+}  // namespace holdfast::panel

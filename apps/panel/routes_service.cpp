@@ -1,0 +1,81 @@
+// The service's own routes: GET /healthz, GET /metrics, and POST /report (a user's report
+// of a problem, quoting the digest of the answer they got).
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+#include "html.hpp"
+#include "route_helpers.hpp"
+#include "server.hpp"
+
+namespace holdfast::panel {
+
+void PanelServer::get_healthz(const httplib::Request&, httplib::Response& res) {
+  counters_.requests++;
+  counters_.ok++;
+  res.set_content("ok\n", "text/plain");
+}
+
+void PanelServer::get_metrics(const httplib::Request&, httplib::Response& res) {
+  res.set_content(metrics_text(), "text/plain; version=0.0.4");
+}
+
+std::string PanelServer::metrics_text() const {
+  ClubStore& store = *options_.store;
+  const std::string strategy(to_string(store.strategy()));
+  std::string out;
+  const auto counter = [&](std::string_view name, std::string_view help, std::uint64_t value) {
+    out += fmt::format("# HELP holdfast_panel_{} {}\n# TYPE holdfast_panel_{} counter\n", name,
+                       help, name);
+    out += fmt::format("holdfast_panel_{}{{strategy=\"{}\"}} {}\n", name, strategy, value);
+  };
+  counter("requests_total", "HTTP requests received.", counters_.requests.load());
+  counter("responses_ok_total", "Requests answered 2xx.", counters_.ok.load());
+  counter("responses_busy_total", "Requests answered 503 (database busy).",
+          counters_.busy_503.load());
+  counter("responses_error_total", "Requests answered 500.", counters_.error_500.load());
+  counter("stale_pages_total", "Schedules served from the last good copy.", counters_.stale.load());
+  counter("bad_requests_total", "Requests answered 4xx for bad input.",
+          counters_.bad_request.load());
+  counter("database_attempts_total", "Database attempts made by the panel.", store.attempts());
+  if (store.read_shield() != nullptr) {
+    const Metrics::Labelled shields[] = {
+        {&store.read_shield()->metrics(), store.read_shield()->name()},
+        {&store.write_shield()->metrics(), store.write_shield()->name()}};
+    out += Metrics::prometheus_text(shields);
+  }
+  return out;
+}
+
+// The console always gets the report; the problem_reports table gets it when the database
+// takes it, and the answer says which.
+void PanelServer::post_report(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  const std::optional<RequestScope> scope = request_window();
+  const std::string path = req.has_param("path") ? req.get_param_value("path") : "";
+  const std::string digest = req.has_param("digest") ? req.get_param_value("digest") : "";
+  const std::string note = req.has_param("note") ? req.get_param_value("note") : "";
+  const std::string now = now_utc();
+  Logger& log = *options_.logger;
+  log.warn("report", "problem reported",
+           {{"path", std::string_view(path)},
+            {"digest", std::string_view(digest)},
+            {"at", std::string_view(now)}});
+  if (Status input = ClubStore::check_report(path, digest, note); !input.ok()) {
+    return answers_->client_error(res, 400, input.message(), false);
+  }
+  Status recorded = options_.store->record_report(path, digest, note, now);
+  if (!recorded.ok()) {
+    log.warn("report", "report not stored", {{"status", std::string_view(recorded.to_string())}});
+  }
+  counters_.ok++;
+  res.status = 202;
+  res.set_content(
+      fmt::format("<!doctype html><title>Thank you</title><p>Thank you. Your report{} was "
+                  "recorded at {}{}.</p>",
+                  digest.empty() ? "" : " (" + escape_html(digest) + ")", escape_html(now),
+                  recorded.ok() ? "" : " in the server log"),
+      "text/html; charset=utf-8");
+}
+
+}  // namespace holdfast::panel

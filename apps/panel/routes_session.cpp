@@ -1,0 +1,121 @@
+// Signing in: GET /login (the form), POST /login (email and password, throttled per account
+// and per address), GET /login/link?token= (a one-time link from issue_sign_in_link()).
+// Each success opens a session, sets its cookie, hands out its CSRF token in X-CSRF-Token
+// and redirects (303).
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+#include "html.hpp"
+#include "route_helpers.hpp"
+#include "server.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+constexpr const char* kHtml = "text/html; charset=utf-8";
+
+// The session cookie: not readable by scripts, not sent on cross-site subrequests, 30 days;
+// Secure (HTTPS only) with `--secure-cookies`.
+void set_session_cookie(httplib::Response& res, std::string_view token, bool secure) {
+  res.set_header("Set-Cookie",
+                 fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000{}", token,
+                             secure ? "; Secure" : ""));
+}
+
+// The answer to a sign-in that opened `session`.
+void signed_in_redirect(httplib::Response& res, const std::string& session, bool secure_cookie,
+                        const std::string& next) {
+  res.status = 303;
+  set_session_cookie(res, session, secure_cookie);
+  res.set_header("X-CSRF-Token", csrf_token(session));
+  res.set_header("Location", next);
+}
+
+}  // namespace
+
+std::string PanelServer::issue_sign_in_link(std::int64_t user_id, std::string_view next,
+                                            Duration valid_for) {
+  // Only a path on this server: "//host" or "https://..." would make it an open redirect.
+  std::string target(next);
+  if (target.empty() || target.front() != '/' || target.rfind("//", 0) == 0 ||
+      target.find_first_of("\\\r\n") != std::string::npos) {
+    target = "/dashboard/schedule";
+  }
+  std::string token = ClubStore::new_token();
+  std::lock_guard<std::mutex> lock(links_mutex_);
+  const TimePoint now = options_.store->clock().now();
+  std::erase_if(links_, [&](const auto& kv) { return kv.second.expires <= now; });
+  links_[token] = SignInLink{user_id, std::move(target), now + valid_for};
+  return "/login/link?token=" + token;
+}
+
+void PanelServer::get_login(const httplib::Request&, httplib::Response& res) {
+  counters_.requests++;
+  counters_.ok++;
+  res.set_content(render_login(""), kHtml);
+}
+
+void PanelServer::post_login(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  const std::string email = req.get_param_value("email");
+  const std::string password = req.get_param_value("password");
+  if (Status input = ClubStore::check_login(email, password); !input.ok()) {
+    counters_.bad_request++;
+    res.status = 400;
+    res.set_content(render_login(input.message()), kHtml);
+    return;
+  }
+  // Throttled per account and per address before the password is looked at.
+  const std::string account = "account:" + email;
+  const Duration wait = std::max(sign_in_by_account_->wait_for(account),
+                                 sign_in_by_address_->wait_for(client_address(req)));
+  if (wait > Duration::zero()) {
+    counters_.bad_request++;
+    res.status = 429;
+    res.set_header("Retry-After", std::to_string(retry_after_header(wait)));
+    res.set_content(render_login("Too many failed sign-ins. Try again in a minute."), kHtml);
+    return;
+  }
+  const std::optional<RequestScope> scope = request_window();
+  Result<std::string> token = options_.store->login(email, password, now_utc());
+  if (!token.ok()) {
+    if (token.status().code() == Code::kPermissionDenied) {
+      sign_in_by_account_->record(account);
+      sign_in_by_address_->record(client_address(req));
+      counters_.bad_request++;
+      res.status = 401;
+      res.set_content(render_login(token.status().message()), kHtml);
+      return;
+    }
+    return answers_->failure(res, token.status(), "/login", false);
+  }
+  counters_.ok++;
+  signed_in_redirect(res, *token, options_.secure_cookies, "/dashboard/schedule");
+}
+
+void PanelServer::get_login_link(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  const std::string token = req.get_param_value("token");
+  std::optional<SignInLink> link;
+  {
+    std::lock_guard<std::mutex> lock(links_mutex_);
+    if (auto it = links_.find(token); it != links_.end() && !token.empty()) {
+      if (options_.store->clock().now() < it->second.expires) link = it->second;
+      links_.erase(it);  // used or expired: gone either way
+    }
+  }
+  if (!link) {
+    counters_.bad_request++;
+    res.status = 403;
+    res.set_content(render_login("That sign-in link was used already or has expired."), kHtml);
+    return;
+  }
+  const std::optional<RequestScope> scope = request_window();
+  Result<std::string> session = options_.store->open_session(link->user_id, now_utc());
+  if (!session.ok()) return answers_->failure(res, session.status(), "/login/link", false);
+  counters_.ok++;
+  signed_in_redirect(res, *session, options_.secure_cookies, link->next);
+}
+
+}  // namespace holdfast::panel

@@ -1,0 +1,120 @@
+// The club's writes: POST /payments (amount_cents, method) and POST /signups (game_id), for
+// a signed-in user. Each is all or nothing; an Idempotency-Key makes a repeat answer the
+// first result (200 with "replayed": true) instead of writing again (201).
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "idempotency.hpp"
+#include "route_helpers.hpp"
+#include "server.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+using nlohmann::json;
+
+bool positive_integer(const std::string& text, std::int64_t& out) {
+  if (text.empty() || text.size() > 12) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  out = std::stoll(text);
+  return out > 0;
+}
+
+}  // namespace
+
+struct PanelServer::WriteInput {
+  std::int64_t user_id = 0;
+  std::int64_t value = 0;  // the route's positive whole number
+};
+
+std::optional<PanelServer::WriteInput> PanelServer::write_input(const httplib::Request& req,
+                                                                httplib::Response& res,
+                                                                std::string_view path,
+                                                                const std::string& field,
+                                                                std::string_view field_error) {
+  const std::string token = cookie_value(req, "session");
+  Result<std::optional<User>> who = token.empty()
+                                        ? Result<std::optional<User>>(std::optional<User>())
+                                        : options_.store->session(token, now_utc());
+  if (!who.ok()) {
+    answers_->write_failure(res, who.status(), path);
+    return std::nullopt;
+  }
+  if (!who->has_value()) {
+    counters_.bad_request++;
+    res.status = 401;
+    res.set_content(json{{"error", "sign in first (POST /login)"}}.dump(), "application/json");
+    return std::nullopt;
+  }
+  if (!csrf_ok(req, token)) {
+    answers_->client_error(res, 403,
+                           "missing or wrong CSRF token: send the csrf_token form field or the "
+                           "X-CSRF-Token header the panel gave at sign-in",
+                           true);
+    return std::nullopt;
+  }
+  WriteInput in;
+  in.user_id = (*who)->id;
+  if (!positive_integer(request_field(req, field), in.value)) {
+    answers_->client_error(res, 400, field_error, true);
+    return std::nullopt;
+  }
+  return in;
+}
+
+void PanelServer::post_payment(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  const std::optional<RequestScope> scope = request_window();
+  const std::optional<WriteInput> in =
+      write_input(req, res, "/payments", "amount_cents",
+                  "amount_cents must be a positive whole number of cents");
+  if (!in) return;
+  std::string method = request_field(req, "method");
+  if (method.empty()) method = "card";
+  const std::string key = req.get_header_value("Idempotency-Key");
+  if (Status input = ClubStore::check_payment(in->value, method, key); !input.ok()) {
+    return answers_->client_error(res, 400, input.message(), true);
+  }
+  Result<PaymentReceipt> paid = options_.store->pay(in->user_id, in->value, method, key, now_utc());
+  if (!paid.ok() && is_key_reused(paid.status())) {
+    return answers_->client_error(res, 422, kKeyReusedMessage, true);
+  }
+  if (!paid.ok()) return answers_->write_failure(res, paid.status(), "/payments");
+  if (!paid->replayed) {
+    options_.logger->info("payments", "payment recorded",
+                          {{"payment_id", paid->payment_id}, {"amount_cents", paid->amount_cents}});
+  }
+  counters_.ok++;
+  res.status = paid->replayed ? 200 : 201;
+  res.set_content(json{{"payment_id", paid->payment_id},
+                       {"amount_cents", paid->amount_cents},
+                       {"replayed", paid->replayed}}
+                      .dump(),
+                  "application/json");
+}
+
+void PanelServer::post_signup(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  const std::optional<RequestScope> scope = request_window();
+  const std::optional<WriteInput> in =
+      write_input(req, res, "/signups", "game_id", "game_id must be a positive whole number");
+  if (!in) return;
+  const std::string key = req.get_header_value("Idempotency-Key");
+  if (Status input = ClubStore::check_sign_up(in->value, key); !input.ok()) {
+    return answers_->client_error(res, 400, input.message(), true);
+  }
+  Result<SignupReceipt> added = options_.store->sign_up(in->user_id, in->value, key, now_utc());
+  if (!added.ok()) return answers_->write_refusal(res, added.status(), "/signups");
+  counters_.ok++;
+  res.status = added->replayed ? 200 : 201;
+  res.set_content(json{{"signup_id", added->signup_id},
+                       {"game_id", added->game_id},
+                       {"replayed", added->replayed}}
+                      .dump(),
+                  "application/json");
+}
+
+}  // namespace holdfast::panel
