@@ -33,10 +33,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
+#include "holdfast/idempotency.hpp"
 #include "holdfast/result.hpp"
 #include "holdfast/retry.hpp"
 #include "holdfast/sqlite_options.hpp"
@@ -180,6 +183,16 @@ class Database : public QueryApi<Database> {
   // nothing. For schemas and migrations. Transaction control inside `sql` is refused.
   Status execute_script(std::string_view sql);
 
+  // Creates Options::idempotency_table if it does not exist:
+  //   (key TEXT PRIMARY KEY, result TEXT, created_at TEXT NOT NULL)   -- UTC, ISO-8601
+  Status create_idempotency_table();
+  // Runs fn(Transaction&) -> Status or Result<std::string> in a transaction and records `key`
+  // with its result there; a key recorded already returns its result (replayed) without
+  // running fn (idempotency.hpp). A Database runs it once; ResilientDatabase retries it.
+  // REQUIRES: create_idempotency_table() was called.
+  template <class Fn>
+  Result<KeyedResult> once(std::string_view key, Fn&& fn, TxnMode mode = TxnMode::kImmediate);
+
   // Runs body(Statement&) on a statement of `q` bound to the right connection (a read
   // connection for a read, the writer for a write) and returns what body returns. The
   // statement is reset and the connection given back afterwards. Transaction control is
@@ -223,6 +236,44 @@ auto Database::transaction(Fn&& fn, Operation op, TxnMode mode)
   Status committed = tx->commit();
   if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
   return r;
+}
+
+namespace detail {
+// once()'s two statements, on `table` (checked by Database::open()).
+Result<std::optional<std::string>> recorded_result(Transaction& tx, const std::string& table,
+                                                   std::string_view key);
+Status record_result(Transaction& tx, const std::string& table, std::string_view key,
+                     std::string_view result);
+
+// The body of once() inside its transaction.
+template <class Fn>
+Result<KeyedResult> run_once(Transaction& tx, const std::string& table, std::string_view key,
+                             Fn& fn) {
+  using R = std::invoke_result_t<Fn&, Transaction&>;
+  static_assert(std::is_same_v<R, Status> || std::is_same_v<R, Result<std::string>>,
+                "the once() function must return holdfast::Status or "
+                "holdfast::Result<std::string>");
+  Result<std::optional<std::string>> seen = recorded_result(tx, table, key);
+  if (!seen.ok()) return seen.status();
+  if (seen->has_value()) return KeyedResult{std::move(**seen), true};
+  std::string result;
+  if constexpr (std::is_same_v<R, Status>) {
+    if (Status s = fn(tx); !s.ok()) return s;
+  } else {
+    Result<std::string> r = fn(tx);
+    if (!r.ok()) return r.status();
+    result = std::move(*r);
+  }
+  if (Status s = record_result(tx, table, key, result); !s.ok()) return s;
+  return KeyedResult{std::move(result), false};
+}
+}  // namespace detail
+
+template <class Fn>
+Result<KeyedResult> Database::once(std::string_view key, Fn&& fn, TxnMode mode) {
+  return transaction(
+      [&](Transaction& tx) { return detail::run_once(tx, options().idempotency_table, key, fn); },
+      Operation{Idempotency::kIdempotent, true, "sqlite.once"}, mode);
 }
 
 }  // namespace holdfast::sqlite

@@ -75,6 +75,10 @@ struct Options {
   // is prepared for each use (build SQL with parameters, not literal values).
   std::size_t statement_cache = 512;
 
+  // The idempotency-key table of once() (see idempotency.hpp). A plain or schema-qualified
+  // identifier; created by create_idempotency_table().
+  std::string idempotency_table = "holdfast_idempotency";
+
   // Times busy waits and waits for connections. REQUIRES: outlives the Database.
   Clock* clock = &Clock::system();
 

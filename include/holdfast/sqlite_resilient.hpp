@@ -16,14 +16,16 @@
 //     open); SQLITE_BUSY_SNAPSHOT, ABORT_ROLLBACK or any transient fault inside the
 //     function re-run the whole function only when the caller declared it re-runnable:
 //       db->transaction(fn, holdfast::Operation::transaction(/*rerunnable=*/true));
-//   - preparing SQL text (reading the schema can meet a lock): as a read.
+//   - preparing SQL text (reading the schema can meet a lock): as a read;
+//   - once(key, fn): as a re-runnable, idempotent transaction (the key makes it so).
 // Every wait draws from the current RequestScope's window, or from a window of the
 // policy's length outside any scope; the window also caps SQLite's busy wait per attempt.
 //
 // Thread safety: as Database. The policy is copied in; each operation builds fresh retry
-// state from it.
+// state from it. Copies (with_policy()) share the Database and the Shields.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <type_traits>
@@ -80,12 +82,24 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   // whole after a rollback.
   Status execute_script(std::string_view sql);
 
+  // As Database::create_idempotency_table(), retried.
+  Status create_idempotency_table();
+  // As Database::once(), retried as a re-runnable, idempotent transaction: whatever went
+  // wrong before, a repeat with the same key applies fn at most once.
+  template <class Fn>
+  Result<KeyedResult> once(std::string_view key, Fn&& fn, TxnMode mode = TxnMode::kImmediate);
+
+  // This database with another retry policy, sharing the connections and the Shields: for
+  // calls that follow their own schedule, such as the origin's session reads
+  //   auto sessions = db.with_policy(holdfast::RetryPolicy::origin_session());
+  [[nodiscard]] ResilientDatabase with_policy(RetryPolicy policy) const;
+
   // As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
   template <class Body>
   auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&>;
 
-  int close_idle_connections() noexcept { return db_.close_idle_connections(); }
-  [[nodiscard]] Database& database() noexcept { return db_; }
+  int close_idle_connections() noexcept { return db_->close_idle_connections(); }
+  [[nodiscard]] Database& database() noexcept { return *db_; }
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
   // The Shield reads go through, or nullptr.
   [[nodiscard]] Shield* shield() const noexcept { return shield_; }
@@ -93,13 +107,11 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   [[nodiscard]] Shield* write_shield() const noexcept { return write_shield_; }
 
  private:
-  // THE SEAM: every operation this class retries passes through here, once per operation
-  // (reads, autocommit writes, BEGIN, whole transactions, COMMIT, preparing SQL text).
-  // Today it makes sure a RequestScope is active (outside any, it starts one with the
-  // policy's window: the busy handler and the connection waits read it) and runs
-  // holdfast::retry(). The Shield (circuit breaker + retry throttle) plugs in here, around
-  // `attempt`, and nowhere else: `shield` is shield_ for reads, write_shield_ for writes;
-  // `op` says what the operation is; `attempt` returns Status or Result<T>.
+  // Every operation this class retries passes through here, once per operation (reads,
+  // autocommit writes, BEGIN, whole transactions, COMMIT, preparing SQL text). Outside any
+  // RequestScope it opens one with the policy's window (the busy handler and the connection
+  // waits read it); then it runs `attempt` through `shield` (shield_ for reads,
+  // write_shield_ for writes), or through holdfast::retry() without one.
   template <class F>
   auto run(Shield* shield, Operation op, F&& attempt) -> std::invoke_result_t<F&> {
     std::optional<RequestScope> own;  // a window for the busy handler outside any scope
@@ -112,7 +124,10 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   template <class Body>
   auto run_query(const Query& query, Body& body) -> std::invoke_result_t<Body&, Statement&>;
 
-  Database db_;
+  ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy, Shield* reads,
+                    Shield* writes);
+
+  std::shared_ptr<Database> db_;  // never null
   RetryPolicy policy_;
   Shield* shield_ = nullptr;        // reads
   Shield* write_shield_ = nullptr;  // writes
@@ -136,7 +151,7 @@ auto ResilientDatabase::run_query(const Query& query, Body& body)
   const bool read = query.access() == Access::kRead;
   const Operation op = read ? Operation::read(query.sql()) : Operation::write(query.sql());
   return run(read ? shield_ : write_shield_, op,
-             [&]() -> R { return db_.with_statement(query, body); });
+             [&]() -> R { return db_->with_statement(query, body); });
 }
 
 template <class Fn>
@@ -147,16 +162,27 @@ auto ResilientDatabase::transaction(Fn&& fn, Operation op, TxnMode mode)
                 "the transaction function must return holdfast::Status or Result<T>");
   return run(write_shield_, op, [&]() -> R {
     // Waiting for the writer and BEGIN: nothing has run yet, so a retry is always safe.
-    Result<Transaction> tx = db_.begin(mode);
+    Result<Transaction> tx = db_->begin(mode);
     if (!tx.ok()) return R(tx.status());
     R r = fn(*tx);
     if (!is_ok(r)) return R(detail::abandon(*tx, Status(status_of(r))));
-    // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone.
+    // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone, within
+    // the attempt the Shield admitted (a second admission could wait on the place this one
+    // holds).
     Status committed =
-        run(write_shield_, Operation::write("sqlite.commit"), [&] { return tx->commit(); });
+        holdfast::retry(policy_, Operation::write("sqlite.commit"), [&] { return tx->commit(); });
     if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
     return r;
   });
+}
+
+template <class Fn>
+Result<KeyedResult> ResilientDatabase::once(std::string_view key, Fn&& fn, TxnMode mode) {
+  return transaction(
+      [&](Transaction& tx) {
+        return detail::run_once(tx, db_->options().idempotency_table, key, fn);
+      },
+      Operation{Idempotency::kIdempotent, true, "sqlite.once"}, mode);
 }
 
 }  // namespace holdfast::sqlite

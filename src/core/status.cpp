@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "holdfast/idempotency.hpp"
 #include "holdfast/result.hpp"
 
 namespace holdfast {
@@ -247,6 +248,22 @@ Error::Error(Status status) : std::runtime_error(status.to_string()), status_(st
 namespace detail {
 Status status_from_ok_without_value() {
   return Status(Code::kInternal, "Result built from an OK Status without a value");
+}
+
+bool is_table_name(std::string_view name) noexcept {
+  bool part_start = true;
+  for (const char c : name) {
+    const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (c == '.' && !part_start) {
+      part_start = true;
+    } else if (letter || (digit && !part_start)) {
+      part_start = false;
+    } else {
+      return false;
+    }
+  }
+  return !part_start;
 }
 }  // namespace detail
 

@@ -37,6 +37,10 @@ void validate(const Options& o) {
                                      std::to_string(to_ms(o.busy_timeout)), " ms"}));
   }
   if (o.clock == nullptr) throw std::invalid_argument("Options::clock must not be null");
+  if (!holdfast::detail::is_table_name(o.idempotency_table)) {
+    throw std::invalid_argument(cat({"Options::idempotency_table '", o.idempotency_table,
+                                     "' is not a plain or schema-qualified identifier"}));
+  }
 }
 
 bool file_exists(const std::string& path) {
@@ -533,6 +537,28 @@ Status Database::lease_statement(QueryRef ref, detail::Lease& lease, Statement& 
   if (!resolved.ok()) return resolved.status();
   return impl_->lease(detail::QueryAccess::info(*resolved), lease, out);
 }
+
+Status Database::create_idempotency_table() {
+  return execute_script(detail::cat({"CREATE TABLE IF NOT EXISTS ", impl_->options.idempotency_table,
+                             " (key TEXT PRIMARY KEY, result TEXT, created_at TEXT NOT NULL "
+                             "DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"}));
+}
+
+namespace detail {
+
+Result<std::optional<std::string>> recorded_result(Transaction& tx, const std::string& table,
+                                                   std::string_view key) {
+  return tx.query_one<std::string>(
+      cat({"SELECT coalesce(result, '') FROM ", table, " WHERE key = ?"}), key);
+}
+
+Status record_result(Transaction& tx, const std::string& table, std::string_view key,
+                     std::string_view result) {
+  return tx.execute(cat({"INSERT INTO ", table, " (key, result) VALUES (?, ?)"}), key, result)
+      .status();
+}
+
+}  // namespace detail
 
 int Database::close_idle_connections() noexcept {
   return impl_->close_idle();

@@ -9,7 +9,8 @@ Result<ResilientDatabase> ResilientDatabase::open(Options options, RetryPolicy p
 }
 
 ResilientDatabase::ResilientDatabase(Database db, RetryPolicy policy)
-    : db_(std::move(db)), policy_(std::move(policy)) {}
+    : ResilientDatabase(std::make_shared<Database>(std::move(db)), std::move(policy), nullptr,
+                        nullptr) {}
 
 Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& shield,
                                                   RetryPolicy policy) {
@@ -19,7 +20,8 @@ Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& shiel
 }
 
 ResilientDatabase::ResilientDatabase(Database db, Shield& shield, RetryPolicy policy)
-    : db_(std::move(db)), policy_(std::move(policy)), shield_(&shield), write_shield_(&shield) {}
+    : ResilientDatabase(std::make_shared<Database>(std::move(db)), std::move(policy), &shield,
+                        &shield) {}
 
 Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& reads, Shield& writes,
                                                   RetryPolicy policy) {
@@ -29,11 +31,25 @@ Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& reads
 }
 
 ResilientDatabase::ResilientDatabase(Database db, Shield& reads, Shield& writes, RetryPolicy policy)
-    : db_(std::move(db)), policy_(std::move(policy)), shield_(&reads), write_shield_(&writes) {}
+    : ResilientDatabase(std::make_shared<Database>(std::move(db)), std::move(policy), &reads,
+                        &writes) {}
+
+ResilientDatabase::ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy,
+                                     Shield* reads, Shield* writes)
+    : db_(std::move(db)), policy_(std::move(policy)), shield_(reads), write_shield_(writes) {}
+
+ResilientDatabase ResilientDatabase::with_policy(RetryPolicy policy) const {
+  return ResilientDatabase(db_, std::move(policy), shield_, write_shield_);
+}
+
+Status ResilientDatabase::create_idempotency_table() {
+  return run(write_shield_, Operation::idempotent_write("sqlite.idempotency_table"),
+             [&] { return db_->create_idempotency_table(); });
+}
 
 Result<Query> ResilientDatabase::resolve(QueryRef q) {
   // Preparing SQL text runs nothing, so it is retried like a read whatever the SQL is.
-  return run(shield_, Operation::read("sqlite.prepare"), [&] { return db_.prepare(q.sql()); });
+  return run(shield_, Operation::read("sqlite.prepare"), [&] { return db_->prepare(q.sql()); });
 }
 
 Result<Query> ResilientDatabase::prepare(std::string_view sql) {
@@ -41,17 +57,17 @@ Result<Query> ResilientDatabase::prepare(std::string_view sql) {
 }
 
 Result<Verdict> ResilientDatabase::classify(std::string_view sql) {
-  return run(shield_, Operation::read("sqlite.classify"), [&] { return db_.classify(sql); });
+  return run(shield_, Operation::read("sqlite.classify"), [&] { return db_->classify(sql); });
 }
 
 Result<Transaction> ResilientDatabase::begin(TxnMode mode) {
   // A failed wait for the writer or a BUSY BEGIN began nothing.
-  return run(write_shield_, Operation::write("sqlite.begin"), [&] { return db_.begin(mode); });
+  return run(write_shield_, Operation::write("sqlite.begin"), [&] { return db_->begin(mode); });
 }
 
 Status ResilientDatabase::execute_script(std::string_view sql) {
   return run(write_shield_, Operation::transaction(/*rerunnable=*/true, "sqlite.script"),
-             [&] { return db_.execute_script(sql); });
+             [&] { return db_->execute_script(sql); });
 }
 
 }  // namespace holdfast::sqlite

@@ -450,6 +450,128 @@ TEST_F(Faults, AResilientTransactionThatFailsLeavesNoPartialRows) {
   EXPECT_EQ(count("SELECT count(*) FROM log"), 0);
 }
 
+// --- once(key, fn): keyed writes -------------------------------------------------------
+
+TEST_F(Faults, OnceAppliesAKeyedWriteOnceAndAnswersARepeatWithTheFirstResult) {
+  create(JournalMode::kWal);
+  ResilientDatabase db = open(JournalMode::kWal, milliseconds(200));
+  ASSERT_TRUE(db.create_idempotency_table().ok());
+  ASSERT_TRUE(db.create_idempotency_table().ok()) << "creating it again is harmless";
+  int calls = 0;
+  const auto pay = [&](Transaction& tx) -> Result<std::string> {
+    ++calls;
+    Result<Exec> r = tx.execute("INSERT INTO log(v) VALUES (?)", 42);
+    if (!r.ok()) return r.status();
+    return std::to_string(r->last_insert_rowid);
+  };
+  Result<KeyedResult> first = db.once("order-42", pay);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_FALSE(first->replayed);
+  Result<KeyedResult> again = db.once("order-42", pay);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE(again->replayed);
+  EXPECT_EQ(again->result, first->result);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(count("SELECT count(*) FROM log"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM holdfast_idempotency WHERE key = 'order-42'"), 1);
+}
+
+TEST_F(Faults, OnceDuringAWriteLockWaitsItOutAndAppliesOnce) {
+  create(JournalMode::kWal);
+  ResilientDatabase db = open(JournalMode::kWal, milliseconds(200));
+  ASSERT_TRUE(db.create_idempotency_table().ok());
+  Result<LockHolder> lock =
+      LockHolder::acquire({.path = path, .kind = LockKind::kBeginImmediate, .hold = seconds(1)});
+  ASSERT_TRUE(lock.ok()) << lock.status().to_string();
+  RequestScope request(seconds(4));
+  Result<KeyedResult> r = db.once("k", [&](Transaction& tx) -> Status {
+    return tx.execute("INSERT INTO log(v) VALUES (1)").status();
+  });
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->replayed);
+  EXPECT_TRUE(request.window().is_open()) << "the keyed write never met the lock";
+  EXPECT_EQ(count("SELECT count(*) FROM log"), 1);
+}
+
+TEST_F(Faults, OnceWhoseFunctionFailsRecordsNoKeySoALaterCallRunsIt) {
+  create(JournalMode::kWal);
+  ResilientDatabase db = open(JournalMode::kWal, milliseconds(200));
+  ASSERT_TRUE(db.create_idempotency_table().ok());
+  Result<KeyedResult> refused = db.once("k", [&](Transaction& tx) -> Status {
+    if (Result<Exec> r = tx.execute("INSERT INTO log(v) VALUES (1)"); !r.ok()) return r.status();
+    return Status(Code::kFailedPrecondition, "the game is full");
+  });
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(count("SELECT count(*) FROM log"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM holdfast_idempotency"), 0);
+  Result<KeyedResult> later = db.once("k", [&](Transaction& tx) -> Status {
+    return tx.execute("INSERT INTO log(v) VALUES (2)").status();
+  });
+  ASSERT_TRUE(later.ok()) << later.status().to_string();
+  EXPECT_FALSE(later->replayed);
+  EXPECT_EQ(count("SELECT count(*) FROM log WHERE v = 2"), 1);
+}
+
+TEST_F(Faults, APlainDatabaseRunsOnceWithoutRetrying) {
+  create(JournalMode::kWal);
+  Options options;
+  options.path = path;
+  options.busy_timeout = milliseconds(100);
+  options.idempotency_table = "keys";
+  Result<Database> db = Database::open(options);
+  ASSERT_TRUE(db.ok()) << db.status().to_string();
+  ASSERT_TRUE(db->create_idempotency_table().ok());
+  Result<LockHolder> lock =
+      LockHolder::acquire({.path = path, .kind = LockKind::kBeginImmediate, .hold = seconds(1)});
+  ASSERT_TRUE(lock.ok()) << lock.status().to_string();
+  Result<KeyedResult> r = db->once("k", [&](Transaction& tx) -> Status {
+    return tx.execute("INSERT INTO log(v) VALUES (1)").status();
+  });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().sqlite_code() & 0xff, kBusy);
+  lock->wait_released();
+  EXPECT_EQ(count("SELECT count(*) FROM keys"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM log"), 0);
+}
+
+TEST(OnceOptions, AnIdempotencyTableThatIsNotAnIdentifierIsRefusedNamingTheField) {
+  for (const char* bad : {"", "keys; DROP TABLE kv", "1keys", "a..b", "keys.", "\"keys\""}) {
+    Options options;
+    options.path = ":memory:";
+    options.idempotency_table = bad;
+    try {
+      (void)Database::open(options);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("Options::idempotency_table")) << bad;
+    }
+  }
+}
+
+// --- with_policy: one database, another schedule ----------------------------------------
+
+TEST_F(Faults, WithPolicySharesTheConnectionsButFollowsItsOwnSchedule) {
+  create(JournalMode::kDelete);
+  ResilientDatabase db = open(JournalMode::kDelete, milliseconds(100));
+  RetryPolicy once = RetryPolicy::no_retry();
+  ResilientDatabase single = db.with_policy(once);
+  EXPECT_EQ(&single.database(), &db.database());
+  EXPECT_EQ(single.policy().max_attempts(), 1);
+  ASSERT_TRUE(single.execute("INSERT INTO log(v) VALUES (5)").ok());
+  EXPECT_EQ(db.query_one<std::int64_t>("SELECT count(*) FROM log WHERE v = 5")->value_or(0), 1);
+
+  Result<LockHolder> lock = LockHolder::acquire(
+      {.path = path, .kind = LockKind::kBeginExclusive, .hold = milliseconds(800)});
+  ASSERT_TRUE(lock.ok()) << lock.status().to_string();
+  RequestScope request(seconds(4));
+  Result<std::optional<std::int64_t>> fails = single.query_one<std::int64_t>("SELECT v FROM kv");
+  ASSERT_FALSE(fails.ok()) << "one attempt of 100 ms cannot outlast an 800 ms lock";
+  Result<std::optional<std::int64_t>> waits = db.query_one<std::int64_t>("SELECT v FROM kv");
+  ASSERT_TRUE(waits.ok()) << waits.status().to_string();
+  EXPECT_EQ(**waits, 10);
+}
+
 }  // namespace
 }  // namespace holdfast::sqlite
 
