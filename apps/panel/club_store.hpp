@@ -145,9 +145,6 @@ class ClubStore {
   template <class F>
   auto run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
 
-  // Counts one attempt made outside run_baseline().
-  void count_attempt() noexcept { attempts_.fetch_add(1, std::memory_order_relaxed); }
-
   Options options_;
   Clock* clock_;
   // holdfast: set by the backend to the Shields it owns or its driver owns.
@@ -155,6 +152,7 @@ class ClubStore {
   Shield* write_shield_ = nullptr;
 
  private:
+  // The baselines' attempts (holdfast's are its Shields' metrics).
   std::atomic<std::uint64_t> attempts_{0};
   RetryPolicy naive_;
   RetryPolicy tenacity_;
@@ -173,7 +171,7 @@ template <class F>
 auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
   using R = std::invoke_result_t<F&>;
   const auto counted = [&]() -> R {
-    count_attempt();
+    attempts_.fetch_add(1, std::memory_order_relaxed);
     return attempt();
   };
   const Operation anything{Idempotency::kIdempotent, true, op.label};

@@ -1,6 +1,5 @@
 #include "club_store_pg.hpp"
 
-#include <charconv>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -74,24 +73,6 @@ Result<std::int64_t> int_at(const pg::Rows& rows, int row, int col) {
   return static_cast<std::int64_t>(*v);
 }
 
-// The row id of a once() record "<fingerprint>:<id>", after checking the fingerprint.
-Result<std::int64_t> recorded_id(std::string_view record, std::string_view fingerprint) {
-  const std::size_t colon = record.rfind(':');
-  if (colon == std::string_view::npos) {
-    return Status(Code::kInternal, "the idempotency record has no fingerprint");
-  }
-  if (Status same = same_request(record.substr(0, colon), fingerprint); !same.ok()) return same;
-  record.remove_prefix(colon + 1);
-  std::int64_t v = 0;
-  const std::string_view text = record;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    return Status(Code::kInternal,
-                  "the idempotency record holds '" + std::string(text) + "', not an id");
-  }
-  return v;
-}
-
 // A PostgreSQL array literal ("{1,2,3}") of `values`, each written by `element`. REQUIRES:
 // the elements need no quoting (numbers, dates, ISO stamps, plain words).
 template <class T, class F>
@@ -103,20 +84,6 @@ std::string array_of(const std::vector<T>& values, F&& element) {
   }
   out += '}';
   return out;
-}
-
-// One attempt, whatever the fault, and a breaker that never opens: the driver's Shield as
-// the baselines must see it (their own loops do the retrying). The window is an hour, like
-// the baselines' policies: no request window to speak of.
-Shield::Options single_attempt() {
-  Shield::Options o;
-  o.breaker.failure_ratio = 1.0;
-  o.breaker.minimum_calls = std::numeric_limits<int>::max();
-  o.breaker.consecutive_failures = 0;
-  o.reads = RetryPolicy::no_retry();
-  o.reads.window(std::chrono::hours(1));
-  o.writes = o.reads;
-  return o;
 }
 
 // The schema and once()'s key table, made under kDemoDataLock. The key table has the DDL of
@@ -337,7 +304,7 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
        std::to_string(std::chrono::ceil<std::chrono::milliseconds>(o.busy_timeout).count())}};
   base.idempotency_table = kIdempotencyTable;
   base.clock = store->clock_;
-  if (o.strategy != Strategy::kHoldfast) base.shield = single_attempt();
+  if (o.strategy != Strategy::kHoldfast) base.shield = Shield::Options::single_attempt();
   pg::DatabaseOptions reads = base;
   reads.name = "club.reads";
   reads.read_connections = o.read_connections;
@@ -561,14 +528,14 @@ Result<std::pair<std::int64_t, bool>> PgClubStore::create_row(
     if (!id.ok()) return id.status();
     return std::pair<std::int64_t, bool>(*id, false);
   }
-  const std::string keyed = fmt::format("{}:{}:{}", user_id, route, key.key);
+  const std::string keyed = scoped_key(user_id, route, key.key);
   Result<pg::KeyedResult> r = run(op, [&] {
     return writes_->once(
         keyed,
         [&](pg::Transaction& tx) -> Result<std::string> {
           Result<std::int64_t> id = body(tx);
           if (!id.ok()) return id.status();
-          return fmt::format("{}:{}", key.fingerprint, *id);
+          return key_record(key.fingerprint, *id);
         },
         t);
   });

@@ -1,5 +1,6 @@
 #include "club_store_sqlite.hpp"
 
+#include <functional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -38,14 +39,38 @@ CREATE TABLE IF NOT EXISTS payments (
   amount_cents INTEGER NOT NULL CHECK (amount_cents > 0), method TEXT NOT NULL,
   created_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS payments_by_time ON payments(created_at);
-CREATE TABLE IF NOT EXISTS idempotency_keys (
-  user_id INTEGER NOT NULL, route TEXT NOT NULL, key TEXT NOT NULL,
-  fingerprint TEXT NOT NULL, result_id INTEGER NOT NULL, created_at TEXT NOT NULL,
-  PRIMARY KEY (user_id, route, key));
 CREATE TABLE IF NOT EXISTS problem_reports (
   id INTEGER PRIMARY KEY, path TEXT NOT NULL, digest TEXT NOT NULL, note TEXT NOT NULL,
   created_at TEXT NOT NULL);
 )sql";
+
+// holdfast: a Shield named `name`. A baseline: none.
+std::unique_ptr<Shield> shield_for(Strategy strategy, std::string name, Clock& clock) {
+  if (strategy != Strategy::kHoldfast) return nullptr;
+  return std::make_unique<Shield>(std::move(name), clock);
+}
+
+// holdfast: the origin's schedule through the two Shields. A baseline: one attempt per call
+// (its own loop retries), in a window of an hour: only busy_timeout bounds an attempt.
+sqlite::ResilientDatabase resilient(sqlite::Database db, Shield* reads, Shield* writes,
+                                    Clock& clock) {
+  if (reads != nullptr) {
+    RetryPolicy origin = RetryPolicy::origin_reads();
+    origin.clock(clock);
+    return sqlite::ResilientDatabase(std::move(db), *reads, *writes, std::move(origin));
+  }
+  RetryPolicy single = RetryPolicy::no_retry();
+  single.window(std::chrono::hours(1)).clock(clock);
+  return sqlite::ResilientDatabase(std::move(db), std::move(single));
+}
+
+// The schedule session reads follow: the origin's session schedule for holdfast.
+RetryPolicy session_policy(const sqlite::ResilientDatabase& db, bool holdfast, Clock& clock) {
+  if (!holdfast) return db.policy();
+  RetryPolicy sessions = RetryPolicy::origin_session();
+  sessions.clock(clock);
+  return sessions;
+}
 
 }  // namespace
 
@@ -54,6 +79,7 @@ Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
   db_options.path = options.path;
   db_options.busy_timeout = options.busy_timeout;
   db_options.read_connections = options.read_connections;
+  db_options.idempotency_table = "idempotency_keys";
   if (options.clock != nullptr) db_options.clock = options.clock;
   Result<sqlite::Database> db = sqlite::Database::open(db_options);
   if (!db.ok()) return db.status();
@@ -61,64 +87,93 @@ Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
 }
 
 SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
-    : ClubStore(std::move(options)), db_(std::move(db)) {
-  session_reads_ = RetryPolicy::origin_session();
-  session_reads_.clock(*clock_);
-  if (options_.strategy == Strategy::kHoldfast) {
-    // One Shield for reads and one for writes: in WAL mode a batch job holding the write
-    // lock stops writers only, so failing writes must not open the breaker that reads pass.
-    reads_ = std::make_unique<Shield>("club.reads", *clock_);
-    writes_ = std::make_unique<Shield>("club.writes", *clock_);
-    read_shield_ = reads_.get();
-    write_shield_ = writes_.get();
-    HealthProbe::Options every;
-    every.interval = std::chrono::milliseconds(250);
-    // Each probe waits at most 100 ms for its lock (the busy handler reads the window).
-    read_probe_ = std::make_unique<HealthProbe>(
-        reads_->breaker(),
-        [this]() -> Status {
-          RequestScope probe(std::chrono::milliseconds(100), *clock_);
-          return db_.query_one<std::int64_t>("SELECT count(*) FROM sqlite_master").status();
-        },
-        every);
-    write_probe_ = std::make_unique<HealthProbe>(
-        writes_->breaker(),
-        [this]() -> Status {
-          RequestScope probe(std::chrono::milliseconds(100), *clock_);
-          Result<sqlite::Transaction> tx = db_.begin(sqlite::TxnMode::kImmediate);
-          if (!tx.ok()) return tx.status();
-          return tx->rollback();
-        },
-        every);
+    : ClubStore(std::move(options)),
+      reads_(shield_for(options_.strategy, "club.reads", *clock_)),
+      writes_(shield_for(options_.strategy, "club.writes", *clock_)),
+      db_(resilient(std::move(db), reads_.get(), writes_.get(), *clock_)),
+      sessions_(db_.with_policy(session_policy(db_, reads_ != nullptr, *clock_))) {
+  if (reads_ == nullptr) return;
+  read_shield_ = reads_.get();
+  write_shield_ = writes_.get();
+  HealthProbe::Options every;
+  every.interval = std::chrono::milliseconds(250);
+  // Each probe waits at most 100 ms for its lock (the busy handler reads the window).
+  read_probe_ = std::make_unique<HealthProbe>(
+      reads_->breaker(),
+      [this]() -> Status {
+        RequestScope probe(std::chrono::milliseconds(100), *clock_);
+        return db_.database()
+            .query_one<std::int64_t>("SELECT count(*) FROM sqlite_master")
+            .status();
+      },
+      every);
+  write_probe_ = std::make_unique<HealthProbe>(
+      writes_->breaker(),
+      [this]() -> Status {
+        RequestScope probe(std::chrono::milliseconds(100), *clock_);
+        Result<sqlite::Transaction> tx = db_.database().begin(sqlite::TxnMode::kImmediate);
+        if (!tx.ok()) return tx.status();
+        return tx->rollback();
+      },
+      every);
+}
+
+std::uint64_t SqliteClubStore::attempts() const noexcept {
+  std::uint64_t n = ClubStore::attempts();
+  if (reads_ != nullptr) {
+    n += reads_->metrics().snapshot().attempts + writes_->metrics().snapshot().attempts;
   }
+  return n;
 }
 
 template <class F>
-auto SqliteClubStore::run(Access access, Operation op, F&& attempt, bool session_read)
-    -> std::invoke_result_t<F&> {
-  using R = std::invoke_result_t<F&>;
-  if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
-  const auto counted = [&]() -> R {
-    count_attempt();
-    return attempt();
-  };
-  Shield& shield = access == Access::kRead ? *reads_ : *writes_;
-  return session_read ? shield.run(session_reads_, op, counted) : shield.run(op, counted);
+auto SqliteClubStore::run(Operation op, F&& call) -> std::invoke_result_t<F&> {
+  if (reads_ != nullptr) return call();
+  return run_baseline(op, call);
 }
 
-Status SqliteClubStore::ensure_demo_data(std::string_view today) {
-  // A file from before keys were scoped (one key space, no fingerprint): its keys cannot be
-  // checked against a request, so the table is made again.
-  Result<std::optional<std::int64_t>> unscoped = db_.query_one<std::int64_t>(
-      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys' "
-      "AND sql NOT LIKE '%fingerprint%'");
-  if (!unscoped.ok()) return Status(unscoped.status()).annotate("reading the schema");
-  if (unscoped->value_or(0) > 0) {
-    if (Status s = db_.execute_script("DROP TABLE idempotency_keys;"); !s.ok()) {
-      return s.annotate("replacing the unscoped idempotency-key table");
-    }
+namespace {
+
+// Moves the key table of a file from before the library's once() out of its way: a table
+// of scoped keys (with fingerprints) to idempotency_keys_scoped, whose keys
+// prepare_key_table() then carries over; an unscoped one (no fingerprint to check a request
+// against) is dropped.
+Status set_aside_old_keys(sqlite::ResilientDatabase& db) {
+  Result<std::optional<std::string>> old = db.query_one<std::string>(
+      "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys' "
+      "AND sql NOT LIKE '%result TEXT%'");
+  if (!old.ok()) return Status(old.status()).annotate("reading the schema");
+  if (!old->has_value()) return Status();
+  const bool scoped = (*old)->find("fingerprint") != std::string::npos;
+  return db.execute_script(scoped
+                               ? "ALTER TABLE idempotency_keys RENAME TO idempotency_keys_scoped;"
+                               : "DROP TABLE idempotency_keys;");
+}
+
+// The idempotency-key table of once(), with the keys of an older file carried over as
+// "<user>:<route>:<key>" -> "<fingerprint>:<id>" (idempotency.hpp).
+Status prepare_key_table(sqlite::ResilientDatabase& db) {
+  if (Status s = set_aside_old_keys(db); !s.ok()) return s.annotate("replacing the old key table");
+  if (Status s = db.create_idempotency_table(); !s.ok()) {
+    return s.annotate("creating the idempotency-key table");
   }
+  Result<std::optional<std::int64_t>> aside = db.query_one<std::int64_t>(
+      "SELECT count(*) FROM sqlite_master WHERE name = 'idempotency_keys_scoped'");
+  if (!aside.ok()) return aside.status();
+  if (aside->value_or(0) == 0) return Status();
+  return db
+      .execute_script(
+          "INSERT OR IGNORE INTO idempotency_keys(key, result, created_at) "
+          "SELECT user_id || ':' || route || ':' || key, fingerprint || ':' || result_id, "
+          "created_at FROM idempotency_keys_scoped; DROP TABLE idempotency_keys_scoped;")
+      .annotate("carrying the old keys over");
+}
+
+}  // namespace
+
+Status SqliteClubStore::ensure_demo_data(std::string_view today) {
   if (Status s = db_.execute_script(kSchema); !s.ok()) return s.annotate("creating the schema");
+  if (Status s = prepare_key_table(db_); !s.ok()) return s;
   Result<std::optional<std::int64_t>> courts =
       db_.query_one<std::int64_t>("SELECT count(*) FROM courts");
   if (!courts.ok()) return courts.status();
@@ -204,15 +259,12 @@ Status SqliteClubStore::ensure_demo_data(std::string_view today) {
 Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
                                                      std::string_view now_utc) {
   using Row = std::tuple<std::int64_t, std::string, std::string, std::string>;
-  Result<std::vector<Row>> rows = run(
-      Access::kRead, Operation::read("session.read"),
-      [&] {
-        return db_.query<std::int64_t, std::string, std::string, std::string>(
-            "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = "
-            "s.user_id WHERE s.token = ? AND s.expires_at > ?",
-            token, now_utc);
-      },
-      /*session_read=*/true);
+  Result<std::vector<Row>> rows = run(Operation::read("session.read"), [&] {
+    return sessions_.query<std::int64_t, std::string, std::string, std::string>(
+        "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = "
+        "s.user_id WHERE s.token = ? AND s.expires_at > ?",
+        token, now_utc);
+  });
   if (!rows.ok()) return rows.status();
   if (rows->empty()) return std::optional<User>();
   auto& [id, name, email, role] = rows->front();
@@ -223,7 +275,7 @@ Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
   using Row = std::tuple<std::int64_t, std::string, std::string, std::string, std::string,
                          std::string, std::int64_t, std::int64_t>;
   const std::string next = day_after(date);
-  Result<std::vector<Row>> rows = run(Access::kRead, Operation::read("schedule.games"), [&] {
+  Result<std::vector<Row>> rows = run(Operation::read("schedule.games"), [&] {
     return db_.query<std::int64_t, std::string, std::string, std::string, std::string, std::string,
                      std::int64_t, std::int64_t>(
         "SELECT g.id, c.name, a.name, a.color, g.starts_at, g.ends_at, g.capacity, "
@@ -246,7 +298,7 @@ Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
 
 Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
   ScheduleContext ctx;
-  auto settings = run(Access::kRead, Operation::read("schedule.settings"), [&] {
+  auto settings = run(Operation::read("schedule.settings"), [&] {
     return db_.query<std::string, std::string>("SELECT key, value FROM settings");
   });
   if (!settings.ok()) return settings.status();
@@ -254,17 +306,17 @@ Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
     if (k == "club_name") ctx.club_name = v;
     if (k == "currency") ctx.currency = v;
   }
-  auto courts = run(Access::kRead, Operation::read("schedule.courts"),
+  auto courts = run(Operation::read("schedule.courts"),
                     [&] { return db_.query<std::string>("SELECT name FROM courts ORDER BY id"); });
   if (!courts.ok()) return courts.status();
   ctx.courts = std::move(*courts);
-  auto holidays = run(Access::kRead, Operation::read("schedule.holidays"), [&] {
+  auto holidays = run(Operation::read("schedule.holidays"), [&] {
     return db_.query<std::string>("SELECT name FROM holidays WHERE date = ?", date);
   });
   if (!holidays.ok()) return holidays.status();
   ctx.holidays = std::move(*holidays);
   const std::string next = day_after(date);
-  auto cash = run(Access::kRead, Operation::read("schedule.cash"), [&] {
+  auto cash = run(Operation::read("schedule.cash"), [&] {
     return db_.query<std::int64_t, std::int64_t>(
         "SELECT count(*), coalesce(sum(amount_cents), 0) FROM payments "
         "WHERE created_at >= ? AND created_at < ?",
@@ -276,7 +328,7 @@ Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
 }
 
 Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::string_view email) {
-  return run(Access::kRead, Operation::read("users.by_email"), [&] {
+  return run(Operation::read("users.by_email"), [&] {
     return db_.query_one<std::int64_t>("SELECT id FROM users WHERE email = ?", email);
   });
 }
@@ -284,7 +336,7 @@ Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::strin
 Status SqliteClubStore::refresh_session(std::string_view token, std::string_view now_utc) {
   // Only when last_seen is over a minute old: "2026-11-30T12:00:00.000Z" minus a minute,
   // compared as text (the stamps are fixed-width UTC).
-  Result<sqlite::Exec> r = run(Access::kWrite, Operation::write("session.refresh"), [&] {
+  Result<sqlite::Exec> r = run(Operation::write("session.refresh"), [&] {
     return db_.execute(
         "UPDATE sessions SET last_seen = ?1 WHERE token = ?2 AND "
         "last_seen < strftime('%Y-%m-%dT%H:%M:%fZ', ?1, '-60 seconds')",
@@ -295,7 +347,7 @@ Status SqliteClubStore::refresh_session(std::string_view token, std::string_view
 
 Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
                                               std::string_view now_utc) {
-  auto user = run(Access::kRead, Operation::read("login.user"), [&] {
+  auto user = run(Operation::read("login.user"), [&] {
     return db_.query<std::int64_t, std::string>(
         "SELECT id, password_hash FROM users WHERE email = ?", email);
   });
@@ -310,118 +362,87 @@ Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,
                                                      std::string_view now_utc) {
   std::string token = new_token();
   // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  Result<sqlite::Exec> inserted =
-      run(Access::kWrite, Operation::idempotent_write("login.session"), [&] {
-        return db_.execute(
-            "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, expires_at) "
-            "VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, '+30 days'))",
-            token, user_id, now_utc);
-      });
+  Result<sqlite::Exec> inserted = run(Operation::idempotent_write("login.session"), [&] {
+    return db_.execute(
+        "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, expires_at) "
+        "VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, '+30 days'))",
+        token, user_id, now_utc);
+  });
   if (!inserted.ok()) return inserted.status();
   return token;
 }
 
-namespace {
-
-// The id recorded for (user, route, key), after checking the request is the one it was
-// recorded with; nullopt when the key is new. REQUIRES: !key.key.empty().
-Result<std::optional<std::int64_t>> recorded_id(sqlite::Transaction& tx, std::int64_t user_id,
-                                                std::string_view route, const IdempotencyKey& key) {
-  auto seen = tx.query<std::int64_t, std::string>(
-      "SELECT result_id, fingerprint FROM idempotency_keys "
-      "WHERE user_id = ? AND route = ? AND key = ?",
-      user_id, route, key.key);
-  if (!seen.ok()) return seen.status();
-  if (seen->empty()) return std::optional<std::int64_t>();
-  const auto& [id, fingerprint] = seen->front();
-  if (Status same = same_request(fingerprint, key.fingerprint); !same.ok()) return same;
-  return std::optional<std::int64_t>(id);
+Result<CreatedRow> SqliteClubStore::create_row(
+    std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
+    const std::function<Result<std::int64_t>(sqlite::Transaction&)>& body) {
+  const std::string label = std::string(route) + ".create";
+  // Without a key the transaction may still be re-run: after a rollback nothing of it stays.
+  const Operation op = Operation::transaction(/*rerunnable=*/true, label);
+  if (key.key.empty()) {
+    Result<std::int64_t> id = run(op, [&] { return db_.transaction(body, op); });
+    if (!id.ok()) return id.status();
+    return CreatedRow{*id, false};
+  }
+  const std::string keyed = scoped_key(user_id, route, key.key);
+  Result<KeyedResult> r = run(op, [&] {
+    return db_.once(keyed, [&](sqlite::Transaction& tx) -> Result<std::string> {
+      Result<std::int64_t> id = body(tx);
+      if (!id.ok()) return id.status();
+      return key_record(key.fingerprint, *id);
+    });
+  });
+  if (!r.ok()) return r.status();
+  Result<std::int64_t> id = recorded_id(r->result, key.fingerprint);
+  if (!id.ok()) return id.status();
+  return CreatedRow{*id, r->replayed};
 }
-
-Status record_key(sqlite::Transaction& tx, std::int64_t user_id, std::string_view route,
-                  const IdempotencyKey& key, std::int64_t id, std::string_view now_utc) {
-  if (key.key.empty()) return Status();
-  return tx
-      .execute(
-          "INSERT INTO idempotency_keys(user_id, route, key, fingerprint, result_id, created_at) "
-          "VALUES (?, ?, ?, ?, ?, ?)",
-          user_id, route, key.key, key.fingerprint, id, now_utc)
-      .status();
-}
-
-}  // namespace
 
 Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
                                                std::string_view method, const IdempotencyKey& key,
                                                std::string_view now_utc) {
-  // The whole transaction may be re-run: it checks the key first, inside the transaction.
-  return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "payments.create"), [&] {
-    return db_.transaction(
-        [&](sqlite::Transaction& tx) -> Result<PaymentReceipt> {
-          if (!key.key.empty()) {
-            auto seen = recorded_id(tx, user_id, "payments", key);
-            if (!seen.ok()) return seen.status();
-            if (seen->has_value()) {
-              // The first answer, from the payment itself.
-              auto amount = tx.query_one<std::int64_t>(
-                  "SELECT amount_cents FROM payments WHERE id = ?", **seen);
-              if (!amount.ok()) return amount.status();
-              return PaymentReceipt{**seen, amount->value_or(amount_cents), /*replayed=*/true};
-            }
-          }
-          auto paid = tx.execute(
-              "INSERT INTO payments(user_id, amount_cents, method, created_at) VALUES (?,?,?,?)",
-              user_id, amount_cents, method, now_utc);
-          if (!paid.ok()) return paid.status();
-          if (Status s = record_key(tx, user_id, "payments", key, paid->last_insert_rowid, now_utc);
-              !s.ok())
-            return s;
-          return PaymentReceipt{paid->last_insert_rowid, amount_cents, false};
-        },
-        Operation::transaction(true, "payments.create"));
-  });
+  Result<CreatedRow> made =
+      create_row(user_id, "payments", key, [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
+        auto paid = tx.execute(
+            "INSERT INTO payments(user_id, amount_cents, method, created_at) VALUES (?,?,?,?)",
+            user_id, amount_cents, method, now_utc);
+        if (!paid.ok()) return paid.status();
+        return paid->last_insert_rowid;
+      });
+  if (!made.ok()) return made.status();
+  // A replay's amount is this request's: the fingerprint proved the parameters the same.
+  return PaymentReceipt{made->id, amount_cents, made->replayed};
 }
 
 Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
                                                   const IdempotencyKey& key,
                                                   std::string_view now_utc) {
-  return run(Access::kWrite, Operation::transaction(/*rerunnable=*/true, "signups.create"), [&] {
-    return db_.transaction(
-        [&](sqlite::Transaction& tx) -> Result<SignupReceipt> {
-          if (!key.key.empty()) {
-            auto seen = recorded_id(tx, user_id, "signups", key);
-            if (!seen.ok()) return seen.status();
-            if (seen->has_value()) return SignupReceipt{**seen, game_id, true};
-          }
-          auto game = tx.query<std::int64_t, std::int64_t>(
-              "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1), "
-              "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2) FROM games "
-              "WHERE id = ?1",
-              game_id, user_id);
-          if (!game.ok()) return game.status();
-          if (game->empty()) return Status(Code::kNotFound, "no such game");
-          if (std::get<1>(game->front()) > 0) {
-            return Status(Code::kAlreadyExists, "already signed up for this game");
-          }
-          if (std::get<0>(game->front()) <= 0) {
-            return Status(Code::kFailedPrecondition, "the game is full");
-          }
-          auto added =
-              tx.execute("INSERT INTO signups(game_id, user_id, created_at) VALUES (?, ?, ?)",
-                         game_id, user_id, now_utc);
-          if (!added.ok()) return added.status();
-          if (Status s = record_key(tx, user_id, "signups", key, added->last_insert_rowid, now_utc);
-              !s.ok())
-            return s;
-          return SignupReceipt{added->last_insert_rowid, game_id, false};
-        },
-        Operation::transaction(true, "signups.create"));
-  });
+  const auto add = [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
+    auto game = tx.query<std::int64_t, std::int64_t>(
+        "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1), "
+        "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2) FROM games "
+        "WHERE id = ?1",
+        game_id, user_id);
+    if (!game.ok()) return game.status();
+    if (game->empty()) return Status(Code::kNotFound, "no such game");
+    if (std::get<1>(game->front()) > 0) {
+      return Status(Code::kAlreadyExists, "already signed up for this game");
+    }
+    if (std::get<0>(game->front()) <= 0) {
+      return Status(Code::kFailedPrecondition, "the game is full");
+    }
+    auto added = tx.execute("INSERT INTO signups(game_id, user_id, created_at) VALUES (?, ?, ?)",
+                            game_id, user_id, now_utc);
+    if (!added.ok()) return added.status();
+    return added->last_insert_rowid;
+  };
+  Result<CreatedRow> made = create_row(user_id, "signups", key, add);
+  if (!made.ok()) return made.status();
+  return SignupReceipt{made->id, game_id, made->replayed};
 }
 
 Status SqliteClubStore::do_record_report(std::string_view path, std::string_view digest,
                                          std::string_view note, std::string_view now_utc) {
-  return run(Access::kWrite, Operation::write("problem_reports.create"),
+  return run(Operation::write("problem_reports.create"),
              [&] {
                return db_.execute(
                    "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",

@@ -1,12 +1,16 @@
-// The club on a SQLite file (the drill's backend): one sqlite::Database, and for holdfast a
-// Shield for reads and one for writes.
+// The club on a SQLite file (the drill's backend), through the library's public API: for
+// holdfast a ResilientDatabase with a Shield for reads and one for writes (ADR 0006), the
+// engine telling reads from writes; for a baseline the same database with a single-attempt
+// policy inside the baseline's own retry loop.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "club_store.hpp"
 #include "holdfast/health_probe.hpp"
 #include "holdfast/sqlite.hpp"
+#include "idempotency.hpp"
 
 namespace holdfast::panel {
 
@@ -23,7 +27,8 @@ class SqliteClubStore final : public ClubStore {
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
 
   [[nodiscard]] std::string_view backend() const noexcept override { return "sqlite"; }
-  [[nodiscard]] sqlite::Database* sqlite_database() noexcept override { return &db_; }
+  [[nodiscard]] sqlite::Database* sqlite_database() noexcept override { return &db_.database(); }
+  [[nodiscard]] std::uint64_t attempts() const noexcept override;
 
  private:
   SqliteClubStore(Options options, sqlite::Database db);
@@ -39,18 +44,24 @@ class SqliteClubStore final : public ClubStore {
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
 
-  // Every database operation of the panel goes through here: one attempt is one call of
-  // `attempt`, run as the strategy says (holdfast: through the read or the write Shield).
-  // `session_read`: the origin's session schedule.
-  enum class Access : std::uint8_t { kRead, kWrite };
-  template <class F>
-  auto run(Access access, Operation op, F&& attempt, bool session_read = false)
-      -> std::invoke_result_t<F&>;
+  // A row made by `body` in a transaction, under the request's idempotency key if it has
+  // one (idempotency.hpp).
+  Result<CreatedRow> create_row(
+      std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
+      const std::function<Result<std::int64_t>(sqlite::Transaction&)>& body);
 
-  sqlite::Database db_;
-  RetryPolicy session_reads_;
+  // Every database operation of the panel goes through here. holdfast: `call` runs at once
+  // (db_ retries it). A baseline: `call` runs in the baseline's retry loop, each run counted
+  // as an attempt.
+  template <class F>
+  auto run(Operation op, F&& call) -> std::invoke_result_t<F&>;
+
+  // holdfast only (nullptr for a baseline); built before db_, which refers to them.
   std::unique_ptr<Shield> reads_;
   std::unique_ptr<Shield> writes_;
+  sqlite::ResilientDatabase db_;
+  // db_ on the origin's session schedule (150/500/1500/3000 ms).
+  sqlite::ResilientDatabase sessions_;
   // While a breaker is open, ask the file every 250 ms whether reads (a shared lock) or
   // writes (the write lock) are possible again: service comes back within a probe interval
   // of the lock's release, not at the end of an open period that doubled.

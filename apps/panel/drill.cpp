@@ -470,7 +470,7 @@ Result<DrillResult> run_drill(
         count_rows(inst->path, "SELECT count(*) FROM payments WHERE id > CAST(?1 AS INTEGER)",
                    {std::to_string(inst->payments_before)});
     const std::int64_t keys = count_rows(
-        inst->path, "SELECT count(*) FROM idempotency_keys WHERE route = ?1", {"payments"});
+        inst->path, "SELECT count(*) FROM idempotency_keys WHERE key LIKE ?1", {"%:payments:%"});
     if (rows > keys && keys >= 0) result.payments_doubled += rows - keys;
   }
   return result;

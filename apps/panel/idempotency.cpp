@@ -2,6 +2,8 @@
 
 #include <openssl/sha.h>
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 namespace holdfast::panel {
@@ -45,6 +47,30 @@ Status same_request(std::string_view stored, std::string_view request) {
 bool is_key_reused(const Status& s) noexcept {
   return s.code() == Code::kFailedPrecondition && s.backend() == Backend::kNone &&
          s.message() == kKeyReusedMessage;
+}
+
+std::string scoped_key(std::int64_t user_id, std::string_view route, std::string_view key) {
+  return fmt::format("{}:{}:{}", user_id, route, key);
+}
+
+std::string key_record(std::string_view fingerprint, std::int64_t id) {
+  return fmt::format("{}:{}", fingerprint, id);
+}
+
+Result<std::int64_t> recorded_id(std::string_view record, std::string_view fingerprint) {
+  const std::size_t colon = record.rfind(':');
+  if (colon == std::string_view::npos) {
+    return Status(Code::kInternal, "the idempotency record has no fingerprint");
+  }
+  if (Status same = same_request(record.substr(0, colon), fingerprint); !same.ok()) return same;
+  const std::string_view text = record.substr(colon + 1);
+  std::int64_t id = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return Status(Code::kInternal,
+                  "the idempotency record holds '" + std::string(text) + "', not an id");
+  }
+  return id;
 }
 
 }  // namespace holdfast::panel

@@ -7,13 +7,18 @@
 //     applied;
 //   - a key is 1 to 255 bytes with no control bytes (NUL included); an empty header means
 //     "no key".
+//
+// Both stores keep keys with the driver's once() (holdfast/idempotency.hpp): the key
+// recorded is "<user id>:<route>:<Idempotency-Key>", its result "<fingerprint>:<row id>".
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "holdfast/result.hpp"
 #include "holdfast/status.hpp"
 
 namespace holdfast::panel {
@@ -40,5 +45,21 @@ inline constexpr std::string_view kKeyReusedMessage =
 
 // True for the Status same_request() returns on a mismatch.
 [[nodiscard]] bool is_key_reused(const Status& s) noexcept;
+
+// The row a keyed create made, or the one an earlier request with the key made (replayed).
+struct CreatedRow {
+  std::int64_t id = 0;
+  bool replayed = false;
+};
+
+// The key once() records for `key` of `user_id` on `route`.
+[[nodiscard]] std::string scoped_key(std::int64_t user_id, std::string_view route,
+                                     std::string_view key);
+// The result once() records: the request's fingerprint and the row it made.
+[[nodiscard]] std::string key_record(std::string_view fingerprint, std::int64_t id);
+// The row id of a key_record(), after checking it was made by the request with
+// `fingerprint` (same_request()).
+[[nodiscard]] Result<std::int64_t> recorded_id(std::string_view record,
+                                               std::string_view fingerprint);
 
 }  // namespace holdfast::panel

@@ -92,6 +92,11 @@ class Shield {
     // The longest a request waits for the breaker's next probe (and only after lock
     // contention: see above). >= 0; zero never waits.
     Duration probe_wait = std::chrono::seconds(1);
+
+    // holdfast switched off, for callers that retry on their own and for comparisons: one
+    // attempt per call, a breaker that never opens, no concurrency limit to speak of, and a
+    // window of an hour (only the driver's own timeouts bound an attempt).
+    static Options single_attempt();
   };
   class Call;
   struct Admission;

@@ -1,5 +1,6 @@
 #include "holdfast/shield.hpp"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,22 @@ Shield::Options Shield::with_clock(Options options, Clock& clock) {
   options.reads.clock(clock);
   options.writes.clock(clock);
   return options;
+}
+
+Shield::Options Shield::Options::single_attempt() {
+  Options o;
+  o.breaker.failure_ratio = 1.0;
+  o.breaker.minimum_calls = std::numeric_limits<int>::max();
+  o.breaker.consecutive_failures = 0;
+  o.breaker.busy_consecutive_failures = 0;
+  constexpr int kUnlimited = 1 << 20;
+  o.limit.initial = o.limit.min = o.limit.max = kUnlimited;
+  o.reads = RetryPolicy::no_retry();
+  o.reads.window(std::chrono::hours(1));
+  o.writes = o.reads;
+  o.queue_wait = Duration::zero();
+  o.probe_wait = Duration::zero();
+  return o;
 }
 
 Shield::Shield(std::string name, Clock& clock) : Shield(std::move(name), Options{}, clock) {}

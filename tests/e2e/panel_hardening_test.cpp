@@ -46,8 +46,35 @@ TEST_F(PanelHardeningTest, AnOldUnscopedKeyTableIsReplacedAndCreationIsIdempoten
   ASSERT_TRUE(store_->ensure_demo_data(today()).ok());
   ASSERT_TRUE(store_->ensure_demo_data(today()).ok());
   EXPECT_EQ(count("SELECT count(*) FROM sqlite_master WHERE name = 'idempotency_keys' "
-                  "AND sql LIKE '%user_id%fingerprint%'"),
+                  "AND sql LIKE '%result TEXT%'"),
             1);
+}
+
+TEST_F(PanelHardeningTest, KeysOfTheScopedTableOfAnOlderFileStillReplayTheirPayment) {
+  httplib::Headers h = cookie_;
+  h.emplace("Idempotency-Key", "before-upgrade");
+  const httplib::Params form{{"amount_cents", "700"}, {"method", "card"}};
+  // A payment, and then its key as a panel of an older version stored it.
+  auto first = http_->Post("/payments", h, form);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 201) << first->body;
+  const long long paid = payments();
+  ASSERT_TRUE(store_->database()
+                  .execute_script(
+                      "ALTER TABLE idempotency_keys RENAME TO k; CREATE TABLE idempotency_keys ("
+                      "user_id INTEGER NOT NULL, route TEXT NOT NULL, key TEXT NOT NULL, "
+                      "fingerprint TEXT NOT NULL, result_id INTEGER NOT NULL, "
+                      "created_at TEXT NOT NULL, PRIMARY KEY (user_id, route, key)); "
+                      "INSERT INTO idempotency_keys SELECT substr(key, 1, instr(key, ':') - 1), "
+                      "'payments', 'before-upgrade', substr(result, 1, instr(result, ':') - 1), "
+                      "substr(result, instr(result, ':') + 1), created_at FROM k; DROP TABLE k;")
+                  .ok());
+  ASSERT_TRUE(store_->ensure_demo_data(today()).ok());
+  auto again = http_->Post("/payments", h, form);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+  EXPECT_NE(again->body.find("\"replayed\":true"), std::string::npos) << again->body;
+  EXPECT_EQ(payments(), paid);
 }
 
 TEST_F(PanelHardeningTest, CrossSiteWritesAreRefusedWith403AndApplyNothing) {

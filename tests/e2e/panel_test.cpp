@@ -155,7 +155,7 @@ TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAn
   EXPECT_NE(r->body.find("\"applied\":\"no\""), std::string::npos) << r->body;
   EXPECT_LE(took, seconds(7));  // the 6 s window plus 1 s, busy waits included
   auto n = store_->database().query_one<std::int64_t>(
-      "SELECT count(*) FROM idempotency_keys WHERE key = 'during-lock'");
+      "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:during-lock'");
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->value_or(-1), 0);
 }
@@ -171,7 +171,7 @@ TEST_F(PanelTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
   EXPECT_EQ(second->status, 200);
   EXPECT_NE(second->body.find("\"replayed\":true"), std::string::npos);
   auto n = store_->database().query_one<std::int64_t>(
-      "SELECT count(*) FROM idempotency_keys WHERE key = 'order-42'");
+      "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:order-42'");
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->value_or(0), 1);
 }

@@ -323,6 +323,24 @@ TEST(Shield, AnIsolatedBreakerFailsRequestsAtOnce) {
   EXPECT_EQ(s.retry_after(), shield.breaker().options().open_max);
 }
 
+TEST(Shield, ASingleAttemptShieldMakesOneAttemptPerCallAndNeverOpensItsBreaker) {
+  ManualClock clock;
+  const TimePoint start = clock.now();
+  Shield shield("baseline", Shield::Options::single_attempt(), clock);
+  for (int i = 0; i < 200; ++i) {
+    RequestScope request(seconds(6), clock);
+    int attempts = 0;
+    Status s = shield.run(Operation::read(), [&] {
+      ++attempts;
+      return overload();
+    });
+    ASSERT_EQ(attempts, 1) << "call " << i;
+    ASSERT_EQ(s.code(), overload().code()) << "the driver's own error, not a shed: " << i;
+  }
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+  EXPECT_EQ(clock.now(), start) << "nothing waited";
+}
+
 TEST(Shield, TheNonBlockingCallSaysWhatToWaitForAndTheProbeWakesIt) {
   ManualClock clock;
   Shield::Options o = quiet_options();
