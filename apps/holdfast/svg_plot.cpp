@@ -72,113 +72,140 @@ void text(std::string& out, double x, double y, std::string_view s, const char* 
          ">" + escape(s) + "</text>\n";
 }
 
-void render_chart(std::string& out, const LineChart& c, int index, double oy) {
-  const double w = c.width;
-  const double h = c.height;
-  bool has_y2 = false;
-  for (const Series& s : c.series)
-    has_y2 = has_y2 || s.right_axis;
+bool has_right_axis(const LineChart& c) {
+  for (const Series& s : c.series) {
+    if (s.right_axis) return true;
+  }
+  return false;
+}
 
-  // Legend entries laid out in rows under the title.
+// The legend: one entry per series, in rows under the title.
+struct Legend {
   struct Entry {
     double x;
     double y;
     const Series* s;
     std::string color;
   };
-  std::vector<Entry> legend;
+  std::vector<Entry> entries;  // entries[i] is c.series[i]
+  double last_row = 0.0;       // the baseline of the last row
+};
+
+Legend lay_out_legend(const LineChart& c, double oy) {
+  Legend legend;
   double lx = 64.0;
   double ly = oy + 40.0;
   for (std::size_t i = 0; i < c.series.size(); ++i) {
     const Series& s = c.series[i];
     const double width = 30.0 + kCharWidth * static_cast<double>(s.name.size()) + 18.0;
-    if (lx + width > w - 16.0 && lx > 64.0) {
+    if (lx + width > c.width - 16.0 && lx > 64.0) {
       lx = 64.0;
       ly += 16.0;
     }
-    legend.push_back(Entry{lx, ly, &s, s.color.empty() ? kPalette[i % kPaletteSize] : s.color});
+    legend.entries.push_back(
+        Legend::Entry{lx, ly, &s, s.color.empty() ? kPalette[i % kPaletteSize] : s.color});
     lx += width;
   }
+  legend.last_row = ly;
+  return legend;
+}
 
-  const double left = 64.0;
-  const double right = w - (has_y2 ? 64.0 : 24.0);
-  const double top = (legend.empty() ? oy + 34.0 : ly + 14.0);
-  const double bottom = oy + h - 44.0;
+// The plot area of a chart and the scales that map data into it.
+struct Plot {
+  double left = 0, right = 0, top = 0, bottom = 0;
+  bool has_y2 = false;
+  Range x, y, y2;
+  std::vector<double> xt, yt, y2t;  // ticks
 
-  Range xr;
-  Range yr;
-  Range y2r;
+  [[nodiscard]] double px(double v) const {
+    return left + (v - x.lo) / (x.hi - x.lo) * (right - left);
+  }
+  [[nodiscard]] double py(double v) const {
+    return bottom - (v - y.lo) / (y.hi - y.lo) * (bottom - top);
+  }
+  [[nodiscard]] double py2(double v) const {
+    return bottom - (v - y2.lo) / (y2.hi - y2.lo) * (bottom - top);
+  }
+};
+
+// The chart's plot area below its title and legend, with axes settled on the data.
+Plot lay_out_plot(const LineChart& c, double oy, const Legend& legend) {
+  Plot p;
+  p.has_y2 = has_right_axis(c);
+  p.left = 64.0;
+  p.right = c.width - (p.has_y2 ? 64.0 : 24.0);
+  p.top = (legend.entries.empty() ? oy + 34.0 : legend.last_row + 14.0);
+  p.bottom = oy + c.height - 44.0;
   for (const Series& s : c.series) {
     const std::size_t n = std::min(s.x.size(), s.y.size());
     for (std::size_t i = 0; i < n; ++i) {
       if (!std::isfinite(s.y[i])) continue;
-      xr.add(s.x[i]);
-      (s.right_axis ? y2r : yr).add(s.y[i]);
+      p.x.add(s.x[i]);
+      (s.right_axis ? p.y2 : p.y).add(s.y[i]);
     }
   }
   for (const Span& sp : c.spans) {
-    xr.add(sp.from);
-    xr.add(sp.to);
+    p.x.add(sp.from);
+    p.x.add(sp.to);
   }
-  const std::vector<double> xt = settle(xr, c.x, false);
-  const std::vector<double> yt = settle(yr, c.y, true);
-  const std::vector<double> y2t = has_y2 ? settle(y2r, c.y2, true) : std::vector<double>{};
+  p.xt = settle(p.x, c.x, false);
+  p.yt = settle(p.y, c.y, true);
+  p.y2t = p.has_y2 ? settle(p.y2, c.y2, true) : std::vector<double>{};
+  return p;
+}
 
-  auto px = [&](double v) { return left + (v - xr.lo) / (xr.hi - xr.lo) * (right - left); };
-  auto py = [&](double v) { return bottom - (v - yr.lo) / (yr.hi - yr.lo) * (bottom - top); };
-  auto py2 = [&](double v) { return bottom - (v - y2r.lo) / (y2r.hi - y2r.lo) * (bottom - top); };
-
-  const std::string clip = "plot" + std::to_string(index);
-  out += "<g>\n";
-  out += "<clipPath id=\"" + clip + "\"><rect x=\"" + num(left) + "\" y=\"" + num(top) +
-         "\" width=\"" + num(right - left) + "\" height=\"" + num(bottom - top) +
-         "\"/></clipPath>\n";
-  if (!c.title.empty()) text(out, w / 2.0, oy + 20.0, c.title, "middle", " class=\"title\"");
-
-  // Spans under everything else.
+// Shaded spans with their labels; drawn first, under everything else.
+void draw_spans(std::string& out, const LineChart& c, const Plot& p) {
   for (const Span& sp : c.spans) {
-    const double x0 = std::clamp(px(std::min(sp.from, sp.to)), left, right);
-    const double x1 = std::clamp(px(std::max(sp.from, sp.to)), left, right);
-    out += "<rect x=\"" + num(x0) + "\" y=\"" + num(top) + "\" width=\"" + num(x1 - x0) +
-           "\" height=\"" + num(bottom - top) + "\" fill=\"" + escape(sp.color) +
+    const double x0 = std::clamp(p.px(std::min(sp.from, sp.to)), p.left, p.right);
+    const double x1 = std::clamp(p.px(std::max(sp.from, sp.to)), p.left, p.right);
+    out += "<rect x=\"" + num(x0) + "\" y=\"" + num(p.top) + "\" width=\"" + num(x1 - x0) +
+           "\" height=\"" + num(p.bottom - p.top) + "\" fill=\"" + escape(sp.color) +
            "\" fill-opacity=\"" + opacity(sp.opacity) + "\"/>\n";
-    if (!sp.label.empty()) text(out, x0 + 4.0, top + 12.0, sp.label, "start", " class=\"span\"");
+    if (!sp.label.empty()) {
+      text(out, x0 + 4.0, p.top + 12.0, sp.label, "start", " class=\"span\"");
+    }
   }
+}
 
-  // Grid and ticks.
-  for (double v : yt) {
-    const double y = py(v);
-    out += "<line x1=\"" + num(left) + "\" y1=\"" + num(y) + "\" x2=\"" + num(right) + "\" y2=\"" +
-           num(y) + "\" class=\"grid\"/>\n";
-    text(out, left - 6.0, y + 4.0, label(v, tick_step(yt)), "end");
+// Grid lines, ticks and their labels, the frame, and the axis labels.
+void draw_axes(std::string& out, const LineChart& c, const Plot& p) {
+  for (double v : p.yt) {
+    const double y = p.py(v);
+    out += "<line x1=\"" + num(p.left) + "\" y1=\"" + num(y) + "\" x2=\"" + num(p.right) +
+           "\" y2=\"" + num(y) + "\" class=\"grid\"/>\n";
+    text(out, p.left - 6.0, y + 4.0, label(v, tick_step(p.yt)), "end");
   }
-  for (double v : y2t)
-    text(out, right + 6.0, py2(v) + 4.0, label(v, tick_step(y2t)), "start");
-  for (double v : xt) {
-    const double x = px(v);
-    out += "<line x1=\"" + num(x) + "\" y1=\"" + num(bottom) + "\" x2=\"" + num(x) + "\" y2=\"" +
-           num(bottom + 4.0) + "\" class=\"axis\"/>\n";
-    text(out, x, bottom + 16.0, label(v, tick_step(xt)), "middle");
+  for (double v : p.y2t)
+    text(out, p.right + 6.0, p.py2(v) + 4.0, label(v, tick_step(p.y2t)), "start");
+  for (double v : p.xt) {
+    const double x = p.px(v);
+    out += "<line x1=\"" + num(x) + "\" y1=\"" + num(p.bottom) + "\" x2=\"" + num(x) + "\" y2=\"" +
+           num(p.bottom + 4.0) + "\" class=\"axis\"/>\n";
+    text(out, x, p.bottom + 16.0, label(v, tick_step(p.xt)), "middle");
   }
-  out += "<rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(right - left) +
-         "\" height=\"" + num(bottom - top) + "\" class=\"frame\"/>\n";
-  if (!c.x.label.empty()) text(out, (left + right) / 2.0, bottom + 34.0, c.x.label, "middle");
+  out += "<rect x=\"" + num(p.left) + "\" y=\"" + num(p.top) + "\" width=\"" +
+         num(p.right - p.left) + "\" height=\"" + num(p.bottom - p.top) + "\" class=\"frame\"/>\n";
+  if (!c.x.label.empty()) text(out, (p.left + p.right) / 2.0, p.bottom + 34.0, c.x.label, "middle");
   if (!c.y.label.empty()) {
-    const double cy = (top + bottom) / 2.0;
+    const double cy = (p.top + p.bottom) / 2.0;
     text(out, 16.0, cy, c.y.label, "middle",
          (" transform=\"rotate(-90 16 " + num(cy) + ")\"").c_str());
   }
-  if (has_y2 && !c.y2.label.empty()) {
-    const double cy = (top + bottom) / 2.0;
-    const double x = w - 12.0;
+  if (p.has_y2 && !c.y2.label.empty()) {
+    const double cy = (p.top + p.bottom) / 2.0;
+    const double x = c.width - 12.0;
     text(out, x, cy, c.y2.label, "middle",
          (" transform=\"rotate(90 " + num(x) + " " + num(cy) + ")\"").c_str());
   }
+}
 
-  // Lines: one polyline per run of finite points.
+// The series: one polyline per run of finite points, clipped to the plot area.
+void draw_lines(std::string& out, const LineChart& c, const Plot& p, const Legend& legend,
+                const std::string& clip) {
   for (std::size_t i = 0; i < c.series.size(); ++i) {
     const Series& s = c.series[i];
-    const std::string& color = legend[i].color;
+    const std::string& color = legend.entries[i].color;
     const std::string style = "fill=\"none\" stroke=\"" + escape(color) + "\" stroke-width=\"" +
                               num(s.width) + "\"" + (s.dashed ? " stroke-dasharray=\"6 4\"" : "") +
                               " stroke-linejoin=\"round\"";
@@ -197,18 +224,37 @@ void render_chart(std::string& out, const LineChart& c, int index, double oy) {
         continue;
       }
       if (!points.empty()) points += ' ';
-      points += num(px(s.x[k])) + "," + num(s.right_axis ? py2(s.y[k]) : py(s.y[k]));
+      points += num(p.px(s.x[k])) + "," + num(s.right_axis ? p.py2(s.y[k]) : p.py(s.y[k]));
     }
     flush();
   }
+}
 
-  // Legend.
-  for (const Entry& e : legend) {
+void draw_legend(std::string& out, const Legend& legend, bool has_y2) {
+  for (const Legend::Entry& e : legend.entries) {
     out += "<line x1=\"" + num(e.x) + "\" y1=\"" + num(e.y - 4.0) + "\" x2=\"" + num(e.x + 22.0) +
            "\" y2=\"" + num(e.y - 4.0) + "\" stroke=\"" + escape(e.color) +
            "\" stroke-width=\"3\"" + (e.s->dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>\n";
     text(out, e.x + 28.0, e.y, e.s->name + (e.s->right_axis && has_y2 ? " (right)" : ""), "start");
   }
+}
+
+// Chart number `index` of a document, its top at `oy`.
+void render_chart(std::string& out, const LineChart& c, int index, double oy) {
+  const Legend legend = lay_out_legend(c, oy);
+  const Plot p = lay_out_plot(c, oy, legend);
+  const std::string clip = "plot" + std::to_string(index);
+  out += "<g>\n";
+  out += "<clipPath id=\"" + clip + "\"><rect x=\"" + num(p.left) + "\" y=\"" + num(p.top) +
+         "\" width=\"" + num(p.right - p.left) + "\" height=\"" + num(p.bottom - p.top) +
+         "\"/></clipPath>\n";
+  if (!c.title.empty()) {
+    text(out, c.width / 2.0, oy + 20.0, c.title, "middle", " class=\"title\"");
+  }
+  draw_spans(out, c, p);
+  draw_axes(out, c, p);
+  draw_lines(out, c, p, legend, clip);
+  draw_legend(out, legend, p.has_y2);
   out += "</g>\n";
 }
 
