@@ -15,7 +15,14 @@
 // adopt it there with RequestScope(RetryWindow&) while the owner is alive. Outside any
 // scope (a cron job) each retry loop gets a window of its own.
 //
-// remaining() is what caps SQLite busy_timeout, pool waits and statement_timeout.
+// The one rule for opening a window (docs/adr/0011-one-rule-for-the-request-window.md): it
+// opens when the request first waits on the database -- for a lock, the writer, a pooled
+// connection, a place under the concurrency limit, a probe, or the backoff after a transient
+// fault -- and every such wait is bounded by what the window has left. Where a driver cannot
+// see a wait begin (a PostgreSQL statement waits for locks inside the server), the wait is
+// taken to begin when the statement is sent. Components open a window only with open() (a
+// wait bounded by the window alone: a backoff, a queue, a probe) or begin_wait() (a wait with
+// a bound of its own, such as busy_timeout); none re-derives the rule.
 #pragma once
 
 #include <atomic>
@@ -37,6 +44,13 @@ class RetryWindow {
   void open(TimePoint now) noexcept;
   [[nodiscard]] bool is_open() const noexcept {
     return deadline_ns_.load(std::memory_order_acquire) != kClosed;
+  }
+  // The rule above, where a wait of at most `limit` begins at `now`: opens the window (the
+  // first call wins) and returns `limit` capped by the time left.
+  [[nodiscard]] Duration begin_wait(TimePoint now, Duration limit) noexcept {
+    open(now);
+    const Duration left = remaining(now);
+    return limit < left ? limit : left;
   }
   // TimePoint::max() until the window opens.
   [[nodiscard]] TimePoint deadline() const noexcept;
@@ -77,6 +91,11 @@ class RequestScope {
   [[nodiscard]] static RequestScope* current() noexcept;
   // Its window, or nullptr outside any scope.
   [[nodiscard]] static RetryWindow* current_window() noexcept;
+  // RetryWindow::begin_wait() on the current window; `limit` outside any scope.
+  [[nodiscard]] static Duration begin_wait(TimePoint now, Duration limit) noexcept {
+    RetryWindow* w = current_window();
+    return w != nullptr ? w->begin_wait(now, limit) : limit;
+  }
 
  private:
   RetryWindow own_;

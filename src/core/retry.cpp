@@ -128,7 +128,7 @@ RetryDecision RetryState::on_failure(const Status& status, TimePoint now) {
   if (fault.outcome == Outcome::kUnknown && op_.idempotency != Idempotency::kIdempotent) {
     return {false, {}, StopReason::kNotSafeToRepeat};
   }
-  window_->open(now);
+  window_->open(now);  // the backoff is a wait (window.hpp's rule)
   if (attempts_ >= policy_->max_attempts()) return {false, {}, StopReason::kAttemptsExhausted};
   const Duration left = window_->remaining(now) - policy_->last_attempt_time();
   if (left <= Duration::zero()) return {false, {}, StopReason::kWindowSpent};

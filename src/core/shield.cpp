@@ -259,7 +259,7 @@ Shield::Admission Shield::Call::stop(StopReason reason, Status status) {
 Shield::Admission Shield::Call::at_capacity(TimePoint now) {
   Shield& shield = *shield_;
   const Duration expected = shield.limit_.expected_wait(shield.limit_.queued());
-  // Queued, a request is delayed just as by a fault: its window opens now.
+  // Queued, a request waits: its window opens now (window.hpp's rule).
   RetryWindow& window = state().window();
   window.open(now);
   // A first attempt queues for at most queue_wait. A request that waited for the breaker's
@@ -372,7 +372,7 @@ Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, Ti
   // refused us, the refusal may be stale.
   if (shield.breaker_.generation() != permit.generation()) return admit(now);
 
-  // Being refused delays the request just as a fault would: its window opens now.
+  // Refused, a request waits or gives up: its window opens now (window.hpp's rule).
   RetryWindow& window = state().window();
   window.open(now);
   const Duration retry_after = permit.retry_after();

@@ -140,15 +140,8 @@ int Connection::on_busy(void* self_ptr, int count) noexcept {
     Clock& clock = *self->clock_;
     const TimePoint now = clock.now();
     if (count == 0) {
-      // A new lock episode: wait at most busy_timeout, and never past the request's window.
-      // Meeting the lock is the first sign of contention, so it opens the window: the
-      // request waits at most its window in all, busy waits included.
-      Duration limit = self->options_->busy_timeout;
-      if (RetryWindow* w = RequestScope::current_window()) {
-        w->open(now);
-        limit = std::min(limit, w->remaining(now));
-      }
-      self->busy_deadline_ = now + limit;
+      // A new lock episode: a wait of at most busy_timeout (window.hpp's rule).
+      self->busy_deadline_ = now + RequestScope::begin_wait(now, self->options_->busy_timeout);
     }
     const Duration left = self->busy_deadline_ - now;
     if (left <= Duration::zero()) return 0;

@@ -127,16 +127,9 @@ Status DatabaseImpl::open() {
 }
 
 TimePoint DatabaseImpl::wait_deadline() const {
-  // The same bound as a wait for SQLite's locks (Connection::on_busy), and like it, having
-  // to wait opens the request's window: the request waits at most its window in all, queue
-  // included (otherwise a queue wait of busy_timeout would come on top of the window).
+  // The same bound as a wait for SQLite's locks (Connection::on_busy; window.hpp's rule).
   const TimePoint now = clock->now();
-  Duration limit = options.busy_timeout;
-  if (RetryWindow* w = RequestScope::current_window()) {
-    w->open(now);
-    limit = std::min(limit, w->remaining(now));
-  }
-  return now + limit;
+  return now + RequestScope::begin_wait(now, options.busy_timeout);
 }
 
 Status DatabaseImpl::busy(std::string_view what, TimePoint since) const {
@@ -539,9 +532,10 @@ Status Database::lease_statement(QueryRef ref, detail::Lease& lease, Statement& 
 }
 
 Status Database::create_idempotency_table() {
-  return execute_script(detail::cat({"CREATE TABLE IF NOT EXISTS ", impl_->options.idempotency_table,
-                             " (key TEXT PRIMARY KEY, result TEXT, created_at TEXT NOT NULL "
-                             "DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"}));
+  return execute_script(
+      detail::cat({"CREATE TABLE IF NOT EXISTS ", impl_->options.idempotency_table,
+                   " (key TEXT PRIMARY KEY, result TEXT, created_at TEXT NOT NULL "
+                   "DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"}));
 }
 
 namespace detail {

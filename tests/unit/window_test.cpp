@@ -68,6 +68,23 @@ TEST(RetryWindow, OpensAtTheFirstTransientFaultNotBefore) {
   EXPECT_EQ(scope.window().deadline(), opened + seconds(6));
 }
 
+TEST(RetryWindow, AWaitOpensTheWindowAndIsBoundedByWhatItHasLeft) {
+  ManualClock clock;
+  RequestScope request(seconds(6), clock);
+  EXPECT_EQ(RequestScope::begin_wait(clock.now(), seconds(5)), seconds(5));
+  EXPECT_TRUE(request.window().is_open()) << "the first wait opens the window";
+  clock.advance(seconds(4));
+  EXPECT_EQ(RequestScope::begin_wait(clock.now(), seconds(5)), seconds(2))
+      << "a later wait gets only what the window has left";
+  clock.advance(seconds(3));
+  EXPECT_EQ(RequestScope::begin_wait(clock.now(), seconds(5)), Duration::zero());
+}
+
+TEST(RetryWindow, OutsideAnyScopeAWaitKeepsItsOwnBound) {
+  ManualClock clock;
+  EXPECT_EQ(RequestScope::begin_wait(clock.now(), seconds(5)), seconds(5));
+}
+
 TEST(RequestScope, NestedScopesShareTheOuterWindowAndNeverResetIt) {
   ManualClock clock;
   RequestScope outer(seconds(6), clock);
