@@ -1,0 +1,138 @@
+// The drill's load, identical for every strategy: K virtual workers per panel that sign in,
+// load the schedule page and now and then pay (with an Idempotency-Key); a cron-like batch
+// writer per database; and a sampler of attempts and breaker state.
+#include <httplib.h>
+#include <sqlite3.h>
+
+#include <fmt/format.h>
+
+#include "drill_run.hpp"
+#include "holdfast/random.hpp"
+
+namespace holdfast::panel::drill {
+namespace {
+
+std::string demo_email(int i) {
+  static const char* first[] = {"Ada",   "Bartek", "Chi",  "Dorota", "Emil",  "Fang",
+                                "Gosia", "Huong",  "Igor", "Jana",   "Khanh", "Lena"};
+  static const char* last[] = {"Nowak", "Tran", "Kowalska", "Nguyen", "Smith"};
+  const int n = i % 60;
+  return fmt::format("{}.{}@club.example", first[n / 5], last[n % 5]);
+}
+
+// A signed-in worker's session: its cookie ("session=...") and CSRF token.
+struct WorkerSession {
+  std::string cookie;
+  std::string csrf;
+};
+
+// Signs in as demo user `w`: up to 50 tries, 100 ms apart. An empty cookie when all failed
+// or the load stopped.
+WorkerSession sign_in(httplib::Client& http, int w, const std::atomic<bool>& stop) {
+  WorkerSession session;
+  for (int tries = 0; tries < 50 && session.cookie.empty() && !stop; ++tries) {
+    httplib::Params form{{"email", demo_email(w)}, {"password", "demo"}};
+    if (auto r = http.Post("/login", form); r && r->status == 303) {
+      const std::string set = r->get_header_value("Set-Cookie");
+      session.cookie = set.substr(0, set.find(';'));
+      session.csrf = r->get_header_value("X-CSRF-Token");
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return session;
+}
+
+// Worker `w` of `inst`: signs in, then loads the schedule until the load stops; every
+// pay_every-th request pays instead, and a payment not yet confirmed is repeated with its
+// key. Its records join inst.records at the end.
+void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
+  const DrillOptions& options = run.options;
+  httplib::Client http("127.0.0.1", inst.server->port());
+  http.set_read_timeout(std::chrono::seconds(60));
+  http.set_keep_alive(true);
+  const WorkerSession session = sign_in(http, w, run.stop);
+  const httplib::Headers page_headers{{"Cookie", session.cookie}};
+  std::int64_t n = 0;
+  std::string pending_key;
+  std::vector<Record> mine;
+  // The same pacing for worker w of every strategy: identical load.
+  Random pace(options.seed * 7919 + static_cast<std::uint64_t>(w));
+  while (!run.stop) {
+    ++n;
+    const double start = run.since();
+    const bool pay = options.pay_every > 0 && n % options.pay_every == 0;
+    httplib::Result r(nullptr, httplib::Error::Unknown);
+    if (pay) {
+      if (pending_key.empty()) {
+        pending_key = fmt::format("{}-{}-{}", to_string(inst.strategy), w, n);
+        inst.payments_sent++;
+      }
+      httplib::Headers h{{"Cookie", session.cookie},
+                         {"X-CSRF-Token", session.csrf},
+                         {"Idempotency-Key", pending_key}};
+      r = http.Post("/payments", h, httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
+      if (r && (r->status == 200 || r->status == 201)) pending_key.clear();
+    } else {
+      r = http.Get("/dashboard/schedule?date=" + today, page_headers);
+    }
+    const double latency = (run.since() - start) * 1000.0;
+    const int status = r ? r->status : 0;
+    const bool stale = r && r->has_header("X-Holdfast-Stale");
+    mine.push_back({start, latency, status, stale});
+    std::this_thread::sleep_for(
+        std::chrono::duration<double, std::milli>(options.think_ms * pace.uniform(0.5, 1.5)));
+  }
+  std::lock_guard<std::mutex> lock(inst.mutex);
+  inst.records.insert(inst.records.end(), mine.begin(), mine.end());
+}
+
+// A cron-like batch writer: a short write transaction every 2 s, connecting each time.
+void write_batches(const DrillRun& run, const Instance& inst) {
+  int i = 0;
+  while (!run.stop) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(inst.path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+      sqlite3_busy_timeout(db, 5000);
+      const std::string sql = fmt::format(
+          "BEGIN IMMEDIATE; CREATE TABLE IF NOT EXISTS drill_batch(id INTEGER PRIMARY KEY, "
+          "note TEXT); INSERT INTO drill_batch(note) VALUES ('cron batch {}'); COMMIT;",
+          ++i);
+      if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+        sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      }
+    }
+    sqlite3_close_v2(db);
+    for (int k = 0; k < 20 && !run.stop; ++k)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// The sampler: attempts and breaker state of every panel every 250 ms.
+void sample(DrillRun& run) {
+  while (!run.stop) {
+    const double t = run.since();
+    for (auto& inst : run.instances) {
+      Sample s{t, inst->store->attempts(), inst->breaker_state()};
+      std::lock_guard<std::mutex> lock(inst->mutex);
+      inst->samples.push_back(s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+}  // namespace
+
+void start_load(DrillRun& run, const std::string& today) {
+  run.t0 = DrillRun::Steady::now();
+  for (auto& inst : run.instances) {
+    Instance* raw = inst.get();
+    for (int w = 0; w < run.options.workers; ++w) {
+      run.threads.emplace_back([&run, raw, w, today] { work(run, *raw, w, today); });
+    }
+    run.threads.emplace_back([&run, raw] { write_batches(run, *raw); });
+  }
+  run.threads.emplace_back([&run] { sample(run); });
+}
+
+}  // namespace holdfast::panel::drill

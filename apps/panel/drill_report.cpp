@@ -1,0 +1,324 @@
+// The drill's report: the figures of each storm period per strategy and the timeline, from
+// what the instances saw; the console table; drill-report.json, drill-report.md and
+// drill-timeline.svg.
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "drill_run.hpp"
+#include "svg_plot.hpp"
+
+namespace holdfast::panel {
+namespace drill {
+namespace {
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = p * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(rank));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+// One count(*) from a read-only connection of its own, with text parameters; -1 on error.
+std::int64_t count_rows(const std::string& path, const std::string& sql,
+                        std::initializer_list<std::string> params) {
+  sqlite3* db = nullptr;
+  std::int64_t n = -1;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
+      int i = 0;
+      for (const std::string& p : params)
+        sqlite3_bind_text(st, ++i, p.c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close_v2(db);
+  return n;
+}
+
+// A storm period: from the storm's start to `to` (the next storm's start, or the end of
+// the last storm's gap: the log tail that follows is not storm).
+struct Period {
+  const StormResult& storm;
+  double to;
+  const StormWall& wall;
+};
+
+// The answers `inst` got in `period`: counts, latency percentiles, served share, back after.
+StrategyResult count_answers(const Instance& inst, const Period& period) {
+  const StormResult& sr = period.storm;
+  StrategyResult r;
+  r.name = std::string(to_string(inst.strategy));
+  std::vector<double> latencies;
+  std::int64_t during = 0;
+  std::int64_t served_during = 0;
+  for (const Record& rec : inst.records) {
+    if (rec.start_s < sr.start_s || rec.start_s >= period.to) continue;
+    ++r.requests;
+    latencies.push_back(rec.latency_ms);
+    const bool holdfast_busy = inst.strategy == Strategy::kHoldfast && rec.status == 503;
+    bool fresh = false;
+    if (holdfast_busy) {
+      ++r.status_503;
+    } else if (rec.status >= 500 || rec.status == 0) {
+      ++r.error_pages;
+    } else if (rec.stale) {
+      ++r.stale;
+    } else if (rec.status >= 200 && rec.status < 300) {
+      ++r.served;
+      fresh = true;
+    }
+    if (rec.start_s < sr.end_s) {
+      ++during;
+      // Served: a fresh page within the origin's 6 s budget (nobody waits 20 s).
+      if (fresh && rec.latency_ms <= kServedWithinMs) ++served_during;
+    }
+    // Back: the last answer that was not a fresh page, from the release until the next
+    // storm starts (what happens after that is the next storm's).
+    const double answered = rec.start_s + rec.latency_ms / 1000.0;
+    if (!fresh && answered > sr.end_s && answered <= period.to)
+      r.back_after_s = std::max(r.back_after_s, answered - sr.end_s);
+  }
+  r.served_during_storm_pct =
+      during > 0 ? 100.0 * static_cast<double>(served_during) / static_cast<double>(during) : 100.0;
+  r.p50_ms = percentile(latencies, 0.50);
+  r.p99_ms = percentile(latencies, 0.99);
+  r.max_ms = latencies.empty() ? 0 : latencies.back();
+  return r;
+}
+
+// count_answers() plus the database attempts per request and the log rows written.
+StrategyResult period_result(const Instance& inst, const Period& period, double seconds) {
+  StrategyResult r = count_answers(inst, period);
+  std::uint64_t a0 = 0, a1 = 0;
+  for (const Sample& s : inst.samples) {
+    if (s.t <= period.storm.start_s) a0 = s.attempts;
+    if (s.t <= std::min(period.to, seconds)) a1 = s.attempts;
+  }
+  r.attempts_per_request =
+      r.requests > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(r.requests) : 0.0;
+  r.log_rows_during_storm =
+      count_rows(inst.path, "SELECT count(*) FROM logs WHERE created_at >= ?1 AND created_at < ?2",
+                 {period.wall.from, period.wall.to});
+  r.gap_line = count_rows(inst.path,
+                          "SELECT count(*) FROM logs WHERE message LIKE 'Log persistence "
+                          "paused%' AND created_at >= ?1",
+                          {period.wall.from}) > 0;
+  return r;
+}
+
+// `inst`'s timeline, one point per second: requests, errors and the most open breaker.
+void add_timeline(const Instance& inst, DrillResult& result) {
+  const int buckets = static_cast<int>(std::ceil(result.seconds)) + 1;
+  std::vector<double> req(static_cast<std::size_t>(buckets)), err(req.size());
+  for (const Record& rec : inst.records) {
+    const auto b = static_cast<std::size_t>(rec.start_s);
+    if (b >= req.size()) continue;
+    req[b] += 1;
+    if (rec.status >= 500 || rec.status == 0) err[b] += 1;
+  }
+  for (int b = 0; b < buckets; ++b) {
+    int breaker = 0;
+    for (const Sample& s : inst.samples) {
+      if (s.t >= b && s.t < b + 1) breaker = std::max(breaker, s.breaker);
+    }
+    result.timeline.push_back({static_cast<double>(b), std::string(to_string(inst.strategy)),
+                               req[static_cast<std::size_t>(b)], err[static_cast<std::size_t>(b)],
+                               breaker});
+  }
+}
+
+// Every drill payment carries a key; applied once per key means payment rows made during
+// the drill equal the keys recorded.
+void count_payments(const Instance& inst, DrillResult& result) {
+  result.payments_sent += inst.payments_sent.load();
+  const std::int64_t rows =
+      count_rows(inst.path, "SELECT count(*) FROM payments WHERE id > CAST(?1 AS INTEGER)",
+                 {std::to_string(inst.payments_before)});
+  const std::int64_t keys = count_rows(
+      inst.path, "SELECT count(*) FROM idempotency_keys WHERE key LIKE ?1", {"%:payments:%"});
+  if (rows > keys && keys >= 0) result.payments_doubled += rows - keys;
+}
+
+}  // namespace
+
+void summarize(const DrillRun& run, DrillResult& result) {
+  for (std::size_t si = 0; si < result.storms.size(); ++si) {
+    StormResult& sr = result.storms[si];
+    const double to = si + 1 < result.storms.size() ? result.storms[si + 1].start_s
+                                                    : sr.end_s + run.options.gap_s;
+    const Period period{sr, to, run.storm_wall[si]};
+    for (auto& inst : run.instances)
+      sr.strategies.push_back(period_result(*inst, period, result.seconds));
+  }
+  for (auto& inst : run.instances) {
+    add_timeline(*inst, result);
+    count_payments(*inst, result);
+  }
+}
+
+}  // namespace drill
+
+namespace {
+
+namespace fs = std::filesystem;
+using drill::kind_name;
+using nlohmann::json;
+
+json report_json(const DrillOptions& options, const DrillResult& result) {
+  json j;
+  j["seconds"] = result.seconds;
+  j["workers"] = options.workers;
+  j["seed"] = options.seed;
+  j["payments_sent"] = result.payments_sent;
+  j["payments_applied_twice"] = result.payments_doubled;
+  j["storms"] = json::array();
+  for (const StormResult& s : result.storms) {
+    json storm = {{"seconds", s.spec.seconds},
+                  {"kind", kind_name(s.spec.kind)},
+                  {"start_s", s.start_s},
+                  {"end_s", s.end_s},
+                  {"strategies", json::array()}};
+    for (const StrategyResult& r : s.strategies) {
+      storm["strategies"].push_back({{"name", r.name},
+                                     {"requests", r.requests},
+                                     {"served", r.served},
+                                     {"served_during_storm_pct", r.served_during_storm_pct},
+                                     {"back_after_s", r.back_after_s},
+                                     {"error_pages", r.error_pages},
+                                     {"status_503", r.status_503},
+                                     {"stale", r.stale},
+                                     {"p50_ms", r.p50_ms},
+                                     {"p99_ms", r.p99_ms},
+                                     {"max_ms", r.max_ms},
+                                     {"attempts_per_request", r.attempts_per_request},
+                                     {"log_rows_during_storm", r.log_rows_during_storm},
+                                     {"gap_line", r.gap_line}});
+    }
+    j["storms"].push_back(storm);
+  }
+  return j;
+}
+
+std::string report_markdown(const DrillOptions& options, const DrillResult& result) {
+  std::string md = "# holdfast drill\n\n";
+  md += fmt::format(
+      "{} workers per strategy, {:.0f} s in all. Each storm is counted from its start to the next "
+      "storm's start, so recovery is included. *errors*: error pages (any 5xx other than "
+      "holdfast's 503); *503*: holdfast's \"busy, retry in N s\" page; *stale*: the last good "
+      "schedule with an \"as of\" banner; *served during storm*: requests started during the "
+      "storm that got a fresh page within 6 s; *back after*: from the lock's release to the last "
+      "answer "
+      "that was not a fresh page, until the next storm starts.\n",
+      options.workers, result.seconds);
+  for (const StormResult& s : result.storms) {
+    md += fmt::format("\n## {} lock storm, {:g} s\n\n", kind_name(s.spec.kind), s.spec.seconds);
+    md +=
+        "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
+        "p50 ms | p99 ms | max ms | attempts/request | log rows during storm | gap line |\n";
+    md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    for (const StrategyResult& r : s.strategies) {
+      md += fmt::format(
+          "| {} | {} | {} | {} | {} | {:.0f} % | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {} "
+          "| "
+          "{} |\n",
+          r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
+          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request,
+          r.log_rows_during_storm, r.gap_line ? "yes" : "no");
+    }
+  }
+  md += fmt::format("\nPayments sent: {}; applied twice: {}.\n\n![timeline](drill-timeline.svg)\n",
+                    result.payments_sent, result.payments_doubled);
+  return md;
+}
+
+// Requests, errors and breaker state over time, with the storms shaded.
+std::vector<svg::LineChart> timeline_charts(const DrillOptions& options,
+                                            const DrillResult& result) {
+  std::vector<svg::LineChart> charts(3);
+  charts[0].title = "Requests per second";
+  charts[1].title = "Errors per second (error pages and 503s)";
+  charts[2].title = "Breaker state (0 closed, 1 half-open, 2 open)";
+  for (auto& c : charts) {
+    c.x.label = "time (s)";
+    for (const StormResult& s : result.storms) {
+      svg::Span span;
+      span.from = s.start_s;
+      span.to = s.end_s;
+      span.label = fmt::format("{} {:g}s", kind_name(s.spec.kind), s.spec.seconds);
+      c.spans.push_back(span);
+    }
+  }
+  charts[0].y.label = "requests/s";
+  charts[1].y.label = "errors/s";
+  charts[2].y.label = "state";
+  charts[2].y.max = 2;
+  for (Strategy st : options.strategies) {
+    const std::string name(to_string(st));
+    svg::Series req, err, brk;
+    req.name = err.name = brk.name = name;
+    for (const TimelinePoint& p : result.timeline) {
+      if (p.strategy != name) continue;
+      req.x.push_back(p.t);
+      req.y.push_back(p.requests_per_s);
+      err.x.push_back(p.t);
+      err.y.push_back(p.errors_per_s);
+      brk.x.push_back(p.t);
+      brk.y.push_back(p.breaker);
+    }
+    charts[0].series.push_back(req);
+    charts[1].series.push_back(err);
+    if (st == Strategy::kHoldfast || st == Strategy::kOriginBreaker)
+      charts[2].series.push_back(brk);
+  }
+  return charts;
+}
+
+}  // namespace
+
+std::string drill_table(const DrillResult& result) {
+  std::string out;
+  for (const StormResult& s : result.storms) {
+    out += fmt::format("\n{} lock storm, {:g} s (from t={:.1f} s; counted until the next storm)\n",
+                       kind_name(s.spec.kind), s.spec.seconds, s.start_s);
+    out += fmt::format("  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9}{:>8}{:>9}{:>9}{:>9}{:>10}{:>10}{:>6}\n",
+                       "strategy", "requests", "errors", "503", "stale", "served", "back s",
+                       "p50 ms", "p99 ms", "max ms", "attempts/r", "log rows", "gap");
+    for (const StrategyResult& r : s.strategies) {
+      out += fmt::format(
+          "  "
+          "{:<15}{:>9}{:>8}{:>7}{:>7}{:>8.0f}%{:>8.1f}{:>9.0f}{:>9.0f}{:>9.0f}{:>10.2f}{:>10}{:>6}"
+          "\n",
+          r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
+          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request,
+          r.log_rows_during_storm, r.gap_line ? "yes" : "no");
+    }
+  }
+  out += fmt::format("\npayments sent: {}; applied twice: {}\n", result.payments_sent,
+                     result.payments_doubled);
+  return out;
+}
+
+Status write_drill_reports(const DrillOptions& options, const DrillResult& result) {
+  const fs::path dir(options.out_dir);
+  std::ofstream(dir / "drill-report.json") << report_json(options, result).dump(2) << "\n";
+  std::ofstream(dir / "drill-report.md") << report_markdown(options, result);
+  std::ofstream(dir / "drill-timeline.svg") << svg::render(timeline_charts(options, result));
+  if (!fs::exists(dir / "drill-report.json")) {
+    return Status(Code::kFailedPrecondition, "could not write the reports in " + dir.string());
+  }
+  return Status();
+}
+
+}  // namespace holdfast::panel

@@ -1,0 +1,120 @@
+// The drill while it runs (drill.hpp): one Instance per strategy, the load's threads, and
+// the phases run_drill() strings together, one file each: setup (drill_setup.cpp), load
+// (drill_load.cpp), storms (drill_storms.cpp) and the report (drill_report.cpp).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "club_store.hpp"
+#include "drill.hpp"
+#include "logging.hpp"
+#include "server.hpp"
+
+namespace holdfast::panel::drill {
+
+using Progress = std::function<void(double, double, const std::string&)>;
+
+// A request counts as served during a storm when it got a fresh page within this long: the
+// origins' RETRY_BUDGET_MS, what a user waits before giving up.
+constexpr double kServedWithinMs = 6000.0;
+
+// One request a worker made.
+struct Record {
+  double start_s;  // since the load began
+  double latency_ms;
+  int status;  // 0: no answer
+  bool stale;
+};
+
+// The sampler's reading of one panel.
+struct Sample {
+  double t;
+  std::uint64_t attempts;
+  int breaker;
+};
+
+// One strategy's panel, its workers and what they saw.
+struct Instance {
+  Strategy strategy{};
+  std::string path;
+  std::int64_t payments_before = 0;  // the highest payment id of the demo data
+  std::unique_ptr<ClubStore> store;
+  PanelLogging logging;
+  std::unique_ptr<PanelServer> server;
+  std::mutex mutex;  // guards records and samples while the load runs
+  std::vector<Record> records;
+  std::vector<Sample> samples;
+  std::atomic<std::int64_t> payments_sent{0};
+
+  // Closes the idle connections of the store and the log sinks.
+  void close_idle_connections();
+  // 0 closed, 1 half-open, 2 open: the more open of the read and write breakers.
+  int breaker_state();
+};
+
+// The UTC wall-clock stamps of one storm, which bound its rows in the logs table.
+struct StormWall {
+  std::string from, to;
+};
+
+struct DrillRun {
+  using Steady = std::chrono::steady_clock;
+
+  explicit DrillRun(const DrillOptions& drill_options) : options(drill_options) {}
+  // Stops the load (stop_load()) if it still runs.
+  ~DrillRun() { stop_load(); }
+  DrillRun(const DrillRun&) = delete;
+  DrillRun& operator=(const DrillRun&) = delete;
+
+  // Seconds since the load began (start_load()).
+  [[nodiscard]] double since() const {
+    return std::chrono::duration<double>(Steady::now() - t0).count();
+  }
+  // Tells every load thread to stop and joins them. Idempotent.
+  void stop_load() {
+    stop = true;
+    for (auto& th : threads) {
+      if (th.joinable()) th.join();
+    }
+  }
+
+  const DrillOptions& options;
+  std::vector<std::unique_ptr<Instance>> instances;
+  Steady::time_point t0 = Steady::now();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  std::vector<StormWall> storm_wall;  // one per storm run
+};
+
+// "write" or "read".
+[[nodiscard]] std::string kind_name(StormKind k);
+
+// Setup: a fresh database with the demo club, its logging and a started panel per
+// strategy, in run.instances.
+Status open_instances(DrillRun& run, const std::string& today);
+
+// Load: sets run.t0 and starts run.threads: the virtual workers of every panel, a batch
+// writer per database, and the sampler.
+void start_load(DrillRun& run, const std::string& today);
+
+// Storms: after the warm-up, each storm on every file at once, then its gap; then waits
+// for paused log sinks to resume. Appends each storm to result.storms (without the
+// strategies' figures) and run.storm_wall. On failure the load is stopped.
+Status run_storms(DrillRun& run, const std::vector<StormSpec>& storms, const Progress& progress,
+                  DrillResult& result);
+
+// Report: the figures of each storm period and the timeline from what the instances saw.
+// REQUIRES: the load stopped; result.seconds set.
+void summarize(const DrillRun& run, DrillResult& result);
+
+}  // namespace holdfast::panel::drill
