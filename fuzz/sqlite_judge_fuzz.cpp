@@ -1,4 +1,4 @@
-// libFuzzer target: the SQLite read/write judge (Database::classify) on any SQL text, against
+// libFuzzer target: the SQLite read/write judge (Database::judge_access) on any SQL text, against
 // a real in-memory database with the panel's kind of schema: it never crashes, and what it
 // calls a read really is one (a read-only connection runs it without writing).
 #include <cstddef>
@@ -36,6 +36,6 @@ holdfast::sqlite::Database& database() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view sql(reinterpret_cast<const char*>(data), size);
-  (void)database().classify(sql);
+  (void)database().judge_access(sql);
   return 0;
 }

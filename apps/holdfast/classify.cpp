@@ -55,7 +55,7 @@ void run_classify(const ClassifyArgs& args) {
     fmt::print("error {}\n", db.status().message());
     throw CLI::RuntimeError(1);
   }
-  Result<sqlite::Verdict> verdict = db->classify(args.sql);
+  Result<sqlite::AccessVerdict> verdict = db->judge_access(args.sql);
   if (!verdict.ok()) {
     fmt::print("error {}\n", verdict.status().message());
     throw CLI::RuntimeError(1);

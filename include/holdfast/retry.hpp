@@ -129,10 +129,27 @@ class RetryPolicy {
   RetryHook on_retry_;
 };
 
+// What to do after a failed attempt: the one decision type of every retry loop
+// (holdfast::retry(), Shield::run() and Shield::Call::failed()).
 struct RetryDecision {
   bool retry = false;
-  Duration delay{};                       // when retry: wait this long first
+  Duration delay{};                       // when retry: wait this long, then try again
   StopReason reason = StopReason::kNone;  // when not: why
+  // When not, from Shield::Call::failed(): the failure to return, marked with `reason`.
+  // (RetryState::on_failure() leaves it OK: its caller builds it with give_up().)
+  Status status;
+
+  static RetryDecision retry_after(Duration delay) {
+    RetryDecision d;
+    d.retry = true;
+    d.delay = delay;
+    return d;
+  }
+  static RetryDecision stop(StopReason why) {
+    RetryDecision d;
+    d.reason = why;
+    return d;
+  }
 };
 
 // The state of one retrying operation, built fresh from a policy for each call.

@@ -100,7 +100,6 @@ class Shield {
   };
   class Call;
   struct Admission;
-  struct Verdict;
 
   // `name` labels the metrics (db="name"). Every timed decision uses `clock`; the clocks of
   // the two policies are set to it.
@@ -196,25 +195,14 @@ struct Shield::Admission {
   Status status;                  // kStop
 };
 
-// What to do next, after a failed attempt.
-struct Shield::Verdict {
-  enum class Kind : std::uint8_t {
-    kRetry,  // wait `delay`, then admit() again
-    kStop,   // give up with `status`
-  };
-  Kind kind = Kind::kStop;
-  Duration delay{};
-  Status status;
-};
-
 // One request's way through the Shield, step by step, without blocking:
 //
 //   Shield::Call call(shield, shield.reads(), op, &request_window);
 //   for (;;) {
 //     Shield::Admission a = call.admit(now);
 //     kAttempt: run it; call.succeeded(std::move(a.permit), latency) -> done, or
-//               Verdict v = call.failed(std::move(a.permit), status, now, latency):
-//               kRetry -> come back after v.delay; kStop -> fail with v.status
+//               RetryDecision d = call.failed(std::move(a.permit), status, now, latency):
+//               d.retry -> come back after d.delay; otherwise fail with d.status
 //     kWait:    come back at a.until, or when a.wake moves past a.seen
 //     kStop:    fail with a.status
 //   }
@@ -262,8 +250,8 @@ class Shield::Call {
 
   // The attempt admitted with `permit` failed with `status` (REQUIRES: !status.ok()) at
   // `now`, after `latency`. Records it and decides: retry after a delay, or stop.
-  [[nodiscard]] Verdict failed(CircuitBreaker::Permit&& permit, const Status& status, TimePoint now,
-                               Duration latency);
+  [[nodiscard]] RetryDecision failed(CircuitBreaker::Permit&& permit, const Status& status,
+                                     TimePoint now, Duration latency);
 
   // Time spent waiting (backoff and breaker), for stats().
   void add_slept(Duration d) noexcept { slept_ += d; }
@@ -290,6 +278,8 @@ class Shield::Call {
   Admission at_capacity(TimePoint now);
   Admission wait(TimePoint until);
   Admission stop(StopReason reason, Status status);
+  // The decision to stop with `status` (marked with its stop reason) after a failure.
+  RetryDecision stop_after_failure(Status status);
   void release_place() noexcept;
   void abandon() noexcept;
   // Window time an attempt needs: the policy's last-attempt reserve, or twice the
@@ -343,12 +333,12 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
         return r;
       }
       const TimePoint end = clock.now();
-      Verdict v = call.failed(std::move(a.permit), status_of(r), end, end - t0);
-      if (v.kind == Verdict::Kind::kStop) {
+      RetryDecision d = call.failed(std::move(a.permit), status_of(r), end, end - t0);
+      if (!d.retry) {
         if (stats != nullptr) *stats = call.stats();
-        return R(std::move(v.status));
+        return R(std::move(d.status));
       }
-      clock.sleep_for(v.delay);
+      clock.sleep_for(d.delay);
       start = clock.now();
       call.add_slept(start - end);
       continue;

@@ -161,12 +161,12 @@ class Database : public QueryApi<Database> {
   Database& operator=(const Database&) = delete;
   ~Database();
 
-  // Prepares and classifies `sql` (one statement; see sqlite_query.hpp), keeping it in
+  // Prepares and judges `sql` (one statement; see sqlite_query.hpp), keeping it in
   // the statement cache. Bad SQL is a Status with the engine's message.
   Result<Query> prepare(std::string_view sql);
   // The read/write verdict for `sql`, without keeping it. Preparing a PRAGMA that sets
-  // something is refused during classification, so classifying never changes a connection.
-  Result<Verdict> classify(std::string_view sql);
+  // something is refused while judging, so judging never changes a connection.
+  Result<AccessVerdict> judge_access(std::string_view sql);
 
   // Waits for the writer (first come, first served) and begins a transaction.
   Result<Transaction> begin(TxnMode mode = TxnMode::kImmediate);

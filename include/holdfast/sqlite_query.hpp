@@ -1,7 +1,7 @@
-// holdfast::sqlite::Query, the read/write Verdict, and QueryApi: the query helpers shared
+// holdfast::sqlite::Query, the read/write AccessVerdict, and QueryApi: the query helpers shared
 // by Database, Transaction and ResilientDatabase.
 //
-// A Query is SQL prepared once and classified once. The engine decides whether it is a read
+// A Query is SQL prepared once and judged once. The engine decides whether it is a read
 // (docs/adr/0002-sqlite-read-classification.md): a read is a single statement that
 // sqlite3_stmt_readonly() calls read-only and that controls neither the transaction nor
 // the connection (no BEGIN/COMMIT/ROLLBACK, SAVEPOINT/RELEASE, ATTACH/DETACH, or PRAGMA
@@ -56,27 +56,27 @@ enum class Effect : std::uint8_t {
 // One sentence saying why a statement with this effect is a read or a write.
 [[nodiscard]] std::string_view describe(Effect effect) noexcept;
 
-struct Verdict {
+struct AccessVerdict {
   Access access = Access::kWrite;
   Effect effect = Effect::kWrite;
   [[nodiscard]] std::string_view reason() const noexcept { return describe(effect); }
-  friend bool operator==(const Verdict&, const Verdict&) = default;
+  friend bool operator==(const AccessVerdict&, const AccessVerdict&) = default;
 };
 
 namespace detail {
 // The immutable description of one SQL text, shared by every copy of its Query.
 struct QueryInfo {
   static constexpr std::uint32_t kUncached = 0xffffffffu;
-  std::uint64_t owner = 0;         // the Database that classified it
+  std::uint64_t owner = 0;         // the Database that judged it
   std::uint32_t slot = kUncached;  // index into every connection's statement cache
   int parameters = -1;             // how many parameters it has (-1: ask SQLite)
-  Verdict verdict;
+  AccessVerdict verdict;
   std::string sql;
 };
 struct QueryAccess;
 }  // namespace detail
 
-// SQL prepared and classified by one Database. Cheap to copy; valid as long as you keep
+// SQL prepared and judged by one Database. Cheap to copy; valid as long as you keep
 // it (using it with another Database is an error Status).
 class Query {
  public:
@@ -86,8 +86,8 @@ class Query {
   [[nodiscard]] std::string_view sql() const noexcept {
     return info_ ? std::string_view(info_->sql) : std::string_view();
   }
-  [[nodiscard]] const Verdict& verdict() const noexcept {
-    static const Verdict kNone;
+  [[nodiscard]] const AccessVerdict& verdict() const noexcept {
+    static const AccessVerdict kNone;
     return info_ ? info_->verdict : kNone;
   }
   [[nodiscard]] Access access() const noexcept { return verdict().access; }

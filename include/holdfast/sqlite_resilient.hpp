@@ -67,8 +67,8 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
 
   // As Database::prepare(), retried as a read.
   Result<Query> prepare(std::string_view sql);
-  // As Database::classify(), retried as a read.
-  Result<Verdict> classify(std::string_view sql);
+  // As Database::judge_access(), retried as a read.
+  Result<AccessVerdict> judge_access(std::string_view sql);
   // As Database::begin(); waiting for the writer and BEGIN are retried.
   Result<Transaction> begin(TxnMode mode = TxnMode::kImmediate);
 

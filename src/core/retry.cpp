@@ -119,24 +119,25 @@ RetryDecision RetryState::on_failure(const Status& status, TimePoint now) {
   ++attempts_;
   // A status some inner loop gave up on is final here too: nested loops never multiply
   // attempts (docs/adr/0001-nested-retry-loops.md).
-  if (status.stop_reason() != StopReason::kNone) return {false, {}, status.stop_reason()};
+  if (status.stop_reason() != StopReason::kNone) return RetryDecision::stop(status.stop_reason());
   const Fault& fault = status.fault();
-  if (!fault.transient()) return {false, {}, StopReason::kPermanent};
+  if (!fault.transient()) return RetryDecision::stop(StopReason::kPermanent);
   if (fault.scope == RetryScope::kTransaction && !op_.reruns_transaction) {
-    return {false, {}, StopReason::kNotSafeToRepeat};
+    return RetryDecision::stop(StopReason::kNotSafeToRepeat);
   }
   if (fault.outcome == Outcome::kUnknown && op_.idempotency != Idempotency::kIdempotent) {
-    return {false, {}, StopReason::kNotSafeToRepeat};
+    return RetryDecision::stop(StopReason::kNotSafeToRepeat);
   }
   window_->open(now);  // the backoff is a wait (window.hpp's rule)
-  if (attempts_ >= policy_->max_attempts()) return {false, {}, StopReason::kAttemptsExhausted};
+  if (attempts_ >= policy_->max_attempts())
+    return RetryDecision::stop(StopReason::kAttemptsExhausted);
   const Duration left = window_->remaining(now) - policy_->last_attempt_time();
-  if (left <= Duration::zero()) return {false, {}, StopReason::kWindowSpent};
+  if (left <= Duration::zero()) return RetryDecision::stop(StopReason::kWindowSpent);
   Duration delay = policy_->backoff().delay(attempts_, previous_delay_, rng_);
   // Never sleep past the window: shorten the wait so one last attempt lands inside it.
   if (delay > left) delay = left;
   previous_delay_ = delay;
-  return {true, delay, StopReason::kNone};
+  return RetryDecision::retry_after(delay);
 }
 
 Status RetryState::give_up(Status last, StopReason reason) const {

@@ -298,8 +298,8 @@ void Shield::Call::succeeded(CircuitBreaker::Permit&& permit, Duration latency) 
   if (state_) state_->on_success();
 }
 
-Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Status& status,
-                                     TimePoint now, Duration latency) {
+RetryDecision Shield::Call::failed(CircuitBreaker::Permit&& permit, const Status& status,
+                                   TimePoint now, Duration latency) {
   if (holds_place_) release_place();
   ++attempts_;
   queue_deadline_ = {};
@@ -331,19 +331,16 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
     }
     if (d.reason == StopReason::kWindowSpent) shield.metrics_.count_window_spent();
     stop_ = d.reason;
-    Verdict v;
-    v.status = st.give_up(Status(status), d.reason);
-    return v;
+    d.status = st.give_up(Status(status), d.reason);
+    return d;
   }
   // Retries use spare capacity: while the database has room to spare they go (admit()
   // checks the room); once it is busy, the throttle must allow them too.
   if (shield.limit_.busy() && !shield.throttle_.allow_retry(now)) {
     shield.metrics_.count_throttled();
-    stop_ = StopReason::kThrottled;
-    Verdict v;
-    v.status = st.give_up(Status(status), StopReason::kThrottled);
-    v.status.with_stop(StopReason::kThrottled, st.attempts(), shield.throttle_.retry_after(now));
-    return v;
+    return stop_after_failure(
+        st.give_up(Status(status), StopReason::kThrottled)
+            .with_stop(StopReason::kThrottled, st.attempts(), shield.throttle_.retry_after(now)));
   }
   // The breaker is open now (this failure may have opened it) and the database is down
   // rather than locked: the retry would only be refused after its backoff. Answer now.
@@ -351,19 +348,21 @@ Shield::Verdict Shield::Call::failed(CircuitBreaker::Permit&& permit, const Stat
   if (!contention && shield.breaker_.state() != BreakerState::kClosed) {
     const Duration retry_after = shield.breaker_.retry_after(now);
     shield.metrics_.count_breaker_rejected();
-    stop_ = StopReason::kBreakerOpen;
-    Verdict v;
-    v.status = st.give_up(Status(status), StopReason::kBreakerOpen);
-    v.status.with_stop(StopReason::kBreakerOpen, st.attempts(), retry_after);
-    return v;
+    return stop_after_failure(st.give_up(Status(status), StopReason::kBreakerOpen)
+                                  .with_stop(StopReason::kBreakerOpen, st.attempts(), retry_after));
   }
   shield.metrics_.count_retry();
   policy_->notify_retry(
       RetryEvent{op_.label, st.attempts(), d.delay, st.window().remaining(now), status});
-  Verdict v;
-  v.kind = Verdict::Kind::kRetry;
-  v.delay = d.delay;
-  return v;
+  return d;
+}
+
+RetryDecision Shield::Call::stop_after_failure(Status status) {
+  stop_ = status.stop_reason();
+  RetryDecision d;
+  d.reason = stop_;
+  d.status = std::move(status);
+  return d;
 }
 
 Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, TimePoint now) {

@@ -373,8 +373,8 @@ class Engine {
     sync_clock();
     if (holdfast_) {
       Guarded& g = std::get<Guarded>(r.policy);
-      const Shield::Verdict v = g.call.failed(std::move(g.permit), failure, now(), latency);
-      retry = v.kind == Shield::Verdict::Kind::kRetry;
+      const RetryDecision v = g.call.failed(std::move(g.permit), failure, now(), latency);
+      retry = v.retry;
       delay = v.delay;
       stop = v.status.stop_reason();
     } else {

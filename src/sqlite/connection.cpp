@@ -228,7 +228,7 @@ Result<sqlite3_stmt*> Connection::prepare_cached(const QueryInfo& query) {
   return st;
 }
 
-Result<Verdict> Connection::classify(std::string_view sql, int* parameters) {
+Result<AccessVerdict> Connection::judge_access(std::string_view sql, int* parameters) {
   AuthLog log;
   sqlite3_stmt* stmt = nullptr;
   const char* tail = nullptr;
@@ -242,7 +242,7 @@ Result<Verdict> Connection::classify(std::string_view sql, int* parameters) {
   if (rc == SQLITE_OK && stmt == nullptr) {
     return sqlite_status(SQLITE_ERROR, cat({"no SQL statement in '", sql_excerpt(sql), "'"}));
   }
-  Verdict v{Access::kWrite, Effect::kWrite};
+  AccessVerdict v{Access::kWrite, Effect::kWrite};
   bool more = false;
   if (stmt != nullptr) {
     const std::string_view rest(tail, static_cast<std::size_t>(sql.data() + sql.size() - tail));

@@ -66,7 +66,7 @@ class Connection {
   // Prepares `sql` (refusing, on a read connection, anything that would change the
   // connection while being prepared) and decides whether it is a read (see
   // sqlite_query.hpp). Nothing is kept.
-  Result<Verdict> classify(std::string_view sql, int* parameters = nullptr);
+  Result<AccessVerdict> judge_access(std::string_view sql, int* parameters = nullptr);
   // Runs every statement of `sql` in order; transaction control is refused.
   Status run_script(std::string_view sql);
 

@@ -245,10 +245,10 @@ Status DatabaseImpl::check_owner(const QueryInfo* info) const {
   return Status();
 }
 
-Result<Verdict> DatabaseImpl::classify(std::string_view sql, int* parameters) {
+Result<AccessVerdict> DatabaseImpl::judge_access(std::string_view sql, int* parameters) {
   Lease lease;
   if (Status s = acquire_reader(lease); !s.ok()) return s;
-  return lease.conn_->classify(sql, parameters);
+  return lease.conn_->judge_access(sql, parameters);
 }
 
 Result<Query> DatabaseImpl::prepare(std::string_view sql, Connection* on) {
@@ -259,8 +259,8 @@ Result<Query> DatabaseImpl::prepare(std::string_view sql, Connection* on) {
   }
   // Classify outside the lock: it prepares, which reads the schema and may wait for a lock.
   int parameters = -1;
-  Result<Verdict> verdict =
-      on != nullptr ? on->classify(sql, &parameters) : classify(sql, &parameters);
+  Result<AccessVerdict> verdict =
+      on != nullptr ? on->judge_access(sql, &parameters) : judge_access(sql, &parameters);
   if (!verdict.ok()) return verdict.status();
   auto info = std::make_shared<QueryInfo>();
   info->owner = id;
@@ -498,8 +498,8 @@ Result<Query> Database::prepare(std::string_view sql) {
   return impl_->prepare(sql, nullptr);
 }
 
-Result<Verdict> Database::classify(std::string_view sql) {
-  return impl_->classify(sql);
+Result<AccessVerdict> Database::judge_access(std::string_view sql) {
+  return impl_->judge_access(sql);
 }
 
 Result<Transaction> Database::begin(TxnMode mode) {

@@ -72,7 +72,7 @@ class DatabaseImpl {
   // The registered (or, when the cache is full, unregistered) Query for `sql`. Classifies
   // new SQL on `on` if given (a writer inside a transaction), else on a read connection.
   Result<Query> prepare(std::string_view sql, Connection* on);
-  Result<Verdict> classify(std::string_view sql, int* parameters = nullptr);
+  Result<AccessVerdict> judge_access(std::string_view sql, int* parameters = nullptr);
   // The statement for `info` on `conn`: borrowed from its cache, or owned when uncached.
   Status statement_on(Connection& conn, const QueryInfo& info, bool in_transaction, Statement& out);
   // The Query behind a QueryRef, checked to belong to this database.

@@ -56,8 +56,9 @@ Result<Query> ResilientDatabase::prepare(std::string_view sql) {
   return resolve(sql);
 }
 
-Result<Verdict> ResilientDatabase::classify(std::string_view sql) {
-  return run(shield_, Operation::read("sqlite.classify"), [&] { return db_->classify(sql); });
+Result<AccessVerdict> ResilientDatabase::judge_access(std::string_view sql) {
+  return run(shield_, Operation::read("sqlite.judge_access"),
+             [&] { return db_->judge_access(sql); });
 }
 
 Result<Transaction> ResilientDatabase::begin(TxnMode mode) {

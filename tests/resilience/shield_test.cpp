@@ -452,8 +452,8 @@ TEST(Shield, APlaceComesBackWhenTheAttemptFailsOrTheCallIsGone) {
   ASSERT_EQ(gone->admit(clock.now()).kind, Shield::Admission::Kind::kWait);
   ASSERT_EQ(waiter.admit(clock.now()).kind, Shield::Admission::Kind::kWait);
   // The attempt fails with a fault that is retried: its place goes to the first waiter.
-  const Shield::Verdict v = failing.failed(std::move(a.permit), overload(), clock.now(), {});
-  EXPECT_EQ(v.kind, Shield::Verdict::Kind::kRetry);
+  const RetryDecision v = failing.failed(std::move(a.permit), overload(), clock.now(), {});
+  EXPECT_TRUE(v.retry);
   EXPECT_TRUE(gone->woken());
   // That request goes away holding the place (an exception, a cancelled request): the
   // place goes on to the next.

@@ -187,8 +187,8 @@ class Storm {
       finish(r, Status());
       return;
     }
-    Shield::Verdict v = r.call.failed(std::move(r.permit), overload(), clock_.now(), kLatency);
-    if (v.kind == Shield::Verdict::Kind::kStop) {
+    RetryDecision v = r.call.failed(std::move(r.permit), overload(), clock_.now(), kLatency);
+    if (!v.retry) {
       finish(r, std::move(v.status));
       return;
     }

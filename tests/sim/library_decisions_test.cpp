@@ -238,8 +238,8 @@ void replay_shields(const Scenario& s, const Strategy& st, Seen& seen) {
         ASSERT_EQ(e.at - e.latency, earliest[e.request]) << "request " << e.request;
         ASSERT_TRUE(rec.status.has_value());
         Replayed& r = live[e.request];
-        const Shield::Verdict v = r.call->failed(std::move(r.permit), *rec.status, e.at, e.latency);
-        ASSERT_EQ(e.retry, v.kind == Shield::Verdict::Kind::kRetry) << "request " << e.request;
+        const RetryDecision v = r.call->failed(std::move(r.permit), *rec.status, e.at, e.latency);
+        ASSERT_EQ(e.retry, v.retry) << "request " << e.request;
         if (e.retry) {
           ASSERT_EQ(e.delay, v.delay) << "request " << e.request;
           ++seen.retries;

@@ -47,7 +47,7 @@ class Classification : public ::testing::TestWithParam<Case> {
 
 TEST_P(Classification, TheEngineDecidesReadOrWrite) {
   const Case& c = GetParam();
-  Result<Verdict> v = db().classify(c.sql);
+  Result<AccessVerdict> v = db().judge_access(c.sql);
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   EXPECT_EQ(v->access, c.access) << to_string(v->effect) << ": " << v->reason();
   EXPECT_EQ(v->effect, c.effect) << v->reason();
@@ -95,10 +95,10 @@ TEST(ClassificationErrors, SqlThatDoesNotPrepareIsAnErrorNotAVerdict) {
   Options options;
   options.path = ":memory:";
   Database db = Database::open(options).value();
-  Result<Verdict> bad = db.classify("SELEC 1");
+  Result<AccessVerdict> bad = db.judge_access("SELEC 1");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("syntax error"));
-  Result<Verdict> empty = db.classify("  -- nothing here\n");
+  Result<AccessVerdict> empty = db.judge_access("  -- nothing here\n");
   ASSERT_FALSE(empty.ok());
   EXPECT_THAT(std::string(empty.status().message()), HasSubstr("no SQL statement"));
 }
@@ -130,7 +130,7 @@ TEST(ReadPath, AFunctionThatWritesIsRefusedByQueryOnlyAndNeverApplied) {
   Result<ResilientDatabase> db = ResilientDatabase::open(options);
   ASSERT_TRUE(db.ok()) << db.status().to_string();
   ASSERT_TRUE(db->execute("CREATE TABLE hits(n INTEGER)").ok());
-  ASSERT_EQ(db->classify("SELECT bump()")->access, Access::kRead);
+  ASSERT_EQ(db->judge_access("SELECT bump()")->access, Access::kRead);
 
   Result<std::optional<std::int64_t>> r = db->query_one<std::int64_t>("SELECT bump()");
   ASSERT_FALSE(r.ok());
@@ -166,7 +166,7 @@ TEST(ReadPath, APragmaThatWouldWriteIsRefusedByQueryOnlyAndNeverApplied) {
   ASSERT_TRUE(db.query_one<std::int64_t>("SELECT count(*) FROM t WHERE a = ?", 3).ok());
   // PRAGMA optimize is read-only to sqlite3_stmt_readonly(), but after that query it runs
   // ANALYZE, which writes sqlite_stat1.
-  ASSERT_EQ(db.classify("PRAGMA optimize")->access, Access::kRead);
+  ASSERT_EQ(db.judge_access("PRAGMA optimize")->access, Access::kRead);
   Result<Exec> r = db.execute("PRAGMA optimize");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().sqlite_code() & 0xff, kReadOnly) << r.status().to_string();
@@ -187,7 +187,7 @@ TEST(ReadPath, ClassifyingPragmaQueryOnlyOffDoesNotSwitchOffTheReadConnection) {
   // read connection and must not switch its protection off.
   for (const char* sql : {"PRAGMA query_only=0", "PRAGMA query_only(false)",
                           "EXPLAIN PRAGMA query_only=0", "SELECT 1; PRAGMA query_only=0"}) {
-    ASSERT_EQ(db.classify(sql)->access, Access::kWrite) << sql;
+    ASSERT_EQ(db.judge_access(sql)->access, Access::kWrite) << sql;
   }
   EXPECT_EQ(db.query_one<std::int64_t>("PRAGMA query_only")->value_or(-1), 1);
   // And a statement misjudged as a read still cannot write there.
