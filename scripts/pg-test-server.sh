@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL server for the tests, on a free loopback port, in a temporary
-# folder, with trust authentication for loopback connections.
+# folder, with trust authentication for loopback connections; optionally with a streaming
+# hot standby of it (HOLDFAST_PG_STANDBY=1).
 #
-#   scripts/pg-test-server.sh start   prints ONLY the connection URL on stdout
-#   scripts/pg-test-server.sh stop    stops it (pg_ctl stop -m fast) and removes its folder
-#   scripts/pg-test-server.sh down    stops the server but keeps its folder and port
-#   scripts/pg-test-server.sh up      starts it again after `down` (same data, same port)
-#   scripts/pg-test-server.sh url     prints the URL of the running server
+#   scripts/pg-test-server.sh start         prints ONLY the primary's connection URL on stdout
+#   scripts/pg-test-server.sh stop          stops both servers (pg_ctl stop -m fast) and
+#                                           removes their folder
+#   scripts/pg-test-server.sh down          stops the primary but keeps its folder and port
+#   scripts/pg-test-server.sh up            starts it again after `down` (same data, same port)
+#   scripts/pg-test-server.sh url           prints the URL of the running primary
+#   scripts/pg-test-server.sh standby-url   prints the URL of the standby
+#   scripts/pg-test-server.sh standby-down  stops the standby (keeps its folder and port)
+#   scripts/pg-test-server.sh standby-up    starts it again after standby-down
+#
+# The standby is made with `pg_basebackup -R -X stream` from the running primary (a fast
+# checkpoint, no fsync: well under a second on a fresh cluster) and started with
+# hot_standby=on, so it answers reads (pg_is_in_recovery() is true) and replays the
+# primary's WAL as it streams in. Both listen on 127.0.0.1 only. A start that fails half
+# way stops whatever it started and removes the folder.
 #
 # The server refuses to run as root, so when this script runs as root (CI does) every
 # server binary runs as the `postgres` OS user; otherwise as the calling user.
@@ -15,7 +26,9 @@
 #   HOLDFAST_PG_STATE_DIR        where the state file lives
 #                                (default ${TMPDIR:-/tmp}/holdfast-pg-test); tests that
 #                                need a private server of their own pass another folder
-#   HOLDFAST_PG_MAX_CONNECTIONS  max_connections (default 64)
+#   HOLDFAST_PG_MAX_CONNECTIONS  max_connections (default 64; the standby gets the same, as
+#                                a hot standby must)
+#   HOLDFAST_PG_STANDBY          1: `start` also makes and starts the standby
 #   HOLDFAST_PG_BINDIR           server binaries (default /usr/lib/postgresql/15/bin, else
 #                                the newest /usr/lib/postgresql/*/bin)
 #
@@ -23,7 +36,8 @@
 # names a standby that never exists while synchronous_commit defaults to `local`, so no
 # COMMIT ever waits for it -- except in a session that sets synchronous_commit=on, which
 # is how the commit-in-doubt test makes a COMMIT hang after it committed locally
-# (docs/adr/0004-postgres-read-path-and-commit-in-doubt.md).
+# (docs/adr/0004-postgres-read-path-and-commit-in-doubt.md). The real standby reports as
+# `holdfast_standby`, not that name, so it never makes a COMMIT wait either.
 set -euo pipefail
 
 die() {
@@ -73,15 +87,77 @@ load_state() {
   source "$state_file"
 }
 
+common_options() {
+  echo "-k $root -c listen_addresses=127.0.0.1 -c max_connections=$max_connections" \
+    "-c fsync=off -c full_page_writes=off"
+}
+
 server_options() {
-  echo "-p $port -k $root -c listen_addresses=127.0.0.1 -c max_connections=$max_connections" \
-    "-c fsync=off -c full_page_writes=off -c synchronous_commit=local" \
+  echo "-p $port $(common_options) -c synchronous_commit=local" \
     "-c synchronous_standby_names=holdfast_absent_standby"
+}
+
+standby_options() {
+  echo "-p $standby_port $(common_options) -c hot_standby=on -c cluster_name=holdfast_standby"
 }
 
 pg_start() {
   as_server_user "$bindir/pg_ctl" -D "$data_dir" -l "$root/server.log" -w -t 30 \
     -o "$(server_options)" start >/dev/null
+}
+
+standby_start() {
+  as_server_user "$bindir/pg_ctl" -D "$standby_dir" -l "$root/standby.log" -w -t 30 \
+    -o "$(standby_options)" start >/dev/null
+}
+
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    if [[ "$p" != "${port:-}" ]] && ! port_in_use "$p"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+# Set while `start` runs: the folder a failure half way must remove, after stopping
+# whatever it started.
+starting_root=""
+abandon_start() {
+  [[ -n "$starting_root" ]] || return 0
+  local dir
+  for dir in "${standby_dir:-}" "${data_dir:-}"; do
+    if [[ -n "$dir" && -f "$dir/postmaster.pid" ]]; then
+      as_server_user "$bindir/pg_ctl" -D "$dir" -m immediate -w -t 10 stop >/dev/null 2>&1 ||
+        true
+    fi
+  done
+  rm -rf "$starting_root"
+  rm -f "$state_file"
+}
+
+# Makes the standby from the running primary and starts it.
+make_standby() {
+  standby_dir="$root/standby"
+  if ! as_server_user "$bindir/pg_basebackup" -h 127.0.0.1 -p "$port" -U postgres \
+    -D "$standby_dir" -R -X stream -c fast --no-sync >"$root/basebackup.log" 2>&1; then
+    cat "$root/basebackup.log" >&2
+    die "pg_basebackup failed"
+  fi
+  local tries=0
+  while :; do
+    standby_port="$(free_port)"
+    tries=$((tries + 1))
+    if standby_start; then break; fi
+    if [[ $tries -ge 8 ]]; then
+      tail -n 20 "$root/standby.log" >&2 || true
+      die "the standby did not start (see the log above)"
+    fi
+    note "port $standby_port did not work for the standby; trying another"
+  done
+  standby_url="postgresql://postgres@127.0.0.1:$standby_port/postgres"
 }
 
 cmd_start() {
@@ -98,12 +174,21 @@ cmd_start() {
         "stop it first, or set HOLDFAST_PG_STATE_DIR for another one"
     fi
     note "removing the state of a server that is no longer running ($state_file)"
+    if [[ -n "${standby_dir:-}" ]]; then
+      as_server_user "$bindir/pg_ctl" -D "$standby_dir" -m immediate -w -t 10 stop \
+        >/dev/null 2>&1 || true
+    fi
     rm -rf "$root"
     rm -f "$state_file"
   fi
+  standby_dir=""
+  standby_port=""
+  standby_url=""
   mkdir -p "$state_dir"
 
   root="$(mktemp -d "${TMPDIR:-/tmp}/holdfast-pg.XXXXXX")"
+  starting_root="$root"
+  trap abandon_start EXIT
   chmod 700 "$root"
   if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root"; fi
   as_server_user test -w "$root" ||
@@ -112,23 +197,21 @@ cmd_start() {
   if ! as_server_user "$bindir/initdb" -D "$data_dir" -U postgres -A trust -E UTF8 \
     --no-sync --locale=C >"$root/initdb.log" 2>&1; then
     cat "$root/initdb.log" >&2
-    rm -rf "$root"
     die "initdb failed"
   fi
 
   local tries=0
   while :; do
-    port=$((20000 + RANDOM % 40000))
+    port="$(free_port)"
     tries=$((tries + 1))
-    if port_in_use "$port"; then continue; fi
     if pg_start; then break; fi
     if [[ $tries -ge 8 ]]; then
       tail -n 20 "$root/server.log" >&2 || true
-      rm -rf "$root"
       die "the server did not start (see the log above)"
     fi
     note "port $port did not work; trying another"
   done
+  if [[ "${HOLDFAST_PG_STANDBY:-0}" == "1" ]]; then make_standby; fi
 
   url="postgresql://postgres@127.0.0.1:$port/postgres"
   cat >"$state_file" <<EOF
@@ -139,7 +222,12 @@ pid_file='$data_dir/postmaster.pid'
 bindir='$bindir'
 max_connections='$max_connections'
 url='$url'
+standby_dir='$standby_dir'
+standby_port='$standby_port'
+standby_url='$standby_url'
 EOF
+  starting_root=""
+  trap - EXIT
   echo "$url"
 }
 
@@ -147,6 +235,10 @@ cmd_stop() {
   if ! load_state; then
     note "no test server recorded in $state_file; nothing to stop"
     return 0
+  fi
+  if [[ -n "${standby_dir:-}" ]]; then
+    as_server_user "$bindir/pg_ctl" -D "$standby_dir" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+      true
   fi
   as_server_user "$bindir/pg_ctl" -D "$data_dir" -m fast -w -t 30 stop >/dev/null 2>&1 || true
   rm -rf "$root"
@@ -169,14 +261,38 @@ cmd_url() {
   echo "$url"
 }
 
+load_standby() {
+  load_state || die "no test server recorded in $state_file"
+  [[ -n "${standby_dir:-}" ]] ||
+    die "the test server at $url has no standby (start it with HOLDFAST_PG_STANDBY=1)"
+}
+
+cmd_standby_url() {
+  load_standby
+  echo "$standby_url"
+}
+
+cmd_standby_down() {
+  load_standby
+  as_server_user "$bindir/pg_ctl" -D "$standby_dir" -m fast -w -t 30 stop >/dev/null
+}
+
+cmd_standby_up() {
+  load_standby
+  standby_start || die "the standby did not start again (see $root/standby.log)"
+}
+
 case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   down) cmd_down ;;
   up) cmd_up ;;
   url) cmd_url ;;
+  standby-url) cmd_standby_url ;;
+  standby-down) cmd_standby_down ;;
+  standby-up) cmd_standby_up ;;
   *)
-    echo "usage: $0 start|stop|down|up|url" >&2
+    echo "usage: $0 start|stop|down|up|url|standby-url|standby-down|standby-up" >&2
     exit 2
     ;;
 esac

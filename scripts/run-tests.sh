@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test with ctest for a configured and built preset. When the project has a
-# PostgreSQL test server script, starts a throwaway server first and always stops it,
-# also when tests fail.
+# PostgreSQL test server script, starts a throwaway primary and its streaming hot standby
+# first (HOLDFAST_TEST_PG_URL, HOLDFAST_TEST_PG_STANDBY_URL) and always stops them, also
+# when tests fail.
 set -euo pipefail
 preset="${1:-debug}"
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,10 +15,13 @@ cleanup() {
 trap cleanup EXIT
 
 if [[ -x scripts/pg-test-server.sh ]]; then
-  if url="$(scripts/pg-test-server.sh start)"; then
+  if url="$(HOLDFAST_PG_STANDBY=1 scripts/pg-test-server.sh start)"; then
     pg_started=1
     export HOLDFAST_TEST_PG_URL="$url"
-    echo "run-tests: PostgreSQL test server at $url"
+    HOLDFAST_TEST_PG_STANDBY_URL="$(scripts/pg-test-server.sh standby-url)"
+    export HOLDFAST_TEST_PG_STANDBY_URL
+    echo "run-tests: PostgreSQL test server at $url, its hot standby at" \
+         "$HOLDFAST_TEST_PG_STANDBY_URL"
   elif [[ "${CI:-}" == "true" ]]; then
     echo "run-tests: could not start the PostgreSQL test server; on CI the PostgreSQL" \
          "tests must run" >&2

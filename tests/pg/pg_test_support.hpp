@@ -24,6 +24,13 @@ inline std::string server_url() {
   return url != nullptr ? std::string(url) : std::string();
 }
 
+// The URL of the shared test server's streaming hot standby (HOLDFAST_TEST_PG_STANDBY_URL,
+// exported by scripts/run-tests.sh), or "".
+inline std::string standby_url() {
+  const char* url = std::getenv("HOLDFAST_TEST_PG_STANDBY_URL");
+  return url != nullptr ? std::string(url) : std::string();
+}
+
 // Skips the test loudly when there is no server.
 #define HOLDFAST_REQUIRE_PG_SERVER()                                                     \
   do {                                                                                   \
@@ -32,6 +39,17 @@ inline std::string server_url() {
                       "set). Run `make test` or scripts/run-tests.sh, which start one "  \
                       "with scripts/pg-test-server.sh.";                                 \
     }                                                                                    \
+  } while (0)
+
+// Skips the test loudly when there is no server with a hot standby.
+#define HOLDFAST_REQUIRE_PG_STANDBY()                                                      \
+  do {                                                                                     \
+    HOLDFAST_REQUIRE_PG_SERVER();                                                          \
+    if (::holdfast::pgtest::standby_url().empty()) {                                       \
+      GTEST_SKIP() << "SKIPPED: no PostgreSQL hot standby (HOLDFAST_TEST_PG_STANDBY_URL "  \
+                      "is not set). Run `make test` or scripts/run-tests.sh, which start " \
+                      "one with HOLDFAST_PG_STANDBY=1 scripts/pg-test-server.sh.";         \
+    }                                                                                      \
   } while (0)
 
 // A name no other test process uses: "<prefix>_<pid>_<n>".
@@ -118,15 +136,21 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 // A throwaway server of the test's own (scripts/pg-test-server.sh with a private state
-// folder), for tests that stop and restart it.
+// folder), for tests that stop and restart it; with a streaming hot standby of its own when
+// asked.
 class PrivateServer {
  public:
-  explicit PrivateServer(int max_connections = 20) {
+  explicit PrivateServer(int max_connections = 20, bool with_standby = false)
+      : with_standby_(with_standby) {
     char dir[] = "/tmp/holdfast-pg-private-XXXXXX";
     if (::mkdtemp(dir) == nullptr) return;
     state_dir_ = dir;
     const std::string out = run("start", max_connections);
     if (out.rfind("postgresql://", 0) == 0) url_ = out;
+    if (!url_.empty() && with_standby) {
+      const std::string standby = run("standby-url", 0);
+      if (standby.rfind("postgresql://", 0) == 0) standby_url_ = standby;
+    }
   }
   ~PrivateServer() {
     if (!state_dir_.empty()) {
@@ -138,14 +162,19 @@ class PrivateServer {
   PrivateServer& operator=(const PrivateServer&) = delete;
 
   [[nodiscard]] const std::string& url() const { return url_; }
+  // "" unless made with_standby (and it started).
+  [[nodiscard]] const std::string& standby_url() const { return standby_url_; }
   bool down() { return run("down", 0) != "error"; }
   bool up() { return run("up", 0) != "error"; }
+  bool standby_down() { return run("standby-down", 0) != "error"; }
+  bool standby_up() { return run("standby-up", 0) != "error"; }
 
  private:
   std::string run(const char* verb, int max_connections) {
     std::string cmd = "HOLDFAST_PG_STATE_DIR='" + state_dir_ + "'";
     if (max_connections > 0)
       cmd += " HOLDFAST_PG_MAX_CONNECTIONS=" + std::to_string(max_connections);
+    if (with_standby_) cmd += " HOLDFAST_PG_STANDBY=1";
     cmd += std::string(" '") + HOLDFAST_PG_TEST_SERVER_SCRIPT + "' " + verb;
     FILE* p = ::popen(cmd.c_str(), "r");
     if (p == nullptr) return "error";
@@ -159,8 +188,10 @@ class PrivateServer {
     return rc == 0 ? out : "error";
   }
 
+  bool with_standby_ = false;
   std::string state_dir_;
   std::string url_;
+  std::string standby_url_;
 };
 
 }  // namespace holdfast::pgtest
