@@ -36,6 +36,7 @@
 #ifdef HOLDFAST_HAVE_PG
 #include "holdfast/postgres_connection.hpp"
 #include "holdfast/postgres_log_store.hpp"
+#include "holdfast/postgres_url.hpp"
 #endif
 
 namespace holdfast::cli {

@@ -21,6 +21,9 @@
 
 #include "club_store.hpp"
 #include "commands.hpp"
+#ifdef HOLDFAST_HAVE_PG
+#include "holdfast/postgres_url.hpp"
+#endif
 #include "logging.hpp"
 #include "server.hpp"
 #include "validators.hpp"
@@ -115,8 +118,12 @@ void run_panel(const PanelArgs& args) {
     fmt::print(stderr, "error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
+#ifdef HOLDFAST_HAVE_PG
   const std::string where =
-      args.pg.empty() ? std::string() : ", PostgreSQL " + panel::masked_pg_url(args.pg);
+      args.pg.empty() ? std::string() : ", PostgreSQL " + holdfast::pg::redact_password(args.pg);
+#else
+  const std::string where;  // without libpq no store opens on a PostgreSQL URL
+#endif
   fmt::print("panel ({}{}) on http://{}:{}/login - sign in as Ada.Nowak@club.example / demo\n",
              args.strategy, where, args.host, server.port());
   // A one-time link that signs the demo user in (valid for 10 minutes).

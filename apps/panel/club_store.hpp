@@ -159,14 +159,6 @@ class ClubStore {
   std::unique_ptr<OriginBreaker> origin_breaker_;
 };
 
-// `url` (a PostgreSQL URL or key=value connection string) with its password -- in the
-// user-info part, a `password=` query parameter or keyword -- replaced by "***", so that it
-// can be printed.
-[[nodiscard]] std::string masked_pg_url(std::string_view url);
-// `text` with every occurrence of `url`'s password (if it has one of 4 or more characters)
-// replaced by "***": for error messages a driver built from the URL.
-[[nodiscard]] std::string without_pg_password(std::string_view text, std::string_view url);
-
 template <class F>
 auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
   using R = std::invoke_result_t<F&>;

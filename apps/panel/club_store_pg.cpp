@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "demo_data.hpp"
+#include "holdfast/postgres_url.hpp"
 #include "holdfast/window.hpp"
 #include "idempotency.hpp"
 
@@ -273,11 +274,11 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
 }  // namespace
 
 Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
-  std::string where = masked_pg_url(options.pg_url);
+  std::string where = pg::redact_password(options.pg_url);
   const auto failed = [&](const Status& why) {
     Status s(why.code(),
              fmt::format("cannot use PostgreSQL at {}: {}", where,
-                         without_pg_password(why.message(), options.pg_url)),
+                         pg::without_password(why.message(), options.pg_url)),
              why.fault());
     s.with_sqlstate(why.sqlstate());
     return s;

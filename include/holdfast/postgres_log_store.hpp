@@ -136,10 +136,6 @@ class PgLogStore final : public LogStore {
   std::atomic<int> writer_pid_{0};
 };
 
-// `url` without its password: the userinfo password and a `password` query parameter of a
-// URL, or the password keyword of key=value conninfo, are left out. For messages and logs.
-[[nodiscard]] std::string redact_password(std::string_view url);
-
 // Appends `text` to `out` as one double-quoted element of a PostgreSQL array literal: '"'
 // and '\' escaped, NUL bytes dropped, invalid UTF-8 replaced by U+FFFD. Returns true when
 // it had to drop or replace something.

@@ -1,4 +1,5 @@
 #include "holdfast/postgres_log_store.hpp"
+#include "holdfast/postgres_url.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -94,79 +95,6 @@ std::uint64_t build_array(std::string& out, std::size_t n, Get&& value) {
   return changed;
 }
 
-// Skips spaces in key=value conninfo.
-std::size_t skip_spaces(std::string_view s, std::size_t i) noexcept {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
-    ++i;
-  return i;
-}
-
-std::string redact_keywords(std::string_view s) {
-  // key = value pairs; a value is bare (up to a space) or single-quoted with backslash
-  // escapes (libpq's conninfo syntax).
-  std::string out;
-  std::size_t i = skip_spaces(s, 0);
-  while (i < s.size()) {
-    const std::size_t key_start = i;
-    while (i < s.size() && s[i] != '=' && s[i] != ' ' && s[i] != '\t')
-      ++i;
-    const std::string_view key = s.substr(key_start, i - key_start);
-    i = skip_spaces(s, i);
-    if (i < s.size() && s[i] == '=') ++i;
-    i = skip_spaces(s, i);
-    const std::size_t value_start = i;
-    if (i < s.size() && s[i] == '\'') {
-      ++i;
-      while (i < s.size() && s[i] != '\'')
-        i += (s[i] == '\\' && i + 1 < s.size()) ? 2 : 1;
-      if (i < s.size()) ++i;
-    } else {
-      while (i < s.size() && s[i] != ' ' && s[i] != '\t' && s[i] != '\n') {
-        i += (s[i] == '\\' && i + 1 < s.size()) ? 2 : 1;
-      }
-    }
-    if (key != "password") {
-      if (!out.empty()) out.push_back(' ');
-      out.append(key);
-      out.push_back('=');
-      out.append(s.substr(value_start, i - value_start));
-    }
-    i = skip_spaces(s, i);
-  }
-  return out;
-}
-
-std::string redact_uri(std::string_view s) {
-  const std::size_t scheme = s.find("://");
-  std::string out(s.substr(0, scheme + 3));
-  std::string_view rest = s.substr(scheme + 3);
-  // libpq takes everything before an '@' that comes before any '/' as user[:password].
-  const std::size_t at = rest.find_first_of("@/");
-  if (at != std::string_view::npos && rest[at] == '@') {
-    const std::string_view userinfo = rest.substr(0, at);
-    out.append(userinfo.substr(0, userinfo.find(':')));
-    rest = rest.substr(at);
-  }
-  const std::size_t query = rest.find('?');
-  out.append(rest.substr(0, query));
-  if (query == std::string_view::npos) return out;
-  // Query parameters, without password=...
-  std::string_view params = rest.substr(query + 1);
-  char sep = '?';
-  while (!params.empty()) {
-    const std::size_t amp = params.find('&');
-    const std::string_view param = params.substr(0, amp);
-    if (param.substr(0, param.find('=')) != "password" && !param.empty()) {
-      out.push_back(sep);
-      out.append(param);
-      sep = '&';
-    }
-    if (amp == std::string_view::npos) break;
-    params.remove_prefix(amp + 1);
-  }
-  return out;
-}
-
 std::string ms_text(Duration d) {
   return std::to_string(
       std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(d).count()));
@@ -179,11 +107,6 @@ Status internal_failure(std::string_view what, const std::exception* e) {
 }
 
 }  // namespace
-
-std::string redact_password(std::string_view url) {
-  if (url.find("://") != std::string_view::npos) return redact_uri(url);
-  return redact_keywords(url);
-}
 
 bool append_array_element(std::string& out, std::string_view text) {
   bool changed = false;

@@ -17,6 +17,7 @@
 #include "demo_data.hpp"
 #include "hardening_checks.hpp"
 #include "holdfast/logger.hpp"
+#include "holdfast/postgres_url.hpp"
 #include "pg_test_support.hpp"
 #include "server.hpp"
 
@@ -383,11 +384,11 @@ TEST(PanelPgStart, AnUnreachableServerOrABadUrlIsAClearStatusNamingTheUrlWithout
   EXPECT_EQ(bad.status().to_string().find("s3cretpw"), std::string::npos)
       << bad.status().to_string();
 
-  EXPECT_EQ(masked_pg_url("host=db port=5432 password='a b\\'c' user=app"),
+  EXPECT_EQ(pg::redact_password("host=db port=5432 password='a b\\'c' user=app"),
             "host=db port=5432 password='***' user=app");
-  EXPECT_EQ(masked_pg_url("postgresql://app@db/club?sslmode=disable&password=xyz"),
+  EXPECT_EQ(pg::redact_password("postgresql://app@db/club?sslmode=disable&password=xyz"),
             "postgresql://app@db/club?sslmode=disable&password=***");
-  EXPECT_EQ(masked_pg_url("postgresql://app@db:5432/club"), "postgresql://app@db:5432/club");
+  EXPECT_EQ(pg::redact_password("postgresql://app@db:5432/club"), "postgresql://app@db:5432/club");
 }
 
 TEST_F(PanelPgTest, IdempotencyKeysAreScopedToUserAndRouteAndCarryTheRequestFingerprint) {

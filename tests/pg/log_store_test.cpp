@@ -18,6 +18,7 @@
 #include "holdfast/database_sink.hpp"
 #include "holdfast/logger.hpp"
 #include "holdfast/postgres_log_store.hpp"
+#include "holdfast/postgres_url.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {
@@ -143,16 +144,21 @@ TEST(PgLogStoreOptions, BadOptionsAreRefusedNamingTheField) {
   EXPECT_NE(PgLogStore::open(o).status().message().find("lock_timeout"), std::string_view::npos);
 }
 
-TEST(PgLogStoreOptions, RedactPasswordLeavesOutEveryFormOfThePassword) {
+TEST(PgLogStoreOptions, RedactPasswordMasksEveryFormOfThePassword) {
   EXPECT_EQ(redact_password("postgresql://logger:s3cret@db.example:5432/club?sslmode=disable&"
                             "password=other&application_name=x"),
-            "postgresql://logger@db.example:5432/club?sslmode=disable&application_name=x");
+            "postgresql://logger:***@db.example:5432/club?sslmode=disable&password=***&"
+            "application_name=x");
   EXPECT_EQ(redact_password("postgres://db.example/club?password=other"),
-            "postgres://db.example/club");
+            "postgres://db.example/club?password=***");
   EXPECT_EQ(redact_password("postgresql://db.example/club"), "postgresql://db.example/club");
   EXPECT_EQ(redact_password("host=127.0.0.1 password='my s3cret\\'s' dbname=club"),
-            "host=127.0.0.1 dbname=club");
-  EXPECT_EQ(redact_password("host=h password = abc user=u"), "host=h user=u");
+            "host=127.0.0.1 password='***' dbname=club");
+  EXPECT_EQ(redact_password("host=h password = abc user=u"), "host=h password = *** user=u");
+  EXPECT_EQ(redact_password("host=h junk password=s3cret"), "host=h junk password=***")
+      << "a word without a value does not stop the search";
+  EXPECT_EQ(without_password("FATAL: role x password s3cret failed", "host=h password=s3cret"),
+            "FATAL: role x password *** failed");
 }
 
 TEST(PgLogStoreOptions, AFailedOpenNamesTheUrlWithoutThePassword) {
@@ -161,7 +167,8 @@ TEST(PgLogStoreOptions, AFailedOpenNamesTheUrlWithoutThePassword) {
   auto r = PgLogStore::open(o);
   ASSERT_FALSE(r.ok());
   const std::string message(r.status().message());
-  EXPECT_NE(message.find("postgresql://logger@127.0.0.1:1/club?sslmode=disable"), std::string::npos)
+  EXPECT_NE(message.find("postgresql://logger:***@127.0.0.1:1/club?sslmode=disable"),
+            std::string::npos)
       << message;
   EXPECT_EQ(message.find("s3cret"), std::string::npos) << message;
   EXPECT_EQ(r.status().code(), Code::kUnavailable) << r.status().to_string();
