@@ -10,6 +10,10 @@ packages=(
   libpq-dev postgresql
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  # the drivers people already use, for holdfast's adapters (include/holdfast/adapters/)
+  libpqxx-dev libsqlitecpp-dev libasio-dev
+  # the PostgreSQL drill's connection pooler (transaction mode)
+  pgbouncer
 )
 # Extra packages a part of the project asks for (the browser test adds chromium).
 if [[ -f "$(dirname "$0")/extra-packages.txt" ]]; then
