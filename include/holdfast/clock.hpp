@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace holdfast {
@@ -121,5 +122,9 @@ class ManualClock final : public Clock {
   std::vector<Sleeper*> sleepers_;
   std::uint64_t next_order_ = 0;
 };
+
+// `d` for messages: "1500 ms"; a wait rounds up to the millisecond, so a non-zero wait
+// never reads "0 ms"; under a millisecond either way, microseconds ("-250 us").
+[[nodiscard]] std::string ms_text(Duration d);
 
 }  // namespace holdfast

@@ -10,10 +10,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string ms_text(Duration d) {
-  return std::to_string(std::chrono::duration<double, std::milli>(d).count()) + " ms";
-}
-
 Duration scale(Duration d, double k) noexcept {
   return Duration(static_cast<Duration::rep>(static_cast<double>(d.count()) * k));
 }

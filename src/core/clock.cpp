@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 namespace holdfast {
@@ -149,6 +150,19 @@ std::size_t ManualClock::sleepers() const {
   for (const Sleeper* s : sleepers_)
     waiting += s->released ? 0 : 1;
   return waiting;
+}
+
+std::string ms_text(Duration d) {
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  if (d != Duration::zero() && d > -milliseconds(1) && d < milliseconds(1)) {
+    const auto us = d > Duration::zero() ? std::chrono::ceil<microseconds>(d)
+                                         : std::chrono::floor<microseconds>(d);
+    return std::to_string(us.count()) + " us";
+  }
+  const auto ms = d > Duration::zero() ? std::chrono::ceil<milliseconds>(d)
+                                       : std::chrono::floor<milliseconds>(d);
+  return std::to_string(ms.count()) + " ms";
 }
 
 }  // namespace holdfast

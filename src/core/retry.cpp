@@ -8,10 +8,6 @@
 namespace holdfast {
 namespace {
 
-long long to_ms(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
 void default_retry_line(const RetryEvent& e) noexcept {
   // Retries are DEBUG, console only: a WARN would be one more write to the very database
   // that is refusing us (the origin's lesson).
@@ -21,8 +17,7 @@ void default_retry_line(const RetryEvent& e) noexcept {
     line.reserve(160);
     line.append(e.label.empty() ? std::string_view("operation") : e.label);
     line += ": attempt " + std::to_string(e.attempt) + " failed (" + e.status.to_string() +
-            "); retrying in " + std::to_string(to_ms(e.delay)) + " ms, window left " +
-            std::to_string(to_ms(e.window_remaining)) + " ms";
+            "); retrying in " + ms_text(e.delay) + ", window left " + ms_text(e.window_remaining);
     console::write(Level::kDebug, "retry", line);
   } catch (...) {
   }
@@ -61,7 +56,7 @@ RetryPolicy& RetryPolicy::backoff(Backoff b) {
 RetryPolicy& RetryPolicy::window(Duration length) {
   if (length <= Duration::zero()) {
     throw std::invalid_argument("RetryPolicy::window must be greater than zero, got " +
-                                std::to_string(to_ms(length)) + " ms");
+                                ms_text(length));
   }
   window_ = length;
   return *this;
@@ -70,7 +65,7 @@ RetryPolicy& RetryPolicy::window(Duration length) {
 RetryPolicy& RetryPolicy::last_attempt_time(Duration d) {
   if (d < Duration::zero()) {
     throw std::invalid_argument("RetryPolicy::last_attempt_time must not be negative, got " +
-                                std::to_string(to_ms(d)) + " ms");
+                                ms_text(d));
   }
   last_attempt_time_ = d;
   return *this;

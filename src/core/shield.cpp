@@ -7,10 +7,6 @@
 namespace holdfast {
 namespace {
 
-long long to_ms_ceil(Duration d) {
-  return std::chrono::ceil<std::chrono::milliseconds>(d).count();
-}
-
 // Our own shedding: worth trying again later (HTTP 503), but never an overload fault, so
 // it can never feed a breaker.
 constexpr Fault kShedding{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, false};
@@ -20,11 +16,11 @@ constexpr Fault kShedding{RetryScope::kStatement, Outcome::kNotApplied, Pace::kS
 Shield::Options Shield::with_clock(Options options, Clock& clock) {
   if (options.queue_wait < Duration::zero()) {
     throw std::invalid_argument("Shield::Options::queue_wait must not be negative, got " +
-                                std::to_string(to_ms_ceil(options.queue_wait)) + " ms");
+                                ms_text(options.queue_wait));
   }
   if (options.probe_wait < Duration::zero()) {
     throw std::invalid_argument("Shield::Options::probe_wait must not be negative, got " +
-                                std::to_string(to_ms_ceil(options.probe_wait)) + " ms");
+                                ms_text(options.probe_wait));
   }
   options.reads.clock(clock);
   options.writes.clock(clock);
@@ -280,7 +276,7 @@ Shield::Admission Shield::Call::at_capacity(TimePoint now) {
   Status s(Code::kUnavailable,
            "the database of '" + shield.name_ + "' is at its capacity (" +
                std::to_string(static_cast<long long>(shield.limit_.limit())) +
-               " calls at once); retry after " + std::to_string(to_ms_ceil(retry_after)) + " ms",
+               " calls at once); retry after " + ms_text(retry_after),
            kShedding);
   s.with_stop(StopReason::kAtCapacity, attempts_, retry_after);
   return stop(StopReason::kAtCapacity, std::move(s));
@@ -395,7 +391,7 @@ Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, Ti
   shield.metrics_.count_breaker_rejected();
   std::string message = "circuit breaker of '" + shield.name_ + "' is ";
   message += to_string(permit.state());
-  message += "; retry after " + std::to_string(to_ms_ceil(retry_after)) + " ms";
+  message += "; retry after " + ms_text(retry_after);
   Status s(Code::kUnavailable, std::move(message), kShedding);
   s.with_stop(StopReason::kBreakerOpen, attempts_, retry_after);
   return stop(StopReason::kBreakerOpen, std::move(s));

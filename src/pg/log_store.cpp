@@ -95,7 +95,8 @@ std::uint64_t build_array(std::string& out, std::size_t n, Get&& value) {
   return changed;
 }
 
-std::string ms_text(Duration d) {
+// A timeout as PostgreSQL settings take it: whole milliseconds, at least 1.
+std::string setting_ms(Duration d) {
   return std::to_string(
       std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(d).count()));
 }
@@ -147,8 +148,8 @@ PgLogStore::PgLogStore(Options options, std::string display_url)
   connect_.application_name = options_.application_name;
   connect_.keywords = {{"client_encoding", "UTF8"}};
   // Sent with the startup packet: no round trip, and they hold for every statement.
-  connect_.settings = {{"statement_timeout", ms_text(options_.statement_timeout)},
-                       {"lock_timeout", ms_text(options_.lock_timeout)}};
+  connect_.settings = {{"statement_timeout", setting_ms(options_.statement_timeout)},
+                       {"lock_timeout", setting_ms(options_.lock_timeout)}};
   for (const auto& setting : options_.settings)
     connect_.settings.push_back(setting);
   connect_.connect_timeout = options_.connect_timeout;

@@ -21,10 +21,6 @@ std::atomic<std::uint64_t> g_next_database_id{1};
 // the release path.
 constexpr Duration kReaderRecheck = std::chrono::milliseconds(2);
 
-long long to_ms(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
 void validate(const Options& o) {
   if (o.path.empty()) throw std::invalid_argument("Options::path must not be empty");
   if (o.read_connections < 1 || o.read_connections > kMaxReadConnections) {
@@ -33,8 +29,8 @@ void validate(const Options& o) {
              std::to_string(kMaxReadConnections), ", got ", std::to_string(o.read_connections)}));
   }
   if (o.busy_timeout < Duration::zero()) {
-    throw std::invalid_argument(cat({"Options::busy_timeout must not be negative, got ",
-                                     std::to_string(to_ms(o.busy_timeout)), " ms"}));
+    throw std::invalid_argument(
+        cat({"Options::busy_timeout must not be negative, got ", ms_text(o.busy_timeout)}));
   }
   if (o.clock == nullptr) throw std::invalid_argument("Options::clock must not be null");
   if (!holdfast::detail::is_table_name(o.idempotency_table)) {
@@ -134,7 +130,7 @@ TimePoint DatabaseImpl::wait_deadline() const {
 
 Status DatabaseImpl::busy(std::string_view what, TimePoint since) const {
   return sqlite_status(SQLITE_BUSY, cat({"database '", options.path, "' is busy: ", what, " for ",
-                                         std::to_string(to_ms(clock->now() - since)), " ms"}));
+                                         ms_text(clock->now() - since)}));
 }
 
 // The first free connection from the start: a lone thread keeps using the first one, whose
