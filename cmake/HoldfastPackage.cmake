@@ -4,7 +4,8 @@
 #   holdfast_library(<target> <component>)  in the library's own CMakeLists.txt
 #   holdfast_install_package()              once, at the end of the top-level CMakeLists.txt
 #
-# Components: core (Threads), sqlite (SQLite3), pg (libpq), sim (core only).
+# Components: core (Threads), sqlite (SQLite3), pg (libpq), sim (core only), policy (core
+# only: nlohmann-json is header-only and private to its build, docs/adr/0012).
 include_guard(GLOBAL)
 
 # The dependency of each component that a consumer must find for it: the CMake package
@@ -21,6 +22,7 @@ set(HOLDFAST_DESCRIPTION_core "holdfast core: retry policies, breaker, throttle,
 set(HOLDFAST_DESCRIPTION_sqlite "holdfast SQLite driver with resilient reads and writes")
 set(HOLDFAST_DESCRIPTION_pg "holdfast PostgreSQL driver (libpq), pool and resilient paths")
 set(HOLDFAST_DESCRIPTION_sim "holdfast retry-storm simulator")
+set(HOLDFAST_DESCRIPTION_policy "holdfast policy files: Shield options from JSON")
 
 # Version properties on every library; with HOLDFAST_INSTALL, its install rule in the export
 # set of its component.
