@@ -74,9 +74,9 @@ namespace holdfast::pg {
 
 struct DatabaseOptions {
   // The primary: a connection URL or key=value keywords. REQUIRES: not empty.
-  std::string url;
+  std::string url{};
   // Read replicas, preferred for reads in this order.
-  std::vector<std::string> replica_urls;
+  std::vector<std::string> replica_urls{};
   // Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
   std::string name = "pg";
   // Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
@@ -85,9 +85,9 @@ struct DatabaseOptions {
   // pg_stat_activity.application_name of every connection.
   std::string application_name = "holdfast";
   // More session settings for every connection, sent at connect ({"lock_timeout", "2s"}).
-  std::vector<std::pair<std::string, std::string>> settings;
+  std::vector<std::pair<std::string, std::string>> settings{};
   // Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
-  Shield::Options shield;
+  Shield::Options shield{};
   // Cap on one connection attempt (the window may shorten it).
   Duration connect_timeout = std::chrono::seconds(5);
   // Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
@@ -100,6 +100,9 @@ struct DatabaseOptions {
   // The clock of the pools and Shields. nullptr: Clock::system().
   Clock* clock = nullptr;
 };
+
+// The same name as the SQLite driver's: holdfast::pg::Options.
+using Options = DatabaseOptions;
 
 enum class Isolation : std::uint8_t { kDefault, kReadCommitted, kRepeatableRead, kSerializable };
 

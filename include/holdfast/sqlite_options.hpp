@@ -48,7 +48,7 @@ inline constexpr int kMaxReadConnections = 16;
 struct Options {
   // A file path; "file:" URIs are accepted. ":memory:" is one in-memory database shared by
   // all connections of this Database (SQLite's memdb VFS), gone when the Database closes.
-  std::string path;
+  std::string path{};
 
   // Set when the database is opened (it is persistent in the file). Ignored in memory.
   JournalMode journal_mode = JournalMode::kWal;
@@ -85,7 +85,7 @@ struct Options {
   // Called once for every connection right after it opens, before holdfast prepares
   // anything on it: register functions, set connection pragmas. A non-OK Status fails the
   // open. Do not change query_only, the busy handler or the authorizer.
-  std::function<Status(sqlite3*, Role)> on_connect;
+  std::function<Status(sqlite3*, Role)> on_connect{};
 };
 
 }  // namespace holdfast::sqlite

@@ -1,0 +1,51 @@
+// The same three lines on both drivers: open the database, give the request one retry
+// window, then read, or write once under an idempotency key.
+#include <cstdio>
+#include <string>
+
+#include <holdfast/postgres.hpp>
+#include <holdfast/sqlite.hpp>
+
+namespace sqlite = holdfast::sqlite;
+namespace pg = holdfast::pg;
+
+int on_sqlite() {
+  holdfast::Shield reads("club.reads"), writes("club.writes");
+  auto db = sqlite::ResilientDatabase::open({.path = ":memory:"}, reads, writes);
+  if (!db.ok() || !db->execute_script("CREATE TABLE payments(cents INTEGER)").ok() ||
+      !db->create_idempotency_table().ok())
+    return 1;
+
+  holdfast::RequestScope request;  // one 6 s retry window for the whole request
+  auto paid = db->once("order-42", [](sqlite::Transaction& tx) {
+    return tx.execute("INSERT INTO payments(cents) VALUES (?)", 1250).status();
+  });
+  auto total = db->query_one<std::int64_t>("SELECT sum(cents) FROM payments");
+
+  if (!paid.ok() || !total.ok()) return 1;
+  std::printf("sqlite: %lld cents\n", static_cast<long long>(total->value_or(0)));
+  return 0;
+}
+
+int on_postgres(const char* url) {
+  pg::Database db({.url = url});
+  if (!db.write("CREATE TABLE IF NOT EXISTS payments(cents integer)").ok() ||
+      !db.create_idempotency_table().ok())
+    return 1;
+
+  holdfast::RequestScope request;  // one 6 s retry window for the whole request
+  auto paid = db.once("order-42", [](pg::Transaction& tx) {
+    return tx.query("INSERT INTO payments(cents) VALUES ($1)", {1250}).status();
+  });
+  auto total = db.read("SELECT sum(cents) FROM payments");
+
+  if (!paid.ok() || !total.ok()) return 1;
+  std::printf("postgres: %s cents\n", std::string(total->text(0, 0)).c_str());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (on_sqlite() != 0) return 1;
+  // With a PostgreSQL URL (e.g. postgresql://app@127.0.0.1/club), the same on PostgreSQL.
+  return argc > 1 && argv[1][0] != '\0' ? on_postgres(argv[1]) : 0;
+}
