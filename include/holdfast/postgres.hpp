@@ -1,9 +1,11 @@
 // holdfast::pg::Database: PostgreSQL with classified errors, a retry window per request,
-// reads retried, writes never doubled, a circuit breaker per endpoint, and commits in
-// doubt resolved instead of guessed.
+// reads retried, writes never doubled, a circuit breaker per endpoint, reads on replicas
+// that have replayed the request's own writes, and commits in doubt resolved instead of
+// guessed.
 //
 //   holdfast::pg::DatabaseOptions options;
 //   options.url = "postgresql://app@127.0.0.1:5432/app";
+//   options.replica_urls = {"postgresql://app@127.0.0.1:5433/app"};
 //   holdfast::pg::Database db(options);
 //   {
 //     holdfast::RequestScope scope;                            // one 6 s window
@@ -17,16 +19,24 @@
 //         {.operation = holdfast::Operation::transaction(/*rerunnable=*/true)});
 //   }
 //
-// Read path (read()): the SQL must classify as a read (classify_sql); it runs on a session
-// whose every transaction is READ ONLY (default_transaction_read_only=on), so a statement
-// misjudged as a read fails with 25006 and is never applied; transient faults are retried
-// within the request's window. Reads prefer a replica and fall back to the primary while
-// the replica's breaker is open (or the replica just failed).
+// Every call is one transaction of its own that leaves nothing behind on its connection:
+// its read-only mode and statement_timeout are set inside it (SET LOCAL), so it works
+// through PgBouncer in transaction mode too (Pooling::kTransaction). A call's statements
+// travel in one round trip (a libpq pipeline).
+//
+// Read path (read()): the SQL must classify as a read (classify_sql); it runs in a READ ONLY
+// transaction, so a statement misjudged as a read -- SELECT f() where f inserts -- is
+// refused with 25006 and never applied; it is then sent once more on the write path (the
+// second attempt shows in RetryStats). Transient faults are retried within the request's
+// window. Reads prefer a replica that has replayed the request's own writes (see
+// postgres_lsn.hpp) and fall back to the primary while the replica's breaker is open, it
+// just failed, it is behind those writes, or it lags more than max_replica_lag (which also
+// counts against its breaker).
 //
 // Write path (write()): one attempt, unless the fault proves nothing was applied (lock
 // timeout, statement timeout, refused connection, a serialization failure of the
-// statement's own implicit transaction). A lost connection means the outcome is unknown:
-// not retried unless the caller passes an idempotent Operation.
+// statement's own transaction). A lost connection means the outcome is unknown: not
+// retried unless the caller passes an idempotent Operation.
 //
 // Transactions (transaction()): BEGIN, the transaction id (pg_current_xact_id()), the
 // function, COMMIT. Any error rolls the whole transaction back; 40001/40P01 (and any other
@@ -40,8 +50,8 @@
 // returns the first call's result and never applies the write twice.
 //
 // Every call goes RequestScope -> Shield (retry loop, throttle, breaker) -> pool -> libpq.
-// The remaining window caps the pool wait, the server's statement_timeout (set only when it
-// changes meaningfully) and the client's wait on the socket.
+// The remaining window caps the pool wait, the server's statement_timeout and the client's
+// wait on the socket.
 //
 // Thread safety: a Database may be used from any number of threads. A Transaction belongs
 // to the function it is passed to.
@@ -62,6 +72,7 @@
 #include "holdfast/clock.hpp"
 #include "holdfast/health_probe.hpp"
 #include "holdfast/postgres_connection.hpp"
+#include "holdfast/postgres_lsn.hpp"
 #include "holdfast/postgres_pool.hpp"
 #include "holdfast/postgres_sql.hpp"
 #include "holdfast/result.hpp"
@@ -71,6 +82,19 @@
 #include "holdfast/window.hpp"
 
 namespace holdfast::pg {
+
+// What each pooled connection of a Database reaches.
+enum class Pooling : std::uint8_t {
+  // One server session per connection: PostgreSQL itself, or a pooler in session mode.
+  // Statements are prepared once per connection under a name; `settings` are sent at
+  // connect.
+  kSession,
+  // A pooler in transaction mode (PgBouncer's pool_mode = transaction), which may run each
+  // transaction on another server session. Statements and the driver's own are sent
+  // unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
+  // instead of at connect, which such a pooler refuses.
+  kTransaction,
+};
 
 struct DatabaseOptions {
   // The primary: a connection URL or key=value keywords. REQUIRES: not empty.
@@ -84,8 +108,15 @@ struct DatabaseOptions {
   int write_connections = 4;
   // pg_stat_activity.application_name of every connection.
   std::string application_name = "holdfast";
-  // More session settings for every connection, sent at connect ({"lock_timeout", "2s"}).
+  // More settings for every call ({"lock_timeout", "2s"}): sent at connect, or with
+  // Pooling::kTransaction set inside each transaction.
   std::vector<std::pair<std::string, std::string>> settings{};
+  // What the URLs reach. The replicas' too.
+  Pooling pooling = Pooling::kSession;
+  // A replica that has not replayed WAL it received this long ago (replay paused, or too
+  // slow) is unhealthy: its reads go to the primary and count as failures for its breaker.
+  // Measured from what the replica reports with each read. REQUIRES: > 0.
+  Duration max_replica_lag = std::chrono::seconds(1);
   // Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
   Shield::Options shield{};
   // Cap on one connection attempt (the window may shorten it).
@@ -124,6 +155,19 @@ struct TransactionOptions {
   bool read_only = false;
   // Filled in when not null.
   TransactionReport* report = nullptr;
+};
+
+// How one read() runs; the defaults are the Database's.
+struct ReadOptions {
+  // Names the read (retry lines); a read is idempotent, whatever `operation` says.
+  Operation operation = Operation::read("pg.read");
+  // The retry schedule instead of DatabaseOptions::shield.reads, for instance
+  // RetryPolicy::origin_session() for a session lookup. Its window applies only outside a
+  // RequestScope. REQUIRES: outlives the call.
+  const RetryPolicy* policy = nullptr;
+  // Filled in when not null: attempts on every endpoint (a read refused with 25006 and sent
+  // once more on the write path counts both), time slept, why it stopped.
+  RetryStats* stats = nullptr;
 };
 
 // A statement prepared (lazily, once per connection) under a name of its own.
@@ -183,13 +227,15 @@ class Transaction {
 
  private:
   friend class Database;
-  Transaction(PooledConnection conn, int run) noexcept : conn_(std::move(conn)), run_(run) {}
+  Transaction(PooledConnection conn, int run, bool named_statements) noexcept
+      : conn_(std::move(conn)), run_(run), named_statements_(named_statements) {}
   Result<Rows> record(Result<Rows> r);
 
   PooledConnection conn_;
   std::string xid_;
   Status failure_;  // the first failed statement
   int run_ = 1;
+  bool named_statements_ = true;  // false through a transaction pooler
 };
 
 class Database {
@@ -202,14 +248,18 @@ class Database {
 
   // The read path. REQUIRES: the SQL classifies as a read (else INVALID_ARGUMENT, nothing
   // is sent). Retried within the window; runs in a READ ONLY transaction; may run on a
-  // replica.
-  Result<Rows> read(std::string_view sql, std::span<const Param> params);
-  Result<Rows> read(std::string_view sql, std::initializer_list<Param> params = {}) {
-    return read(sql, std::span<const Param>(params.begin(), params.size()));
+  // replica; refused with 25006, sent once more on the write path.
+  Result<Rows> read(std::string_view sql, std::span<const Param> params,
+                    const ReadOptions& options = {});
+  Result<Rows> read(std::string_view sql, std::initializer_list<Param> params = {},
+                    const ReadOptions& options = {}) {
+    return read(sql, std::span<const Param>(params.begin(), params.size()), options);
   }
-  Result<Rows> read(const Statement& stmt, std::span<const Param> params);
-  Result<Rows> read(const Statement& stmt, std::initializer_list<Param> params = {}) {
-    return read(stmt, std::span<const Param>(params.begin(), params.size()));
+  Result<Rows> read(const Statement& stmt, std::span<const Param> params,
+                    const ReadOptions& options = {});
+  Result<Rows> read(const Statement& stmt, std::initializer_list<Param> params = {},
+                    const ReadOptions& options = {}) {
+    return read(stmt, std::span<const Param>(params.begin(), params.size()), options);
   }
 
   // The write path, on the primary, in autocommit. Retried only when the fault proves
@@ -267,12 +317,25 @@ class Database {
   [[nodiscard]] const DatabaseOptions& options() const noexcept { return options_; }
 
  private:
+  // How far a replica's replay trails the WAL it has received, from what its reads report.
+  class ReplayLag {
+   public:
+    // The replica had received WAL up to `received` and replayed it up to `replayed` at
+    // `now`: how long it has been behind WAL it had already received (zero when it is not).
+    Duration observe(std::uint64_t replayed, std::uint64_t received, TimePoint now) noexcept;
+    void forget() noexcept;
+
+   private:
+    std::atomic<std::uint64_t> target_{0};   // received, not yet replayed, when first seen
+    std::atomic<std::int64_t> since_ns_{0};  // when it was first seen
+  };
   struct Endpoint {
     std::string name;
     std::unique_ptr<Shield> shield;
     std::unique_ptr<Pool> reads;
     std::unique_ptr<Pool> writes;  // primary only
     std::unique_ptr<HealthProbe> probe;
+    ReplayLag lag;  // replicas only
   };
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {
@@ -280,38 +343,67 @@ class Database {
     const Statement* stmt = nullptr;
     std::span<const Param> params;
   };
+  // The statement a call opens with (database.cpp): its SQL, and its name and id when it is
+  // prepared on each connection (Pooling::kSession).
+  struct Prefix {
+    std::string sql;
+    std::string name;
+    std::uint32_t id = 0;
+  };
+  // What a replica said about itself with a read (the replica prefix's columns).
+  struct ReplicaView {
+    std::uint64_t replayed = 0;
+    std::uint64_t received = 0;
+    bool read_committed = false;  // the read's snapshot came after the replay position
+  };
 
   // The one place every retried operation goes through: the endpoint's Shield (retry
   // loop, throttle, breaker), inside a RequestScope (one of its own outside any).
   template <class F>
-  auto run(Endpoint& endpoint, Operation op, F&& attempt, RetryStats* stats = nullptr)
-      -> std::invoke_result_t<F&> {
+  auto run(Endpoint& endpoint, const RetryPolicy& policy, Operation op, F&& attempt,
+           RetryStats* stats = nullptr) -> std::invoke_result_t<F&> {
     if (RequestScope::current_window() != nullptr) {
-      return endpoint.shield->run(op, attempt, stats);
+      return endpoint.shield->run(policy, op, attempt, stats);
     }
-    RequestScope scope(endpoint.shield->policy_for(op).window(), endpoint.shield->clock());
-    return endpoint.shield->run(op, attempt, stats);
+    RequestScope scope(policy.window(), endpoint.shield->clock());
+    return endpoint.shield->run(policy, op, attempt, stats);
   }
 
   std::unique_ptr<Endpoint> make_endpoint(std::string name, const std::string& url, bool primary);
-  Result<Rows> read_work(const Work& work);
-  Result<Rows> write_work(const Work& work, Operation op);
+  Prefix make_prefix(std::string_view head, std::uint32_t id, std::string_view name) const;
+  Result<Rows> read_work(const Work& work, const ReadOptions& options);
+  Result<Rows> read_routed(const Work& work, const RetryPolicy& policy, Operation op,
+                           RetryStats& stats);
+  Result<Rows> write_work(const Work& work, Operation op, RetryStats* stats = nullptr);
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
-  // One attempt of `work` on a connection of `pool`; `may_wait` for a free connection.
-  Result<Rows> attempt(Pool& pool, const Work& work, bool may_wait);
-  // One admitted attempt on a replica; sets `fall_back` when the primary should answer.
-  Result<Rows> try_replica(Endpoint& replica, const Work& work, bool& fall_back);
+  // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
+  // a replica.
+  Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view);
+  // One write on the primary, in a transaction of its own, and its commit's position.
+  Result<Rows> write_once(const Work& work);
+  // One admitted read on a replica (counted in `stats`); sets `fall_back` when the primary
+  // should answer.
+  Result<Rows> try_replica(Endpoint& replica, const Work& work, bool& fall_back, RetryStats& stats);
+  // A connection of `pool` for a call: waits for one (`may_wait`) or takes one only if free.
+  Result<PooledConnection> lease(Pool& pool, bool may_wait);
   // Opens the current request's window if it is not open yet (see database.cpp).
   void open_request_window() const;
-  // Sets the connection's deadline and statement_timeout from the current window.
-  Status prepare_call(Connection& conn);
+  // Sets the connection's deadline from the current window; writes the statement_timeout
+  // the call's prefix sets, in milliseconds, into `timeout_ms`.
+  void call_deadline(Connection& conn, char (&timeout_ms)[24]) const;
+  // The prefix's parameters: `timeout`, then (Pooling::kTransaction) the settings, which
+  // need `more`.
+  std::span<const Param> prefix_params(const Param& timeout, std::vector<Param>& more) const;
   // When a new connection must be up by: the window's end, at most connect_timeout away.
   TimePoint connect_deadline() const;
 
   Result<Transaction> begin(const TransactionOptions& options, int run);
   // Commits (fn_status OK) or rolls back, resolving a COMMIT in doubt.
   Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
-  TxnState resolve(std::string_view xid, Status& why);
+  Status commit(Transaction& tx, TransactionReport& report);
+  Status commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report);
+  // What became of transaction `xid`; `lsn`: the primary's WAL position when it answered.
+  TxnState resolve(std::string_view xid, Status& why, std::uint64_t& lsn);
   Result<bool> claim_key(Transaction& tx, std::string_view key);
   Result<std::string> recorded_result(Transaction& tx, std::string_view key);
   Status record_result(Transaction& tx, std::string_view key, std::string_view result);
@@ -321,6 +413,12 @@ class Database {
   std::unique_ptr<Endpoint> primary_;
   std::vector<std::unique_ptr<Endpoint>> replicas_;
   std::atomic<bool> standard_strings_{true};
+  // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
+  std::vector<Param> setting_params_;
+  Prefix read_prefix_;     // READ ONLY + statement_timeout
+  Prefix replica_prefix_;  // the same, and the replica's replay position
+  Prefix write_prefix_;    // statement_timeout
+  Prefix begin_prefix_;    // statement_timeout, and the transaction id
   std::string claim_sql_;
   std::string recorded_sql_;
   std::string record_sql_;
@@ -345,7 +443,8 @@ auto Database::transaction(F&& fn, TransactionOptions options)
     if (!s.ok()) return R(std::move(s));
     return r;
   };
-  return run(*primary_, options.operation, attempt, &report.retry);
+  return run(*primary_, primary_->shield->policy_for(options.operation), options.operation, attempt,
+             &report.retry);
 }
 
 template <class F>

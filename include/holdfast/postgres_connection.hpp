@@ -38,7 +38,6 @@
 #include "holdfast/result.hpp"
 #include "holdfast/status.hpp"
 
-struct pg_conn;    // libpq's PGconn
 struct pg_result;  // libpq's PGresult
 
 namespace holdfast::pg {
@@ -243,14 +242,8 @@ class Connection {
   // How many notices this connection has received in all.
   [[nodiscard]] std::uint64_t notices_received() const noexcept;
 
-  // Statement ids prepared on this connection (holdfast::pg::Statement uses them).
-  [[nodiscard]] bool is_prepared(std::uint32_t id) const noexcept;
-  void mark_prepared(std::uint32_t id);
-
   // Closes now (also done by the destructor).
   void close() noexcept;
-
-  [[nodiscard]] pg_conn* native() const noexcept;
 
  private:
   friend struct detail::ConnectionAccess;

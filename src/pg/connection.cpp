@@ -1,3 +1,5 @@
+// Connection: opening a libpq connection, and what can be asked of it without a round trip.
+// Sending statements and collecting their results is exchange.cpp's.
 #include <libpq-fe.h>
 #include <poll.h>
 
@@ -5,23 +7,17 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <cstring>
-#include <deque>
-#include <limits>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "connection_impl.hpp"
 #include "holdfast/classify.hpp"
 #include "holdfast/postgres_connection.hpp"
 #include "holdfast/postgres_sql.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {
-namespace {
-
-constexpr std::size_t kMaxNotices = 32;
-// How long to wait for the server to act on a cancel sent at the deadline before closing
-// the connection.
-constexpr Duration kCancelGrace = std::chrono::milliseconds(1000);
 
 std::string trim(std::string_view s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) {
@@ -33,6 +29,10 @@ std::string trim(std::string_view s) {
 const char* or_empty(const char* s) noexcept {
   return s != nullptr ? s : "";
 }
+
+namespace {
+
+constexpr std::size_t kMaxNotices = 32;
 
 // "-c name=value" with spaces and backslashes escaped as libpq's `options` wants.
 void append_setting(std::string& out, std::string_view name, std::string_view value) {
@@ -70,393 +70,176 @@ std::string parse_connect_error(std::string_view message, std::string& sqlstate)
   return trim(message.substr(0, message.find('\n')));
 }
 
+// libpq's connection keywords for `options`; the strings they point to live in `options`
+// and `settings`.
+struct Keywords {
+  std::vector<const char*> keys;
+  std::vector<const char*> values;
+  std::string settings;                 // the `options` keyword: "-c name=value ..."
+  long long statement_timeout_ms = -1;  // when the settings name one, in plain milliseconds
+};
+
+void fill_keywords(const ConnectOptions& options, Keywords& k) {
+  k.keys.push_back("dbname");
+  k.values.push_back(options.conninfo.c_str());
+  for (const auto& [key, value] : options.keywords) {
+    k.keys.push_back(key.c_str());
+    k.values.push_back(value.c_str());
+  }
+  if (!options.application_name.empty()) {
+    k.keys.push_back("application_name");
+    k.values.push_back(options.application_name.c_str());
+  }
+  for (const auto& [name, value] : options.settings) {
+    append_setting(k.settings, name, value);
+    if (name == "statement_timeout") {
+      // Remember what we asked for, so the first ensure_statement_timeout() is free.
+      long long ms = -1;
+      const auto r = std::from_chars(value.data(), value.data() + value.size(), ms);
+      if (r.ec == std::errc() && r.ptr == value.data() + value.size()) k.statement_timeout_ms = ms;
+    }
+  }
+  if (!k.settings.empty()) {
+    k.keys.push_back("options");
+    k.values.push_back(k.settings.c_str());
+  }
+  k.keys.push_back(nullptr);
+  k.values.push_back(nullptr);
+}
+
+// Drives PQconnectPoll until the connection is up, has failed, or `until` passed.
+PostgresPollingStatusType poll_connect(PGconn* conn, const Clock& clock, TimePoint until) {
+  PostgresPollingStatusType st =
+      PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+  while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+    const int fd = PQsocket(conn);
+    const Duration left = until - clock.now();
+    if (left <= Duration::zero() || fd < 0) break;
+    pollfd p{fd, static_cast<short>(st == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+    const int ms = static_cast<int>(
+        std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
+    const int r = ::poll(&p, 1, std::min(ms, 60'000));
+    if (r < 0 && errno != EINTR) break;
+    if (r == 0) continue;
+    st = PQconnectPoll(conn);
+  }
+  return st;
+}
+
+// Why a connect failed: the server's SQLSTATE when it sent one, else classified by
+// classify_pg_connect_failure().
+Status connect_failure(PGconn* conn, PostgresPollingStatusType st) {
+  std::string sqlstate;
+  std::string why = parse_connect_error(or_empty(PQerrorMessage(conn)), sqlstate);
+  if (st != PGRES_POLLING_FAILED && st != PGRES_POLLING_OK) {
+    // libpq has only "connection to server ... failed:" so far: say what happened.
+    why = "no connection within the deadline";
+    sqlstate.clear();
+  }
+  if (why.empty()) why = "connection failed";
+  if (!sqlstate.empty()) return postgres_status(sqlstate, why);
+  const Classification c = classify_pg_connect_failure();
+  return Status(c.code, why, c.fault).with_sqlstate("");
+}
+
+Status refused(const SqlClass& c) {
+  Status s(Code::kInvalidArgument, "refused: " + c.explain());
+  s.with_sqlstate("");
+  return s;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
-// Param
+// Connection::Impl
 
-Param::Param(bool v) noexcept : oid_(kOidBool), inline_(true), terminated_(true) {
-  buf_[0] = v ? 't' : 'f';
-  buf_[1] = '\0';
-  length_ = 1;
+Connection::Impl::~Impl() {
+  if (conn != nullptr) PQfinish(conn);
 }
 
-void Param::set_int(long long v, std::uint32_t oid) noexcept {
-  oid_ = oid;
-  inline_ = true;
-  terminated_ = true;
-  const auto r = std::to_chars(buf_, buf_ + sizeof(buf_) - 1, v);
-  *r.ptr = '\0';
-  length_ = static_cast<std::uint32_t>(r.ptr - buf_);
-}
-
-Param::Param(double v) noexcept : oid_(kOidFloat8), inline_(true), terminated_(true) {
-  const auto r = std::to_chars(buf_, buf_ + sizeof(buf_) - 1, v);
-  *r.ptr = '\0';
-  length_ = static_cast<std::uint32_t>(r.ptr - buf_);
-}
-
-Param::Param(const char* text) noexcept : ext_(text), terminated_(true) {
-  if (text == nullptr) {
-    null_ = true;
-  } else {
-    length_ = static_cast<std::uint32_t>(std::strlen(text));
+void Connection::Impl::on_notice(void* arg, const PGresult* res) noexcept {
+  auto* self = static_cast<Impl*>(arg);
+  try {
+    Notice n;
+    n.severity = or_empty(PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED));
+    n.sqlstate = or_empty(PQresultErrorField(res, PG_DIAG_SQLSTATE));
+    n.message = or_empty(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+    if (n.severity == "FATAL" || n.severity == "PANIC") {
+      self->fatal_seen = true;
+      self->fatal_sqlstate = n.sqlstate;
+      self->fatal_message = n.message;
+    }
+    ++self->notices_received;
+    if (self->notices.size() >= kMaxNotices) self->notices.pop_front();
+    self->notices.push_back(std::move(n));
+  } catch (...) {
+    // Out of memory while keeping a notice: drop it.
   }
 }
 
-Param::Param(const std::string& text) noexcept
-    : ext_(text.c_str()), length_(static_cast<std::uint32_t>(text.size())), terminated_(true) {}
-
-Param::Param(std::string_view text) noexcept
-    : ext_(text.data()), length_(static_cast<std::uint32_t>(text.size())) {}
-
-Param Param::typed(std::string_view text, std::uint32_t oid) noexcept {
-  Param p(text);
-  p.oid_ = oid;
-  return p;
+Status Connection::Impl::closed() {
+  return Status(Code::kFailedPrecondition, "the connection is closed",
+                Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, false});
 }
 
-// ---------------------------------------------------------------------------------------
-// Rows
-
-void Rows::Clear::operator()(pg_result* r) const noexcept {
-  PQclear(r);
-}
-
-int Rows::size() const noexcept {
-  return result_ ? PQntuples(result_.get()) : 0;
-}
-int Rows::columns() const noexcept {
-  return result_ ? PQnfields(result_.get()) : 0;
-}
-
-std::string_view Rows::column_name(int col) const noexcept {
-  if (col < 0 || col >= columns()) return {};
-  return or_empty(PQfname(result_.get(), col));
-}
-
-int Rows::column(std::string_view name) const noexcept {
-  for (int c = 0; c < columns(); ++c) {
-    if (column_name(c) == name) return c;
+Status Connection::Impl::lost(std::string_view sqlstate, std::string_view message,
+                              Outcome outcome) const {
+  std::string_view state = sqlstate;
+  std::string_view text = message;
+  if (state.empty() && fatal_seen) {
+    state = fatal_sqlstate;
+    text = fatal_message;
   }
-  return -1;
-}
-
-bool Rows::is_null(int row, int col) const noexcept {
-  if (row < 0 || row >= size() || col < 0 || col >= columns()) return true;
-  return PQgetisnull(result_.get(), row, col) != 0;
-}
-
-std::string_view Rows::text(int row, int col) const noexcept {
-  if (row < 0 || row >= size() || col < 0 || col >= columns()) return {};
-  return std::string_view(PQgetvalue(result_.get(), row, col),
-                          static_cast<std::size_t>(PQgetlength(result_.get(), row, col)));
-}
-
-Status Rows::check_cell(int row, int col) const {
-  if (row < 0 || row >= size()) {
-    return Status(Code::kOutOfRange, "row " + std::to_string(row) + " does not exist (" +
-                                         std::to_string(size()) + " rows)");
+  std::string why(text);
+  if (why.empty() && conn != nullptr) why = trim(or_empty(PQerrorMessage(conn)));
+  if (why.empty()) why = "the connection to the server was lost";
+  Status s = postgres_status(state, why);
+  Fault f = s.fault();
+  // Whatever the SQLSTATE says, the connection is gone: only a new one can help, unless
+  // the reason is permanent (the database was dropped, ...).
+  if (state.empty() || f.scope != RetryScope::kNone) {
+    f.scope = RetryScope::kReconnect;
+    f.outcome = outcome;
   }
-  if (col < 0 || col >= columns()) {
-    return Status(Code::kOutOfRange, "column " + std::to_string(col) + " does not exist (" +
-                                         std::to_string(columns()) + " columns)");
+  s.with_fault(f);
+  return s;
+}
+
+void Connection::Impl::bind(std::span<const Param> params) {
+  values.resize(params.size());
+  types.resize(params.size());
+  std::size_t need = 0;
+  for (const Param& p : params) {
+    if (!p.is_null() && !p.terminated()) need += p.text().size() + 1;
   }
-  if (PQgetisnull(result_.get(), row, col) != 0) {
-    return Status(Code::kFailedPrecondition, "column " + std::string(column_name(col)) +
-                                                 " is NULL in row " + std::to_string(row));
+  arena.clear();
+  arena.reserve(need);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params[i];
+    types[i] = p.oid();
+    if (p.is_null()) {
+      values[i] = nullptr;
+    } else if (p.terminated()) {
+      values[i] = p.text().data();
+    } else {
+      const std::size_t at = arena.size();
+      arena.append(p.text());
+      arena.push_back('\0');
+      values[i] = arena.data() + at;  // arena never reallocates after reserve()
+    }
   }
-  return Status();
 }
 
-namespace {
-template <class T>
-Result<T> parse_number(const Rows& rows, int row, int col, std::string_view text) {
-  T v{};
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (r.ec == std::errc::result_out_of_range) {
-    return Status(Code::kOutOfRange, "column " + std::string(rows.column_name(col)) + " value '" +
-                                         std::string(text) + "' is out of range");
-  }
-  if (r.ec != std::errc() || r.ptr != text.data() + text.size()) {
-    return Status(Code::kInvalidArgument,
-                  "column " + std::string(rows.column_name(col)) + " value '" + std::string(text) +
-                      "' is not a number of the requested type (row " + std::to_string(row) + ")");
-  }
-  return v;
-}
-}  // namespace
-
-Result<long long> Rows::int64(int row, int col) const {
-  if (Status s = check_cell(row, col); !s.ok()) return s;
-  return parse_number<long long>(*this, row, col, text(row, col));
-}
-
-Result<int> Rows::int32(int row, int col) const {
-  if (Status s = check_cell(row, col); !s.ok()) return s;
-  return parse_number<int>(*this, row, col, text(row, col));
-}
-
-Result<double> Rows::float64(int row, int col) const {
-  if (Status s = check_cell(row, col); !s.ok()) return s;
-  const std::string_view t = text(row, col);
-  if (t == "NaN") return std::numeric_limits<double>::quiet_NaN();
-  if (t == "Infinity") return std::numeric_limits<double>::infinity();
-  if (t == "-Infinity") return -std::numeric_limits<double>::infinity();
-  return parse_number<double>(*this, row, col, t);
-}
-
-Result<bool> Rows::boolean(int row, int col) const {
-  if (Status s = check_cell(row, col); !s.ok()) return s;
-  const std::string_view t = text(row, col);
-  if (t == "t") return true;
-  if (t == "f") return false;
-  return Status(Code::kInvalidArgument, "column " + std::string(column_name(col)) + " value '" +
-                                            std::string(t) + "' is not a boolean");
-}
-
-Result<std::string> Rows::string(int row, int col) const {
-  if (Status s = check_cell(row, col); !s.ok()) return s;
-  return std::string(text(row, col));
-}
-
-long long Rows::affected() const noexcept {
-  if (!result_) return 0;
-  const char* n = PQcmdTuples(result_.get());
-  long long v = 0;
-  if (n != nullptr) std::from_chars(n, n + std::strlen(n), v);
-  return v;
-}
-
-std::string_view Rows::command() const noexcept {
-  return result_ ? or_empty(PQcmdStatus(result_.get())) : std::string_view();
+void Connection::Impl::cancel() const noexcept {
+  PGcancel* c = PQgetCancel(conn);
+  if (c == nullptr) return;
+  char err[256];
+  PQcancel(c, err, sizeof(err));
+  PQfreeCancel(c);
 }
 
 // ---------------------------------------------------------------------------------------
 // Connection
-
-struct Connection::Impl {
-  PGconn* conn = nullptr;
-  Clock* clock = nullptr;
-  TimePoint deadline = TimePoint::max();
-  long long statement_timeout_ms = -1;
-  std::deque<Notice> notices;
-  std::uint64_t notices_received = 0;
-  // A FATAL the server sent while we were not waiting for a result (a terminated idle
-  // backend): its SQLSTATE explains the lost connection the next statement will see.
-  bool fatal_seen = false;
-  std::string fatal_sqlstate;
-  std::string fatal_message;
-  // Scratch space reused by every statement (no allocation once warm).
-  std::string sql;
-  std::string name;
-  std::string arena;
-  std::vector<const char*> values;
-  std::vector<Oid> types;
-  std::vector<bool> prepared;
-
-  ~Impl() {
-    if (conn != nullptr) PQfinish(conn);
-  }
-
-  static void on_notice(void* arg, const PGresult* res) noexcept {
-    auto* self = static_cast<Impl*>(arg);
-    try {
-      Notice n;
-      n.severity = or_empty(PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED));
-      n.sqlstate = or_empty(PQresultErrorField(res, PG_DIAG_SQLSTATE));
-      n.message = or_empty(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
-      if (n.severity == "FATAL" || n.severity == "PANIC") {
-        self->fatal_seen = true;
-        self->fatal_sqlstate = n.sqlstate;
-        self->fatal_message = n.message;
-      }
-      ++self->notices_received;
-      if (self->notices.size() >= kMaxNotices) self->notices.pop_front();
-      self->notices.push_back(std::move(n));
-    } catch (...) {
-      // Out of memory while keeping a notice: drop it.
-    }
-  }
-
-  // Waits until the socket is readable or `until`. False on timeout.
-  bool wait_readable(TimePoint until) const noexcept {
-    const int fd = PQsocket(conn);
-    if (fd < 0) return true;  // let libpq report the broken connection
-    for (;;) {
-      int timeout_ms = -1;
-      if (until != TimePoint::max()) {
-        const Duration left = until - clock->now();
-        if (left <= Duration::zero()) return false;
-        timeout_ms = static_cast<int>(std::min<long long>(
-            std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
-      }
-      pollfd p{fd, POLLIN, 0};
-      const int r = ::poll(&p, 1, timeout_ms);
-      if (r > 0) return true;
-      if (r < 0 && errno != EINTR) return true;
-      if (r == 0 && until == TimePoint::max()) continue;
-    }
-  }
-
-  // Waits until PQgetResult() will not block. False when `until` passed first.
-  bool wait_result(TimePoint until) const noexcept {
-    while (PQisBusy(conn) != 0) {
-      if (!wait_readable(until)) return false;
-      if (PQconsumeInput(conn) == 0) return true;  // lost: PQgetResult reports it
-    }
-    return true;
-  }
-
-  // The status of a connection that is gone, with the best explanation we have.
-  // `outcome`: whether the statement may have been applied.
-  Status lost(std::string_view sqlstate, std::string_view message, Outcome outcome) const {
-    std::string_view state = sqlstate;
-    std::string_view text = message;
-    if (state.empty() && fatal_seen) {
-      state = fatal_sqlstate;
-      text = fatal_message;
-    }
-    std::string why(text);
-    if (why.empty() && conn != nullptr) why = trim(or_empty(PQerrorMessage(conn)));
-    if (why.empty()) why = "the connection to the server was lost";
-    Status s = postgres_status(state, why);
-    Fault f = s.fault();
-    // Whatever the SQLSTATE says, the connection is gone: only a new one can help, unless
-    // the reason is permanent (the database was dropped, ...).
-    if (state.empty() || f.scope != RetryScope::kNone) {
-      f.scope = RetryScope::kReconnect;
-      f.outcome = outcome;
-    }
-    s.with_fault(f);
-    return s;
-  }
-
-  // Sends with `send` (returns 1 on success, like libpq) and collects every result.
-  template <class Send>
-  Result<Rows> run(Send&& send) {
-    if (conn == nullptr) return closed();
-    if (fatal_seen || PQstatus(conn) != CONNECTION_OK) return lost("", "", Outcome::kNotApplied);
-    const bool sent = send() != 0;
-    PGresult* good = nullptr;
-    PGresult* bad = nullptr;
-    TimePoint until = deadline;
-    bool cancelled = false;
-    for (;;) {
-      if (!wait_result(until)) {
-        if (cancelled) break;
-        // Past the deadline: ask the server to cancel, and give it a moment to answer.
-        cancel();
-        cancelled = true;
-        until = clock->now() + kCancelGrace;
-        continue;
-      }
-      PGresult* r = PQgetResult(conn);
-      if (r == nullptr) break;
-      switch (PQresultStatus(r)) {
-        case PGRES_TUPLES_OK:
-        case PGRES_COMMAND_OK:
-        case PGRES_SINGLE_TUPLE:
-          if (good != nullptr) PQclear(good);
-          good = r;
-          break;
-        case PGRES_COPY_IN:
-          PQputCopyEnd(conn, "holdfast does not support COPY");
-          PQclear(r);
-          break;
-        case PGRES_COPY_OUT: {
-          char* buf = nullptr;
-          while (PQgetCopyData(conn, &buf, 0) > 0)
-            PQfreemem(buf);
-          PQclear(r);
-          break;
-        }
-        default:
-          // Keep the first error, unless a later one carries a SQLSTATE and it did not
-          // (the FATAL of a terminated backend, then "server closed the connection").
-          if (bad == nullptr || (PQresultErrorField(bad, PG_DIAG_SQLSTATE) == nullptr &&
-                                 PQresultErrorField(r, PG_DIAG_SQLSTATE) != nullptr)) {
-            if (bad != nullptr) PQclear(bad);
-            bad = r;
-          } else {
-            PQclear(r);
-          }
-          break;
-      }
-    }
-    // Owned from here on: both are cleared on every return path.
-    Rows good_rows(good);
-    Rows bad_rows(bad);
-    if (PQstatus(conn) == CONNECTION_OK && PQisBusy(conn) != 0) {
-      // Nothing came back even after the cancel: the server is unreachable or stuck.
-      PQfinish(conn);
-      conn = nullptr;
-      Status s(Code::kDeadlineExceeded,
-               "the server answered neither before the deadline nor to the cancel after it; "
-               "the connection was closed and the statement's outcome is unknown",
-               Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, true});
-      s.with_sqlstate("");
-      return s;
-    }
-    const char* sqlstate = bad != nullptr ? PQresultErrorField(bad, PG_DIAG_SQLSTATE) : nullptr;
-    const char* primary =
-        bad != nullptr ? PQresultErrorField(bad, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
-    std::string message = primary != nullptr ? std::string(primary)
-                          : bad != nullptr   ? trim(or_empty(PQresultErrorMessage(bad)))
-                                             : std::string();
-    if (PQstatus(conn) != CONNECTION_OK) {
-      return lost(or_empty(sqlstate), message, sent ? Outcome::kUnknown : Outcome::kNotApplied);
-    }
-    if (bad != nullptr) return postgres_status(or_empty(sqlstate), message);
-    if (!sent) return lost("", "", Outcome::kNotApplied);
-    if (good == nullptr) {
-      Status s(Code::kInvalidArgument, "the statement returned no result");
-      s.with_sqlstate("");
-      return s;
-    }
-    return good_rows;
-  }
-
-  static Status closed() {
-    return Status(Code::kFailedPrecondition, "the connection is closed",
-                  Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, false});
-  }
-
-  void cancel() const noexcept {
-    PGcancel* c = PQgetCancel(conn);
-    if (c == nullptr) return;
-    char err[256];
-    PQcancel(c, err, sizeof(err));
-    PQfreeCancel(c);
-  }
-
-  // Fills values/types for `params`; string views that are not NUL-terminated are copied
-  // into the arena first.
-  void bind(std::span<const Param> params) {
-    values.resize(params.size());
-    types.resize(params.size());
-    std::size_t need = 0;
-    for (const Param& p : params) {
-      if (!p.is_null() && !p.terminated()) need += p.text().size() + 1;
-    }
-    arena.clear();
-    arena.reserve(need);
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const Param& p = params[i];
-      types[i] = p.oid();
-      if (p.is_null()) {
-        values[i] = nullptr;
-      } else if (p.terminated()) {
-        values[i] = p.text().data();
-      } else {
-        const std::size_t at = arena.size();
-        arena.append(p.text());
-        arena.push_back('\0');
-        values[i] = arena.data() + at;  // arena never reallocates after reserve()
-      }
-    }
-  }
-};
 
 Connection::Connection() noexcept = default;
 Connection::Connection(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
@@ -477,37 +260,11 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   auto impl = std::make_unique<Impl>();
   impl->clock = options.clock != nullptr ? options.clock : &Clock::system();
   const TimePoint until = std::min(deadline, impl->clock->now() + options.connect_timeout);
+  Keywords k;
+  fill_keywords(options, k);
+  impl->statement_timeout_ms = k.statement_timeout_ms;
 
-  std::vector<const char*> keys;
-  std::vector<const char*> vals;
-  keys.push_back("dbname");
-  vals.push_back(options.conninfo.c_str());
-  for (const auto& [k, v] : options.keywords) {
-    keys.push_back(k.c_str());
-    vals.push_back(v.c_str());
-  }
-  if (!options.application_name.empty()) {
-    keys.push_back("application_name");
-    vals.push_back(options.application_name.c_str());
-  }
-  std::string settings;
-  for (const auto& [k, v] : options.settings) {
-    append_setting(settings, k, v);
-    if (k == "statement_timeout") {
-      // Remember what we asked for, so the first ensure_statement_timeout() is free.
-      long long ms = -1;
-      const auto r = std::from_chars(v.data(), v.data() + v.size(), ms);
-      if (r.ec == std::errc() && r.ptr == v.data() + v.size()) impl->statement_timeout_ms = ms;
-    }
-  }
-  if (!settings.empty()) {
-    keys.push_back("options");
-    vals.push_back(settings.c_str());
-  }
-  keys.push_back(nullptr);
-  vals.push_back(nullptr);
-
-  PGconn* conn = PQconnectStartParams(keys.data(), vals.data(), /*expand_dbname=*/1);
+  PGconn* conn = PQconnectStartParams(k.keys.data(), k.values.data(), /*expand_dbname=*/1);
   if (conn == nullptr) {
     return Status(Code::kResourceExhausted, "libpq could not allocate a connection");
   }
@@ -515,33 +272,8 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   PQsetNoticeReceiver(conn, &Impl::on_notice, impl.get());
   // Startup errors then carry their SQLSTATE in the message ("FATAL:  53300: ...").
   PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
-  PostgresPollingStatusType st =
-      PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
-  while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
-    const int fd = PQsocket(conn);
-    const Duration left = until - impl->clock->now();
-    if (left <= Duration::zero() || fd < 0) break;
-    pollfd p{fd, static_cast<short>(st == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
-    const int ms = static_cast<int>(
-        std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
-    const int r = ::poll(&p, 1, std::min(ms, 60'000));
-    if (r < 0 && errno != EINTR) break;
-    if (r == 0) continue;
-    st = PQconnectPoll(conn);
-  }
-  if (st != PGRES_POLLING_OK || PQstatus(conn) != CONNECTION_OK) {
-    std::string sqlstate;
-    std::string why = parse_connect_error(or_empty(PQerrorMessage(conn)), sqlstate);
-    if (st != PGRES_POLLING_FAILED && st != PGRES_POLLING_OK) {
-      // libpq has only "connection to server ... failed:" so far: say what happened.
-      why = "no connection within the deadline";
-      sqlstate.clear();
-    }
-    if (why.empty()) why = "connection failed";
-    if (!sqlstate.empty()) return postgres_status(sqlstate, why);
-    const Classification c = classify_pg_connect_failure();
-    return Status(c.code, why, c.fault).with_sqlstate("");
-  }
+  const PostgresPollingStatusType st = poll_connect(conn, *impl->clock, until);
+  if (st != PGRES_POLLING_OK || PQstatus(conn) != CONNECTION_OK) return connect_failure(conn, st);
   PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
   return Connection(std::move(impl));
 }
@@ -553,34 +285,16 @@ bool Connection::is_open() const noexcept {
 Result<Rows> Connection::query(std::string_view sql, std::span<const Param> params) {
   if (const SqlClass c = classify_sql(sql, standard_conforming_strings());
       c.kind == SqlKind::kInvalid) {
-    Status s(Code::kInvalidArgument, "refused: " + c.explain());
-    s.with_sqlstate("");
-    return s;
+    return refused(c);
   }
   return detail::ConnectionAccess::query_unchecked(*this, sql, params);
-}
-
-Result<Rows> detail::ConnectionAccess::query_unchecked(Connection& c, std::string_view sql,
-                                                       std::span<const Param> params) {
-  if (!c.impl_) return Connection::Impl::closed();
-  Connection::Impl& impl = *c.impl_;
-  impl.sql.assign(sql);
-  impl.bind(params);
-  return impl.run([&] {
-    return PQsendQueryParams(impl.conn, impl.sql.c_str(), static_cast<int>(params.size()),
-                             impl.types.data(), impl.values.data(), nullptr, nullptr, 0);
-  });
 }
 
 Status Connection::prepare(std::string_view name, std::string_view sql,
                            std::span<const Param> params) {
   if (!impl_) return Impl::closed();
   const SqlClass c = classify_sql(sql, standard_conforming_strings());
-  if (c.kind == SqlKind::kInvalid) {
-    Status s(Code::kInvalidArgument, "refused: " + c.explain());
-    s.with_sqlstate("");
-    return s;
-  }
+  if (c.kind == SqlKind::kInvalid) return refused(c);
   Impl& impl = *impl_;
   impl.sql.assign(sql);
   impl.name.assign(name);
@@ -707,22 +421,26 @@ std::uint64_t Connection::notices_received() const noexcept {
   return impl_ ? impl_->notices_received : 0;
 }
 
-bool Connection::is_prepared(std::uint32_t id) const noexcept {
-  return impl_ && id < impl_->prepared.size() && impl_->prepared[id];
-}
-
-void Connection::mark_prepared(std::uint32_t id) {
-  if (!impl_) return;
-  if (id >= impl_->prepared.size()) impl_->prepared.resize(id + 16, false);
-  impl_->prepared[id] = true;
-}
-
 void Connection::close() noexcept {
   impl_.reset();
 }
 
-pg_conn* Connection::native() const noexcept {
-  return impl_ ? impl_->conn : nullptr;
+// ---------------------------------------------------------------------------------------
+// detail::ConnectionAccess: what the driver's other files may do with a Connection
+
+bool detail::ConnectionAccess::is_prepared(const Connection& c, std::uint32_t id) noexcept {
+  return c.impl_ && id < c.impl_->prepared.size() && c.impl_->prepared[id];
+}
+
+void detail::ConnectionAccess::mark_prepared(Connection& c, std::uint32_t id) {
+  if (!c.impl_) return;
+  std::vector<bool>& prepared = c.impl_->prepared;
+  if (id >= prepared.size()) prepared.resize(id + 16, false);
+  prepared[id] = true;
+}
+
+pg_conn* detail::ConnectionAccess::native(const Connection& c) noexcept {
+  return c.impl_ ? c.impl_->conn : nullptr;
 }
 
 }  // namespace holdfast::pg

@@ -1,10 +1,22 @@
+// Database: construction, and the read and write paths (transactions are transaction.cpp's).
+//
+// Every call is one pipeline, one round trip, that leaves nothing behind on its connection:
+//   read:  [prefix: READ ONLY + statement_timeout (+ replay position)] [the statement] Sync
+//   write: BEGIN [prefix: statement_timeout] [the statement] COMMIT [WAL position] Sync
+// A read's steps run in the implicit transaction the extended protocol gives them up to the
+// Sync, so the prefix's set_config(..., true) -- SET LOCAL -- governs the statement and is
+// gone after it; a failed read needs no ROLLBACK. A write is an explicit transaction so that
+// its commit's WAL position can be read after its COMMIT in the same round trip. See
+// docs/adr/0010-postgres-read-your-writes-and-transaction-pooling.md.
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "database_internal.hpp"
 #include "holdfast/postgres.hpp"
 #include "pg_internal.hpp"
 
@@ -12,19 +24,39 @@ namespace holdfast::pg {
 namespace {
 
 using detail::ConnectionAccess;
+using detail::Step;
+using detail::Steps;
 
 // How long past the window the client still waits on the socket before it cancels: the
 // server's statement_timeout (set to the window) normally answers first.
 constexpr Duration kClientGrace = std::chrono::milliseconds(500);
-// Resolving a COMMIT in doubt may take this long even when the window is nearly spent:
-// knowing the outcome matters more than the window.
-constexpr Duration kMinResolveTime = std::chrono::seconds(2);
-constexpr Duration kResolvePauseFirst = std::chrono::milliseconds(10);
-constexpr Duration kResolvePauseMax = std::chrono::milliseconds(200);
 // The health probe's own deadline: a probe must not hang.
 constexpr Duration kProbeTimeout = std::chrono::seconds(1);
 
-std::atomic<std::uint32_t> next_statement_id{0};
+// The ids of the driver's own prepared statements (below detail::kFirstStatementId).
+constexpr std::uint32_t kReadPrefixId = 0;
+constexpr std::uint32_t kReplicaPrefixId = 1;
+constexpr std::uint32_t kWritePrefixId = 2;
+constexpr std::uint32_t kBeginPrefixId = 3;
+
+constexpr std::string_view kReadHead =
+    "SELECT pg_catalog.set_config('transaction_read_only', 'on', true), "
+    "pg_catalog.set_config('statement_timeout', $1, true)";
+// Columns 2-4: the replay and receive positions, and whether the statement after this one
+// takes a snapshot of its own (read committed), so that it sees everything replayed by now.
+constexpr std::string_view kReplicaHead =
+    "SELECT pg_catalog.set_config('transaction_read_only', 'on', true), "
+    "pg_catalog.set_config('statement_timeout', $1, true), "
+    "pg_catalog.pg_last_wal_replay_lsn()::text, pg_catalog.pg_last_wal_receive_lsn()::text, "
+    "pg_catalog.current_setting('transaction_isolation') = 'read committed'";
+constexpr std::string_view kWriteHead =
+    "SELECT pg_catalog.set_config('statement_timeout', $1, true)";
+// Column 1: the transaction id, recorded so that a COMMIT in doubt can be resolved.
+constexpr std::string_view kBeginHead =
+    "SELECT pg_catalog.set_config('statement_timeout', $1, true), "
+    "pg_catalog.pg_current_xact_id()::text";
+
+std::atomic<std::uint32_t> next_statement_id{detail::kFirstStatementId};
 
 bool valid_identifier(std::string_view name) {
   if (name.empty()) return false;
@@ -43,23 +75,63 @@ bool valid_identifier(std::string_view name) {
   return !start;
 }
 
-std::string_view begin_sql(Isolation isolation, bool read_only) noexcept {
-  static constexpr std::array<std::string_view, 8> kBegin = {
-      "BEGIN",
-      "BEGIN READ ONLY",
-      "BEGIN ISOLATION LEVEL READ COMMITTED",
-      "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
-      "BEGIN ISOLATION LEVEL REPEATABLE READ",
-      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-      "BEGIN ISOLATION LEVEL SERIALIZABLE",
-      "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY",
-  };
-  return kBegin[static_cast<std::size_t>(isolation) * 2 + (read_only ? 1 : 0)];
+void validate(const DatabaseOptions& o) {
+  if (o.url.empty()) throw std::invalid_argument("DatabaseOptions::url must not be empty");
+  if (o.read_connections < 1) {
+    throw std::invalid_argument("DatabaseOptions::read_connections must be at least 1");
+  }
+  if (o.write_connections < 1) {
+    throw std::invalid_argument("DatabaseOptions::write_connections must be at least 1");
+  }
+  for (const std::string& url : o.replica_urls) {
+    if (url.empty()) throw std::invalid_argument("DatabaseOptions::replica_urls has an empty URL");
+  }
+  if (!valid_identifier(o.idempotency_table)) {
+    throw std::invalid_argument("DatabaseOptions::idempotency_table '" + o.idempotency_table +
+                                "' is not a plain or schema-qualified identifier");
+  }
+  if (o.health_probe_interval < Duration::zero()) {
+    throw std::invalid_argument("DatabaseOptions::health_probe_interval must not be negative");
+  }
+  if (o.max_replica_lag <= Duration::zero()) {
+    throw std::invalid_argument("DatabaseOptions::max_replica_lag must be greater than zero");
+  }
 }
 
-// A failure inside a transaction: the server rolls the whole transaction back, so only a
-// re-run of all of it can help, and nothing of it was applied.
-Status in_transaction(Status s) {
+long long to_ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// What database.cpp and transaction.cpp share
+
+void detail::Marks::apply(Connection& conn, std::size_t failed) const {
+  for (std::size_t i = 0; i < size; ++i) {
+    if (failed > step[i]) ConnectionAccess::mark_prepared(conn, id[i]);
+  }
+}
+
+std::size_t detail::add_statement(Steps& steps, Connection& conn, std::string_view sql,
+                                  std::string_view name, std::uint32_t id,
+                                  std::span<const Param> params, Marks& marks) {
+  if (name.empty()) return steps.add(Step{Step::Kind::kQuery, sql, {}, params});
+  if (!ConnectionAccess::is_prepared(conn, id)) {
+    marks.step[marks.size] = steps.add(Step{Step::Kind::kPrepare, sql, name, params});
+    marks.id[marks.size++] = id;
+  }
+  return steps.add(Step{Step::Kind::kPrepared, {}, name, params});
+}
+
+Status detail::nothing_applied(Status s) {
+  Fault f = s.fault();
+  f.outcome = Outcome::kNotApplied;
+  s.with_fault(f);
+  return s;
+}
+
+Status detail::in_transaction(Status s) {
   if (s.ok() || s.txn_state() != TxnState::kNotInTransaction) return s;
   Fault f = s.fault();
   if (f.scope != RetryScope::kNone) f.scope = RetryScope::kTransaction;
@@ -69,105 +141,43 @@ Status in_transaction(Status s) {
   return s;
 }
 
-// A failure before anything of ours could have been applied (connect, SET, BEGIN, PREPARE).
-Status nothing_applied(Status s) {
-  Fault f = s.fault();
-  f.outcome = Outcome::kNotApplied;
-  s.with_fault(f);
-  return s;
-}
-
-Status refused(std::string_view what, const SqlClass& c) {
+Status detail::refused(std::string_view what, const SqlClass& c) {
   Status s(Code::kInvalidArgument, std::string(what) + c.explain());
   s.with_sqlstate("");
   return s;
 }
 
-// Runs a Statement, preparing it on this connection the first time.
-Result<Rows> run_prepared(Connection& conn, std::string_view name, std::string_view sql,
-                          std::uint32_t id, std::span<const Param> params) {
-  if (!conn.is_prepared(id)) {
-    if (Status s = conn.prepare(name, sql, params); !s.ok()) return nothing_applied(s);
-    conn.mark_prepared(id);
-  }
-  return conn.query_prepared(name, params);
+std::uint64_t detail::wal_position(const Rows& rows, int col) noexcept {
+  if (rows.is_null(0, col)) return 0;
+  Result<Lsn> lsn = Lsn::parse(rows.text(0, col));
+  return lsn.ok() ? lsn->value : 0;
 }
 
-}  // namespace
+using detail::nothing_applied;
+using detail::refused;
 
 // ---------------------------------------------------------------------------------------
-// Transaction
-
-Transaction::~Transaction() {
-  if (conn_->txn_status() != TxnStatus::kIdle) conn_.discard();
-}
-
-Result<Rows> Transaction::record(Result<Rows> r) {
-  if (!r.ok()) {
-    Status s = in_transaction(r.status());
-    if (failure_.ok()) failure_ = s;
-    return s;
-  }
-  return r;
-}
-
-Result<Rows> Transaction::query(std::string_view sql, std::span<const Param> params) {
-  if (!failure_.ok()) return failure_;
-  const bool scs = conn_->standard_conforming_strings();
-  if (const SqlClass c = classify_sql(sql, scs); c.kind == SqlKind::kInvalid) {
-    return refused("refused: ", c);
-  }
-  if (detail::ends_transaction(sql, scs)) {
-    Status s(Code::kInvalidArgument,
-             "refused inside transaction(): the Database begins, commits and rolls back the "
-             "transaction itself (return OK to commit, an error to roll back)");
-    s.with_sqlstate("");
-    return s;
-  }
-  return record(ConnectionAccess::query_unchecked(*conn_, sql, params));
-}
-
-Result<Rows> Transaction::query(const Statement& stmt, std::span<const Param> params) {
-  if (!failure_.ok()) return failure_;
-  if (stmt.name_.empty()) {
-    return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");
-  }
-  if (detail::ends_transaction(stmt.sql_, conn_->standard_conforming_strings())) {
-    return Status(Code::kInvalidArgument,
-                  "refused inside transaction(): the Statement ends the transaction");
-  }
-  return record(run_prepared(*conn_, stmt.name_, stmt.sql_, stmt.id_, params));
-}
-
-// ---------------------------------------------------------------------------------------
-// Database
+// Construction
 
 Database::Database(DatabaseOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::system()) {
-  if (options_.url.empty()) throw std::invalid_argument("DatabaseOptions::url must not be empty");
-  if (options_.read_connections < 1) {
-    throw std::invalid_argument("DatabaseOptions::read_connections must be at least 1");
-  }
-  if (options_.write_connections < 1) {
-    throw std::invalid_argument("DatabaseOptions::write_connections must be at least 1");
-  }
-  for (const std::string& url : options_.replica_urls) {
-    if (url.empty()) throw std::invalid_argument("DatabaseOptions::replica_urls has an empty URL");
-  }
-  if (!valid_identifier(options_.idempotency_table)) {
-    throw std::invalid_argument("DatabaseOptions::idempotency_table '" +
-                                options_.idempotency_table +
-                                "' is not a plain or schema-qualified identifier");
-  }
-  if (options_.health_probe_interval < Duration::zero()) {
-    throw std::invalid_argument("DatabaseOptions::health_probe_interval must not be negative");
-  }
+  validate(options_);
   primary_ = make_endpoint(options_.name, options_.url, true);
   for (std::size_t i = 0; i < options_.replica_urls.size(); ++i) {
     replicas_.push_back(make_endpoint(options_.name + "-replica-" + std::to_string(i + 1),
                                       options_.replica_urls[i], false));
   }
+  if (options_.pooling == Pooling::kTransaction) {
+    for (const auto& [name, value] : options_.settings) {
+      setting_params_.emplace_back(name);
+      setting_params_.emplace_back(value);
+    }
+  }
+  read_prefix_ = make_prefix(kReadHead, kReadPrefixId, "holdfast_read");
+  replica_prefix_ = make_prefix(kReplicaHead, kReplicaPrefixId, "holdfast_replica_read");
+  write_prefix_ = make_prefix(kWriteHead, kWritePrefixId, "holdfast_write");
+  begin_prefix_ = make_prefix(kBeginHead, kBeginPrefixId, "holdfast_begin");
   const std::string& t = options_.idempotency_table;
   claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
   recorded_sql_ = "SELECT result FROM " + t + " WHERE key = $1";
@@ -175,6 +185,24 @@ Database::Database(DatabaseOptions options)
 }
 
 Database::~Database() = default;
+
+Database::Prefix Database::make_prefix(std::string_view head, std::uint32_t id,
+                                       std::string_view name) const {
+  Prefix p;
+  p.sql = std::string(head);
+  if (options_.pooling == Pooling::kTransaction) {
+    // Unnamed: another transaction may run on another server session. The settings are
+    // set here, in every transaction, instead of at connect.
+    for (std::size_t i = 0; i < options_.settings.size(); ++i) {
+      p.sql += ", pg_catalog.set_config($" + std::to_string(2 + 2 * i) + ", $" +
+               std::to_string(3 + 2 * i) + ", true)";
+    }
+    return p;
+  }
+  p.name = std::string(name);
+  p.id = id;
+  return p;
+}
 
 std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
                                                             const std::string& url, bool primary) {
@@ -186,22 +214,16 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
   PoolOptions po;
   po.connect.conninfo = url;
   po.connect.application_name = options_.application_name;
-  po.connect.settings = options_.settings;
-  // Start every session at the full window, the value a request uses until its window
-  // opens: most calls then never need a SET.
-  po.connect.settings.emplace_back(
-      "statement_timeout",
-      std::to_string(std::chrono::ceil<std::chrono::milliseconds>(window).count()));
+  // A transaction pooler refuses settings at connect (and could not keep them per session).
+  if (options_.pooling == Pooling::kSession) po.connect.settings = options_.settings;
   po.connect.connect_timeout = options_.connect_timeout;
   po.connect.clock = clock_;
   po.reconnect_backoff = options_.reconnect_backoff;
   po.window = window;
   po.size = options_.read_connections;
-  po.read_only = true;
   e->reads = std::make_unique<Pool>(po);
   if (primary) {
     po.size = options_.write_connections;
-    po.read_only = false;
     e->writes = std::make_unique<Pool>(po);
   }
   if (options_.health_probe_interval > Duration::zero()) {
@@ -223,6 +245,9 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
   return e;
 }
 
+// ---------------------------------------------------------------------------------------
+// What every call does
+
 TimePoint Database::connect_deadline() const {
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining() : options_.connect_timeout;
@@ -239,35 +264,98 @@ void Database::open_request_window() const {
   if (w != nullptr && !w->is_open()) w->open(clock_->now());
 }
 
-Status Database::prepare_call(Connection& conn) {
+Result<PooledConnection> Database::lease(Pool& pool, bool may_wait) {
+  open_request_window();
+  Result<PooledConnection> lease = may_wait ? pool.acquire() : pool.try_acquire(connect_deadline());
+  if (lease.ok() && lease->fresh()) {
+    standard_strings_.store((*lease)->standard_conforming_strings(), std::memory_order_relaxed);
+  }
+  return lease;
+}
+
+void Database::call_deadline(Connection& conn, char (&timeout_ms)[24]) const {
   const TimePoint now = clock_->now();
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining(now) : primary_->shield->reads().window();
   conn.set_deadline(now + left + kClientGrace);
-  return conn.ensure_statement_timeout(left);
+  // At least 1 ms: 0 would mean "none".
+  const long long ms =
+      std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(left).count());
+  *std::to_chars(timeout_ms, timeout_ms + sizeof(timeout_ms) - 1, ms).ptr = '\0';
 }
 
-Result<Rows> Database::attempt(Pool& pool, const Work& work, bool may_wait) {
-  open_request_window();
-  Result<PooledConnection> lease = may_wait ? pool.acquire() : pool.try_acquire(connect_deadline());
+std::span<const Param> Database::prefix_params(const Param& timeout,
+                                               std::vector<Param>& more) const {
+  if (setting_params_.empty()) return {&timeout, 1};
+  more.clear();
+  more.push_back(timeout);
+  more.insert(more.end(), setting_params_.begin(), setting_params_.end());
+  return more;
+}
+
+// ---------------------------------------------------------------------------------------
+// Reads
+
+Duration Database::ReplayLag::observe(std::uint64_t replayed, std::uint64_t received,
+                                      TimePoint now) noexcept {
+  // Concurrent reads may interleave here: each sees a consistent enough picture, as the
+  // positions only grow and the answer is a lower bound of the lag.
+  const std::int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  std::uint64_t target = target_.load(std::memory_order_relaxed);
+  if (target != 0 && replayed >= target) {
+    target_.store(0, std::memory_order_relaxed);  // caught up with what it had then
+    target = 0;
+  }
+  if (target == 0) {
+    if (received <= replayed) return Duration::zero();
+    target_.store(received, std::memory_order_relaxed);
+    since_ns_.store(now_ns, std::memory_order_relaxed);
+    return Duration::zero();
+  }
+  return std::chrono::nanoseconds(now_ns - since_ns_.load(std::memory_order_relaxed));
+}
+
+void Database::ReplayLag::forget() noexcept {
+  target_.store(0, std::memory_order_relaxed);
+}
+
+Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
+                                 ReplicaView* view) {
+  Result<PooledConnection> lease = this->lease(*endpoint.reads, may_wait);
   if (!lease.ok()) return lease.status();
-  PooledConnection& conn = *lease;
-  if (lease->fresh()) {
-    standard_strings_.store(conn->standard_conforming_strings(), std::memory_order_relaxed);
+  Connection& conn = **lease;
+  char ms[24];
+  call_deadline(conn, ms);
+  const Param timeout{static_cast<const char*>(ms)};
+  std::vector<Param> more;
+  const Prefix& prefix = view != nullptr ? replica_prefix_ : read_prefix_;
+  Steps steps;
+  detail::Marks marks;
+  const std::size_t head = detail::add_statement(steps, conn, prefix.sql, prefix.name, prefix.id,
+                                                 prefix_params(timeout, more), marks);
+  const bool named = work.stmt != nullptr && options_.pooling == Pooling::kSession;
+  const std::size_t main =
+      detail::add_statement(steps, conn, work.sql, named ? work.stmt->name_ : std::string_view(),
+                            named ? work.stmt->id_ : 0, work.params, marks);
+  std::array<Rows, Steps::kMax> out;
+  std::size_t failed = steps.size;
+  Status s = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
+  marks.apply(conn, failed);
+  if (!s.ok()) {
+    if (!conn.is_open()) lease->discard();
+    return failed < main ? nothing_applied(std::move(s)) : s;
   }
-  if (Status s = prepare_call(*conn); !s.ok()) {
-    if (!conn->is_open()) conn.discard();
-    return nothing_applied(std::move(s));
+  if (view != nullptr) {
+    view->replayed = detail::wal_position(out[head], 2);
+    view->received = detail::wal_position(out[head], 3);
+    view->read_committed = out[head].text(0, 4) == "t";
   }
-  Result<Rows> r =
-      work.stmt != nullptr
-          ? run_prepared(*conn, work.stmt->name_, work.stmt->sql_, work.stmt->id_, work.params)
-          : ConnectionAccess::query_unchecked(*conn, work.sql, work.params);
-  if (!r.ok() && !conn->is_open()) conn.discard();
-  return r;
+  return std::move(out[main]);
 }
 
-Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fall_back) {
+Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fall_back,
+                                   RetryStats& stats) {
   Shield& shield = *replica.shield;
   Clock& clock = shield.clock();
   Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
@@ -279,51 +367,99 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fa
     return a.status.ok() ? Status(Code::kUnavailable, "replica breaker open") : a.status;
   }
   // No waiting for a busy replica or its reconnect backoff: the primary can answer now.
-  Result<Rows> r = attempt(*replica.reads, work, /*may_wait=*/false);
+  ++stats.attempts;
+  ReplicaView view;
+  Result<Rows> r = read_once(replica, work, /*may_wait=*/false, &view);
   const TimePoint end = clock.now();
-  if (r.ok()) {
-    call.succeeded(std::move(a.permit),
-                   shield.breaker().measures_latency() ? end - start : Duration::zero());
+  if (!r.ok()) {
+    replica.lag.forget();
+    // Recorded for the replica's breaker and throttle; the retry, if any, is the primary's.
+    (void)call.failed(std::move(a.permit), r.status(), end, end - start);
+    if (r.status().fault().transient()) fall_back = true;
     return r;
   }
-  // Recorded for the replica's breaker and throttle; the retry, if any, is the primary's.
-  (void)call.failed(std::move(a.permit), r.status(), end, end - start);
-  if (r.status().fault().transient()) fall_back = true;
+  const Duration lag = replica.lag.observe(view.replayed, view.received, end);
+  if (lag > options_.max_replica_lag) {
+    Status s(Code::kUnavailable,
+             replica.name + " has not replayed WAL it received " + std::to_string(to_ms(lag)) +
+                 " ms ago (max_replica_lag " + std::to_string(to_ms(options_.max_replica_lag)) +
+                 " ms)",
+             Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
+    s.with_sqlstate("");
+    (void)call.failed(std::move(a.permit), s, end, end - start);
+    fall_back = true;
+    return s;
+  }
+  call.succeeded(std::move(a.permit),
+                 shield.breaker().measures_latency() ? end - start : Duration::zero());
+  const std::uint64_t need = detail::request_position().lsn;
+  if (need != 0 && (!view.read_committed || view.replayed < need)) {
+    // Healthy, but behind the request's own writes: the primary answers.
+    fall_back = true;
+    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
+  }
   return r;
 }
 
-Result<Rows> Database::read_work(const Work& work) {
+Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
+                                   RetryStats& stats) {
+  if (!detail::request_position().primary_only) {
+    for (const auto& replica : replicas_) {
+      bool fall_back = false;
+      Result<Rows> r = try_replica(*replica, work, fall_back, stats);
+      if (!fall_back) {
+        stats.stop = r.ok() ? StopReason::kNone : StopReason::kPermanent;
+        return r;
+      }
+    }
+  }
+  RetryStats primary;
+  Result<Rows> r = run(
+      *primary_, policy, op,
+      [&]() -> Result<Rows> { return read_once(*primary_, work, true, nullptr); }, &primary);
+  stats.attempts += primary.attempts;
+  stats.slept += primary.slept;
+  stats.stop = primary.stop;
+  return r;
+}
+
+Result<Rows> Database::read_work(const Work& work, const ReadOptions& options) {
+  const RetryPolicy& policy =
+      options.policy != nullptr ? *options.policy : primary_->shield->reads();
   std::optional<RequestScope> own;
   if (RequestScope::current_window() == nullptr) {
-    own.emplace(primary_->shield->reads().window(), primary_->shield->clock());
+    own.emplace(policy.window(), primary_->shield->clock());
   }
-  for (const auto& replica : replicas_) {
-    bool fall_back = false;
-    Result<Rows> r = try_replica(*replica, work, fall_back);
-    if (!fall_back) return r;
+  Operation op = options.operation;
+  op.idempotency = Idempotency::kIdempotent;
+  RetryStats stats;
+  Result<Rows> r = read_routed(work, policy, op, stats);
+  if (!r.ok() && r.status().sqlstate() == "25006") {
+    // The READ ONLY transaction refused a write the SQL text hid (SELECT f() where f
+    // writes): nothing was applied, so it goes once more, as a write.
+    primary_->shield->metrics().count_retry();
+    RetryStats written;
+    r = write_work(work, Operation::write(op.label), &written);
+    stats.attempts += written.attempts;
+    stats.slept += written.slept;
+    stats.stop = written.stop;
   }
-  return run(*primary_, Operation::read("pg.read"),
-             [&]() -> Result<Rows> { return attempt(*primary_->reads, work, true); });
+  if (options.stats != nullptr) *options.stats = stats;
+  return r;
 }
 
-Result<Rows> Database::write_work(const Work& work, Operation op) {
-  // An autocommit statement is its own whole transaction: one that the server rolled back
-  // (40001, 40P01) may be re-run like a re-runnable transaction.
-  op.reruns_transaction = true;
-  return run(*primary_, op,
-             [&]() -> Result<Rows> { return attempt(*primary_->writes, work, true); });
-}
-
-Result<Rows> Database::read(std::string_view sql, std::span<const Param> params) {
+Result<Rows> Database::read(std::string_view sql, std::span<const Param> params,
+                            const ReadOptions& options) {
   const SqlClass c = classify_sql(sql, standard_strings_.load(std::memory_order_relaxed));
   if (c.kind == SqlKind::kInvalid) return refused("refused: ", c);
   if (c.kind != SqlKind::kRead) {
     return refused("refused on the read path (use write() or transaction()): not a read: ", c);
   }
-  return read_work(Work{sql, nullptr, params});
+  return read_work(Work{sql, nullptr, params}, options);
 }
 
-Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params) {
+Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params,
+                            const ReadOptions& options) {
   if (stmt.name_.empty()) {
     return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");
   }
@@ -332,7 +468,55 @@ Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params
                   "refused on the read path (use write() or transaction()): not a read: " +
                       std::string(stmt.reason_));
   }
-  return read_work(Work{stmt.sql_, &stmt, params});
+  return read_work(Work{stmt.sql_, &stmt, params}, options);
+}
+
+// ---------------------------------------------------------------------------------------
+// Writes
+
+Result<Rows> Database::write_once(const Work& work) {
+  Result<PooledConnection> lease = this->lease(*primary_->writes, true);
+  if (!lease.ok()) return lease.status();
+  Connection& conn = **lease;
+  char ms[24];
+  call_deadline(conn, ms);
+  const Param timeout{static_cast<const char*>(ms)};
+  std::vector<Param> more;
+  Steps steps;
+  detail::Marks marks;
+  steps.add(Step{Step::Kind::kQuery, "BEGIN", {}, {}});
+  detail::add_statement(steps, conn, write_prefix_.sql, write_prefix_.name, write_prefix_.id,
+                        prefix_params(timeout, more), marks);
+  const bool named = work.stmt != nullptr && options_.pooling == Pooling::kSession;
+  const std::size_t main =
+      detail::add_statement(steps, conn, work.sql, named ? work.stmt->name_ : std::string_view(),
+                            named ? work.stmt->id_ : 0, work.params, marks);
+  steps.add(Step{Step::Kind::kQuery, "COMMIT", {}, {}});
+  const std::size_t position = steps.add(Step{Step::Kind::kQuery, detail::kWalPositionSql, {}, {}});
+  std::array<Rows, Steps::kMax> out;
+  std::size_t failed = steps.size;
+  Status s = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
+  marks.apply(conn, failed);
+  if (s.ok() || failed == position) {
+    // Committed (a failure after the COMMIT leaves the position unknown).
+    detail::note_write(s.ok() ? detail::wal_position(out[position], 0) : 0);
+    return std::move(out[main]);
+  }
+  const TxnStatus open = conn.txn_status();
+  if (open == TxnStatus::kInTransaction || open == TxnStatus::kInError) {
+    if (!ConnectionAccess::query_unchecked(conn, "ROLLBACK", {}).ok()) lease->discard();
+  }
+  if (!conn.is_open()) lease->discard();
+  return failed < main ? nothing_applied(std::move(s)) : s;
+}
+
+Result<Rows> Database::write_work(const Work& work, Operation op, RetryStats* stats) {
+  // The statement is its own whole transaction: one that the server rolled back (40001,
+  // 40P01) may be re-run like a re-runnable transaction.
+  op.reruns_transaction = true;
+  return run(
+      *primary_, primary_->shield->policy_for(op), op,
+      [&]() -> Result<Rows> { return write_once(work); }, stats);
 }
 
 Result<Rows> Database::write_classified(const SqlClass& c, const Work& work, Operation op) {
@@ -361,7 +545,7 @@ Result<Rows> Database::write(const Statement& stmt, std::span<const Param> param
 
 Result<Rows> Database::query(std::string_view sql, std::span<const Param> params) {
   const SqlClass c = classify_sql(sql, standard_strings_.load(std::memory_order_relaxed));
-  if (c.kind == SqlKind::kRead) return read_work(Work{sql, nullptr, params});
+  if (c.kind == SqlKind::kRead) return read_work(Work{sql, nullptr, params}, ReadOptions{});
   return write_classified(c, Work{sql, nullptr, params}, Operation::write("pg.write"));
 }
 
@@ -376,190 +560,6 @@ Result<Statement> Database::prepare(std::string_view sql) {
   stmt.reason_ = c.reason;
   stmt.changes_session_ = c.changes_session;
   return stmt;
-}
-
-// ---------------------------------------------------------------------------------------
-// Transactions
-
-Result<Transaction> Database::begin(const TransactionOptions& options, int run) {
-  Pool& pool = options.read_only ? *primary_->reads : *primary_->writes;
-  open_request_window();
-  Result<PooledConnection> lease = pool.acquire();
-  if (!lease.ok()) return lease.status();
-  if (Status s = prepare_call(**lease); !s.ok()) {
-    if (!(*lease)->is_open()) lease->discard();
-    return nothing_applied(std::move(s));
-  }
-  Transaction tx(std::move(*lease), run);
-  Result<Rows> began = ConnectionAccess::query_unchecked(
-      tx.connection(), begin_sql(options.isolation, options.read_only), {});
-  if (!began.ok()) {
-    if (!tx.connection().is_open()) tx.conn_.discard();
-    return nothing_applied(began.status());  // a failed BEGIN changed nothing
-  }
-  if (!options.read_only) {
-    // Recorded now, so a COMMIT whose connection is lost can be resolved later.
-    Result<Rows> xid = ConnectionAccess::query_unchecked(
-        tx.connection(), "SELECT pg_catalog.pg_current_xact_id()::text", {});
-    if (!xid.ok()) {
-      tx.conn_.discard();  // closing the connection rolls the transaction back
-      return nothing_applied(in_transaction(xid.status()));
-    }
-    tx.xid_ = std::string(xid->text(0, 0));
-  }
-  return tx;
-}
-
-Status Database::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
-  Connection& conn = tx.connection();
-  const auto roll_back = [&] {
-    const TxnStatus st = conn.txn_status();
-    if (st == TxnStatus::kInTransaction || st == TxnStatus::kInError) {
-      Result<Rows> r = ConnectionAccess::query_unchecked(conn, "ROLLBACK", {});
-      if (r.ok()) return;
-    }
-    if (conn.txn_status() != TxnStatus::kIdle) tx.conn_.discard();
-  };
-  if (!fn_status.ok()) {
-    roll_back();
-    return in_transaction(fn_status);
-  }
-  if (!tx.failure_.ok()) {
-    roll_back();
-    Status s = tx.failure_;
-    s.annotate("the transaction function returned OK after a failed statement");
-    return s;
-  }
-  if (conn.txn_status() != TxnStatus::kInTransaction) {
-    roll_back();
-    Status s(Code::kInternal, "the transaction is no longer open at COMMIT");
-    s.with_txn_state(TxnState::kUnknown);
-    return s;
-  }
-
-  Result<Rows> committed = ConnectionAccess::query_unchecked(conn, "COMMIT", {});
-  if (committed.ok()) {
-    if (committed->command() == "ROLLBACK") {
-      Status s(Code::kAborted, "COMMIT rolled the transaction back",
-               Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
-      s.with_txn_state(TxnState::kRolledBack);
-      return s;
-    }
-    return Status();
-  }
-  if (conn.is_open()) {
-    // The server refused the COMMIT (a serialization failure, a deferred constraint): it
-    // rolled the transaction back.
-    roll_back();
-    return in_transaction(committed.status());
-  }
-
-  // The connection was lost during COMMIT: the transaction may or may not have committed.
-  tx.conn_.discard();
-  ++report.commits_in_doubt;
-  const Status& lost = committed.status();
-  if (tx.xid_.empty()) {
-    // A READ ONLY transaction wrote nothing: its outcome does not matter.
-    return in_transaction(lost);
-  }
-  Status why;
-  const TxnState state = resolve(tx.xid_, why);
-  report.resolution = state;
-  if (state == TxnState::kCommitted) return Status();
-  const std::string head = "COMMIT lost its connection (" + std::string(lost.message()) + "); ";
-  if (state == TxnState::kRolledBack) {
-    Status s(
-        Code::kAborted,
-        head + "pg_xact_status() says transaction " + tx.xid_ + " was aborted: nothing was applied",
-        Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kSlow, lost.fault().overload});
-    s.with_sqlstate(lost.sqlstate());
-    s.with_txn_state(TxnState::kRolledBack);
-    return s;
-  }
-  Status s(Code::kUnavailable,
-           head + "the outcome of transaction " + tx.xid_ +
-               " could not be resolved: " + std::string(why.message()),
-           Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, lost.fault().overload});
-  s.with_sqlstate(lost.sqlstate());
-  s.with_txn_state(TxnState::kUnknown);
-  return s;
-}
-
-TxnState Database::resolve(std::string_view xid, Status& why) {
-  const RetryWindow* w = RequestScope::current_window();
-  const Duration left = std::max(
-      w != nullptr ? w->remaining() : primary_->shield->writes().window(), kMinResolveTime);
-  const TimePoint deadline = clock_->now() + left;
-  const Param params[] = {Param(xid)};
-  Duration pause = kResolvePauseFirst;
-  for (;;) {
-    Result<PooledConnection> lease = primary_->writes->acquire(deadline);
-    if (lease.ok()) {
-      (*lease)->set_deadline(deadline);
-      Result<Rows> r = ConnectionAccess::query_unchecked(
-          **lease, "SELECT pg_catalog.pg_xact_status($1::pg_catalog.xid8)", params);
-      if (r.ok()) {
-        if (r->is_null(0, 0)) {
-          why = Status(Code::kUnknown,
-                       "pg_xact_status() no longer knows transaction " + std::string(xid));
-          return TxnState::kUnknown;
-        }
-        const std::string_view answer = r->text(0, 0);
-        if (answer == "committed") return TxnState::kCommitted;
-        if (answer == "aborted") return TxnState::kRolledBack;
-        why = Status(Code::kUnavailable,
-                     "transaction " + std::string(xid) + " was still " + std::string(answer));
-      } else {
-        why = r.status();
-        if (!(*lease)->is_open()) lease->discard();
-      }
-    } else {
-      why = lease.status();
-    }
-    if (clock_->now() + pause >= deadline) return TxnState::kUnknown;
-    clock_->sleep_for(pause);
-    pause = std::min(pause * 2, kResolvePauseMax);
-  }
-}
-
-// ---------------------------------------------------------------------------------------
-// Idempotency keys
-
-Status Database::create_idempotency_table() {
-  const std::string sql = "CREATE TABLE IF NOT EXISTS " + options_.idempotency_table +
-                          " (key text PRIMARY KEY, result text, "
-                          "created_at timestamptz NOT NULL DEFAULT now())";
-  Result<Rows> r = write(sql, {}, Operation::idempotent_write("pg.idempotency_table"));
-  if (r.ok()) return Status();
-  // Two processes creating it at once: one wins, the other sees it exist.
-  if (r.status().sqlstate() == "23505" || r.status().sqlstate() == "42P07") return Status();
-  return r.status();
-}
-
-Result<bool> Database::claim_key(Transaction& tx, std::string_view key) {
-  const Param params[] = {Param(key)};
-  Result<Rows> r = tx.query(claim_sql_, params);
-  if (!r.ok()) return r.status();
-  return r->affected() == 1;
-}
-
-Result<std::string> Database::recorded_result(Transaction& tx, std::string_view key) {
-  const Param params[] = {Param(key)};
-  Result<Rows> r = tx.query(recorded_sql_, params);
-  if (!r.ok()) return r.status();
-  if (r->empty()) {
-    // The row that conflicted was rolled back after all: run the transaction again.
-    return Status(Code::kAborted,
-                  "idempotency key '" + std::string(key) + "' conflicted but is not recorded",
-                  Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
-  }
-  return std::string(r->text(0, 0));
-}
-
-Status Database::record_result(Transaction& tx, std::string_view key, std::string_view result) {
-  const Param params[] = {Param(key), Param(result)};
-  Result<Rows> r = tx.query(record_sql_, params);
-  return r.ok() ? Status() : r.status();
 }
 
 }  // namespace holdfast::pg

@@ -1,19 +1,78 @@
 // Driver internals shared by the files of src/pg (not installed).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
 #include "holdfast/postgres_connection.hpp"
 
+struct pg_conn;  // libpq's PGconn
+
 namespace holdfast::pg::detail {
+
+// Statement ids below kFirstStatementId name the driver's own prepared statements (the
+// prefix a call opens with); Database::prepare() numbers from kFirstStatementId up.
+inline constexpr std::uint32_t kFirstStatementId = 16;
+
+// One statement of a pipeline.
+struct Step {
+  enum class Kind : std::uint8_t {
+    kQuery,     // `sql` with `params`, unnamed (parsed by this call)
+    kPrepare,   // prepares `sql` under `name` (`params` give the types)
+    kPrepared,  // runs the statement prepared as `name` with `params`
+  };
+  Kind kind = Kind::kQuery;
+  std::string_view sql;
+  std::string_view name;
+  std::span<const Param> params;
+};
+
+// A few steps, kept on the stack.
+struct Steps {
+  static constexpr std::size_t kMax = 8;
+  Step items[kMax];
+  std::size_t size = 0;
+
+  // Appends `step` and returns its index. REQUIRES: size < kMax.
+  std::size_t add(const Step& step) noexcept {
+    items[size] = step;
+    return size++;
+  }
+  [[nodiscard]] std::span<const Step> span() const noexcept { return {items, size}; }
+};
 
 struct ConnectionAccess {
   // Connection::query() without the one-statement check, for callers that classified the
   // SQL already (the Database) and for our own fixed statements.
   static Result<Rows> query_unchecked(Connection& c, std::string_view sql,
                                       std::span<const Param> params);
+  // Sends `steps` as one pipeline closed by one Sync: one round trip. The server runs them
+  // in one implicit transaction (unless they begin or end one themselves) and, after a
+  // failed step, skips the rest up to the Sync. out[i] receives step i's rows.
+  // REQUIRES: out.size() >= steps.size(); the connection is not inside a pipeline.
+  // Returns OK or the first failure; `failed` (when not null) is set to that step's index,
+  // or to steps.size() when every step succeeded or the failure is not a step's own (the
+  // connection was lost, the deadline passed).
+  static Status pipeline(Connection& c, std::span<const Step> steps, std::span<Rows> out,
+                         std::size_t* failed = nullptr);
+  // Statement ids prepared on this connection (holdfast::pg::Statement and the prefixes).
+  static bool is_prepared(const Connection& c, std::uint32_t id) noexcept;
+  static void mark_prepared(Connection& c, std::uint32_t id);
+  static pg_conn* native(const Connection& c) noexcept;
 };
+
+// The current request's read-your-writes position (lsn.cpp; postgres_lsn.hpp).
+struct RequestPosition {
+  std::uint64_t lsn = 0;
+  bool primary_only = false;  // a write's position is not known: the primary must answer
+};
+[[nodiscard]] RequestPosition request_position() noexcept;
+// A write of the current request committed; `lsn` is at or past its commit record, or 0
+// when that is not known (the request's reads then go to the primary). No-op outside a
+// RequestScope.
+void note_write(std::uint64_t lsn) noexcept;
 
 // True for a statement that ends (or starts) a transaction block: COMMIT, END, ABORT,
 // ROLLBACK (but not ROLLBACK TO SAVEPOINT), BEGIN, START TRANSACTION, PREPARE TRANSACTION.

@@ -94,7 +94,7 @@ TEST_F(PgReadPath, AWriteIsRefusedOnTheReadPathBeforeAnythingIsSent) {
   EXPECT_EQ(db.read_pool().stats().connects, 0u);
 }
 
-TEST_F(PgReadPath, AWriteMisjudgedAsAReadFailsWith25006AndIsNeverApplied) {
+TEST_F(PgReadPath, AReadRefusedWith25006IsSentOnceMoreAsAWriteAndAppliedOnce) {
   HOLDFAST_REQUIRE_PG_SERVER();
   // A function the lexical classifier cannot see into: it writes.
   const std::string fn = unique("hf_sneaky");
@@ -104,33 +104,80 @@ TEST_F(PgReadPath, AWriteMisjudgedAsAReadFailsWith25006AndIsNeverApplied) {
   Database db(options_for(server_url(), unique("hf_reader"), &log));
   ASSERT_EQ(classify_sql("SELECT " + fn + "()").kind, SqlKind::kRead);
 
-  auto r = db.read("SELECT " + fn + "()");
-  EXPECT_EQ(r.status().sqlstate(), "25006") << r.status().to_string();
-  EXPECT_EQ(r.status().stop_reason(), StopReason::kPermanent);
-  EXPECT_EQ(r.status().attempts(), 1);
-  EXPECT_EQ(log.size(), 0u);
-  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE id = 99"), 0);
+  RetryStats stats;
+  ReadOptions options;
+  options.stats = &stats;
+  auto r = db.read("SELECT " + fn + "()", {}, options);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->text(0, 0), "99");
+  // The READ ONLY transaction refused it (nothing applied), the write path applied it.
+  EXPECT_EQ(stats.attempts, 2);
+  EXPECT_EQ(stats.stop, StopReason::kNone);
+  EXPECT_EQ(db.shield().metrics().snapshot().retries, 1u);
+  EXPECT_EQ(db.read_pool().stats().connects, 1u);
+  EXPECT_EQ(db.write_pool().stats().connects, 1u);
+  EXPECT_EQ(log.size(), 0u);  // no backoff: the second attempt goes at once
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE id = 99"), 1);
+
+  // A plain read with stats: one attempt.
+  ASSERT_TRUE(db.read("SELECT 1", {}, options).ok());
+  EXPECT_EQ(stats.attempts, 1);
   admin_->exec("DROP FUNCTION " + fn + "()");
 }
 
-TEST_F(PgReadPath, AFunctionThatSwitchesTheSessionToReadWriteDoesNotOpenTheNetForTheNextRead) {
+TEST_F(PgReadPath, AReadThatFailsAgainOnTheWritePathReportsTheWritesFailure) {
   HOLDFAST_REQUIRE_PG_SERVER();
+  // It writes, and the row it writes is there already: 23505 on the write path.
+  const std::string fn = unique("hf_sneaky");
+  admin_->exec("CREATE FUNCTION " + fn + "() RETURNS int LANGUAGE sql AS $$ INSERT INTO " + table_ +
+               " VALUES (1, 'again') RETURNING id $$");
+  Database db(options_for(server_url(), unique("hf_reader"), nullptr));
+  RetryStats stats;
+  ReadOptions options;
+  options.stats = &stats;
+  auto r = db.read("SELECT " + fn + "()", {}, options);
+  EXPECT_EQ(r.status().sqlstate(), "23505") << r.status().to_string();
+  EXPECT_EQ(stats.attempts, 2);
+  EXPECT_EQ(stats.stop, StopReason::kPermanent);
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_), 2);
+  admin_->exec("DROP FUNCTION " + fn + "()");
+}
+
+TEST_F(PgReadPath, NoSessionSettingCanTurnTheReadPathReadWrite) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  // Read-only comes from each read's own transaction (SET LOCAL), not from the session, so
+  // switching the session's default off inside a read changes nothing for the next read,
+  // and switching the transaction itself to read-write is refused.
   const std::string unlock = unique("hf_unlock");
+  const std::string escape = unique("hf_escape");
   const std::string sneaky = unique("hf_sneaky");
   admin_->exec("CREATE FUNCTION " + unlock +
                "() RETURNS text LANGUAGE sql AS "
                "$$ SELECT set_config('default_transaction_read_only', 'off', false) $$");
+  admin_->exec("CREATE FUNCTION " + escape +
+               "() RETURNS text LANGUAGE sql AS "
+               "$$ SELECT set_config('transaction_read_only', 'off', true) $$");
   admin_->exec("CREATE FUNCTION " + sneaky + "() RETURNS int LANGUAGE sql AS $$ INSERT INTO " +
                table_ + " VALUES (98, 'sneaky') RETURNING id $$");
   DatabaseOptions o = options_for(server_url(), unique("hf_reader"), nullptr);
   o.read_connections = 1;
   Database db(o);
   ASSERT_TRUE(db.read("SELECT " + unlock + "()").ok());
-  auto r = db.read("SELECT " + sneaky + "()");
-  EXPECT_EQ(r.status().sqlstate(), "25006") << r.status().to_string();
-  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE id = 98"), 0);
-  EXPECT_EQ(db.read_pool().stats().discarded, 1u);
+  auto ro = db.read("SHOW transaction_read_only");
+  ASSERT_TRUE(ro.ok()) << ro.status().to_string();
+  EXPECT_EQ(ro->text(0, 0), "on");
+  EXPECT_EQ(db.read("SELECT " + escape + "()").status().sqlstate(), "25001");
+
+  RetryStats stats;
+  ReadOptions options;
+  options.stats = &stats;
+  auto r = db.read("SELECT " + sneaky + "()", {}, options);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(stats.attempts, 2) << "the read path applied the write";
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE id = 98"), 1);
+  EXPECT_EQ(db.read_pool().stats().connects, 1u);
   admin_->exec("DROP FUNCTION " + unlock + "()");
+  admin_->exec("DROP FUNCTION " + escape + "()");
   admin_->exec("DROP FUNCTION " + sneaky + "()");
 }
 

@@ -1,0 +1,92 @@
+// Connection::Impl: the libpq connection behind a holdfast::pg::Connection and the state
+// its exchanges share (not installed). connection.cpp opens and inspects it;
+// exchange.cpp sends statements and collects their results.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "holdfast/postgres_connection.hpp"
+#include "pg_internal.hpp"
+
+namespace holdfast::pg {
+
+const char* or_empty(const char* s) noexcept;
+// `s` without trailing line breaks and spaces.
+std::string trim(std::string_view s);
+
+struct Connection::Impl {
+  PGconn* conn = nullptr;
+  Clock* clock = nullptr;
+  TimePoint deadline = TimePoint::max();
+  long long statement_timeout_ms = -1;
+  std::deque<Notice> notices;
+  std::uint64_t notices_received = 0;
+  // A FATAL the server sent while we were not waiting for a result (a terminated idle
+  // backend): its SQLSTATE explains the lost connection the next statement will see.
+  bool fatal_seen = false;
+  std::string fatal_sqlstate;
+  std::string fatal_message;
+  // Scratch space reused by every statement (no allocation once warm).
+  std::string sql;
+  std::string name;
+  std::string arena;
+  std::vector<const char*> values;
+  std::vector<Oid> types;
+  // Statement ids prepared on this connection (detail::ConnectionAccess::is_prepared()).
+  std::vector<bool> prepared;
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl();
+
+  static void on_notice(void* arg, const PGresult* res) noexcept;
+  static Status closed();
+
+  // The status of a connection that is gone, with the best explanation we have.
+  // `outcome`: whether the statement may have been applied.
+  Status lost(std::string_view sqlstate, std::string_view message, Outcome outcome) const;
+  // Fills values/types for `params`; string views that are not NUL-terminated are copied
+  // into the arena first.
+  void bind(std::span<const Param> params);
+  void cancel() const noexcept;
+
+  // exchange.cpp: sends with `send` (returns 1 on success, like libpq) and collects every
+  // result of that one statement.
+  template <class Send>
+  Result<Rows> run(Send&& send) {
+    if (Status s = ready(); !s.ok()) return s;
+    return collect(send() != 0);
+  }
+  Status pipeline(std::span<const detail::Step> steps, std::span<Rows> out, std::size_t* failed);
+
+ private:
+  // Where a wait for results stands: the deadline, and whether the cancel went out.
+  struct Wait {
+    TimePoint until;
+    bool cancelled = false;
+    bool stuck = false;  // neither the deadline nor the cancel got an answer
+  };
+  Status ready() const;
+  Result<Rows> collect(bool sent);
+  bool wait_readable(TimePoint until) const noexcept;
+  bool wait_result(TimePoint until) const noexcept;
+  // The next result, or nullptr (the end of a statement's results, a lost connection, or
+  // `w.stuck`). Past the deadline it cancels once and waits a short grace more.
+  PGresult* next_result(Wait& w) noexcept;
+  bool send_step(const detail::Step& step);
+  // Closes a connection whose server answered neither the deadline nor the cancel.
+  Status stuck();
+  // The status of a failed exchange from its first error (may be nullptr) and whether
+  // everything was sent.
+  Status failure(const PGresult* bad, bool sent) const;
+};
+
+}  // namespace holdfast::pg

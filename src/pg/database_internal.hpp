@@ -1,0 +1,47 @@
+// What database.cpp and transaction.cpp share (not installed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "holdfast/postgres.hpp"
+#include "pg_internal.hpp"
+
+namespace holdfast::pg::detail {
+
+// The primary's WAL insert position, read after a COMMIT: at or past its commit record.
+inline constexpr std::string_view kWalPositionSql =
+    "SELECT pg_catalog.pg_current_wal_insert_lsn()::text";
+
+// The statements a pipeline prepares under a name, marked prepared on the connection once
+// the pipeline ran past them.
+struct Marks {
+  std::size_t step[2] = {};
+  std::uint32_t id[2] = {};
+  std::size_t size = 0;
+
+  // `failed`: the index of the step that failed (steps.size() when none did).
+  void apply(Connection& conn, std::size_t failed) const;
+};
+
+// Adds one statement to `steps`: prepared as `name` when `name` is not empty (with its
+// Parse first when `conn` has not prepared statement `id` yet), else sent unnamed. Returns
+// the index of the step whose rows are the statement's.
+std::size_t add_statement(Steps& steps, Connection& conn, std::string_view sql,
+                          std::string_view name, std::uint32_t id, std::span<const Param> params,
+                          Marks& marks);
+
+// A failure before anything of ours could have been applied (connect, BEGIN, the prefix,
+// a Parse).
+Status nothing_applied(Status s);
+// A failure inside a transaction: the server rolls the whole transaction back, so only a
+// re-run of all of it can help, and nothing of it was applied.
+Status in_transaction(Status s);
+// INVALID_ARGUMENT: `what` and why the classifier said so.
+Status refused(std::string_view what, const SqlClass& c);
+// The WAL position in `rows` (row 0), or 0 when there is none.
+std::uint64_t wal_position(const Rows& rows, int col) noexcept;
+
+}  // namespace holdfast::pg::detail

@@ -1,0 +1,268 @@
+// Sending statements and collecting their results: one statement (Connection::query(),
+// prepare(), query_prepared()) or a pipeline of a few closed by one Sync
+// (detail::ConnectionAccess::pipeline()). Every wait is bounded by the connection's
+// deadline: past it the statement is cancelled, and if the server answers neither, the
+// connection is closed and the outcome is unknown.
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+
+#include "connection_impl.hpp"
+#include "holdfast/classify.hpp"
+#include "pg_internal.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+// How long to wait for the server to act on a cancel sent at the deadline before closing
+// the connection.
+constexpr Duration kCancelGrace = std::chrono::milliseconds(1000);
+
+// Keeps the first error in `bad`, unless a later one carries a SQLSTATE and it did not
+// (the FATAL of a terminated backend, then "server closed the connection"). Takes `r`.
+// True when `r` became `bad`.
+bool keep_error(PGresult*& bad, PGresult* r) noexcept {
+  if (bad == nullptr || (PQresultErrorField(bad, PG_DIAG_SQLSTATE) == nullptr &&
+                         PQresultErrorField(r, PG_DIAG_SQLSTATE) != nullptr)) {
+    if (bad != nullptr) PQclear(bad);
+    bad = r;
+    return true;
+  }
+  PQclear(r);
+  return false;
+}
+
+// Ends a COPY the server started (holdfast sends no COPY data and reads none). Takes `r`.
+void end_copy(PGconn* conn, PGresult* r) noexcept {
+  if (PQresultStatus(r) == PGRES_COPY_IN) {
+    PQputCopyEnd(conn, "holdfast does not support COPY");
+  } else {
+    char* buf = nullptr;
+    while (PQgetCopyData(conn, &buf, 0) > 0)
+      PQfreemem(buf);
+  }
+  PQclear(r);
+}
+
+bool is_rows(ExecStatusType st) noexcept {
+  return st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_SINGLE_TUPLE;
+}
+
+bool is_copy(ExecStatusType st) noexcept {
+  return st == PGRES_COPY_IN || st == PGRES_COPY_OUT;
+}
+
+}  // namespace
+
+Status Connection::Impl::ready() const {
+  if (conn == nullptr) return closed();
+  if (fatal_seen || PQstatus(conn) != CONNECTION_OK) return lost("", "", Outcome::kNotApplied);
+  return Status();
+}
+
+// Waits until the socket is readable or `until`. False on timeout.
+bool Connection::Impl::wait_readable(TimePoint until) const noexcept {
+  const int fd = PQsocket(conn);
+  if (fd < 0) return true;  // let libpq report the broken connection
+  for (;;) {
+    int timeout_ms = -1;
+    if (until != TimePoint::max()) {
+      const Duration left = until - clock->now();
+      if (left <= Duration::zero()) return false;
+      timeout_ms = static_cast<int>(
+          std::min<long long>(std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, timeout_ms);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;
+    if (r == 0 && until == TimePoint::max()) continue;
+  }
+}
+
+// Waits until PQgetResult() will not block. False when `until` passed first.
+bool Connection::Impl::wait_result(TimePoint until) const noexcept {
+  while (PQisBusy(conn) != 0) {
+    if (!wait_readable(until)) return false;
+    if (PQconsumeInput(conn) == 0) return true;  // lost: PQgetResult reports it
+  }
+  return true;
+}
+
+PGresult* Connection::Impl::next_result(Wait& w) noexcept {
+  while (!wait_result(w.until)) {
+    if (w.cancelled) {
+      w.stuck = true;
+      return nullptr;
+    }
+    // Past the deadline: ask the server to cancel, and give it a moment to answer.
+    cancel();
+    w.cancelled = true;
+    w.until = clock->now() + kCancelGrace;
+  }
+  return PQgetResult(conn);
+}
+
+Status Connection::Impl::stuck() {
+  // Nothing came back even after the cancel: the server is unreachable or stuck.
+  PQfinish(conn);
+  conn = nullptr;
+  Status s(Code::kDeadlineExceeded,
+           "the server answered neither before the deadline nor to the cancel after it; "
+           "the connection was closed and the statement's outcome is unknown",
+           Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, true});
+  s.with_sqlstate("");
+  return s;
+}
+
+Status Connection::Impl::failure(const PGresult* bad, bool sent) const {
+  const char* sqlstate = bad != nullptr ? PQresultErrorField(bad, PG_DIAG_SQLSTATE) : nullptr;
+  const char* primary = bad != nullptr ? PQresultErrorField(bad, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
+  const std::string message = primary != nullptr ? std::string(primary)
+                              : bad != nullptr   ? trim(or_empty(PQresultErrorMessage(bad)))
+                                                 : std::string();
+  if (PQstatus(conn) != CONNECTION_OK) {
+    return lost(or_empty(sqlstate), message, sent ? Outcome::kUnknown : Outcome::kNotApplied);
+  }
+  if (bad != nullptr) return postgres_status(or_empty(sqlstate), message);
+  return lost("", "", Outcome::kNotApplied);
+}
+
+Result<Rows> Connection::Impl::collect(bool sent) {
+  PGresult* good = nullptr;
+  PGresult* bad = nullptr;
+  Wait w{deadline};
+  while (PGresult* r = next_result(w)) {
+    const ExecStatusType st = PQresultStatus(r);
+    if (is_rows(st)) {
+      if (good != nullptr) PQclear(good);
+      good = r;
+    } else if (is_copy(st)) {
+      end_copy(conn, r);
+    } else {
+      keep_error(bad, r);
+    }
+  }
+  // Owned from here on: both are cleared on every return path.
+  Rows good_rows(good);
+  Rows bad_rows(bad);
+  if (w.stuck) return stuck();
+  if (bad != nullptr || !sent || PQstatus(conn) != CONNECTION_OK) return failure(bad, sent);
+  if (good == nullptr) {
+    Status s(Code::kInvalidArgument, "the statement returned no result");
+    s.with_sqlstate("");
+    return s;
+  }
+  return good_rows;
+}
+
+bool Connection::Impl::send_step(const detail::Step& step) {
+  using Kind = detail::Step::Kind;
+  bind(step.params);
+  const int n = static_cast<int>(step.params.size());
+  if (step.kind != Kind::kPrepared) sql.assign(step.sql);
+  if (step.kind != Kind::kQuery) name.assign(step.name);
+  switch (step.kind) {
+    case Kind::kQuery:
+      return PQsendQueryParams(conn, sql.c_str(), n, types.data(), values.data(), nullptr, nullptr,
+                               0) != 0;
+    case Kind::kPrepare:
+      return PQsendPrepare(conn, name.c_str(), sql.c_str(), n, types.data()) != 0;
+    case Kind::kPrepared:
+      return PQsendQueryPrepared(conn, name.c_str(), n, values.data(), nullptr, nullptr, 0) != 0;
+  }
+  return false;
+}
+
+Status Connection::Impl::pipeline(std::span<const detail::Step> steps, std::span<Rows> out,
+                                  std::size_t* failed) {
+  if (failed != nullptr) *failed = steps.size();
+  if (Status s = ready(); !s.ok()) return s;
+  if (PQenterPipelineMode(conn) == 0) {
+    return Status(Code::kInternal, "the connection could not enter pipeline mode: " +
+                                       trim(or_empty(PQerrorMessage(conn))));
+  }
+  bool sent = true;
+  for (const detail::Step& step : steps) {
+    if (!(sent = send_step(step))) break;
+  }
+  sent = sent && PQpipelineSync(conn) != 0;
+
+  // In pipeline mode a nullptr ends one step's results, and PGRES_PIPELINE_SYNC the whole.
+  PGresult* bad = nullptr;
+  std::size_t at = 0;
+  std::size_t bad_at = steps.size();
+  bool synced = false;
+  Wait w{deadline};
+  while (!synced && at <= steps.size()) {
+    PGresult* r = next_result(w);
+    if (r == nullptr) {
+      if (w.stuck || PQstatus(conn) != CONNECTION_OK || !sent) break;
+      ++at;
+      continue;
+    }
+    const ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_PIPELINE_SYNC) {
+      synced = true;
+      PQclear(r);
+    } else if (is_rows(st) && at < out.size()) {
+      out[at] = Rows(r);
+    } else if (is_copy(st)) {
+      end_copy(conn, r);
+    } else if (st == PGRES_PIPELINE_ABORTED || is_rows(st)) {
+      PQclear(r);
+    } else if (keep_error(bad, r)) {
+      bad_at = at;
+    }
+  }
+  Rows bad_rows(bad);  // cleared on every return path
+  if (w.stuck) return stuck();
+  const bool up = PQstatus(conn) == CONNECTION_OK;
+  if (up && !(synced && PQexitPipelineMode(conn) != 0)) {
+    // Out of step with the server (a send failed, or the results did not line up with the
+    // steps): never reuse this connection.
+    Status s =
+        bad != nullptr
+            ? failure(bad, sent)
+            : Status(Code::kInternal, "the pipeline's results did not end in its Sync",
+                     Fault{RetryScope::kReconnect, sent ? Outcome::kUnknown : Outcome::kNotApplied,
+                           Pace::kFast, false});
+    PQfinish(conn);
+    conn = nullptr;
+    return s;
+  }
+  if (bad != nullptr || !up) {
+    if (failed != nullptr && up) *failed = bad_at;
+    return failure(bad, sent);
+  }
+  return Status();
+}
+
+// ---------------------------------------------------------------------------------------
+// detail::ConnectionAccess
+
+Result<Rows> detail::ConnectionAccess::query_unchecked(Connection& c, std::string_view sql,
+                                                       std::span<const Param> params) {
+  if (!c.impl_) return Connection::Impl::closed();
+  Connection::Impl& impl = *c.impl_;
+  impl.sql.assign(sql);
+  impl.bind(params);
+  return impl.run([&] {
+    return PQsendQueryParams(impl.conn, impl.sql.c_str(), static_cast<int>(params.size()),
+                             impl.types.data(), impl.values.data(), nullptr, nullptr, 0);
+  });
+}
+
+Status detail::ConnectionAccess::pipeline(Connection& c, std::span<const Step> steps,
+                                          std::span<Rows> out, std::size_t* failed) {
+  if (!c.impl_) {
+    if (failed != nullptr) *failed = steps.size();
+    return Connection::Impl::closed();
+  }
+  return c.impl_->pipeline(steps, out, failed);
+}
+
+}  // namespace holdfast::pg

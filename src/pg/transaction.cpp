@@ -1,0 +1,307 @@
+// Transactions: Transaction, and Database's begin / commit / resolve of a COMMIT in doubt,
+// and the idempotency keys of once().
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "database_internal.hpp"
+#include "holdfast/postgres.hpp"
+#include "pg_internal.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+using detail::ConnectionAccess;
+using detail::in_transaction;
+using detail::nothing_applied;
+using detail::Step;
+using detail::Steps;
+
+// Resolving a COMMIT in doubt may take this long even when the window is nearly spent:
+// knowing the outcome matters more than the window.
+constexpr Duration kMinResolveTime = std::chrono::seconds(2);
+constexpr Duration kResolvePauseFirst = std::chrono::milliseconds(10);
+constexpr Duration kResolvePauseMax = std::chrono::milliseconds(200);
+
+std::string_view begin_sql(Isolation isolation, bool read_only) noexcept {
+  static constexpr std::array<std::string_view, 8> kBegin = {
+      "BEGIN",
+      "BEGIN READ ONLY",
+      "BEGIN ISOLATION LEVEL READ COMMITTED",
+      "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
+      "BEGIN ISOLATION LEVEL REPEATABLE READ",
+      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+      "BEGIN ISOLATION LEVEL SERIALIZABLE",
+      "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY",
+  };
+  return kBegin[static_cast<std::size_t>(isolation) * 2 + (read_only ? 1 : 0)];
+}
+
+// Runs a Statement on `conn`, preparing it there the first time.
+Result<Rows> run_prepared(Connection& conn, const std::string& name, const std::string& sql,
+                          std::uint32_t id, std::span<const Param> params) {
+  if (!ConnectionAccess::is_prepared(conn, id)) {
+    if (Status s = conn.prepare(name, sql, params); !s.ok()) return nothing_applied(s);
+    ConnectionAccess::mark_prepared(conn, id);
+  }
+  return conn.query_prepared(name, params);
+}
+
+// Ends a transaction that is still open on `conn` (ROLLBACK), or closes `conn`.
+void roll_back(PooledConnection& conn) {
+  const TxnStatus st = conn->txn_status();
+  if (st == TxnStatus::kInTransaction || st == TxnStatus::kInError) {
+    if (ConnectionAccess::query_unchecked(*conn, "ROLLBACK", {}).ok()) return;
+  }
+  if (conn->txn_status() != TxnStatus::kIdle) conn.discard();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Transaction
+
+Transaction::~Transaction() {
+  if (conn_->txn_status() != TxnStatus::kIdle) conn_.discard();
+}
+
+Result<Rows> Transaction::record(Result<Rows> r) {
+  if (!r.ok()) {
+    Status s = in_transaction(r.status());
+    if (failure_.ok()) failure_ = s;
+    return s;
+  }
+  return r;
+}
+
+Result<Rows> Transaction::query(std::string_view sql, std::span<const Param> params) {
+  if (!failure_.ok()) return failure_;
+  const bool scs = conn_->standard_conforming_strings();
+  if (const SqlClass c = classify_sql(sql, scs); c.kind == SqlKind::kInvalid) {
+    return detail::refused("refused: ", c);
+  }
+  if (detail::ends_transaction(sql, scs)) {
+    Status s(Code::kInvalidArgument,
+             "refused inside transaction(): the Database begins, commits and rolls back the "
+             "transaction itself (return OK to commit, an error to roll back)");
+    s.with_sqlstate("");
+    return s;
+  }
+  return record(ConnectionAccess::query_unchecked(*conn_, sql, params));
+}
+
+Result<Rows> Transaction::query(const Statement& stmt, std::span<const Param> params) {
+  if (!failure_.ok()) return failure_;
+  if (stmt.name_.empty()) {
+    return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");
+  }
+  if (detail::ends_transaction(stmt.sql_, conn_->standard_conforming_strings())) {
+    return Status(Code::kInvalidArgument,
+                  "refused inside transaction(): the Statement ends the transaction");
+  }
+  if (!named_statements_)
+    return record(ConnectionAccess::query_unchecked(*conn_, stmt.sql_, params));
+  return record(run_prepared(*conn_, stmt.name_, stmt.sql_, stmt.id_, params));
+}
+
+// ---------------------------------------------------------------------------------------
+// Begin and finish
+
+Result<Transaction> Database::begin(const TransactionOptions& options, int run) {
+  Pool& pool = options.read_only ? *primary_->reads : *primary_->writes;
+  Result<PooledConnection> lease = this->lease(pool, true);
+  if (!lease.ok()) return lease.status();
+  Connection& conn = **lease;
+  char ms[24];
+  call_deadline(conn, ms);
+  const Param timeout{static_cast<const char*>(ms)};
+  std::vector<Param> more;
+  // BEGIN, then statement_timeout (SET LOCAL) and the transaction id: one round trip.
+  const Prefix& prefix = options.read_only ? write_prefix_ : begin_prefix_;
+  Steps steps;
+  detail::Marks marks;
+  steps.add(Step{Step::Kind::kQuery, begin_sql(options.isolation, options.read_only), {}, {}});
+  const std::size_t head = detail::add_statement(steps, conn, prefix.sql, prefix.name, prefix.id,
+                                                 prefix_params(timeout, more), marks);
+  std::array<Rows, 3> out;
+  std::size_t failed = steps.size;
+  Status s = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
+  marks.apply(conn, failed);
+  if (!s.ok()) {
+    roll_back(*lease);  // the transaction may be open and failed
+    if (!conn.is_open()) lease->discard();
+    return nothing_applied(failed == 0 ? std::move(s) : in_transaction(std::move(s)));
+  }
+  Transaction tx(std::move(*lease), run, options_.pooling == Pooling::kSession);
+  // Recorded now, so a COMMIT whose connection is lost can be resolved later.
+  if (!options.read_only) tx.xid_ = std::string(out[head].text(0, 1));
+  return tx;
+}
+
+Status Database::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
+  if (!fn_status.ok()) {
+    roll_back(tx.conn_);
+    return in_transaction(fn_status);
+  }
+  if (!tx.failure_.ok()) {
+    roll_back(tx.conn_);
+    Status s = tx.failure_;
+    s.annotate("the transaction function returned OK after a failed statement");
+    return s;
+  }
+  if (tx.connection().txn_status() != TxnStatus::kInTransaction) {
+    roll_back(tx.conn_);
+    Status s(Code::kInternal, "the transaction is no longer open at COMMIT");
+    s.with_txn_state(TxnState::kUnknown);
+    return s;
+  }
+  return commit(tx, report);
+}
+
+Status Database::commit(Transaction& tx, TransactionReport& report) {
+  Connection& conn = tx.connection();
+  // COMMIT and, for a transaction that may have written, the WAL position after it (for
+  // the request's reads on replicas): one round trip.
+  const bool wrote = !tx.xid_.empty();
+  Steps steps;
+  steps.add(Step{Step::Kind::kQuery, "COMMIT", {}, {}});
+  if (wrote) steps.add(Step{Step::Kind::kQuery, detail::kWalPositionSql, {}, {}});
+  std::array<Rows, 2> out;
+  std::size_t failed = steps.size;
+  Status committed = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
+  if (committed.ok() || (wrote && failed == 1)) {
+    if (out[0].command() == "ROLLBACK") {
+      Status s(Code::kAborted, "COMMIT rolled the transaction back",
+               Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+      s.with_txn_state(TxnState::kRolledBack);
+      return s;
+    }
+    if (wrote) detail::note_write(committed.ok() ? detail::wal_position(out[1], 0) : 0);
+    return Status();
+  }
+  if (conn.is_open()) {
+    // The server refused the COMMIT (a serialization failure, a deferred constraint): it
+    // rolled the transaction back.
+    roll_back(tx.conn_);
+    return in_transaction(committed);
+  }
+  // The connection was lost during COMMIT: the transaction may or may not have committed.
+  tx.conn_.discard();
+  ++report.commits_in_doubt;
+  return commit_in_doubt(tx, committed, report);
+}
+
+Status Database::commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report) {
+  if (tx.xid_.empty()) {
+    // A READ ONLY transaction wrote nothing: its outcome does not matter.
+    return in_transaction(lost);
+  }
+  Status why;
+  std::uint64_t position = 0;
+  const TxnState state = resolve(tx.xid_, why, position);
+  report.resolution = state;
+  if (state == TxnState::kCommitted) {
+    detail::note_write(position);
+    return Status();
+  }
+  const std::string head = "COMMIT lost its connection (" + std::string(lost.message()) + "); ";
+  if (state == TxnState::kRolledBack) {
+    Status s(
+        Code::kAborted,
+        head + "pg_xact_status() says transaction " + tx.xid_ + " was aborted: nothing was applied",
+        Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kSlow, lost.fault().overload});
+    s.with_sqlstate(lost.sqlstate());
+    s.with_txn_state(TxnState::kRolledBack);
+    return s;
+  }
+  Status s(Code::kUnavailable,
+           head + "the outcome of transaction " + tx.xid_ +
+               " could not be resolved: " + std::string(why.message()),
+           Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, lost.fault().overload});
+  s.with_sqlstate(lost.sqlstate());
+  s.with_txn_state(TxnState::kUnknown);
+  return s;
+}
+
+TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn) {
+  const RetryWindow* w = RequestScope::current_window();
+  const Duration left = std::max(
+      w != nullptr ? w->remaining() : primary_->shield->writes().window(), kMinResolveTime);
+  const TimePoint deadline = clock_->now() + left;
+  const Param params[] = {Param(xid)};
+  Duration pause = kResolvePauseFirst;
+  for (;;) {
+    Result<PooledConnection> lease = primary_->writes->acquire(deadline);
+    if (lease.ok()) {
+      (*lease)->set_deadline(deadline);
+      Result<Rows> r = ConnectionAccess::query_unchecked(
+          **lease,
+          "SELECT pg_catalog.pg_xact_status($1::pg_catalog.xid8), "
+          "pg_catalog.pg_current_wal_insert_lsn()::text",
+          params);
+      if (r.ok()) {
+        if (r->is_null(0, 0)) {
+          why = Status(Code::kUnknown,
+                       "pg_xact_status() no longer knows transaction " + std::string(xid));
+          return TxnState::kUnknown;
+        }
+        const std::string_view answer = r->text(0, 0);
+        lsn = detail::wal_position(*r, 1);
+        if (answer == "committed") return TxnState::kCommitted;
+        if (answer == "aborted") return TxnState::kRolledBack;
+        why = Status(Code::kUnavailable,
+                     "transaction " + std::string(xid) + " was still " + std::string(answer));
+      } else {
+        why = r.status();
+        if (!(*lease)->is_open()) lease->discard();
+      }
+    } else {
+      why = lease.status();
+    }
+    if (clock_->now() + pause >= deadline) return TxnState::kUnknown;
+    clock_->sleep_for(pause);
+    pause = std::min(pause * 2, kResolvePauseMax);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Idempotency keys
+
+Status Database::create_idempotency_table() {
+  const std::string sql = "CREATE TABLE IF NOT EXISTS " + options_.idempotency_table +
+                          " (key text PRIMARY KEY, result text, "
+                          "created_at timestamptz NOT NULL DEFAULT now())";
+  Result<Rows> r = write(sql, {}, Operation::idempotent_write("pg.idempotency_table"));
+  if (r.ok()) return Status();
+  // Two processes creating it at once: one wins, the other sees it exist.
+  if (r.status().sqlstate() == "23505" || r.status().sqlstate() == "42P07") return Status();
+  return r.status();
+}
+
+Result<bool> Database::claim_key(Transaction& tx, std::string_view key) {
+  const Param params[] = {Param(key)};
+  Result<Rows> r = tx.query(claim_sql_, params);
+  if (!r.ok()) return r.status();
+  return r->affected() == 1;
+}
+
+Result<std::string> Database::recorded_result(Transaction& tx, std::string_view key) {
+  const Param params[] = {Param(key)};
+  Result<Rows> r = tx.query(recorded_sql_, params);
+  if (!r.ok()) return r.status();
+  if (r->empty()) {
+    // The row that conflicted was rolled back after all: run the transaction again.
+    return Status(Code::kAborted,
+                  "idempotency key '" + std::string(key) + "' conflicted but is not recorded",
+                  Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+  }
+  return std::string(r->text(0, 0));
+}
+
+Status Database::record_result(Transaction& tx, std::string_view key, std::string_view result) {
+  const Param params[] = {Param(key), Param(result)};
+  Result<Rows> r = tx.query(record_sql_, params);
+  return r.ok() ? Status() : r.status();
+}
+
+}  // namespace holdfast::pg
