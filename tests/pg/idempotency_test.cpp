@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,6 +117,8 @@ TEST_F(PgIdempotency, ConcurrentPaymentsWhileBackendsAreTerminatedEndWithExactly
   std::atomic<int> failed_calls{0};
   std::atomic<int> gave_up{0};
   std::atomic<int> replayed{0};
+  std::mutex last_failure_mutex;
+  std::string last_failure;
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&] {
@@ -127,7 +131,11 @@ TEST_F(PgIdempotency, ConcurrentPaymentsWhileBackendsAreTerminatedEndWithExactly
           ++calls;
           auto r = db.once(key, [&](Transaction& tx) { return pay(tx, key, 10); });
           paid = r.ok();
-          if (!paid) ++failed_calls;
+          if (!paid) {
+            ++failed_calls;
+            std::lock_guard<std::mutex> lock(last_failure_mutex);
+            last_failure = r.status().to_string();
+          }
           if (paid && r->replayed) ++replayed;
         }
         if (!paid) ++gave_up;
@@ -146,8 +154,9 @@ TEST_F(PgIdempotency, ConcurrentPaymentsWhileBackendsAreTerminatedEndWithExactly
   EXPECT_EQ(admin_->count("SELECT count(*) FROM " + keys_), kPayments);
   std::printf(
       "[ info ] %d payments: %d calls (%d failed and were called again, %d found their "
-      "key recorded), %lld backends terminated\n",
-      kPayments, calls.load(), failed_calls.load(), replayed.load(), terminated.load());
+      "key recorded), %lld backends terminated; the last failure: %s\n",
+      kPayments, calls.load(), failed_calls.load(), replayed.load(), terminated.load(),
+      last_failure.empty() ? "none" : last_failure.c_str());
 }
 
 }  // namespace
