@@ -112,6 +112,7 @@ void run_panel(const PanelArgs& args) {
   server_options.port = args.port;
   server_options.store = store->get();
   server_options.logger = logging->logger.get();
+  server_options.log_sink = logging->sink.get();
   server_options.secure_cookies = args.secure_cookies;
   panel::PanelServer server(server_options);
   if (Status s = server.start(); !s.ok()) {

@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include "session_toucher.hpp"
+#include "status_page.hpp"
+#include "traffic_ring.hpp"
 
 namespace holdfast::panel {
 
@@ -11,6 +13,7 @@ PanelServer::PanelServer(Options options)
   if (options_.store == nullptr || options_.logger == nullptr) {
     throw std::invalid_argument("PanelServer: store and logger are required");
   }
+  traffic_ = std::make_unique<TrafficRing>(options_.store->clock());
   answers_ = std::make_unique<Answers>(*options_.logger, counters_, holdfast());
   if (holdfast()) {
     toucher_ = std::make_unique<SessionToucher>(*options_.store);
@@ -80,6 +83,10 @@ void PanelServer::install_routes() {
   http_->Post("/payments", to(&PanelServer::post_payment));
   http_->Post("/signups", to(&PanelServer::post_signup));
   http_->Post("/report", to(&PanelServer::post_report));
+  http_->Get("/status", to(&PanelServer::get_status));
+  http_->Get("/status.svg", to(&PanelServer::get_status_svg));
+  http_->set_post_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { record_traffic(req, res); });
 }
 
 }  // namespace holdfast::panel

@@ -3,7 +3,8 @@
 // Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links),
 // GET /dashboard/schedule?date=, GET /api/schedule?date=,
 // POST /payments, POST /signups (Idempotency-Key honoured), POST /report, GET /metrics,
-// GET /healthz.
+// GET /healthz, GET /status and GET /status.svg (signed in: the Shields now and the last
+// five minutes of answers; status_page.hpp).
 //
 // With the holdfast strategy each request runs inside one RequestScope (6 s window). When
 // the window is spent or the breaker is open, a page answers 503 with Retry-After and a
@@ -34,9 +35,15 @@ struct Request;
 struct Response;
 }  // namespace httplib
 
+namespace holdfast {
+class DatabaseSink;
+}
+
 namespace holdfast::panel {
 
 class SessionToucher;
+class TrafficRing;
+struct StatusView;
 
 struct PanelCounters {
   std::atomic<std::uint64_t> requests{0};
@@ -59,6 +66,9 @@ class PanelServer {
     int threads = 16;  // database-bound requests served at once (the front's bulkhead)
     // Mark the session cookie Secure (`holdfast panel --secure-cookies`, behind TLS).
     bool secure_cookies = false;
+    // The logs table's sink (PanelLogging::sink), when there is one: /status shows whether
+    // its overload pause is on. Outlives the server.
+    const DatabaseSink* log_sink = nullptr;
   };
 
   explicit PanelServer(Options options);
@@ -125,6 +135,16 @@ class PanelServer {
   bool answer_stale_schedule(httplib::Response& res, const std::string& date, const User& user,
                              const Status& failure, bool as_json);
 
+  // routes_status.cpp: the live status page and its chart; every answer is counted for it.
+  void get_status(const httplib::Request& req, httplib::Response& res);
+  void get_status_svg(const httplib::Request& req, httplib::Response& res);
+  // True for a live session; otherwise answers (redirect or 401, or the failure) and false.
+  bool status_allowed(const httplib::Request& req, httplib::Response& res, std::string_view path,
+                      bool image);
+  [[nodiscard]] StatusView status_view() const;
+  // After every route: counts the answer in traffic_ (lock-free, no allocation).
+  void record_traffic(const httplib::Request& req, const httplib::Response& res) noexcept;
+
   // routes_writes.cpp: payments and signups, all or nothing; an Idempotency-Key makes a
   // repeat return the first result.
   void post_payment(const httplib::Request& req, httplib::Response& res);
@@ -142,6 +162,7 @@ class PanelServer {
   std::thread thread_;
   int port_ = 0;
   PanelCounters counters_;
+  std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
   struct StaleCopy;
   std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;

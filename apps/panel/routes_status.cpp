@@ -1,0 +1,86 @@
+// The live status: GET /status (the page) and GET /status.svg (its chart alone), for
+// signed-in users only; and the count of every answer the panel gives, for their chart.
+#include <httplib.h>
+
+#include "html.hpp"
+#include "route_helpers.hpp"
+#include "server.hpp"
+#include "status_page.hpp"
+#include "traffic_ring.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+constexpr const char* kHtml = "text/html; charset=utf-8";
+
+bool is_status_path(const std::string& path) {
+  return path == "/status" || path == "/status.svg";
+}
+
+}  // namespace
+
+void PanelServer::record_traffic(const httplib::Request& req,
+                                 const httplib::Response& res) noexcept {
+  // A static string: httplib takes the name as std::string, and this one is too long for
+  // the small-string buffer, so a literal would allocate on every request.
+  static const std::string kStaleHeader = "X-Holdfast-Stale";
+  // Watching must not change what is watched: the status routes are not counted.
+  if (is_status_path(req.path)) return;
+  traffic_->record(res.status, res.has_header(kStaleHeader));
+}
+
+void PanelServer::get_status(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  if (!status_allowed(req, res, "/status", false)) return;
+  counters_.ok++;
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(render_status(status_view(), traffic_->window()), kHtml);
+}
+
+void PanelServer::get_status_svg(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  if (!status_allowed(req, res, "/status.svg", true)) return;
+  counters_.ok++;
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(render_traffic_svg(traffic_->window()), "image/svg+xml");
+}
+
+bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response& res,
+                                 std::string_view path, bool image) {
+  // The same answers as the schedule's: the page redirects to the sign-in form, the image
+  // (like the JSON API) answers 401.
+  const auto to_sign_in = [&] {
+    counters_.bad_request++;
+    res.status = image ? 401 : 303;
+    if (!image) res.set_header("Location", "/login");
+    return false;
+  };
+  const std::string token = cookie_value(req, "session");
+  if (token.empty() || token.size() > 64) return to_sign_in();
+  Result<std::optional<User>> who = [&] {
+    const std::optional<RequestScope> scope = request_window();
+    return options_.store->session(token, now_utc());
+  }();
+  if (!who.ok()) {
+    answers_->failure(res, who.status(), path, image);
+    return false;
+  }
+  if (!who->has_value()) return to_sign_in();
+  return true;
+}
+
+StatusView PanelServer::status_view() const {
+  ClubStore& store = *options_.store;
+  StatusView view;
+  view.strategy = std::string(to_string(store.strategy()));
+  view.backend = std::string(store.backend());
+  view.as_of = now_utc().substr(11, 8);
+  Shield* reads = store.read_shield();
+  Shield* writes = store.write_shield();
+  if (reads != nullptr) view.shields.push_back(read_shield_status(*reads));
+  if (writes != nullptr && writes != reads) view.shields.push_back(read_shield_status(*writes));
+  if (options_.log_sink != nullptr) view.log_pause = read_log_pause(*options_.log_sink);
+  return view;
+}
+
+}  // namespace holdfast::panel
