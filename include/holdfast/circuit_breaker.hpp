@@ -41,6 +41,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -102,6 +103,36 @@ struct WindowCounts {
   std::uint64_t calls = 0;
   std::uint64_t failures = 0;
 };
+
+namespace detail {
+
+// The breaker's sliding window. Internal: its contract and code are in
+// src/core/striped_window.hpp; it is declared here only because the breaker holds it on
+// the cache line every call reads.
+class StripedWindow {
+ public:
+  StripedWindow(int buckets, std::int64_t bucket_ns);
+  ~StripedWindow();
+  StripedWindow(const StripedWindow&) = delete;
+  StripedWindow& operator=(const StripedWindow&) = delete;
+
+  inline void count(std::int64_t end_ns, bool failure) noexcept;
+  [[nodiscard]] WindowCounts sum(std::int64_t now_ns) const noexcept;
+  inline void forget(std::int64_t now_ns) noexcept;
+
+ private:
+  struct Line;
+  [[nodiscard]] inline std::int64_t bucket_index(std::int64_t ns) const noexcept;
+  [[nodiscard]] inline std::atomic<std::uint64_t>* stripe_at(unsigned stripe) const noexcept;
+
+  const std::int64_t bucket_ns_;
+  const int buckets_;
+  const std::size_t stripe_words_;
+  std::unique_ptr<Line[]> ring_;
+  std::atomic<std::int64_t> since_bucket_{0};
+};
+
+}  // namespace detail
 
 class CircuitBreaker {
  public:
@@ -195,12 +226,11 @@ class CircuitBreaker {
  private:
   friend class Permit;
   static constexpr std::uint64_t kStateMask = 3;
-  struct Line;  // one cache line of window buckets
   struct Lease {
     bool busy = false;
     std::int64_t expires_ns = 0;
   };
-  struct Pending;  // transitions to publish after the lock is released
+  struct Pending;  // the state change to publish after the lock is released
 
   static BreakerState state_of(std::uint64_t word) noexcept {
     return static_cast<BreakerState>(word & kStateMask);
@@ -210,16 +240,9 @@ class CircuitBreaker {
   void finish_call(const Permit& permit, CallResult result, Duration latency) noexcept;
   [[gnu::noinline]] void call_failed(std::uint64_t word, std::int64_t end_ns) noexcept;
   void finish_probe(const Permit& permit, CallResult result, Duration latency) noexcept;
-  // Adds one call (ending at `end_ns`) to this thread's stripe of the window.
-  void count(std::int64_t end_ns, bool failure) noexcept;
-  std::atomic<std::uint64_t>* stripe_at(unsigned stripe) const noexcept;
   // REQUIRES: mutex_ held. The window starts afresh after the bucket of `now_ns`.
   void forget_window_locked(std::int64_t now_ns) noexcept;
   Duration retry_after_open(std::int64_t now_ns, std::int64_t until_ns) const noexcept;
-  WindowCounts sum(std::int64_t bucket_index) const noexcept;
-  [[nodiscard]] std::int64_t bucket_index(std::int64_t ns) const noexcept {
-    return ns / bucket_ns_;
-  }
 
   // REQUIRES: mutex_ held. Moves to `to` and records the transition in `pending`.
   void move_locked(BreakerState to, TransitionReason reason, std::int64_t now_ns, Pending& pending);
@@ -235,16 +258,9 @@ class CircuitBreaker {
   // generation << 2 | state; written only under mutex_.
   alignas(64) std::atomic<std::uint64_t> word_{0};
   std::atomic<int> consecutive_{0};
-  const int buckets_;
-  const std::int64_t bucket_ns_;
   const std::int64_t slow_ns_;
-  const std::size_t stripe_words_;  // per stripe: 3 words of cached position, the buckets
-  // The sliding window: for each stripe (a thread counts in a stripe of its own; see
-  // src/core/stripes.hpp), the bucket its owner last counted in, then a ring of
-  // window_buckets time buckets, each one atomic word (bucket tag, failures, calls).
-  std::unique_ptr<Line[]> ring_;
-  // Buckets before this index are not part of the window (set when the breaker closes).
-  std::atomic<std::int64_t> closed_since_bucket_{0};
+  // The sliding window of calls since the last close.
+  detail::StripedWindow window_;
 
   alignas(64) std::atomic<std::int64_t> open_until_ns_{0};
   std::atomic<std::int64_t> open_period_ns_;

@@ -5,38 +5,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "stripes.hpp"
+#include "striped_window.hpp"
 
 namespace holdfast {
 namespace {
 
-// A window bucket is one 64-bit word: | tag (24 bits) | failures (20) | calls (20) |.
-// The tag is the low 24 bits of the bucket's index (time / bucket width), so a reader can
-// tell a bucket of this lap of the ring from a stale one. A word with no calls is empty
-// whatever its tag. Counts saturate at 2^20 - 1 calls per bucket per stripe (a million
-// calls a second from one thread with the default 1 s buckets).
-constexpr unsigned kCountBits = 20;
-constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
-constexpr unsigned kTagShift = 2 * kCountBits;
-constexpr std::uint64_t kTagMask = (std::uint64_t{1} << (64 - kTagShift)) - 1;
-
-constexpr std::uint64_t calls_of(std::uint64_t w) noexcept {
-  return w & kCountMask;
-}
-constexpr std::uint64_t failures_of(std::uint64_t w) noexcept {
-  return (w >> kCountBits) & kCountMask;
-}
-constexpr std::uint64_t tag_of(std::uint64_t w) noexcept {
-  return w >> kTagShift;
-}
-
-constexpr int kMaxBuckets = 64;
-constexpr std::size_t kCacheWords = 3;  // a stripe's cached bucket: index, start, slot
-
-// A stripe's words (cached position, then the buckets), rounded up to whole cache lines.
-constexpr std::size_t stripe_words(int buckets) {
-  return (kCacheWords + static_cast<std::size_t>(buckets) + 7) / 8 * 8;
-}
+constexpr int kMaxBuckets = detail::kMaxWindowBuckets;
 constexpr int kMaxProbes = 64;
 
 std::string ms_text(Duration d) {
@@ -158,56 +132,10 @@ CallResult breaker_result_of_error(const Status& status) noexcept {
 }
 }  // namespace detail
 
-namespace detail {
-namespace {
-
-std::atomic<std::uint32_t> owned_stripes{0};
-
-// Gives the thread's stripe back when the thread exits.
-struct StripeRelease {
-  StripeRelease() = default;
-  StripeRelease(const StripeRelease&) = delete;
-  StripeRelease& operator=(const StripeRelease&) = delete;
-  ~StripeRelease() {
-    const unsigned s = thread_stripe_index;
-    // Anything this thread counts from now on goes to the shared stripe.
-    thread_stripe_index = kSharedStripe;
-    if (s < kOwnedStripes) owned_stripes.fetch_and(~(1u << s), std::memory_order_release);
-  }
-};
-
-}  // namespace
-
-unsigned claim_stripe() noexcept {
-  constexpr std::uint32_t kAll = (1u << kOwnedStripes) - 1;
-  unsigned stripe = kSharedStripe;
-  std::uint32_t taken = owned_stripes.load(std::memory_order_relaxed);
-  while ((taken & kAll) != kAll) {
-    const auto bit = static_cast<unsigned>(__builtin_ctz(~taken));
-    if (owned_stripes.compare_exchange_weak(taken, taken | (1u << bit),
-                                            std::memory_order_acquire)) {
-      stripe = bit;
-      break;
-    }
-  }
-  thread_stripe_index = stripe;
-  static thread_local StripeRelease release;
-  return stripe;
-}
-
-}  // namespace detail
-
-struct CircuitBreaker::Line {
-  alignas(64) std::atomic<std::uint64_t> word[8];
-};
-
-inline std::atomic<std::uint64_t>* CircuitBreaker::stripe_at(unsigned stripe) const noexcept {
-  return ring_[stripe * stripe_words_ / 8].word;
-}
-
+// At most one state change happens under one hold of mutex_; it is published after.
 struct CircuitBreaker::Pending {
-  BreakerTransition items[2];
-  int size = 0;
+  BreakerTransition transition;
+  bool set = false;
 };
 
 CircuitBreaker::CircuitBreaker() : CircuitBreaker(Options{}) {}
@@ -215,11 +143,8 @@ CircuitBreaker::CircuitBreaker() : CircuitBreaker(Options{}) {}
 CircuitBreaker::CircuitBreaker(Options options, Clock& clock)
     : options_(validated(options)),
       clock_(&clock),
-      buckets_(options.window_buckets),
-      bucket_ns_((options.window / options.window_buckets).count()),
       slow_ns_(options.slow_call_threshold.count()),
-      stripe_words_(stripe_words(options.window_buckets)),
-      ring_(new Line[detail::kStripes * stripe_words(options.window_buckets) / 8]()),
+      window_(options.window_buckets, (options.window / options.window_buckets).count()),
       open_period_ns_(options.open_initial.count()),
       leases_(static_cast<std::size_t>(options.half_open_probes)),
       listeners_(std::make_shared<const std::vector<Listener>>()) {}
@@ -228,91 +153,13 @@ CircuitBreaker::~CircuitBreaker() = default;
 
 // ---- the window ------------------------------------------------------------------------
 
-// The first words of a stripe cache where its owner last counted: [0] the bucket index,
-// [1] the bucket's start time, [2] its slot in the ring; the buckets follow, so a call
-// usually touches one cache line of its own. Calls arrive in time order almost always, so
-// the owner rarely divides.
-inline void CircuitBreaker::count(std::int64_t end_ns, bool failure) noexcept {
-  const unsigned stripe_index = detail::thread_stripe();
-  const bool owned = stripe_index < detail::kOwnedStripes;
-  std::atomic<std::uint64_t>* stripe = stripe_at(stripe_index);
-  std::int64_t index;
-  std::size_t slot;
-  auto& cached_index = stripe[0];
-  auto& cached_start = stripe[1];
-  auto& cached_slot = stripe[2];
-  const auto start = static_cast<std::int64_t>(cached_start.load(std::memory_order_relaxed));
-  if (owned && end_ns >= start && end_ns - start < bucket_ns_) [[likely]] {
-    index = static_cast<std::int64_t>(cached_index.load(std::memory_order_relaxed));
-    slot = static_cast<std::size_t>(cached_slot.load(std::memory_order_relaxed));
-  } else {
-    index = bucket_index(end_ns);
-    slot = static_cast<std::size_t>(static_cast<std::uint64_t>(index) %
-                                    static_cast<std::uint64_t>(buckets_));
-    if (owned && index >= static_cast<std::int64_t>(cached_index.load(std::memory_order_relaxed))) {
-      cached_index.store(static_cast<std::uint64_t>(index), std::memory_order_relaxed);
-      cached_start.store(static_cast<std::uint64_t>(index * bucket_ns_), std::memory_order_relaxed);
-      cached_slot.store(slot, std::memory_order_relaxed);
-    }
-  }
-  std::atomic<std::uint64_t>& cell = stripe[kCacheWords + slot];
-  const std::uint64_t tag = static_cast<std::uint64_t>(index) & kTagMask;
-  std::uint64_t w = cell.load(std::memory_order_relaxed);
-  for (;;) {
-    std::uint64_t calls = 0;
-    std::uint64_t failures = 0;
-    if (calls_of(w) != 0) {
-      if (tag_of(w) == tag) {
-        calls = calls_of(w);
-        failures = failures_of(w);
-      } else if (((tag - tag_of(w)) & kTagMask) > kTagMask / 2) {
-        // The slot already holds a later bucket: this call finished so long ago (by its
-        // own timestamps) that it has left the window.
-        return;
-      }
-    }
-    if (calls < kCountMask) ++calls;
-    if (failure && failures < kCountMask) ++failures;
-    const std::uint64_t next = (tag << kTagShift) | (failures << kCountBits) | calls;
-    if (owned) {
-      // One writer: no locked instruction needed.
-      cell.store(next, std::memory_order_relaxed);
-      return;
-    }
-    if (cell.compare_exchange_weak(w, next, std::memory_order_relaxed, std::memory_order_relaxed)) {
-      return;
-    }
-  }
-}
-
-WindowCounts CircuitBreaker::sum(std::int64_t bucket_index) const noexcept {
-  WindowCounts out;
-  const std::int64_t since =
-      std::max<std::int64_t>(closed_since_bucket_.load(std::memory_order_acquire), 0);
-  for (int back = 0; back < buckets_ && bucket_index - back >= since; ++back) {
-    const auto index = static_cast<std::uint64_t>(bucket_index - back);
-    const auto slot = static_cast<std::size_t>(index % static_cast<std::uint64_t>(buckets_));
-    const std::uint64_t tag = index & kTagMask;
-    for (unsigned s = 0; s < detail::kStripes; ++s) {
-      const std::uint64_t w = stripe_at(s)[kCacheWords + slot].load(std::memory_order_relaxed);
-      if (calls_of(w) != 0 && tag_of(w) == tag) {
-        out.calls += calls_of(w);
-        out.failures += failures_of(w);
-      }
-    }
-  }
-  return out;
-}
-
 void CircuitBreaker::forget_window_locked(std::int64_t now_ns) noexcept {
-  // Nothing is erased (only a stripe's owner writes it): the window simply starts after
-  // the current bucket, whose calls may be from before the change.
-  closed_since_bucket_.store(bucket_index(now_ns) + 1, std::memory_order_release);
+  window_.forget(now_ns);
   consecutive_.store(0, std::memory_order_relaxed);
 }
 
 WindowCounts CircuitBreaker::window_counts(TimePoint now) const noexcept {
-  return sum(bucket_index(now.time_since_epoch().count()));
+  return window_.sum(now.time_since_epoch().count());
 }
 
 // ---- state changes (under mutex_) -----------------------------------------------------
@@ -322,10 +169,9 @@ void CircuitBreaker::move_locked(BreakerState to, TransitionReason reason, std::
   const std::uint64_t w = word_.load(std::memory_order_relaxed);
   const std::uint64_t generation = (w >> 2) + 1;
   word_.store((generation << 2) | static_cast<std::uint64_t>(to), std::memory_order_release);
-  if (pending.size < 2) {
-    pending.items[pending.size++] = BreakerTransition{
-        state_of(w), to, reason, TimePoint(Duration(now_ns)), generation, Duration::zero()};
-  }
+  pending.transition = BreakerTransition{
+      state_of(w), to, reason, TimePoint(Duration(now_ns)), generation, Duration::zero()};
+  pending.set = true;
 }
 
 void CircuitBreaker::open_locked(std::int64_t now_ns, Duration period, TransitionReason reason,
@@ -339,7 +185,7 @@ void CircuitBreaker::open_locked(std::int64_t now_ns, Duration period, Transitio
   // Published before the state word (release) so a reader that sees "open" sees its end.
   open_until_ns_.store(now_ns + period.count(), std::memory_order_relaxed);
   move_locked(BreakerState::kOpen, reason, now_ns, pending);
-  pending.items[pending.size - 1].open_for = period;
+  pending.transition.open_for = period;
 }
 
 void CircuitBreaker::close_locked(std::int64_t now_ns, TransitionReason reason, Pending& pending) {
@@ -364,25 +210,20 @@ void CircuitBreaker::expire_leases_locked(std::int64_t now_ns, Pending& pending)
 }
 
 void CircuitBreaker::publish(const Pending& pending) noexcept {
-  if (pending.size == 0) return;
+  if (!pending.set) return;
   // Waiters first: they are the requests waiting for this very change. Open -> half-open
   // admits only the probe (which is not waiting), so it wakes nobody.
-  bool wake = false;
-  for (int i = 0; i < pending.size; ++i)
-    wake |= pending.items[i].to != BreakerState::kHalfOpen;
-  if (wake) signal_.notify_all();
+  if (pending.transition.to != BreakerState::kHalfOpen) signal_.notify_all();
   std::shared_ptr<const std::vector<Listener>> listeners;
   {
     std::lock_guard<std::mutex> lock(listeners_mutex_);
     listeners = listeners_;
   }
-  for (int i = 0; i < pending.size; ++i) {
-    for (const Listener& listener : *listeners) {
-      try {
-        listener(pending.items[i]);
-      } catch (...) {
-        // A listener must not break the breaker.
-      }
+  for (const Listener& listener : *listeners) {
+    try {
+      listener(pending.transition);
+    } catch (...) {
+      // A listener must not break the breaker.
     }
   }
 }
@@ -520,7 +361,7 @@ void CircuitBreaker::finish_call(const Permit& permit, CallResult result,
   }
   const std::int64_t end_ns = permit.time_ns_ + lat;
   if (result == CallResult::kSuccess) [[likely]] {
-    count(end_ns, false);
+    window_.count(end_ns, false);
     if (consecutive_.load(std::memory_order_relaxed) != 0) {
       consecutive_.store(0, std::memory_order_relaxed);
     }
@@ -530,9 +371,9 @@ void CircuitBreaker::finish_call(const Permit& permit, CallResult result,
 }
 
 void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns) noexcept {
-  count(end_ns, true);
+  window_.count(end_ns, true);
   const int run = consecutive_.fetch_add(1, std::memory_order_relaxed) + 1;
-  const WindowCounts counts = sum(bucket_index(end_ns));
+  const WindowCounts counts = window_.sum(end_ns);
   TransitionReason reason;
   if (counts.calls >= static_cast<std::uint64_t>(options_.minimum_calls)) {
     if (static_cast<double>(counts.failures) >=

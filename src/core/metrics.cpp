@@ -97,6 +97,135 @@ class Writer {
   std::string_view db_;
 };
 
+// One Shield's numbers for one exposition: its counters and its gauges' sources.
+struct Source {
+  std::string_view name;
+  Metrics::Snapshot counters;
+  const CircuitBreaker* breaker;
+  const RetryThrottle* throttle;
+  const ConcurrencyLimit* limit;
+};
+
+// An exposition of several Shields: each family's HELP and TYPE lines once, then every
+// Shield's samples under it.
+class Page {
+ public:
+  Page(std::span<const Source> sources, std::string& out) : sources_(sources), w_(out) {}
+
+  // samples(source) writes one Shield's samples of the family.
+  template <class F>
+  void family(std::string_view name, std::string_view type, std::string_view help,
+              const F& samples) {
+    w_.family(name, type, help);
+    for (const Source& s : sources_) {
+      w_.db(s.name);
+      samples(s);
+    }
+  }
+  void counter(std::string_view name, std::string_view help,
+               std::uint64_t Metrics::Snapshot::*field) {
+    family(name, "counter", help, [&](const Source& s) { w_.sample(name, s.counters.*field); });
+  }
+  template <class V>
+  void sample(std::string_view name, V value, std::initializer_list<std::string_view> labels = {}) {
+    w_.sample(name, value, labels);
+  }
+  // True when some Shield has a gauge source at `member`.
+  template <class T>
+  [[nodiscard]] bool any(const T* Source::*member) const {
+    for (const Source& s : sources_) {
+      if (s.*member != nullptr) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::span<const Source> sources_;
+  Writer w_;
+};
+
+void write_counters(Page& page) {
+  using Snapshot = Metrics::Snapshot;
+  page.counter("holdfast_attempts_total",
+               "Attempts that reached the database (successes plus faults).", &Snapshot::attempts);
+  page.counter("holdfast_successes_total", "Attempts that succeeded.", &Snapshot::successes);
+  page.family("holdfast_faults_total", "counter",
+              "Failed attempts by retry scope and by whether the fault counts as overload.",
+              [&](const Source& s) {
+                for (RetryScope scope : kScopeOrder) {
+                  const auto& by = s.counters.faults[static_cast<std::size_t>(scope)];
+                  page.sample("holdfast_faults_total", by[0],
+                              {"scope", to_string(scope), "overload", "false"});
+                  page.sample("holdfast_faults_total", by[1],
+                              {"scope", to_string(scope), "overload", "true"});
+                }
+              });
+  page.counter("holdfast_retries_total", "Retries started after a failed attempt.",
+               &Snapshot::retries);
+  page.counter("holdfast_windows_spent_total",
+               "Requests that gave up because their retry window was spent.",
+               &Snapshot::windows_spent);
+  page.counter("holdfast_throttled_total",
+               "Requests that gave up because the retry throttle refused a retry.",
+               &Snapshot::throttled);
+  page.counter("holdfast_breaker_rejected_total",
+               "Requests failed at once because the circuit breaker was open and the next probe "
+               "did not fit in their window.",
+               &Snapshot::breaker_rejected);
+  page.counter("holdfast_breaker_waits_total",
+               "Times a request waited inside its window for the circuit breaker's next probe.",
+               &Snapshot::breaker_waits);
+  page.counter("holdfast_at_capacity_total",
+               "Requests failed at once because the database was at the concurrency the Shield "
+               "learned it answers, and their wait for a place would have been too long.",
+               &Snapshot::at_capacity);
+  page.family("holdfast_breaker_transitions_total", "counter",
+              "Circuit breaker state changes, by the state entered.", [&](const Source& s) {
+                for (BreakerState state : kStateOrder) {
+                  page.sample("holdfast_breaker_transitions_total",
+                              s.counters.transitions[static_cast<std::size_t>(state)],
+                              {"to", to_string(state)});
+                }
+              });
+}
+
+// Gauges are read now, from the objects attached; a family no Shield has is left out.
+void write_gauges(Page& page) {
+  if (page.any(&Source::breaker)) {
+    page.family("holdfast_breaker_state", "gauge",
+                "1 for the circuit breaker's current state, 0 for the others.",
+                [&](const Source& s) {
+                  if (s.breaker == nullptr) return;
+                  const BreakerState current = s.breaker->state();
+                  for (BreakerState state : kStateOrder) {
+                    page.sample("holdfast_breaker_state", std::uint64_t{state == current ? 1u : 0u},
+                                {"state", to_string(state)});
+                  }
+                });
+  }
+  if (page.any(&Source::throttle)) {
+    page.family("holdfast_retry_tokens", "gauge",
+                "Tokens in the retry throttle's bucket (retries need more than half of the "
+                "maximum).",
+                [&](const Source& s) {
+                  if (s.throttle != nullptr)
+                    page.sample("holdfast_retry_tokens", s.throttle->tokens());
+                });
+  }
+  if (page.any(&Source::limit)) {
+    const auto limit_gauge = [&](std::string_view name, std::string_view help, auto value) {
+      page.family(name, "gauge", help, [&](const Source& s) {
+        if (s.limit != nullptr) page.sample(name, value(*s.limit));
+      });
+    };
+    limit_gauge("holdfast_concurrency_limit",
+                "The concurrency the Shield learned the database answers at its normal latency.",
+                [](const ConcurrencyLimit& l) { return l.limit(); });
+    limit_gauge("holdfast_in_flight", "Calls in flight to the database.",
+                [](const ConcurrencyLimit& l) { return static_cast<double>(l.in_flight()); });
+  }
+}
+
 }  // namespace
 
 static_assert(Metrics::kScopes == std::size(kScopeOrder));
@@ -147,110 +276,19 @@ std::string Metrics::prometheus_text(std::string_view shield_name) const {
 }
 
 std::string Metrics::prometheus_text(std::span<const Labelled> shields) {
-  std::vector<Snapshot> snaps;
-  snaps.reserve(shields.size());
-  for (const Labelled& l : shields)
-    snaps.push_back(l.metrics->snapshot());
+  std::vector<Source> sources;
+  sources.reserve(shields.size());
+  for (const Labelled& l : shields) {
+    const Metrics& m = *l.metrics;
+    sources.push_back(Source{l.name, m.snapshot(), m.breaker_.load(std::memory_order_acquire),
+                             m.throttle_.load(std::memory_order_acquire),
+                             m.limit_.load(std::memory_order_acquire)});
+  }
   std::string out;
   out.reserve(3072 * shields.size());
-  Writer w(out);
-  // One family: its HELP and TYPE lines once, then every shield's samples.
-  const auto family = [&](std::string_view name, std::string_view type, std::string_view help,
-                          const auto& samples) {
-    w.family(name, type, help);
-    for (std::size_t i = 0; i < shields.size(); ++i) {
-      w.db(shields[i].name);
-      samples(snaps[i], *shields[i].metrics);
-    }
-  };
-  const auto counter = [&](std::string_view name, std::string_view help,
-                           std::uint64_t Snapshot::*field) {
-    family(name, "counter", help,
-           [&](const Snapshot& s, const Metrics&) { w.sample(name, s.*field); });
-  };
-
-  counter("holdfast_attempts_total", "Attempts that reached the database (successes plus faults).",
-          &Snapshot::attempts);
-  counter("holdfast_successes_total", "Attempts that succeeded.", &Snapshot::successes);
-  family(
-      "holdfast_faults_total", "counter",
-      "Failed attempts by retry scope and by whether the fault counts as overload.",
-      [&](const Snapshot& s, const Metrics&) {
-        for (RetryScope scope : kScopeOrder) {
-          const auto& by = s.faults[static_cast<std::size_t>(scope)];
-          w.sample("holdfast_faults_total", by[0],
-                   {"scope", to_string(scope), "overload", "false"});
-          w.sample("holdfast_faults_total", by[1], {"scope", to_string(scope), "overload", "true"});
-        }
-      });
-  counter("holdfast_retries_total", "Retries started after a failed attempt.", &Snapshot::retries);
-  counter("holdfast_windows_spent_total",
-          "Requests that gave up because their retry window was spent.", &Snapshot::windows_spent);
-  counter("holdfast_throttled_total",
-          "Requests that gave up because the retry throttle refused a retry.",
-          &Snapshot::throttled);
-  counter("holdfast_breaker_rejected_total",
-          "Requests failed at once because the circuit breaker was open and the next probe "
-          "did not fit in their window.",
-          &Snapshot::breaker_rejected);
-  counter("holdfast_breaker_waits_total",
-          "Times a request waited inside its window for the circuit breaker's next probe.",
-          &Snapshot::breaker_waits);
-  counter("holdfast_at_capacity_total",
-          "Requests failed at once because the database was at the concurrency the Shield "
-          "learned it answers, and their wait for a place would have been too long.",
-          &Snapshot::at_capacity);
-  family("holdfast_breaker_transitions_total", "counter",
-         "Circuit breaker state changes, by the state entered.",
-         [&](const Snapshot& s, const Metrics&) {
-           for (BreakerState state : kStateOrder) {
-             w.sample("holdfast_breaker_transitions_total",
-                      s.transitions[static_cast<std::size_t>(state)], {"to", to_string(state)});
-           }
-         });
-  const auto any = [&](const auto& member) {
-    for (const Labelled& l : shields) {
-      if ((l.metrics->*member).load(std::memory_order_acquire) != nullptr) return true;
-    }
-    return false;
-  };
-  if (any(&Metrics::breaker_)) {
-    family("holdfast_breaker_state", "gauge",
-           "1 for the circuit breaker's current state, 0 for the others.",
-           [&](const Snapshot&, const Metrics& m) {
-             const CircuitBreaker* b = m.breaker_.load(std::memory_order_acquire);
-             if (b == nullptr) return;
-             const BreakerState current = b->state();
-             for (BreakerState state : kStateOrder) {
-               w.sample("holdfast_breaker_state", std::uint64_t{state == current ? 1u : 0u},
-                        {"state", to_string(state)});
-             }
-           });
-  }
-  if (any(&Metrics::throttle_)) {
-    family("holdfast_retry_tokens", "gauge",
-           "Tokens in the retry throttle's bucket (retries need more than half of the "
-           "maximum).",
-           [&](const Snapshot&, const Metrics& m) {
-             if (const RetryThrottle* t = m.throttle_.load(std::memory_order_acquire)) {
-               w.sample("holdfast_retry_tokens", t->tokens());
-             }
-           });
-  }
-  if (any(&Metrics::limit_)) {
-    const auto limit_gauge = [&](std::string_view name, std::string_view help, auto value) {
-      family(name, "gauge", help, [&](const Snapshot&, const Metrics& m) {
-        if (const ConcurrencyLimit* l = m.limit_.load(std::memory_order_acquire)) {
-          w.sample(name, value(*l));
-        }
-      });
-    };
-    limit_gauge("holdfast_concurrency_limit",
-                "The concurrency the Shield learned the database answers at its normal latency.",
-                [](const ConcurrencyLimit& l) { return l.limit(); });
-    limit_gauge("holdfast_in_flight", "Calls in flight to the database.",
-                [](const ConcurrencyLimit& l) { return static_cast<double>(l.in_flight()); });
-  }
+  Page page(sources, out);
+  write_counters(page);
+  write_gauges(page);
   return out;
 }
 
