@@ -5,27 +5,28 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "format.hpp"
+#include "loss_report.hpp"
+#include "overload_pause.hpp"
 
 namespace holdfast {
 namespace {
 
-constexpr std::size_t kLevels = 4;
+using log_detail::index_of;
+using log_detail::kLevels;
+using log_detail::kLoggerContext;
+using log_detail::kMaxReports;
+using log_detail::PerLevel;
+
 constexpr std::size_t kReservedContextBytes = 32;
 constexpr std::size_t kMaxContextBytes = 128;
 constexpr std::string_view kTruncated = " [truncated]";
-constexpr std::string_view kLoggerContext = "logger";
-// Report lines ahead of a batch: the pause gap, lost entries, dropped entries.
-constexpr std::size_t kMaxReports = 3;
-
-std::size_t index_of(Level level) noexcept {
-  return static_cast<std::size_t>(level);
-}
 
 class StringOut {
  public:
@@ -58,35 +59,6 @@ void fill_message(std::string& out, const LogEntry& e, std::size_t max) {
   }
 }
 
-void append_count(std::string& out, std::uint64_t n) {
-  out.append(std::to_string(n));
-}
-
-// "812 entries (INFO 700, WARN 100, ERROR 12)"
-void append_counts(std::string& out, const std::array<std::uint64_t, kLevels>& counts) {
-  std::uint64_t total = 0;
-  for (std::uint64_t n : counts)
-    total += n;
-  append_count(out, total);
-  out.append(total == 1 ? " entry (" : " entries (");
-  bool first = true;
-  for (Level level : {Level::kInfo, Level::kWarn, Level::kError}) {
-    if (!first) out.append(", ");
-    first = false;
-    out.append(to_string(level));
-    out.push_back(' ');
-    append_count(out, counts[index_of(level)]);
-  }
-  out.push_back(')');
-}
-
-std::uint64_t sum(const std::array<std::uint64_t, kLevels>& counts) noexcept {
-  std::uint64_t total = 0;
-  for (std::uint64_t n : counts)
-    total += n;
-  return total;
-}
-
 // The lock is held only for a copy (callers) or an O(1) swap (the writer): spin a little
 // before sleeping in the kernel, which costs microseconds.
 void lock_spinning_briefly(std::mutex& m) noexcept {
@@ -105,6 +77,15 @@ void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("DatabaseSink::Options::") + what);
 }
 
+std::vector<LogRecord> reserved_records(std::size_t n, std::size_t message_bytes) {
+  std::vector<LogRecord> v(n);
+  for (LogRecord& r : v) {
+    r.context.reserve(kReservedContextBytes);
+    r.message.reserve(message_bytes);
+  }
+  return v;
+}
+
 }  // namespace
 
 struct DatabaseSink::State {
@@ -112,20 +93,66 @@ struct DatabaseSink::State {
       : store(s),
         options(o),
         clock(o.clock ? *o.clock : Clock::system()),
-        wall(o.wall ? *o.wall : WallClock::system()) {
-    auto reserved = [&](std::size_t n) {
-      std::vector<LogRecord> v(n);
-      for (LogRecord& r : v) {
-        r.context.reserve(kReservedContextBytes);
-        r.message.reserve(o.reserved_message_bytes);
-      }
-      return v;
-    };
-    front = reserved(o.queue_capacity);
-    back = reserved(o.queue_capacity);
-    out = reserved(o.batch_size + kMaxReports);
-    entry_levels.reserve(o.batch_size);
+        wall(o.wall ? *o.wall : WallClock::system()),
+        writer(o) {
+    queue.front = reserved_records(o.queue_capacity, o.reserved_message_bytes);
   }
+
+  // The queue, guarded by `mutex`: callers fill `front` (preallocated records, in order);
+  // the writer swaps it whole with its emptied `back`, so the writer holds the lock for an
+  // O(1) swap, never for a copy.
+  struct Queue {
+    mutable std::mutex mutex;
+    std::condition_variable wake;  // the writer waits here
+    std::condition_variable done;  // flush() waits here
+    std::vector<LogRecord> front;
+    std::size_t count = 0;  // records in use at the start of `front`
+    std::array<std::size_t, kLevels> by_level{};
+    bool writer_waiting = false;
+    bool wake_requested = false;
+    bool stopping = false;
+    std::size_t flush_waiters = 0;
+    std::uint64_t pushed = 0;   // entries that entered the queue
+    std::uint64_t handled = 0;  // entries that left it: written, skipped, lost or evicted
+    PerLevel shutdown_lost{};   // discarded by the destructor
+  };
+
+  // What stats() and paused() read, from any thread.
+  struct Counters {
+    std::atomic<std::uint64_t> accepted{0};
+    std::atomic<std::uint64_t> stored{0};
+    std::atomic<std::uint64_t> reports{0};
+    std::atomic<std::uint64_t> failed_writes{0};
+    std::atomic<std::uint64_t> pauses{0};
+    std::array<std::atomic<std::uint64_t>, kLevels> skipped{};
+    std::array<std::atomic<std::uint64_t>, kLevels> dropped{};
+    std::array<std::atomic<std::uint64_t>, kLevels> lost{};
+    std::atomic<bool> paused{false};
+    std::atomic<std::int64_t> pause_until_ns{0};
+
+    [[nodiscard]] PerLevel dropped_now() const noexcept {
+      PerLevel out{};
+      for (std::size_t i = 0; i < kLevels; ++i)
+        out[i] = dropped[i].load(std::memory_order_relaxed);
+      return out;
+    }
+  };
+
+  // The writer thread's (and the destructor's, once the writer has stopped).
+  struct Writer {
+    explicit Writer(const Options& o)
+        : out(reserved_records(o.batch_size + kMaxReports, o.reserved_message_bytes)),
+          pause(o.overload_pause, o.paused_error_interval) {
+      back = reserved_records(o.queue_capacity, o.reserved_message_bytes);
+      entry_levels.reserve(o.batch_size);
+    }
+    std::vector<LogRecord> back;  // the last `front` taken, written batch by batch
+    std::vector<LogRecord> out;   // the rows of one write_batch() call: reports, then entries
+    std::vector<Level> entry_levels;
+    log_detail::OverloadPause pause;
+    log_detail::LossReport losses;
+    std::thread thread;
+  };
 
   std::unique_ptr<LogStore> owned_store;  // set when the sink owns its store
   LogStore& store;
@@ -133,262 +160,112 @@ struct DatabaseSink::State {
   Clock& clock;
   const WallClock& wall;
   const std::size_t wake_threshold = std::max(options.batch_size, options.queue_capacity / 2);
+  Queue queue;
+  Counters counters;
+  Writer writer;
 
-  // The queue, guarded by `mutex`: callers fill `front` (preallocated records, in order);
-  // the writer swaps it whole with its emptied `back`, so the writer holds the lock for an
-  // O(1) swap, never for a copy.
-  mutable std::mutex mutex;
-  std::condition_variable wake;  // the writer waits here
-  std::condition_variable done;  // flush() waits here
-  std::vector<LogRecord> front;
-  std::size_t count = 0;  // records in use at the start of `front`
-  std::array<std::size_t, kLevels> queued_by_level{};
-  bool writer_waiting = false;
-  bool wake_requested = false;
-  bool stopping = false;
-  std::size_t flush_waiters = 0;
-  std::uint64_t pushed = 0;   // entries that entered the queue
-  std::uint64_t handled = 0;  // entries that left it: written, skipped, lost or evicted
-  std::array<std::uint64_t, kLevels> shutdown_lost{};  // discarded by the destructor
-
-  // Counters, read by stats() from any thread.
-  std::atomic<std::uint64_t> accepted{0};
-  std::atomic<std::uint64_t> stored{0};
-  std::atomic<std::uint64_t> reports{0};
-  std::atomic<std::uint64_t> failed_writes{0};
-  std::atomic<std::uint64_t> pauses{0};
-  std::array<std::atomic<std::uint64_t>, kLevels> skipped{};
-  std::array<std::atomic<std::uint64_t>, kLevels> dropped{};
-  std::array<std::atomic<std::uint64_t>, kLevels> lost{};
-  std::atomic<bool> paused_flag{false};
-  std::atomic<std::int64_t> pause_until_ns{0};
-
-  // Writer-thread state (and the destructor's, after the writer has stopped).
-  std::vector<LogRecord> back;  // the last `front` taken, written batch by batch
-  std::vector<LogRecord> out;   // the rows of one write_batch() call: reports, then entries
-  std::vector<Level> entry_levels;
-  bool paused = false;
-  TimePoint pause_start{};
-  TimePoint pause_until{};
-  TimePoint next_error_at{};
-  Duration paused_unreported{};  // length of ended pauses not yet reported by a gap line
-  bool gap_pending = false;      // a pause ended and its gap line is not stored yet
-  std::array<std::uint64_t, kLevels> skipped_unreported{};
-  bool failing = false;  // the last write failed for a reason other than overload
-  std::string lost_reason;
-  std::array<std::uint64_t, kLevels> lost_unreported{};
-  std::array<std::uint64_t, kLevels> dropped_reported{};
-
-  std::thread writer;
-
-  // REQUIRES: mutex held, queue full. Evicts the oldest queued entry of the lowest level below
-  // `incoming`; false when there is none.
-  bool evict_below(Level incoming) noexcept {
-    for (std::size_t lvl = 0; lvl < index_of(incoming); ++lvl) {
-      if (queued_by_level[lvl] == 0) continue;
-      std::size_t i = 0;
-      while (index_of(front[i].level) != lvl)
-        ++i;
-      // Close the gap so the queue keeps its order (swaps move no text).
-      for (; i + 1 < count; ++i)
-        std::swap(front[i], front[i + 1]);
-      --count;
-      --queued_by_level[lvl];
-      dropped[lvl].fetch_add(1, std::memory_order_relaxed);
-      ++handled;
-      return true;
-    }
-    return false;
-  }
+  // REQUIRES: queue.mutex held, queue full. Evicts the oldest queued entry of the lowest
+  // level below `incoming`; false when there is none.
+  bool evict_below(Level incoming) noexcept;
 
   void run() noexcept;
+  // Stores the `n` entries at `batch` that the pause lets through, after the report rows
+  // due; `final_reports`: shutting down, the report rows go even with no entry.
   void process(LogRecord* batch, std::size_t n, bool final_reports) noexcept;
-  std::size_t add_reports(WallTime created_at,
-                          std::array<std::uint64_t, kLevels>& dropped_snapshot);
-  void end_pause() noexcept;
-  void on_stored(std::size_t entries, std::size_t report_rows,
-                 const std::array<std::uint64_t, kLevels>& dropped_snapshot) noexcept;
+  // Moves the entries the pause lets through to the front of `batch`; returns how many.
+  std::size_t select(LogRecord* batch, std::size_t n, TimePoint now) noexcept;
+  // write_batch() of writer.out[0, rows): true when stored, else `status` says why (a store
+  // that throws is a failure, kInternal when there is memory to say so).
+  bool write_rows(std::size_t rows, Status& status) noexcept;
   void on_failed(const Status& status, TimePoint now) noexcept;
-  void console_summary() noexcept;
 };
 
+bool DatabaseSink::State::evict_below(Level incoming) noexcept {
+  std::vector<LogRecord>& front = queue.front;
+  for (std::size_t lvl = 0; lvl < index_of(incoming); ++lvl) {
+    if (queue.by_level[lvl] == 0) continue;
+    std::size_t i = 0;
+    while (index_of(front[i].level) != lvl)
+      ++i;
+    // Close the gap so the queue keeps its order (swaps move no text).
+    for (; i + 1 < queue.count; ++i)
+      std::swap(front[i], front[i + 1]);
+    --queue.count;
+    --queue.by_level[lvl];
+    counters.dropped[lvl].fetch_add(1, std::memory_order_relaxed);
+    ++queue.handled;
+    return true;
+  }
+  return false;
+}
+
 void DatabaseSink::State::run() noexcept {
-  std::unique_lock<std::mutex> lock(mutex);
+  std::unique_lock<std::mutex> lock(queue.mutex);
   for (;;) {
-    auto ready = [&] { return stopping || wake_requested || count >= options.batch_size; };
+    auto ready = [&] {
+      return queue.stopping || queue.wake_requested || queue.count >= options.batch_size;
+    };
     if (!ready()) {
-      writer_waiting = true;
-      wake.wait_for(lock, options.linger, ready);
-      writer_waiting = false;
+      queue.writer_waiting = true;
+      queue.wake.wait_for(lock, options.linger, ready);
+      queue.writer_waiting = false;
     }
-    if (count == 0) {
-      wake_requested = false;
-      if (stopping) break;
+    if (queue.count == 0) {
+      queue.wake_requested = false;
+      if (queue.stopping) break;
       continue;
     }
-    std::swap(front, back);
-    const std::size_t taken = count;
-    count = 0;
-    queued_by_level = {};
-    wake_requested = false;
+    std::swap(queue.front, writer.back);
+    const std::size_t taken = queue.count;
+    queue.count = 0;
+    queue.by_level = {};
+    queue.wake_requested = false;
     lock.unlock();
     for (std::size_t i = 0; i < taken; i += options.batch_size) {
-      process(back.data() + i, std::min(options.batch_size, taken - i), false);
+      process(writer.back.data() + i, std::min(options.batch_size, taken - i), false);
     }
     lock.lock();
-    handled += taken;
-    if (flush_waiters > 0) done.notify_all();
+    queue.handled += taken;
+    if (queue.flush_waiters > 0) queue.done.notify_all();
   }
-  for (std::size_t i = 0; i < kLevels; ++i)
-    lost_unreported[i] += shutdown_lost[i];
-  if (sum(shutdown_lost) > 0 && lost_reason.empty()) {
-    try {
-      lost_reason = "the sink shut down before they were stored";
-    } catch (...) {
-    }
-  }
+  writer.losses.shut_down(queue.shutdown_lost);
   lock.unlock();
   // Shutting down: a pause that is over still gets its gap line (and other reports) stored.
   process(nullptr, 0, true);
 }
 
-void DatabaseSink::State::end_pause() noexcept {
-  paused = false;
-  paused_flag.store(false, std::memory_order_relaxed);
-  paused_unreported += pause_until - pause_start;
-  gap_pending = true;
-}
-
-std::size_t DatabaseSink::State::add_reports(WallTime created_at,
-                                             std::array<std::uint64_t, kLevels>& dropped_now) {
-  std::size_t r = 0;
-  auto next = [&]() -> std::string& {
-    LogRecord& rec = out[r++];
-    rec.level = Level::kWarn;
-    rec.context.assign(kLoggerContext);
-    rec.created_at = created_at;
-    rec.message.clear();
-    return rec.message;
-  };
-  if (gap_pending) {
-    std::string& m = next();
-    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(
-        paused_unreported + std::chrono::milliseconds(500));
-    m.append("Log persistence paused for ");
-    append_count(m, static_cast<std::uint64_t>(secs.count()));
-    m.append(" s while the database was overloaded; skipped ");
-    append_counts(m, skipped_unreported);
-  }
-  if (sum(lost_unreported) > 0) {
-    std::string& m = next();
-    m.append("Log persistence failed; lost ");
-    append_counts(m, lost_unreported);
-    m.append(": ");
-    m.append(lost_reason);
-  }
-  std::array<std::uint64_t, kLevels> new_drops{};
-  for (std::size_t i = 0; i < kLevels; ++i) {
-    dropped_now[i] = dropped[i].load(std::memory_order_relaxed);
-    new_drops[i] = dropped_now[i] - dropped_reported[i];
-  }
-  if (sum(new_drops) > 0) {
-    std::string& m = next();
-    m.append("Log queue was full; dropped ");
-    append_counts(m, new_drops);
-  }
-  return r;
-}
-
-void DatabaseSink::State::on_stored(
-    std::size_t entries, std::size_t report_rows,
-    const std::array<std::uint64_t, kLevels>& dropped_now) noexcept {
-  stored.fetch_add(entries, std::memory_order_relaxed);
-  if (report_rows == 0) return;
-  reports.fetch_add(report_rows, std::memory_order_relaxed);
-  gap_pending = false;
-  paused_unreported = {};
-  skipped_unreported = {};
-  if (sum(lost_unreported) > 0) {
-    try {
-      std::string line = "Log persistence works again; lost ";
-      append_counts(line, lost_unreported);
-      console::write(Level::kWarn, kLoggerContext, line);
-    } catch (...) {
-    }
-  }
-  lost_unreported = {};
-  failing = false;
-  dropped_reported = dropped_now;
-}
-
-void DatabaseSink::State::on_failed(const Status& status, TimePoint now) noexcept {
-  failed_writes.fetch_add(1, std::memory_order_relaxed);
-  if (status.fault().overload) {
-    if (!paused) {
-      paused = true;
-      pause_start = now;
-      paused_flag.store(true, std::memory_order_relaxed);
-      pauses.fetch_add(1, std::memory_order_relaxed);
-      try {
-        const auto secs =
-            std::chrono::duration_cast<std::chrono::seconds>(options.overload_pause).count();
-        console::write(Level::kWarn, kLoggerContext,
-                       "Log persistence paused for " + std::to_string(secs) +
-                           " s: the database is overloaded (" + status.to_string() +
-                           "); the console still gets every entry");
-      } catch (...) {
-      }
-    }
-    // Another overload failure (a paused ERROR write) restarts the pause.
-    pause_until = now + options.overload_pause;
-    pause_until_ns.store(pause_until.time_since_epoch().count(), std::memory_order_relaxed);
-    next_error_at = now + options.paused_error_interval;
-    return;
-  }
-  if (!failing) {
-    failing = true;
-    try {
-      lost_reason = status.ok() ? "the log store failed" : status.to_string();
-      console::write(Level::kError, kLoggerContext,
-                     "Log persistence failed (" + lost_reason +
-                         "); entries are counted as lost until a write succeeds");
-    } catch (...) {
-    }
-  }
-}
-
-void DatabaseSink::State::process(LogRecord* batch, std::size_t n, bool final_reports) noexcept {
-  const TimePoint now = clock.now();
-  if (paused && now >= pause_until) end_pause();
-
-  // Which entries are stored now; the others are skipped by the pause.
+std::size_t DatabaseSink::State::select(LogRecord* batch, std::size_t n, TimePoint now) noexcept {
   std::size_t keep = 0;
-  entry_levels.clear();
   for (std::size_t i = 0; i < n; ++i) {
     const Level level = batch[i].level;
-    bool store_it = !paused;
-    if (paused && level == Level::kError && now >= next_error_at) {
-      store_it = true;
-      next_error_at = now + options.paused_error_interval;
-    }
-    if (!store_it) {
-      skipped[index_of(level)].fetch_add(1, std::memory_order_relaxed);
-      ++skipped_unreported[index_of(level)];
+    if (!writer.pause.stores(level, now)) {
+      counters.skipped[index_of(level)].fetch_add(1, std::memory_order_relaxed);
+      writer.losses.skipped(level);
       continue;
     }
     if (keep != i) std::swap(batch[keep], batch[i]);
     ++keep;
   }
+  return keep;
+}
+
+void DatabaseSink::State::process(LogRecord* batch, std::size_t n, bool final_reports) noexcept {
+  const TimePoint now = clock.now();
+  if (writer.pause.end_if_over(now)) counters.paused.store(false, std::memory_order_relaxed);
+  const std::size_t keep = select(batch, n, now);
   if (keep == 0 && !final_reports) return;
 
   std::size_t rows = 0;
-  std::array<std::uint64_t, kLevels> dropped_now = dropped_reported;
+  PerLevel dropped{};
   try {
-    if (!paused) {
-      // The report lines take the time of the first entry they precede, so ordering the
+    if (!writer.pause.active()) {
+      // The report rows take the time of the first entry they precede, so ordering the
       // table by created_at keeps them just before it.
       const WallTime at = keep > 0 ? batch[0].created_at : WallTime{};
-      rows = add_reports(at, dropped_now);
+      std::optional<Duration> gap;
+      if (writer.pause.gap_due()) gap = writer.pause.unreported();
+      dropped = counters.dropped_now();
+      rows = writer.losses.write_rows(writer.out, at, gap, dropped);
     }
   } catch (...) {
     rows = 0;  // no memory for report text: they stay pending
@@ -398,19 +275,43 @@ void DatabaseSink::State::process(LogRecord* batch, std::size_t n, bool final_re
     // Shutdown reports stand alone: date them now.
     const WallTime at = wall.now();
     for (std::size_t i = 0; i < rows; ++i)
-      out[i].created_at = at;
+      writer.out[i].created_at = at;
   }
   const std::size_t report_rows = rows;
+  writer.entry_levels.clear();
   for (std::size_t i = 0; i < keep; ++i) {
-    entry_levels.push_back(batch[i].level);
-    std::swap(out[rows++], batch[i]);
+    writer.entry_levels.push_back(batch[i].level);
+    std::swap(writer.out[rows++], batch[i]);
   }
 
   Status status;
-  bool failed = true;
+  if (write_rows(rows, status)) {
+    counters.stored.fetch_add(keep, std::memory_order_relaxed);
+    if (report_rows > 0) {
+      counters.reports.fetch_add(report_rows, std::memory_order_relaxed);
+      writer.pause.gap_reported();
+      writer.losses.rows_stored(dropped);
+    }
+    return;
+  }
+  const bool overload = status.fault().overload;
+  for (Level level : writer.entry_levels) {
+    const std::size_t l = index_of(level);
+    if (overload) {
+      counters.skipped[l].fetch_add(1, std::memory_order_relaxed);
+      writer.losses.skipped(level);
+    } else {
+      counters.lost[l].fetch_add(1, std::memory_order_relaxed);
+      writer.losses.lost(level);
+    }
+  }
+  on_failed(status, now);
+}
+
+bool DatabaseSink::State::write_rows(std::size_t rows, Status& status) noexcept {
   try {
-    status = store.write_batch(std::span<const LogRecord>(out.data(), rows));
-    failed = !status.ok();
+    status = store.write_batch(std::span<const LogRecord>(writer.out.data(), rows));
+    return status.ok();
   } catch (const std::exception& e) {
     try {
       status = Status(Code::kInternal, std::string("log store threw: ") + e.what());
@@ -422,45 +323,30 @@ void DatabaseSink::State::process(LogRecord* batch, std::size_t n, bool final_re
     } catch (...) {
     }
   }
-  if (!failed) {
-    on_stored(keep, report_rows, dropped_now);
-    return;
-  }
-  const bool overload = status.fault().overload;
-  for (Level level : entry_levels) {
-    const std::size_t l = index_of(level);
-    if (overload) {
-      skipped[l].fetch_add(1, std::memory_order_relaxed);
-      ++skipped_unreported[l];
-    } else {
-      lost[l].fetch_add(1, std::memory_order_relaxed);
-      ++lost_unreported[l];
-    }
-  }
-  on_failed(status, now);
+  return false;
 }
 
-void DatabaseSink::State::console_summary() noexcept {
-  std::array<std::uint64_t, kLevels> new_drops{};
-  for (std::size_t i = 0; i < kLevels; ++i) {
-    new_drops[i] = dropped[i].load(std::memory_order_relaxed) - dropped_reported[i];
+void DatabaseSink::State::on_failed(const Status& status, TimePoint now) noexcept {
+  counters.failed_writes.fetch_add(1, std::memory_order_relaxed);
+  if (!status.fault().overload) {
+    writer.losses.write_failed(status);
+    return;
   }
-  const std::uint64_t missing = sum(skipped_unreported) + sum(lost_unreported) + sum(new_drops);
-  if (missing == 0) return;
-  try {
-    std::string line = "DatabaseSink closing: ";
-    append_count(line, missing);
-    line.append(missing == 1 ? " entry" : " entries");
-    line.append(" never reached the logs table and no line there says so (skipped ");
-    append_counts(line, skipped_unreported);
-    line.append("; lost ");
-    append_counts(line, lost_unreported);
-    line.append("; dropped ");
-    append_counts(line, new_drops);
-    line.push_back(')');
-    console::write(Level::kWarn, kLoggerContext, line);
-  } catch (...) {
+  if (writer.pause.on_overload(now)) {
+    counters.paused.store(true, std::memory_order_relaxed);
+    counters.pauses.fetch_add(1, std::memory_order_relaxed);
+    try {
+      const auto secs =
+          std::chrono::duration_cast<std::chrono::seconds>(options.overload_pause).count();
+      console::write(Level::kWarn, kLoggerContext,
+                     "Log persistence paused for " + std::to_string(secs) +
+                         " s: the database is overloaded (" + status.to_string() +
+                         "); the console still gets every entry");
+    } catch (...) {
+    }
   }
+  counters.pause_until_ns.store(writer.pause.until().time_since_epoch().count(),
+                                std::memory_order_relaxed);
 }
 
 DatabaseSink::DatabaseSink(LogStore& store, Options options) {
@@ -477,7 +363,7 @@ DatabaseSink::DatabaseSink(LogStore& store, Options options) {
   require(options.linger.count() > 0, "linger must be at least 1 ms");
   require(options.shutdown_drain.count() >= 0, "shutdown_drain must not be negative");
   state_ = std::make_unique<State>(store, options);
-  state_->writer = std::thread([s = state_.get()] { s->run(); });
+  state_->writer.thread = std::thread([s = state_.get()] { s->run(); });
 }
 
 DatabaseSink::DatabaseSink(std::unique_ptr<LogStore> store, Options options)
@@ -491,22 +377,23 @@ DatabaseSink::~DatabaseSink() {
   if (!state_) return;
   State& s = *state_;
   flush(s.options.shutdown_drain);
+  State::Queue& q = s.queue;
   {
-    std::lock_guard<std::mutex> lock(s.mutex);
+    std::lock_guard<std::mutex> lock(q.mutex);
     // Whatever the writer could not store in time is lost.
-    for (std::size_t i = 0; i < s.count; ++i) {
-      const Level level = s.front[i].level;
-      s.lost[index_of(level)].fetch_add(1, std::memory_order_relaxed);
-      ++s.shutdown_lost[index_of(level)];
+    for (std::size_t i = 0; i < q.count; ++i) {
+      const Level level = q.front[i].level;
+      s.counters.lost[index_of(level)].fetch_add(1, std::memory_order_relaxed);
+      ++q.shutdown_lost[index_of(level)];
     }
-    s.handled += s.count;
-    s.count = 0;
-    s.queued_by_level = {};
-    s.stopping = true;
+    q.handled += q.count;
+    q.count = 0;
+    q.by_level = {};
+    q.stopping = true;
   }
-  s.wake.notify_all();
-  if (s.writer.joinable()) s.writer.join();
-  s.console_summary();
+  q.wake.notify_all();
+  if (s.writer.thread.joinable()) s.writer.thread.join();
+  s.writer.losses.console_summary(s.counters.dropped_now());
 }
 
 bool DatabaseSink::accepts(Level level) const noexcept {
@@ -516,53 +403,54 @@ bool DatabaseSink::accepts(Level level) const noexcept {
 void DatabaseSink::write(const LogEntry& entry) noexcept {
   if (!accepts(entry.level)) return;
   State& s = *state_;
+  State::Queue& q = s.queue;
   const std::size_t level = index_of(entry.level);
   bool notify = false;
   try {
-    lock_spinning_briefly(s.mutex);
-    std::lock_guard<std::mutex> lock(s.mutex, std::adopt_lock);
-    if (s.stopping) {
-      s.lost[level].fetch_add(1, std::memory_order_relaxed);
+    lock_spinning_briefly(q.mutex);
+    std::lock_guard<std::mutex> lock(q.mutex, std::adopt_lock);
+    if (q.stopping) {
+      s.counters.lost[level].fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    if (s.count == s.front.size() && !s.evict_below(entry.level)) {
-      s.dropped[level].fetch_add(1, std::memory_order_relaxed);
+    if (q.count == q.front.size() && !s.evict_below(entry.level)) {
+      s.counters.dropped[level].fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    LogRecord& r = s.front[s.count];
+    LogRecord& r = q.front[q.count];
     r.level = entry.level;
     r.created_at = entry.created_at;
     r.context.assign(entry.context.substr(0, kMaxContextBytes));
     fill_message(r.message, entry, s.options.max_message_bytes);
-    ++s.count;
-    ++s.queued_by_level[level];
-    ++s.pushed;
-    s.accepted.fetch_add(1, std::memory_order_relaxed);
-    if (entry.level == Level::kError) s.wake_requested = true;
+    ++q.count;
+    ++q.by_level[level];
+    ++q.pushed;
+    s.counters.accepted.fetch_add(1, std::memory_order_relaxed);
+    if (entry.level == Level::kError) q.wake_requested = true;
     // Wake the writer only when it has a reason to hurry (an ERROR, a half-full queue);
     // otherwise it comes by itself within `linger`, and the caller makes no system call.
-    if (s.writer_waiting && (s.wake_requested || s.count >= s.wake_threshold)) {
-      s.writer_waiting = false;
+    if (q.writer_waiting && (q.wake_requested || q.count >= s.wake_threshold)) {
+      q.writer_waiting = false;
       notify = true;
     }
   } catch (...) {
     // Out of memory while copying the message: the slot was not taken.
-    s.dropped[level].fetch_add(1, std::memory_order_relaxed);
+    s.counters.dropped[level].fetch_add(1, std::memory_order_relaxed);
   }
-  if (notify) s.wake.notify_one();
+  if (notify) q.wake.notify_one();
 }
 
 bool DatabaseSink::flush(std::chrono::milliseconds timeout) noexcept {
-  State& s = *state_;
+  State::Queue& q = state_->queue;
   try {
-    std::unique_lock<std::mutex> lock(s.mutex);
-    const std::uint64_t target = s.pushed;
-    if (s.handled >= target) return true;
-    s.wake_requested = true;
-    s.wake.notify_one();
-    ++s.flush_waiters;
-    const bool done = s.done.wait_for(lock, timeout, [&] { return s.handled >= target; });
-    --s.flush_waiters;
+    std::unique_lock<std::mutex> lock(q.mutex);
+    const std::uint64_t target = q.pushed;
+    if (q.handled >= target) return true;
+    q.wake_requested = true;
+    q.wake.notify_one();
+    ++q.flush_waiters;
+    const bool done = q.done.wait_for(lock, timeout, [&] { return q.handled >= target; });
+    --q.flush_waiters;
     return done;
   } catch (...) {
     return false;
@@ -570,31 +458,31 @@ bool DatabaseSink::flush(std::chrono::milliseconds timeout) noexcept {
 }
 
 DatabaseSinkStats DatabaseSink::stats() const noexcept {
-  const State& s = *state_;
+  const State::Counters& c = state_->counters;
   DatabaseSinkStats out;
-  out.accepted = s.accepted.load(std::memory_order_relaxed);
-  out.stored = s.stored.load(std::memory_order_relaxed);
-  out.reports = s.reports.load(std::memory_order_relaxed);
-  out.failed_writes = s.failed_writes.load(std::memory_order_relaxed);
-  out.pauses = s.pauses.load(std::memory_order_relaxed);
+  out.accepted = c.accepted.load(std::memory_order_relaxed);
+  out.stored = c.stored.load(std::memory_order_relaxed);
+  out.reports = c.reports.load(std::memory_order_relaxed);
+  out.failed_writes = c.failed_writes.load(std::memory_order_relaxed);
+  out.pauses = c.pauses.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < kLevels; ++i) {
-    out.skipped.by_level[i] = s.skipped[i].load(std::memory_order_relaxed);
-    out.dropped.by_level[i] = s.dropped[i].load(std::memory_order_relaxed);
-    out.lost.by_level[i] = s.lost[i].load(std::memory_order_relaxed);
+    out.skipped.by_level[i] = c.skipped[i].load(std::memory_order_relaxed);
+    out.dropped.by_level[i] = c.dropped[i].load(std::memory_order_relaxed);
+    out.lost.by_level[i] = c.lost[i].load(std::memory_order_relaxed);
   }
   out.paused = paused();
   {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    out.queued = s.count;
+    std::lock_guard<std::mutex> lock(state_->queue.mutex);
+    out.queued = state_->queue.count;
   }
   return out;
 }
 
 bool DatabaseSink::paused() const noexcept {
   const State& s = *state_;
-  return s.paused_flag.load(std::memory_order_relaxed) &&
+  return s.counters.paused.load(std::memory_order_relaxed) &&
          s.clock.now().time_since_epoch().count() <
-             s.pause_until_ns.load(std::memory_order_relaxed);
+             s.counters.pause_until_ns.load(std::memory_order_relaxed);
 }
 
 const DatabaseSink::Options& DatabaseSink::options() const noexcept {

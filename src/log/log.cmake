@@ -5,5 +5,7 @@ target_sources(holdfast_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/console_sink.cpp
   ${CMAKE_CURRENT_LIST_DIR}/database_sink.cpp
   ${CMAKE_CURRENT_LIST_DIR}/logger.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/loss_report.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/overload_pause.cpp
   ${CMAKE_CURRENT_LIST_DIR}/retention.cpp
 )
