@@ -92,11 +92,6 @@ class Lease {
   Connection* conn_ = nullptr;
   int slot_ = -1;  // a read connection's index, or kWriterSlot
 };
-
-// After a failure inside a transaction: rolls it back (unless SQLite already did), marks
-// the Status TxnState::kRolledBack, and turns a transient fault of one statement into a
-// fault of the whole transaction (only re-running all of it can help now).
-Status abandon(Transaction& tx, Status failure);
 }  // namespace detail
 
 // A write transaction on the writer connection, holding it until commit() or rollback().
@@ -137,7 +132,12 @@ class Transaction : public QueryApi<Transaction> {
 
  private:
   friend class Database;
+  friend class ResilientDatabase;
   Transaction(detail::DatabaseImpl* impl, detail::Lease lease, TxnMode mode) noexcept;
+  // After a failure inside the transaction: rolls it back (unless SQLite already did), marks
+  // the Status TxnState::kRolledBack, and turns a transient fault of one statement into a
+  // fault of the whole transaction (only re-running all of it can help now).
+  Status abandon(Status failure);
   Status finished() const;
   Status prepare_statement(QueryRef q, Statement& out);
 
@@ -232,9 +232,9 @@ auto Database::transaction(Fn&& fn, Operation op, TxnMode mode)
   Result<Transaction> tx = begin(mode);
   if (!tx.ok()) return R(tx.status());
   R r = fn(*tx);
-  if (!is_ok(r)) return R(detail::abandon(*tx, Status(status_of(r))));
+  if (!is_ok(r)) return R(tx->abandon(Status(status_of(r))));
   Status committed = tx->commit();
-  if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
+  if (!committed.ok()) return R(tx->abandon(std::move(committed)));
   return r;
 }
 

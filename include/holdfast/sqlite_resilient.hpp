@@ -165,13 +165,13 @@ auto ResilientDatabase::transaction(Fn&& fn, Operation op, TxnMode mode)
     Result<Transaction> tx = db_->begin(mode);
     if (!tx.ok()) return R(tx.status());
     R r = fn(*tx);
-    if (!is_ok(r)) return R(detail::abandon(*tx, Status(status_of(r))));
+    if (!is_ok(r)) return R(tx->abandon(Status(status_of(r))));
     // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone, within
     // the attempt the Shield admitted (a second admission could wait on the place this one
     // holds).
     Status committed =
         holdfast::retry(policy_, Operation::write("sqlite.commit"), [&] { return tx->commit(); });
-    if (!committed.ok()) return R(detail::abandon(*tx, std::move(committed)));
+    if (!committed.ok()) return R(tx->abandon(std::move(committed)));
     return r;
   });
 }

@@ -344,9 +344,11 @@ void Lease::release() noexcept {
   conn_ = nullptr;
 }
 
-Status abandon(Transaction& tx, Status failure) {
+}  // namespace detail
+
+Status Transaction::abandon(Status failure) {
   if (failure.ok()) return failure;
-  const Status rolled = tx.rollback();
+  const Status rolled = rollback();
   failure.with_txn_state(rolled.ok() ? TxnState::kRolledBack : TxnState::kUnknown);
   Fault f = failure.fault();
   if (f.scope == RetryScope::kStatement) {
@@ -356,8 +358,6 @@ Status abandon(Transaction& tx, Status failure) {
   }
   return failure;
 }
-
-}  // namespace detail
 
 // --- Transaction ---------------------------------------------------------------------
 
@@ -512,9 +512,9 @@ Status Database::execute_script(std::string_view sql) {
   Result<Transaction> tx = begin(TxnMode::kImmediate);
   if (!tx.ok()) return tx.status();
   if (Status s = tx->lease_.conn_->run_script(sql); !s.ok()) {
-    return detail::abandon(*tx, std::move(s));
+    return tx->abandon(std::move(s));
   }
-  if (Status s = tx->commit(); !s.ok()) return detail::abandon(*tx, std::move(s));
+  if (Status s = tx->commit(); !s.ok()) return tx->abandon(std::move(s));
   return Status();
 }
 
