@@ -22,6 +22,8 @@
 #include "commands.hpp"
 #include "fmt/format.h"
 #include "holdfast/sim.hpp"
+#include "progress.hpp"
+#include "sim_check.hpp"
 #include "svg_plot.hpp"
 
 namespace {
@@ -36,6 +38,8 @@ struct SimArgs {
   std::string json_path;
   std::string svg_path;
   bool per_second = false;
+  std::string policy;  // a policy file for the holdfast strategies (else HOLDFAST_POLICY)
+  bool check = false;  // --check: judge the policy on the built-in scenarios
 
   // Overrides: applied only when given on the command line.
   std::uint64_t seed = 1;
@@ -443,8 +447,16 @@ long peak_rss_kib() {
 
 void run_sim(const SimArgs& a, const CLI::App& cmd) {
   const Given given{&cmd};
+  const std::optional<holdfast::cli::PolicyChoice> policy = holdfast::cli::choose_policy(a.policy);
+  if (a.check) {
+    if (!policy) fail("--check needs a policy: --policy FILE or HOLDFAST_POLICY=FILE");
+    const int rc = holdfast::cli::check_policy(*policy, true);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+    return;
+  }
   const sim::Scenario scenario = scenario_from(a, given);
-  const sim::Strategy base = holdfast_defaults(a, given);
+  sim::Strategy base = holdfast_defaults(a, given);
+  if (policy) base = holdfast::cli::with_policy(base, policy->options);
   holdfast::Result<std::vector<sim::Strategy>> strategies =
       sim::parse_strategies(a.strategies, base);
   if (!strategies.ok()) fail("--strategies: " + std::string(strategies.status().message()));
@@ -452,7 +464,10 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
   std::vector<sim::Report> reports;
   std::vector<std::string> perf;
   std::vector<double> walls;
+  holdfast::cli::ProgressBar bar(stderr, true);
   for (const sim::Strategy& st : *strategies) {
+    bar.phase(static_cast<double>(walls.size()), static_cast<double>(strategies->size()),
+              "strategy " + st.name);
     const auto t0 = std::chrono::steady_clock::now();
     holdfast::Result<sim::Report> r = sim::run(scenario, st);
     const double wall =
@@ -466,6 +481,7 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
     reports.push_back(std::move(*r));
     walls.push_back(wall);
   }
+  bar.clear();
 
   print_table(scenario, reports, walls);
   if (a.per_second) {
@@ -477,6 +493,7 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
       "ends; metastable: no such run starting within {:g} s\n",
       scenario.recovery_goodput * 100.0, seconds_of(scenario.recovery_hold),
       seconds_of(scenario.metastable_after));
+  if (policy) fmt::print("holdfast strategies: the policy in {}\n", policy->path);
   for (const std::string& line : perf)
     fmt::print(stderr, "{}\n", line);
   fmt::print(stderr, "peak resident memory of the process: {:.1f} MiB\n",
@@ -508,6 +525,10 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--json", a.json_path, "Write the results as JSON to this file");
   cmd->add_option("--svg", a.svg_path, "Write goodput/amplification charts as SVG to this file");
   cmd->add_flag("--per-second", a.per_second, "Print the per-second timeline of each strategy");
+  cmd->add_option("--policy", a.policy,
+                  "Policy file (JSON) for the holdfast strategies; default: $HOLDFAST_POLICY");
+  cmd->add_flag("--check", a.check,
+                "Run the built-in scenarios with the policy; exit 0 only when it is safe");
 
   auto* sc = "Scenario";
   cmd->add_option("--seed", a.seed, "Random seed (same seed, same results)")->group(sc);

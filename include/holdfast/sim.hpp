@@ -151,6 +151,11 @@ struct Strategy {
   // get (refused, 53300, or a wait longer than the timeout judged from the queue); the
   // probe itself takes no database capacity. Zero: no health probe (the Shield default).
   Duration health_interval = Duration::zero();
+  // holdfast only: when set, the Shield options to start from (a policy file,
+  // policy_file.hpp) instead of the library defaults. The reads policy's schedule and
+  // jitter are used as they are; its attempts and window are max_attempts and window above
+  // (set them from options->reads); the breaker and throttle settings above still apply.
+  std::optional<Shield::Options> options;
 
   static Strategy none();
   static Strategy naive();    // 4 attempts, no wait between them

@@ -42,7 +42,7 @@ RetryPolicy retry_policy(const Strategy& st, Clock& clock) {
           .window(kNoWindow);
       break;
     case StrategyKind::kHoldfast:
-      p = RetryPolicy::origin_reads();
+      p = st.options ? st.options->reads : RetryPolicy::origin_reads();
       p.max_attempts(st.max_attempts).window(st.window);
       break;
   }
@@ -53,7 +53,7 @@ RetryPolicy retry_policy(const Strategy& st, Clock& clock) {
 }
 
 Shield::Options shield_options(const Strategy& st, Clock& clock) {
-  Shield::Options o;
+  Shield::Options o = st.options.value_or(Shield::Options{});
   o.reads = retry_policy(st, clock);
   o.writes = o.reads;
   if (st.breaker_threshold > 0) o.breaker.consecutive_failures = st.breaker_threshold;
