@@ -216,7 +216,10 @@ class Database : public QueryApi<Database> {
   [[nodiscard]] const Options& options() const noexcept;
 
  private:
+  friend class ResilientDatabase;
   explicit Database(std::unique_ptr<detail::DatabaseImpl> impl) noexcept;
+  // The Query of `sql` if it was prepared before (no SQLite call, no wait); nullopt otherwise.
+  std::optional<Query> prepared(std::string_view sql);
   Status lease_statement(QueryRef q, detail::Lease& lease, Statement& out);
 
   std::unique_ptr<detail::DatabaseImpl> impl_;

@@ -247,6 +247,13 @@ Result<AccessVerdict> DatabaseImpl::judge_access(std::string_view sql, int* para
   return lease.conn_->judge_access(sql, parameters);
 }
 
+std::optional<Query> DatabaseImpl::prepared(std::string_view sql) {
+  std::lock_guard<std::mutex> lock(registry_mutex_);
+  auto it = registry_.find(sql);
+  if (it == registry_.end()) return std::nullopt;
+  return QueryAccess::make(it->second);
+}
+
 Result<Query> DatabaseImpl::prepare(std::string_view sql, Connection* on) {
   {
     std::lock_guard<std::mutex> lock(registry_mutex_);
@@ -492,6 +499,10 @@ const Options& Database::options() const noexcept {
 
 Result<Query> Database::prepare(std::string_view sql) {
   return impl_->prepare(sql, nullptr);
+}
+
+std::optional<Query> Database::prepared(std::string_view sql) {
+  return impl_->prepared(sql);
 }
 
 Result<AccessVerdict> Database::judge_access(std::string_view sql) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -72,6 +73,8 @@ class DatabaseImpl {
   // The registered (or, when the cache is full, unregistered) Query for `sql`. Classifies
   // new SQL on `on` if given (a writer inside a transaction), else on a read connection.
   Result<Query> prepare(std::string_view sql, Connection* on);
+  // The Query of `sql` if it was prepared before; nullopt otherwise. Never waits for SQLite.
+  std::optional<Query> prepared(std::string_view sql);
   Result<AccessVerdict> judge_access(std::string_view sql, int* parameters = nullptr);
   // The statement for `info` on `conn`: borrowed from its cache, or owned when uncached.
   Status statement_on(Connection& conn, const QueryInfo& info, bool in_transaction, Statement& out);

@@ -48,6 +48,8 @@ Status ResilientDatabase::create_idempotency_table() {
 }
 
 Result<Query> ResilientDatabase::resolve(QueryRef q) {
+  // SQL text met before is a lookup: no attempt on the database, nothing to retry.
+  if (std::optional<Query> known = db_->prepared(q.sql()); known.has_value()) return *known;
   // Preparing SQL text runs nothing, so it is retried like a read whatever the SQL is.
   return run(shield_, Operation::read("sqlite.prepare"), [&] { return db_->prepare(q.sql()); });
 }

@@ -628,6 +628,23 @@ TEST_F(ShieldedFaults, WithAShieldALongLockOpensTheBreakerSoRequestsFailFastWith
 
 // WAL: a batch job holds the write lock. With one Shield for reads and one for writes the
 // failing writes open the writes' breaker only; reads, which the lock does not block, go on.
+TEST_F(ShieldedFaults, SqlTextMetBeforeCostsOneAttemptPerCallNotTwo) {
+  create(JournalMode::kWal);
+  Shield reads("club.reads");
+  Shield writes("club.writes");
+  Options options;
+  options.path = path;
+  Result<ResilientDatabase> db = ResilientDatabase::open(options, reads, writes);
+  ASSERT_TRUE(db.ok()) << db.status().to_string();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(db->query_one<std::int64_t>("SELECT v FROM kv WHERE id = 1").ok());
+  }
+  // The first call also prepares the text (one attempt that may meet a lock); later calls
+  // find it prepared and make only their own attempt.
+  EXPECT_EQ(reads.metrics().snapshot().attempts, 11u);
+  EXPECT_EQ(writes.metrics().snapshot().attempts, 0u);
+}
+
 TEST_F(ShieldedFaults, WithTwoShieldsAWriteLockOpensOnlyTheWritesBreaker) {
   create(JournalMode::kWal);
   Shield reads("club.reads");
