@@ -194,4 +194,47 @@ class PrivateServer {
   std::string standby_url_;
 };
 
+// A throwaway PgBouncer of the test's own in transaction mode in front of `server`
+// (scripts/pgbouncer-test.sh with a private state folder), stopped by its pid at the end.
+class Bouncer {
+ public:
+  explicit Bouncer(const std::string& server) {
+    char dir[] = "/tmp/holdfast-pgbouncer-private-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return;
+    state_dir_ = dir;
+    const std::string out = run("start '" + server + "'");
+    if (out.rfind("postgresql://", 0) == 0) url_ = out;
+  }
+  ~Bouncer() {
+    if (!state_dir_.empty()) {
+      run("stop");
+      ::rmdir(state_dir_.c_str());
+    }
+  }
+  Bouncer(const Bouncer&) = delete;
+  Bouncer& operator=(const Bouncer&) = delete;
+
+  // "" when it did not start.
+  [[nodiscard]] const std::string& url() const { return url_; }
+
+ private:
+  std::string run(const std::string& args) {
+    const std::string cmd = "HOLDFAST_PGBOUNCER_STATE_DIR='" + state_dir_ + "' '" +
+                            HOLDFAST_PGBOUNCER_TEST_SCRIPT + "' " + args;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) return "error";
+    std::string out;
+    char buf[256];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr)
+      out += buf;
+    const int rc = ::pclose(p);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+      out.pop_back();
+    return rc == 0 ? out : "error";
+  }
+
+  std::string state_dir_;
+  std::string url_;
+};
+
 }  // namespace holdfast::pgtest
