@@ -2,6 +2,10 @@
 // signed-in users only; and the count of every answer the panel gives, for their chart.
 #include <httplib.h>
 
+#include <map>
+#include <mutex>
+
+#include "answers.hpp"
 #include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
@@ -15,6 +19,24 @@ constexpr const char* kHtml = "text/html; charset=utf-8";
 
 bool is_status_path(const std::string& path) {
   return path == "/status" || path == "/status.svg";
+}
+
+// How long a session /status confirmed still opens it while the database cannot answer
+// (a read lock, the reads' breaker open): the page is for watching exactly that. A session
+// signed out meanwhile keeps seeing it for at most this long, and only during the outage.
+constexpr Duration kStatusSessionGrace = std::chrono::minutes(5);
+
+using RecentSessions = std::map<std::string, TimePoint>;
+
+void remember(RecentSessions& recent, const std::string& token, TimePoint until,
+              std::size_t capacity) {
+  recent[token] = until;
+  if (recent.size() <= capacity) return;
+  auto oldest = recent.begin();
+  for (auto it = recent.begin(); it != recent.end(); ++it) {
+    if (it->second < oldest->second) oldest = it;
+  }
+  recent.erase(oldest);
 }
 
 }  // namespace
@@ -61,12 +83,24 @@ bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response&
     const std::optional<RequestScope> scope = request_window();
     return options_.store->session(token, now_utc());
   }();
-  if (!who.ok()) {
-    answers_->failure(res, who.status(), path, image);
-    return false;
+  const TimePoint now = options_.store->clock().now();
+  std::unique_lock<std::mutex> lock(status_sessions_mutex_);
+  if (who.ok() && who->has_value()) {
+    remember(status_sessions_, token, now + kStatusSessionGrace, kStatusSessions);
+    return true;
   }
-  if (!who->has_value()) return to_sign_in();
-  return true;
+  if (who.ok()) {
+    status_sessions_.erase(token);
+    lock.unlock();
+    return to_sign_in();
+  }
+  if (is_busy(who.status())) {
+    const auto it = status_sessions_.find(token);
+    if (it != status_sessions_.end() && now < it->second) return true;
+  }
+  lock.unlock();
+  answers_->failure(res, who.status(), path, image);
+  return false;
 }
 
 StatusView PanelServer::status_view() const {

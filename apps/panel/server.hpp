@@ -138,7 +138,9 @@ class PanelServer {
   // routes_status.cpp: the live status page and its chart; every answer is counted for it.
   void get_status(const httplib::Request& req, httplib::Response& res);
   void get_status_svg(const httplib::Request& req, httplib::Response& res);
-  // True for a live session; otherwise answers (redirect or 401, or the failure) and false.
+  // True for a live session, or, while the database cannot say, for a session it confirmed
+  // for /status within the last five minutes; otherwise answers (redirect, 401 or the failure)
+  // and false.
   bool status_allowed(const httplib::Request& req, httplib::Response& res, std::string_view path,
                       bool image);
   [[nodiscard]] StatusView status_view() const;
@@ -163,6 +165,11 @@ class PanelServer {
   int port_ = 0;
   PanelCounters counters_;
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
+  // Sessions /status confirmed lately, by token: when they stop counting (see
+  // status_allowed()). At most kStatusSessions, the oldest dropped first.
+  static constexpr std::size_t kStatusSessions = 64;
+  std::mutex status_sessions_mutex_;
+  std::map<std::string, TimePoint> status_sessions_;
   struct StaleCopy;
   std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;

@@ -116,6 +116,23 @@ TEST_F(PanelStatusTest, AfterAWriteLockStormTheWritesBreakerShowsOpenAndTheChart
   EXPECT_GE(std::stoi(m[1]), 1) << m[0];
 }
 
+// The page is for watching an outage: while a read lock keeps the session from being read,
+// a session the page confirmed before still opens it.
+TEST_F(PanelStatusTest, DuringAReadLockTheStatusPageStillOpensForASessionItConfirmedBefore) {
+  ASSERT_EQ(http_->Get("/status", cookie_)->status, 200);
+  auto lock = storm(StormKind::kRead);
+  const auto start = Steady::now();
+  auto page = http_->Get("/status", cookie_);
+  const auto took = Steady::now() - start;
+  auto stranger = http_->Get("/status", {{"Cookie", "session=0123456789abcdef"}});
+  lock->end();
+  ASSERT_TRUE(page && stranger);
+  EXPECT_EQ(page->status, 200) << page->body;
+  EXPECT_NE(page->body.find("data-shield="), std::string::npos);
+  EXPECT_LE(took, seconds(7));       // the 6 s window plus 1 s
+  EXPECT_NE(stranger->status, 200);  // never confirmed: the database must say
+}
+
 TEST(PanelStatusBaseline, ABaselinePanelSaysItHasNoShield) {
   const fs::path dir =
       fs::temp_directory_path() / ("holdfast-e2e-status-" + std::to_string(::getpid()));
