@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "drill.hpp"
+#include "progress.hpp"
 #include "validators.hpp"
 
 namespace holdfast::cli {
@@ -46,15 +47,12 @@ void run_drill_command(DrillArgs& args) {
     }
     options.strategies.push_back(s);
   }
-  const auto bar = [&](double done, double total, const std::string& what) {
-    if (!options.progress) return;
-    const int width = 30;
-    const int filled = total > 0 ? std::min(width, static_cast<int>(width * done / total)) : 0;
-    fmt::print(stderr, "\r[{}{}] {:5.1f}/{:.0f} s  {:<44}", std::string(filled, '#'),
-               std::string(width - filled, '.'), done, total, what);
-  };
-  Result<panel::DrillResult> result = panel::run_drill(options, bar);
-  if (options.progress) fmt::print(stderr, "\n");
+  // A bar redrawn in place on a terminal; a line per phase into a log file.
+  ProgressBar bar(stderr, options.progress, "s");
+  Result<panel::DrillResult> result = panel::run_drill(
+      options,
+      [&](double done, double total, const std::string& what) { bar.phase(done, total, what); });
+  bar.finish();
   if (!result.ok()) {
     fmt::print(stderr, "error: {}\n", result.status().to_string());
     throw CLI::RuntimeError(1);

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -285,6 +288,31 @@ std::vector<svg::LineChart> timeline_charts(const DrillOptions& options,
   return charts;
 }
 
+// Rows of cells as columns that line up: each column as wide as its widest cell, the first
+// left-aligned, the others right-aligned, two spaces apart.
+std::string aligned_columns(const std::vector<std::vector<std::string>>& rows,
+                            std::string_view indent) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()), 0);
+    for (std::size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    out += indent;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      if (c == 0) {
+        out += fmt::format("{:<{}}", row[c], width[c]);
+      } else {
+        out += fmt::format("  {:>{}}", row[c], width[c]);
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string drill_table(const DrillResult& result) {
@@ -292,18 +320,19 @@ std::string drill_table(const DrillResult& result) {
   for (const StormResult& s : result.storms) {
     out += fmt::format("\n{} lock storm, {:g} s (from t={:.1f} s; counted until the next storm)\n",
                        kind_name(s.spec.kind), s.spec.seconds, s.start_s);
-    out += fmt::format("  {:<15}{:>9}{:>8}{:>7}{:>7}{:>9}{:>8}{:>9}{:>9}{:>9}{:>10}{:>10}{:>6}\n",
-                       "strategy", "requests", "errors", "503", "stale", "served", "back s",
-                       "p50 ms", "p99 ms", "max ms", "attempts/r", "log rows", "gap");
+    std::vector<std::vector<std::string>> rows = {{"strategy", "requests", "errors", "503", "stale",
+                                                   "served", "back s", "p50 ms", "p99 ms", "max ms",
+                                                   "attempts/r", "log rows", "gap"}};
     for (const StrategyResult& r : s.strategies) {
-      out += fmt::format(
-          "  "
-          "{:<15}{:>9}{:>8}{:>7}{:>7}{:>8.0f}%{:>8.1f}{:>9.0f}{:>9.0f}{:>9.0f}{:>10.2f}{:>10}{:>6}"
-          "\n",
-          r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
-          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request,
-          r.log_rows_during_storm, r.gap_line ? "yes" : "no");
+      rows.push_back({r.name, fmt::format("{}", r.requests), fmt::format("{}", r.error_pages),
+                      fmt::format("{}", r.status_503), fmt::format("{}", r.stale),
+                      fmt::format("{:.0f}%", r.served_during_storm_pct),
+                      fmt::format("{:.1f}", r.back_after_s), fmt::format("{:.0f}", r.p50_ms),
+                      fmt::format("{:.0f}", r.p99_ms), fmt::format("{:.0f}", r.max_ms),
+                      fmt::format("{:.2f}", r.attempts_per_request),
+                      fmt::format("{}", r.log_rows_during_storm), r.gap_line ? "yes" : "no"});
     }
+    out += aligned_columns(rows, "  ");
   }
   out += fmt::format("\npayments sent: {}; applied twice: {}\n", result.payments_sent,
                      result.payments_doubled);

@@ -3,6 +3,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +57,41 @@ TEST(Drill, HoldfastShowsNoErrorPagesForTwoSecondStorms) {
   EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "drill-report.md"));
   EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "drill-timeline.svg"));
   fs::remove_all(o.out_dir);
+}
+
+// The console table: every row of a storm's table as long as its header, and each column's
+// right edge in the same place, whatever the widths of the names and numbers.
+TEST(Drill, TheConsoleTablesColumnsLineUp) {
+  DrillResult result;
+  StormResult storm;
+  storm.spec = {StormKind::kWrite, 20};
+  StrategyResult small;
+  small.name = "none";
+  StrategyResult wide;
+  wide.name = "origin-breaker-with-a-long-name";
+  wide.requests = 123456789;
+  wide.error_pages = 7654321;
+  wide.served_during_storm_pct = 100;
+  wide.back_after_s = 1234.5;
+  wide.max_ms = 1234567;
+  wide.attempts_per_request = 12345.67;
+  wide.log_rows_during_storm = 99999999;
+  wide.gap_line = true;
+  storm.strategies = {small, wide};
+  result.storms = {storm};
+  std::istringstream table(drill_table(result));
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(table, line);) {
+    if (line.rfind("  ", 0) == 0) rows.push_back(line);
+  }
+  ASSERT_EQ(rows.size(), 3u);
+  for (const std::string& row : rows)
+    EXPECT_EQ(row.size(), rows[0].size()) << row;
+  // Columns are two spaces apart: a cell never runs into the next one.
+  EXPECT_NE(rows[0].find("max ms  attempts/r"), std::string::npos) << rows[0];
+  // Right-aligned: a header ends where its cells end.
+  EXPECT_EQ(rows[0].find("attempts/r") + 10, rows[2].find("12345.67") + 8) << rows[2];
+  EXPECT_EQ(rows[0].find("max ms") + 6, rows[2].find("1234567 ") + 7) << rows[2];
 }
 
 }  // namespace
