@@ -15,7 +15,7 @@ void SyncTableSink::write(const LogEntry& entry) {
     message += fmt::format(" {}={}", f.key(), f.value());
   }
   const UtcStamp at = utc_stamp(entry.created_at);
-  Result<sqlite::Exec> row = db_.execute(logs_table::kInsertSqlite, to_string(entry.level),
+  Result<sqlite::Exec> row = db_.execute(sqlite::logs_table::kInsert, to_string(entry.level),
                                          entry.context, message, at.view());
   if (!row.ok()) {
     failures_++;
@@ -53,7 +53,7 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
     db_options.clock = &clock;
     Result<sqlite::Database> db = sqlite::Database::open(db_options);
     if (!db.ok()) return db.status();
-    for (std::string_view ddl : logs_table::kSchemaSqlite) {
+    for (std::string_view ddl : sqlite::logs_table::kSchema) {
       if (auto made = db->execute(ddl); !made.ok()) return made.status();
     }
     out.sync_sink = std::make_shared<SyncTableSink>(std::move(*db), console);

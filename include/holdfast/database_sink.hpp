@@ -78,50 +78,9 @@ class LogStore {
   virtual Result<int> delete_older_than(WallTime cutoff, int limit) = 0;
 };
 
-// The logs table, shared by the SQLite and PostgreSQL stores. created_at is ISO-8601 UTC
-// text with milliseconds and 'Z' (utc_stamp), so comparing text compares time and the
-// index serves the origin's diagnostic query (kRecentSqlite). One statement per string
-// (PostgreSQL's extended protocol takes one at a time).
-namespace logs_table {
-
-inline constexpr std::string_view kCreateTableSqlite =
-    "CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, level TEXT NOT NULL, "
-    "context TEXT NOT NULL, message TEXT NOT NULL, created_at TEXT NOT NULL)";
-inline constexpr std::string_view kCreateTablePostgres =
-    "CREATE TABLE IF NOT EXISTS logs (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-    "level TEXT NOT NULL, context TEXT NOT NULL, message TEXT NOT NULL, "
-    "created_at TEXT NOT NULL)";
-inline constexpr std::string_view kCreateIndex =
-    "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
-inline constexpr std::array<std::string_view, 2> kSchemaSqlite = {kCreateTableSqlite, kCreateIndex};
-inline constexpr std::array<std::string_view, 2> kSchemaPostgres = {kCreateTablePostgres,
-                                                                    kCreateIndex};
-
-// Parameters: level, context, message, created_at.
-inline constexpr std::string_view kInsertSqlite =
-    "INSERT INTO logs (level, context, message, created_at) VALUES (?1, ?2, ?3, ?4)";
-inline constexpr std::string_view kInsertPostgres =
-    "INSERT INTO logs (level, context, message, created_at) VALUES ($1, $2, $3, $4)";
-
-// Parameters: cutoff (utc_stamp text), limit.
-inline constexpr std::string_view kDeleteOlderThanSqlite =
-    "DELETE FROM logs WHERE id IN "
-    "(SELECT id FROM logs WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)";
-inline constexpr std::string_view kDeleteOlderThanPostgres =
-    "DELETE FROM logs WHERE id IN "
-    "(SELECT id FROM logs WHERE created_at < $1 ORDER BY created_at LIMIT $2)";
-
-// The origin's diagnostic query. Parameter: since (utc_stamp text, or a prefix of one such
-// as "2026-09-11T06:20").
-inline constexpr std::string_view kRecentSqlite =
-    "SELECT level, context, message, created_at FROM logs WHERE created_at >= ?1 "
-    "ORDER BY created_at DESC LIMIT 50";
-inline constexpr std::string_view kRecentPostgres =
-    "SELECT level, context, message, created_at FROM logs WHERE created_at >= $1 "
-    "ORDER BY created_at DESC LIMIT 50";
-
-}  // namespace logs_table
-
+// The logs table (id, level, context, message, created_at) is each driver's: its SQL is in
+// sqlite_log_store.hpp and postgres_log_store.hpp. created_at is ISO-8601 UTC text with
+// milliseconds and 'Z' (utc_stamp), so comparing text compares time.
 // Counts by level, indexed by Level.
 struct LevelCounts {
   std::array<std::uint64_t, 4> by_level{};

@@ -29,6 +29,7 @@
 // mutex, uncontended in the sink's use: one writer thread, one pruning thread). Never throws.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -47,6 +48,26 @@
 #include "holdfast/status.hpp"
 
 namespace holdfast::pg {
+
+// The logs table on PostgreSQL (one statement per string: the extended protocol takes one
+// at a time). created_at is utc_stamp text (database_sink.hpp).
+namespace logs_table {
+inline constexpr std::string_view kCreateTable =
+    "CREATE TABLE IF NOT EXISTS logs (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+    "level TEXT NOT NULL, context TEXT NOT NULL, message TEXT NOT NULL, "
+    "created_at TEXT NOT NULL)";
+inline constexpr std::string_view kCreateIndex =
+    "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
+inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreateIndex};
+// Parameters: cutoff (utc_stamp text), limit.
+inline constexpr std::string_view kDeleteOlderThan =
+    "DELETE FROM logs WHERE id IN "
+    "(SELECT id FROM logs WHERE created_at < $1 ORDER BY created_at LIMIT $2)";
+// The origin's diagnostic query. Parameter: since (utc_stamp text or a prefix of one).
+inline constexpr std::string_view kRecent =
+    "SELECT level, context, message, created_at FROM logs WHERE created_at >= $1 "
+    "ORDER BY created_at DESC LIMIT 50";
+}  // namespace logs_table
 
 struct PgLogStoreStats {
   std::uint64_t connects = 0;          // successful connects (both connections, open() too)
@@ -78,7 +99,7 @@ class PgLogStore final : public LogStore {
     std::vector<std::pair<std::string, std::string>> settings;
   };
 
-  // Connects, creates the logs table and its index (logs_table::kSchemaPostgres) if needed.
+  // Connects, creates the logs table and its index (logs_table::kSchema) if needed.
   // A bad option is kInvalidArgument naming the field; a failed connect or DDL is its
   // classified Status, annotated with the URL without its password.
   static Result<std::unique_ptr<PgLogStore>> open(Options options);

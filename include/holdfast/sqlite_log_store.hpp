@@ -12,13 +12,38 @@
 // the backoff — logging never adds load to a database that is refusing writes.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "holdfast/database_sink.hpp"
 #include "holdfast/sqlite_database.hpp"
 
 namespace holdfast::sqlite {
+
+// The logs table on SQLite. created_at is utc_stamp text (database_sink.hpp), so comparing
+// text compares time and the index serves the origin's diagnostic query (kRecent).
+namespace logs_table {
+inline constexpr std::string_view kCreateTable =
+    "CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, level TEXT NOT NULL, "
+    "context TEXT NOT NULL, message TEXT NOT NULL, created_at TEXT NOT NULL)";
+inline constexpr std::string_view kCreateIndex =
+    "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
+inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreateIndex};
+// Parameters: level, context, message, created_at.
+inline constexpr std::string_view kInsert =
+    "INSERT INTO logs (level, context, message, created_at) VALUES (?1, ?2, ?3, ?4)";
+// Parameters: cutoff (utc_stamp text), limit.
+inline constexpr std::string_view kDeleteOlderThan =
+    "DELETE FROM logs WHERE id IN "
+    "(SELECT id FROM logs WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)";
+// The origin's diagnostic query. Parameter: since (utc_stamp text, or a prefix of one such
+// as "2026-09-11T06:20").
+inline constexpr std::string_view kRecent =
+    "SELECT level, context, message, created_at FROM logs WHERE created_at >= ?1 "
+    "ORDER BY created_at DESC LIMIT 50";
+}  // namespace logs_table
 
 class SqliteLogStore final : public LogStore {
  public:

@@ -185,16 +185,16 @@ Result<std::unique_ptr<PgLogStore>> PgLogStore::open(Options options) {
                              kClientGrace);
       return lane.conn.query(sql);
     };
-    static_assert(logs_table::kSchemaPostgres.size() == 2);
+    static_assert(logs_table::kSchema.size() == 2);
     // Several processes may open at the same instant: CREATE ... IF NOT EXISTS is not safe
     // against itself (23505 on pg_type, 42P07), so creation takes a transaction-scoped
     // advisory lock first. Nothing here is retried: a failure rolls back and is reported.
     auto create = [&]() -> Status {
-      for (std::string_view sql : {kLockSchema, logs_table::kSchemaPostgres[0], kHasIndex}) {
+      for (std::string_view sql : {kLockSchema, logs_table::kSchema[0], kHasIndex}) {
         Result<Rows> r = run(sql);
         if (!r.ok()) return r.status();
         if (sql == kHasIndex && r->text(0, 0) == "0") {
-          Result<Rows> index = run(logs_table::kSchemaPostgres[1]);
+          Result<Rows> index = run(logs_table::kSchema[1]);
           if (!index.ok()) return index.status();
         }
       }
@@ -296,7 +296,7 @@ Result<int> PgLogStore::delete_older_than(WallTime cutoff, int limit) {
     const Param params[] = {Param(at.view()), Param(limit)};
     pruner_.conn.set_deadline(clock_->now() + options_.statement_timeout + kClientGrace);
     Result<Rows> gone = detail::ConnectionAccess::query_unchecked(
-        pruner_.conn, logs_table::kDeleteOlderThanPostgres, params);
+        pruner_.conn, logs_table::kDeleteOlderThan, params);
     if (!gone.ok()) {
       if (!pruner_.conn.is_open()) pruner_.conn.close();
       return gone.status();

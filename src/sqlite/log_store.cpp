@@ -10,7 +10,7 @@ Result<std::unique_ptr<SqliteLogStore>> SqliteLogStore::open(Options options) {
   db_options.clock = options.clock;
   Result<Database> db = Database::open(db_options);
   if (!db.ok()) return db.status();
-  for (std::string_view ddl : logs_table::kSchemaSqlite) {
+  for (std::string_view ddl : logs_table::kSchema) {
     Result<Exec> made = db->execute(ddl);
     if (!made.ok()) return Status(made.status()).annotate("creating the logs table");
   }
@@ -21,8 +21,8 @@ Status SqliteLogStore::write_batch(std::span<const LogRecord> records) {
   return db_.transaction([&](Transaction& tx) -> Status {
     for (const LogRecord& r : records) {
       const UtcStamp at = utc_stamp(r.created_at);
-      Result<Exec> row = tx.execute(logs_table::kInsertSqlite, to_string(r.level), r.context,
-                                    r.message, at.view());
+      Result<Exec> row =
+          tx.execute(logs_table::kInsert, to_string(r.level), r.context, r.message, at.view());
       if (!row.ok()) return row.status();
     }
     return Status();
@@ -31,7 +31,7 @@ Status SqliteLogStore::write_batch(std::span<const LogRecord> records) {
 
 Result<int> SqliteLogStore::delete_older_than(WallTime cutoff, int limit) {
   const UtcStamp at = utc_stamp(cutoff);
-  Result<Exec> gone = db_.execute(logs_table::kDeleteOlderThanSqlite, at.view(), limit);
+  Result<Exec> gone = db_.execute(logs_table::kDeleteOlderThan, at.view(), limit);
   if (!gone.ok()) return gone.status();
   return static_cast<int>(gone->changes);
 }

@@ -12,6 +12,7 @@
 
 #include "holdfast/classify.hpp"
 #include "holdfast/database_sink.hpp"
+#include "holdfast/sqlite_log_store.hpp"
 
 namespace holdfast {
 namespace {
@@ -72,8 +73,8 @@ class TestSqliteStore final : public LogStore {
       return failure();
     }
     sqlite3_stmt* st = nullptr;
-    int rc = sqlite3_prepare_v2(db_, logs_table::kInsertSqlite.data(),
-                                static_cast<int>(logs_table::kInsertSqlite.size()), &st, nullptr);
+    int rc = sqlite3_prepare_v2(db_, sqlite::logs_table::kInsert.data(),
+                                static_cast<int>(sqlite::logs_table::kInsert.size()), &st, nullptr);
     for (std::size_t i = 0; rc == SQLITE_OK && i < records.size(); ++i) {
       const LogRecord& r = records[i];
       const std::string_view level = to_string(r.level);
@@ -98,7 +99,7 @@ class TestSqliteStore final : public LogStore {
 
   Result<int> delete_older_than(WallTime cutoff, int limit) override {
     sqlite3_stmt* st = nullptr;
-    const auto& sql = logs_table::kDeleteOlderThanSqlite;
+    const auto& sql = sqlite::logs_table::kDeleteOlderThan;
     if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &st, nullptr) !=
         SQLITE_OK) {
       return failure();
@@ -121,7 +122,7 @@ class TestSqliteStore final : public LogStore {
 };
 
 void create_schema(Db& db) {
-  for (std::string_view sql : logs_table::kSchemaSqlite)
+  for (std::string_view sql : sqlite::logs_table::kSchema)
     db.exec(sql);
 }
 
@@ -130,7 +131,7 @@ TEST(LogsTable, TheDiagnosticQueryUsesTheCreatedAtIndex) {
   create_schema(db);
   create_schema(db);  // IF NOT EXISTS: opening an existing database again is fine
   const auto plan =
-      db.column(std::string("EXPLAIN QUERY PLAN ") + std::string(logs_table::kRecentSqlite),
+      db.column(std::string("EXPLAIN QUERY PLAN ") + std::string(sqlite::logs_table::kRecent),
                 "2026-09-11T06:20");
   ASSERT_FALSE(plan.empty());
   EXPECT_THAT(plan[0], HasSubstr("logs_created_at"));
@@ -155,7 +156,7 @@ TEST(LogsTable, ADatabaseSinkFillsItAndTheOriginsQueryReadsItBack) {
     log.error("payments", "charge failed");
     ASSERT_TRUE(sink->flush());
   }
-  EXPECT_THAT(db.column(logs_table::kRecentSqlite, "2026-09-11T06:20"),
+  EXPECT_THAT(db.column(sqlite::logs_table::kRecent, "2026-09-11T06:20"),
               ElementsAre("ERROR|payments|charge failed|2026-09-11T06:20:01.500Z",
                           "WARN|schedule|slow ms=2400|2026-09-11T06:20:00.000Z"));
 }
