@@ -141,7 +141,7 @@ class Shield {
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
   [[nodiscard]] const Options& options() const noexcept { return options_; }
   // Moved by every breaker state change that may let requests through.
-  [[nodiscard]] const Signal& signal() const noexcept { return signal_; }
+  [[nodiscard]] const Signal& signal() const noexcept { return breaker_.signal(); }
   // Moved whenever a waiting Call is woken (handed a place, or told to decide again): an
   // event loop that keeps its waiters in the order admit() said kWait to them finds the
   // woken ones at the front (Call::woken()).
@@ -171,7 +171,6 @@ class Shield {
   ConcurrencyLimit limit_;
   RetryThrottle throttle_;
   Metrics metrics_;
-  Signal signal_;
   Signal wakes_;
   // 1 when the last overload fault was lock contention (see Options::probe_wait).
   std::atomic<bool> last_overload_fast_{false};

@@ -68,7 +68,6 @@ void Shield::on_transition(const BreakerTransition& t) {
   metrics_.count_transition(t.to);
   // Open -> half-open admits only the probe, which is not waiting: it wakes nobody.
   if (t.to == BreakerState::kHalfOpen) return;
-  signal_.notify_all();
   bool woke = false;
   {
     std::lock_guard<std::mutex> lock(wait_mutex_);
