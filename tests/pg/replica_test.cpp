@@ -1,7 +1,10 @@
 // Replicas on a real streaming hot standby (scripts/pg-test-server.sh with
 // HOLDFAST_PG_STANDBY=1): reads go to the standby, writes to the primary; while the
 // standby is down the primary answers reads at once, and reads return to the standby once
-// a probe finds it back. Who answered is what the server says: pg_is_in_recovery().
+// a probe finds it back; a request's reads see its own writes (the standby answers them only
+// once it has replayed them: replay is paused for real with pg_wal_replay_pause()); a
+// standby whose replay lags beyond max_replica_lag opens its breaker. Who answered is what
+// the server says: pg_is_in_recovery().
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -60,6 +63,145 @@ TEST(PgReplicas, ReadsGoToTheHotStandbyAndWritesToThePrimary) {
   }));
   EXPECT_EQ(standby.count("SELECT count(*) FROM " + table), 1);
   EXPECT_EQ(db.replica_pool(0).stats().connects, 1u);
+  admin.exec("DROP TABLE " + table);
+}
+
+// Pauses the standby's replay (pg_wal_replay_pause()) until destroyed, also when the test
+// fails.
+class ReplayPause {
+ public:
+  explicit ReplayPause(Admin& standby) : standby_(standby) {
+    standby_.exec("SELECT pg_wal_replay_pause()");
+    paused_ = pgtest::eventually([&] {
+      return standby_.exec("SELECT pg_get_wal_replay_pause_state()").text(0, 0) == "paused";
+    });
+  }
+  ~ReplayPause() { resume(); }
+  ReplayPause(const ReplayPause&) = delete;
+  ReplayPause& operator=(const ReplayPause&) = delete;
+  [[nodiscard]] bool paused() const { return paused_; }
+  void resume() {
+    if (!resumed_) standby_.exec("SELECT pg_wal_replay_resume()");
+    resumed_ = true;
+  }
+
+ private:
+  Admin& standby_;
+  bool paused_ = false;
+  bool resumed_ = false;
+};
+
+// "<rows>/<who answered>" for `table`, read inside the current request.
+std::string rows_and_who(Database& db, const std::string& table) {
+  auto r = db.read(
+      "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
+      "'standby' ELSE 'primary' END FROM " +
+      table);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::string(r->text(0, 0)) : std::string("error");
+}
+
+TEST(PgReplicas, ARequestReadsItsOwnWritesFromTheStandbyOnlyOnceItHasReplayedThem) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(server_url());
+  Admin standby(standby_url());
+  const std::string table = unique("hf_own_writes");
+  admin.exec("CREATE TABLE " + table + " (id int PRIMARY KEY)");
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+  }));
+  DatabaseOptions o = replicated(server_url(), standby_url());
+  o.max_replica_lag = std::chrono::seconds(60);  // this test is about own writes, not lag
+  o.idempotency_table = unique("hf_keys");
+  Database db(o);
+  ASSERT_TRUE(db.create_idempotency_table().ok());
+
+  Lsn written;
+  {
+    ReplayPause pause(standby);
+    ASSERT_TRUE(pause.paused());
+    {
+      RequestScope request;
+      EXPECT_TRUE(request_lsn().empty());
+      ASSERT_TRUE(db.write("INSERT INTO " + table + " VALUES (1)").ok());
+      written = request_lsn();
+      EXPECT_FALSE(written.empty());
+      // The standby has not replayed the write: the primary answers, with the row.
+      EXPECT_EQ(rows_and_who(db, table), "1/primary");
+    }
+    {
+      // A request that wrote nothing reads the standby, stale as it is.
+      RequestScope request;
+      EXPECT_TRUE(request_lsn().empty());
+      EXPECT_EQ(rows_and_who(db, table), "0/standby");
+    }
+    {
+      // A request that carries the earlier write's position (a signed-in session).
+      RequestScope request;
+      require_lsn(written);
+      EXPECT_EQ(rows_and_who(db, table), "1/primary");
+    }
+    {
+      // transaction() and once() record their commits' positions too.
+      RequestScope request;
+      ASSERT_TRUE(db.transaction([&](Transaction& tx) {
+                      return tx.query("INSERT INTO " + table + " VALUES (2)").status();
+                    }).ok());
+      EXPECT_GT(request_lsn(), written);
+      EXPECT_EQ(rows_and_who(db, table), "2/primary");
+    }
+    {
+      RequestScope request;
+      ASSERT_TRUE(db.once(unique("key"), [&](Transaction& tx) {
+                      return tx.query("INSERT INTO " + table + " VALUES (3)").status();
+                    }).ok());
+      EXPECT_EQ(rows_and_who(db, table), "3/primary");
+    }
+    EXPECT_EQ(db.replica_shield(0).breaker().state(), BreakerState::kClosed);
+  }
+  // Replayed: the standby answers the request that carries the position.
+  EXPECT_TRUE(pgtest::eventually([&] {
+    RequestScope request;
+    require_lsn(written);
+    return rows_and_who(db, table) == "3/standby";
+  }));
+  EXPECT_EQ(Lsn::parse(written.to_string())->value, written.value);
+  admin.exec("DROP TABLE " + table);
+  admin.exec("DROP TABLE " + db.options().idempotency_table);
+}
+
+TEST(PgReplicas, AStandbyWhoseReplayLagsBeyondTheBoundOpensItsBreaker) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(server_url());
+  Admin standby(standby_url());
+  const std::string table = unique("hf_lagging");
+  admin.exec("CREATE TABLE " + table + " (id int)");
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+  }));
+  DatabaseOptions o = replicated(server_url(), standby_url());
+  o.max_replica_lag = std::chrono::milliseconds(300);
+  Database db(o);
+  EXPECT_EQ(who(db), "standby");
+  {
+    ReplayPause pause(standby);
+    ASSERT_TRUE(pause.paused());
+    // WAL the standby receives and does not replay.
+    admin.exec("INSERT INTO " + table + " VALUES (1)");
+    const auto paused_at = std::chrono::steady_clock::now();
+    while (db.replica_shield(0).breaker().state() == BreakerState::kClosed &&
+           pgtest::seconds_since(paused_at) < 5.0) {
+      EXPECT_NE(who(db), "error");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_NE(db.replica_shield(0).breaker().state(), BreakerState::kClosed);
+    EXPECT_GE(pgtest::seconds_since(paused_at), 0.3);
+    // Lagging, the standby answers nothing: the primary does.
+    EXPECT_EQ(who(db), "primary");
+  }
+  // Replaying again: a probe finds it healthy and reads return to it.
+  EXPECT_TRUE(pgtest::eventually([&] { return who(db) == "standby"; }, std::chrono::seconds(5)));
+  EXPECT_EQ(db.replica_shield(0).breaker().state(), BreakerState::kClosed);
   admin.exec("DROP TABLE " + table);
 }
 
