@@ -6,7 +6,7 @@
 #     must fail to configure;
 #   - pkg-config: holdfast-core, holdfast-sqlite, holdfast-pg and holdfast, compiled with
 #     `pkg-config --cflags --libs`, with no language-standard flag in the Cflags and
-#     sqlite3 / libpq in Requires.private.
+#     sqlite3 / libpq in Requires.private; holdfast-policy without nlohmann-json.
 # Variables: BUILD_DIR, SOURCE_DIR (tests/install), WORK_DIR, CXX_FLAGS, GENERATOR.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -31,7 +31,7 @@ set(have_pg FALSE)
 if(EXISTS ${cmake_dir}/holdfast-pg-targets.cmake)
   set(have_pg TRUE)
 endif()
-foreach(component core sqlite sim)
+foreach(component core sqlite sim policy)
   if(NOT EXISTS ${cmake_dir}/holdfast-${component}-targets.cmake)
     message(FATAL_ERROR "the ${component} component is not installed in ${cmake_dir}")
   endif()
@@ -68,9 +68,9 @@ function(consumer name)
   run(${dir}/consumer)
 endfunction()
 
-set(all sqlite sim)
+set(all sqlite sim policy)
 if(have_pg)
-  set(all sqlite pg sim)
+  set(all sqlite pg sim policy)
 endif()
 list(JOIN all " " all_arg)
 consumer(all ARGS "-DHOLDFAST_COMPONENTS=${all_arg}")
@@ -111,6 +111,13 @@ if(have_pg)
   endif()
 endif()
 
+# holdfast-policy uses nlohmann-json inside its build only (docs/adr/0012).
+pkg_config(requires --print-requires-private holdfast-policy)
+file(READ ${cmake_dir}/holdfast-policy-targets.cmake policy_targets)
+if(requires MATCHES "nlohmann" OR policy_targets MATCHES "nlohmann")
+  message(FATAL_ERROR "the installed holdfast::policy depends on nlohmann-json")
+endif()
+
 separate_arguments(cxx_flags UNIX_COMMAND "${CXX_FLAGS}")
 # pkg_consumer(<modules> <CONSUMER_USES_ definitions>...)
 function(pkg_consumer modules)
@@ -132,10 +139,11 @@ endfunction()
 pkg_consumer(holdfast-core)
 pkg_consumer(holdfast-sqlite SQLITE)
 pkg_consumer(holdfast-sim SIM)
+pkg_consumer(holdfast-policy POLICY)
 if(have_pg)
   pkg_consumer(holdfast-pg PG)
-  pkg_consumer(holdfast SQLITE PG SIM)
+  pkg_consumer(holdfast SQLITE PG SIM POLICY)
 else()
-  pkg_consumer(holdfast SQLITE SIM)
+  pkg_consumer(holdfast SQLITE SIM POLICY)
 endif()
 message(STATUS "find_package(holdfast COMPONENTS ${all}) and pkg-config both work from ${prefix}")

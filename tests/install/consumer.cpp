@@ -16,6 +16,9 @@
 #if CONSUMER_USES_SIM
 #include <holdfast/sim.hpp>
 #endif
+#if CONSUMER_USES_POLICY
+#include <holdfast/policy_file.hpp>
+#endif
 
 namespace {
 
@@ -52,6 +55,12 @@ int main() {
   if (!holdfast::sim::builtin_scenario(holdfast::sim::builtin_scenario_names().front()).ok()) {
     return fail("sim: the first built-in scenario does not load");
   }
+#endif
+#if CONSUMER_USES_POLICY
+  // nlohmann-json is private to the library's build: the consumer needs no JSON library.
+  auto options = holdfast::parse_policy(R"({"reads": {"max_attempts": 2}})");
+  if (!options.ok() || options->reads.max_attempts() != 2) return fail("policy: parse failed");
+  if (holdfast::parse_policy(R"({"raeds": {}})").ok()) return fail("policy: a typo was accepted");
 #endif
   return 0;
 }
