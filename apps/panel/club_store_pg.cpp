@@ -364,11 +364,17 @@ Status PgClubStore::ensure_demo_data(std::string_view today) {
 }
 
 Result<std::optional<User>> PgClubStore::session(std::string_view token, std::string_view now_utc) {
-  Result<pg::Rows> rows = run(Operation::read("session.read"), [&] {
+  // The origin's session schedule (150/500/1500/3000 ms) for holdfast; the baselines keep
+  // their single attempt. Its clock does not matter: the driver's window is on the store's.
+  static const RetryPolicy kSessionSchedule = RetryPolicy::origin_session();
+  pg::ReadOptions lookup;
+  lookup.operation = Operation::read("session.read");
+  if (options_.strategy == Strategy::kHoldfast) lookup.policy = &kSessionSchedule;
+  Result<pg::Rows> rows = run(lookup.operation, [&] {
     return reads_->read(
         "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = s.user_id "
         "WHERE s.token = $1 AND s.expires_at > $2",
-        {token, now_utc});
+        {token, now_utc}, lookup);
   });
   if (!rows.ok()) return rows.status();
   if (rows->empty()) return std::optional<User>();

@@ -202,6 +202,53 @@ TEST_F(PgReadPath, AReadWaitsOutALockWithinItsWindow) {
   EXPECT_TRUE(log.saw("55P03"));
 }
 
+TEST_F(PgReadPath, AReadRunsOnTheRetryPolicyItIsGiven) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  Admin holder(server_url());
+  holder.exec("BEGIN");
+  holder.exec("LOCK TABLE " + table_ + " IN ACCESS EXCLUSIVE MODE");
+  RetryLog database_log;
+  DatabaseOptions o = options_for(server_url(), unique("hf_reader"), &database_log);
+  o.settings = {{"lock_timeout", "50ms"}};
+  Database db(o);
+
+  // One attempt only.
+  RetryPolicy single = RetryPolicy::no_retry();
+  RetryStats stats;
+  ReadOptions options;
+  options.operation = Operation::read("custom.read");
+  options.policy = &single;
+  options.stats = &stats;
+  {
+    RequestScope scope;
+    auto r = db.read("SELECT count(*) FROM " + table_, {}, options);
+    EXPECT_EQ(r.status().sqlstate(), "55P03") << r.status().to_string();
+  }
+  EXPECT_EQ(stats.attempts, 1);
+  EXPECT_EQ(stats.stop, StopReason::kAttemptsExhausted);
+
+  // Three attempts 20 ms apart, named by the read's operation.
+  std::vector<std::pair<std::string, Duration>> retries;
+  RetryPolicy quick;
+  quick.max_attempts(3)
+      .backoff(Backoff::steps({std::chrono::milliseconds(20)}, Jitter::none()))
+      .on_retry([&](const RetryEvent& e) { retries.emplace_back(std::string(e.label), e.delay); });
+  options.policy = &quick;
+  {
+    RequestScope scope;
+    auto r = db.read("SELECT count(*) FROM " + table_, {}, options);
+    EXPECT_EQ(r.status().sqlstate(), "55P03") << r.status().to_string();
+  }
+  holder.exec("ROLLBACK");
+  EXPECT_EQ(stats.attempts, 3);
+  ASSERT_EQ(retries.size(), 2u);
+  for (const auto& [label, delay] : retries) {
+    EXPECT_EQ(label, "custom.read");
+    EXPECT_EQ(delay, std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(database_log.size(), 0u) << "the Database's own read policy was used";
+}
+
 TEST_F(PgReadPath, AReadGivesUpWhenTheLockOutlastsTheWindow) {
   HOLDFAST_REQUIRE_PG_SERVER();
   Admin holder(server_url());
