@@ -24,11 +24,19 @@ set(HOLDFAST_DESCRIPTION_pg "holdfast PostgreSQL driver (libpq), pool and resili
 set(HOLDFAST_DESCRIPTION_sim "holdfast retry-storm simulator")
 set(HOLDFAST_DESCRIPTION_policy "holdfast policy files: Shield options from JSON")
 
-# Version properties on every library; with HOLDFAST_INSTALL, its install rule in the export
-# set of its component.
+# What every holdfast library has: the alias holdfast::<component>, position-independent
+# code, the public include directory, the project's warnings, VERSION/SOVERSION, and with
+# HOLDFAST_INSTALL its install rule in the export set of its component.
 function(holdfast_library target component)
-  set_target_properties(${target} PROPERTIES VERSION ${holdfast_VERSION}
+  add_library(holdfast::${component} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${component}
+                                             POSITION_INDEPENDENT_CODE ON
+                                             VERSION ${holdfast_VERSION}
                                              SOVERSION ${holdfast_VERSION_MAJOR})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:holdfast_warnings>)
   if(HOLDFAST_INSTALL)
     install(TARGETS ${target} EXPORT holdfast-${component}-targets
             ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
