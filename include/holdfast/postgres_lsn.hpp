@@ -19,7 +19,11 @@
 // The position lives with the request: with the window of the innermost RequestScope on
 // this thread, which nested scopes share. A RequestScope adopted on another thread starts
 // without it (call require_lsn() there). Outside any RequestScope there is none: each call
-// stands alone.
+// stands alone. It is kept on the thread, keyed by the window, and a window never closes
+// once open, so the next request starts afresh once this one has reached the database;
+// a request that called require_lsn() and never reached the database may pass that
+// position on to the next request on its thread whose RequestScope sits at the same
+// address (which can only send some of that request's reads to the primary).
 #pragma once
 
 #include <compare>

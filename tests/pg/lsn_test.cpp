@@ -1,0 +1,56 @@
+// Lsn and the request's read-your-writes position, without a server: the text form
+// pg_lsn uses, and a position that lives with its request (its RequestScope's window).
+#include <gtest/gtest.h>
+
+#include "holdfast/postgres_lsn.hpp"
+#include "holdfast/window.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+TEST(PgLsn, ReadsAndWritesPgLsnsTextForm) {
+  auto lsn = Lsn::parse("16/B374D848");
+  ASSERT_TRUE(lsn.ok()) << lsn.status().to_string();
+  EXPECT_EQ(lsn->value, 0x16B374D848ull);
+  EXPECT_EQ(lsn->to_string(), "16/B374D848");
+  EXPECT_EQ(Lsn{}.to_string(), "0/0");
+  EXPECT_EQ(Lsn::parse("FFFFFFFF/FFFFFFFF")->value, ~0ull);
+  EXPECT_LT(*Lsn::parse("0/FFFFFFFF"), *Lsn::parse("1/0"));
+  for (const char* bad : {"", "16", "/1", "1/", "1/2/3", "x/1", "123456789/0", "1/ 2"}) {
+    EXPECT_EQ(Lsn::parse(bad).status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
+TEST(PgLsn, ThePositionLivesWithItsRequest) {
+  const Lsn a{100};
+  const Lsn b{200};
+  // Outside any request there is none, and nothing is kept.
+  require_lsn(a);
+  EXPECT_TRUE(request_lsn().empty());
+  {
+    RequestScope request;
+    require_lsn(b);
+    require_lsn(a);  // never lowered
+    EXPECT_EQ(request_lsn(), b);
+    {
+      RequestScope nested;  // shares the request's window, and its position
+      EXPECT_EQ(request_lsn(), b);
+    }
+    request.window().open(Clock::system().now());  // as the first database call does
+    EXPECT_EQ(request_lsn(), b);
+  }
+  EXPECT_TRUE(request_lsn().empty());
+  // The next request on this thread starts without it, even where its window sits at the
+  // same address, once the one before reached the database (a Database call opens the
+  // window, then reads or raises the position).
+  for (int i = 0; i < 3; ++i) {
+    RequestScope request;
+    EXPECT_TRUE(request_lsn().empty()) << "request " << i;
+    require_lsn(Lsn{static_cast<std::uint64_t>(1000 + i)});
+    request.window().open(Clock::system().now());
+    EXPECT_EQ(request_lsn().value, static_cast<std::uint64_t>(1000 + i));
+  }
+}
+
+}  // namespace
+}  // namespace holdfast::pg
