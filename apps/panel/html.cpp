@@ -22,13 +22,6 @@ th{background:#eef1f6}
 footer{padding:12px 24px;font-size:13px;color:#556}
 </style>)";
 
-std::string page(std::string_view title, std::string_view body) {
-  return fmt::format(
-      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>{}"
-      "</head><body>{}</body></html>",
-      escape_html(title), kStyle, body);
-}
-
 std::string money(std::int64_t cents, std::string_view currency) {
   return fmt::format("{}.{:02} {}", cents / 100, cents % 100, escape_html(currency));
 }
@@ -40,6 +33,13 @@ std::string time_of(std::string_view iso) {
 }
 
 }  // namespace
+
+std::string page(std::string_view title, std::string_view body, std::string_view head) {
+  return fmt::format(
+      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{}<title>{}</title>{}"
+      "</head><body>{}</body></html>",
+      head, escape_html(title), kStyle, body);
+}
 
 std::string escape_html(std::string_view text) {
   return svg::escape(text);

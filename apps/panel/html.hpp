@@ -12,6 +12,10 @@ namespace holdfast::panel {
 
 std::string escape_html(std::string_view text);
 
+// A page in the panel's style: `title` (escaped), `body` (HTML), and `head`, more HTML for
+// the head (a refresh, a page's own style rules).
+std::string page(std::string_view title, std::string_view body, std::string_view head = {});
+
 // The schedule page. `stale_as_of` ("HH:MM:SS"): the data is the last good copy, shown
 // with a banner because the database is busy.
 std::string render_schedule(const Schedule& schedule, const User& user,

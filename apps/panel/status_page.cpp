@@ -12,13 +12,9 @@
 namespace holdfast::panel {
 namespace {
 
-constexpr std::string_view kStyle = R"(<style>
-body{font-family:system-ui,sans-serif;margin:0;background:#f5f6f8;color:#1d2430}
-header{background:#1f4e79;color:#fff;padding:12px 24px;display:flex;justify-content:space-between}
-main{padding:16px 24px;max-width:1100px}
-table{border-collapse:collapse;width:100%;background:#fff;margin:0 0 16px}
-th,td{border:1px solid #d8dde6;padding:6px 8px;text-align:left;font-size:14px}
-th{background:#eef1f6}
+// The status page's own rules, on top of the panel's style (html.hpp).
+constexpr std::string_view kStatusHead = R"(<meta http-equiv="refresh" content="2"><style>
+table{margin:0 0 16px}
 .state{font-weight:600;padding:2px 8px;border-radius:4px}
 .closed{background:#e8f4ea;color:#1e6b34}
 .open,.isolated{background:#fde2e1;color:#9b1c1c}
@@ -135,11 +131,7 @@ std::string render_status(const StatusView& view, const TrafficRing::Window& tra
   body += "<h2>Last 5 minutes</h2><div id=\"traffic\">";
   body += render_traffic_svg(traffic);
   body += "</div></main>";
-  return fmt::format(
-      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<meta http-equiv=\"refresh\" content=\"2\"><title>Status</title>{}</head><body>{}"
-      "</body></html>",
-      kStyle, body);
+  return page("Status", body, kStatusHead);
 }
 
 }  // namespace holdfast::panel
