@@ -40,16 +40,6 @@ class LockedLineWriter {
   char buffer_[512];
 };
 
-class StringOut {
- public:
-  explicit StringOut(std::string& s) noexcept : s_(s) {}
-  void push(char c) { s_.push_back(c); }
-  void append(std::string_view text) { s_.append(text); }
-
- private:
-  std::string& s_;
-};
-
 }  // namespace
 
 ConsoleSink::ConsoleSink(Options options) noexcept : options_(options) {}
@@ -70,7 +60,7 @@ void ConsoleSink::write(const LogEntry& entry) noexcept {
 }
 
 void format_console_line(const LogEntry& entry, std::string& out) {
-  StringOut s(out);
+  log_detail::StringOut s(out);
   log_detail::append_console_line(s, entry);
 }
 

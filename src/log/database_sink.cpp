@@ -23,20 +23,11 @@ using log_detail::kLevels;
 using log_detail::kLoggerContext;
 using log_detail::kMaxReports;
 using log_detail::PerLevel;
+using log_detail::StringOut;
 
 constexpr std::size_t kReservedContextBytes = 32;
 constexpr std::size_t kMaxContextBytes = 128;
 constexpr std::string_view kTruncated = " [truncated]";
-
-class StringOut {
- public:
-  explicit StringOut(std::string& s) noexcept : s_(s) {}
-  void push(char c) { s_.push_back(c); }
-  void append(std::string_view text) { s_.append(text); }
-
- private:
-  std::string& s_;
-};
 
 // Cuts `s` to at most `max` bytes without splitting a UTF-8 sequence.
 void cut_utf8(std::string& s, std::size_t max) {

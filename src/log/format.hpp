@@ -3,6 +3,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "holdfast/logger.hpp"
@@ -15,6 +16,17 @@ inline bool is_control(char c) noexcept {
   const auto u = static_cast<unsigned char>(c);
   return u < 0x20 || u == 0x7f;
 }
+
+// An Out that appends to a std::string (the writers below take any Out with push and append).
+class StringOut {
+ public:
+  explicit StringOut(std::string& s) noexcept : s_(s) {}
+  void push(char c) { s_.push_back(c); }
+  void append(std::string_view text) { s_.append(text); }
+
+ private:
+  std::string& s_;
+};
 
 template <class Out>
 void append_control(Out& out, char c) {
