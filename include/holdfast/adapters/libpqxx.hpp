@@ -121,19 +121,7 @@ inline Status permanent(Code code, const std::exception& e) {
 
 namespace detail {
 
-// What retry()/run() return for a function returning R.
-template <class R>
-struct AsResult {
-  using type = Result<R>;
-};
-template <>
-struct AsResult<Status> {
-  using type = Result<void>;
-};
-template <class U>
-struct AsResult<Result<U>> {
-  using type = Result<U>;
-};
+using holdfast::detail::AsResult;
 
 // One attempt: a fresh transaction, fn, commit.
 template <class Txn, class Connection, class F>

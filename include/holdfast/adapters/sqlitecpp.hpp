@@ -93,18 +93,7 @@ namespace holdfast::sqlitecpp {
 
 namespace detail {
 
-template <class R>
-struct AsResult {
-  using type = Result<R>;
-};
-template <>
-struct AsResult<Status> {
-  using type = Result<void>;
-};
-template <class U>
-struct AsResult<Result<U>> {
-  using type = Result<U>;
-};
+using holdfast::detail::AsResult;
 
 // Calls fn(args...) as one attempt; `done` runs after fn succeeded (a commit). SQLiteCpp's
 // exceptions become a Status, handed to `failed` first.
