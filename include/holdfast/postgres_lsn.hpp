@@ -14,7 +14,7 @@
 // commit record) as the request's position. A read goes to a standby only if the standby
 // has replayed at least that far (pg_last_wal_replay_lsn(), read in the read's own round
 // trip); otherwise the primary answers it. See
-// docs/adr/0010-postgres-read-your-writes-and-transaction-pooling.md.
+// docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
 //
 // The position lives with the request: with the window of the innermost RequestScope on
 // this thread, which nested scopes share. A RequestScope adopted on another thread starts

@@ -7,7 +7,7 @@
 // Sync, so the prefix's set_config(..., true) -- SET LOCAL -- governs the statement and is
 // gone after it; a failed read needs no ROLLBACK. A write is an explicit transaction so that
 // its commit's WAL position can be read after its COMMIT in the same round trip. See
-// docs/adr/0010-postgres-read-your-writes-and-transaction-pooling.md.
+// docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
 #include <algorithm>
 #include <array>
 #include <cctype>

@@ -51,6 +51,21 @@ class PgWritePath : public testing::Test {
   std::vector<std::string> retried_;
 };
 
+TEST_F(PgWritePath, ACopyOnTheWritePathFailsCleanlyAndTheConnectionServesTheNextWrite) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  DatabaseOptions o = options(unique("hf_writer"));
+  o.write_connections = 1;
+  Database db(o);
+  RequestScope scope(std::chrono::seconds(2));
+  const auto start = std::chrono::steady_clock::now();
+  auto copy = db.write("COPY " + table_ + " (v) FROM STDIN");
+  EXPECT_FALSE(copy.ok());
+  EXPECT_LT(pgtest::seconds_since(start), 1.0);
+  auto next = db.write("INSERT INTO " + table_ + " (v) VALUES ('after')");
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_EQ(rows(), 1);
+}
+
 TEST_F(PgWritePath, AWriteIsAppliedOnce) {
   HOLDFAST_REQUIRE_PG_SERVER();
   Database db(options(unique("hf_writer")));
