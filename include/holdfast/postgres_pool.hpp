@@ -47,7 +47,8 @@ struct PoolOptions {
   // Most connections open at once. REQUIRES: >= 1.
   int size = 4;
   // Every session starts with default_transaction_read_only=on, so each statement runs in
-  // a READ ONLY transaction and a write fails with 25006.
+  // a READ ONLY transaction and a write fails with 25006. A setting sent at connect: not
+  // through a transaction pooler (pg::Database sets READ ONLY per call instead).
   bool read_only = false;
   // Delay before the next connect after n consecutive failed ones: 50 ms doubling to 1 s,
   // "equal" jitter (half fixed, half random) so restarting clients spread out. The cap
