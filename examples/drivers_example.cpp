@@ -29,17 +29,20 @@ int on_sqlite() {
 
 int on_postgres(const char* url) {
   pg::Database db({.url = url});
-  if (!db.write("CREATE TABLE IF NOT EXISTS payments(cents integer)").ok() ||
-      !db.create_idempotency_table().ok())
-    return 1;
+  if (auto made = db.write("CREATE TABLE IF NOT EXISTS example_payments(cents integer)");
+      !made.ok())
+    return std::puts(made.status().to_string().c_str()), 1;
+  if (auto keys = db.create_idempotency_table(); !keys.ok())
+    return std::puts(keys.to_string().c_str()), 1;
 
   holdfast::RequestScope request;  // one 6 s retry window for the whole request
-  auto paid = db.once("order-42", [](pg::Transaction& tx) {
-    return tx.query("INSERT INTO payments(cents) VALUES ($1)", {1250}).status();
+  auto paid = db.once("example-order-42", [](pg::Transaction& tx) {
+    return tx.query("INSERT INTO example_payments(cents) VALUES ($1)", {1250}).status();
   });
-  auto total = db.read("SELECT sum(cents) FROM payments");
+  auto total = db.read("SELECT sum(cents) FROM example_payments");
 
-  if (!paid.ok() || !total.ok()) return 1;
+  if (!paid.ok()) return std::puts(paid.status().to_string().c_str()), 1;
+  if (!total.ok()) return std::puts(total.status().to_string().c_str()), 1;
   std::printf("postgres: %s cents\n", std::string(total->text(0, 0)).c_str());
   return 0;
 }
