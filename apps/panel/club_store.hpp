@@ -164,7 +164,14 @@ auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<
   using R = std::invoke_result_t<F&>;
   const auto counted = [&]() -> R {
     attempts_.fetch_add(1, std::memory_order_relaxed);
-    return attempt();
+    R r = attempt();
+    if (is_ok(r)) return r;
+    // The driver made one attempt (a single-attempt policy) and marked the failure given
+    // up. The baseline's own loop must see it as a plain driver returns it: to holdfast's
+    // loops a give-up is final (docs/adr/0001), and the baseline would never retry.
+    Status plain(status_of(r));
+    plain.with_stop(StopReason::kNone, 0);
+    return R(std::move(plain));
   };
   const Operation anything{Idempotency::kIdempotent, true, op.label};
   switch (options_.strategy) {

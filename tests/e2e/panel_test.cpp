@@ -160,6 +160,23 @@ TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAn
   EXPECT_EQ(n->value_or(-1), 0);
 }
 
+TEST_F(PanelTest, TheNaiveBaselineStillRetriesWhatTheDriverGaveUpOn) {
+  // The baselines call the library with a single-attempt policy and retry in their own loop;
+  // the driver's "gave up" mark must not stop that loop (the drill compares their retries).
+  ClubStore::Options so;
+  so.path = path_;
+  so.strategy = Strategy::kNaive;
+  so.busy_timeout = std::chrono::milliseconds(50);
+  auto naive = ClubStore::open(so);
+  ASSERT_TRUE(naive.ok()) << naive.status().to_string();
+  auto lock = storm(StormKind::kWrite);
+  const std::uint64_t before = (*naive)->attempts();
+  Status s = (*naive)->record_report("/x", "0123456789", "note", "2026-12-01T12:00:00.000Z");
+  lock->end();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ((*naive)->attempts() - before, 4u) << "one attempt and the naive loop's 3 more";
+}
+
 TEST_F(PanelTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
   httplib::Headers h = cookie_;
   h.emplace("Idempotency-Key", "order-42");
