@@ -3,8 +3,11 @@
 //
 //   $ holdfast drill                       # 2, 5 and 20 s storms, write and read locks
 //   $ holdfast drill --storms 2 --kinds write --workers 4 --out /tmp/d
+//   $ holdfast drill --engine postgres     # primary + standby, 3 processes per strategy,
+//                                          # nine real faults (apps/panel/drill_pg.hpp)
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -12,6 +15,9 @@
 
 #include "commands.hpp"
 #include "drill.hpp"
+#ifdef HOLDFAST_HAVE_PG
+#include "drill_pg.hpp"
+#endif
 #include "progress.hpp"
 #include "validators.hpp"
 
@@ -23,7 +29,53 @@ struct DrillArgs {
   std::vector<double> storms = {2, 5, 20};
   std::vector<std::string> kinds = {"write", "read"};
   std::vector<std::string> strategies = {"none", "naive", "backoff", "origin-breaker", "holdfast"};
+  std::string engine = "sqlite";
+  std::vector<std::string> faults;  // empty: all nine
+  int processes = 3;
+  double fault_scale = 1.0;
 };
+
+// Prints the table and writes the reports; exits 1 when the run failed.
+void report(const panel::DrillOptions& options, const Result<panel::DrillResult>& result) {
+  if (!result.ok()) {
+    fmt::print(stderr, "error: {}\n", result.status().to_string());
+    throw CLI::RuntimeError(1);
+  }
+  fmt::print("{}", panel::drill_table(*result));
+  if (Status s = panel::write_drill_reports(options, *result); !s.ok()) {
+    fmt::print(stderr, "error: {}\n", s.to_string());
+    throw CLI::RuntimeError(1);
+  }
+  fmt::print("\nreports: {0}/drill-report.md, {0}/drill-report.json, {0}/drill-timeline.svg\n",
+             options.out_dir);
+}
+
+#ifdef HOLDFAST_HAVE_PG
+// This program's path, which the panel processes run as.
+std::string self_exe() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+// The scale-out drill on PostgreSQL. Strategies default to none, holdfast and
+// holdfast+pgbouncer unless --strategies was given.
+void run_pg_drill_command(const DrillArgs& args, bool strategies_given) {
+  panel::PgDrillOptions options;
+  options.base = args.options;
+  if (strategies_given) options.strategies = args.strategies;
+  if (!args.faults.empty()) options.faults = args.faults;
+  options.processes = args.processes;
+  options.fault_scale = args.fault_scale;
+  options.holdfast_exe = self_exe();
+  ProgressBar bar(stderr, options.base.progress, "s");
+  Result<panel::DrillResult> result = panel::run_drill_pg(
+      options,
+      [&](double done, double total, const std::string& what) { bar.phase(done, total, what); });
+  bar.finish();
+  report(options.base, result);
+}
+#endif
 
 void run_drill_command(DrillArgs& args) {
   panel::DrillOptions options = args.options;
@@ -53,17 +105,7 @@ void run_drill_command(DrillArgs& args) {
       options,
       [&](double done, double total, const std::string& what) { bar.phase(done, total, what); });
   bar.finish();
-  if (!result.ok()) {
-    fmt::print(stderr, "error: {}\n", result.status().to_string());
-    throw CLI::RuntimeError(1);
-  }
-  fmt::print("{}", panel::drill_table(*result));
-  if (Status s = panel::write_drill_reports(options, *result); !s.ok()) {
-    fmt::print(stderr, "error: {}\n", s.to_string());
-    throw CLI::RuntimeError(1);
-  }
-  fmt::print("\nreports: {0}/drill-report.md, {0}/drill-report.json, {0}/drill-timeline.svg\n",
-             options.out_dir);
+  report(options, result);
 }
 
 }  // namespace
@@ -80,9 +122,27 @@ void add_drill_command(CLI::App& app) {
   cmd->add_option("--kinds", args->kinds, "Storm kinds: write (batch job), read (exclusive lock)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--strategies", args->strategies,
-                  "none, naive, backoff, origin-breaker, holdfast")
-      ->delimiter(',')
+  CLI::Option* strategies =
+      cmd->add_option("--strategies", args->strategies,
+                      "none, naive, backoff, origin-breaker, holdfast; with --engine postgres "
+                      "also holdfast+pgbouncer (default there: none,holdfast,holdfast+pgbouncer)")
+          ->delimiter(',')
+          ->capture_default_str();
+  cmd->add_option("--engine", args->engine,
+                  "sqlite (lock storms on SQLite files, panels in process) or postgres (a "
+                  "primary + hot standby, panel processes, real faults)")
+      ->check(CLI::IsMember({"sqlite", "postgres"}))
+      ->capture_default_str();
+  cmd->add_option("--faults", args->faults,
+                  "postgres: write-lock, read-lock, terminate, restart, stop, exhaust, cpu, "
+                  "standby-stop, standby-lag (default: all, in this order)")
+      ->delimiter(',');
+  cmd->add_option("--processes", args->processes, "postgres: panel processes per strategy")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  cmd->add_option("--fault-scale", args->fault_scale,
+                  "postgres: every fault's length times this (0.3: a short drill)")
+      ->check(CLI::Range(0.01, 10.0))
       ->capture_default_str();
   cmd->add_option("--workers", args->options.workers, "Virtual workers per strategy")
       ->check(CLI::Range(1, 256))
@@ -111,7 +171,19 @@ void add_drill_command(CLI::App& app) {
       ->check(not_empty("--out"))
       ->capture_default_str();
   cmd->add_flag("!--no-progress", args->options.progress, "No progress bar");
-  cmd->callback([args] { run_drill_command(*args); });
+  cmd->callback([args, strategies] {
+    if (args->engine == "postgres") {
+#ifdef HOLDFAST_HAVE_PG
+      run_pg_drill_command(*args, strategies->count() > 0);
+      return;
+#else
+      fmt::print(stderr, "error: this build has no PostgreSQL support (libpq)\n");
+      throw CLI::RuntimeError(2);
+#endif
+    }
+    (void)strategies;
+    run_drill_command(*args);
+  });
 }
 
 }  // namespace holdfast::cli

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <sqlite3.h>
 
@@ -34,6 +35,9 @@ namespace {
 struct PanelArgs {
   std::string db = "club.db";
   std::string pg;
+  std::vector<std::string> pg_replicas;
+  std::string pg_logs;  // empty: args.pg
+  std::string pg_pooling = "session";
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string strategy = "holdfast";
@@ -82,6 +86,8 @@ void run_panel(const PanelArgs& args) {
   panel::ClubStore::Options store_options;
   store_options.path = args.db;
   store_options.pg_url = args.pg;
+  store_options.pg_replica_urls = args.pg_replicas;
+  store_options.pg_transaction_pooling = args.pg_pooling == "transaction";
   store_options.strategy = strategy;
   Result<std::unique_ptr<panel::ClubStore>> store = panel::ClubStore::open(store_options);
   if (!store.ok()) {
@@ -102,7 +108,8 @@ void run_panel(const PanelArgs& args) {
   }
   Result<panel::PanelLogging> logging =
       args.pg.empty() ? panel::make_logging(args.db, strategy, Clock::system())
-                      : panel::make_logging_pg(args.pg, strategy, Clock::system());
+                      : panel::make_logging_pg(args.pg_logs.empty() ? args.pg : args.pg_logs,
+                                               strategy, Clock::system());
   if (!logging.ok()) {
     fmt::print(stderr, "error: {}\n", logging.status().to_string());
     throw CLI::RuntimeError(1);
@@ -156,6 +163,23 @@ void add_panel_command(CLI::App& app) {
                         ->check(not_empty("--pg"));
   db->excludes(pg);
   pg->excludes(db);
+  cmd->add_option("--pg-replica", args->pg_replicas,
+                  "A hot standby of --pg the reads prefer when it has replayed the user's own "
+                  "writes (repeat for several)")
+      ->check(not_empty("--pg-replica"))
+      ->needs(pg);
+  // The log store sets its timeouts at connect, which a pooler in transaction mode refuses.
+  cmd->add_option("--pg-logs", args->pg_logs,
+                  "Where holdfast's log table lives, when not at --pg (e.g. the server itself "
+                  "while --pg goes through PgBouncer)")
+      ->check(not_empty("--pg-logs"))
+      ->needs(pg);
+  cmd->add_option("--pg-pooling", args->pg_pooling,
+                  "session, or transaction when the URLs reach a pooler in transaction mode "
+                  "(PgBouncer's pool_mode = transaction)")
+      ->check(CLI::IsMember({"session", "transaction"}))
+      ->needs(pg)
+      ->capture_default_str();
   cmd->add_option("--host", args->host, "Address to listen on")
       ->check(not_empty("--host"))
       ->capture_default_str();

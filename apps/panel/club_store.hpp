@@ -50,6 +50,11 @@ class ClubStore {
     // PostgreSQL only: the write pool's size and pg_stat_activity.application_name.
     int pg_write_connections = 4;
     std::string pg_application_name = "holdfast-panel";
+    // PostgreSQL only: hot standbys the reads prefer (holdfast::pg's read-your-writes and
+    // lag checks decide), and whether the URLs reach a pooler in transaction mode
+    // (PgBouncer's pool_mode = transaction).
+    std::vector<std::string> pg_replica_urls;
+    bool pg_transaction_pooling = false;
   };
 
   // Opens the SQLite file (creating it if needed) or connects to PostgreSQL once to check

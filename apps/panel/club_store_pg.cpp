@@ -306,8 +306,10 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   base.idempotency_table = kIdempotencyTable;
   base.clock = store->clock_;
   if (o.strategy != Strategy::kHoldfast) base.shield = Shield::Options::single_attempt();
+  if (o.pg_transaction_pooling) base.pooling = pg::Pooling::kTransaction;
   pg::DatabaseOptions reads = base;
   reads.name = "club.reads";
+  reads.replica_urls = o.pg_replica_urls;
   reads.read_connections = o.read_connections;
   reads.write_connections = 1;  // never opened
   pg::DatabaseOptions writes = base;
@@ -331,15 +333,6 @@ PgClubStore::PgClubStore(Options options, std::string where)
     : ClubStore(std::move(options)), where_(std::move(where)) {}
 
 PgClubStore::~PgClubStore() = default;
-
-std::uint64_t PgClubStore::attempts() const noexcept {
-  std::uint64_t n = ClubStore::attempts();
-  if (options_.strategy == Strategy::kHoldfast) {
-    n += reads_->shield().metrics().snapshot().attempts;
-    n += writes_->shield().metrics().snapshot().attempts;
-  }
-  return n;
-}
 
 template <class F>
 auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
@@ -380,6 +373,7 @@ Result<std::optional<User>> PgClubStore::session(std::string_view token, std::st
   if (rows->empty()) return std::optional<User>();
   Result<std::int64_t> id = int_at(*rows, 0, 0);
   if (!id.ok()) return id.status();
+  recall_writes(*id);
   return std::optional<User>(User{*id, std::string(rows->text(0, 1)), std::string(rows->text(0, 2)),
                                   std::string(rows->text(0, 3))});
 }
@@ -520,6 +514,7 @@ Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t am
   };
   Result<std::pair<std::int64_t, bool>> made = create_row(user_id, "payments", key, insert);
   if (!made.ok()) return made.status();
+  remember_write(user_id);
   return PaymentReceipt{made->first, amount_cents, made->second};
 }
 

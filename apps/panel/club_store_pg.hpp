@@ -10,13 +10,17 @@
 // that never opens) inside the baseline's own retry loop, as on SQLite.
 #pragma once
 
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "club_store.hpp"
 #include "holdfast/postgres.hpp"
+#include "holdfast/postgres_lsn.hpp"
 
 namespace holdfast::panel {
 
@@ -36,7 +40,16 @@ class PgClubStore final : public ClubStore {
 
   [[nodiscard]] std::string_view backend() const noexcept override { return "postgresql"; }
   // The baselines count their calls; holdfast counts what its Shields let through.
-  [[nodiscard]] std::uint64_t attempts() const noexcept override;
+  [[nodiscard]] std::uint64_t attempts() const noexcept override {
+    std::uint64_t n = ClubStore::attempts();
+    if (options_.strategy == Strategy::kHoldfast) {
+      n += reads_->shield().metrics().snapshot().attempts;
+      for (std::size_t i = 0; i < reads_->replica_count(); ++i)
+        n += reads_->replica_shield(i).metrics().snapshot().attempts;
+      n += writes_->shield().metrics().snapshot().attempts;
+    }
+    return n;
+  }
 
  private:
   PgClubStore(Options options, std::string where);
@@ -65,7 +78,29 @@ class PgClubStore final : public ClubStore {
   template <class F>
   auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
 
+  // Read-your-writes across requests: the WAL position of each user's last payment in this
+  // process, which that user's later requests must see (pg::require_lsn()) before a
+  // standby may answer them. In memory: a user whose requests reach another process is
+  // not covered.
+  void remember_write(std::int64_t user_id) {
+    const pg::Lsn lsn = pg::request_lsn();
+    if (lsn.empty()) return;
+    std::lock_guard<std::mutex> lock(last_write_mutex_);
+    pg::Lsn& last = last_write_[user_id];
+    last = std::max(last, lsn);
+  }
+  void recall_writes(std::int64_t user_id) {
+    pg::Lsn lsn;
+    {
+      std::lock_guard<std::mutex> lock(last_write_mutex_);
+      if (auto it = last_write_.find(user_id); it != last_write_.end()) lsn = it->second;
+    }
+    if (!lsn.empty()) pg::require_lsn(lsn);
+  }
+
   std::string where_;  // the URL with its password masked, for messages
+  std::mutex last_write_mutex_;
+  std::map<std::int64_t, pg::Lsn> last_write_;
   std::unique_ptr<pg::Database> reads_;
   std::unique_ptr<pg::Database> writes_;
 };

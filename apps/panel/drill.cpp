@@ -16,6 +16,10 @@ std::string kind_name(StormKind k) {
 
 }  // namespace drill
 
+std::string storm_name(const StormSpec& spec) {
+  return spec.fault.empty() ? drill::kind_name(spec.kind) : spec.fault;
+}
+
 std::vector<StormSpec> default_storms() {
   std::vector<StormSpec> storms;
   for (double s : {2.0, 5.0, 20.0}) {

@@ -28,7 +28,13 @@ namespace holdfast::panel {
 struct StormSpec {
   StormKind kind = StormKind::kWrite;
   double seconds = 2.0;
+  // The PostgreSQL drill's fault ("write-lock", "stop", ...; drill_pg.hpp). Empty: a
+  // SQLite lock storm of `kind`.
+  std::string fault{};
 };
+
+// "write" or "read" for a SQLite storm, the fault's name for a PostgreSQL one.
+[[nodiscard]] std::string storm_name(const StormSpec& spec);
 
 struct DrillOptions {
   std::vector<Strategy> strategies = all_strategies();
@@ -69,6 +75,10 @@ struct StrategyResult {
   double served_during_storm_pct = 0;
   // From the lock's release to the last answer that was not a fresh page (0: none after it).
   double back_after_s = 0;
+  int processes = 1;  // panel processes serving the strategy
+  // Fresh pages, loaded right after the worker's own payment was confirmed, that did not
+  // count that payment (the PostgreSQL drill; 0 on SQLite, which has no replicas).
+  std::int64_t stale_reads_after_write = 0;
 };
 
 struct StormResult {
@@ -87,6 +97,7 @@ struct TimelinePoint {
 };
 
 struct DrillResult {
+  std::string engine = "sqlite";
   std::vector<StormResult> storms;
   std::vector<TimelinePoint> timeline;
   double seconds = 0;

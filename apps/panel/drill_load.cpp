@@ -4,6 +4,10 @@
 #include <httplib.h>
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "drill_run.hpp"
@@ -43,18 +47,51 @@ WorkerSession sign_in(httplib::Client& http, int w, const std::atomic<bool>& sto
   return session;
 }
 
+// Whether a worker's pages count its own payments. Today's payments only grow, so once a
+// payment is confirmed every fresh page must count at least one more than the last fresh
+// page loaded before it was first sent.
+class OwnWrites {
+ public:
+  void paying() { floor_before_pay_ = seen_; }
+  void paid() { must_see_ = floor_before_pay_ >= 0 ? floor_before_pay_ + 1 : -1; }
+  // Reads the page's count; true when it misses the payment confirmed last (checked on
+  // the first fresh page after it only).
+  bool missed(const std::string& page) {
+    const std::int64_t count = payments_on(page);
+    if (count < 0) return false;
+    seen_ = std::max(seen_, count);
+    const bool miss = must_see_ >= 0 && count < must_see_;
+    must_see_ = -1;
+    return miss;
+  }
+
+ private:
+  // "today's payments: N" of the schedule page; -1 when absent.
+  static std::int64_t payments_on(const std::string& page) {
+    static constexpr std::string_view kLabel = "today's payments: ";
+    const std::size_t at = page.find(kLabel);
+    if (at == std::string::npos) return -1;
+    return std::strtoll(page.c_str() + at + kLabel.size(), nullptr, 10);
+  }
+
+  std::int64_t seen_ = -1;
+  std::int64_t floor_before_pay_ = -1;
+  std::int64_t must_see_ = -1;
+};
+
 // Worker `w` of `inst`: signs in, then loads the schedule until the load stops; every
 // pay_every-th request pays instead, and a payment not yet confirmed is repeated with its
 // key. Its records join inst.records at the end.
 void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   const DrillOptions& options = run.options;
-  httplib::Client http("127.0.0.1", inst.server->port());
+  httplib::Client http("127.0.0.1", inst.port_for(w));
   http.set_read_timeout(std::chrono::seconds(60));
   http.set_keep_alive(true);
   const WorkerSession session = sign_in(http, w, run.stop);
   const httplib::Headers page_headers{{"Cookie", session.cookie}};
   std::int64_t n = 0;
   std::string pending_key;
+  OwnWrites own;
   std::vector<Record> mine;
   // The same pacing for worker w of every strategy: identical load.
   Random pace(options.seed * 7919 + static_cast<std::uint64_t>(w));
@@ -65,21 +102,27 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
     httplib::Result r(nullptr, httplib::Error::Unknown);
     if (pay) {
       if (pending_key.empty()) {
-        pending_key = fmt::format("{}-{}-{}", to_string(inst.strategy), w, n);
+        pending_key = fmt::format("{}-{}-{}", inst.name, w, n);
         inst.payments_sent++;
+        own.paying();
       }
       httplib::Headers h{{"Cookie", session.cookie},
                          {"X-CSRF-Token", session.csrf},
                          {"Idempotency-Key", pending_key}};
       r = http.Post("/payments", h, httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
-      if (r && (r->status == 200 || r->status == 201)) pending_key.clear();
+      if (r && (r->status == 200 || r->status == 201)) {
+        pending_key.clear();
+        own.paid();
+      }
     } else {
       r = http.Get("/dashboard/schedule?date=" + today, page_headers);
     }
     const double latency = (run.since() - start) * 1000.0;
     const int status = r ? r->status : 0;
     const bool stale = r && r->has_header("X-Holdfast-Stale");
-    mine.push_back({start, latency, status, stale});
+    const bool missed = !pay && r && r->status == 200 && !stale && own.missed(r->body);
+    if (missed) inst.stale_reads++;
+    mine.push_back({start, latency, status, stale, missed});
     std::this_thread::sleep_for(
         std::chrono::duration<double, std::milli>(options.think_ms * pace.uniform(0.5, 1.5)));
   }
@@ -113,7 +156,9 @@ void sample(DrillRun& run) {
   while (!run.stop) {
     const double t = run.since();
     for (auto& inst : run.instances) {
-      Sample s{t, inst->store->attempts(), inst->breaker_state()};
+      Sample s = inst->probe ? inst->probe()
+                             : Sample{t, inst->store->attempts(), inst->breaker_state()};
+      s.t = t;
       std::lock_guard<std::mutex> lock(inst->mutex);
       inst->samples.push_back(s);
     }
@@ -130,7 +175,7 @@ void start_load(DrillRun& run, const std::string& today) {
     for (int w = 0; w < run.options.workers; ++w) {
       run.threads.emplace_back([&run, raw, w, today] { work(run, *raw, w, today); });
     }
-    run.threads.emplace_back([&run, raw] { write_batches(run, *raw); });
+    if (!raw->path.empty()) run.threads.emplace_back([&run, raw] { write_batches(run, *raw); });
   }
   run.threads.emplace_back([&run] { sample(run); });
 }

@@ -62,13 +62,15 @@ struct Period {
 StrategyResult count_answers(const Instance& inst, const Period& period) {
   const StormResult& sr = period.storm;
   StrategyResult r;
-  r.name = std::string(to_string(inst.strategy));
+  r.name = inst.name;
+  r.processes = inst.ports.empty() ? 1 : static_cast<int>(inst.ports.size());
   std::vector<double> latencies;
   std::int64_t during = 0;
   std::int64_t served_during = 0;
   for (const Record& rec : inst.records) {
     if (rec.start_s < sr.start_s || rec.start_s >= period.to) continue;
     ++r.requests;
+    if (rec.stale_after_write) ++r.stale_reads_after_write;
     latencies.push_back(rec.latency_ms);
     const bool holdfast_busy = inst.strategy == Strategy::kHoldfast && rec.status == 503;
     bool fresh = false;
@@ -111,6 +113,7 @@ StrategyResult period_result(const Instance& inst, const Period& period, double 
   }
   r.attempts_per_request =
       r.requests > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(r.requests) : 0.0;
+  if (inst.path.empty()) return r;  // PostgreSQL: the logs table is not audited
   r.log_rows_during_storm =
       count_rows(inst.path, "SELECT count(*) FROM logs WHERE created_at >= ?1 AND created_at < ?2",
                  {period.wall.from, period.wall.to});
@@ -136,7 +139,7 @@ void add_timeline(const Instance& inst, DrillResult& result) {
     for (const Sample& s : inst.samples) {
       if (s.t >= b && s.t < b + 1) breaker = std::max(breaker, s.breaker);
     }
-    result.timeline.push_back({static_cast<double>(b), std::string(to_string(inst.strategy)),
+    result.timeline.push_back({static_cast<double>(b), inst.name,
                                req[static_cast<std::size_t>(b)], err[static_cast<std::size_t>(b)],
                                breaker});
   }
@@ -146,6 +149,11 @@ void add_timeline(const Instance& inst, DrillResult& result) {
 // the drill equal the keys recorded.
 void count_payments(const Instance& inst, DrillResult& result) {
   result.payments_sent += inst.payments_sent.load();
+  if (inst.audit) {
+    const PaymentAudit a = inst.audit();
+    if (a.rows > a.keys && a.keys >= 0) result.payments_doubled += a.rows - a.keys;
+    return;
+  }
   const std::int64_t rows =
       count_rows(inst.path, "SELECT count(*) FROM payments WHERE id > CAST(?1 AS INTEGER)",
                  {std::to_string(inst.payments_before)});
@@ -176,11 +184,29 @@ void summarize(const DrillRun& run, DrillResult& result) {
 namespace {
 
 namespace fs = std::filesystem;
-using drill::kind_name;
+
+// "write lock storm, 5 s" or "stop fault, 15 s".
+std::string storm_title(const StormSpec& spec) {
+  return fmt::format("{} {}, {:g} s", storm_name(spec), spec.fault.empty() ? "lock storm" : "fault",
+                     spec.seconds);
+}
+
+// The last two columns: the logs table on SQLite; on PostgreSQL, reads that missed the
+// worker's own payment.
+std::vector<std::string> tail_header(bool pg, bool markdown) {
+  if (pg) return {markdown ? "reads missing own payment" : "own-write misses"};
+  if (markdown) return {"log rows during storm", "gap line"};
+  return {"log rows", "gap"};
+}
+std::vector<std::string> tail_cells(const StrategyResult& r, bool pg) {
+  if (pg) return {fmt::format("{}", r.stale_reads_after_write)};
+  return {fmt::format("{}", r.log_rows_during_storm), r.gap_line ? "yes" : "no"};
+}
 using nlohmann::json;
 
 json report_json(const DrillOptions& options, const DrillResult& result) {
   json j;
+  j["engine"] = result.engine;
   j["seconds"] = result.seconds;
   j["workers"] = options.workers;
   j["seed"] = options.seed;
@@ -189,7 +215,7 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
   j["storms"] = json::array();
   for (const StormResult& s : result.storms) {
     json storm = {{"seconds", s.spec.seconds},
-                  {"kind", kind_name(s.spec.kind)},
+                  {"kind", storm_name(s.spec)},
                   {"start_s", s.start_s},
                   {"end_s", s.end_s},
                   {"strategies", json::array()}};
@@ -207,7 +233,9 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
                                      {"max_ms", r.max_ms},
                                      {"attempts_per_request", r.attempts_per_request},
                                      {"log_rows_during_storm", r.log_rows_during_storm},
-                                     {"gap_line", r.gap_line}});
+                                     {"gap_line", r.gap_line},
+                                     {"processes", r.processes},
+                                     {"stale_reads_after_write", r.stale_reads_after_write}});
     }
     j["storms"].push_back(storm);
   }
@@ -225,20 +253,29 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
       "answer "
       "that was not a fresh page, until the next storm starts.\n",
       options.workers, result.seconds);
-  for (const StormResult& s : result.storms) {
-    md += fmt::format("\n## {} lock storm, {:g} s\n\n", kind_name(s.spec.kind), s.spec.seconds);
+  const bool pg = result.engine == "postgres";
+  if (pg) {
     md +=
-        "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
-        "p50 ms | p99 ms | max ms | attempts/request | log rows during storm | gap line |\n";
-    md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+        "\nOn PostgreSQL each strategy runs as several panel processes (a worker stays with one); "
+        "*reads missing own payment*: fresh pages, loaded right after the worker's payment was "
+        "confirmed, whose count of today's payments does not include it.\n";
+  }
+  for (const StormResult& s : result.storms) {
+    md += fmt::format("\n## {}\n\n", storm_title(s.spec));
+    md += "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
+          "p50 ms | p99 ms | max ms | attempts/request";
+    for (const std::string& h : tail_header(pg, true))
+      md += " | " + h;
+    md += pg ? " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+             : " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     for (const StrategyResult& r : s.strategies) {
       md += fmt::format(
-          "| {} | {} | {} | {} | {} | {:.0f} % | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {} "
-          "| "
-          "{} |\n",
+          "| {} | {} | {} | {} | {} | {:.0f} % | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | {:.2f}",
           r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
-          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request,
-          r.log_rows_during_storm, r.gap_line ? "yes" : "no");
+          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request);
+      for (const std::string& c : tail_cells(r, pg))
+        md += " | " + c;
+      md += " |\n";
     }
   }
   md += fmt::format("\nPayments sent: {}; applied twice: {}.\n\n![timeline](drill-timeline.svg)\n",
@@ -247,8 +284,7 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
 }
 
 // Requests, errors and breaker state over time, with the storms shaded.
-std::vector<svg::LineChart> timeline_charts(const DrillOptions& options,
-                                            const DrillResult& result) {
+std::vector<svg::LineChart> timeline_charts(const DrillResult& result) {
   std::vector<svg::LineChart> charts(3);
   charts[0].title = "Requests per second";
   charts[1].title = "Errors per second (error pages and 503s)";
@@ -259,7 +295,7 @@ std::vector<svg::LineChart> timeline_charts(const DrillOptions& options,
       svg::Span span;
       span.from = s.start_s;
       span.to = s.end_s;
-      span.label = fmt::format("{} {:g}s", kind_name(s.spec.kind), s.spec.seconds);
+      span.label = fmt::format("{} {:g}s", storm_name(s.spec), s.spec.seconds);
       c.spans.push_back(span);
     }
   }
@@ -267,8 +303,12 @@ std::vector<svg::LineChart> timeline_charts(const DrillOptions& options,
   charts[1].y.label = "errors/s";
   charts[2].y.label = "state";
   charts[2].y.max = 2;
-  for (Strategy st : options.strategies) {
-    const std::string name(to_string(st));
+  std::vector<std::string> names;  // in the order the timeline has them
+  for (const TimelinePoint& p : result.timeline) {
+    if (std::find(names.begin(), names.end(), p.strategy) == names.end())
+      names.push_back(p.strategy);
+  }
+  for (const std::string& name : names) {
     svg::Series req, err, brk;
     req.name = err.name = brk.name = name;
     for (const TimelinePoint& p : result.timeline) {
@@ -282,7 +322,7 @@ std::vector<svg::LineChart> timeline_charts(const DrillOptions& options,
     }
     charts[0].series.push_back(req);
     charts[1].series.push_back(err);
-    if (st == Strategy::kHoldfast || st == Strategy::kOriginBreaker)
+    if (name.starts_with("holdfast") || name == to_string(Strategy::kOriginBreaker))
       charts[2].series.push_back(brk);
   }
   return charts;
@@ -318,19 +358,23 @@ std::string aligned_columns(const std::vector<std::vector<std::string>>& rows,
 std::string drill_table(const DrillResult& result) {
   std::string out;
   for (const StormResult& s : result.storms) {
-    out += fmt::format("\n{} lock storm, {:g} s (from t={:.1f} s; counted until the next storm)\n",
-                       kind_name(s.spec.kind), s.spec.seconds, s.start_s);
+    out += fmt::format("\n{} (from t={:.1f} s; counted until the next storm)\n",
+                       storm_title(s.spec), s.start_s);
+    const bool pg = result.engine == "postgres";
     std::vector<std::vector<std::string>> rows = {{"strategy", "requests", "errors", "503", "stale",
                                                    "served", "back s", "p50 ms", "p99 ms", "max ms",
-                                                   "attempts/r", "log rows", "gap"}};
+                                                   "attempts/r"}};
+    for (const std::string& h : tail_header(pg, false))
+      rows[0].push_back(h);
     for (const StrategyResult& r : s.strategies) {
       rows.push_back({r.name, fmt::format("{}", r.requests), fmt::format("{}", r.error_pages),
                       fmt::format("{}", r.status_503), fmt::format("{}", r.stale),
                       fmt::format("{:.0f}%", r.served_during_storm_pct),
                       fmt::format("{:.1f}", r.back_after_s), fmt::format("{:.0f}", r.p50_ms),
                       fmt::format("{:.0f}", r.p99_ms), fmt::format("{:.0f}", r.max_ms),
-                      fmt::format("{:.2f}", r.attempts_per_request),
-                      fmt::format("{}", r.log_rows_during_storm), r.gap_line ? "yes" : "no"});
+                      fmt::format("{:.2f}", r.attempts_per_request)});
+      for (const std::string& c : tail_cells(r, pg))
+        rows.back().push_back(c);
     }
     out += aligned_columns(rows, "  ");
   }
@@ -343,7 +387,7 @@ Status write_drill_reports(const DrillOptions& options, const DrillResult& resul
   const fs::path dir(options.out_dir);
   std::ofstream(dir / "drill-report.json") << report_json(options, result).dump(2) << "\n";
   std::ofstream(dir / "drill-report.md") << report_markdown(options, result);
-  std::ofstream(dir / "drill-timeline.svg") << svg::render(timeline_charts(options, result));
+  std::ofstream(dir / "drill-timeline.svg") << svg::render(timeline_charts(result));
   if (!fs::exists(dir / "drill-report.json")) {
     return Status(Code::kFailedPrecondition, "could not write the reports in " + dir.string());
   }

@@ -34,6 +34,9 @@ struct Record {
   double latency_ms;
   int status;  // 0: no answer
   bool stale;
+  // A fresh page, the first after the worker's own confirmed payment, whose count of
+  // today's payments does not include it.
+  bool stale_after_write = false;
 };
 
 // The sampler's reading of one panel.
@@ -43,10 +46,24 @@ struct Sample {
   int breaker;
 };
 
-// One strategy's panel, its workers and what they saw.
+// Payment rows made during the drill and the keys that made them, from one database.
+struct PaymentAudit {
+  std::int64_t rows = 0;
+  std::int64_t keys = 0;
+};
+
+// One strategy's panel (in process, or `ports` of panel processes), its workers and what
+// they saw.
 struct Instance {
   Strategy strategy{};
-  std::string path;
+  std::string name;  // the strategy's name in the report
+  std::string path;  // the SQLite file; empty on PostgreSQL
+  // Panel processes (PostgreSQL): worker w talks to ports[w % size]; `probe` reads their
+  // attempts and breaker state over HTTP and `audit` counts payments in the database.
+  std::vector<int> ports;
+  std::function<Sample()> probe;
+  std::function<PaymentAudit()> audit;
+  std::atomic<std::int64_t> stale_reads{0};  // Record::stale_after_write
   std::int64_t payments_before = 0;  // the highest payment id of the demo data
   std::unique_ptr<ClubStore> store;
   PanelLogging logging;
@@ -55,6 +72,11 @@ struct Instance {
   std::vector<Record> records;
   std::vector<Sample> samples;
   std::atomic<std::int64_t> payments_sent{0};
+
+  // The port worker `w` talks to.
+  [[nodiscard]] int port_for(int w) const {
+    return ports.empty() ? server->port() : ports[static_cast<std::size_t>(w) % ports.size()];
+  }
 
   // Closes the idle connections of the store and the log sinks.
   void close_idle_connections();
@@ -98,6 +120,35 @@ struct DrillRun {
 
 // "write" or "read".
 [[nodiscard]] std::string kind_name(StormKind k);
+
+// Waits in 50 ms steps, reporting progress against the drill's planned length.
+class Pacer {
+ public:
+  Pacer(const DrillRun& run, const std::vector<StormSpec>& storms, const Progress& progress,
+        double setup_s = 0)
+      : run_(run), progress_(progress), total_(run.options.warmup_s + setup_s) {
+    for (const StormSpec& s : storms)
+      total_ += s.seconds + run.options.gap_s;
+  }
+
+  // Until `t` seconds since the load began; `tick` runs at each step.
+  void wait_until(double t, const std::string& what, const std::function<void()>& tick = {}) {
+    while (run_.since() < t) {
+      report(what);
+      if (tick) tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  void report(const std::string& what) const {
+    if (progress_) progress_(run_.since(), total_, what);
+  }
+
+ private:
+  const DrillRun& run_;
+  const Progress& progress_;
+  double total_;
+};
 
 // Setup: a fresh database with the demo club, its logging and a started panel per
 // strategy, in run.instances.

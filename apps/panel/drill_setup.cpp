@@ -16,6 +16,7 @@ Result<std::unique_ptr<Instance>> open_instance(const DrillOptions& options, Str
                                                 const std::string& today) {
   auto inst = std::make_unique<Instance>();
   inst->strategy = s;
+  inst->name = std::string(to_string(s));
   inst->path = (fs::path(options.out_dir) / "db" / fmt::format("{}.db", to_string(s))).string();
   std::error_code ec;
   for (const char* suffix : {"", "-wal", "-shm", "-journal"})

@@ -12,34 +12,6 @@ std::string wall_now() {
   return std::string(utc_stamp(WallClock::system().now()).view());
 }
 
-// Waits in 50 ms steps, reporting progress against the drill's planned length.
-class Pacer {
- public:
-  Pacer(const DrillRun& run, const std::vector<StormSpec>& storms, const Progress& progress)
-      : run_(run), progress_(progress), total_(run.options.warmup_s) {
-    for (const StormSpec& s : storms)
-      total_ += s.seconds + run.options.gap_s;
-  }
-
-  // Until `t` seconds since the load began; `tick` runs at each step.
-  void wait_until(double t, const std::string& what, const std::function<void()>& tick = {}) {
-    while (run_.since() < t) {
-      report(what);
-      if (tick) tick();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-
-  void report(const std::string& what) const {
-    if (progress_) progress_(run_.since(), total_, what);
-  }
-
- private:
-  const DrillRun& run_;
-  const Progress& progress_;
-  double total_;
-};
-
 // One storm on every file at once, held for spec.seconds. On failure to take a lock the
 // load is stopped.
 Result<StormResult> run_storm(DrillRun& run, const StormSpec& spec, Pacer& pacer) {

@@ -1,0 +1,87 @@
+#include "drill_pg.hpp"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "drill_pg_run.hpp"
+
+namespace holdfast::panel {
+
+const std::vector<std::string>& all_pg_faults() {
+  static const std::vector<std::string> kAll = {
+      "write-lock", "read-lock", "terminate",    "restart",    "stop",
+      "exhaust",    "cpu",       "standby-stop", "standby-lag"};
+  return kAll;
+}
+
+namespace {
+
+// The faults to run, in the order given, with their scaled lengths.
+Result<std::vector<StormSpec>> fault_specs(const PgDrillOptions& options) {
+  if (options.faults.empty()) return Status(Code::kInvalidArgument, "no faults to run");
+  std::vector<StormSpec> specs;
+  for (const std::string& f : options.faults) {
+    const double s = drill::default_fault_seconds(f);
+    if (s < 0) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("unknown fault '{}' (write-lock, read-lock, terminate, restart, "
+                                "stop, exhaust, cpu, standby-stop, standby-lag)",
+                                f));
+    }
+    StormSpec spec;
+    spec.fault = f;
+    spec.seconds = s * options.fault_scale;
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+Status check(const PgDrillOptions& options) {
+  if (options.strategies.empty()) return Status(Code::kInvalidArgument, "no strategies to run");
+  if (options.processes < 1 || options.processes > 16) {
+    return Status(Code::kInvalidArgument, "processes must be between 1 and 16");
+  }
+  if (options.base.workers < 1 || options.base.workers > 64) {
+    return Status(Code::kInvalidArgument, "workers must be between 1 and 64");
+  }
+  if (!(options.fault_scale > 0 && options.fault_scale <= 10)) {
+    return Status(Code::kInvalidArgument, "the fault scale must be in (0, 10]");
+  }
+  if (options.holdfast_exe.empty()) {
+    return Status(Code::kInvalidArgument, "the holdfast executable for the panels is not set");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<DrillResult> run_drill_pg(
+    const PgDrillOptions& options,
+    const std::function<void(double, double, const std::string&)>& progress) {
+  if (Status s = check(options); !s.ok()) return s;
+  Result<std::vector<StormSpec>> faults = fault_specs(options);
+  if (!faults.ok()) return faults.status();
+  std::error_code ec;
+  std::filesystem::create_directories(options.base.out_dir, ec);
+  if (ec) {
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("cannot create {}: {}", options.base.out_dir, ec.message()));
+  }
+  const std::string today(utc_stamp(WallClock::system().now()).view().substr(0, 10));
+  // Declared first, destroyed last: the cluster outlives the load that talks to it.
+  drill::PgDrill pg;
+  drill::DrillRun run(options.base);
+  if (progress) progress(0, 1, "starting PostgreSQL (primary and standby) and the panels");
+  if (Status s = drill::open_pg_instances(run, pg, options); !s.ok()) return s;
+  drill::start_load(run, today);
+  DrillResult result;
+  result.engine = "postgres";
+  if (Status s = drill::run_pg_faults(run, pg, *faults, progress, result); !s.ok()) return s;
+  run.stop_load();
+  result.seconds = run.since();
+  drill::summarize(run, result);
+  return result;
+}
+
+}  // namespace holdfast::panel

@@ -1,0 +1,67 @@
+// The PostgreSQL drill's throwaway cluster: a primary and a streaming hot standby made by
+// scripts/pg-test-server.sh (HOLDFAST_PG_STANDBY=1) in a private state folder, and on
+// demand a PgBouncer in transaction mode (scripts/pgbouncer-test.sh) in front of the
+// primary. Owning the object owns the servers: its destructor stops them and the scripts
+// remove their folders, whatever happened in between.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "drill_pg_process.hpp"
+#include "holdfast/result.hpp"
+
+namespace holdfast::panel::drill {
+
+struct ClusterOptions {
+  std::string scripts_dir;  // holds pg-test-server.sh and pgbouncer-test.sh
+  std::string work_dir;     // the scripts' state folders and outputs go below it
+  int max_connections = 100;
+  int bouncer_pool_size = 12;  // PgBouncer's server connections per database
+};
+
+class PgCluster {
+ public:
+  // Starts the primary and the standby. A Status quoting the script when it fails (it
+  // removes what it started).
+  static Result<std::unique_ptr<PgCluster>> start(const ClusterOptions& options);
+  // Stops PgBouncer and both servers and removes their folders. Never throws.
+  ~PgCluster();
+  PgCluster(const PgCluster&) = delete;
+  PgCluster& operator=(const PgCluster&) = delete;
+
+  // Starts PgBouncer in front of the primary.
+  Status start_bouncer();
+  // Creates database `name` on the primary and waits (up to 30 s) until the standby
+  // answers on it.
+  Status create_database(const std::string& name);
+
+  // pg-test-server.sh's down, up, standby-down, standby-up.
+  Status script(const std::string& verb);
+
+  // URLs of database `db` on the primary, the standby and through PgBouncer.
+  [[nodiscard]] std::string primary_url(const std::string& db) const;
+  [[nodiscard]] std::string standby_url(const std::string& db) const;
+  [[nodiscard]] std::string bouncer_url(const std::string& db) const;
+
+ private:
+  explicit PgCluster(ClusterOptions options) : options_(std::move(options)) {}
+  [[nodiscard]] EnvVars server_env() const;
+  [[nodiscard]] EnvVars bouncer_env() const;
+  Result<std::string> run(const std::string& script, const std::vector<std::string>& args,
+                          const EnvVars& env);
+
+  ClusterOptions options_;
+  std::string primary_;  // URLs as the scripts print them (database postgres)
+  std::string standby_;
+  std::string bouncer_;
+  bool started_ = false;
+  int runs_ = 0;  // numbers the scripts' output files
+};
+
+// The folder holding pg-test-server.sh: `configured` when not empty, else
+// $HOLDFAST_SCRIPTS_DIR, the source tree's scripts/ and ../../../scripts next to `exe`,
+// the first that has it. NOT_FOUND naming what was tried.
+Result<std::string> find_scripts_dir(const std::string& configured, const std::string& exe);
+
+}  // namespace holdfast::panel::drill

@@ -1,0 +1,284 @@
+// The PostgreSQL drill's faults, caused for real on the running cluster as FAULTS.md says
+// (kinds and lengths in drill_pg.hpp). One fault hits the cluster, so every strategy's
+// database meets it at the same instant; each is followed by a quiet gap.
+#include <algorithm>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "drill_pg_run.hpp"
+#include "holdfast/postgres_connection.hpp"
+
+namespace holdfast::panel::drill {
+namespace {
+
+using std::chrono::seconds;
+
+Result<pg::Connection> connect(const std::string& url, const char* application) {
+  pg::ConnectOptions o;
+  o.conninfo = url;
+  o.application_name = application;
+  o.connect_timeout = seconds(3);
+  return pg::Connection::open(o);
+}
+
+// Runs one statement on a connection of its own.
+Status run_on(const std::string& url, const char* sql) {
+  Result<pg::Connection> conn = connect(url, "holdfast-drill");
+  if (!conn.ok()) return conn.status();
+  Result<pg::Rows> r = conn->query(sql);
+  return r.ok() ? Status() : r.status();
+}
+
+// Every client backend of the drill's databases (the panels' and PgBouncer's connections).
+constexpr const char* kTerminateDrillBackends =
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> "
+    "pg_backend_pid() AND backend_type = 'client backend' AND datname LIKE 'drill\\_%'";
+
+// A fault: begin() causes it, tick() runs every 50 ms while it is held, end() undoes it
+// (also after a failed begin(); idempotent). The destructor lets go of what is left.
+class Fault {
+ public:
+  virtual ~Fault() = default;
+  virtual Status begin() = 0;
+  virtual void tick() {}
+  virtual Status end() = 0;
+};
+
+// write-lock, read-lock: ACCESS EXCLUSIVE on `table` of every database, held in an open
+// transaction (the standby replays the lock too).
+class LockFault final : public Fault {
+ public:
+  LockFault(const PgDrill& drill, std::string table) : drill_(drill), table_(std::move(table)) {}
+  Status begin() override {
+    for (const std::string& db : drill_.databases) {
+      Result<pg::Connection> c = connect(drill_.cluster->primary_url(db), "holdfast-drill-lock");
+      if (!c.ok()) return c.status();
+      for (const std::string& sql : {std::string("SET lock_timeout = '5s'"), std::string("BEGIN"),
+                                     "LOCK TABLE " + table_ + " IN ACCESS EXCLUSIVE MODE"}) {
+        if (auto r = c->query(sql); !r.ok()) return Status(r.status()).annotate(sql + " on " + db);
+      }
+      holders_.push_back(std::move(*c));
+    }
+    return Status();
+  }
+  Status end() override {
+    holders_.clear();  // closing the connection ends the transaction and its lock
+    return Status();
+  }
+
+ private:
+  const PgDrill& drill_;
+  std::string table_;
+  std::vector<pg::Connection> holders_;
+};
+
+// terminate: every client backend of the drill's databases terminated, on the primary and
+// the standby, every 2 s.
+class TerminateFault final : public Fault {
+ public:
+  explicit TerminateFault(const PgDrill& drill) : drill_(drill) {}
+  Status begin() override {
+    last_ = std::chrono::steady_clock::now();
+    return terminate();
+  }
+  void tick() override {
+    if (std::chrono::steady_clock::now() - last_ < seconds(2)) return;
+    last_ = std::chrono::steady_clock::now();
+    (void)terminate();
+  }
+  Status end() override { return Status(); }
+
+ private:
+  Status terminate() {
+    (void)run_on(drill_.cluster->standby_url("postgres"), kTerminateDrillBackends);
+    return run_on(drill_.cluster->primary_url("postgres"), kTerminateDrillBackends);
+  }
+  const PgDrill& drill_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// stop, restart, standby-stop: pg-test-server.sh's `down` (pg_ctl stop -m fast) at the
+// start, `up` at the end.
+class ServerDownFault final : public Fault {
+ public:
+  ServerDownFault(PgDrill& drill, std::string down, std::string up)
+      : drill_(drill), down_(std::move(down)), up_(std::move(up)) {}
+  Status begin() override {
+    Status s = drill_.cluster->script(down_);
+    if (s.ok()) down_done_ = true;
+    return s;
+  }
+  Status end() override {
+    if (!down_done_) return Status();
+    down_done_ = false;
+    return drill_.cluster->script(up_);
+  }
+  ~ServerDownFault() override { (void)end(); }
+
+ private:
+  PgDrill& drill_;
+  std::string down_, up_;
+  bool down_done_ = false;
+};
+
+// standby-lag: replay paused on the standby.
+class ReplayPauseFault final : public Fault {
+ public:
+  explicit ReplayPauseFault(const PgDrill& drill) : drill_(drill) {}
+  Status begin() override {
+    Status s = run_on(drill_.cluster->standby_url("postgres"), "SELECT pg_wal_replay_pause()");
+    paused_ = s.ok();
+    return s;
+  }
+  Status end() override {
+    if (!paused_) return Status();
+    paused_ = false;
+    return run_on(drill_.cluster->standby_url("postgres"), "SELECT pg_wal_replay_resume()");
+  }
+  ~ReplayPauseFault() override { (void)end(); }
+
+ private:
+  const PgDrill& drill_;
+  bool paused_ = false;
+};
+
+// exhaust: the panels' connections terminated, then connections opened until the server
+// refuses one (53300), and a few given back for the panels to compete for.
+class ExhaustFault final : public Fault {
+ public:
+  explicit ExhaustFault(const PgDrill& drill) : drill_(drill) {}
+  Status begin() override {
+    const std::string url = drill_.cluster->primary_url("postgres");
+    (void)run_on(url, kTerminateDrillBackends);
+    for (int i = 0; i < 2000; ++i) {
+      Result<pg::Connection> c = connect(url, "holdfast-drill-exhaust");
+      if (!c.ok()) break;
+      hogs_.push_back(std::move(*c));
+    }
+    if (hogs_.empty()) return Status(Code::kFailedPrecondition, "could not open any connection");
+    // The panels compete for these.
+    for (int i = 0; i < kLeftForPanels && hogs_.size() > 1; ++i)
+      hogs_.pop_back();
+    return Status();
+  }
+  Status end() override {
+    hogs_.clear();
+    return Status();
+  }
+
+ private:
+  static constexpr int kLeftForPanels = 4;
+  const PgDrill& drill_;
+  std::vector<pg::Connection> hogs_;
+};
+
+// cpu: two CPU-burning backends per core (a cross join that never finishes), each ended by
+// its statement_timeout or cancelled at the end.
+class CpuFault final : public Fault {
+ public:
+  CpuFault(const PgDrill& drill, double seconds) : drill_(drill), seconds_(seconds) {}
+  Status begin() override {
+    const unsigned n = std::max(2u, 2 * std::thread::hardware_concurrency());
+    const std::string url = drill_.cluster->primary_url("postgres");
+    for (unsigned i = 0; i < n; ++i) {
+      burners_.emplace_back([url, this] {
+        Result<pg::Connection> c = connect(url, "holdfast-drill-cpu");
+        if (!c.ok()) return;
+        (void)c->set_statement_timeout(std::chrono::duration_cast<Duration>(
+            std::chrono::duration<double>(seconds_ + 2.0)));
+        (void)c->query("SELECT count(*) FROM pg_class a, pg_class b, pg_class c, pg_class d");
+      });
+    }
+    return Status();
+  }
+  Status end() override {
+    if (burners_.empty()) return Status();
+    (void)run_on(drill_.cluster->primary_url("postgres"),
+                 "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE "
+                 "application_name = 'holdfast-drill-cpu'");
+    for (auto& t : burners_)
+      t.join();
+    burners_.clear();
+    return Status();
+  }
+  ~CpuFault() override { (void)end(); }
+
+ private:
+  const PgDrill& drill_;
+  double seconds_;
+  std::vector<std::thread> burners_;
+};
+
+std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill) {
+  const std::string& f = spec.fault;
+  if (f == "write-lock") return std::make_unique<LockFault>(drill, "payments");
+  if (f == "read-lock") return std::make_unique<LockFault>(drill, "games");
+  if (f == "terminate") return std::make_unique<TerminateFault>(drill);
+  if (f == "restart" || f == "stop") return std::make_unique<ServerDownFault>(drill, "down", "up");
+  if (f == "exhaust") return std::make_unique<ExhaustFault>(drill);
+  if (f == "cpu") return std::make_unique<CpuFault>(drill, spec.seconds);
+  if (f == "standby-stop") {
+    return std::make_unique<ServerDownFault>(drill, "standby-down", "standby-up");
+  }
+  if (f == "standby-lag") return std::make_unique<ReplayPauseFault>(drill);
+  return nullptr;
+}
+
+std::string wall_now() {
+  return std::string(utc_stamp(WallClock::system().now()).view());
+}
+
+// One fault: caused, held for spec.seconds, undone, then the gap.
+Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& spec,
+                              Pacer& pacer) {
+  const std::string what = fmt::format("{}, {:g} s", spec.fault, spec.seconds);
+  std::unique_ptr<Fault> fault = make_fault(spec, drill);
+  if (!fault) return Status(Code::kInvalidArgument, "unknown fault " + spec.fault);
+  StormResult sr;
+  sr.spec = spec;
+  sr.start_s = run.since();
+  const std::string wall_start = wall_now();
+  pacer.report(what);
+  Status began = fault->begin();
+  if (!began.ok()) {
+    (void)fault->end();
+    run.stop_load();
+    return began.annotate(what);
+  }
+  pacer.wait_until(sr.start_s + spec.seconds, what, [&] { fault->tick(); });
+  Status ended = fault->end();
+  sr.end_s = run.since();
+  if (!ended.ok()) {
+    run.stop_load();
+    return ended.annotate(what + ": undoing it");
+  }
+  run.storm_wall.push_back({wall_start, wall_now()});
+  pacer.wait_until(sr.end_s + run.options.gap_s, what + " - recovery");
+  return sr;
+}
+
+}  // namespace
+
+double default_fault_seconds(const std::string& fault) {
+  if (fault == "write-lock" || fault == "read-lock" || fault == "terminate") return 10;
+  if (fault == "restart") return 0;
+  if (fault == "stop" || fault == "standby-lag") return 15;
+  if (fault == "exhaust" || fault == "cpu") return 20;
+  if (fault == "standby-stop") return 10;
+  return -1;
+}
+
+Status run_pg_faults(DrillRun& run, PgDrill& drill, const std::vector<StormSpec>& faults,
+                     const Progress& progress, DrillResult& result) {
+  Pacer pacer(run, faults, progress);
+  pacer.wait_until(run.options.warmup_s, "warm-up");
+  for (const StormSpec& spec : faults) {
+    Result<StormResult> sr = run_fault(run, drill, spec, pacer);
+    if (!sr.ok()) return sr.status();
+    result.storms.push_back(*sr);
+  }
+  return Status();
+}
+
+}  // namespace holdfast::panel::drill

@@ -1,0 +1,45 @@
+// The PostgreSQL drill while it runs (drill_pg.hpp): the cluster and the panel processes it
+// owns, and its phases, one file each: setup (drill_pg_setup.cpp), the faults
+// (drill_pg_faults.cpp) and run_drill_pg() (drill_pg.cpp). The load and the report are
+// the SQLite drill's (drill_load.cpp, drill_report.cpp).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drill_pg.hpp"
+#include "drill_pg_cluster.hpp"
+#include "drill_pg_process.hpp"
+#include "drill_run.hpp"
+
+namespace holdfast::panel::drill {
+
+// What the drill started. Destroyed in reverse: the panel processes stop (by their pids)
+// before the cluster does.
+struct PgDrill {
+  std::unique_ptr<PgCluster> cluster;
+  std::vector<ChildProcess> panels;
+  std::vector<std::string> databases;  // one per strategy, as run.instances
+
+  PgDrill() = default;
+  PgDrill(const PgDrill&) = delete;
+  PgDrill& operator=(const PgDrill&) = delete;
+  ~PgDrill() { panels.clear(); }
+};
+
+// A fault's default length in seconds (drill_pg.hpp), before PgDrillOptions::fault_scale;
+// -1 for an unknown name.
+[[nodiscard]] double default_fault_seconds(const std::string& fault);
+
+// Setup: the cluster (and PgBouncer when a strategy needs it), a database per strategy and
+// its panel processes, as run.instances with ports, probe and audit.
+Status open_pg_instances(DrillRun& run, PgDrill& drill, const PgDrillOptions& options);
+
+// The faults: after the warm-up each fault hits the cluster (so every strategy at once),
+// then its gap. Appends each to result.storms and run.storm_wall. On failure the load
+// is stopped and the fault undone as far as it can be.
+Status run_pg_faults(DrillRun& run, PgDrill& drill, const std::vector<StormSpec>& faults,
+                     const Progress& progress, DrillResult& result);
+
+}  // namespace holdfast::panel::drill
