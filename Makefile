@@ -3,7 +3,7 @@
 #   make drill   the main job: replay the origin's incident on embedded SQLite
 PRESET ?= debug
 
-.PHONY: all deps configure build test bench drill fuzz format clean
+.PHONY: all deps configure build test bench drill drill-pg fuzz format clean
 
 all: build
 
@@ -25,6 +25,14 @@ drill: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release --target holdfast
 	@build/release/apps/holdfast/holdfast drill --out drill-out $(DRILL_ARGS)
+
+# The scale-out drill: a throwaway PostgreSQL primary + hot standby (and a PgBouncer), each
+# strategy as 3 panel processes, nine real faults; about 4 minutes. Reports land in
+# drill-pg-out/; the cluster is removed afterwards.
+drill-pg: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release --target holdfast
+	@build/release/apps/holdfast/holdfast drill --engine postgres --out drill-pg-out $(DRILL_ARGS)
 
 # Benchmarks always build optimized; each prints bare and holdfast side by side.
 bench: deps

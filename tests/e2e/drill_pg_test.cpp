@@ -1,0 +1,86 @@
+// The scale-out drill on a real PostgreSQL primary + hot standby, short: two faults, two
+// panel processes per strategy, run as a user runs it (`holdfast drill --engine postgres`),
+// asserting on its JSON report what a user relies on.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether PostgreSQL's server binaries are where scripts/pg-test-server.sh looks.
+bool have_postgres_server() {
+  if (const char* dir = std::getenv("HOLDFAST_PG_BINDIR"); dir != nullptr && *dir != '\0')
+    return fs::exists(fs::path(dir) / "pg_ctl");
+  std::error_code ec;
+  for (const auto& version : fs::directory_iterator("/usr/lib/postgresql", ec)) {
+    if (fs::exists(version.path() / "bin" / "pg_ctl")) return true;
+  }
+  return false;
+}
+
+bool have_pgbouncer() {
+  return fs::exists("/usr/sbin/pgbouncer") || fs::exists("/usr/bin/pgbouncer");
+}
+
+TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses) {
+  if (!have_postgres_server()) {
+    GTEST_SKIP() << "no PostgreSQL server binaries (install the Debian package 'postgresql', "
+                    "or set HOLDFAST_PG_BINDIR): the PostgreSQL drill needs a real cluster";
+  }
+  const std::string strategies =
+      have_pgbouncer() ? "none,holdfast,holdfast+pgbouncer" : "none,holdfast";
+  const fs::path out =
+      fs::temp_directory_path() / ("holdfast-drill-pg-test-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string cmd = fmt::format(
+      "{} drill --engine postgres --faults write-lock,stop --processes 2 --strategies {} "
+      "--fault-scale 0.3 --workers 4 --warmup 1 --gap 2 --no-progress --out {} > {} 2>&1",
+      HOLDFAST_EXE, strategies, out.string(), (out.string() + ".log"));
+  const int rc = std::system(cmd.c_str());
+  std::ifstream log(out.string() + ".log");
+  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << output;
+
+  std::ifstream in(out / "drill-report.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["engine"], "postgres");
+  EXPECT_EQ(j["payments_applied_twice"], 0) << output;
+  EXPECT_GT(j["payments_sent"].get<int>(), 0);
+  ASSERT_EQ(j["storms"].size(), 2u);
+  EXPECT_EQ(j["storms"][0]["kind"], "write-lock");
+  EXPECT_EQ(j["storms"][1]["kind"], "stop");
+  for (const auto& storm : j["storms"]) {
+    for (const auto& s : storm["strategies"]) {
+      EXPECT_EQ(s["processes"], 2);
+      const std::string name = s["name"];
+      if (name == "holdfast") {
+        EXPECT_GT(s["requests"].get<int>(), 0);
+        EXPECT_EQ(s["error_pages"], 0) << storm.dump();
+      }
+      if (name.starts_with("holdfast")) {
+        EXPECT_EQ(s["stale_reads_after_write"], 0) << name << " " << storm.dump();
+      }
+      // The unprotected baseline shows the failure: the primary is down.
+      if (name == "none" && storm["kind"] == "stop") {
+        EXPECT_GT(s["error_pages"].get<int>(), 0) << storm.dump();
+      }
+    }
+  }
+  EXPECT_TRUE(fs::exists(out / "drill-report.md"));
+  EXPECT_TRUE(fs::exists(out / "drill-timeline.svg"));
+  // The drill removed its cluster: no server is left running from its state folder.
+  EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
+  fs::remove_all(out);
+  fs::remove(out.string() + ".log");
+}
+
+}  // namespace
