@@ -127,7 +127,9 @@ class StripedWindow {
 
   const std::int64_t bucket_ns_;
   const int buckets_;
-  const std::size_t stripe_words_;
+  // Cache lines per stripe: a power of two (1 << stripe_shift_), so a stripe is found
+  // with a shift.
+  const unsigned stripe_shift_;
   std::unique_ptr<Line[]> ring_;
   std::atomic<std::int64_t> since_bucket_{0};
 };
@@ -177,6 +179,9 @@ class CircuitBreaker {
   // free lease: a probe permit. Never throws, never allocates.
   [[nodiscard]] Permit acquire(TimePoint now) noexcept;
   [[nodiscard]] Permit acquire() noexcept;
+  // acquire(now) while closed; otherwise a refused permit, and nothing changes (no probe
+  // lease is taken, no transition made): the caller asks acquire() next.
+  [[nodiscard]] Permit acquire_if_closed(TimePoint now) noexcept;
 
   // For a background health probe (HealthProbe): admitted only while open (not isolated)
   // and while no other health probe is out, however much of the open period is left. Its
@@ -385,6 +390,15 @@ inline CircuitBreaker::Permit CircuitBreaker::acquire(TimePoint now) noexcept {
                   BreakerState::kClosed, 0);
   }
   return acquire_slow(now);
+}
+
+inline CircuitBreaker::Permit CircuitBreaker::acquire_if_closed(TimePoint now) noexcept {
+  const std::uint64_t w = word_.load(std::memory_order_acquire);
+  if ((w & kStateMask) == 0) [[likely]] {
+    return Permit(this, w, now.time_since_epoch().count(), Permit::Kind::kCall,
+                  BreakerState::kClosed, 0);
+  }
+  return Permit();
 }
 
 inline CircuitBreaker::Permit CircuitBreaker::acquire() noexcept {

@@ -6,6 +6,8 @@
 // Thread safety: all methods of both clocks may be called from any thread.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -62,9 +64,19 @@ class SystemClock final : public Clock {
  public:
   [[nodiscard]] TimePoint now() const noexcept override;
   // CLOCK_MONOTONIC_COARSE: the same clock as now(), read without the time counter.
-  [[nodiscard]] TimePoint coarse_now() const noexcept override;
+  [[nodiscard]] TimePoint coarse_now() const noexcept override { return read_coarse(); }
+  // The same, without a virtual call: for a hot path that knows its clock is this one.
+  [[nodiscard]] static TimePoint read_coarse() noexcept {
+    timespec ts{};
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) [[unlikely]]
+      return read_precise();
+    return TimePoint(Duration(std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec));
+  }
   bool sleep_until(TimePoint deadline, const Signal* wake = nullptr,
                    std::uint64_t seen = 0) override;
+
+ private:
+  static TimePoint read_precise() noexcept;
 };
 
 // Virtual time for tests and the simulator.

@@ -36,6 +36,7 @@
 
 #include "holdfast/circuit_breaker.hpp"
 #include "holdfast/concurrency_limit.hpp"
+#include "holdfast/detail/stripes.hpp"
 #include "holdfast/fault.hpp"
 #include "holdfast/retry_throttle.hpp"
 
@@ -67,7 +68,12 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  void count_success() noexcept;
+  // On every success: a plain store to this thread's own cell (no locked instruction).
+  void count_success() noexcept {
+    static_assert(kCells == detail::kStripes);
+    const unsigned stripe = detail::thread_stripe();
+    detail::stripe_add(successes_[stripe].value, stripe, 1);
+  }
   void count_fault(const Fault& fault) noexcept;
   void count_retry() noexcept { retries_.fetch_add(1, std::memory_order_relaxed); }
   void count_window_spent() noexcept { windows_spent_.fetch_add(1, std::memory_order_relaxed); }
@@ -109,7 +115,7 @@ class Metrics {
   struct alignas(64) Cell {
     std::atomic<std::uint64_t> value{0};
   };
-  static constexpr std::size_t kCells = 9;  // one per stripe (src/core/stripes.hpp)
+  static constexpr std::size_t kCells = 9;  // one per stripe (holdfast/detail/stripes.hpp)
 
   std::array<Cell, kCells> successes_{};
   alignas(64) std::atomic<std::uint64_t> retries_{0};

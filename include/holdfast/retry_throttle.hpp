@@ -43,7 +43,11 @@ class RetryThrottle {
 
   // A call succeeded: add token_ratio (up to max_tokens). A plain load when the bucket is
   // full (the common case).
-  void record_success() noexcept;
+  void record_success() noexcept {
+    if (milli_.load(std::memory_order_relaxed) >= max_milli_) [[likely]]
+      return;
+    refill();
+  }
   // A call failed with a fault a retry could help (a retryable failure): take one token.
   void record_failure() noexcept;
 
@@ -68,6 +72,8 @@ class RetryThrottle {
   const std::int64_t ratio_milli_;
   const std::int64_t floor_interval_ns_;   // 0: no floor
   const std::int64_t floor_tolerance_ns_;  // burst - 1 intervals
+  void refill() noexcept;                  // record_success() below the full bucket
+
   alignas(64) std::atomic<std::int64_t> milli_;
   // The floor is a GCRA rate limiter: the theoretical arrival time of the next retry.
   alignas(64) std::atomic<std::int64_t> floor_tat_ns_{INT64_MIN / 2};

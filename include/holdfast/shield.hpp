@@ -154,6 +154,12 @@ class Shield {
 
  private:
   static Options with_clock(Options options, Clock& clock);
+  // The retry loop of run() for the calls the common case did not finish.
+  template <class R, class F>
+  R run_call(Call& call, TimePoint start, F& attempt, RetryStats* stats);
+  // Records an attempt's success (`latency`: zero when not measured): the breaker, the
+  // throttle, the metrics and the limit's latency sample.
+  void on_success(CircuitBreaker::Permit&& permit, Duration latency) noexcept;
   void on_transition(const BreakerTransition& t);
   // The wait queue (first come, first served), under wait_mutex_.
   void enqueue(Call& call);
@@ -166,6 +172,7 @@ class Shield {
 
   std::string name_;
   Clock* clock_;
+  const bool system_clock_;  // clock_ is Clock::system(): read its coarse time inline
   Options options_;
   CircuitBreaker breaker_;
   ConcurrencyLimit limit_;
@@ -252,6 +259,13 @@ class Shield::Call {
   [[nodiscard]] RetryDecision failed(CircuitBreaker::Permit&& permit, const Status& status,
                                      TimePoint now, Duration latency);
 
+  // For a blocking caller (Shield::run): the attempt admitted with `permit` and started at
+  // `t0` failed with `status`. Records it and decides (failed() at the Shield clock's now);
+  // to retry, sleeps the backoff, sets `start` to the time it woke and returns true;
+  // otherwise sets `stop` to the failure to return and returns false.
+  [[nodiscard]] bool after_failure(CircuitBreaker::Permit&& permit, const Status& status,
+                                   TimePoint t0, TimePoint& start, Status& stop);
+
   // Time spent waiting (backoff and breaker), for stats().
   void add_slept(Duration d) noexcept { slept_ += d; }
 
@@ -308,6 +322,13 @@ class Shield::Call {
   bool woken_ = false;
 };
 
+inline void Shield::on_success(CircuitBreaker::Permit&& permit, Duration latency) noexcept {
+  permit.record(CallResult::kSuccess, latency);
+  throttle_.record_success();
+  metrics_.count_success();
+  if (latency > Duration::zero()) limit_.record(latency, false);
+}
+
 template <class F>
 auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* stats)
     -> std::invoke_result_t<F&> {
@@ -315,11 +336,38 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
   static_assert(std::is_same_v<R, Status> || is_result<R>::value,
                 "holdfast::Shield::run: the callable must return holdfast::Status or Result<T>");
   Clock& clock = *clock_;
-  const bool always_timed = breaker_.measures_latency();
-  Call call(*this, policy, op);
   // The coarse clock places the call in the breaker's window; one call per clock tick and
   // thread is timed precisely, as the concurrency limit's latency sample.
-  TimePoint start = clock.coarse_now();
+  TimePoint start = system_clock_ ? SystemClock::read_coarse() : clock.coarse_now();
+  // The common case needs no Call: the breaker is closed and the limit relaxed (it counts
+  // nothing), so the first attempt goes at once and its success has nothing to undo.
+  CircuitBreaker::Permit first = breaker_.acquire_if_closed(start);
+  if (first && !limit_.tight()) [[likely]] {
+    const bool timed = breaker_.measures_latency() || limit_.wants_sample(start);
+    const TimePoint t0 = timed ? clock.now() : start;
+    R r = attempt();
+    if (is_ok(r)) [[likely]] {
+      on_success(std::move(first), timed ? clock.now() - t0 : Duration::zero());
+      if (stats != nullptr) *stats = RetryStats{1, Duration::zero(), StopReason::kNone};
+      return r;
+    }
+    Call call(*this, policy, op);
+    Status stop;
+    if (!call.after_failure(std::move(first), status_of(r), t0, start, stop)) {
+      if (stats != nullptr) *stats = call.stats();
+      return R(std::move(stop));
+    }
+    return run_call<R>(call, start, attempt, stats);
+  }
+  first.cancel();  // refused, or taken by the concurrency limit's rules below: no call
+  Call call(*this, policy, op);
+  return run_call<R>(call, start, attempt, stats);
+}
+
+template <class R, class F>
+R Shield::run_call(Call& call, TimePoint start, F& attempt, RetryStats* stats) {
+  Clock& clock = *clock_;
+  const bool always_timed = breaker_.measures_latency();
   for (;;) {
     Admission a = call.admit(start);
     if (a.kind == Admission::Kind::kAttempt) [[likely]] {
@@ -331,15 +379,11 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
         if (stats != nullptr) *stats = call.stats();
         return r;
       }
-      const TimePoint end = clock.now();
-      RetryDecision d = call.failed(std::move(a.permit), status_of(r), end, end - t0);
-      if (!d.retry) {
+      Status stop;
+      if (!call.after_failure(std::move(a.permit), status_of(r), t0, start, stop)) {
         if (stats != nullptr) *stats = call.stats();
-        return R(std::move(d.status));
+        return R(std::move(stop));
       }
-      clock.sleep_for(d.delay);
-      start = clock.now();
-      call.add_slept(start - end);
       continue;
     }
     if (a.kind == Admission::Kind::kWait) {

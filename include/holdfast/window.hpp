@@ -103,4 +103,18 @@ class RequestScope {
   RequestScope* previous_;
 };
 
+namespace detail {
+// The innermost active RequestScope of this thread (read on every Shield call).
+inline thread_local RequestScope* current_request_scope = nullptr;
+}  // namespace detail
+
+inline RequestScope* RequestScope::current() noexcept {
+  return detail::current_request_scope;
+}
+
+inline RetryWindow* RequestScope::current_window() noexcept {
+  RequestScope* scope = detail::current_request_scope;
+  return scope != nullptr ? scope->window_ : nullptr;
+}
+
 }  // namespace holdfast

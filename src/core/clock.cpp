@@ -22,13 +22,11 @@ Clock& Clock::system() noexcept {
 }
 
 TimePoint SystemClock::now() const noexcept {
-  return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+  return read_precise();
 }
 
-TimePoint SystemClock::coarse_now() const noexcept {
-  timespec ts{};
-  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return now();
-  return TimePoint(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+TimePoint SystemClock::read_precise() noexcept {
+  return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
 }
 
 bool SystemClock::sleep_until(TimePoint deadline, const Signal* wake, std::uint64_t seen) {

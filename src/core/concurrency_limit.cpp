@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "stripes.hpp"
+#include "holdfast/detail/stripes.hpp"
 
 namespace holdfast {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "stripes.hpp"
+#include "holdfast/detail/stripes.hpp"
 
 namespace holdfast {
 namespace {
@@ -236,12 +236,6 @@ std::uint64_t Metrics::Snapshot::faults_total() const noexcept {
   for (const auto& by_overload : faults)
     n += by_overload[0] + by_overload[1];
   return n;
-}
-
-void Metrics::count_success() noexcept {
-  static_assert(kCells == detail::kStripes);
-  const unsigned stripe = detail::thread_stripe();
-  detail::stripe_add(successes_[stripe].value, stripe, 1);
 }
 
 void Metrics::count_fault(const Fault& fault) noexcept {

@@ -54,7 +54,7 @@ RetryThrottle::RetryThrottle(Options options)
       floor_tolerance_ns_(floor_tolerance(options.floor_per_second)),
       milli_(std::llround(options.max_tokens * 1000.0)) {}
 
-void RetryThrottle::record_success() noexcept {
+void RetryThrottle::refill() noexcept {
   std::int64_t t = milli_.load(std::memory_order_relaxed);
   while (t < max_milli_) {
     const std::int64_t next = std::min(t + ratio_milli_, max_milli_);

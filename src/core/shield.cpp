@@ -48,6 +48,7 @@ Shield::Shield(std::string name, Clock& clock) : Shield(std::move(name), Options
 Shield::Shield(std::string name, Options options, Clock& clock)
     : name_(std::move(name)),
       clock_(&clock),
+      system_clock_(&clock == &Clock::system()),
       options_(with_clock(std::move(options), clock)),
       breaker_(options_.breaker, clock),
       limit_(options_.limit),
@@ -285,12 +286,23 @@ void Shield::Call::succeeded(CircuitBreaker::Permit&& permit, Duration latency) 
   if (holds_place_) release_place();
   ++attempts_;
   stop_ = StopReason::kNone;
-  permit.record(CallResult::kSuccess, latency);
-  Shield& shield = *shield_;
-  shield.throttle_.record_success();
-  shield.metrics_.count_success();
-  if (latency > Duration::zero()) shield.limit_.record(latency, false);
+  shield_->on_success(std::move(permit), latency);
   if (state_) state_->on_success();
+}
+
+bool Shield::Call::after_failure(CircuitBreaker::Permit&& permit, const Status& status,
+                                 TimePoint t0, TimePoint& start, Status& stop) {
+  Clock& clock = *shield_->clock_;
+  const TimePoint end = clock.now();
+  RetryDecision d = failed(std::move(permit), status, end, end - t0);
+  if (!d.retry) {
+    stop = std::move(d.status);
+    return false;
+  }
+  clock.sleep_for(d.delay);
+  start = clock.now();
+  add_slept(start - end);
+  return true;
 }
 
 RetryDecision Shield::Call::failed(CircuitBreaker::Permit&& permit, const Status& status,

@@ -1,6 +1,7 @@
 #include "striped_window.hpp"
 
 #include <algorithm>
+#include <bit>
 
 namespace holdfast::detail {
 
@@ -9,9 +10,10 @@ using namespace window_bits;
 StripedWindow::StripedWindow(int buckets, std::int64_t bucket_ns)
     : bucket_ns_(bucket_ns),
       buckets_(buckets),
-      // The cached position and the buckets, rounded up to whole cache lines.
-      stripe_words_((kCacheWords + static_cast<std::size_t>(buckets) + 7) / 8 * 8),
-      ring_(new Line[kStripes * stripe_words_ / 8]()) {}
+      // The cached position and the buckets, in whole cache lines (a power of two of them).
+      stripe_shift_(static_cast<unsigned>(
+          std::bit_width((kCacheWords + static_cast<std::size_t>(buckets) + 7) / 8 - 1))),
+      ring_(new Line[std::size_t{kStripes} << stripe_shift_]()) {}
 
 StripedWindow::~StripedWindow() = default;
 

@@ -2,8 +2,9 @@
 // without a lock.
 //
 // The window is `buckets` time buckets of `bucket_ns` each. Every thread counts in a stripe
-// of its own (stripes.hpp), so counting is a plain load and store on a cache line no other
-// thread writes; threads past the owned stripes share one stripe and use compare-and-swap.
+// of its own (holdfast/detail/stripes.hpp), so counting is a plain load and store on a
+// cache line no other thread writes; threads past the owned stripes share one stripe and
+// use compare-and-swap.
 // sum() adds up every stripe's buckets that belong to the window.
 //
 // Thread safety: count(), sum() and forget() may be called from any thread at any time.
@@ -16,7 +17,7 @@
 #include <memory>
 
 #include "holdfast/circuit_breaker.hpp"
-#include "stripes.hpp"
+#include "holdfast/detail/stripes.hpp"
 
 namespace holdfast::detail {
 
@@ -71,7 +72,7 @@ inline std::int64_t StripedWindow::bucket_index(std::int64_t ns) const noexcept 
 }
 
 inline std::atomic<std::uint64_t>* StripedWindow::stripe_at(unsigned stripe) const noexcept {
-  return ring_[stripe * stripe_words_ / 8].word;
+  return ring_[std::size_t{stripe} << stripe_shift_].word;
 }
 
 inline void StripedWindow::forget(std::int64_t now_ns) noexcept {

@@ -1,4 +1,4 @@
-#include "stripes.hpp"
+#include "holdfast/detail/stripes.hpp"
 
 namespace holdfast::detail {
 namespace {

@@ -3,10 +3,6 @@
 #include <stdexcept>
 
 namespace holdfast {
-namespace {
-thread_local RequestScope* current_scope = nullptr;
-}  // namespace
-
 RetryWindow::RetryWindow(Duration length, Clock& clock) : length_(length), clock_(&clock) {
   if (length <= Duration::zero()) {
     throw std::invalid_argument("RetryWindow: length must be greater than zero");
@@ -33,26 +29,21 @@ Duration RetryWindow::remaining(TimePoint now) const noexcept {
 
 RequestScope::RequestScope(Duration length, Clock& clock)
     : own_(length, clock),
-      window_(current_scope != nullptr ? current_scope->window_ : &own_),
-      previous_(current_scope) {
-  current_scope = this;
+      window_(detail::current_request_scope != nullptr ? detail::current_request_scope->window_
+                                                       : &own_),
+      previous_(detail::current_request_scope) {
+  detail::current_request_scope = this;
 }
 
 RequestScope::RequestScope(RetryWindow& shared) noexcept
-    : own_(shared.length(), shared.clock()), window_(&shared), previous_(current_scope) {
-  current_scope = this;
+    : own_(shared.length(), shared.clock()),
+      window_(&shared),
+      previous_(detail::current_request_scope) {
+  detail::current_request_scope = this;
 }
 
 RequestScope::~RequestScope() {
-  current_scope = previous_;
-}
-
-RequestScope* RequestScope::current() noexcept {
-  return current_scope;
-}
-
-RetryWindow* RequestScope::current_window() noexcept {
-  return current_scope != nullptr ? current_scope->window_ : nullptr;
+  detail::current_request_scope = previous_;
 }
 
 }  // namespace holdfast

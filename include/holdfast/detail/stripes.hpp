@@ -1,4 +1,5 @@
-// Internal: spreading hot counters over cache lines by thread.
+// Internal (not part of the API; public only so that hot counters can be inlined):
+// spreading hot counters over cache lines by thread.
 //
 // The first time a thread counts something it claims one of kOwnedStripes stripes for
 // itself, until it exits. A stripe has one writer, so its owner updates it with a plain
