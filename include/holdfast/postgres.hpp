@@ -197,6 +197,9 @@ struct KeyedResult {
 };
 
 class Database;
+namespace detail {
+struct CallPipeline;
+}  // namespace detail
 
 // The transaction a transaction() function runs in. Statements may be anything but the
 // end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
@@ -388,12 +391,13 @@ class Database {
   Result<PooledConnection> lease(Pool& pool, bool may_wait);
   // Opens the current request's window if it is not open yet (see database.cpp).
   void open_request_window() const;
-  // Sets the connection's deadline from the current window; writes the statement_timeout
-  // the call's prefix sets, in milliseconds, into `timeout_ms`.
-  void call_deadline(Connection& conn, char (&timeout_ms)[24]) const;
-  // The prefix's parameters: `timeout`, then (Pooling::kTransaction) the settings, which
-  // need `more`.
-  std::span<const Param> prefix_params(const Param& timeout, std::vector<Param>& more) const;
+  // Starts a call's pipeline on `conn`: sets the connection's deadline from the current
+  // window and adds `prefix` with the statement_timeout that leaves (and, with
+  // Pooling::kTransaction, the settings). Returns the prefix's step.
+  std::size_t add_prefix(detail::CallPipeline& p, Connection& conn, const Prefix& prefix) const;
+  // Adds the work's statement (prepared under its name with Pooling::kSession); returns its
+  // step.
+  std::size_t add_work(detail::CallPipeline& p, Connection& conn, const Work& work) const;
   // When a new connection must be up by: the window's end, at most connect_timeout away.
   TimePoint connect_deadline() const;
 

@@ -273,7 +273,8 @@ Result<PooledConnection> Database::lease(Pool& pool, bool may_wait) {
   return lease;
 }
 
-void Database::call_deadline(Connection& conn, char (&timeout_ms)[24]) const {
+std::size_t Database::add_prefix(detail::CallPipeline& p, Connection& conn,
+                                 const Prefix& prefix) const {
   const TimePoint now = clock_->now();
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining(now) : primary_->shield->reads().window();
@@ -281,16 +282,23 @@ void Database::call_deadline(Connection& conn, char (&timeout_ms)[24]) const {
   // At least 1 ms: 0 would mean "none".
   const long long ms =
       std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(left).count());
-  *std::to_chars(timeout_ms, timeout_ms + sizeof(timeout_ms) - 1, ms).ptr = '\0';
+  *std::to_chars(p.timeout_ms, p.timeout_ms + sizeof(p.timeout_ms) - 1, ms).ptr = '\0';
+  p.timeout = Param(static_cast<const char*>(p.timeout_ms));
+  std::span<const Param> params(&p.timeout, 1);
+  if (!setting_params_.empty()) {
+    p.more.clear();
+    p.more.push_back(p.timeout);
+    p.more.insert(p.more.end(), setting_params_.begin(), setting_params_.end());
+    params = p.more;
+  }
+  return detail::add_statement(p.steps, conn, prefix.sql, prefix.name, prefix.id, params, p.marks);
 }
 
-std::span<const Param> Database::prefix_params(const Param& timeout,
-                                               std::vector<Param>& more) const {
-  if (setting_params_.empty()) return {&timeout, 1};
-  more.clear();
-  more.push_back(timeout);
-  more.insert(more.end(), setting_params_.begin(), setting_params_.end());
-  return more;
+std::size_t Database::add_work(detail::CallPipeline& p, Connection& conn, const Work& work) const {
+  const bool named = work.stmt != nullptr && options_.pooling == Pooling::kSession;
+  return detail::add_statement(p.steps, conn, work.sql,
+                               named ? work.stmt->name_ : std::string_view(),
+                               named ? work.stmt->id_ : 0, work.params, p.marks);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -325,23 +333,13 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   Result<PooledConnection> lease = this->lease(*endpoint.reads, may_wait);
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
-  char ms[24];
-  call_deadline(conn, ms);
-  const Param timeout{static_cast<const char*>(ms)};
-  std::vector<Param> more;
-  const Prefix& prefix = view != nullptr ? replica_prefix_ : read_prefix_;
-  Steps steps;
-  detail::Marks marks;
-  const std::size_t head = detail::add_statement(steps, conn, prefix.sql, prefix.name, prefix.id,
-                                                 prefix_params(timeout, more), marks);
-  const bool named = work.stmt != nullptr && options_.pooling == Pooling::kSession;
-  const std::size_t main =
-      detail::add_statement(steps, conn, work.sql, named ? work.stmt->name_ : std::string_view(),
-                            named ? work.stmt->id_ : 0, work.params, marks);
+  detail::CallPipeline p;
+  const std::size_t head = add_prefix(p, conn, view != nullptr ? replica_prefix_ : read_prefix_);
+  const std::size_t main = add_work(p, conn, work);
   std::array<Rows, Steps::kMax> out;
-  std::size_t failed = steps.size;
-  Status s = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
-  marks.apply(conn, failed);
+  std::size_t failed = p.steps.size;
+  Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
+  p.marks.apply(conn, failed);
   if (!s.ok()) {
     if (!conn.is_open()) lease->discard();
     return failed < main ? nothing_applied(std::move(s)) : s;
@@ -478,25 +476,17 @@ Result<Rows> Database::write_once(const Work& work) {
   Result<PooledConnection> lease = this->lease(*primary_->writes, true);
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
-  char ms[24];
-  call_deadline(conn, ms);
-  const Param timeout{static_cast<const char*>(ms)};
-  std::vector<Param> more;
-  Steps steps;
-  detail::Marks marks;
-  steps.add(Step{Step::Kind::kQuery, "BEGIN", {}, {}});
-  detail::add_statement(steps, conn, write_prefix_.sql, write_prefix_.name, write_prefix_.id,
-                        prefix_params(timeout, more), marks);
-  const bool named = work.stmt != nullptr && options_.pooling == Pooling::kSession;
-  const std::size_t main =
-      detail::add_statement(steps, conn, work.sql, named ? work.stmt->name_ : std::string_view(),
-                            named ? work.stmt->id_ : 0, work.params, marks);
-  steps.add(Step{Step::Kind::kQuery, "COMMIT", {}, {}});
-  const std::size_t position = steps.add(Step{Step::Kind::kQuery, detail::kWalPositionSql, {}, {}});
+  detail::CallPipeline p;
+  p.steps.add(Step{Step::Kind::kQuery, "BEGIN", {}, {}});
+  add_prefix(p, conn, write_prefix_);
+  const std::size_t main = add_work(p, conn, work);
+  p.steps.add(Step{Step::Kind::kQuery, "COMMIT", {}, {}});
+  const std::size_t position =
+      p.steps.add(Step{Step::Kind::kQuery, detail::kWalPositionSql, {}, {}});
   std::array<Rows, Steps::kMax> out;
-  std::size_t failed = steps.size;
-  Status s = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
-  marks.apply(conn, failed);
+  std::size_t failed = p.steps.size;
+  Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
+  p.marks.apply(conn, failed);
   if (s.ok() || failed == position) {
     // Committed (a failure after the COMMIT leaves the position unknown).
     detail::note_write(s.ok() ? detail::wal_position(out[position], 0) : 0);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "holdfast/postgres.hpp"
 #include "pg_internal.hpp"
@@ -24,6 +25,21 @@ struct Marks {
 
   // `failed`: the index of the step that failed (steps.size() when none did).
   void apply(Connection& conn, std::size_t failed) const;
+};
+
+// One call's pipeline on a leased connection: its steps, the statements it prepares, and
+// the statement_timeout its prefix sets (Database::add_prefix). Not copyable: the steps
+// point into it.
+struct CallPipeline {
+  CallPipeline() = default;
+  CallPipeline(const CallPipeline&) = delete;
+  CallPipeline& operator=(const CallPipeline&) = delete;
+
+  Steps steps;
+  Marks marks;
+  char timeout_ms[24] = {};
+  Param timeout{nullptr};   // the prefix's first parameter: timeout_ms
+  std::vector<Param> more;  // the prefix's parameters with settings (Pooling::kTransaction)
 };
 
 // Adds one statement to `steps`: prepared as `name` when `name` is not empty (with its

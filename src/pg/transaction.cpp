@@ -112,21 +112,14 @@ Result<Transaction> Database::begin(const TransactionOptions& options, int run) 
   Result<PooledConnection> lease = this->lease(pool, true);
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
-  char ms[24];
-  call_deadline(conn, ms);
-  const Param timeout{static_cast<const char*>(ms)};
-  std::vector<Param> more;
   // BEGIN, then statement_timeout (SET LOCAL) and the transaction id: one round trip.
-  const Prefix& prefix = options.read_only ? write_prefix_ : begin_prefix_;
-  Steps steps;
-  detail::Marks marks;
-  steps.add(Step{Step::Kind::kQuery, begin_sql(options.isolation, options.read_only), {}, {}});
-  const std::size_t head = detail::add_statement(steps, conn, prefix.sql, prefix.name, prefix.id,
-                                                 prefix_params(timeout, more), marks);
+  detail::CallPipeline p;
+  p.steps.add(Step{Step::Kind::kQuery, begin_sql(options.isolation, options.read_only), {}, {}});
+  const std::size_t head = add_prefix(p, conn, options.read_only ? write_prefix_ : begin_prefix_);
   std::array<Rows, 3> out;
-  std::size_t failed = steps.size;
-  Status s = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
-  marks.apply(conn, failed);
+  std::size_t failed = p.steps.size;
+  Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
+  p.marks.apply(conn, failed);
   if (!s.ok()) {
     roll_back(*lease);  // the transaction may be open and failed
     if (!conn.is_open()) lease->discard();
