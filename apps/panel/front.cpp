@@ -392,6 +392,7 @@ bool HttpFront::dispatch(Conn& c) {
 }
 
 void HttpFront::refuse(Conn& c, int status, std::string_view text, int retry_after_s) {
+  own_answers_.record(status, /*stale=*/false);
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason_of(status)) +
                     "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
                     std::to_string(text.size()) + "\r\nConnection: close\r\n";
@@ -433,6 +434,7 @@ void HttpFront::relay(Request& r) {
   if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       !send_all(up, r.bytes)) {
     if (up >= 0) ::close(up);
+    own_answers_.record(503, /*stale=*/false);
     static constexpr std::string_view kDown =
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 22\r\n"
         "Retry-After: 1\r\nConnection: close\r\n\r\nthe panel is starting\n";

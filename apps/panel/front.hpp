@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "holdfast/status.hpp"
+#include "traffic_ring.hpp"
 
 namespace holdfast::panel {
 
@@ -73,6 +74,9 @@ class HttpFront {
   void stop() noexcept;
   [[nodiscard]] int port() const noexcept { return port_; }
   [[nodiscard]] const Counters& counters() const noexcept { return counters_; }
+  // The answers the front makes itself (refusals, its 503s, "the panel is starting"), per
+  // second on the system clock; the answers it relays are the panel's to count.
+  [[nodiscard]] const TrafficRing& own_answers() const noexcept { return own_answers_; }
 
   // True for a request that never touches the database: it has relays of its own.
   [[nodiscard]] static bool is_light(std::string_view method, std::string_view path) noexcept;
@@ -120,6 +124,7 @@ class HttpFront {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   Counters counters_;
+  TrafficRing own_answers_{Clock::system()};
   Lane heavy_;
   Lane light_;
   std::thread loop_thread_;

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "answers.hpp"
+#include "front.hpp"
 #include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
@@ -39,6 +40,14 @@ void remember(RecentSessions& recent, const std::string& token, TimePoint until,
   recent.erase(oldest);
 }
 
+// What the chart shows: the panel's answers and the ones its front made itself (a 503 when
+// the queue is full, a refusal before any route runs), second by second.
+TrafficRing::Window chart_counts(const TrafficRing& panel, const HttpFront* front) noexcept {
+  TrafficRing::Window w = panel.window();
+  if (front != nullptr) w.add(front->own_answers().window_at(w.last));
+  return w;
+}
+
 }  // namespace
 
 void PanelServer::record_traffic(const httplib::Request& req,
@@ -56,7 +65,7 @@ void PanelServer::get_status(const httplib::Request& req, httplib::Response& res
   if (!status_allowed(req, res, "/status", false)) return;
   counters_.ok++;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(render_status(status_view(), traffic_->window()), kHtml);
+  res.set_content(render_status(status_view(), chart_counts(*traffic_, front_.get())), kHtml);
 }
 
 void PanelServer::get_status_svg(const httplib::Request& req, httplib::Response& res) {
@@ -64,7 +73,7 @@ void PanelServer::get_status_svg(const httplib::Request& req, httplib::Response&
   if (!status_allowed(req, res, "/status.svg", true)) return;
   counters_.ok++;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(render_traffic_svg(traffic_->window()), "image/svg+xml");
+  res.set_content(render_traffic_svg(chart_counts(*traffic_, front_.get())), "image/svg+xml");
 }
 
 bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response& res,

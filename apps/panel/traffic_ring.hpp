@@ -4,6 +4,10 @@
 //   ring.record(res.status, /*stale=*/true);     // once per answer, on the request's thread
 //   TrafficRing::Window w = ring.window();       // the last kSeconds seconds, oldest first
 //
+// The panel keeps two: its routes' answers (PanelServer, counted after each route) and the
+// answers its HTTP front makes itself before any route runs (front.hpp: 503 when the queue
+// is full, 408, 4xx); GET /status adds them up, so every answer is counted once.
+//
 // One slot per second of the window; slot s % kSeconds holds second s. Each counter is one
 // 64-bit word: the second it counts (+1, so an all-zero word is "nothing yet") in the high
 // 32 bits, the count in the low 32. Counting is a load and a fetch_add when the word already
@@ -62,6 +66,18 @@ class TrafficRing {
   struct Window {
     std::int64_t last = 0;
     std::array<std::array<std::uint32_t, kSeconds>, kKinds> counts{};
+
+    // Adds `other`'s counts, second by second (its seconds outside this window are left
+    // out): the panel's answers and its front's, read from two rings on the same clock.
+    void add(const Window& other) noexcept {
+      const std::int64_t shift = last - other.last;
+      for (std::size_t i = 0; i < kSeconds; ++i) {
+        const std::int64_t j = static_cast<std::int64_t>(i) + shift;
+        if (j < 0 || j >= static_cast<std::int64_t>(kSeconds)) continue;
+        for (std::size_t k = 0; k < kKinds; ++k)
+          counts[k][i] += other.counts[k][static_cast<std::size_t>(j)];
+      }
+    }
 
     [[nodiscard]] std::uint64_t total(Kind kind) const noexcept {
       std::uint64_t sum = 0;

@@ -1,9 +1,17 @@
 // Issue #16 item 6: the live /status page (apps/panel/routes_status.cpp, status_page.hpp),
 // its answer counts (traffic_ring.hpp), and the Grafana dashboard in contrib/grafana/.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -133,6 +141,141 @@ TEST_F(PanelStatusTest, DuringAReadLockTheStatusPageStillOpensForASessionItConfi
   EXPECT_NE(stranger->status, 200);  // never confirmed: the database must say
 }
 
+// The chart's totals over the window, from its legend ("requests: 12 in 5 min").
+struct ChartTotals {
+  long long requests = -1;
+  long long busy = -1;
+};
+ChartTotals chart_totals(const std::string& svg) {
+  ChartTotals t;
+  std::smatch m;
+  if (std::regex_search(svg, m, std::regex("requests: ([0-9]+) in 5 min"))) {
+    t.requests = std::stoll(m[1]);
+  }
+  if (std::regex_search(svg, m, std::regex("503 busy: ([0-9]+) in 5 min"))) {
+    t.busy = std::stoll(m[1]);
+  }
+  return t;
+}
+
+// Sends `request` on `n` fresh connections to 127.0.0.1:`port` at once; -1 for one that
+// could not be opened.
+std::vector<int> send_burst(int port, const std::string& request, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(request.size())) {
+      if (fd >= 0) ::close(fd);
+      fds.push_back(-1);
+      continue;
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+// Reads every connection to its end (the front closes each after its answer), within
+// `limit`. `on_answer` is called after each answer that completes.
+std::vector<std::string> read_answers(std::vector<int> fds, std::chrono::seconds limit,
+                                      const std::function<void(const std::string&)>& on_answer) {
+  std::vector<std::string> out(fds.size());
+  const auto deadline = Steady::now() + limit;
+  for (;;) {
+    std::vector<pollfd> polled;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i] < 0) continue;
+      polled.push_back({fds[i], POLLIN, 0});
+      which.push_back(i);
+    }
+    if (polled.empty() || Steady::now() >= deadline) break;
+    ::poll(polled.data(), polled.size(), 100);
+    for (std::size_t p = 0; p < polled.size(); ++p) {
+      if ((polled[p].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      const std::size_t i = which[p];
+      char chunk[4096];
+      const ssize_t n = ::recv(fds[i], chunk, sizeof(chunk), 0);
+      if (n > 0) {
+        out[i].append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      ::close(fds[i]);
+      fds[i] = -1;
+      on_answer(out[i]);
+    }
+  }
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
+  }
+  return out;
+}
+
+// The front answers a request 503 itself, before any route, when database work already
+// fills its queue. Those answers are on the chart too, and every answer is counted once.
+TEST_F(PanelStatusTest, TheFrontsOwn503sAreOnTheChartAndEveryAnswerCountsOnce) {
+  // One relay for database work, so a burst of pages fills the front's queue (64) while a
+  // read lock keeps that relay on the first page.
+  server_.reset();
+  PanelServer::Options po;
+  po.store = store_.get();
+  po.logger = logging_.logger.get();
+  po.log_sink = logging_.sink.get();
+  po.threads = 1;
+  server_ = std::make_unique<PanelServer>(po);
+  ASSERT_TRUE(server_->start().ok());
+  http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  http_->set_read_timeout(seconds(30));
+  auto chart = http_->Get("/status.svg", cookie_);
+  ASSERT_TRUE(chart);
+  ASSERT_EQ(chart->status, 200);
+  const ChartTotals before = chart_totals(chart->body);
+  ASSERT_GE(before.requests, 0) << chart->body;
+  ASSERT_GE(before.busy, 0) << chart->body;
+
+  constexpr int kBurst = 100;
+  const std::string page = "GET /dashboard/schedule?date=" + today() +
+                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: " +
+                           cookie_.find("Cookie")->second + "\r\n\r\n";
+  auto lock = storm(StormKind::kRead);
+  std::vector<int> fds = send_burst(server_->port(), page, kBurst);
+  ASSERT_EQ(std::count(fds.begin(), fds.end(), -1), 0);
+  // The front's own 503s come at once; the lock goes with the first of them, and the queue
+  // drains.
+  bool locked = true;
+  const std::vector<std::string> got =
+      read_answers(std::move(fds), seconds(120), [&](const std::string& answer) {
+        if (locked && answer.find("the panel is busy") != std::string::npos) {
+          lock->end();
+          locked = false;
+        }
+      });
+  if (locked) lock->end();
+
+  int answered = 0;
+  int busy = 0;
+  int front_busy = 0;
+  for (const std::string& a : got) {
+    if (a.rfind("HTTP/1.1 ", 0) != 0) continue;
+    ++answered;
+    if (a.rfind("HTTP/1.1 503", 0) == 0) ++busy;
+    if (a.find("the panel is busy") != std::string::npos) ++front_busy;
+  }
+  EXPECT_EQ(answered, kBurst);
+  EXPECT_GE(front_busy, 1) << "the front shed nothing: its queue never filled";
+  chart = http_->Get("/status.svg", cookie_);
+  ASSERT_TRUE(chart);
+  ASSERT_EQ(chart->status, 200);
+  const ChartTotals after = chart_totals(chart->body);
+  EXPECT_EQ(after.requests - before.requests, answered);
+  EXPECT_EQ(after.busy - before.busy, busy);
+}
+
 TEST(PanelStatusBaseline, ABaselinePanelSaysItHasNoShield) {
   const fs::path dir =
       fs::temp_directory_path() / ("holdfast-e2e-status-" + std::to_string(::getpid()));
@@ -189,6 +332,23 @@ TEST(TrafficRing, CountsEachAnswerInItsSecondAndForgetsSecondsOlderThanTheWindow
   EXPECT_EQ(w.total(TrafficRing::kRequests), 4u);
   EXPECT_EQ(w.total(TrafficRing::kStale), 0u);
   EXPECT_EQ(ring.window_at(t + 301 + 300).total(TrafficRing::kRequests), 0u);
+}
+
+TEST(TrafficRing, TwoRingsAddUpSecondBySecond) {
+  ManualClock clock;
+  TrafficRing panel(clock);
+  TrafficRing front(clock);
+  const std::int64_t t = TrafficRing::second_of(clock.now());
+  panel.record_at(t, 200, false);
+  front.record_at(t, 503, false);
+  front.record_at(t - 1, 408, false);
+  front.record_at(t + 1, 503, false);  // after the panel's window: left out
+  TrafficRing::Window w = panel.window_at(t);
+  w.add(front.window_at(t + 1));
+  EXPECT_EQ(w.counts[TrafficRing::kRequests][TrafficRing::kSeconds - 1], 2u);
+  EXPECT_EQ(w.counts[TrafficRing::kRequests][TrafficRing::kSeconds - 2], 1u);
+  EXPECT_EQ(w.total(TrafficRing::kRequests), 3u);
+  EXPECT_EQ(w.total(TrafficRing::kBusy), 1u);
 }
 
 TEST(TrafficRing, ConcurrentAnswersAreAllCounted) {
