@@ -153,11 +153,14 @@ struct RunOptions {
 namespace detail {
 
 // The requests of this process that wait (for a place or a probe), so that a Call ending in
-// one async_run wakes those the Shield handed something to, on their own executors.
+// one async_run wakes those the Shield handed something to, on their own executors. Only a
+// waiter whose own signal moved is poked.
 class Waiters {
  public:
   struct Entry {
     const Shield* shield;
+    const Signal* wake;          // what the waiter sleeps on (Shield::Admission::wake)
+    std::uint64_t seen;          // its generation when the wait began
     std::function<void()> poke;  // posts a look at the waiter to its executor
   };
   using Handle = std::list<Entry>::iterator;
@@ -166,9 +169,15 @@ class Waiters {
     static Waiters w;
     return w;
   }
-  Handle add(const Shield* shield, std::function<void()> poke) {
+  Handle add(Entry entry) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return entries_.insert(entries_.end(), Entry{shield, std::move(poke)});
+    return entries_.insert(entries_.end(), std::move(entry));
+  }
+  // The waiter waits again, on `wake` from `seen`.
+  void rewait(Handle h, const Signal* wake, std::uint64_t seen) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    h->wake = wake;
+    h->seen = seen;
   }
   void remove(Handle h) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -177,7 +186,10 @@ class Waiters {
   void poke(const Shield* shield) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Entry& e : entries_) {
-      if (e.shield == shield) e.poke();
+      if (e.shield == shield && e.wake != nullptr && e.wake->generation() != e.seen) {
+        e.seen = e.wake->generation();  // one poke per wake
+        e.poke();
+      }
     }
   }
 
@@ -231,14 +243,14 @@ struct State : std::enable_shared_from_this<State<R, Executor, Attempt>> {
     if (phase == Phase::kWaiting && wake != nullptr && wake->generation() != seen) timer.cancel();
   }
   void start_waiting() {
-    if (hook) return;
+    if (hook) return Waiters::instance().rewait(*hook, wake, seen);
     std::weak_ptr<State> weak = this->weak_from_this();
     Executor ex = timer.get_executor();
-    hook = Waiters::instance().add(shield, [weak, ex] {
-      net::post(ex, [weak] {
-        if (std::shared_ptr<State> s = weak.lock()) s->poked();
-      });
-    });
+    hook = Waiters::instance().add({shield, wake, seen, [weak, ex] {
+                                      net::post(ex, [weak] {
+                                        if (std::shared_ptr<State> s = weak.lock()) s->poked();
+                                      });
+                                    }});
   }
   void stop_waiting() {
     if (hook) Waiters::instance().remove(*hook);
