@@ -11,11 +11,14 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "holdfast/shield.hpp"
@@ -96,6 +99,38 @@ TEST(AsioAdapter, TwoHundredConcurrentRetriesOnOneThreadAllSucceed) {
   }
   EXPECT_EQ(shield.limit().in_flight(), 0);
   EXPECT_EQ(shield.waiting(), 0);
+}
+
+// Two threads run the io_context; each operation keeps to its own strand, and its attempt
+// answers from a third thread (a driver's own), through Done.
+TEST(AsioAdapter, OnStrandsOfAContextRunByTwoThreadsWithAnswersFromAnotherThread) {
+  Shield shield("asio", roomy_options());
+  ::asio::io_context io;
+  ::asio::io_context driver;  // the driver's own thread
+  auto driver_work = ::asio::make_work_guard(driver);
+  std::thread driver_thread([&] { driver.run(); });
+  constexpr int kOps = 100;
+  std::atomic<int> ok{0};
+  std::atomic<int> calls{0};
+  for (int i = 0; i < kOps; ++i) {
+    auto attempt = [&, n = std::make_shared<int>(0)](Done<Status> d) {
+      ++calls;
+      const bool fail = ++*n <= 2;
+      ::asio::post(driver, [fail, d = std::move(d)]() mutable { d(fail ? busy() : Status()); });
+    };
+    async_run(::asio::make_strand(io), shield, Operation::read("q"), attempt, [&](Status s) {
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      if (s.ok()) ++ok;
+    });
+  }
+  std::thread second([&] { io.run(); });
+  io.run();
+  second.join();
+  driver_work.reset();
+  driver_thread.join();
+  EXPECT_EQ(ok.load(), kOps);
+  EXPECT_EQ(calls.load(), 3 * kOps);
+  EXPECT_EQ(shield.limit().in_flight(), 0);
 }
 
 TEST(AsioAdapter, CoAwaitWithUseAwaitableReturnsTheResult) {
