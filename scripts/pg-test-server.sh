@@ -64,28 +64,8 @@ find_bindir() {
   echo "$newest"
 }
 
-# Runs a server binary as the user the server accepts.
-as_server_user() {
-  if [[ $(id -u) -eq 0 ]]; then
-    if command -v runuser >/dev/null 2>&1; then
-      runuser -u postgres -- "$@"
-    else
-      su postgres -s /bin/sh -c "$(printf '%q ' "$@")"
-    fi
-  else
-    "$@"
-  fi
-}
-
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-load_state() {
-  [[ -f "$state_file" ]] || return 1
-  # shellcheck disable=SC1090
-  source "$state_file"
-}
+# shellcheck source=lib/throwaway.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/throwaway.sh"
 
 common_options() {
   echo "-k $root -c listen_addresses=127.0.0.1 -c max_connections=$max_connections" \

@@ -28,23 +28,8 @@ state_dir="${HOLDFAST_PGBOUNCER_STATE_DIR:-${TMPDIR:-/tmp}/holdfast-pgbouncer-te
 state_file="$state_dir/pgbouncer.env"
 pool_size="${HOLDFAST_PGBOUNCER_POOL_SIZE:-4}"
 
-as_bouncer_user() {
-  if [[ $(id -u) -eq 0 ]]; then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
-
-port_in_use() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-load_state() {
-  [[ -f "$state_file" ]] || return 1
-  # shellcheck disable=SC1090
-  source "$state_file"
-}
+# shellcheck source=lib/throwaway.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/throwaway.sh"
 
 # True while the process lives (an exited one waiting to be reaped does not count).
 running() {
@@ -96,7 +81,7 @@ logfile = $root/pgbouncer.log
 pidfile = $root/pgbouncer.pid
 EOF
     if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root"/*; fi
-    if as_bouncer_user pgbouncer -d "$root/pgbouncer.ini" >>"$root/start.log" 2>&1; then
+    if as_server_user pgbouncer -d "$root/pgbouncer.ini" >>"$root/start.log" 2>&1; then
       local waited=0
       while ! port_in_use "$port" && [[ $waited -lt 50 ]]; do
         sleep 0.1

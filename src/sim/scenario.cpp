@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "holdfast/sim.hpp"
 
@@ -203,35 +204,31 @@ Result<Scenario> builtin_scenario(std::string_view name) {
   return s;
 }
 
-Strategy Strategy::none() {
+namespace {
+Strategy strategy_of(std::string name, StrategyKind kind, int max_attempts) {
   Strategy s;
-  s.name = "none";
-  s.kind = StrategyKind::kNone;
-  s.max_attempts = 1;
+  s.name = std::move(name);
+  s.kind = kind;
+  s.max_attempts = max_attempts;
   return s;
+}
+}  // namespace
+
+Strategy Strategy::none() {
+  return strategy_of("none", StrategyKind::kNone, 1);
 }
 
 Strategy Strategy::naive() {
-  Strategy s;
-  s.name = "naive";
-  s.kind = StrategyKind::kNaive;
-  s.max_attempts = 4;
-  return s;
+  return strategy_of("naive", StrategyKind::kNaive, 4);
 }
 
 Strategy Strategy::backoff() {
-  Strategy s;
-  s.name = "backoff";
-  s.kind = StrategyKind::kBackoff;
-  s.max_attempts = 4;
-  return s;
+  return strategy_of("backoff", StrategyKind::kBackoff, 4);
 }
 
 Strategy Strategy::holdfast() {
-  Strategy s;
-  s.name = "holdfast";
-  s.kind = StrategyKind::kHoldfast;
-  s.max_attempts = 5;  // the origin's read policy: 5 attempts, 200/600/1500/3000 ms, 6 s
+  // The origin's read policy: 5 attempts, 200/600/1500/3000 ms, 6 s.
+  Strategy s = strategy_of("holdfast", StrategyKind::kHoldfast, 5);
   s.window = seconds(6);
   return s;
 }
