@@ -1,7 +1,9 @@
 // holdfast over Asio: the Shield's retry loop for asynchronous code. Header-only; needs
-// standalone Asio 1.22 or later (Debian's libasio-dev), or Boost.Asio when
-// HOLDFAST_ASIO_BOOST is defined before this header is included (that switch only renames the
-// namespace and the headers; the tests and the example use standalone Asio).
+// standalone Asio 1.19 or later (tested with Debian's libasio-dev, 1.22), or Boost.Asio when
+// HOLDFAST_ASIO_BOOST is defined before this header is included. That switch only renames the
+// namespace and the headers, and needs Boost 1.77 or later (per-operation cancellation;
+// Debian 12's Boost is 1.74): it is not tested here, the tests and the example use
+// standalone Asio.
 //
 // The caller gives an asynchronous attempt: a callable that starts one try of the work and
 // calls the Done<R> it is handed, once, with the outcome (R is Status or Result<T>).
@@ -70,6 +72,10 @@
 #include <utility>
 
 #if defined(HOLDFAST_ASIO_BOOST)
+#include <boost/version.hpp>
+#if BOOST_VERSION < 107700
+#error "holdfast/adapters/asio.hpp: HOLDFAST_ASIO_BOOST needs Boost 1.77 or later"
+#endif
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/cancellation_type.hpp>
@@ -78,6 +84,10 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #else
+#include <asio/version.hpp>
+#if ASIO_VERSION < 101900
+#error "holdfast/adapters/asio.hpp needs Asio 1.19 or later (per-operation cancellation)"
+#endif
 #include <asio/async_result.hpp>
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/cancellation_type.hpp>
