@@ -43,20 +43,21 @@
 // StopReason kCancelled, and its place in the Shield (queued, or under the concurrency limit)
 // is released before the handler runs.
 //
-// Waking: a request that waits for a place or a probe is woken the moment the Shield hands it
-// one when the event that frees it (another async_run's attempt ending, a breaker state
-// change it records) happens in any async_run in this process. A wake that comes from
-// elsewhere (a synchronous Shield::run on another thread, a HealthProbe) is seen within
+// Waking: a request that waits for a place or a probe goes the moment the Shield hands it
+// one (a probe succeeded, a place came free), when the attempt that caused it ran through
+// async_run in this process: no timer has to fire first. A wake caused elsewhere (a
+// synchronous Shield::run on another thread, a HealthProbe) is seen within
 // RunOptions::wake_poll.
 //
-// Requirements: the Shield (and the policy and window in RunOptions) outlive the operation,
-// and the io_context: an operation destroyed unfinished (with the io_context) leaves the
-// Shield then.
-// The Shield should run on the system clock: its waits are real timer waits. The executor
-// runs one handler at a time for this operation: an io_context run by one thread, or a
-// strand. The attempt is called on the executor, and must call Done exactly once, from any
-// thread (the result is dispatched back to the executor). An exception thrown by the attempt
-// when it is called propagates out of the handler that called it (the io_context's run()).
+// Requirements: the Shield (and RunOptions' policy and window) outlive the operation; destroy
+// the io_context before the Shield, since an operation it destroys unfinished gives back its
+// place in the Shield then. The Shield should run on the system clock: its waits are real
+// timer waits. The executor runs one handler at a time for this operation: an io_context run
+// by one thread, or a strand. The attempt is called on the executor and must call Done
+// exactly once, from any thread (the result is dispatched back to the executor); a Done
+// dropped uncalled leaves the operation without completion. An exception thrown by the
+// attempt propagates out of the handler that called it (the io_context's run()), and the
+// operation ends without completion, its place in the Shield given back.
 #pragma once
 
 #include <algorithm>
