@@ -530,56 +530,43 @@ void add_sim_command(CLI::App& app) {
   cmd->add_flag("--check", a.check,
                 "Run the built-in scenarios with the policy; exit 0 only when it is safe");
 
-  auto* sc = "Scenario";
-  cmd->add_option("--seed", a.seed, "Random seed (same seed, same results)")->group(sc);
-  cmd->add_option("--duration", a.duration, "Simulated time (e.g. 150s)")->group(sc);
-  cmd->add_option("--rps", a.rps, "Offered load, user requests per second")->group(sc);
-  cmd->add_option("--workers", a.workers, "Database workers (queries at once)")->group(sc);
-  cmd->add_option("--service", a.service, "Mean service time of one query (e.g. 5ms)")->group(sc);
-  cmd->add_option("--distribution", a.distribution, "exponential | lognormal | fixed")->group(sc);
-  cmd->add_option("--sigma", a.sigma, "Shape of the lognormal service time")->group(sc);
-  cmd->add_option("--queue-limit", a.queue_limit, "Queued attempts beyond which 53300 is returned")
-      ->group(sc);
-  cmd->add_option("--reject-latency", a.reject_latency, "Time for a refusal to reach the client")
-      ->group(sc);
-  cmd->add_flag("--drop-abandoned", a.drop_abandoned,
-                "Skip queued work whose client already gave up (a pooler that notices)")
-      ->group(sc);
-  cmd->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)")->group(sc);
-  cmd->add_option("--clients", a.clients, "Client processes")->group(sc);
-  cmd->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes")
-      ->group(sc);
-  cmd->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | brownout")
-      ->group(sc);
-  cmd->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)")
-      ->group(sc);
-  cmd->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)")->group(sc);
-  cmd->add_option("--factor", a.factor,
-                  "Capacity drop: service time x factor; spike: load x factor")
-      ->group(sc);
-  cmd->add_option("--failure-ratio", a.failure_ratio, "Brownout: fraction of attempts refused")
-      ->group(sc);
-  cmd->add_option("--requests", a.requests, "Stop admitting requests after this many")->group(sc);
-  cmd->add_option("--recovery-goodput", a.recovery_goodput,
-                  "Recovered: goodput at least this fraction of offered load")
-      ->group(sc);
-  cmd->add_option("--recovery-hold", a.recovery_hold, "... for this long in a row (e.g. 10s)")
-      ->group(sc);
-  cmd->add_option("--metastable-after", a.metastable_after,
-                  "Not recovered within this long after the trigger: metastable")
-      ->group(sc);
+  CLI::Option_group* sc = cmd->add_option_group("Scenario");
+  sc->add_option("--seed", a.seed, "Random seed (same seed, same results)");
+  sc->add_option("--duration", a.duration, "Simulated time (e.g. 150s)");
+  sc->add_option("--rps", a.rps, "Offered load, user requests per second");
+  sc->add_option("--workers", a.workers, "Database workers (queries at once)");
+  sc->add_option("--service", a.service, "Mean service time of one query (e.g. 5ms)");
+  sc->add_option("--distribution", a.distribution, "exponential | lognormal | fixed");
+  sc->add_option("--sigma", a.sigma, "Shape of the lognormal service time");
+  sc->add_option("--queue-limit", a.queue_limit, "Queued attempts beyond which 53300 is returned");
+  sc->add_option("--reject-latency", a.reject_latency, "Time for a refusal to reach the client");
+  sc->add_flag("--drop-abandoned", a.drop_abandoned,
+               "Skip queued work whose client already gave up (a pooler that notices)");
+  sc->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)");
+  sc->add_option("--clients", a.clients, "Client processes");
+  sc->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes");
+  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | brownout");
+  sc->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)");
+  sc->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)");
+  sc->add_option("--factor", a.factor,
+                 "Capacity drop: service time x factor; spike: load x factor");
+  sc->add_option("--failure-ratio", a.failure_ratio, "Brownout: fraction of attempts refused");
+  sc->add_option("--requests", a.requests, "Stop admitting requests after this many");
+  sc->add_option("--recovery-goodput", a.recovery_goodput,
+                 "Recovered: goodput at least this fraction of offered load");
+  sc->add_option("--recovery-hold", a.recovery_hold, "... for this long in a row (e.g. 10s)");
+  sc->add_option("--metastable-after", a.metastable_after,
+                 "Not recovered within this long after the trigger: metastable");
 
-  auto* hf = "holdfast strategy defaults";
-  cmd->add_option("--max-attempts", a.max_attempts, "Attempts per request (default 5)")->group(hf);
-  cmd->add_option("--window", a.window, "Retry window per request (default 6s)")->group(hf);
-  cmd->add_option("--threshold", a.threshold,
-                  "Consecutive overload faults that open the breaker at low traffic (default 5)")
-      ->group(hf);
-  cmd->add_option("--health-probe", a.health,
-                  "Run a HealthProbe this often while a breaker is open (default: none)")
-      ->group(hf);
-  cmd->add_flag("--no-throttle", a.no_throttle, "No retry throttle")->group(hf);
-  cmd->add_flag("--no-breaker", a.no_breaker, "No circuit breaker")->group(hf);
+  CLI::Option_group* hf = cmd->add_option_group("holdfast strategy defaults");
+  hf->add_option("--max-attempts", a.max_attempts, "Attempts per request (default 5)");
+  hf->add_option("--window", a.window, "Retry window per request (default 6s)");
+  hf->add_option("--threshold", a.threshold,
+                 "Consecutive overload faults that open the breaker at low traffic (default 5)");
+  hf->add_option("--health-probe", a.health,
+                 "Run a HealthProbe this often while a breaker is open (default: none)");
+  hf->add_flag("--no-throttle", a.no_throttle, "No retry throttle");
+  hf->add_flag("--no-breaker", a.no_breaker, "No circuit breaker");
 
   cmd->callback([args, cmd] { run_sim(*args, *cmd); });
 }
