@@ -104,7 +104,9 @@ struct HttpFront::Conn {
   bool light = false;
 };
 
-HttpFront::HttpFront(Options options) : options_(std::move(options)) {
+HttpFront::HttpFront(Options options)
+    : options_(std::move(options)),
+      own_answers_(options_.clock != nullptr ? *options_.clock : Clock::system()) {
   heavy_.limit = options_.heavy_queue;
   light_.limit = options_.light_queue;
 }

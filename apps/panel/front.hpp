@@ -53,6 +53,9 @@ class HttpFront {
     std::size_t max_form_bytes = 8 * 1024;   // application/x-www-form-urlencoded
     std::size_t max_body_bytes = 64 * 1024;  // any other body
     int max_connections = 1024;              // open client connections
+    // Counts own_answers() per second; the panel's TrafficRing should be on the same clock
+    // (GET /status adds the two second by second). Outlives the front; null: the system clock.
+    Clock* clock = &Clock::system();
   };
 
   // What the front has done (for tests and /metrics).
@@ -75,7 +78,7 @@ class HttpFront {
   [[nodiscard]] int port() const noexcept { return port_; }
   [[nodiscard]] const Counters& counters() const noexcept { return counters_; }
   // The answers the front makes itself (refusals, its 503s, "the panel is starting"), per
-  // second on the system clock; the answers it relays are the panel's to count.
+  // second on Options::clock; the answers it relays are the panel's to count.
   [[nodiscard]] const TrafficRing& own_answers() const noexcept { return own_answers_; }
 
   // True for a request that never touches the database: it has relays of its own.
@@ -124,7 +127,7 @@ class HttpFront {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   Counters counters_;
-  TrafficRing own_answers_{Clock::system()};
+  TrafficRing own_answers_;
   Lane heavy_;
   Lane light_;
   std::thread loop_thread_;
