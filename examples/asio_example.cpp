@@ -43,8 +43,8 @@ int main() {
       io,
       [&]() -> asio::awaitable<void> {
         holdfast::Result<int> n = co_await holdfast::asio::async_run<holdfast::Result<int>>(
-            io.get_executor(), shield, holdfast::Operation::read("games.count"),
-            std::ref(first), asio::use_awaitable);
+            io.get_executor(), shield, holdfast::Operation::read("games.count"), std::ref(first),
+            asio::use_awaitable);
         if (!n.ok()) ++failures;
         std::printf("coroutine: %s after %d calls\n",
                     n.ok() ? std::to_string(*n).c_str() : n.status().to_string().c_str(),

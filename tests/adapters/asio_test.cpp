@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
@@ -13,7 +14,6 @@
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -205,9 +205,9 @@ TEST(AsioAdapter, CancelledInItsBackoffCompletesCancelledAndReleasesItsPlace) {
     });
   };
   std::optional<Status> got;
-  async_run(io.get_executor(), shield, Operation::read("q"), attempt,
-            ::asio::bind_cancellation_slot(cancel.slot(),
-                                           [&](Status s) { got.emplace(std::move(s)); }));
+  async_run(
+      io.get_executor(), shield, Operation::read("q"), attempt,
+      ::asio::bind_cancellation_slot(cancel.slot(), [&](Status s) { got.emplace(std::move(s)); }));
   io.run();
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->code(), Code::kCancelled);
@@ -243,8 +243,9 @@ class AsioProbeWait : public ::testing::Test {
     RunOptions once;
     once.policy = &single_;
     for (int i = 0; i < 3; ++i) {
-      async_run(io_.get_executor(), shield_, Operation::read("trip"), once,
-                [&](Done<Status> d) { d(locked); }, [](Status) {});
+      async_run(
+          io_.get_executor(), shield_, Operation::read("trip"), once,
+          [&](Done<Status> d) { d(locked); }, [](Status) {});
     }
     io_.run();
     io_.restart();
@@ -275,12 +276,11 @@ class AsioProbeWait : public ::testing::Test {
         results[static_cast<std::size_t>(i)].emplace(std::move(s));
       };
       if (cancels != nullptr) {
-        async_run(io_.get_executor(), shield_, Operation::read("page"), patient, database(),
-                  ::asio::bind_cancellation_slot((*cancels)[static_cast<std::size_t>(i)].slot(),
-                                                 done));
+        async_run(
+            io_.get_executor(), shield_, Operation::read("page"), patient, database(),
+            ::asio::bind_cancellation_slot((*cancels)[static_cast<std::size_t>(i)].slot(), done));
       } else {
-        async_run(io_.get_executor(), shield_, Operation::read("page"), patient, database(),
-                  done);
+        async_run(io_.get_executor(), shield_, Operation::read("page"), patient, database(), done);
       }
     }
     for (int turns = 0; turns < 200; ++turns) {
@@ -353,7 +353,8 @@ TEST_F(AsioProbeWait, CancelledWhileWaitingForTheProbeLeavesTheQueueAtOnce) {
   io_.run();
   EXPECT_EQ(shield_.waiting(), 0);
   EXPECT_EQ(shield_.limit().in_flight(), 0);
-  for (const auto& r : results) ASSERT_TRUE(r.has_value());
+  for (const auto& r : results)
+    ASSERT_TRUE(r.has_value());
 }
 
 TEST(AsioAdapter, AnOpenBreakerFailsFastWithRetryAfter) {
@@ -402,7 +403,8 @@ TEST(AsioAdapter, OverloadOpensTheBreakerAndLaterCallsFailFast) {
             [&](Status s) { late.emplace(std::move(s)); });
   io.run();
   ASSERT_EQ(got.size(), 3u);
-  for (const Status& s : got) EXPECT_FALSE(s.ok());
+  for (const Status& s : got)
+    EXPECT_FALSE(s.ok());
   ASSERT_TRUE(late.has_value());
   EXPECT_EQ(late->stop_reason(), StopReason::kBreakerOpen);
   EXPECT_GT(late->retry_after(), Duration::zero());

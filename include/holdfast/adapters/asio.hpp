@@ -389,9 +389,8 @@ class RunOp {
       waking(*s.shield, [&] { s.call->succeeded(std::move(s.permit), latency); });
       return self.complete(s.finish(std::move(r)));
     }
-    RetryDecision d = waking(*s.shield, [&] {
-      return s.call->failed(std::move(s.permit), status_of(r), end, latency);
-    });
+    RetryDecision d = waking(
+        *s.shield, [&] { return s.call->failed(std::move(s.permit), status_of(r), end, latency); });
     if (!d.retry) return self.complete(s.finish(R(std::move(d.status))));
     if (cancel_requested(self)) return self.complete(s.cancelled());
     s.phase = Phase::kBackoff;
