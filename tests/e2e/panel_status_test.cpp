@@ -239,9 +239,9 @@ TEST_F(PanelStatusTest, TheFrontsOwn503sAreOnTheChartAndEveryAnswerCountsOnce) {
   ASSERT_GE(before.busy, 0) << chart->body;
 
   constexpr int kBurst = 100;
-  const std::string page = "GET /dashboard/schedule?date=" + today() +
-                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: " +
-                           cookie_.find("Cookie")->second + "\r\n\r\n";
+  const std::string page =
+      "GET /dashboard/schedule?date=" + today() +
+      " HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: " + cookie_.find("Cookie")->second + "\r\n\r\n";
   auto lock = storm(StormKind::kRead);
   std::vector<int> fds = send_burst(server_->port(), page, kBurst);
   ASSERT_EQ(std::count(fds.begin(), fds.end(), -1), 0);
