@@ -7,8 +7,14 @@
 //                                          # nine real faults (apps/panel/drill_pg.hpp)
 #include <fmt/core.h>
 
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <ctime>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,6 +64,38 @@ std::string self_exe() {
   return ec ? std::string() : p.string();
 }
 
+// While it lives, Ctrl-C and SIGTERM set `flag` instead of ending the process, so the
+// PostgreSQL drill can stop its panels and its cluster first. REQUIRES: made before any
+// thread starts (threads inherit the blocked signals).
+class StopSignals {
+ public:
+  explicit StopSignals(std::atomic<bool>& flag) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+    watcher_ = std::thread([this, &flag] {
+      const timespec tick{0, 200'000'000};
+      while (!done_) {
+        if (sigtimedwait(&set_, nullptr, &tick) > 0) flag = true;
+      }
+    });
+  }
+  ~StopSignals() {
+    done_ = true;
+    watcher_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  sigset_t set_{};
+  sigset_t old_{};
+  std::atomic<bool> done_{false};
+  std::thread watcher_;
+};
+
 // The scale-out drill on PostgreSQL. Strategies default to none, holdfast and
 // holdfast+pgbouncer unless --strategies was given.
 void run_pg_drill_command(const DrillArgs& args, bool strategies_given) {
@@ -68,6 +106,9 @@ void run_pg_drill_command(const DrillArgs& args, bool strategies_given) {
   options.processes = args.processes;
   options.fault_scale = args.fault_scale;
   options.holdfast_exe = self_exe();
+  std::atomic<bool> interrupted{false};
+  options.cancel = &interrupted;
+  const StopSignals signals(interrupted);
   ProgressBar bar(stderr, options.base.progress, "s");
   Result<panel::DrillResult> result = panel::run_drill_pg(
       options,
@@ -155,9 +196,11 @@ void add_drill_command(CLI::App& app) {
                   "(the origin's is 30; shorter keeps the drill short)")
       ->check(seconds_in(3600))
       ->capture_default_str();
-  cmd->add_option("--gap", args->options.gap_s, "Quiet seconds after each storm")
-      ->check(seconds_in(600))
-      ->capture_default_str();
+  CLI::Option* gap =
+      cmd->add_option("--gap", args->options.gap_s,
+                      "Quiet seconds after each storm (postgres: 5 unless given)")
+          ->check(seconds_in(600))
+          ->capture_default_str();
   cmd->add_option("--think-ms", args->options.think_ms, "A worker's pause between requests")
       ->check(CLI::Range(0, 60'000))
       ->capture_default_str();
@@ -171,9 +214,12 @@ void add_drill_command(CLI::App& app) {
       ->check(not_empty("--out"))
       ->capture_default_str();
   cmd->add_flag("!--no-progress", args->options.progress, "No progress bar");
-  cmd->callback([args, strategies] {
+  cmd->callback([args, strategies, gap] {
     if (args->engine == "postgres") {
 #ifdef HOLDFAST_HAVE_PG
+      // A standby reconnects to a restarted primary within wal_retrieve_retry_interval
+      // (5 s): the gap lets it catch up before the next fault.
+      if (gap->count() == 0) args->options.gap_s = 5.0;
       run_pg_drill_command(*args, strategies->count() > 0);
       return;
 #else
@@ -182,6 +228,7 @@ void add_drill_command(CLI::App& app) {
 #endif
     }
     (void)strategies;
+    (void)gap;
     run_drill_command(*args);
   });
 }

@@ -363,6 +363,7 @@ Result<std::optional<User>> PgClubStore::session(std::string_view token, std::st
   pg::ReadOptions lookup;
   lookup.operation = Operation::read("session.read");
   if (options_.strategy == Strategy::kHoldfast) lookup.policy = &kSessionSchedule;
+  recall_writes("session:" + std::string(token));  // a sign-in just now, on this process
   Result<pg::Rows> rows = run(lookup.operation, [&] {
     return reads_->read(
         "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = s.user_id "
@@ -373,7 +374,7 @@ Result<std::optional<User>> PgClubStore::session(std::string_view token, std::st
   if (rows->empty()) return std::optional<User>();
   Result<std::int64_t> id = int_at(*rows, 0, 0);
   if (!id.ok()) return id.status();
-  recall_writes(*id);
+  recall_writes("user:" + std::to_string(*id));
   return std::optional<User>(User{*id, std::string(rows->text(0, 1)), std::string(rows->text(0, 2)),
                                   std::string(rows->text(0, 3))});
 }
@@ -498,6 +499,7 @@ Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::stri
         {token, user_id, now_utc}, op);
   });
   if (!inserted.ok()) return inserted.status();
+  remember_write("session:" + token);
   return token;
 }
 
@@ -514,7 +516,7 @@ Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t am
   };
   Result<std::pair<std::int64_t, bool>> made = create_row(user_id, "payments", key, insert);
   if (!made.ok()) return made.status();
-  remember_write(user_id);
+  remember_write("user:" + std::to_string(user_id));
   return PaymentReceipt{made->first, amount_cents, made->second};
 }
 

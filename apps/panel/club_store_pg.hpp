@@ -78,29 +78,32 @@ class PgClubStore final : public ClubStore {
   template <class F>
   auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
 
-  // Read-your-writes across requests: the WAL position of each user's last payment in this
-  // process, which that user's later requests must see (pg::require_lsn()) before a
-  // standby may answer them. In memory: a user whose requests reach another process is
-  // not covered.
-  void remember_write(std::int64_t user_id) {
+  // Read-your-writes across requests: the WAL position of the last write of a session
+  // ("session:<token>", its sign-in) or a user ("user:<id>", their payments) in this
+  // process, which later requests must see (pg::require_lsn()) before a standby may answer
+  // them. In memory, at most kMaxRemembered keys (then it starts afresh): requests that
+  // reach another process are not covered.
+  void remember_write(const std::string& who) {
     const pg::Lsn lsn = pg::request_lsn();
     if (lsn.empty()) return;
     std::lock_guard<std::mutex> lock(last_write_mutex_);
-    pg::Lsn& last = last_write_[user_id];
+    if (last_write_.size() >= kMaxRemembered) last_write_.clear();
+    pg::Lsn& last = last_write_[who];
     last = std::max(last, lsn);
   }
-  void recall_writes(std::int64_t user_id) {
+  void recall_writes(const std::string& who) {
     pg::Lsn lsn;
     {
       std::lock_guard<std::mutex> lock(last_write_mutex_);
-      if (auto it = last_write_.find(user_id); it != last_write_.end()) lsn = it->second;
+      if (auto it = last_write_.find(who); it != last_write_.end()) lsn = it->second;
     }
     if (!lsn.empty()) pg::require_lsn(lsn);
   }
+  static constexpr std::size_t kMaxRemembered = 100'000;
 
   std::string where_;  // the URL with its password masked, for messages
   std::mutex last_write_mutex_;
-  std::map<std::int64_t, pg::Lsn> last_write_;
+  std::map<std::string, pg::Lsn, std::less<>> last_write_;
   std::unique_ptr<pg::Database> reads_;
   std::unique_ptr<pg::Database> writes_;
 };

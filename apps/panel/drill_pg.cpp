@@ -72,12 +72,14 @@ Result<DrillResult> run_drill_pg(
   // Declared first, destroyed last: the cluster outlives the load that talks to it.
   drill::PgDrill pg;
   drill::DrillRun run(options.base);
+  run.cancel = options.cancel;
   if (progress) progress(0, 1, "starting PostgreSQL (primary and standby) and the panels");
   if (Status s = drill::open_pg_instances(run, pg, options); !s.ok()) return s;
   drill::start_load(run, today);
   DrillResult result;
   result.engine = "postgres";
   if (Status s = drill::run_pg_faults(run, pg, *faults, progress, result); !s.ok()) return s;
+  if (run.cancelled()) return Status(Code::kCancelled, "the drill was interrupted");
   run.stop_load();
   result.seconds = run.since();
   drill::summarize(run, result);

@@ -12,6 +12,7 @@
 // each database afterwards.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ struct PgDrillOptions {
   // Holds pg-test-server.sh and pgbouncer-test.sh. Empty: $HOLDFAST_SCRIPTS_DIR, then the
   // source tree's scripts/ (compiled in), then ../../../scripts from the executable.
   std::string scripts_dir;
+  // When set and it turns true (a signal watcher sets it on Ctrl-C), the drill undoes the
+  // fault it is in, stops the load, the panels and the cluster, and returns CANCELLED.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Runs the drill. A Status when the cluster, a panel process or a fault could not be

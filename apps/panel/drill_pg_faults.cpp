@@ -254,7 +254,7 @@ Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& sp
     return ended.annotate(what + ": undoing it");
   }
   run.storm_wall.push_back({wall_start, wall_now()});
-  pacer.wait_until(sr.end_s + run.options.gap_s, what + " - recovery");
+  if (!run.cancelled()) pacer.wait_until(sr.end_s + run.options.gap_s, what + " - recovery");
   return sr;
 }
 
@@ -274,6 +274,7 @@ Status run_pg_faults(DrillRun& run, PgDrill& drill, const std::vector<StormSpec>
   Pacer pacer(run, faults, progress);
   pacer.wait_until(run.options.warmup_s, "warm-up");
   for (const StormSpec& spec : faults) {
+    if (run.cancelled()) return Status();
     Result<StormResult> sr = run_fault(run, drill, spec, pacer);
     if (!sr.ok()) return sr.status();
     result.storms.push_back(*sr);

@@ -110,7 +110,11 @@ struct DrillRun {
     }
   }
 
+  // True once the caller asked the drill to stop early (`cancel`, may be null).
+  [[nodiscard]] bool cancelled() const { return cancel != nullptr && cancel->load(); }
+
   const DrillOptions& options;
+  const std::atomic<bool>* cancel = nullptr;
   std::vector<std::unique_ptr<Instance>> instances;
   Steady::time_point t0 = Steady::now();
   std::atomic<bool> stop{false};
@@ -131,9 +135,10 @@ class Pacer {
       total_ += s.seconds + run.options.gap_s;
   }
 
-  // Until `t` seconds since the load began; `tick` runs at each step.
+  // Until `t` seconds since the load began, or the drill is cancelled; `tick` runs at each
+  // step.
   void wait_until(double t, const std::string& what, const std::function<void()>& tick = {}) {
-    while (run_.since() < t) {
+    while (run_.since() < t && !run_.cancelled()) {
       report(what);
       if (tick) tick();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
