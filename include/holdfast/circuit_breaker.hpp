@@ -231,7 +231,7 @@ class CircuitBreaker {
  private:
   friend class Permit;
   static constexpr std::uint64_t kStateMask = 3;
-  struct Lease {
+  struct ProbeLease {
     bool busy = false;
     std::int64_t expires_ns = 0;
   };
@@ -276,7 +276,7 @@ class CircuitBreaker {
   std::atomic<bool> health_out_{false};
 
   std::mutex mutex_;
-  std::vector<Lease> leases_;  // half_open_probes entries; guarded by mutex_
+  std::vector<ProbeLease> leases_;  // half_open_probes entries; guarded by mutex_
   int probe_successes_ = 0;    // guarded by mutex_
 
   std::mutex listeners_mutex_;

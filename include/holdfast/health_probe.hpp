@@ -40,7 +40,7 @@ class HealthProbe {
   // probe that hangs delays the next one. Exceptions count as a failed probe.
   using ProbeFn = std::function<Status()>;
 
-  struct Outcome {
+  struct ProbeReport {
     bool ran = false;     // false: the breaker was not open, or another probe was out
     Status status;        // the probe's answer when it ran
     bool closed = false;  // the probe's success closed the breaker
@@ -54,8 +54,8 @@ class HealthProbe {
   HealthProbe(const HealthProbe&) = delete;
   HealthProbe& operator=(const HealthProbe&) = delete;
 
-  // Runs the probe once now if the breaker is open; see Outcome.
-  Outcome probe_now();
+  // Runs the probe once now if the breaker is open; see ProbeReport.
+  ProbeReport probe_now();
 
   // Stops the background thread (idempotent; the destructor calls it).
   void stop() noexcept;

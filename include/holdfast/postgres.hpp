@@ -225,7 +225,7 @@ class Transaction {
   // The transaction id recorded at BEGIN (pg_current_xact_id()); empty for READ ONLY.
   [[nodiscard]] std::string_view xid() const noexcept { return xid_; }
   // 1 for the first run of the function, 2 for its first re-run, ...
-  [[nodiscard]] int run() const noexcept { return run_; }
+  [[nodiscard]] int run_number() const noexcept { return run_; }
   [[nodiscard]] Connection& connection() noexcept { return *conn_; }
 
  private:

@@ -176,7 +176,7 @@ void CircuitBreaker::move_locked(BreakerState to, TransitionReason reason, std::
 
 void CircuitBreaker::open_locked(std::int64_t now_ns, Duration period, TransitionReason reason,
                                  Pending& pending) {
-  for (Lease& l : leases_)
+  for (ProbeLease& l : leases_)
     l.busy = false;
   free_leases_.store(0, std::memory_order_relaxed);
   first_lease_expiry_ns_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
@@ -189,7 +189,7 @@ void CircuitBreaker::open_locked(std::int64_t now_ns, Duration period, Transitio
 }
 
 void CircuitBreaker::close_locked(std::int64_t now_ns, TransitionReason reason, Pending& pending) {
-  for (Lease& l : leases_)
+  for (ProbeLease& l : leases_)
     l.busy = false;
   free_leases_.store(0, std::memory_order_relaxed);
   probe_successes_ = 0;
@@ -199,7 +199,7 @@ void CircuitBreaker::close_locked(std::int64_t now_ns, TransitionReason reason, 
 }
 
 void CircuitBreaker::expire_leases_locked(std::int64_t now_ns, Pending& pending) {
-  for (const Lease& l : leases_) {
+  for (const ProbeLease& l : leases_) {
     if (l.busy && l.expires_ns <= now_ns) {
       const Duration doubled = std::min(
           Duration(open_period_ns_.load(std::memory_order_relaxed)) * 2, options_.open_max);
@@ -290,7 +290,7 @@ CircuitBreaker::Permit CircuitBreaker::acquire_slow(TimePoint now) noexcept {
         std::int64_t first_expiry = std::numeric_limits<std::int64_t>::max();
         int taken = -1;
         for (std::size_t i = 0; i < leases_.size(); ++i) {
-          Lease& l = leases_[i];
+          ProbeLease& l = leases_[i];
           if (!l.busy && taken < 0) {
             l.busy = true;
             l.expires_ns = ns + options_.probe_lease.count();
@@ -422,7 +422,7 @@ void CircuitBreaker::finish_probe(const Permit& permit, CallResult result,
         close_locked(end_ns, TransitionReason::kHealthProbeSucceeded, pending);
       }
     } else {
-      Lease& lease = leases_[permit.lease_];
+      ProbeLease& lease = leases_[permit.lease_];
       if (lease.busy) {
         lease.busy = false;
         free_leases_.fetch_add(1, std::memory_order_release);
@@ -438,7 +438,7 @@ void CircuitBreaker::finish_probe(const Permit& permit, CallResult result,
       }
       if (state_of(word_.load(std::memory_order_relaxed)) == BreakerState::kHalfOpen) {
         std::int64_t first = std::numeric_limits<std::int64_t>::max();
-        for (const Lease& l : leases_) {
+        for (const ProbeLease& l : leases_) {
           if (l.busy) first = std::min(first, l.expires_ns);
         }
         first_lease_expiry_ns_.store(first, std::memory_order_relaxed);
@@ -456,7 +456,7 @@ void CircuitBreaker::isolate() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (state_of(word_.load(std::memory_order_relaxed)) == BreakerState::kIsolated) return;
-    for (Lease& l : leases_)
+    for (ProbeLease& l : leases_)
       l.busy = false;
     free_leases_.store(0, std::memory_order_relaxed);
     probe_successes_ = 0;

@@ -30,11 +30,11 @@ void HealthProbe::stop() noexcept {
   breaker_->expect_health_probes(TimePoint{}, Duration::zero());
 }
 
-HealthProbe::Outcome HealthProbe::probe_now() {
+HealthProbe::ProbeReport HealthProbe::probe_now() {
   Clock& clock = breaker_->clock();
   const TimePoint start = clock.now();
   CircuitBreaker::Permit permit = breaker_->acquire_health_probe(start);
-  Outcome out;
+  ProbeReport out;
   if (!permit) return out;
   out.ran = true;
   runs_.fetch_add(1, std::memory_order_relaxed);

@@ -428,7 +428,7 @@ class Engine {
   // open), then announce the next run to the breaker.
   void on_health_probe(std::uint32_t b) {
     sync_clock();
-    const HealthProbe::Outcome out = probes_[b]->probe_now();
+    const HealthProbe::ProbeReport out = probes_[b]->probe_now();
     const std::int64_t next = now_ + st_.health_interval.count();
     shields_[b]->breaker().expect_health_probes(start_ + Duration(next), st_.health_interval);
     if (trace_) {

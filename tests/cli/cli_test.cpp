@@ -19,19 +19,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
+struct CommandRun {
   int exit_status = -1;
   std::string err;
 };
 
 // Runs `holdfast <args>` with a 60 s limit; stdout is discarded.
-Outcome holdfast(const std::string& args) {
+CommandRun holdfast(const std::string& args) {
   const fs::path err =
       fs::temp_directory_path() / ("holdfast-cli-" + std::to_string(::getpid()) + ".err");
   const std::string cmd =
       "timeout 60 " + std::string(HOLDFAST_BIN) + " " + args + " >/dev/null 2>" + err.string();
   const int raw = std::system(cmd.c_str());
-  Outcome r;
+  CommandRun r;
   r.exit_status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
   std::ifstream in(err);
   std::stringstream text;
@@ -42,7 +42,7 @@ Outcome holdfast(const std::string& args) {
 }
 
 void expect_refused(const std::string& args, const std::string& mention) {
-  const Outcome r = holdfast(args);
+  const CommandRun r = holdfast(args);
   EXPECT_EQ(r.exit_status, 2) << "holdfast " << args << "\n" << r.err;
   EXPECT_NE(r.err.find(mention), std::string::npos) << "holdfast " << args << "\n" << r.err;
   // One line.
@@ -108,7 +108,7 @@ TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
     const std::string junk(8192, '\x5a');
     f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
   }
-  const Outcome r = holdfast("panel --check --port 0 --db " + path);
+  const CommandRun r = holdfast("panel --check --port 0 --db " + path);
   EXPECT_EQ(r.exit_status, 1) << r.err;
   EXPECT_NE(r.err.find("quick_check"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not starting"), std::string::npos) << r.err;

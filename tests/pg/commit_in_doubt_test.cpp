@@ -125,7 +125,7 @@ TEST_F(PgCommitInDoubt, ARerunnableTransactionResolvedAsRolledBackIsReRunAndAppl
   std::thread killer = kill_during_commit("PgSleep");
   Status s = db.transaction(
       [&](Transaction& tx) -> Status {
-        if (tx.run() == 1) {
+        if (tx.run_number() == 1) {
           if (auto r = tx.query("SET LOCAL hf.slow_commit = 'on'"); !r.ok()) return r.status();
         }
         return tx.query("INSERT INTO " + table_ + " (v) VALUES ('paid')").status();

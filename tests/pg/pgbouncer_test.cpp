@@ -139,7 +139,7 @@ TEST_F(PgBouncerTransactionMode, ReadsWritesReRunTransactionsAndOnceWork) {
       [&](Transaction& tx) -> Status {
         auto b = tx.query("SELECT balance FROM " + table_ + " WHERE id = 1");  // the snapshot
         if (!b.ok()) return b.status();
-        if (tx.run() == 1)
+        if (tx.run_number() == 1)
           other.exec("UPDATE " + table_ + " SET balance = balance + 10 WHERE id = 1");
         return tx.query("UPDATE " + table_ + " SET balance = balance + 1 WHERE id = 1").status();
       },

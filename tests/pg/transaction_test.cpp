@@ -118,7 +118,7 @@ TEST_F(PgTransaction, ASerializationFailureReRunsARerunnableTransactionAndApplie
       [&](Transaction& tx) -> Status {
         auto b = tx.query("SELECT balance FROM " + table_ + " WHERE id = 1");  // the snapshot
         if (!b.ok()) return b.status();
-        if (tx.run() == 1) {
+        if (tx.run_number() == 1) {
           other.exec("UPDATE " + table_ + " SET balance = balance + 10 WHERE id = 1");
         }
         return add(tx, 1, 1);
@@ -164,7 +164,7 @@ TEST_F(PgTransaction, ADeadlockVictimIsReRunAndAppliedOnce) {
         // We are the one the deadlock detector picks: our timeout is the shorter.
         if (auto r = tx.query("SET LOCAL deadlock_timeout = '100ms'"); !r.ok()) return r.status();
         if (Status a = add(tx, 1, -1); !a.ok()) return a;
-        if (tx.run() == 1) {
+        if (tx.run_number() == 1) {
           other_txn = std::thread([&] {
             other.exec("BEGIN");
             other.exec("SET LOCAL deadlock_timeout = '10s'");
@@ -198,7 +198,7 @@ TEST_F(PgTransaction, AConnectionLostBeforeCommitReRunsTheWholeTransaction) {
   Status s = db.transaction(
       [&](Transaction& tx) -> Status {
         if (Status a = add(tx, 1, 7); !a.ok()) return a;
-        if (tx.run() == 1) {
+        if (tx.run_number() == 1) {
           EXPECT_EQ(admin_->terminate(app_), 1);
           EXPECT_TRUE(admin_->wait_gone(app_));
         }

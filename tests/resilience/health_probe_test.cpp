@@ -53,7 +53,7 @@ TEST(HealthProbe, DoesNothingWhileTheBreakerIsClosed) {
   int calls = 0;
   HealthProbe probe(
       breaker, [&] { return ++calls, Status(); }, manual());
-  const HealthProbe::Outcome out = probe.probe_now();
+  const HealthProbe::ProbeReport out = probe.probe_now();
   EXPECT_FALSE(out.ran);
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(probe.runs(), 0u);
@@ -66,7 +66,7 @@ TEST(HealthProbe, AFailedProbeLeavesTheOpenPeriodAlone) {
   HealthProbe probe(
       breaker, [&] { return clock.advance(milliseconds(5)), overload(); }, manual());
   clock.advance(seconds(1));
-  const HealthProbe::Outcome out = probe.probe_now();
+  const HealthProbe::ProbeReport out = probe.probe_now();
   EXPECT_TRUE(out.ran);
   EXPECT_FALSE(out.status.ok());
   EXPECT_FALSE(out.closed);
@@ -85,7 +85,7 @@ TEST(HealthProbe, ASuccessfulProbeClosesTheBreakerAndWakesWaiters) {
       breaker, [] { return Status(); }, manual());
   const std::uint64_t seen = breaker.signal().generation();
   clock.advance(seconds(2));
-  const HealthProbe::Outcome out = probe.probe_now();
+  const HealthProbe::ProbeReport out = probe.probe_now();
   EXPECT_TRUE(out.ran);
   EXPECT_TRUE(out.closed);
   EXPECT_EQ(breaker.state(), BreakerState::kClosed);
@@ -116,7 +116,7 @@ TEST(HealthProbe, AProbeThatThrowsIsAFailedProbe) {
   trip(breaker, clock);
   HealthProbe probe(
       breaker, []() -> Status { throw std::runtime_error("driver exploded"); }, manual());
-  const HealthProbe::Outcome out = probe.probe_now();
+  const HealthProbe::ProbeReport out = probe.probe_now();
   EXPECT_TRUE(out.ran);
   EXPECT_EQ(out.status.code(), Code::kUnknown);
   EXPECT_EQ(breaker.state(), BreakerState::kOpen);

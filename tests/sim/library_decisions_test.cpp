@@ -255,7 +255,7 @@ void replay_shields(const Scenario& s, const Strategy& st, Seen& seen) {
         ASSERT_LT(e.client, probes.size());
         ASSERT_TRUE(rec.status.has_value() || !e.ran);
         probe_answers[e.client] = rec.status.value_or(Status());
-        const HealthProbe::Outcome out = probes[e.client]->probe_now();
+        const HealthProbe::ProbeReport out = probes[e.client]->probe_now();
         ASSERT_EQ(e.ran, out.ran) << "probe of shield " << e.client << " at "
                                   << e.at.time_since_epoch().count();
         ASSERT_EQ(e.closed, out.closed);
