@@ -157,9 +157,4 @@ class PgLogStore final : public LogStore {
   std::atomic<int> writer_pid_{0};
 };
 
-// Appends `text` to `out` as one double-quoted element of a PostgreSQL array literal: '"'
-// and '\' escaped, NUL bytes dropped, invalid UTF-8 replaced by U+FFFD. Returns true when
-// it had to drop or replace something.
-bool append_array_element(std::string& out, std::string_view text);
-
 }  // namespace holdfast::pg

@@ -64,15 +64,7 @@ struct AccessVerdict {
 };
 
 namespace detail {
-// The immutable description of one SQL text, shared by every copy of its Query.
-struct QueryInfo {
-  static constexpr std::uint32_t kUncached = 0xffffffffu;
-  std::uint64_t owner = 0;         // the Database that judged it
-  std::uint32_t slot = kUncached;  // index into every connection's statement cache
-  int parameters = -1;             // how many parameters it has (-1: ask SQLite)
-  AccessVerdict verdict;
-  std::string sql;
-};
+struct QueryInfo;  // what the Database knows of the SQL (src/sqlite/query_info.hpp)
 struct QueryAccess;
 }  // namespace detail
 
@@ -83,18 +75,13 @@ class Query {
   Query() noexcept = default;
 
   [[nodiscard]] bool valid() const noexcept { return info_ != nullptr; }
-  [[nodiscard]] std::string_view sql() const noexcept {
-    return info_ ? std::string_view(info_->sql) : std::string_view();
-  }
-  [[nodiscard]] const AccessVerdict& verdict() const noexcept {
-    static const AccessVerdict kNone;
-    return info_ ? info_->verdict : kNone;
-  }
+  // The SQL text (empty when not valid()).
+  [[nodiscard]] std::string_view sql() const noexcept;
+  // The engine's read/write verdict (a write when not valid()).
+  [[nodiscard]] const AccessVerdict& verdict() const noexcept;
   [[nodiscard]] Access access() const noexcept { return verdict().access; }
   // False when the statement cache was full: the statement is prepared on every use.
-  [[nodiscard]] bool cached() const noexcept {
-    return info_ && info_->slot != detail::QueryInfo::kUncached;
-  }
+  [[nodiscard]] bool cached() const noexcept;
 
  private:
   friend struct detail::QueryAccess;

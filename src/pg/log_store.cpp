@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "array_literal.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

@@ -30,6 +30,7 @@
 #include "holdfast/sqlite_options.hpp"
 #include "holdfast/sqlite_query.hpp"
 #include "holdfast/status.hpp"
+#include "query_info.hpp"
 
 namespace holdfast::sqlite::detail {
 

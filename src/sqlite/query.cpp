@@ -5,8 +5,22 @@
 #include "connection.hpp"
 #include "holdfast/classify.hpp"
 #include "holdfast/sqlite_query.hpp"
+#include "query_info.hpp"
 
 namespace holdfast::sqlite {
+
+std::string_view Query::sql() const noexcept {
+  return info_ ? std::string_view(info_->sql) : std::string_view();
+}
+
+const AccessVerdict& Query::verdict() const noexcept {
+  static const AccessVerdict kNone;
+  return info_ ? info_->verdict : kNone;
+}
+
+bool Query::cached() const noexcept {
+  return info_ && info_->slot != detail::QueryInfo::kUncached;
+}
 
 std::string_view to_string(Access access) noexcept {
   return access == Access::kRead ? "read" : "write";

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "array_literal.hpp"  // src/pg
 #include "holdfast/database_sink.hpp"
 #include "holdfast/logger.hpp"
 #include "holdfast/postgres_log_store.hpp"
