@@ -43,6 +43,7 @@ Status PanelServer::start() {
   fo.upstream_port = upstream;
   fo.heavy_relays = options_.threads;
   fo.light_relays = kLightRelays;
+  fo.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
   front_ = std::make_unique<HttpFront>(fo);
   if (Status s = front_->start(); !s.ok()) {
     stop();
