@@ -114,7 +114,12 @@ class ServerDownFault final : public Fault {
     down_done_ = false;
     return drill_.cluster->script(up_);
   }
-  ~ServerDownFault() override { (void)end(); }
+  ~ServerDownFault() override {
+    try {
+      (void)end();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
+    }
+  }
 
  private:
   PgDrill& drill_;
@@ -136,7 +141,12 @@ class ReplayPauseFault final : public Fault {
     paused_ = false;
     return run_on(drill_.cluster->standby_url("postgres"), "SELECT pg_wal_replay_resume()");
   }
-  ~ReplayPauseFault() override { (void)end(); }
+  ~ReplayPauseFault() override {
+    try {
+      (void)end();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
+    }
+  }
 
  private:
   const PgDrill& drill_;
@@ -202,7 +212,12 @@ class CpuFault final : public Fault {
     burners_.clear();
     return Status();
   }
-  ~CpuFault() override { (void)end(); }
+  ~CpuFault() override {
+    try {
+      (void)end();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
+    }
+  }
 
  private:
   const PgDrill& drill_;
