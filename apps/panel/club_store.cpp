@@ -1,5 +1,6 @@
 #include "club_store.hpp"
 
+#include <cstdlib>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "club_store_sqlite.hpp"
+#include "holdfast/policy_file.hpp"
 #include "idempotency.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
 #include "club_store_pg.hpp"
@@ -24,6 +26,17 @@ Status bad(std::string_view what) {
 }  // namespace
 
 Result<std::unique_ptr<ClubStore>> ClubStore::open(Options options) {
+  if (options.strategy == Strategy::kHoldfast && !options.policy) {
+    const char* path = std::getenv(kPolicyEnvironmentVariable);
+    if (path != nullptr && *path != '\0') {
+      Result<Shield::Options> policy = load_policy(path);
+      if (!policy.ok()) {
+        return Status(policy.status().code(), std::string(kPolicyEnvironmentVariable) + ": " +
+                                                  std::string(policy.status().message()));
+      }
+      options.policy = std::move(*policy);
+    }
+  }
   if (options.pg_url.empty()) return SqliteClubStore::open(std::move(options));
 #ifdef HOLDFAST_PANEL_HAVE_PG
   return PgClubStore::open(std::move(options));

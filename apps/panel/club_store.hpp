@@ -55,6 +55,10 @@ class ClubStore {
     // (PgBouncer's pool_mode = transaction).
     std::vector<std::string> pg_replica_urls;
     bool pg_transaction_pooling = false;
+    // holdfast only: the Shields' options (a policy file, policy_file.hpp). nullopt: the
+    // file HOLDFAST_POLICY names when it is set (open() fails on a bad one), else the
+    // library's defaults with the origin's schedules.
+    std::optional<Shield::Options> policy;
   };
 
   // Opens the SQLite file (creating it if needed) or connects to PostgreSQL once to check

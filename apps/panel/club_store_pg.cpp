@@ -306,6 +306,7 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   base.idempotency_table = kIdempotencyTable;
   base.clock = store->clock_;
   if (o.strategy != Strategy::kHoldfast) base.shield = Shield::Options::single_attempt();
+  if (o.strategy == Strategy::kHoldfast && o.policy) base.shield = *o.policy;
   if (o.pg_transaction_pooling) base.pooling = pg::Pooling::kTransaction;
   pg::DatabaseOptions reads = base;
   reads.name = "club.reads";

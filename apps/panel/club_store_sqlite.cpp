@@ -44,18 +44,21 @@ CREATE TABLE IF NOT EXISTS problem_reports (
   created_at TEXT NOT NULL);
 )sql";
 
-// holdfast: a Shield named `name`. A baseline: none.
-std::unique_ptr<Shield> shield_for(Strategy strategy, std::string name, Clock& clock) {
-  if (strategy != Strategy::kHoldfast) return nullptr;
+// holdfast: a Shield named `name`, with the policy's options when there is one. A
+// baseline: none.
+std::unique_ptr<Shield> shield_for(const ClubStore::Options& o, std::string name, Clock& clock) {
+  if (o.strategy != Strategy::kHoldfast) return nullptr;
+  if (o.policy) return std::make_unique<Shield>(std::move(name), *o.policy, clock);
   return std::make_unique<Shield>(std::move(name), clock);
 }
 
-// holdfast: the origin's schedule through the two Shields. A baseline: one attempt per call
-// (its own loop retries), in a window of an hour: only busy_timeout bounds an attempt.
+// holdfast: the origin's schedule (or the policy's reads) through the two Shields. A
+// baseline: one attempt per call (its own loop retries), in a window of an hour: only
+// busy_timeout bounds an attempt.
 sqlite::ResilientDatabase resilient(sqlite::Database db, Shield* reads, Shield* writes,
-                                    Clock& clock) {
+                                    const std::optional<Shield::Options>& policy, Clock& clock) {
   if (reads != nullptr) {
-    RetryPolicy origin = RetryPolicy::origin_reads();
+    RetryPolicy origin = policy ? policy->reads : RetryPolicy::origin_reads();
     origin.clock(clock);
     return sqlite::ResilientDatabase(std::move(db), *reads, *writes, std::move(origin));
   }
@@ -88,9 +91,9 @@ Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
 
 SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
     : ClubStore(std::move(options)),
-      reads_(shield_for(options_.strategy, "club.reads", *clock_)),
-      writes_(shield_for(options_.strategy, "club.writes", *clock_)),
-      db_(resilient(std::move(db), reads_.get(), writes_.get(), *clock_)),
+      reads_(shield_for(options_, "club.reads", *clock_)),
+      writes_(shield_for(options_, "club.writes", *clock_)),
+      db_(resilient(std::move(db), reads_.get(), writes_.get(), options_.policy, *clock_)),
       sessions_(db_.with_policy(session_policy(db_, reads_ != nullptr, *clock_))) {
   if (reads_ == nullptr) return;
   read_shield_ = reads_.get();

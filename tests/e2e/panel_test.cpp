@@ -1,5 +1,7 @@
 // The demo panel over HTTP on loopback, against a real SQLite file and real lock storms.
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -228,6 +230,62 @@ TEST_F(PanelTest, MetricsAndHealthAnswer) {
   auto h = http_->Get("/healthz");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->body, "ok\n");
+}
+
+// An environment variable for the length of a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// `holdfast panel` (and the drill's holdfast) take the Shields' options from the policy
+// file HOLDFAST_POLICY names; a file with a mistake stops the store from opening, saying
+// where the mistake is; the baselines have no Shield to give it to.
+TEST(PanelPolicy, HoldfastPolicyGivesTheShieldsTheirOptionsAndABadFileIsRefused) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("holdfast-policy-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string policy = (dir / "policy.json").string();
+  std::ofstream(policy) << R"({"reads": {"max_attempts": 3, "window": "2s"},
+                               "breaker": {"open_initial": "400ms", "open_max": "8s"}})";
+  ClubStore::Options o;
+  o.path = (dir / "club.db").string();
+  {
+    const ScopedEnv env("HOLDFAST_POLICY", policy);
+    Result<std::unique_ptr<ClubStore>> store = ClubStore::open(o);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    ASSERT_NE((*store)->read_shield(), nullptr);
+    EXPECT_EQ((*store)->read_shield()->reads().max_attempts(), 3);
+    EXPECT_EQ((*store)->read_shield()->reads().window(), std::chrono::seconds(2));
+    EXPECT_EQ((*store)->write_shield()->breaker().options().open_initial,
+              std::chrono::milliseconds(400));
+    EXPECT_TRUE((*store)->ensure_demo_data("2026-12-01").ok());
+
+    ClubStore::Options baseline = o;
+    baseline.strategy = Strategy::kNaive;
+    Result<std::unique_ptr<ClubStore>> naive = ClubStore::open(baseline);
+    ASSERT_TRUE(naive.ok()) << naive.status().to_string();
+    EXPECT_EQ((*naive)->read_shield(), nullptr);
+  }
+  std::ofstream(policy) << R"({"reads": {"max_attempt": 3}})";
+  {
+    const ScopedEnv env("HOLDFAST_POLICY", policy);
+    Result<std::unique_ptr<ClubStore>> store = ClubStore::open(o);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), Code::kInvalidArgument);
+    const std::string message(store.status().message());
+    EXPECT_NE(message.find("HOLDFAST_POLICY"), std::string::npos) << message;
+    EXPECT_NE(message.find("/reads/max_attempt"), std::string::npos) << message;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
