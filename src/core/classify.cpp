@@ -314,8 +314,28 @@ Status sqlite_status(int extended_code, std::string_view message) {
   return s;
 }
 
+namespace {
+
+// PgBouncer answers 08P01 (protocol_violation, permanent from PostgreSQL) for its own
+// refusals too, before the query reaches a server: classified by what they mean. The
+// SQLSTATE the Status carries stays 08P01.
+std::string_view pooler_meaning(std::string_view sqlstate, std::string_view message) noexcept {
+  if (sqlstate != "08P01") return sqlstate;
+  // The server cannot be reached (server_login_retry: logins to it have been failing).
+  for (std::string_view m : {"server_login_retry", "pgbouncer cannot connect to server"}) {
+    if (message.find(m) != std::string_view::npos) return "08001";
+  }
+  // Over the pooler's limits: overload, nothing applied.
+  for (std::string_view m : {"no more connections allowed", "query_wait_timeout"}) {
+    if (message.find(m) != std::string_view::npos) return "53300";
+  }
+  return sqlstate;
+}
+
+}  // namespace
+
 Status postgres_status(std::string_view sqlstate, std::string_view message) {
-  Status s = make_status(classify_sqlstate(sqlstate), message);
+  Status s = make_status(classify_sqlstate(pooler_meaning(sqlstate, message)), message);
   s.with_sqlstate(sqlstate);
   return s;
 }

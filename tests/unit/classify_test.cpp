@@ -247,6 +247,17 @@ TEST(Classify, StatusBuildersCarryTheNativeCodeAndTheFault) {
   Status p = postgres_status("40P01", "deadlock detected");
   EXPECT_EQ(p.sqlstate(), "40P01");
   EXPECT_EQ(p.backend(), Backend::kPostgres);
+  // PgBouncer's own refusals come as 08P01 too: the server is unreachable, or the pooler
+  // is over its limits. Neither reached PostgreSQL, so both are retried.
+  Status down = postgres_status(
+      "08P01", "server login has been failing, try again later (server_login_retry)");
+  EXPECT_EQ(down.sqlstate(), "08P01");
+  EXPECT_EQ(down.fault(), classify_sqlstate("08001").fault);
+  EXPECT_EQ(postgres_status("08P01", "no more connections allowed (max_client_conn)").fault(),
+            classify_sqlstate("53300").fault);
+  EXPECT_EQ(postgres_status("08P01", "query_wait_timeout").fault().overload, true);
+  EXPECT_EQ(postgres_status("08P01", "invalid frontend message type 0").fault(),
+            classify_sqlstate("08P01").fault);
   Status d = d1_status("D1 DB is overloaded");
   EXPECT_EQ(d.backend(), Backend::kD1);
   EXPECT_TRUE(d.fault().overload);
