@@ -153,24 +153,19 @@ class ReplayPauseFault final : public Fault {
   bool paused_ = false;
 };
 
-// exhaust: the panels' connections terminated, then connections opened until the server
-// refuses one (53300), and a few given back for the panels to compete for.
+// exhaust: connections opened until the server refuses one (53300); then every second the
+// panels' connections are terminated and the slots they free are raced for, and a few are
+// given back for the panels to compete for.
 class ExhaustFault final : public Fault {
  public:
-  explicit ExhaustFault(const PgDrill& drill) : drill_(drill) {}
+  explicit ExhaustFault(const PgDrill& drill) : url_(drill.cluster->primary_url("postgres")) {}
   Status begin() override {
-    const std::string url = drill_.cluster->primary_url("postgres");
-    (void)run_on(url, kTerminateDrillBackends);
-    for (int i = 0; i < 2000; ++i) {
-      Result<pg::Connection> c = connect(url, "holdfast-drill-exhaust");
-      if (!c.ok()) break;
-      hogs_.push_back(std::move(*c));
-    }
+    round();
     if (hogs_.empty()) return Status(Code::kFailedPrecondition, "could not open any connection");
-    // The panels compete for these.
-    for (int i = 0; i < kLeftForPanels && hogs_.size() > 1; ++i)
-      hogs_.pop_back();
     return Status();
+  }
+  void tick() override {
+    if (std::chrono::steady_clock::now() - last_ >= seconds(1)) round();
   }
   Status end() override {
     hogs_.clear();
@@ -178,9 +173,35 @@ class ExhaustFault final : public Fault {
   }
 
  private:
+  // Takes every free slot, terminates the panels' connections, races them for 200 ms for
+  // the slots that frees, then gives kLeftForPanels back.
+  void round() {
+    last_ = std::chrono::steady_clock::now();
+    fill();
+    (void)run_on(url_, kTerminateDrillBackends);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (std::chrono::steady_clock::now() < until) {
+      if (!fill()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (int i = 0; i < kLeftForPanels && hogs_.size() > 1; ++i)
+      hogs_.pop_back();
+  }
+  // Opens connections until one is refused; whether it opened any.
+  bool fill() {
+    bool any = false;
+    for (int i = 0; i < 2000; ++i) {
+      Result<pg::Connection> c = connect(url_, "holdfast-drill-exhaust");
+      if (!c.ok()) break;
+      hogs_.push_back(std::move(*c));
+      any = true;
+    }
+    return any;
+  }
+
   static constexpr int kLeftForPanels = 4;
-  const PgDrill& drill_;
+  std::string url_;
   std::vector<pg::Connection> hogs_;
+  std::chrono::steady_clock::time_point last_;
 };
 
 // cpu: two CPU-burning backends per core (a cross join that never finishes), each ended by
