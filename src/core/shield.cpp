@@ -321,7 +321,9 @@ RetryDecision Shield::Call::failed(CircuitBreaker::Permit&& permit, const Status
   } else {
     permit.record(status, latency);
   }
-  shield.metrics_.count_fault(fault);
+  // A refusal by holdfast itself (a pool in its reconnect backoff, an inner Shield) never
+  // reached the database: no attempt in the metrics.
+  if (!shedding) shield.metrics_.count_fault(fault);
   if (fault.overload && !shedding) {
     shield.last_overload_fast_.store(fault.pace == Pace::kFast, std::memory_order_relaxed);
     // Timed out with its work still on the database: a dropped call for the limit.

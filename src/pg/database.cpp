@@ -365,10 +365,17 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fa
     return a.status.ok() ? Status(Code::kUnavailable, "replica breaker open") : a.status;
   }
   // No waiting for a busy replica or its reconnect backoff: the primary can answer now.
-  ++stats.attempts;
   ReplicaView view;
   Result<Rows> r = read_once(replica, work, /*may_wait=*/false, &view);
   const TimePoint end = clock.now();
+  if (!r.ok() && is_own_shedding(r.status())) {
+    // Nothing reached the replica (its pool is busy or in its reconnect backoff): no
+    // attempt, no evidence for its breaker; the primary answers.
+    a.permit.cancel();
+    fall_back = true;
+    return r;
+  }
+  ++stats.attempts;
   if (!r.ok()) {
     replica.lag.forget();
     // Recorded for the replica's breaker and throttle; the retry, if any, is the primary's.
