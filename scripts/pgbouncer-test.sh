@@ -17,6 +17,7 @@
 #   HOLDFAST_PGBOUNCER_STATE_DIR  where the state file lives
 #                                 (default ${TMPDIR:-/tmp}/holdfast-pgbouncer-test)
 #   HOLDFAST_PGBOUNCER_POOL_SIZE  server connections per database and user (default 4)
+#   HOLDFAST_PGBOUNCER_LOGIN_RETRY  server_login_retry in seconds (default 1; PgBouncer's 15)
 set -euo pipefail
 
 die() {
@@ -27,6 +28,9 @@ die() {
 state_dir="${HOLDFAST_PGBOUNCER_STATE_DIR:-${TMPDIR:-/tmp}/holdfast-pgbouncer-test}"
 state_file="$state_dir/pgbouncer.env"
 pool_size="${HOLDFAST_PGBOUNCER_POOL_SIZE:-4}"
+# After a failed login to the server PgBouncer refuses clients this long before it tries
+# again (its default is 15 s: a server back after a restart would stay unreachable).
+login_retry="${HOLDFAST_PGBOUNCER_LOGIN_RETRY:-1}"
 
 # shellcheck source=lib/throwaway.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/throwaway.sh"
@@ -77,6 +81,7 @@ pool_mode = transaction
 default_pool_size = $pool_size
 max_client_conn = 200
 server_reset_query =
+server_login_retry = $login_retry
 logfile = $root/pgbouncer.log
 pidfile = $root/pgbouncer.pid
 EOF
