@@ -14,9 +14,9 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
-#include <thread>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -196,11 +196,10 @@ void add_drill_command(CLI::App& app) {
                   "(the origin's is 30; shorter keeps the drill short)")
       ->check(seconds_in(3600))
       ->capture_default_str();
-  CLI::Option* gap =
-      cmd->add_option("--gap", args->options.gap_s,
-                      "Quiet seconds after each storm (postgres: 5 unless given)")
-          ->check(seconds_in(600))
-          ->capture_default_str();
+  CLI::Option* gap = cmd->add_option("--gap", args->options.gap_s,
+                                     "Quiet seconds after each storm (postgres: 5 unless given)")
+                         ->check(seconds_in(600))
+                         ->capture_default_str();
   cmd->add_option("--think-ms", args->options.think_ms, "A worker's pause between requests")
       ->check(CLI::Range(0, 60'000))
       ->capture_default_str();

@@ -156,8 +156,8 @@ void sample(DrillRun& run) {
   while (!run.stop) {
     const double t = run.since();
     for (auto& inst : run.instances) {
-      Sample s = inst->probe ? inst->probe()
-                             : Sample{t, inst->store->attempts(), inst->breaker_state()};
+      Sample s =
+          inst->probe ? inst->probe() : Sample{t, inst->store->attempts(), inst->breaker_state()};
       s.t = t;
       std::lock_guard<std::mutex> lock(inst->mutex);
       inst->samples.push_back(s);

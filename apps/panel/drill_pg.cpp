@@ -9,9 +9,9 @@
 namespace holdfast::panel {
 
 const std::vector<std::string>& all_pg_faults() {
-  static const std::vector<std::string> kAll = {
-      "write-lock", "read-lock", "terminate",    "restart",    "stop",
-      "exhaust",    "cpu",       "standby-stop", "standby-lag"};
+  static const std::vector<std::string> kAll = {"write-lock", "read-lock",    "terminate",
+                                                "restart",    "stop",         "exhaust",
+                                                "cpu",        "standby-stop", "standby-lag"};
   return kAll;
 }
 

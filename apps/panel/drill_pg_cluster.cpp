@@ -53,10 +53,9 @@ Result<std::string> find_scripts_dir(const std::string& configured, const std::s
     }
     tried += (tried.empty() ? "" : ", ") + dir;
   }
-  return Status(Code::kNotFound,
-                fmt::format("scripts/pg-test-server.sh not found (tried: {}); set "
-                            "HOLDFAST_SCRIPTS_DIR to the folder that has it",
-                            tried.empty() ? "nothing" : tried));
+  return Status(Code::kNotFound, fmt::format("scripts/pg-test-server.sh not found (tried: {}); set "
+                                             "HOLDFAST_SCRIPTS_DIR to the folder that has it",
+                                             tried.empty() ? "nothing" : tried));
 }
 
 EnvVars PgCluster::server_env() const {
@@ -66,8 +65,9 @@ EnvVars PgCluster::server_env() const {
 }
 
 EnvVars PgCluster::bouncer_env() const {
-  return {{"HOLDFAST_PGBOUNCER_STATE_DIR", (fs::path(options_.work_dir) / "bouncer-state").string()},
-          {"HOLDFAST_PGBOUNCER_POOL_SIZE", std::to_string(options_.bouncer_pool_size)}};
+  return {
+      {"HOLDFAST_PGBOUNCER_STATE_DIR", (fs::path(options_.work_dir) / "bouncer-state").string()},
+      {"HOLDFAST_PGBOUNCER_POOL_SIZE", std::to_string(options_.bouncer_pool_size)}};
 }
 
 Result<std::string> PgCluster::run(const std::string& script, const std::vector<std::string>& args,
@@ -88,8 +88,7 @@ Result<std::unique_ptr<PgCluster>> PgCluster::start(const ClusterOptions& option
                   fmt::format("cannot create {}: {}", options.work_dir, ec.message()));
   }
   auto cluster = std::unique_ptr<PgCluster>(new PgCluster(options));
-  Result<std::string> primary =
-      cluster->run("pg-test-server.sh", {"start"}, cluster->server_env());
+  Result<std::string> primary = cluster->run("pg-test-server.sh", {"start"}, cluster->server_env());
   if (!primary.ok()) return Status(primary.status()).annotate("starting the drill's PostgreSQL");
   cluster->started_ = true;
   cluster->primary_ = *primary;

@@ -216,8 +216,8 @@ class CpuFault final : public Fault {
       burners_.emplace_back([url, this] {
         Result<pg::Connection> c = connect(url, "holdfast-drill-cpu");
         if (!c.ok()) return;
-        (void)c->set_statement_timeout(std::chrono::duration_cast<Duration>(
-            std::chrono::duration<double>(seconds_ + 2.0)));
+        (void)c->set_statement_timeout(
+            std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds_ + 2.0)));
         (void)c->query("SELECT count(*) FROM pg_class a, pg_class b, pg_class c, pg_class d");
       });
     }
@@ -266,8 +266,7 @@ std::string wall_now() {
 }
 
 // One fault: caused, held for spec.seconds, undone, then the gap.
-Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& spec,
-                              Pacer& pacer) {
+Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& spec, Pacer& pacer) {
   const std::string what = fmt::format("{}, {:g} s", spec.fault, spec.seconds);
   std::unique_ptr<Fault> fault = make_fault(spec, drill);
   if (!fault) return Status(Code::kInvalidArgument, "unknown fault " + spec.fault);

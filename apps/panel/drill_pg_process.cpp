@@ -51,7 +51,8 @@ int exit_status(int status) {
 }
 
 std::string trimmed(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
+    s.pop_back();
   return s;
 }
 
@@ -148,8 +149,8 @@ Result<std::string> run_command(const std::vector<std::string>& argv, const EnvV
   Result<int> code = child->wait(timeout);
   if (code.ok() && *code == 0) return trimmed(read_text(output));
   const std::string text = read_text(output + ".err");
-  const std::string why = code.ok() ? fmt::format("exit status {}", *code)
-                                    : std::string(code.status().message());
+  const std::string why =
+      code.ok() ? fmt::format("exit status {}", *code) : std::string(code.status().message());
   const std::string tail = text.size() > 600 ? text.substr(text.size() - 600) : text;
   return Status(Code::kFailedPrecondition,
                 fmt::format("{} {} failed ({}): {}", argv[0], argv.size() > 1 ? argv[1] : "", why,

@@ -50,7 +50,8 @@ Result<PgStrategy> parse_pg_strategy(const std::string& name) {
 // "drill_holdfast_pgbouncer" for "holdfast+pgbouncer".
 std::string database_for(const std::string& strategy) {
   std::string db = "drill_" + strategy;
-  std::replace_if(db.begin(), db.end(), [](char c) { return c == '+' || c == '-'; }, '_');
+  std::replace_if(
+      db.begin(), db.end(), [](char c) { return c == '+' || c == '-'; }, '_');
   return db;
 }
 
@@ -119,9 +120,13 @@ std::int64_t count_on(const std::string& url, const std::string& sql) {
 std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill& drill,
                                     const PgStrategy& s, const std::string& db) {
   std::vector<std::string> argv = {
-      options.holdfast_exe, "panel",      "--pg",
+      options.holdfast_exe,
+      "panel",
+      "--pg",
       s.bouncer ? drill.cluster->bouncer_url(db) : drill.cluster->primary_url(db),
-      "--port",             "0",          "--strategy",
+      "--port",
+      "0",
+      "--strategy",
       std::string(to_string(s.strategy))};
   if (s.replica) {
     argv.emplace_back("--pg-replica");

@@ -139,9 +139,8 @@ void add_timeline(const Instance& inst, DrillResult& result) {
     for (const Sample& s : inst.samples) {
       if (s.t >= b && s.t < b + 1) breaker = std::max(breaker, s.breaker);
     }
-    result.timeline.push_back({static_cast<double>(b), inst.name,
-                               req[static_cast<std::size_t>(b)], err[static_cast<std::size_t>(b)],
-                               breaker});
+    result.timeline.push_back({static_cast<double>(b), inst.name, req[static_cast<std::size_t>(b)],
+                               err[static_cast<std::size_t>(b)], breaker});
   }
 }
 
@@ -262,8 +261,9 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
   }
   for (const StormResult& s : result.storms) {
     md += fmt::format("\n## {}\n\n", storm_title(s.spec));
-    md += "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
-          "p50 ms | p99 ms | max ms | attempts/request";
+    md +=
+        "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
+        "p50 ms | p99 ms | max ms | attempts/request";
     for (const std::string& h : tail_header(pg, true))
       md += " | " + h;
     md += pg ? " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"

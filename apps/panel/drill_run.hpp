@@ -64,7 +64,7 @@ struct Instance {
   std::function<Sample()> probe;
   std::function<PaymentAudit()> audit;
   std::atomic<std::int64_t> stale_reads{0};  // Record::stale_after_write
-  std::int64_t payments_before = 0;  // the highest payment id of the demo data
+  std::int64_t payments_before = 0;          // the highest payment id of the demo data
   std::unique_ptr<ClubStore> store;
   PanelLogging logging;
   std::unique_ptr<PanelServer> server;

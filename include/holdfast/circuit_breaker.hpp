@@ -277,7 +277,7 @@ class CircuitBreaker {
 
   std::mutex mutex_;
   std::vector<ProbeLease> leases_;  // half_open_probes entries; guarded by mutex_
-  int probe_successes_ = 0;    // guarded by mutex_
+  int probe_successes_ = 0;         // guarded by mutex_
 
   std::mutex listeners_mutex_;
   std::shared_ptr<const std::vector<Listener>> listeners_;
