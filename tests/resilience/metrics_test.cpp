@@ -317,6 +317,25 @@ TEST(MetricsText, EveryFamilyParsesWithHelpTypeAndTheDbLabel) {
   EXPECT_EQ(value_of(e, "holdfast_retry_tokens", {{"db", "main"}}), 10);
 }
 
+// An attempt that holdfast itself refused before the database saw it (a pool in its
+// reconnect backoff, an inner Shield) is no attempt: dashboards must not show load the
+// database never had.
+TEST(MetricsText, ARefusalByHoldfastItselfIsNoAttempt) {
+  ManualClock clock;
+  Shield shield("main", clock);
+  Status shed = Status(Code::kUnavailable, "the pool is in its reconnect backoff",
+                       Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+  shed.with_stop(StopReason::kBreakerOpen, 0, milliseconds(200));
+  (void)shield.run(Operation::read(), [&] { return shed; });
+  const Exposition e = parse(shield.metrics_text());
+  const std::map<std::string, std::string> db = {{"db", "main"}};
+  EXPECT_EQ(value_of(e, "holdfast_attempts_total", db), 0);
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+  // A fault the database gave is one (the control).
+  (void)shield.run(Operation::read(), [] { return sqlite_status(1, "syntax error"); });
+  EXPECT_EQ(value_of(parse(shield.metrics_text()), "holdfast_attempts_total", db), 1);
+}
+
 TEST(MetricsText, CountsWhatTheShieldDid) {
   ManualClock clock;
   Shield::Options o;
