@@ -383,15 +383,6 @@ class CircuitBreaker::Permit {
   std::uint8_t lease_ = 0;
 };
 
-inline CircuitBreaker::Permit CircuitBreaker::acquire(TimePoint now) noexcept {
-  const std::uint64_t w = word_.load(std::memory_order_acquire);
-  if ((w & kStateMask) == 0) [[likely]] {
-    return Permit(this, w, now.time_since_epoch().count(), Permit::Kind::kCall,
-                  BreakerState::kClosed, 0);
-  }
-  return acquire_slow(now);
-}
-
 inline CircuitBreaker::Permit CircuitBreaker::acquire_if_closed(TimePoint now) noexcept {
   const std::uint64_t w = word_.load(std::memory_order_acquire);
   if ((w & kStateMask) == 0) [[likely]] {
@@ -399,6 +390,12 @@ inline CircuitBreaker::Permit CircuitBreaker::acquire_if_closed(TimePoint now) n
                   BreakerState::kClosed, 0);
   }
   return Permit();
+}
+
+inline CircuitBreaker::Permit CircuitBreaker::acquire(TimePoint now) noexcept {
+  if (Permit p = acquire_if_closed(now); p) [[likely]]
+    return p;
+  return acquire_slow(now);
 }
 
 inline CircuitBreaker::Permit CircuitBreaker::acquire() noexcept {

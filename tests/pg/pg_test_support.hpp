@@ -135,6 +135,21 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// What `cmd` (a shell command line) prints on stdout, without the trailing newline; "error"
+// when it cannot run or exits non-zero.
+inline std::string command_output(const std::string& cmd) {
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return "error";
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr)
+    out += buf;
+  const int rc = ::pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+    out.pop_back();
+  return rc == 0 ? out : "error";
+}
+
 // A throwaway server of the test's own (scripts/pg-test-server.sh with a private state
 // folder), for tests that stop and restart it; with a streaming hot standby of its own when
 // asked.
@@ -176,16 +191,7 @@ class PrivateServer {
       cmd += " HOLDFAST_PG_MAX_CONNECTIONS=" + std::to_string(max_connections);
     if (with_standby_) cmd += " HOLDFAST_PG_STANDBY=1";
     cmd += std::string(" '") + HOLDFAST_PG_TEST_SERVER_SCRIPT + "' " + verb;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return "error";
-    std::string out;
-    char buf[256];
-    while (std::fgets(buf, sizeof(buf), p) != nullptr)
-      out += buf;
-    const int rc = ::pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
-      out.pop_back();
-    return rc == 0 ? out : "error";
+    return command_output(cmd);
   }
 
   bool with_standby_ = false;
@@ -221,16 +227,7 @@ class Bouncer {
   std::string run(const std::string& args) {
     const std::string cmd = "HOLDFAST_PGBOUNCER_STATE_DIR='" + state_dir_ + "' '" +
                             HOLDFAST_PGBOUNCER_TEST_SCRIPT + "' " + args;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (p == nullptr) return "error";
-    std::string out;
-    char buf[256];
-    while (std::fgets(buf, sizeof(buf), p) != nullptr)
-      out += buf;
-    const int rc = ::pclose(p);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
-      out.pop_back();
-    return rc == 0 ? out : "error";
+    return command_output(cmd);
   }
 
   std::string state_dir_;
