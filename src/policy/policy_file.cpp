@@ -9,7 +9,6 @@
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -309,12 +308,19 @@ Result<Shield::Options> parse_policy(std::string_view text, std::string_view sou
 }
 
 Result<Shield::Options> load_policy(const std::string& path) {
+  // A policy is a few hundred bytes: a name that points at something endless (/dev/zero)
+  // or huge must be refused, not read into memory.
+  constexpr std::size_t kMaxBytes = std::size_t{1} << 20;
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status(Code::kNotFound, path + ": cannot open the policy file");
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) return Status(Code::kNotFound, path + ": cannot read the policy file");
-  return parse_policy(text.str(), path);
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxBytes) {
+    return Status(Code::kInvalidArgument, path + ": the policy file is larger than 1 MiB");
+  }
+  return parse_policy(text, path);
 }
 
 std::optional<std::string> policy_path_from_environment() {

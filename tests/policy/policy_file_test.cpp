@@ -214,6 +214,14 @@ TEST(PolicyFile, NotJsonSaysWhere) {
   EXPECT_NE(error_of("[]").find("p.json: the document: must be an object"), std::string::npos);
 }
 
+TEST(PolicyFile, AnEndlessFileIsRefusedNotRead) {
+  Result<Shield::Options> r = load_policy("/dev/zero");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("larger than 1 MiB"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(PolicyFile, AMissingFileIsNotFoundAndNamesThePath) {
   Result<Shield::Options> r = load_policy("/nonexistent/holdfast-policy.json");
   ASSERT_FALSE(r.ok());
