@@ -1,6 +1,5 @@
 #include "club_store.hpp"
 
-#include <cstdlib>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -27,9 +26,8 @@ Status bad(std::string_view what) {
 
 Result<std::unique_ptr<ClubStore>> ClubStore::open(Options options) {
   if (options.strategy == Strategy::kHoldfast && !options.policy) {
-    const char* path = std::getenv(kPolicyEnvironmentVariable);
-    if (path != nullptr && *path != '\0') {
-      Result<Shield::Options> policy = load_policy(path);
+    if (const std::optional<std::string> path = policy_path_from_environment()) {
+      Result<Shield::Options> policy = load_policy(*path);
       if (!policy.ok()) {
         return Status(policy.status().code(), std::string(kPolicyEnvironmentVariable) + ": " +
                                                   std::string(policy.status().message()));
