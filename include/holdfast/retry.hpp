@@ -195,31 +195,94 @@ class RetryState {
 namespace detail {
 Status classifier_returned_ok();
 
-// The failure path of retry(): keeps calling `attempt` and leaves the outcome in `r`.
-template <class F, class R>
-[[gnu::noinline]] void retry_after_failure(const RetryPolicy& policy, Operation op, F& attempt,
-                                           R& r, RetryStats* stats) {
-  RetryState state(policy, op);
-  Clock& clock = policy.clock();
+// The retry loop: the one loop of holdfast::retry() and Shield::run(). `steps` decides and
+// the loop acts. It is entered at an admission (retry_loop, which returns the outcome) or
+// after a failed first attempt (retry_after_failure, which leaves it in `r`). Steps provides
+//   Step admit(TimePoint start)        may an attempt start at `start`?
+//   bool admitted(const Step&)         yes: attempt now with this step
+//   TimePoint attempt_start(start)     the attempt's start time (for its latency), or start
+//   void succeeded(Step&, t0)          record the success
+//   bool after_failure(Step&, status, t0, TimePoint& start, R& r)
+//                                      record the failure; true after waiting its backoff
+//                                      (start: when it woke), false with the failure in r
+//   bool wait(Step&, TimePoint& start, Status& refused)
+//                                      not admitted: true after waiting (start: when it
+//                                      woke), false with the refusal in `refused`
+template <class R, class Steps, class F>
+R retry_loop(Steps& steps, TimePoint start, F& attempt) {
   for (;;) {
-    const TimePoint now = clock.now();
-    const RetryDecision d = state.on_failure(status_of(r), now);
-    if (!d.retry) {
-      if (stats) *stats = {state.attempts(), state.slept(), d.reason};
-      r = R(state.give_up(Status(status_of(r)), d.reason));
-      return;
+    auto step = steps.admit(start);
+    if (steps.admitted(step)) [[likely]] {
+      const TimePoint t0 = steps.attempt_start(start);
+      R r = attempt();
+      if (is_ok(r)) [[likely]] {
+        steps.succeeded(step, t0);
+        return r;
+      }
+      if (!steps.after_failure(step, status_of(r), t0, start, r)) return r;
+      continue;
     }
-    policy.notify_retry(RetryEvent{op.label, state.attempts(), d.delay,
-                                   state.window().remaining(now), status_of(r)});
-    clock.sleep_for(d.delay);
-    state.add_slept(d.delay);
-    r = attempt();
-    if (is_ok(r)) {
-      state.on_success();
-      if (stats) *stats = {state.attempts(), state.slept(), StopReason::kNone};
-      return;
-    }
+    Status refused;
+    if (!steps.wait(step, start, refused)) return R(std::move(refused));
   }
+}
+
+// The loop after a first attempt, made with `step` at `t0`, failed with `r`.
+template <class Steps, class Step, class F, class R>
+void retry_after_failure(Steps& steps, Step& step, TimePoint t0, TimePoint start, F& attempt,
+                         R& r) {
+  if (steps.after_failure(step, status_of(r), t0, start, r))
+    r = retry_loop<R>(steps, start, attempt);
+}
+
+// holdfast::retry()'s steps: the loop with no breaker, limit or throttle in front. Every
+// attempt goes at once, and RetryState decides after each failure.
+class PlainSteps {
+ public:
+  struct Step {};
+
+  PlainSteps(const RetryPolicy& policy, Operation op) : state_(policy, op) {}
+
+  Step admit(TimePoint /*start*/) const noexcept { return {}; }
+  static constexpr bool admitted(const Step& /*step*/) noexcept { return true; }
+  TimePoint attempt_start(TimePoint start) const noexcept { return start; }
+  void succeeded(Step& /*step*/, TimePoint /*t0*/) noexcept {
+    state_.on_success();
+    stop_ = StopReason::kNone;
+  }
+  template <class R>
+  bool after_failure(Step& /*step*/, const Status& status, TimePoint /*t0*/, TimePoint& start,
+                     R& r) {
+    Status stop;
+    if (failed(status, start, stop)) return true;
+    r = R(std::move(stop));
+    return false;
+  }
+  bool wait(Step& /*step*/, TimePoint& /*start*/, Status& /*refused*/) const noexcept {
+    return true;  // never called: admit() always admits
+  }
+
+  [[nodiscard]] RetryStats stats() const noexcept {
+    return {state_.attempts(), state_.slept(), stop_};
+  }
+
+ private:
+  // Decides after a failure; true after sleeping the backoff, false with `stop` set.
+  bool failed(const Status& status, TimePoint& start, Status& stop);
+
+  RetryState state_;
+  StopReason stop_ = StopReason::kNone;
+};
+}  // namespace detail
+
+namespace detail {
+template <class F, class R>
+[[gnu::noinline]] void retry_failed(const RetryPolicy& policy, Operation op, F& attempt, R& r,
+                                    RetryStats* stats) {
+  PlainSteps steps(policy, op);
+  PlainSteps::Step first;
+  retry_after_failure(steps, first, TimePoint{}, TimePoint{}, attempt, r);
+  if (stats) *stats = steps.stats();
 }
 }  // namespace detail
 
@@ -234,7 +297,7 @@ auto retry(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* sta
   if (is_ok(r)) [[likely]] {
     if (stats) *stats = {1, {}, StopReason::kNone};
   } else {
-    detail::retry_after_failure(policy, op, attempt, r, stats);
+    detail::retry_failed(policy, op, attempt, r, stats);
   }
   return r;  // one named result on every path: returned without a copy
 }

@@ -154,9 +154,12 @@ class Shield {
 
  private:
   static Options with_clock(Options options, Clock& clock);
-  // The retry loop of run() for the calls the common case did not finish.
-  template <class R, class F>
-  R run_call(Call& call, TimePoint start, F& attempt, RetryStats* stats);
+  class Steps;  // run()'s steps of the retry loop (detail::retry_loop): a Call's
+  // run() after its first attempt, made with `first` at `t0`, failed with `r`.
+  template <class F, class R>
+  [[gnu::noinline]] void run_failed(const RetryPolicy& policy, Operation op,
+                                    CircuitBreaker::Permit&& first, TimePoint t0, TimePoint start,
+                                    F& attempt, R& r, RetryStats* stats);
   // Records an attempt's success (`latency`: zero when not measured): the breaker, the
   // throttle, the metrics and the limit's latency sample.
   void on_success(CircuitBreaker::Permit&& permit, Duration latency) noexcept;
@@ -322,6 +325,51 @@ class Shield::Call {
   bool woken_ = false;
 };
 
+// Shield::run()'s steps of the retry loop (detail::retry_loop in retry.hpp): a Call,
+// blocking on the Shield's clock for backoff and waits.
+class Shield::Steps {
+ public:
+  using Step = Admission;
+
+  explicit Steps(Call& call) noexcept : call_(&call), shield_(call.shield_) {}
+
+  Admission admit(TimePoint start) { return call_->admit(start); }
+  static bool admitted(const Admission& a) noexcept { return a.kind == Admission::Kind::kAttempt; }
+  // One call per clock tick and thread is timed, as the limit's latency sample.
+  TimePoint attempt_start(TimePoint start) {
+    timed_ = shield_->breaker_.measures_latency() || shield_->limit_.wants_sample(start);
+    return timed_ ? shield_->clock_->now() : start;
+  }
+  void succeeded(Admission& a, TimePoint t0) noexcept {
+    call_->succeeded(std::move(a.permit), timed_ ? shield_->clock_->now() - t0 : Duration::zero());
+  }
+  template <class R>
+  bool after_failure(Admission& a, const Status& status, TimePoint t0, TimePoint& start, R& r) {
+    Status stop;
+    if (call_->after_failure(std::move(a.permit), status, t0, start, stop)) return true;
+    r = R(std::move(stop));
+    return false;
+  }
+  bool wait(Admission& a, TimePoint& start, Status& refused) {
+    if (a.kind != Admission::Kind::kWait) {
+      refused = std::move(a.status);
+      return false;
+    }
+    Clock& clock = *shield_->clock_;
+    clock.sleep_until(a.until, a.wake, a.seen);
+    const TimePoint woke = clock.now();
+    call_->add_slept(woke - start);
+    start = woke;
+    return true;
+  }
+  [[nodiscard]] RetryStats stats() const noexcept { return call_->stats(); }
+
+ private:
+  Call* call_;
+  Shield* shield_;
+  bool timed_ = false;
+};
+
 inline void Shield::on_success(CircuitBreaker::Permit&& permit, Duration latency) noexcept {
   permit.record(CallResult::kSuccess, latency);
   throttle_.record_success();
@@ -351,51 +399,27 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
       if (stats != nullptr) *stats = RetryStats{1, Duration::zero(), StopReason::kNone};
       return r;
     }
-    Call call(*this, policy, op);
-    Status stop;
-    if (!call.after_failure(std::move(first), status_of(r), t0, start, stop)) {
-      if (stats != nullptr) *stats = call.stats();
-      return R(std::move(stop));
-    }
-    return run_call<R>(call, start, attempt, stats);
+    run_failed(policy, op, std::move(first), t0, start, attempt, r, stats);
+    return r;
   }
   first.cancel();  // refused, or taken by the concurrency limit's rules below: no call
   Call call(*this, policy, op);
-  return run_call<R>(call, start, attempt, stats);
+  Steps steps(call);
+  R r = detail::retry_loop<R>(steps, start, attempt);
+  if (stats != nullptr) *stats = steps.stats();
+  return r;
 }
 
-template <class R, class F>
-R Shield::run_call(Call& call, TimePoint start, F& attempt, RetryStats* stats) {
-  Clock& clock = *clock_;
-  const bool always_timed = breaker_.measures_latency();
-  for (;;) {
-    Admission a = call.admit(start);
-    if (a.kind == Admission::Kind::kAttempt) [[likely]] {
-      const bool timed = always_timed || limit_.wants_sample(start);
-      const TimePoint t0 = timed ? clock.now() : start;
-      R r = attempt();
-      if (is_ok(r)) [[likely]] {
-        call.succeeded(std::move(a.permit), timed ? clock.now() - t0 : Duration::zero());
-        if (stats != nullptr) *stats = call.stats();
-        return r;
-      }
-      Status stop;
-      if (!call.after_failure(std::move(a.permit), status_of(r), t0, start, stop)) {
-        if (stats != nullptr) *stats = call.stats();
-        return R(std::move(stop));
-      }
-      continue;
-    }
-    if (a.kind == Admission::Kind::kWait) {
-      clock.sleep_until(a.until, a.wake, a.seen);
-      const TimePoint woke = clock.now();
-      call.add_slept(woke - start);
-      start = woke;
-      continue;
-    }
-    if (stats != nullptr) *stats = call.stats();
-    return R(std::move(a.status));
-  }
+template <class F, class R>
+void Shield::run_failed(const RetryPolicy& policy, Operation op, CircuitBreaker::Permit&& first,
+                        TimePoint t0, TimePoint start, F& attempt, R& r, RetryStats* stats) {
+  Call call(*this, policy, op);
+  Steps steps(call);
+  Admission made;
+  made.kind = Admission::Kind::kAttempt;
+  made.permit = std::move(first);
+  detail::retry_after_failure(steps, made, t0, start, attempt, r);
+  if (stats != nullptr) *stats = steps.stats();
 }
 
 }  // namespace holdfast

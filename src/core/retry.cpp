@@ -142,6 +142,24 @@ Status RetryState::give_up(Status last, StopReason reason) const {
 }
 
 namespace detail {
+bool PlainSteps::failed(const Status& status, TimePoint& start, Status& stop) {
+  const RetryPolicy& policy = state_.policy();
+  Clock& clock = policy.clock();
+  const TimePoint now = clock.now();
+  const RetryDecision d = state_.on_failure(status, now);
+  if (!d.retry) {
+    stop_ = d.reason;
+    stop = state_.give_up(Status(status), d.reason);
+    return false;
+  }
+  policy.notify_retry(RetryEvent{state_.operation().label, state_.attempts(), d.delay,
+                                 state_.window().remaining(now), status});
+  clock.sleep_for(d.delay);
+  state_.add_slept(d.delay);
+  start = now + d.delay;
+  return true;
+}
+
 Status classifier_returned_ok() {
   return Status(Code::kInternal, "the exception classifier returned OK for a thrown exception");
 }
