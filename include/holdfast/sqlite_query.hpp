@@ -174,11 +174,11 @@ class QueryApi {
     return self().with_statement(q, [&](Statement& st) -> Result<std::optional<T>> {
       if (Status s = st.bind_all(args...); !s.ok()) return s;
       const int rc = st.next();
-      std::optional<T> value;
-      if (rc == Statement::kDone) return value;
+      if (rc == Statement::kDone) return std::optional<T>();
       if (rc != Statement::kRow) [[unlikely]]
         return st.step_failed(rc);
-      if (Status s = st.row().read(0, value.emplace()); !s.ok()) return s;
+      Result<std::optional<T>> value(std::in_place, std::in_place, T{});  // a T, in place
+      if (Status s = st.row().read(0, **value); !s.ok()) return s;
       return value;
     });
   }

@@ -117,4 +117,32 @@ inline RetryWindow* RequestScope::current_window() noexcept {
   return scope != nullptr ? scope->window_ : nullptr;
 }
 
+namespace detail {
+[[noreturn]] void window_length_not_positive();
+}  // namespace detail
+
+inline RetryWindow::RetryWindow(Duration length, Clock& clock) : length_(length), clock_(&clock) {
+  if (length <= Duration::zero()) [[unlikely]]
+    detail::window_length_not_positive();
+}
+
+inline RequestScope::RequestScope(Duration length, Clock& clock)
+    : own_(length, clock),
+      window_(detail::current_request_scope != nullptr ? detail::current_request_scope->window_
+                                                       : &own_),
+      previous_(detail::current_request_scope) {
+  detail::current_request_scope = this;
+}
+
+inline RequestScope::RequestScope(RetryWindow& shared) noexcept
+    : own_(shared.length(), shared.clock()),
+      window_(&shared),
+      previous_(detail::current_request_scope) {
+  detail::current_request_scope = this;
+}
+
+inline RequestScope::~RequestScope() {
+  detail::current_request_scope = previous_;
+}
+
 }  // namespace holdfast

@@ -3,11 +3,11 @@
 #include <stdexcept>
 
 namespace holdfast {
-RetryWindow::RetryWindow(Duration length, Clock& clock) : length_(length), clock_(&clock) {
-  if (length <= Duration::zero()) {
-    throw std::invalid_argument("RetryWindow: length must be greater than zero");
-  }
+namespace detail {
+void window_length_not_positive() {
+  throw std::invalid_argument("RetryWindow: length must be greater than zero");
 }
+}  // namespace detail
 
 void RetryWindow::open(TimePoint now) noexcept {
   std::int64_t expected = kClosed;
@@ -25,25 +25,6 @@ Duration RetryWindow::remaining(TimePoint now) const noexcept {
   if (d == kClosed) return length_;
   const Duration left = TimePoint(Duration(d)) - now;
   return left > Duration::zero() ? left : Duration::zero();
-}
-
-RequestScope::RequestScope(Duration length, Clock& clock)
-    : own_(length, clock),
-      window_(detail::current_request_scope != nullptr ? detail::current_request_scope->window_
-                                                       : &own_),
-      previous_(detail::current_request_scope) {
-  detail::current_request_scope = this;
-}
-
-RequestScope::RequestScope(RetryWindow& shared) noexcept
-    : own_(shared.length(), shared.clock()),
-      window_(&shared),
-      previous_(detail::current_request_scope) {
-  detail::current_request_scope = this;
-}
-
-RequestScope::~RequestScope() {
-  detail::current_request_scope = previous_;
 }
 
 }  // namespace holdfast
