@@ -2,6 +2,8 @@
 // (kinds and lengths in drill_pg.hpp). One fault hits the cluster, so every strategy's
 // database meets it at the same instant; each is followed by a quiet gap.
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -153,53 +155,101 @@ class ReplayPauseFault final : public Fault {
   bool paused_ = false;
 };
 
-// exhaust: connections opened until the server refuses one (53300); then every second the
-// panels' connections are terminated and the slots they free are raced for, and a few are
-// given back for the panels to compete for.
+// exhaust: the primary's connection slots taken until the server refuses one (53300), the
+// drill's panels' backends (every strategy's database; PgBouncer's too) terminated and the
+// slots they free taken as well, then kLeftForPanels given back. From then on, every
+// 250 ms: when the panels hold more than kLeftForPanels (a reconnect won the race for a
+// slot), the extra ones are terminated, idle ones first, and their slots taken again; when
+// they hold fewer, slots are given back. So for the fault's length all panels of all
+// strategies compete for kLeftForPanels connections on the primary, and a panel that
+// has none gets 53300 when it connects. The standby is left alone.
 class ExhaustFault final : public Fault {
  public:
   explicit ExhaustFault(const PgDrill& drill) : url_(drill.cluster->primary_url("postgres")) {}
   Status begin() override {
-    round();
-    if (hogs_.empty()) return Status(Code::kFailedPrecondition, "could not open any connection");
+    Result<pg::Connection> control = connect(url_, "holdfast-drill-exhaust");
+    if (!control.ok()) return control.status();
+    control_.emplace(std::move(*control));
+    take_slots(std::chrono::milliseconds(0));
+    if (hogs_.empty()) return Status(Code::kFailedPrecondition, "could not take any connection");
+    if (Result<pg::Rows> r = control_->query(kTerminateDrillBackends); !r.ok()) return r.status();
+    take_slots(kRace);
+    balance();
     return Status();
   }
   void tick() override {
-    if (std::chrono::steady_clock::now() - last_ >= seconds(1)) round();
+    if (!control_ || std::chrono::steady_clock::now() - last_ < std::chrono::milliseconds(250))
+      return;
+    balance();
   }
   Status end() override {
     hogs_.clear();
+    control_.reset();
     return Status();
   }
 
  private:
-  // Takes every free slot, terminates the panels' connections, races them for 200 ms for
-  // the slots that frees, then gives kLeftForPanels back.
-  void round() {
+  static constexpr int kLeftForPanels = 4;
+  static constexpr std::chrono::milliseconds kRace{200};
+
+  // The panels' backends on the primary; -1 when they cannot be counted.
+  std::int64_t panel_backends() {
+    Result<pg::Rows> r = control_->query(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND "
+        "datname LIKE 'drill\\_%'");
+    if (!r.ok() || r->empty()) return -1;
+    Result<long long> n = r->int64(0, 0);
+    return n.ok() ? static_cast<std::int64_t>(*n) : -1;
+  }
+  // Terminates `n` of the panels' backends, idle ones first.
+  void terminate(std::int64_t n) {
+    (void)control_->query(fmt::format(
+        "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity WHERE "
+        "backend_type = 'client backend' AND datname LIKE 'drill\\_%' ORDER BY state = 'idle' "
+        "DESC, random() LIMIT {}) t",
+        n));
+  }
+  // Keeps the panels at kLeftForPanels connections and free slots together.
+  void balance() {
     last_ = std::chrono::steady_clock::now();
-    fill();
-    (void)run_on(url_, kTerminateDrillBackends);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (std::chrono::steady_clock::now() < until) {
-      if (!fill()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::int64_t held = panel_backends();
+    if (held < 0) return;
+    if (held > kLeftForPanels) {
+      terminate(held - kLeftForPanels);
+      take_slots(kRace);
+      held = panel_backends();
     }
-    for (int i = 0; i < kLeftForPanels && hogs_.size() > 1; ++i)
+    for (std::int64_t i = std::max<std::int64_t>(held, 0); i < kLeftForPanels && !hogs_.empty();
+         ++i)
       hogs_.pop_back();
   }
-  // Opens connections until one is refused; whether it opened any.
-  bool fill() {
-    bool any = false;
-    for (int i = 0; i < 2000; ++i) {
-      Result<pg::Connection> c = connect(url_, "holdfast-drill-exhaust");
-      if (!c.ok()) break;
-      hogs_.push_back(std::move(*c));
-      any = true;
+  // Opens connections from four threads until the server refuses one; for `race` after
+  // that, keeps trying (terminated backends free their slots within a few milliseconds,
+  // and the panels reconnect at once).
+  void take_slots(std::chrono::milliseconds race) {
+    const auto until = std::chrono::steady_clock::now() + race;
+    std::mutex mutex;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 2000; ++i) {
+          Result<pg::Connection> c = connect(url_, "holdfast-drill-exhaust");
+          if (c.ok()) {
+            std::lock_guard<std::mutex> lock(mutex);
+            hogs_.push_back(std::move(*c));
+            continue;
+          }
+          if (std::chrono::steady_clock::now() >= until) return;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
     }
-    return any;
+    for (std::thread& t : threads)
+      t.join();
   }
 
-  static constexpr int kLeftForPanels = 4;
   std::string url_;
+  std::optional<pg::Connection> control_;
   std::vector<pg::Connection> hogs_;
   std::chrono::steady_clock::time_point last_;
 };
