@@ -120,6 +120,11 @@ class ClubStore {
   [[nodiscard]] virtual std::uint64_t attempts() const noexcept {
     return attempts_.load(std::memory_order_relaxed);
   }
+  // Database calls the panel made so far: each statement or transaction it asked the
+  // driver (holdfast) or the baseline's retry loop for, before any retry or refusal.
+  [[nodiscard]] std::uint64_t calls() const noexcept {
+    return calls_.load(std::memory_order_relaxed);
+  }
   // holdfast only (nullptr for the baselines): the Shields reads and writes go through.
   [[nodiscard]] Shield* read_shield() noexcept { return read_shield_; }
   [[nodiscard]] Shield* write_shield() noexcept { return write_shield_; }
@@ -154,6 +159,9 @@ class ClubStore {
   template <class F>
   auto run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
 
+  // One more call (calls()): the backends' run() counts each.
+  void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
+
   Options options_;
   Clock* clock_;
   // holdfast: set by the backend to the Shields it owns or its driver owns.
@@ -163,6 +171,7 @@ class ClubStore {
  private:
   // The baselines' attempts (holdfast's are its Shields' metrics).
   std::atomic<std::uint64_t> attempts_{0};
+  std::atomic<std::uint64_t> calls_{0};
   RetryPolicy naive_;
   RetryPolicy tenacity_;
   std::unique_ptr<OriginBreaker> origin_breaker_;

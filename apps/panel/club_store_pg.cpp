@@ -337,6 +337,7 @@ PgClubStore::~PgClubStore() = default;
 
 template <class F>
 auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
+  count_call();
   if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
   // The driver bounds the page by its window (it opens it at the first statement).
   return attempt();

@@ -131,6 +131,7 @@ std::uint64_t SqliteClubStore::attempts() const noexcept {
 
 template <class F>
 auto SqliteClubStore::run(Operation op, F&& call) -> std::invoke_result_t<F&> {
+  count_call();
   if (reads_ != nullptr) return call();
   return run_baseline(op, call);
 }

@@ -64,9 +64,23 @@ struct StrategyResult {
   std::int64_t requests = 0;
   std::int64_t error_pages = 0;
   std::int64_t status_503 = 0;
+  double status_503_max_ms = 0;  // the slowest of holdfast's 503s
   std::int64_t stale = 0;
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
   double attempts_per_request = 0;
+  // Database attempts per database call the panel made (a statement or transaction it
+  // asked for, before retries): 1.0 means no call was tried twice. Unlike attempts per
+  // request it does not fall when a strategy gives a page up at its first failed query.
+  double attempts_per_call = 0;
+  // Answers to requests that began while the breaker they go through (a page: the reads'
+  // on the primary; a payment: the writes') was open in the request's own panel process,
+  // as the samples on both sides of the request's start saw it, and their p99 and slowest;
+  // 0 answers when no breaker was seen open (or the strategy has none).
+  std::int64_t open_breaker_answers = 0;
+  double open_breaker_p99_ms = 0, open_breaker_max_ms = 0;
+  // The same for requests that began while any breaker of their process was open.
+  std::int64_t any_open_breaker_answers = 0;
+  double any_open_breaker_p99_ms = 0, any_open_breaker_max_ms = 0;
   std::int64_t log_rows_during_storm = 0;
   bool gap_line = false;
   std::int64_t served = 0;  // 2xx with fresh data

@@ -1,6 +1,6 @@
 // The drill's load, identical for every strategy: K virtual workers per panel that sign in,
 // load the schedule page and now and then pay (with an Idempotency-Key); a cron-like batch
-// writer per database; and a sampler of attempts and breaker state.
+// writer per database; and a sampler of attempts, calls and breaker state per strategy.
 #include <httplib.h>
 #include <sqlite3.h>
 
@@ -122,7 +122,7 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
     const bool stale = r && r->has_header("X-Holdfast-Stale");
     const bool missed = !pay && r && r->status == 200 && !stale && own.missed(r->body);
     if (missed) inst.stale_reads++;
-    mine.push_back({start, latency, status, stale, missed});
+    mine.push_back({start, latency, status, stale, missed, inst.process_for(w), pay});
     std::this_thread::sleep_for(
         std::chrono::duration<double, std::milli>(options.think_ms * pace.uniform(0.5, 1.5)));
   }
@@ -151,18 +151,29 @@ void write_batches(const DrillRun& run, const Instance& inst) {
   }
 }
 
-// The sampler: attempts and breaker state of every panel every 250 ms.
-void sample(DrillRun& run) {
+// The sampler of one strategy: attempts, calls and breaker state every 100 ms (panel
+// processes, read over HTTP) or 250 ms (a panel in this process).
+void sample(DrillRun& run, Instance& inst) {
+  const auto every = std::chrono::milliseconds(inst.probe ? 100 : 250);
   while (!run.stop) {
+    const auto next = DrillRun::Steady::now() + every;
     const double t = run.since();
-    for (auto& inst : run.instances) {
-      Sample s =
-          inst->probe ? inst->probe() : Sample{t, inst->store->attempts(), inst->breaker_state()};
-      s.t = t;
-      std::lock_guard<std::mutex> lock(inst->mutex);
-      inst->samples.push_back(s);
+    Sample s;
+    if (inst.probe) {
+      s = inst.probe();
+    } else {
+      s.attempts = inst.store->attempts();
+      s.calls = inst.store->calls();
+      s.breaker = inst.breaker_state();
+      s.open = {s.breaker == 2 ? std::uint8_t{Sample::kReadsOpen | Sample::kWritesOpen}
+                               : std::uint8_t{0}};
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    s.t = t;
+    {
+      std::lock_guard<std::mutex> lock(inst.mutex);
+      inst.samples.push_back(std::move(s));
+    }
+    std::this_thread::sleep_until(next);
   }
 }
 
@@ -177,7 +188,10 @@ void start_load(DrillRun& run, const std::string& today) {
     }
     if (!raw->path.empty()) run.threads.emplace_back([&run, raw] { write_batches(run, *raw); });
   }
-  run.threads.emplace_back([&run] { sample(run); });
+  for (auto& inst : run.instances) {
+    Instance* raw = inst.get();
+    run.threads.emplace_back([&run, raw] { sample(run, *raw); });
+  }
 }
 
 }  // namespace holdfast::panel::drill

@@ -75,29 +75,44 @@ Result<int> wait_for_port(ChildProcess& panel, const std::string& output) {
   }
 }
 
-// The attempts (summed) and the most open breaker of the panels on `ports`, from their
+// The attempts and calls (summed) and the breakers of the panels on `ports`, from their
 // /metrics. A panel that does not answer within 1 s counts with its last reading.
 std::function<Sample()> metrics_probe(std::vector<int> ports) {
-  auto last = std::make_shared<std::vector<std::uint64_t>>(ports.size(), 0);
+  struct Last {
+    std::uint64_t attempts = 0, calls = 0;
+    std::uint8_t open = 0;  // Sample::kReadsOpen, kWritesOpen
+  };
+  auto last = std::make_shared<std::vector<Last>>(ports.size());
   return [ports = std::move(ports), last]() {
-    Sample s{0, 0, 0};
+    Sample s;
     for (std::size_t i = 0; i < ports.size(); ++i) {
+      Last& l = (*last)[i];
       httplib::Client http("127.0.0.1", ports[i]);
       http.set_connection_timeout(std::chrono::seconds(1));
       http.set_read_timeout(std::chrono::seconds(1));
       if (auto r = http.Get("/metrics"); r && r->status == 200) {
+        l.open = 0;
         std::istringstream lines(r->body);
         for (std::string line; std::getline(lines, line);) {
+          const char* value = line.c_str() + line.rfind(' ') + 1;
           if (line.starts_with("holdfast_panel_database_attempts_total{")) {
-            (*last)[i] = std::strtoull(line.c_str() + line.rfind(' ') + 1, nullptr, 10);
+            l.attempts = std::strtoull(value, nullptr, 10);
+          } else if (line.starts_with("holdfast_panel_database_calls_total{")) {
+            l.calls = std::strtoull(value, nullptr, 10);
           } else if (line.starts_with("holdfast_breaker_state{") && line.ends_with(" 1")) {
-            if (line.find("state=\"open\"") != std::string::npos) s.breaker = 2;
+            if (line.find("state=\"open\"") != std::string::npos) {
+              l.open |= line.find("db=\"club.writes\"") != std::string::npos ? Sample::kWritesOpen
+                                                                             : Sample::kReadsOpen;
+            }
             if (line.find("state=\"half_open\"") != std::string::npos)
               s.breaker = std::max(s.breaker, 1);
           }
         }
       }
-      s.attempts += (*last)[i];
+      s.attempts += l.attempts;
+      s.calls += l.calls;
+      s.open.push_back(l.open);
+      if (l.open != 0) s.breaker = 2;
     }
     return s;
   };

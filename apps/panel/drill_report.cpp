@@ -64,7 +64,7 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
   StrategyResult r;
   r.name = inst.name;
   r.processes = inst.ports.empty() ? 1 : static_cast<int>(inst.ports.size());
-  std::vector<double> latencies;
+  std::vector<double> latencies, busy;
   std::int64_t during = 0;
   std::int64_t served_during = 0;
   for (const Record& rec : inst.records) {
@@ -76,6 +76,7 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
     bool fresh = false;
     if (holdfast_busy) {
       ++r.status_503;
+      busy.push_back(rec.latency_ms);
     } else if (rec.status >= 500 || rec.status == 0) {
       ++r.error_pages;
     } else if (rec.stale) {
@@ -100,19 +101,62 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
   r.p50_ms = percentile(latencies, 0.50);
   r.p99_ms = percentile(latencies, 0.99);
   r.max_ms = latencies.empty() ? 0 : latencies.back();
+  r.status_503_max_ms = busy.empty() ? 0 : *std::max_element(busy.begin(), busy.end());
   return r;
 }
 
-// count_answers() plus the database attempts per request and the log rows written.
+// The breakers of process `p` that both samples around `t` saw open (samples in time
+// order): Sample::kReadsOpen, kWritesOpen.
+std::uint8_t open_around(const std::vector<Sample>& samples, double t, int p) {
+  const auto after = std::upper_bound(samples.begin(), samples.end(), t,
+                                      [](double v, const Sample& s) { return v < s.t; });
+  if (after == samples.begin() || after == samples.end()) return 0;
+  const auto before = std::prev(after);
+  const auto at = static_cast<std::size_t>(p);
+  if (at >= before->open.size() || at >= after->open.size()) return 0;
+  return before->open[at] & after->open[at];
+}
+
+// The answers in `period` to requests that began while the breaker they go through was
+// open (a page: the reads'; a payment: the writes'), and those that began while any
+// breaker of their process was: how many, their p99 and slowest.
+void count_open_breaker_answers(const Instance& inst, const Period& period, StrategyResult& r) {
+  std::vector<double> own, any;
+  for (const Record& rec : inst.records) {
+    if (rec.start_s < period.storm.start_s || rec.start_s >= period.to) continue;
+    const std::uint8_t open = open_around(inst.samples, rec.start_s, rec.process);
+    if (open == 0) continue;
+    any.push_back(rec.latency_ms);
+    if ((open & (rec.pay ? Sample::kWritesOpen : Sample::kReadsOpen)) != 0)
+      own.push_back(rec.latency_ms);
+  }
+  r.open_breaker_answers = static_cast<std::int64_t>(own.size());
+  r.open_breaker_p99_ms = percentile(own, 0.99);
+  r.open_breaker_max_ms = own.empty() ? 0 : own.back();
+  r.any_open_breaker_answers = static_cast<std::int64_t>(any.size());
+  r.any_open_breaker_p99_ms = percentile(any, 0.99);
+  r.any_open_breaker_max_ms = any.empty() ? 0 : any.back();
+}
+
+// count_answers() plus the database attempts per request and per call, the answers while
+// a breaker was open, and the log rows written.
 StrategyResult period_result(const Instance& inst, const Period& period, double seconds) {
   StrategyResult r = count_answers(inst, period);
-  std::uint64_t a0 = 0, a1 = 0;
+  std::uint64_t a0 = 0, a1 = 0, c0 = 0, c1 = 0;
   for (const Sample& s : inst.samples) {
-    if (s.t <= period.storm.start_s) a0 = s.attempts;
-    if (s.t <= std::min(period.to, seconds)) a1 = s.attempts;
+    if (s.t <= period.storm.start_s) {
+      a0 = s.attempts;
+      c0 = s.calls;
+    }
+    if (s.t <= std::min(period.to, seconds)) {
+      a1 = s.attempts;
+      c1 = s.calls;
+    }
   }
   r.attempts_per_request =
       r.requests > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(r.requests) : 0.0;
+  r.attempts_per_call = c1 > c0 ? static_cast<double>(a1 - a0) / static_cast<double>(c1 - c0) : 0.0;
+  count_open_breaker_answers(inst, period, r);
   if (inst.path.empty()) return r;  // PostgreSQL: the logs table is not audited
   r.log_rows_during_storm =
       count_rows(inst.path, "SELECT count(*) FROM logs WHERE created_at >= ?1 AND created_at < ?2",
@@ -190,15 +234,25 @@ std::string storm_title(const StormSpec& spec) {
                      spec.seconds);
 }
 
-// The last two columns: the logs table on SQLite; on PostgreSQL, reads that missed the
-// worker's own payment.
+// The last columns: the logs table on SQLite; on PostgreSQL, attempts per call, the
+// answers while a breaker was open and reads that missed the worker's own payment.
 std::vector<std::string> tail_header(bool pg, bool markdown) {
-  if (pg) return {markdown ? "reads missing own payment" : "own-write misses"};
+  if (pg && markdown) {
+    return {"attempts/call", "answers while breaker open", "their p99 ms", "their max ms",
+            "reads missing own payment"};
+  }
+  if (pg) return {"att/call", "open n", "open p99", "open max", "own-write misses"};
   if (markdown) return {"log rows during storm", "gap line"};
   return {"log rows", "gap"};
 }
 std::vector<std::string> tail_cells(const StrategyResult& r, bool pg) {
-  if (pg) return {fmt::format("{}", r.stale_reads_after_write)};
+  if (pg) {
+    const bool open = r.open_breaker_answers > 0;
+    return {fmt::format("{:.2f}", r.attempts_per_call), fmt::format("{}", r.open_breaker_answers),
+            open ? fmt::format("{:.0f}", r.open_breaker_p99_ms) : "-",
+            open ? fmt::format("{:.0f}", r.open_breaker_max_ms) : "-",
+            fmt::format("{}", r.stale_reads_after_write)};
+  }
   return {fmt::format("{}", r.log_rows_during_storm), r.gap_line ? "yes" : "no"};
 }
 using nlohmann::json;
@@ -226,11 +280,19 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
                                      {"back_after_s", r.back_after_s},
                                      {"error_pages", r.error_pages},
                                      {"status_503", r.status_503},
+                                     {"status_503_max_ms", r.status_503_max_ms},
                                      {"stale", r.stale},
                                      {"p50_ms", r.p50_ms},
                                      {"p99_ms", r.p99_ms},
                                      {"max_ms", r.max_ms},
                                      {"attempts_per_request", r.attempts_per_request},
+                                     {"attempts_per_call", r.attempts_per_call},
+                                     {"open_breaker_answers", r.open_breaker_answers},
+                                     {"open_breaker_p99_ms", r.open_breaker_p99_ms},
+                                     {"open_breaker_max_ms", r.open_breaker_max_ms},
+                                     {"any_open_breaker_answers", r.any_open_breaker_answers},
+                                     {"any_open_breaker_p99_ms", r.any_open_breaker_p99_ms},
+                                     {"any_open_breaker_max_ms", r.any_open_breaker_max_ms},
                                      {"log_rows_during_storm", r.log_rows_during_storm},
                                      {"gap_line", r.gap_line},
                                      {"processes", r.processes},
@@ -256,8 +318,13 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
   if (pg) {
     md +=
         "\nOn PostgreSQL each strategy runs as several panel processes (a worker stays with one); "
-        "*reads missing own payment*: fresh pages, loaded right after the worker's payment was "
-        "confirmed, whose count of today's payments does not include it.\n";
+        "*attempts/call*: database attempts per database call the panels made (a statement or "
+        "transaction, before retries); *answers while breaker open*: requests that began while "
+        "the breaker they go through (a page: the reads' on the primary; a payment: the "
+        "writes') was open in their process, as the samples of its /metrics (every 100 ms) on "
+        "both sides of the request's start saw it; *reads missing own payment*: fresh pages, "
+        "loaded right after the worker's payment was confirmed, whose count of today's "
+        "payments does not include it.\n";
   }
   for (const StormResult& s : result.storms) {
     md += fmt::format("\n## {}\n\n", storm_title(s.spec));
@@ -266,7 +333,8 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
         "p50 ms | p99 ms | max ms | attempts/request";
     for (const std::string& h : tail_header(pg, true))
       md += " | " + h;
-    md += pg ? " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    md += pg ? " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+               "|\n"
              : " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     for (const StrategyResult& r : s.strategies) {
       md += fmt::format(

@@ -37,13 +37,20 @@ struct Record {
   // A fresh page, the first after the worker's own confirmed payment, whose count of
   // today's payments does not include it.
   bool stale_after_write = false;
+  int process = 0;   // the panel process it went to (Instance::ports' index)
+  bool pay = false;  // a payment (else a schedule page)
 };
 
-// The sampler's reading of one panel.
+// The sampler's reading of one strategy's panel (or panel processes, summed).
 struct Sample {
-  double t;
-  std::uint64_t attempts;
-  int breaker;
+  double t = 0;
+  std::uint64_t attempts = 0;
+  int breaker = 0;  // the most open of every process's breakers
+  std::uint64_t calls = 0;
+  // Per process (Instance::ports' order; one for an in-process panel), its open breakers:
+  // kReadsOpen, kWritesOpen (both when an in-process panel's is).
+  std::vector<std::uint8_t> open;
+  static constexpr std::uint8_t kReadsOpen = 1, kWritesOpen = 2;
 };
 
 // Payment rows made during the drill and the keys that made them, from one database.
@@ -73,9 +80,12 @@ struct Instance {
   std::vector<Sample> samples;
   std::atomic<std::int64_t> payments_sent{0};
 
-  // The port worker `w` talks to.
+  // The port worker `w` talks to: that of process_for(w).
   [[nodiscard]] int port_for(int w) const {
-    return ports.empty() ? server->port() : ports[static_cast<std::size_t>(w) % ports.size()];
+    return ports.empty() ? server->port() : ports[static_cast<std::size_t>(process_for(w))];
+  }
+  [[nodiscard]] int process_for(int w) const {
+    return ports.empty() ? 0 : w % static_cast<int>(ports.size());
   }
 
   // Closes the idle connections of the store and the log sinks.

@@ -38,6 +38,9 @@ std::string PanelServer::metrics_text() const {
   counter("bad_requests_total", "Requests answered 4xx for bad input.",
           counters_.bad_request.load());
   counter("database_attempts_total", "Database attempts made by the panel.", store.attempts());
+  counter("database_calls_total",
+          "Database calls the panel made (statements or transactions, before retries).",
+          store.calls());
   if (store.read_shield() != nullptr) {
     const Metrics::Labelled shields[] = {
         {&store.read_shield()->metrics(), store.read_shield()->name()},
