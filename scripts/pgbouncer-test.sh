@@ -17,7 +17,8 @@
 #   HOLDFAST_PGBOUNCER_STATE_DIR  where the state file lives
 #                                 (default ${TMPDIR:-/tmp}/holdfast-pgbouncer-test)
 #   HOLDFAST_PGBOUNCER_POOL_SIZE  server connections per database and user (default 4)
-#   HOLDFAST_PGBOUNCER_LOGIN_RETRY  server_login_retry in seconds (default 1; PgBouncer's 15)
+#   HOLDFAST_PGBOUNCER_LOGIN_RETRY  server_login_retry in seconds, fractions allowed (default 1;
+#                                   PgBouncer's 15)
 set -euo pipefail
 
 die() {

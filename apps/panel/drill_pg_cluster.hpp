@@ -18,6 +18,10 @@ struct ClusterOptions {
   std::string work_dir;     // the scripts' state folders and outputs go below it
   int max_connections = 100;
   int bouncer_pool_size = 12;  // PgBouncer's server connections per database
+  // PgBouncer's server_login_retry in seconds: after a failed login to the server it
+  // refuses clients this long before it tries again, so a server back from a restart is
+  // reached only that late (PgBouncer's default is 15 s).
+  std::string bouncer_login_retry = "0.25";
 };
 
 class PgCluster {
