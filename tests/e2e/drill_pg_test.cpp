@@ -73,6 +73,15 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
       if (name == "none" && storm["kind"] == "stop") {
         EXPECT_GT(s["error_pages"].get<int>(), 0) << storm.dump();
       }
+      // Attempts per call come from the panels' own counters: `none` makes one attempt per
+      // call, whatever the fault (a call in flight when /metrics is read may be counted
+      // before its attempt).
+      if (name == "none") {
+        EXPECT_NEAR(s["attempts_per_call"].get<double>(), 1.0, 0.02) << storm.dump();
+      }
+      EXPECT_GT(s["attempts_per_call"].get<double>(), 0.0) << name << " " << storm.dump();
+      EXPECT_GE(s["open_breaker_answers"].get<int>(), 0);
+      EXPECT_GE(s["any_open_breaker_answers"].get<int>(), s["open_breaker_answers"].get<int>());
     }
   }
   EXPECT_TRUE(fs::exists(out / "drill-report.md"));
