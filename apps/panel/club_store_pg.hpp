@@ -50,6 +50,11 @@ class PgClubStore final : public ClubStore {
     }
     return n;
   }
+  [[nodiscard]] int pool_connect_failures(bool writes) const override {
+    return (writes ? writes_->write_pool() : reads_->read_pool())
+        .stats()
+        .consecutive_connect_failures;
+  }
 
  private:
   PgClubStore(Options options, std::string where);

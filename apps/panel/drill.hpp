@@ -72,8 +72,9 @@ struct StrategyResult {
   // asked for, before retries): 1.0 means no call was tried twice. Unlike attempts per
   // request it does not fall when a strategy gives a page up at its first failed query.
   double attempts_per_call = 0;
-  // Answers to requests that began while the breaker they go through (a page: the reads'
-  // on the primary; a payment: the writes') was open in the request's own panel process,
+  // Answers to requests that began while a breaker they go through (a page: the reads'
+  // Shield or the primary read pool's breaker on connects; a payment: the writes') was
+  // open in the request's own panel process,
   // as the samples on both sides of the request's start saw it, and their p99 and slowest;
   // 0 answers when no breaker was seen open (or the strategy has none).
   std::int64_t open_breaker_answers = 0;

@@ -80,7 +80,7 @@ Result<int> wait_for_port(ChildProcess& panel, const std::string& output) {
 std::function<Sample()> metrics_probe(std::vector<int> ports) {
   struct Last {
     std::uint64_t attempts = 0, calls = 0;
-    std::uint8_t open = 0;  // Sample::kReadsOpen, kWritesOpen
+    std::uint8_t open = 0;  // Sample::kReadsOpen, ...
   };
   auto last = std::make_shared<std::vector<Last>>(ports.size());
   return [ports = std::move(ports), last]() {
@@ -99,6 +99,10 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
             l.attempts = std::strtoull(value, nullptr, 10);
           } else if (line.starts_with("holdfast_panel_database_calls_total{")) {
             l.calls = std::strtoull(value, nullptr, 10);
+          } else if (line.starts_with("holdfast_panel_pool_connect_failures{") &&
+                     !line.ends_with(" 0")) {
+            l.open |= line.find("pool=\"writes\"") != std::string::npos ? Sample::kWritesPoolOpen
+                                                                        : Sample::kReadsPoolOpen;
           } else if (line.starts_with("holdfast_breaker_state{") && line.ends_with(" 1")) {
             if (line.find("state=\"open\"") != std::string::npos) {
               l.open |= line.find("db=\"club.writes\"") != std::string::npos ? Sample::kWritesOpen

@@ -117,9 +117,10 @@ std::uint8_t open_around(const std::vector<Sample>& samples, double t, int p) {
   return before->open[at] & after->open[at];
 }
 
-// The answers in `period` to requests that began while the breaker they go through was
-// open (a page: the reads'; a payment: the writes'), and those that began while any
-// breaker of their process was: how many, their p99 and slowest.
+// The answers in `period` to requests that began while a breaker they go through was open
+// (a page: the reads' Shield or the primary's read pool; a payment: the writes'), and
+// those that began while any breaker of their process was: how many, their p99 and
+// slowest.
 void count_open_breaker_answers(const Instance& inst, const Period& period, StrategyResult& r) {
   std::vector<double> own, any;
   for (const Record& rec : inst.records) {
@@ -127,8 +128,9 @@ void count_open_breaker_answers(const Instance& inst, const Period& period, Stra
     const std::uint8_t open = open_around(inst.samples, rec.start_s, rec.process);
     if (open == 0) continue;
     any.push_back(rec.latency_ms);
-    if ((open & (rec.pay ? Sample::kWritesOpen : Sample::kReadsOpen)) != 0)
-      own.push_back(rec.latency_ms);
+    const std::uint8_t own_breakers = rec.pay ? Sample::kWritesOpen | Sample::kWritesPoolOpen
+                                              : Sample::kReadsOpen | Sample::kReadsPoolOpen;
+    if ((open & own_breakers) != 0) own.push_back(rec.latency_ms);
   }
   r.open_breaker_answers = static_cast<std::int64_t>(own.size());
   r.open_breaker_p99_ms = percentile(own, 0.99);
@@ -320,9 +322,10 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
         "\nOn PostgreSQL each strategy runs as several panel processes (a worker stays with one); "
         "*attempts/call*: database attempts per database call the panels made (a statement or "
         "transaction, before retries); *answers while breaker open*: requests that began while "
-        "the breaker they go through (a page: the reads' on the primary; a payment: the "
-        "writes') was open in their process, as the samples of its /metrics (every 100 ms) on "
-        "both sides of the request's start saw it; *reads missing own payment*: fresh pages, "
+        "a breaker they go through (a page: the reads' Shield or the primary's read pool's "
+        "breaker on connects; a payment: the writes') was open in their process, as the "
+        "samples of its /metrics (every 100 ms) on both sides of the request's start saw it; "
+        "*reads missing own payment*: fresh pages, "
         "loaded right after the worker's payment was confirmed, whose count of today's "
         "payments does not include it.\n";
   }

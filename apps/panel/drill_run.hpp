@@ -48,9 +48,12 @@ struct Sample {
   int breaker = 0;  // the most open of every process's breakers
   std::uint64_t calls = 0;
   // Per process (Instance::ports' order; one for an in-process panel), its open breakers:
-  // kReadsOpen, kWritesOpen (both when an in-process panel's is).
+  // the Shields' (kReadsOpen, kWritesOpen; both when an in-process panel's is) and the
+  // primary's pools' breakers on connects (kReadsPoolOpen, kWritesPoolOpen: failed
+  // connects in a row, so the pool answers at once but for the one request that tries).
   std::vector<std::uint8_t> open;
-  static constexpr std::uint8_t kReadsOpen = 1, kWritesOpen = 2;
+  static constexpr std::uint8_t kReadsOpen = 1, kWritesOpen = 2, kReadsPoolOpen = 4,
+                                kWritesPoolOpen = 8;
 };
 
 // Payment rows made during the drill and the keys that made them, from one database.

@@ -41,6 +41,17 @@ std::string PanelServer::metrics_text() const {
   counter("database_calls_total",
           "Database calls the panel made (statements or transactions, before retries).",
           store.calls());
+  if (store.backend() == "postgresql") {
+    out +=
+        "# HELP holdfast_panel_pool_connect_failures Consecutive failed connects of the "
+        "primary's pool (above 0: it answers at once but for the one request that tries).\n"
+        "# TYPE holdfast_panel_pool_connect_failures gauge\n";
+    for (const bool writes : {false, true}) {
+      out +=
+          fmt::format("holdfast_panel_pool_connect_failures{{strategy=\"{}\",pool=\"{}\"}} {}\n",
+                      strategy, writes ? "writes" : "reads", store.pool_connect_failures(writes));
+    }
+  }
   if (store.read_shield() != nullptr) {
     const Metrics::Labelled shields[] = {
         {&store.read_shield()->metrics(), store.read_shield()->name()},
