@@ -76,33 +76,47 @@ class Query {
 
   [[nodiscard]] bool valid() const noexcept { return info_ != nullptr; }
   // The SQL text (empty when not valid()).
-  [[nodiscard]] std::string_view sql() const noexcept;
+  [[nodiscard]] std::string_view sql() const noexcept { return sql_; }
   // The engine's read/write verdict (a write when not valid()).
-  [[nodiscard]] const AccessVerdict& verdict() const noexcept;
-  [[nodiscard]] Access access() const noexcept { return verdict().access; }
+  [[nodiscard]] const AccessVerdict& verdict() const noexcept { return verdict_; }
+  [[nodiscard]] Access access() const noexcept { return verdict_.access; }
   // False when the statement cache was full: the statement is prepared on every use.
   [[nodiscard]] bool cached() const noexcept;
 
  private:
   friend struct detail::QueryAccess;
   std::shared_ptr<const detail::QueryInfo> info_;
+  // Copies of what info_ holds (it never changes), read on every call without a hop.
+  std::string_view sql_;  // into info_
+  AccessVerdict verdict_;
 };
 
 // A Query or SQL text, as the helpers take them. Holds a reference: pass it straight on.
+// Two words, so it travels in registers.
 class QueryRef {
  public:
-  QueryRef(const Query& query) noexcept : query_(&query) {}  // NOLINT(google-explicit-constructor)
-  QueryRef(std::string_view sql) noexcept : sql_(sql) {}     // NOLINT(google-explicit-constructor)
-  QueryRef(const char* sql) noexcept : sql_(sql) {}          // NOLINT(google-explicit-constructor)
-  QueryRef(const std::string& sql) noexcept : sql_(sql) {}   // NOLINT(google-explicit-constructor)
+  QueryRef(const Query& query) noexcept  // NOLINT(google-explicit-constructor)
+      : ptr_(&query), size_(kQuery) {}
+  QueryRef(std::string_view sql) noexcept  // NOLINT(google-explicit-constructor)
+      : ptr_(sql.data()), size_(sql.size()) {}
+  QueryRef(const char* sql) noexcept  // NOLINT(google-explicit-constructor)
+      : QueryRef(std::string_view(sql)) {}
+  QueryRef(const std::string& sql) noexcept  // NOLINT(google-explicit-constructor)
+      : QueryRef(std::string_view(sql)) {}
 
   // The Query, or nullptr for SQL text.
-  [[nodiscard]] const Query* query() const noexcept { return query_; }
-  [[nodiscard]] std::string_view sql() const noexcept { return query_ ? query_->sql() : sql_; }
+  [[nodiscard]] const Query* query() const noexcept {
+    return size_ == kQuery ? static_cast<const Query*>(ptr_) : nullptr;
+  }
+  [[nodiscard]] std::string_view sql() const noexcept {
+    if (size_ == kQuery) return static_cast<const Query*>(ptr_)->sql();
+    return {static_cast<const char*>(ptr_), size_};
+  }
 
  private:
-  const Query* query_ = nullptr;
-  std::string_view sql_;
+  static constexpr std::size_t kQuery = ~std::size_t{0};  // no SQL text is this long
+  const void* ptr_;
+  std::size_t size_;
 };
 
 namespace detail {

@@ -40,6 +40,8 @@ struct StatementAccess {
 struct QueryAccess {
   static Query make(std::shared_ptr<const QueryInfo> info) noexcept {
     Query q;
+    q.sql_ = info->sql;
+    q.verdict_ = info->verdict;
     q.info_ = std::move(info);
     return q;
   }

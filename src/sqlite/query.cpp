@@ -9,15 +9,6 @@
 
 namespace holdfast::sqlite {
 
-std::string_view Query::sql() const noexcept {
-  return info_ ? std::string_view(info_->sql) : std::string_view();
-}
-
-const AccessVerdict& Query::verdict() const noexcept {
-  static const AccessVerdict kNone;
-  return info_ ? info_->verdict : kNone;
-}
-
 bool Query::cached() const noexcept {
   return info_ && info_->slot != detail::QueryInfo::kUncached;
 }
