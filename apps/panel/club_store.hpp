@@ -125,11 +125,11 @@ class ClubStore {
   [[nodiscard]] std::uint64_t calls() const noexcept {
     return calls_.load(std::memory_order_relaxed);
   }
-  // PostgreSQL: consecutive failed connects of the primary's read or write pool. While
-  // above 0 the pool answers at once with its last connect error (stop reason
-  // kBreakerOpen, a breaker on connects), but for the one request that tries again. 0 on
-  // SQLite.
-  [[nodiscard]] virtual int pool_connect_failures(bool /*writes*/) const { return 0; }
+  // PostgreSQL: whether the primary's read or write pool is backing off after failed
+  // connects: until its next connect is due it answers a request that finds no idle
+  // connection at once with the last connect error (stop reason kBreakerOpen: a breaker
+  // on connects). False on SQLite.
+  [[nodiscard]] virtual bool pool_backing_off(bool /*writes*/) const { return false; }
   // holdfast only (nullptr for the baselines): the Shields reads and writes go through.
   [[nodiscard]] Shield* read_shield() noexcept { return read_shield_; }
   [[nodiscard]] Shield* write_shield() noexcept { return write_shield_; }

@@ -50,10 +50,9 @@ class PgClubStore final : public ClubStore {
     }
     return n;
   }
-  [[nodiscard]] int pool_connect_failures(bool writes) const override {
-    return (writes ? writes_->write_pool() : reads_->read_pool())
-        .stats()
-        .consecutive_connect_failures;
+  [[nodiscard]] bool pool_backing_off(bool writes) const override {
+    const pg::PoolStats s = (writes ? writes_->write_pool() : reads_->read_pool()).stats();
+    return s.consecutive_connect_failures > 0 && clock_->now() < s.next_connect_at;
   }
 
  private:

@@ -99,8 +99,7 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
             l.attempts = std::strtoull(value, nullptr, 10);
           } else if (line.starts_with("holdfast_panel_database_calls_total{")) {
             l.calls = std::strtoull(value, nullptr, 10);
-          } else if (line.starts_with("holdfast_panel_pool_connect_failures{") &&
-                     !line.ends_with(" 0")) {
+          } else if (line.starts_with("holdfast_panel_pool_backing_off{") && line.ends_with(" 1")) {
             l.open |= line.find("pool=\"writes\"") != std::string::npos ? Sample::kWritesPoolOpen
                                                                         : Sample::kReadsPoolOpen;
           } else if (line.starts_with("holdfast_breaker_state{") && line.ends_with(" 1")) {

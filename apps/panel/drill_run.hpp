@@ -49,8 +49,8 @@ struct Sample {
   std::uint64_t calls = 0;
   // Per process (Instance::ports' order; one for an in-process panel), its open breakers:
   // the Shields' (kReadsOpen, kWritesOpen; both when an in-process panel's is) and the
-  // primary's pools' breakers on connects (kReadsPoolOpen, kWritesPoolOpen: failed
-  // connects in a row, so the pool answers at once but for the one request that tries).
+  // primary's pools' breakers on connects (kReadsPoolOpen, kWritesPoolOpen: backing off
+  // after failed connects, so a request that finds no idle connection is answered at once).
   std::vector<std::uint8_t> open;
   static constexpr std::uint8_t kReadsOpen = 1, kWritesOpen = 2, kReadsPoolOpen = 4,
                                 kWritesPoolOpen = 8;

@@ -43,13 +43,13 @@ std::string PanelServer::metrics_text() const {
           store.calls());
   if (store.backend() == "postgresql") {
     out +=
-        "# HELP holdfast_panel_pool_connect_failures Consecutive failed connects of the "
-        "primary's pool (above 0: it answers at once but for the one request that tries).\n"
-        "# TYPE holdfast_panel_pool_connect_failures gauge\n";
+        "# HELP holdfast_panel_pool_backing_off 1 while the primary's pool backs off after "
+        "failed connects (it answers at once when no connection is idle).\n"
+        "# TYPE holdfast_panel_pool_backing_off gauge\n";
     for (const bool writes : {false, true}) {
-      out +=
-          fmt::format("holdfast_panel_pool_connect_failures{{strategy=\"{}\",pool=\"{}\"}} {}\n",
-                      strategy, writes ? "writes" : "reads", store.pool_connect_failures(writes));
+      out += fmt::format("holdfast_panel_pool_backing_off{{strategy=\"{}\",pool=\"{}\"}} {}\n",
+                         strategy, writes ? "writes" : "reads",
+                         store.pool_backing_off(writes) ? 1 : 0);
     }
   }
   if (store.read_shield() != nullptr) {

@@ -68,6 +68,10 @@ struct PoolStats {
   std::uint64_t waits = 0;             // acquisitions that had to wait
   std::uint64_t timeouts = 0;          // acquisitions that gave up at their deadline
   int consecutive_connect_failures = 0;
+  // While consecutive_connect_failures > 0: when the next connect may start. Until then a
+  // request that finds no idle connection is answered at once (the pool's breaker on
+  // connects).
+  TimePoint next_connect_at{};
 };
 
 class Pool;

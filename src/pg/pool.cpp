@@ -232,6 +232,7 @@ PoolStats Pool::stats() const {
   s.open = open_;
   s.idle = static_cast<int>(idle_.size());
   s.consecutive_connect_failures = failures_;
+  s.next_connect_at = next_connect_at_;
   return s;
 }
 
