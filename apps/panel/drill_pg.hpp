@@ -28,8 +28,9 @@ namespace holdfast::panel {
 //   terminate     every client backend terminated every 2 s, for 10 s
 //   restart       the primary restarted (pg_ctl stop -m fast, then start)
 //   stop          the primary stopped for 15 s
-//   exhaust       connections taken until the server says 53300, a few given back for the
-//                 panels to compete for, 20 s
+//   exhaust       the primary's slots taken until it says 53300, the panels' backends
+//                 terminated and their slots taken too, four given back for all panels to
+//                 compete for, 20 s
 //   cpu           CPU-burning backends (two per core) for 20 s: a capacity drop
 //   standby-stop  the standby stopped for 10 s
 //   standby-lag   replay paused on the standby (pg_wal_replay_pause()) for 15 s
