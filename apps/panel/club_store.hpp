@@ -113,6 +113,18 @@ class ClubStore {
   Status record_report(std::string_view path, std::string_view digest, std::string_view note,
                        std::string_view now_utc);
 
+  // --- read-your-writes across processes ---
+  // The position the current request's reads must see (its own writes included), as text
+  // for the client to carry to its next request (the panel's hf_wal cookie), so that any
+  // process honours it. Empty when there is none: outside a RequestScope, before any write,
+  // and always on SQLite (no standby to be behind).
+  [[nodiscard]] virtual std::string write_position() const { return {}; }
+  // Makes the current request's reads see `position` (what write_position() gave), on top
+  // of what this process remembers itself. Anything that is not a position (malformed, too
+  // long) is ignored: a client can only send its own reads to the primary. No-op outside a
+  // RequestScope and on SQLite.
+  virtual void require_position(std::string_view /*position*/) {}
+
   [[nodiscard]] Strategy strategy() const noexcept { return options_.strategy; }
   // "sqlite" or "postgresql".
   [[nodiscard]] virtual std::string_view backend() const noexcept = 0;

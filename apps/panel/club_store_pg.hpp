@@ -38,6 +38,16 @@ class PgClubStore final : public ClubStore {
   Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) override;
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
 
+  [[nodiscard]] std::string write_position() const override {
+    const pg::Lsn lsn = pg::request_lsn();
+    return lsn.empty() ? std::string() : lsn.to_string();
+  }
+  void require_position(std::string_view position) override {
+    // pg_lsn's text form is at most "FFFFFFFF/FFFFFFFF".
+    if (position.empty() || position.size() > 17) return;
+    if (Result<pg::Lsn> lsn = pg::Lsn::parse(position); lsn.ok()) pg::require_lsn(*lsn);
+  }
+
   [[nodiscard]] std::string_view backend() const noexcept override { return "postgresql"; }
   // The baselines count their calls; holdfast counts what its Shields let through.
   [[nodiscard]] std::uint64_t attempts() const noexcept override {
@@ -85,8 +95,8 @@ class PgClubStore final : public ClubStore {
   // Read-your-writes across requests: the WAL position of the last write of a session
   // ("session:<token>", its sign-in) or a user ("user:<id>", their payments) in this
   // process, which later requests must see (pg::require_lsn()) before a standby may answer
-  // them. In memory, at most kMaxRemembered keys (then it starts afresh): requests that
-  // reach another process are not covered.
+  // them. In memory, at most kMaxRemembered keys (then it starts afresh). Requests that
+  // reach another process are covered by the client's hf_wal cookie (require_position()).
   void remember_write(const std::string& who) {
     const pg::Lsn lsn = pg::request_lsn();
     if (lsn.empty()) return;

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <fmt/format.h>
+
 #include "holdfast/logger.hpp"
 
 namespace holdfast::panel {
@@ -25,6 +27,12 @@ std::string cookie_value(const httplib::Request& req, std::string_view name) {
     }
   }
   return {};
+}
+
+void set_cookie(httplib::Response& res, std::string_view name, std::string_view value,
+                long max_age_seconds, bool secure) {
+  res.set_header("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+                                           name, value, max_age_seconds, secure ? "; Secure" : ""));
 }
 
 }  // namespace holdfast::panel

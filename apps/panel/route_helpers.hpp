@@ -6,7 +6,8 @@
 
 namespace httplib {
 struct Request;
-}
+struct Response;
+}  // namespace httplib
 
 namespace holdfast::panel {
 
@@ -16,5 +17,15 @@ namespace holdfast::panel {
 
 // The value of cookie `name` in `req`'s Cookie header, or "" when it has none.
 [[nodiscard]] std::string cookie_value(const httplib::Request& req, std::string_view name);
+
+// Adds a Set-Cookie header for cookie `name`: Path=/, not readable by scripts (HttpOnly), not
+// sent on cross-site subrequests (SameSite=Lax), kept `max_age_seconds`; Secure (HTTPS only)
+// when `secure` (`--secure-cookies`). REQUIRES: `value` is a valid cookie value.
+void set_cookie(httplib::Response& res, std::string_view name, std::string_view value,
+                long max_age_seconds, bool secure);
+
+// The cookie that carries the WAL position of a client's last write from process to process
+// (read-your-writes behind a load balancer; ClubStore::write_position()).
+inline constexpr std::string_view kWritePositionCookie = "hf_wal";
 
 }  // namespace holdfast::panel

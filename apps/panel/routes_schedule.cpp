@@ -94,7 +94,7 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
     counters_.bad_request++;
     return std::nullopt;
   }
-  const std::optional<RequestScope> scope = request_window();
+  const RequestWindow scope = request_window(req);
   const std::string now = now_utc();
   Schedule schedule;
   User user;

@@ -65,7 +65,7 @@ std::string PanelServer::metrics_text() const {
 // takes it, and the answer says which.
 void PanelServer::post_report(const httplib::Request& req, httplib::Response& res) {
   counters_.requests++;
-  const std::optional<RequestScope> scope = request_window();
+  const RequestWindow scope = request_window(req);
   const std::string path = req.has_param("path") ? req.get_param_value("path") : "";
   const std::string digest = req.has_param("digest") ? req.get_param_value("digest") : "";
   const std::string note = req.has_param("note") ? req.get_param_value("note") : "";

@@ -1,10 +1,8 @@
 // Signing in: GET /login (the form), POST /login (email and password, throttled per account
 // and per address), GET /login/link?token= (a one-time link from issue_sign_in_link()).
-// Each success opens a session, sets its cookie, hands out its CSRF token in X-CSRF-Token
-// and redirects (303).
+// Each success opens a session, sets its cookie (and, on PostgreSQL, the hf_wal cookie with
+// that write's position), hands out its CSRF token in X-CSRF-Token and redirects (303).
 #include <httplib.h>
-
-#include <fmt/format.h>
 
 #include "html.hpp"
 #include "route_helpers.hpp"
@@ -18,9 +16,7 @@ constexpr const char* kHtml = "text/html; charset=utf-8";
 // The session cookie: not readable by scripts, not sent on cross-site subrequests, 30 days;
 // Secure (HTTPS only) with `--secure-cookies`.
 void set_session_cookie(httplib::Response& res, std::string_view token, bool secure) {
-  res.set_header("Set-Cookie",
-                 fmt::format("session={}; Path=/; HttpOnly; SameSite=Lax; Max-Age=2592000{}", token,
-                             secure ? "; Secure" : ""));
+  set_cookie(res, "session", token, 2'592'000, secure);
 }
 
 // The answer to a sign-in that opened `session`.
@@ -77,7 +73,7 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
     res.set_content(render_login("Too many failed sign-ins. Try again in a minute."), kHtml);
     return;
   }
-  const std::optional<RequestScope> scope = request_window();
+  const RequestWindow scope = request_window(req);
   Result<std::string> token = options_.store->login(email, password, now_utc());
   if (!token.ok()) {
     if (token.status().code() == Code::kPermissionDenied) {
@@ -92,6 +88,7 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
   }
   counters_.ok++;
   signed_in_redirect(res, *token, options_.secure_cookies, "/dashboard/schedule");
+  set_write_position_cookie(res);
 }
 
 void PanelServer::get_login_link(const httplib::Request& req, httplib::Response& res) {
@@ -111,11 +108,12 @@ void PanelServer::get_login_link(const httplib::Request& req, httplib::Response&
     res.set_content(render_login("That sign-in link was used already or has expired."), kHtml);
     return;
   }
-  const std::optional<RequestScope> scope = request_window();
+  const RequestWindow scope = request_window(req);
   Result<std::string> session = options_.store->open_session(link->user_id, now_utc());
   if (!session.ok()) return answers_->failure(res, session.status(), "/login/link", false);
   counters_.ok++;
   signed_in_redirect(res, *session, options_.secure_cookies, link->next);
+  set_write_position_cookie(res);
 }
 
 }  // namespace holdfast::panel

@@ -89,7 +89,7 @@ bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response&
   const std::string token = cookie_value(req, "session");
   if (token.empty() || token.size() > 64) return to_sign_in();
   Result<std::optional<User>> who = [&] {
-    const std::optional<RequestScope> scope = request_window();
+    const RequestWindow scope = request_window(req);
     return options_.store->session(token, now_utc());
   }();
   const TimePoint now = options_.store->clock().now();

@@ -67,7 +67,7 @@ std::optional<PanelServer::WriteInput> PanelServer::write_input(const httplib::R
 
 void PanelServer::post_payment(const httplib::Request& req, httplib::Response& res) {
   counters_.requests++;
-  const std::optional<RequestScope> scope = request_window();
+  const RequestWindow scope = request_window(req);
   const std::optional<WriteInput> in =
       write_input(req, res, "/payments", "amount_cents",
                   "amount_cents must be a positive whole number of cents");
@@ -89,6 +89,7 @@ void PanelServer::post_payment(const httplib::Request& req, httplib::Response& r
   }
   counters_.ok++;
   res.status = paid->replayed ? 200 : 201;
+  set_write_position_cookie(res);
   res.set_content(json{{"payment_id", paid->payment_id},
                        {"amount_cents", paid->amount_cents},
                        {"replayed", paid->replayed}}
@@ -98,7 +99,7 @@ void PanelServer::post_payment(const httplib::Request& req, httplib::Response& r
 
 void PanelServer::post_signup(const httplib::Request& req, httplib::Response& res) {
   counters_.requests++;
-  const std::optional<RequestScope> scope = request_window();
+  const RequestWindow scope = request_window(req);
   const std::optional<WriteInput> in =
       write_input(req, res, "/signups", "game_id", "game_id must be a positive whole number");
   if (!in) return;
@@ -110,6 +111,7 @@ void PanelServer::post_signup(const httplib::Request& req, httplib::Response& re
   if (!added.ok()) return answers_->write_refusal(res, added.status(), "/signups");
   counters_.ok++;
   res.status = added->replayed ? 200 : 201;
+  set_write_position_cookie(res);
   res.set_content(json{{"signup_id", added->signup_id},
                        {"game_id", added->game_id},
                        {"replayed", added->replayed}}

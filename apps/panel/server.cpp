@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include "route_helpers.hpp"
 #include "session_toucher.hpp"
 #include "status_page.hpp"
 #include "traffic_ring.hpp"
@@ -62,9 +63,18 @@ void PanelServer::stop() noexcept {
   toucher_.reset();
 }
 
-std::optional<RequestScope> PanelServer::request_window() {
-  if (!holdfast()) return std::nullopt;
-  return std::optional<RequestScope>(std::in_place, options_.window, options_.store->clock());
+PanelServer::RequestWindow::RequestWindow(const PanelServer& server, const httplib::Request& req) {
+  if (!server.holdfast()) return;
+  scope_.emplace(server.options_.window, server.options_.store->clock());
+  server.options_.store->require_position(cookie_value(req, kWritePositionCookie));
+}
+
+void PanelServer::set_write_position_cookie(httplib::Response& res) const {
+  const std::string position = options_.store->write_position();
+  // 5 minutes: standbys catch up in well under that; afterwards the client's reads may go to
+  // any standby again.
+  if (!position.empty())
+    set_cookie(res, kWritePositionCookie, position, 300, options_.secure_cookies);
 }
 
 void PanelServer::install_routes() {

@@ -105,9 +105,26 @@ class PanelServer {
   [[nodiscard]] bool holdfast() const noexcept {
     return options_.store->strategy() == Strategy::kHoldfast;
   }
-  // The request's window (holdfast): every database call of the request draws from it
-  // while the returned scope lives. Empty for the baselines.
-  [[nodiscard]] std::optional<RequestScope> request_window();
+  // The request's window (holdfast; none for the baselines): every database call of the
+  // request draws from it while it lives. Its reads also see the client's last write made
+  // through any panel process: the position its hf_wal cookie carries
+  // (ClubStore::require_position(); a cookie that is not a position is ignored).
+  class RequestWindow {
+   public:
+    RequestWindow(const PanelServer& server, const httplib::Request& req);
+    RequestWindow(const RequestWindow&) = delete;
+    RequestWindow& operator=(const RequestWindow&) = delete;
+
+   private:
+    std::optional<RequestScope> scope_;
+  };
+  [[nodiscard]] RequestWindow request_window(const httplib::Request& req) const {
+    return RequestWindow(*this, req);
+  }
+  // After a request that wrote: the hf_wal cookie with the position the client's next reads
+  // must see, whichever process serves them (ClubStore::write_position()). Nothing when the
+  // store has no position (SQLite, a baseline).
+  void set_write_position_cookie(httplib::Response& res) const;
 
   // routes_service.cpp: the service's own routes.
   void get_healthz(const httplib::Request& req, httplib::Response& res);

@@ -18,6 +18,7 @@
 #include "hardening_checks.hpp"
 #include "holdfast/logger.hpp"
 #include "holdfast/postgres_url.hpp"
+#include "pg_scratch_database.hpp"
 #include "pg_test_support.hpp"
 #include "server.hpp"
 
@@ -33,42 +34,6 @@ using Steady = std::chrono::steady_clock;
 std::string today() {
   return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10));
 }
-
-// `url` pointing at database `name` instead of its own.
-std::string url_for_database(const std::string& url, const std::string& name) {
-  const std::size_t scheme = url.find("://");
-  if (scheme == std::string::npos) return url + " dbname=" + name;  // key=value form
-  const std::size_t query = url.find('?', scheme + 3);
-  const std::size_t path = std::min(url.find('/', scheme + 3), query);
-  const std::string tail = query == std::string::npos ? "" : url.substr(query);
-  return url.substr(0, path) + "/" + name + tail;
-}
-
-// A database of the test's own, dropped (with whoever is still connected) at the end.
-class ScratchDatabase {
- public:
-  ScratchDatabase() : admin_(pgtest::server_url()), name_(pgtest::unique("panel_e2e")) {
-    admin_.exec("CREATE DATABASE " + name_);
-    url_ = url_for_database(pgtest::server_url(), name_);
-  }
-  ~ScratchDatabase() { admin_.exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)"); }
-  ScratchDatabase(const ScratchDatabase&) = delete;
-  ScratchDatabase& operator=(const ScratchDatabase&) = delete;
-
-  [[nodiscard]] const std::string& url() const { return url_; }
-  [[nodiscard]] const std::string& name() const { return name_; }
-  // Terminates every backend connected to this database; returns how many.
-  long long terminate_backends() {
-    return admin_.count(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1",
-        {name_});
-  }
-
- private:
-  Admin admin_;
-  std::string name_;
-  std::string url_;
-};
 
 class PanelPgTest : public ::testing::Test {
  protected:

@@ -1,0 +1,227 @@
+// Read-your-writes across panel processes (issue 14): two `holdfast panel --pg ...
+// --pg-replica ...` processes on one database, its real streaming standby as their replica,
+// replay paused there for real (pg_wal_replay_pause()). A payment made through process A
+// comes back with the hf_wal cookie; process B, which remembers nothing of it, must then
+// read the client's page from the primary, while a client without the cookie may still get
+// the standby's older page.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "club_store.hpp"
+#include "drill_pg_process.hpp"
+#include "holdfast/logger.hpp"
+#include "holdfast/postgres_lsn.hpp"
+#include "holdfast/window.hpp"
+#include "pg_scratch_database.hpp"
+#include "pg_test_support.hpp"
+
+namespace holdfast::panel {
+namespace {
+
+namespace fs = std::filesystem;
+using pgtest::Admin;
+using std::chrono::seconds;
+
+std::string today() {
+  return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10));
+}
+
+// `holdfast panel` on `url` with `replica` as its standby, on a free port; stopped (SIGTERM,
+// by its pid) when destroyed.
+class PanelProcess {
+ public:
+  PanelProcess(const std::string& url, const std::string& replica, const fs::path& output) {
+    Result<drill::ChildProcess> p = drill::ChildProcess::spawn(
+        {HOLDFAST_EXE, "panel", "--pg", url, "--pg-replica", replica, "--port", "0"}, {},
+        output.string());
+    if (!p.ok()) {
+      ADD_FAILURE() << p.status().to_string();
+      return;
+    }
+    process_ = std::move(*p);
+    static constexpr std::string_view kMark = "on http://127.0.0.1:";
+    const auto until = std::chrono::steady_clock::now() + seconds(60);
+    while (port_ == 0 && std::chrono::steady_clock::now() < until) {
+      const std::string text = drill::read_text(output.string());
+      if (const std::size_t at = text.find(kMark); at != std::string::npos) {
+        port_ = std::atoi(text.c_str() + at + kMark.size());
+      } else if (process_.wait(std::chrono::milliseconds(100)).ok()) {
+        ADD_FAILURE() << "the panel exited: " << text;
+        return;
+      }
+    }
+    if (port_ == 0) ADD_FAILURE() << "the panel did not start: " << drill::read_text(output);
+  }
+  [[nodiscard]] int port() const { return port_; }
+
+ private:
+  drill::ChildProcess process_;
+  int port_ = 0;
+};
+
+// Pauses the standby's replay until destroyed, also when the test fails.
+class ReplayPause {
+ public:
+  explicit ReplayPause(Admin& standby) : standby_(standby) {
+    standby_.exec("SELECT pg_wal_replay_pause()");
+    paused_ = pgtest::eventually([&] {
+      return standby_.exec("SELECT pg_get_wal_replay_pause_state()").text(0, 0) == "paused";
+    });
+  }
+  ~ReplayPause() { resume(); }
+  ReplayPause(const ReplayPause&) = delete;
+  ReplayPause& operator=(const ReplayPause&) = delete;
+  [[nodiscard]] bool paused() const { return paused_; }
+  void resume() {
+    if (!resumed_) standby_.exec("SELECT pg_wal_replay_resume()");
+    resumed_ = true;
+  }
+
+ private:
+  Admin& standby_;
+  bool paused_ = false;
+  bool resumed_ = false;
+};
+
+// Whether the standby replays, within 10 s, everything the primary has written by now.
+bool standby_caught_up(Admin& primary, Admin& standby) {
+  const std::string now(primary.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+  return pgtest::eventually(
+      [&] {
+        return standby.exec("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", {now}).text(0, 0) ==
+               "t";
+      },
+      std::chrono::milliseconds(10'000));
+}
+
+// The whole Set-Cookie line `r` sets for cookie `name`, or "".
+std::string set_cookie_line(const httplib::Response& r, const std::string& name) {
+  const auto [from, to] = r.headers.equal_range("Set-Cookie");
+  for (auto it = from; it != to; ++it) {
+    if (it->second.rfind(name + "=", 0) == 0) return it->second;
+  }
+  return {};
+}
+
+// "name=value" of a Set-Cookie line.
+std::string cookie_pair(const std::string& line) {
+  return line.substr(0, line.find(';'));
+}
+
+// "Today's payments" on a fresh schedule page loaded with `cookie`; -1 when the answer is
+// not a fresh page.
+long long payments_on_page(httplib::Client& http, const std::string& cookie) {
+  auto r = http.Get("/dashboard/schedule?date=" + today(), {{"Cookie", cookie}});
+  if (!r) {
+    ADD_FAILURE() << "no answer";
+    return -1;
+  }
+  EXPECT_EQ(r->status, 200) << r->body.substr(0, 300);
+  EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));
+  static constexpr std::string_view kMark = "today's payments: ";
+  const std::size_t at = r->body.find(kMark);
+  if (r->status != 200 || at == std::string::npos) return -1;
+  return std::atoll(r->body.c_str() + at + kMark.size());
+}
+
+TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOwnPayment) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  ScratchDatabase db;
+  Admin primary(pgtest::server_url());
+  Admin standby(pgtest::standby_url());
+  ASSERT_TRUE(standby_caught_up(primary, standby));  // the database exists there too
+  const std::string replica = url_for_database(pgtest::standby_url(), db.name());
+  const fs::path dir = fs::temp_directory_path() / pgtest::unique("holdfast-e2e-wal-cookie");
+  fs::create_directories(dir);
+  PanelProcess a(db.url(), replica, dir / "a.log");  // creates the club
+  ASSERT_GT(a.port(), 0);
+  PanelProcess b(db.url(), replica, dir / "b.log");
+  ASSERT_GT(b.port(), 0);
+  httplib::Client via_a("127.0.0.1", a.port());
+  httplib::Client via_b("127.0.0.1", b.port());
+  via_a.set_read_timeout(seconds(30));
+  via_b.set_read_timeout(seconds(30));
+
+  auto login = via_a.Post(
+      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(login);
+  ASSERT_EQ(login->status, 303) << login->body;
+  const std::string session = cookie_pair(set_cookie_line(*login, "session"));
+  const std::string signed_in = set_cookie_line(*login, "hf_wal");
+  ASSERT_FALSE(signed_in.empty());  // the sign-in wrote: its position comes with it
+  for (const char* attribute : {"; Path=/", "; HttpOnly", "; SameSite=Lax", "; Max-Age=300"}) {
+    EXPECT_NE(signed_in.find(attribute), std::string::npos) << signed_in;
+  }
+  EXPECT_EQ(signed_in.find("Secure"), std::string::npos);  // no --secure-cookies
+  ASSERT_TRUE(standby_caught_up(primary, standby));
+  const long long before = payments_on_page(via_b, session);
+  ASSERT_GE(before, 0);
+
+  ReplayPause pause(standby);
+  ASSERT_TRUE(pause.paused());
+  auto paid = via_a.Post("/payments",
+                         {{"Cookie", session + "; " + cookie_pair(signed_in)},
+                          {"X-CSRF-Token", login->get_header_value("X-CSRF-Token")}},
+                         httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
+  ASSERT_TRUE(paid);
+  ASSERT_EQ(paid->status, 201) << paid->body;
+  const std::string wal = cookie_pair(set_cookie_line(*paid, "hf_wal"));
+  ASSERT_FALSE(wal.empty());
+  Result<pg::Lsn> position = pg::Lsn::parse(wal.substr(wal.find('=') + 1));
+  ASSERT_TRUE(position.ok()) << wal;
+  EXPECT_EQ(standby.exec("SELECT pg_last_wal_replay_lsn() < $1::pg_lsn", {position->to_string()})
+                .text(0, 0),
+            "t");  // the standby has not replayed the payment
+
+  // B never saw the payment: only the cookie tells it to read this client's page from the
+  // primary.
+  EXPECT_EQ(payments_on_page(via_b, session + "; " + wal), before + 1);
+  // A client without it (fresh, or whose cookie expired) may get the standby's older page:
+  // the standby is behind and answering.
+  EXPECT_EQ(payments_on_page(via_b, session), before);
+  // A cookie that is no position is ignored: the page, from wherever B likes.
+  for (const std::string& junk :
+       {std::string("hf_wal=zz/12"), std::string("hf_wal=1/2/3"), std::string("hf_wal=-1/0"),
+        std::string("hf_wal=") + std::string(200, 'F'), std::string("hf_wal=0/0")}) {
+    SCOPED_TRACE(junk);
+    EXPECT_EQ(payments_on_page(via_b, session + "; " + junk), before);
+  }
+
+  pause.resume();
+  EXPECT_TRUE(pgtest::eventually([&] { return payments_on_page(via_b, session) == before + 1; },
+                                 std::chrono::milliseconds(10'000)));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+// SQLite has no standby: the store carries no position and ignores one.
+TEST(PanelWritePosition, TheSqliteStoreHasNoPositionToCarry) {
+  const fs::path dir = fs::temp_directory_path() / pgtest::unique("holdfast-e2e-wal-sqlite");
+  fs::create_directories(dir);
+  ClubStore::Options so;
+  so.path = (dir / "club.db").string();
+  auto store = ClubStore::open(so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ASSERT_TRUE((*store)->ensure_demo_data(today()).ok());
+  {
+    RequestScope scope(seconds(6));
+    (*store)->require_position("16/B374D848");
+    (*store)->require_position("garbage");
+    auto paid = (*store)->pay(1, 500, "card", "", "2026-12-01T10:00:00.000Z");
+    ASSERT_TRUE(paid.ok()) << paid.status().to_string();
+    EXPECT_EQ((*store)->write_position(), "");
+  }
+  store->reset();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace holdfast::panel
