@@ -21,6 +21,7 @@
 #include "holdfast/window.hpp"
 #include "pg_scratch_database.hpp"
 #include "pg_test_support.hpp"
+#include "server.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -199,6 +200,35 @@ TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOw
                                  std::chrono::milliseconds(10'000)));
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+// Like the session cookie, the position is marked Secure with --secure-cookies.
+TEST(PanelPgWritePosition, WithSecureCookiesTheWritePositionCookieIsSecureToo) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  ScratchDatabase db;
+  ClubStore::Options so;
+  so.pg_url = db.url();
+  auto store = ClubStore::open(so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ASSERT_TRUE((*store)->ensure_demo_data(today()).ok());
+  Logger::Options lo;
+  lo.console = false;
+  Logger logger(lo);
+  PanelServer::Options po;
+  po.store = store->get();
+  po.logger = &logger;
+  po.secure_cookies = true;
+  PanelServer server(po);
+  ASSERT_TRUE(server.start().ok());
+  httplib::Client http("127.0.0.1", server.port());
+  auto login = http.Post(
+      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(login);
+  ASSERT_EQ(login->status, 303) << login->body;
+  const std::string wal = set_cookie_line(*login, "hf_wal");
+  EXPECT_NE(wal.find("; Secure"), std::string::npos) << wal;
+  EXPECT_NE(set_cookie_line(*login, "session").find("; Secure"), std::string::npos);
+  server.stop();
 }
 
 // SQLite has no standby: the store carries no position and ignores one.
