@@ -155,10 +155,6 @@ class Shield {
  private:
   static Options with_clock(Options options, Clock& clock);
   class Steps;  // run()'s steps of the retry loop (detail::retry_loop): a Call's
-  // run() when the breaker or the limit has a say in the first attempt (not the common case).
-  template <class R, class F>
-  [[gnu::noinline]] R run_admitting(const RetryPolicy& policy, Operation op, TimePoint start,
-                                    F& attempt, RetryStats* stats);
   // run() after its first attempt, made with `first` at `t0`, failed with `r`.
   template <class F, class R>
   [[gnu::noinline]] void run_failed(const RetryPolicy& policy, Operation op,
@@ -407,12 +403,6 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
     return r;
   }
   first.cancel();  // refused, or taken by the concurrency limit's rules below: no call
-  return run_admitting<R>(policy, op, start, attempt, stats);
-}
-
-template <class R, class F>
-R Shield::run_admitting(const RetryPolicy& policy, Operation op, TimePoint start, F& attempt,
-                        RetryStats* stats) {
   Call call(*this, policy, op);
   Steps steps(call);
   R r = detail::retry_loop<R>(steps, start, attempt);
