@@ -91,15 +91,30 @@ class ReplayPause {
   bool resumed_ = false;
 };
 
-// Whether the standby replays, within 10 s, everything the primary has written by now.
-bool standby_caught_up(Admin& primary, Admin& standby) {
-  const std::string now(primary.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
-  return pgtest::eventually(
-      [&] {
-        return standby.exec("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", {now}).text(0, 0) ==
-               "t";
-      },
-      std::chrono::milliseconds(10'000));
+// Whether the standby replays, within 30 s (its receiver may be reconnecting after another
+// test terminated backends: wal_retrieve_retry_interval is 5 s), everything the primary has
+// committed by now. The flush position, not the insert position: WAL inserted after the last commit
+// (a hint bit's page image, say) may sit in a partly filled page that nothing flushes while the
+// server is idle, and a standby never receives what was not flushed.
+testing::AssertionResult standby_caught_up(Admin& primary, Admin& standby) {
+  const std::string now(primary.exec("SELECT pg_current_wal_flush_lsn()::text").text(0, 0));
+  if (pgtest::eventually(
+          [&] {
+            return standby.exec("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", {now})
+                       .text(0, 0) == "t";
+          },
+          std::chrono::milliseconds(30'000))) {
+    return testing::AssertionSuccess();
+  }
+  return testing::AssertionFailure()
+         << "the standby did not replay " << now << " within 30 s; standby: "
+         << standby
+                .exec(
+                    "SELECT coalesce(pg_last_wal_receive_lsn()::text, '-') || ' received, ' || "
+                    "coalesce(pg_last_wal_replay_lsn()::text, '-') || ' replayed, ' || "
+                    "pg_get_wal_replay_pause_state() || ', receiver ' || coalesce((SELECT "
+                    "status FROM pg_stat_wal_receiver), 'none')")
+                .text(0, 0);
 }
 
 // The whole Set-Cookie line `r` sets for cookie `name`, or "".
