@@ -28,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using pgtest::Admin;
+using pgtest::ReplayPause;
 using std::chrono::seconds;
 
 std::string today() {
@@ -65,30 +66,6 @@ class PanelProcess {
  private:
   drill::ChildProcess process_;
   int port_ = 0;
-};
-
-// Pauses the standby's replay until destroyed, also when the test fails.
-class ReplayPause {
- public:
-  explicit ReplayPause(Admin& standby) : standby_(standby) {
-    standby_.exec("SELECT pg_wal_replay_pause()");
-    paused_ = pgtest::eventually([&] {
-      return standby_.exec("SELECT pg_get_wal_replay_pause_state()").text(0, 0) == "paused";
-    });
-  }
-  ~ReplayPause() { resume(); }
-  ReplayPause(const ReplayPause&) = delete;
-  ReplayPause& operator=(const ReplayPause&) = delete;
-  [[nodiscard]] bool paused() const { return paused_; }
-  void resume() {
-    if (!resumed_) standby_.exec("SELECT pg_wal_replay_resume()");
-    resumed_ = true;
-  }
-
- private:
-  Admin& standby_;
-  bool paused_ = false;
-  bool resumed_ = false;
 };
 
 // Whether the standby replays, within 30 s (its receiver may be reconnecting after another

@@ -234,4 +234,29 @@ class Bouncer {
   std::string url_;
 };
 
+// Pauses a standby's replay (pg_wal_replay_pause()) until destroyed, also when the test
+// fails. `standby` is an Admin on the standby.
+class ReplayPause {
+ public:
+  explicit ReplayPause(Admin& standby) : standby_(standby) {
+    standby_.exec("SELECT pg_wal_replay_pause()");
+    paused_ = eventually([&] {
+      return standby_.exec("SELECT pg_get_wal_replay_pause_state()").text(0, 0) == "paused";
+    });
+  }
+  ~ReplayPause() { resume(); }
+  ReplayPause(const ReplayPause&) = delete;
+  ReplayPause& operator=(const ReplayPause&) = delete;
+  [[nodiscard]] bool paused() const { return paused_; }
+  void resume() {
+    if (!resumed_) standby_.exec("SELECT pg_wal_replay_resume()");
+    resumed_ = true;
+  }
+
+ private:
+  Admin& standby_;
+  bool paused_ = false;
+  bool resumed_ = false;
+};
+
 }  // namespace holdfast::pgtest

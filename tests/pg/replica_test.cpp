@@ -15,6 +15,7 @@ namespace holdfast::pg {
 namespace {
 
 using pgtest::Admin;
+using pgtest::ReplayPause;
 using pgtest::server_url;
 using pgtest::standby_url;
 using pgtest::unique;
@@ -65,31 +66,6 @@ TEST(PgReplicas, ReadsGoToTheHotStandbyAndWritesToThePrimary) {
   EXPECT_EQ(db.replica_pool(0).stats().connects, 1u);
   admin.exec("DROP TABLE " + table);
 }
-
-// Pauses the standby's replay (pg_wal_replay_pause()) until destroyed, also when the test
-// fails.
-class ReplayPause {
- public:
-  explicit ReplayPause(Admin& standby) : standby_(standby) {
-    standby_.exec("SELECT pg_wal_replay_pause()");
-    paused_ = pgtest::eventually([&] {
-      return standby_.exec("SELECT pg_get_wal_replay_pause_state()").text(0, 0) == "paused";
-    });
-  }
-  ~ReplayPause() { resume(); }
-  ReplayPause(const ReplayPause&) = delete;
-  ReplayPause& operator=(const ReplayPause&) = delete;
-  [[nodiscard]] bool paused() const { return paused_; }
-  void resume() {
-    if (!resumed_) standby_.exec("SELECT pg_wal_replay_resume()");
-    resumed_ = true;
-  }
-
- private:
-  Admin& standby_;
-  bool paused_ = false;
-  bool resumed_ = false;
-};
 
 // "<rows>/<who answered>" for `table`, read inside the current request.
 std::string rows_and_who(Database& db, const std::string& table) {
