@@ -31,7 +31,10 @@
 // window. Reads prefer a replica that has replayed the request's own writes (see
 // postgres_lsn.hpp) and fall back to the primary while the replica's breaker is open, it
 // just failed, it is behind those writes, or it lags more than max_replica_lag (which also
-// counts against its breaker).
+// counts against its breaker). Once a replica has been found behind a request's writes, reads
+// that need later writes go straight to the primary for a while (50 ms, doubling up to 1 s
+// while its replay stays where it was), so a standby that stopped replaying -- after the
+// primary restarted, until it streams again -- costs no second attempt per read.
 //
 // Write path (write()): one attempt, unless the fault proves nothing was applied (lock
 // timeout, statement timeout, refused connection, a serialization failure of the
@@ -332,6 +335,24 @@ class Database {
     std::atomic<std::uint64_t> target_{0};   // received, not yet replayed, when first seen
     std::atomic<std::int64_t> since_ns_{0};  // when it was first seen
   };
+  // Whether a replica can have replayed a request's writes, from what its reads reported:
+  // after a read found it behind them, reads that need more than it had replayed skip it
+  // for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
+  class CatchUp {
+   public:
+    // A read reported the replica at `replayed`.
+    void saw(std::uint64_t replayed) noexcept;
+    // A read that needed more found the replica at `replayed` at `now`.
+    void behind(std::uint64_t replayed, TimePoint now) noexcept;
+    // Whether a read that needs `need` should not try the replica at `now`.
+    [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
+
+   private:
+    std::atomic<std::uint64_t> known_{0};    // the highest replay position reported
+    std::atomic<std::uint64_t> stuck_at_{0};  // the replay position when last found behind
+    std::atomic<std::int64_t> hold_ns_{0};
+    std::atomic<std::int64_t> until_ns_{0};
+  };
   struct Endpoint {
     std::string name;
     std::unique_ptr<Shield> shield;
@@ -339,6 +360,7 @@ class Database {
     std::unique_ptr<Pool> writes;  // primary only
     std::unique_ptr<HealthProbe> probe;
     ReplayLag lag;  // replicas only
+    CatchUp catch_up;  // replicas only
   };
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {

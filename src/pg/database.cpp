@@ -328,6 +328,40 @@ void Database::ReplayLag::forget() noexcept {
   target_.store(0, std::memory_order_relaxed);
 }
 
+namespace {
+constexpr std::int64_t kCatchUpHoldFirstNs = 50'000'000;  // 50 ms
+constexpr std::int64_t kCatchUpHoldMaxNs = 1'000'000'000;  // 1 s
+
+std::int64_t ns_of(TimePoint t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+void Database::CatchUp::saw(std::uint64_t replayed) noexcept {
+  std::uint64_t known = known_.load(std::memory_order_relaxed);
+  while (replayed > known &&
+         !known_.compare_exchange_weak(known, replayed, std::memory_order_relaxed)) {
+  }
+}
+
+void Database::CatchUp::behind(std::uint64_t replayed, TimePoint now) noexcept {
+  // Racing reads may each set the hold; any of their answers is a fair one.
+  saw(replayed);
+  const std::int64_t last = hold_ns_.load(std::memory_order_relaxed);
+  const bool stuck = last > 0 && stuck_at_.load(std::memory_order_relaxed) == replayed;
+  const std::int64_t hold = stuck ? std::min(2 * last, kCatchUpHoldMaxNs) : kCatchUpHoldFirstNs;
+  stuck_at_.store(replayed, std::memory_order_relaxed);
+  hold_ns_.store(hold, std::memory_order_relaxed);
+  until_ns_.store(ns_of(now) + hold, std::memory_order_relaxed);
+}
+
+bool Database::CatchUp::skip(std::uint64_t need, TimePoint now) const noexcept {
+  // A replica reported past `need` can answer (the read still checks); one found behind
+  // is given its hold to catch up before a read tries it again.
+  return need > known_.load(std::memory_order_relaxed) &&
+         ns_of(now) < until_ns_.load(std::memory_order_relaxed);
+}
+
 Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
                                  ReplicaView* view) {
   Result<PooledConnection> lease = this->lease(*endpoint.reads, may_wait);
@@ -356,8 +390,14 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fa
                                    RetryStats& stats) {
   Shield& shield = *replica.shield;
   Clock& clock = shield.clock();
-  Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
   const TimePoint start = clock.now();
+  const std::uint64_t need = detail::request_position().lsn;
+  if (need != 0 && replica.catch_up.skip(need, start)) {
+    // Found behind the request's writes moments ago: the primary answers, no attempt here.
+    fall_back = true;
+    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
+  }
+  Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
   Shield::Admission a = call.admit(start);
   if (a.kind != Shield::Admission::Kind::kAttempt) {
     // The replica's breaker is open: the primary answers, nobody waits for the replica.
@@ -397,9 +437,15 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fa
   }
   call.succeeded(std::move(a.permit),
                  shield.breaker().measures_latency() ? end - start : Duration::zero());
-  const std::uint64_t need = detail::request_position().lsn;
-  if (need != 0 && (!view.read_committed || view.replayed < need)) {
+  if (need != 0 && view.replayed < need) {
     // Healthy, but behind the request's own writes: the primary answers.
+    replica.catch_up.behind(view.replayed, end);
+    fall_back = true;
+    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
+  }
+  replica.catch_up.saw(view.replayed);
+  if (need != 0 && !view.read_committed) {
+    // Replayed them, but the read's snapshot was taken before: the primary answers.
     fall_back = true;
     return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
   }

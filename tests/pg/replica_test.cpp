@@ -146,6 +146,54 @@ TEST(PgReplicas, ARequestReadsItsOwnWritesFromTheStandbyOnlyOnceItHasReplayedThe
   admin.exec("DROP TABLE " + db.options().idempotency_table);
 }
 
+// A standby that stopped replaying (the primary restarted and it has not streamed again yet)
+// is not asked again for every read that needs a newer write: after finding it behind, such
+// reads go straight to the primary for a hold that grows while its replay stays put. Reads
+// that need nothing newer keep going to the standby.
+TEST(PgReplicas, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(server_url());
+  Admin standby(standby_url());
+  const std::string table = unique("hf_catch_up");
+  admin.exec("CREATE TABLE " + table + " (id int PRIMARY KEY)");
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+  }));
+  DatabaseOptions o = replicated(server_url(), standby_url());
+  o.max_replica_lag = std::chrono::seconds(60);  // about own writes, not lag
+  Database db(o);
+  const auto replica_attempts = [&] { return db.replica_shield(0).metrics().snapshot().attempts; };
+  Lsn written;
+  {
+    ReplayPause pause(standby);
+    ASSERT_TRUE(pause.paused());
+    {
+      RequestScope request(std::chrono::seconds(30));
+      ASSERT_TRUE(db.write("INSERT INTO " + table + " VALUES (1)").ok());
+      written = request_lsn();
+      const std::uint64_t before = replica_attempts();
+      constexpr int kReads = 40;
+      for (int i = 0; i < kReads; ++i) EXPECT_EQ(rows_and_who(db, table), "1/primary");
+      // The first read found the standby behind; the holds (50 ms, 100 ms, 200 ms, ...)
+      // keep all but a few of the others off it, however slowly this machine reads.
+      const std::uint64_t asked = replica_attempts() - before;
+      EXPECT_GE(asked, 1u);
+      EXPECT_LE(asked, 6u) << "every read that needs the write asked the standby again";
+    }
+    {
+      RequestScope other;  // needs no write: the standby answers, stale as it is
+      EXPECT_EQ(rows_and_who(db, table), "0/standby");
+    }
+  }
+  // Replaying again: within the longest hold (1 s) reads that need the write use the standby.
+  EXPECT_TRUE(pgtest::eventually([&] {
+    RequestScope request;
+    require_lsn(written);
+    return rows_and_who(db, table) == "1/standby";
+  }, std::chrono::seconds(5)));
+  admin.exec("DROP TABLE " + table);
+}
+
 TEST(PgReplicas, AStandbyWhoseReplayLagsBeyondTheBoundOpensItsBreaker) {
   HOLDFAST_REQUIRE_PG_STANDBY();
   Admin admin(server_url());
