@@ -19,7 +19,9 @@
 //   waits for a backoff delay, and while connects fail only one request at a time tries
 //   (the others wait for its result): a restarting server sees no reconnect storm. A
 //   request that comes during the backoff is answered at once with the last connect
-//   error, stop_reason kBreakerOpen and retry_after() (the rest of the backoff).
+//   error, stop_reason kBreakerOpen and retry_after() (the rest of the backoff). The failed
+//   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
+//   loop whose next wait is shorter ends at once (RetryState::on_failure).
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
 //   read-only default switched off is closed instead of being reused.
 //

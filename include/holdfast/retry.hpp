@@ -164,15 +164,18 @@ class RetryState {
   RetryState(const RetryState&) = delete;
   RetryState& operator=(const RetryState&) = delete;
 
-  // Call after each failed attempt (REQUIRES: !status.ok()), at time `now`.
+  // Call after each failed attempt (REQUIRES: !status.ok()), at time `now`. A failure that
+  // names when another attempt can be served (Status::retry_after(), set without a stop
+  // reason: a pool backing off its connects) stops the loop at once with kBreakerOpen when
+  // that comes after the planned wait, since a sooner attempt would only be refused.
   RetryDecision on_failure(const Status& status, TimePoint now);
   // Call after each successful attempt.
   void on_success() noexcept { ++attempts_; }
   // Records time actually waited (stats only).
   void add_slept(Duration d) noexcept { slept_ += d; }
 
-  // `last` marked as given up for `reason` after attempts() attempts. A status some inner
-  // loop already gave up on is returned as it is.
+  // `last` marked as given up for `reason` after attempts() attempts, keeping its
+  // retry_after(). A status some inner loop already gave up on is returned as it is.
   [[nodiscard]] Status give_up(Status last, StopReason reason) const;
 
   [[nodiscard]] int attempts() const noexcept { return attempts_; }

@@ -101,7 +101,8 @@ class [[nodiscard]] Status {
   // Attempts made by the retry loop that gave up (0 when no loop gave up).
   [[nodiscard]] int attempts() const noexcept { return rep_ ? rep_->attempts : 0; }
   // For kBreakerOpen/kThrottled/kAtCapacity: how long until trying again is worth it (HTTP
-  // Retry-After).
+  // Retry-After). On a failure no loop gave up on (kNone): how long until another attempt
+  // can be served (a pool's failed connect: its backoff), which retry loops respect.
   [[nodiscard]] Duration retry_after() const noexcept {
     return rep_ ? rep_->retry_after : Duration::zero();
   }

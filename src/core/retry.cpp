@@ -131,13 +131,16 @@ RetryDecision RetryState::on_failure(const Status& status, TimePoint now) {
   Duration delay = policy_->backoff().delay(attempts_, previous_delay_, rng_);
   // Never sleep past the window: shorten the wait so one last attempt lands inside it.
   if (delay > left) delay = left;
+  // The next attempt could not be served before retry_after() (a pool backing off its
+  // connects): rather than wait to be refused, the caller answers now, with when.
+  if (status.retry_after() > delay) return RetryDecision::stop(StopReason::kBreakerOpen);
   previous_delay_ = delay;
   return RetryDecision::retry_after(delay);
 }
 
 Status RetryState::give_up(Status last, StopReason reason) const {
   if (last.stop_reason() != StopReason::kNone) return last;
-  last.with_stop(reason, attempts_);
+  last.with_stop(reason, attempts_, last.retry_after());
   return last;
 }
 

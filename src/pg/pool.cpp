@@ -134,7 +134,10 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       next_connect_at_ = clock_->now() + delay;
       last_connect_error_ = conn.status();
       if (waiters_ > 0) returned_.notify_all();
-      return conn.status();
+      // Not a give-up: the caller may retry, but no connect is made before `delay` passes.
+      Status failed = conn.status();
+      failed.with_stop(StopReason::kNone, 0, delay);
+      return failed;
     }
     if (failures_ > 0 && !probing_ && open_ < options_.size && !last_connect_error_.ok()) {
       // Connects are failing and the next one is not due yet: the answer is now, with

@@ -196,6 +196,40 @@ TEST(Retry, NestedLoopsInsideOneScopeMakeNoMoreAttemptsThanOneLoop) {
   EXPECT_NE(s.stop_reason(), StopReason::kNone);
 }
 
+// A pool whose connect just failed says when it connects again (retry_after() with no stop
+// reason). A retry due sooner would only be refused: the loop answers now, with when; one
+// due later goes ahead.
+TEST(Retry, AFailureThatNamesWhenItCanBeServedEndsTheLoopWhenThatIsAfterTheNextWait) {
+  const auto refused = [](Duration connects_again) {
+    Status s(Code::kUnavailable, "connection refused",
+             Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
+    s.with_stop(StopReason::kNone, 0, connects_again);
+    return s;
+  };
+  {
+    Fixture f;
+    RetryStats stats;
+    Result<int> r = retry(
+        f.policy, Operation::read(), [&]() -> Result<int> { return refused(seconds(1)); },
+        &stats);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(stats.attempts, 1);
+    EXPECT_EQ(stats.slept, Duration::zero()) << "waited only to be refused";
+    EXPECT_EQ(r.status().stop_reason(), StopReason::kBreakerOpen);
+    EXPECT_EQ(r.status().retry_after(), seconds(1));
+  }
+  {
+    Fixture f;
+    int calls = 0;
+    Result<int> r = retry(f.policy, Operation::read(), [&]() -> Result<int> {
+      if (++calls < 3) return refused(milliseconds(50));  // shorter than 200 ms -50 %
+      return 1;
+    });
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(calls, 3);
+  }
+}
+
 TEST(Retry, ResultOfAnyTypeAndStatsAreReturned) {
   Fixture f;
   RetryStats stats;
