@@ -16,6 +16,7 @@ namespace holdfast::panel {
 namespace {
 
 using std::chrono::seconds;
+using std::chrono::milliseconds;
 
 // Timestamps: games are club-local wall times ("2026-11-30T18:00", no zone, as the model
 // has them): TIMESTAMP. Everything stamped by the server's clock (sessions, payments,
@@ -307,6 +308,9 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   base.clock = store->clock_;
   if (o.strategy != Strategy::kHoldfast) base.shield = Shield::Options::single_attempt();
   if (o.strategy == Strategy::kHoldfast && o.policy) base.shield = *o.policy;
+  // While a breaker is open, one SELECT 1 every 250 ms finds the server back (as the SQLite
+  // panel's probes do), rather than the next request after a growing open period.
+  if (o.strategy == Strategy::kHoldfast) base.health_probe_interval = milliseconds(250);
   if (o.pg_transaction_pooling) base.pooling = pg::Pooling::kTransaction;
   pg::DatabaseOptions reads = base;
   reads.name = "club.reads";
