@@ -126,8 +126,9 @@ struct DatabaseOptions {
   Duration connect_timeout = std::chrono::seconds(5);
   // Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
   Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
-  // > 0: a background HealthProbe per endpoint (SELECT 1) at this interval while its
-  // breaker is open. 0: none (requests probe when the open period ends).
+  // > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
+  // SELECT 1 on the primary; on a replica its replay positions, healthy only within
+  // max_replica_lag. 0: none (requests probe when the open period ends).
   Duration health_probe_interval = Duration::zero();
   // The idempotency-key table used by once(). A plain or schema-qualified identifier.
   std::string idempotency_table = "holdfast_idempotency";
@@ -358,9 +359,9 @@ class Database {
     std::unique_ptr<Shield> shield;
     std::unique_ptr<Pool> reads;
     std::unique_ptr<Pool> writes;  // primary only
-    std::unique_ptr<HealthProbe> probe;
-    ReplayLag lag;  // replicas only
+    ReplayLag lag;     // replicas only
     CatchUp catch_up;  // replicas only
+    std::unique_ptr<HealthProbe> probe;  // last: its thread reads the members above
   };
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {
@@ -375,6 +376,10 @@ class Database {
     std::string name;
     std::uint32_t id = 0;
   };
+  // OK, or why `replica` is unhealthy: it reported `replayed` and `received` at `now` and
+  // has been behind WAL it had received for longer than `max_lag`.
+  static Status replay_lag_status(Endpoint& replica, std::uint64_t replayed,
+                                  std::uint64_t received, TimePoint now, Duration max_lag);
   // What a replica said about itself with a read (the replica prefix's columns).
   struct ReplicaView {
     std::uint64_t replayed = 0;

@@ -49,6 +49,10 @@ constexpr std::string_view kReplicaHead =
     "pg_catalog.set_config('statement_timeout', $1, true), "
     "pg_catalog.pg_last_wal_replay_lsn()::text, pg_catalog.pg_last_wal_receive_lsn()::text, "
     "pg_catalog.current_setting('transaction_isolation') = 'read committed'";
+// A replica's health probe: its replay and receive positions (its lag, as reads judge it).
+constexpr const char* kReplicaProbe =
+    "SELECT pg_catalog.pg_last_wal_replay_lsn()::text, "
+    "pg_catalog.pg_last_wal_receive_lsn()::text";
 constexpr std::string_view kWriteHead =
     "SELECT pg_catalog.set_config('statement_timeout', $1, true)";
 // Column 1: the transaction id, recorded so that a COMMIT in doubt can be resolved.
@@ -227,18 +231,26 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
     e->writes = std::make_unique<Pool>(po);
   }
   if (options_.health_probe_interval > Duration::zero()) {
-    Pool* pool = e->reads.get();
+    Endpoint* ep = e.get();
     Clock* clock = clock_;
+    const Duration max_lag = options_.max_replica_lag;
     e->probe = std::make_unique<HealthProbe>(
         e->shield->breaker(),
-        [pool, clock]() -> Status {
+        [ep, clock, primary, max_lag]() -> Status {
           const TimePoint deadline = clock->now() + kProbeTimeout;
-          Result<PooledConnection> lease = pool->acquire(deadline);
+          Result<PooledConnection> lease = ep->reads->acquire(deadline);
           if (!lease.ok()) return lease.status();
           (*lease)->set_deadline(deadline);
-          Result<Rows> r = ConnectionAccess::query_unchecked(**lease, "SELECT 1", {});
-          if (!r.ok() && !(*lease)->is_open()) lease->discard();
-          return r.ok() ? Status() : r.status();
+          Result<Rows> r =
+              ConnectionAccess::query_unchecked(**lease, primary ? "SELECT 1" : kReplicaProbe, {});
+          if (!r.ok()) {
+            if (!(*lease)->is_open()) lease->discard();
+            return r.status();
+          }
+          if (primary) return Status();
+          // A replica is healthy only when its replay keeps up, judged as its reads judge it.
+          return replay_lag_status(*ep, detail::wal_position(*r, 0), detail::wal_position(*r, 1),
+                                   clock->now(), max_lag);
         },
         HealthProbe::Options{options_.health_probe_interval, true});
   }
@@ -326,6 +338,18 @@ Duration Database::ReplayLag::observe(std::uint64_t replayed, std::uint64_t rece
 
 void Database::ReplayLag::forget() noexcept {
   target_.store(0, std::memory_order_relaxed);
+}
+
+Status Database::replay_lag_status(Endpoint& replica, std::uint64_t replayed,
+                                   std::uint64_t received, TimePoint now, Duration max_lag) {
+  const Duration lag = replica.lag.observe(replayed, received, now);
+  if (lag <= max_lag) return Status();
+  Status s(Code::kUnavailable,
+           replica.name + " has not replayed WAL it received " + std::to_string(to_ms(lag)) +
+               " ms ago (max_replica_lag " + std::to_string(to_ms(max_lag)) + " ms)",
+           Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
+  s.with_sqlstate("");
+  return s;
 }
 
 namespace {
@@ -423,14 +447,9 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fa
     if (r.status().fault().transient()) fall_back = true;
     return r;
   }
-  const Duration lag = replica.lag.observe(view.replayed, view.received, end);
-  if (lag > options_.max_replica_lag) {
-    Status s(Code::kUnavailable,
-             replica.name + " has not replayed WAL it received " + std::to_string(to_ms(lag)) +
-                 " ms ago (max_replica_lag " + std::to_string(to_ms(options_.max_replica_lag)) +
-                 " ms)",
-             Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
-    s.with_sqlstate("");
+  if (Status s = replay_lag_status(replica, view.replayed, view.received, end,
+                                   options_.max_replica_lag);
+      !s.ok()) {
     (void)call.failed(std::move(a.permit), s, end, end - start);
     fall_back = true;
     return s;

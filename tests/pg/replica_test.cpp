@@ -229,6 +229,46 @@ TEST(PgReplicas, AStandbyWhoseReplayLagsBeyondTheBoundOpensItsBreaker) {
   admin.exec("DROP TABLE " + table);
 }
 
+// The background health probe judges a standby as its reads do: answering is not enough, it
+// must also keep up with its replay. While replay is paused the probe keeps its breaker open;
+// once it replays again the probe closes it.
+TEST(PgReplicas, TheHealthProbeKeepsALaggingStandbysBreakerOpenUntilItReplaysAgain) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(server_url());
+  Admin standby(standby_url());
+  const std::string table = unique("hf_probe_lag");
+  admin.exec("CREATE TABLE " + table + " (id int)");
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+  }));
+  DatabaseOptions o = replicated(server_url(), standby_url());
+  o.max_replica_lag = std::chrono::milliseconds(300);
+  o.health_probe_interval = std::chrono::milliseconds(50);
+  Database db(o);
+  EXPECT_EQ(who(db), "standby");
+  const auto state = [&] { return db.replica_shield(0).breaker().state(); };
+  {
+    ReplayPause pause(standby);
+    ASSERT_TRUE(pause.paused());
+    admin.exec("INSERT INTO " + table + " VALUES (1)");  // received, not replayed
+    const auto paused_at = std::chrono::steady_clock::now();
+    while (state() == BreakerState::kClosed && pgtest::seconds_since(paused_at) < 5.0) {
+      EXPECT_NE(who(db), "error");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_NE(state(), BreakerState::kClosed);
+    // Many probe intervals later, still lagging: the probe has not closed the breaker.
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    EXPECT_NE(state(), BreakerState::kClosed) << "the probe found a lagging standby healthy";
+    EXPECT_EQ(who(db), "primary");
+  }
+  // Replaying again: the probe closes the breaker without a request having to try.
+  EXPECT_TRUE(pgtest::eventually([&] { return state() == BreakerState::kClosed; },
+                                 std::chrono::seconds(5)));
+  EXPECT_EQ(who(db), "standby");
+  admin.exec("DROP TABLE " + table);
+}
+
 TEST(PgReplicas, WhileTheStandbyIsStoppedThePrimaryAnswersReadsAtOnceAndTheyReturnAfterIt) {
   HOLDFAST_REQUIRE_PG_SERVER();
   pgtest::PrivateServer cluster(20, /*with_standby=*/true);
