@@ -5,6 +5,8 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <cstdlib>
 #include <string_view>
 
@@ -24,27 +26,52 @@ std::string demo_email(int i) {
   return fmt::format("{}.{}@club.example", first[n / 5], last[n % 5]);
 }
 
-// A signed-in worker's session: its cookie ("session=...") and CSRF token.
-struct WorkerSession {
-  std::string cookie;
-  std::string csrf;
-};
-
-// Signs in as demo user `w`: up to 50 tries, 100 ms apart. An empty cookie when all failed
-// or the load stopped.
-WorkerSession sign_in(httplib::Client& http, int w, const std::atomic<bool>& stop) {
-  WorkerSession session;
-  for (int tries = 0; tries < 50 && session.cookie.empty() && !stop; ++tries) {
-    httplib::Params form{{"email", demo_email(w)}, {"password", "demo"}};
-    if (auto r = http.Post("/login", form); r && r->status == 303) {
-      const std::string set = r->get_header_value("Set-Cookie");
-      session.cookie = set.substr(0, set.find(';'));
-      session.csrf = r->get_header_value("X-CSRF-Token");
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+// The cookies a browser sends back: the session's and, on PostgreSQL, hf_wal (where the
+// client's last write is), as every answer's Set-Cookie left them.
+class CookieJar {
+ public:
+  void take(const httplib::Response& r) {
+    for (auto [it, end] = r.headers.equal_range("Set-Cookie"); it != end; ++it) {
+      const std::string& set = it->second;
+      const std::size_t eq = set.find('=');
+      if (eq == std::string::npos) continue;
+      const std::size_t semi = set.find(';');
+      const std::string name = set.substr(0, eq);
+      const std::string value = set.substr(eq + 1, semi == std::string::npos ? semi : semi - eq - 1);
+      if (value.empty() || set.find("Max-Age=0") != std::string::npos) {
+        cookies_.erase(name);
+      } else {
+        cookies_[name] = value;
+      }
     }
   }
-  return session;
+  [[nodiscard]] bool has(const std::string& name) const { return cookies_.contains(name); }
+  // The Cookie header's value.
+  [[nodiscard]] std::string header() const {
+    std::string out;
+    for (const auto& [name, value] : cookies_) {
+      if (!out.empty()) out += "; ";
+      out += name + "=" + value;
+    }
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::string> cookies_;
+};
+
+// Signs in as demo user `w`: up to 50 tries, 100 ms apart. Returns the CSRF token; the jar
+// has no session cookie when all failed or the load stopped.
+std::string sign_in(httplib::Client& http, int w, const std::atomic<bool>& stop, CookieJar& jar) {
+  for (int tries = 0; tries < 50 && !stop; ++tries) {
+    httplib::Params form{{"email", demo_email(w)}, {"password", "demo"}};
+    if (auto r = http.Post("/login", form); r && r->status == 303) {
+      jar.take(*r);
+      if (jar.has("session")) return r->get_header_value("X-CSRF-Token");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return {};
 }
 
 // Whether a worker's pages count its own payments. Today's payments only grow, so once a
@@ -84,11 +111,14 @@ class OwnWrites {
 // key. Its records join inst.records at the end.
 void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   const DrillOptions& options = run.options;
-  httplib::Client http("127.0.0.1", inst.port_for(w));
-  http.set_read_timeout(std::chrono::seconds(60));
-  http.set_keep_alive(true);
-  const WorkerSession session = sign_in(http, w, run.stop);
-  const httplib::Headers page_headers{{"Cookie", session.cookie}};
+  std::vector<std::unique_ptr<httplib::Client>> clients;  // one per panel process
+  for (int p = 0; p < inst.processes(); ++p) {
+    auto& http = clients.emplace_back(std::make_unique<httplib::Client>("127.0.0.1", inst.port_of(p)));
+    http->set_read_timeout(std::chrono::seconds(60));
+    http->set_keep_alive(true);
+  }
+  CookieJar jar;
+  const std::string csrf = sign_in(*clients[static_cast<std::size_t>(inst.process_for(w, 0))], w, run.stop, jar);
   std::int64_t n = 0;
   std::string pending_key;
   OwnWrites own;
@@ -99,6 +129,8 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
     ++n;
     const double start = run.since();
     const bool pay = options.pay_every > 0 && n % options.pay_every == 0;
+    const int process = inst.process_for(w, n);
+    httplib::Client& http = *clients[static_cast<std::size_t>(process)];
     httplib::Result r(nullptr, httplib::Error::Unknown);
     if (pay) {
       if (pending_key.empty()) {
@@ -106,23 +138,23 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
         inst.payments_sent++;
         own.paying();
       }
-      httplib::Headers h{{"Cookie", session.cookie},
-                         {"X-CSRF-Token", session.csrf},
-                         {"Idempotency-Key", pending_key}};
+      httplib::Headers h{
+          {"Cookie", jar.header()}, {"X-CSRF-Token", csrf}, {"Idempotency-Key", pending_key}};
       r = http.Post("/payments", h, httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
       if (r && (r->status == 200 || r->status == 201)) {
         pending_key.clear();
         own.paid();
       }
     } else {
-      r = http.Get("/dashboard/schedule?date=" + today, page_headers);
+      r = http.Get("/dashboard/schedule?date=" + today, {{"Cookie", jar.header()}});
     }
+    if (r) jar.take(*r);
     const double latency = (run.since() - start) * 1000.0;
     const int status = r ? r->status : 0;
     const bool stale = r && r->has_header("X-Holdfast-Stale");
     const bool missed = !pay && r && r->status == 200 && !stale && own.missed(r->body);
     if (missed) inst.stale_reads++;
-    mine.push_back({start, latency, status, stale, missed, inst.process_for(w), pay});
+    mine.push_back({start, latency, status, stale, missed, process, pay});
     std::this_thread::sleep_for(
         std::chrono::duration<double, std::milli>(options.think_ms * pace.uniform(0.5, 1.5)));
   }

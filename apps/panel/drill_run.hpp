@@ -83,12 +83,18 @@ struct Instance {
   std::vector<Sample> samples;
   std::atomic<std::int64_t> payments_sent{0};
 
-  // The port worker `w` talks to: that of process_for(w).
-  [[nodiscard]] int port_for(int w) const {
-    return ports.empty() ? server->port() : ports[static_cast<std::size_t>(process_for(w))];
+  // The port of panel process `p` (process_for()).
+  [[nodiscard]] int port_of(int p) const {
+    return ports.empty() ? server->port() : ports[static_cast<std::size_t>(p)];
   }
-  [[nodiscard]] int process_for(int w) const {
-    return ports.empty() ? 0 : w % static_cast<int>(ports.size());
+  // The process that worker `w`'s request `n` goes to: the next one each time, as behind a
+  // load balancer without sticky sessions, so a page often comes from another process than
+  // the payment before it (the hf_wal cookie must carry the write's position there).
+  [[nodiscard]] int process_for(int w, std::int64_t n) const {
+    return ports.empty() ? 0 : static_cast<int>((w + n) % static_cast<std::int64_t>(ports.size()));
+  }
+  [[nodiscard]] int processes() const {
+    return ports.empty() ? 1 : static_cast<int>(ports.size());
   }
 
   // Closes the idle connections of the store and the log sinks.
