@@ -43,6 +43,7 @@ struct PanelArgs {
   std::string strategy = "holdfast";
   bool secure_cookies = false;
   bool check = false;
+  double log_pause_s = 30;  // the origin's
 };
 
 // `PRAGMA quick_check` on the SQLite file: OK, or a Status quoting what SQLite found.
@@ -106,10 +107,13 @@ void run_panel(const PanelArgs& args) {
     fmt::print(stderr, "error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
+  const auto log_pause =
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(args.log_pause_s));
   Result<panel::PanelLogging> logging =
-      args.pg.empty() ? panel::make_logging(args.db, strategy, Clock::system())
-                      : panel::make_logging_pg(args.pg_logs.empty() ? args.pg : args.pg_logs,
-                                               strategy, Clock::system());
+      args.pg.empty()
+          ? panel::make_logging(args.db, strategy, Clock::system(), true, log_pause)
+          : panel::make_logging_pg(args.pg_logs.empty() ? args.pg : args.pg_logs, strategy,
+                                   Clock::system(), true, log_pause);
   if (!logging.ok()) {
     fmt::print(stderr, "error: {}\n", logging.status().to_string());
     throw CLI::RuntimeError(1);
@@ -192,6 +196,11 @@ void add_panel_command(CLI::App& app) {
       cmd->add_flag("--check", args->check,
                     "SQLite: run PRAGMA quick_check at start and refuse to start if it fails");
   check->excludes(pg);
+  cmd->add_option("--log-pause", args->log_pause_s,
+                  "Seconds holdfast's logger stops writing to the logs table after the database "
+                  "refuses a batch (the console still gets every line)")
+      ->check(seconds_in(3600))
+      ->capture_default_str();
   cmd->add_option("--strategy", args->strategy,
                   "holdfast, or a baseline: none, naive, backoff, origin-breaker")
       ->capture_default_str();

@@ -122,13 +122,15 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
 }
 
 // One number from the primary, -1 when it cannot be read.
-std::int64_t count_on(const std::string& url, const std::string& sql) {
+std::int64_t count_on(const std::string& url, const std::string& sql,
+                      const std::vector<std::string>& params = {}) {
   pg::ConnectOptions o;
   o.conninfo = url;
   o.application_name = "holdfast-drill-audit";
   Result<pg::Connection> conn = pg::Connection::open(o);
   if (!conn.ok()) return -1;
-  Result<pg::Rows> rows = conn->query(sql);
+  const std::vector<pg::Param> bound(params.begin(), params.end());
+  Result<pg::Rows> rows = conn->query(sql, bound);
   if (!rows.ok() || rows->empty()) return -1;
   Result<long long> n = rows->int64(0, 0);
   return n.ok() ? static_cast<std::int64_t>(*n) : -1;
@@ -145,7 +147,9 @@ std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill
       "--port",
       "0",
       "--strategy",
-      std::string(to_string(s.strategy))};
+      std::string(to_string(s.strategy)),
+      "--log-pause",
+      fmt::format("{}", options.base.log_pause_s)};
   if (s.replica) {
     argv.emplace_back("--pg-replica");
     argv.push_back(drill.cluster->standby_url(db));
@@ -205,11 +209,8 @@ Result<std::unique_ptr<Instance>> open_pg_instance(const PgDrillOptions& options
   if (inst->payments_before < 0) {
     return Status(Code::kFailedPrecondition, "cannot read the payments of " + db);
   }
-  const std::int64_t before = inst->payments_before;
-  inst->audit = [url, before] {
-    return PaymentAudit{
-        count_on(url, fmt::format("SELECT count(*) FROM payments WHERE id > {}", before)),
-        count_on(url, "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:%'")};
+  inst->count = [url](const std::string& sql, const std::vector<std::string>& params) {
+    return count_on(url, sql, params);
   };
   return inst;
 }

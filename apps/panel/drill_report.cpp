@@ -32,7 +32,7 @@ double percentile(std::vector<double>& v, double p) {
 
 // One count(*) from a read-only connection of its own, with text parameters; -1 on error.
 std::int64_t count_rows(const std::string& path, const std::string& sql,
-                        std::initializer_list<std::string> params) {
+                        const std::vector<std::string>& params) {
   sqlite3* db = nullptr;
   std::int64_t n = -1;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
@@ -48,6 +48,12 @@ std::int64_t count_rows(const std::string& path, const std::string& sql,
   }
   sqlite3_close_v2(db);
   return n;
+}
+
+// Instance::count, or count_rows() on its SQLite file.
+std::int64_t count_in(const Instance& inst, const std::string& sql,
+                      const std::vector<std::string>& params) {
+  return inst.count ? inst.count(sql, params) : count_rows(inst.path, sql, params);
 }
 
 // A storm period: from the storm's start to `to` (the next storm's start, or the end of
@@ -159,14 +165,13 @@ StrategyResult period_result(const Instance& inst, const Period& period, double 
       r.requests > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(r.requests) : 0.0;
   r.attempts_per_call = c1 > c0 ? static_cast<double>(a1 - a0) / static_cast<double>(c1 - c0) : 0.0;
   count_open_breaker_answers(inst, period, r);
-  if (inst.path.empty()) return r;  // PostgreSQL: the logs table is not audited
   r.log_rows_during_storm =
-      count_rows(inst.path, "SELECT count(*) FROM logs WHERE created_at >= ?1 AND created_at < ?2",
-                 {period.wall.from, period.wall.to});
-  r.gap_line = count_rows(inst.path,
-                          "SELECT count(*) FROM logs WHERE message LIKE 'Log persistence "
-                          "paused%' AND created_at >= ?1",
-                          {period.wall.from}) > 0;
+      count_in(inst, "SELECT count(*) FROM logs WHERE created_at >= $1 AND created_at < $2",
+               {period.wall.from, period.wall.to});
+  r.gap_line = count_in(inst,
+                        "SELECT count(*) FROM logs WHERE message LIKE 'Log persistence "
+                        "paused%' AND created_at >= $1",
+                        {period.wall.from}) > 0;
   return r;
 }
 
@@ -194,16 +199,11 @@ void add_timeline(const Instance& inst, DrillResult& result) {
 // the drill equal the keys recorded.
 void count_payments(const Instance& inst, DrillResult& result) {
   result.payments_sent += inst.payments_sent.load();
-  if (inst.audit) {
-    const PaymentAudit a = inst.audit();
-    if (a.rows > a.keys && a.keys >= 0) result.payments_doubled += a.rows - a.keys;
-    return;
-  }
   const std::int64_t rows =
-      count_rows(inst.path, "SELECT count(*) FROM payments WHERE id > CAST(?1 AS INTEGER)",
-                 {std::to_string(inst.payments_before)});
-  const std::int64_t keys = count_rows(
-      inst.path, "SELECT count(*) FROM idempotency_keys WHERE key LIKE ?1", {"%:payments:%"});
+      count_in(inst, "SELECT count(*) FROM payments WHERE id > CAST($1 AS BIGINT)",
+               {std::to_string(inst.payments_before)});
+  const std::int64_t keys =
+      count_in(inst, "SELECT count(*) FROM idempotency_keys WHERE key LIKE $1", {"%:payments:%"});
   if (rows > keys && keys >= 0) result.payments_doubled += rows - keys;
 }
 

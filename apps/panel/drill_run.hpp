@@ -57,22 +57,21 @@ struct Sample {
 };
 
 // Payment rows made during the drill and the keys that made them, from one database.
-struct PaymentAudit {
-  std::int64_t rows = 0;
-  std::int64_t keys = 0;
-};
-
 // One strategy's panel (in process, or `ports` of panel processes), its workers and what
 // they saw.
 struct Instance {
   Strategy strategy{};
   std::string name;  // the strategy's name in the report
   std::string path;  // the SQLite file; empty on PostgreSQL
-  // Panel processes (PostgreSQL): worker w talks to ports[w % size]; `probe` reads their
-  // attempts and breaker state over HTTP and `audit` counts payments in the database.
+  // Panel processes (PostgreSQL): workers talk to them in turn (process_for()); `probe`
+  // reads their attempts and breaker state over HTTP and `count` counts rows in the
+  // strategy's database.
   std::vector<int> ports;
   std::function<Sample()> probe;
-  std::function<PaymentAudit()> audit;
+  // One count(*) from the strategy's database (`path` when unset): text parameters $1, $2
+  // (in order of appearance); -1 when it cannot be read.
+  std::function<std::int64_t(const std::string& sql, const std::vector<std::string>& params)>
+      count;
   std::atomic<std::int64_t> stale_reads{0};  // Record::stale_after_write
   std::int64_t payments_before = 0;          // the highest payment id of the demo data
   std::unique_ptr<ClubStore> store;

@@ -63,7 +63,7 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
 }
 
 Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, Clock& clock,
-                                     bool console) {
+                                     bool console, Duration overload_pause) {
   PanelLogging out;
   Logger::Options options;
   options.clock = &clock;
@@ -79,6 +79,7 @@ Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, 
   if (!store.ok()) return store.status();
   DatabaseSink::Options sink_options;
   sink_options.clock = &clock;
+  sink_options.overload_pause = overload_pause;
   out.store = std::move(*store);
   out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
   out.logger->add_sink(out.sink);

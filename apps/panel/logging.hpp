@@ -73,6 +73,7 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
 // On PostgreSQL: holdfast logs to the logs table through DatabaseSink over pg::PgLogStore;
 // the baselines log to the console only.
 Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, Clock& clock,
-                                     bool console = true);
+                                     bool console = true,
+                                     Duration overload_pause = std::chrono::seconds(30));
 
 }  // namespace holdfast::panel

@@ -54,6 +54,12 @@ TEST(Cli, APortOutside0To65535IsRefusedNotBoundElsewhere) {
   expect_refused("panel --db /nonexistent/x.db --port -1", "--port");
 }
 
+TEST(Cli, ThePanelsLogPauseMustBeAFiniteNumberOfSecondsUpToAnHour) {
+  expect_refused("panel --db /nonexistent/x.db --log-pause 0", "--log-pause");
+  expect_refused("panel --db /nonexistent/x.db --log-pause nan", "--log-pause");
+  expect_refused("panel --db /nonexistent/x.db --log-pause 1e9", "--log-pause");
+}
+
 TEST(Cli, AnEmptyDatabasePathIsAClearErrorNotAnAbort) {
   expect_refused("panel --db ''", "--db must not be empty");
   expect_refused("panel --pg ''", "--pg must not be empty");

@@ -43,7 +43,8 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
   fs::remove_all(out);
   const std::string cmd = fmt::format(
       "{} drill --engine postgres --faults write-lock,stop --processes 2 --strategies {} "
-      "--fault-scale 0.3 --workers 4 --warmup 1 --gap 2 --no-progress --out {} > {} 2>&1",
+      "--fault-scale 0.3 --workers 4 --warmup 1 --gap 2 --log-pause 1 --no-progress --out {} > "
+      "{} 2>&1",
       HOLDFAST_EXE, strategies, out.string(), (out.string() + ".log"));
   const int rc = std::system(cmd.c_str());
   std::ifstream log(out.string() + ".log");
@@ -68,6 +69,12 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
       }
       if (name.starts_with("holdfast")) {
         EXPECT_EQ(s["stale_reads_after_write"], 0) << name << " " << storm.dump();
+        // holdfast's logs table is audited: read, and while the primary was down its logger
+        // paused and said so there once it was back.
+        EXPECT_GE(s["log_rows_during_storm"].get<int>(), 0) << name << " " << storm.dump();
+        if (storm["kind"] == "stop") {
+          EXPECT_EQ(s["gap_line"], true) << name << " " << storm.dump();
+        }
       }
       // The unprotected baseline shows the failure: the primary is down.
       if (name == "none" && storm["kind"] == "stop") {
