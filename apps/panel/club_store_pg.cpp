@@ -307,6 +307,13 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   base.idempotency_table = kIdempotencyTable;
   base.clock = store->clock_;
   if (o.strategy != Strategy::kHoldfast) base.shield = Shield::Options::single_attempt();
+  if (o.strategy == Strategy::kHoldfast) {
+    // While a breaker is open a request is answered at once -- a stale page, or a 503 with
+    // Retry-After -- instead of waiting up to a second for the probe after lock contention
+    // and then for the lock itself (lock_timeout): a PostgreSQL lock such as a migration's
+    // ACCESS EXCLUSIVE is held for seconds, not the milliseconds of a SQLite writer.
+    base.shield.probe_wait = Duration::zero();
+  }
   if (o.strategy == Strategy::kHoldfast && o.policy) base.shield = *o.policy;
   // While a breaker is open, one SELECT 1 every 250 ms finds the server back (as the SQLite
   // panel's probes do), rather than the next request after a growing open period.
