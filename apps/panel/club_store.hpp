@@ -137,6 +137,14 @@ class ClubStore {
   [[nodiscard]] std::uint64_t calls() const noexcept {
     return calls_.load(std::memory_order_relaxed);
   }
+  // PostgreSQL: the attempts that reached each server, for every strategy (from the
+  // Shields the driver runs each call through, one-attempt ones for the baselines): the
+  // primary's and the standbys'. Zeros on SQLite.
+  struct ServerAttempts {
+    std::uint64_t primary = 0;
+    std::uint64_t standby = 0;
+  };
+  [[nodiscard]] virtual ServerAttempts server_attempts() const noexcept { return {}; }
   // PostgreSQL: whether the primary's read or write pool is backing off after failed
   // connects: until its next connect is due it answers a request that finds no idle
   // connection at once with the last connect error (stop reason kBreakerOpen: a breaker

@@ -53,12 +53,18 @@ class PgClubStore final : public ClubStore {
   [[nodiscard]] std::uint64_t attempts() const noexcept override {
     std::uint64_t n = ClubStore::attempts();
     if (options_.strategy == Strategy::kHoldfast) {
-      n += reads_->shield().metrics().snapshot().attempts;
-      for (std::size_t i = 0; i < reads_->replica_count(); ++i)
-        n += reads_->replica_shield(i).metrics().snapshot().attempts;
-      n += writes_->shield().metrics().snapshot().attempts;
+      const ServerAttempts s = server_attempts();
+      n += s.primary + s.standby;
     }
     return n;
+  }
+  [[nodiscard]] ServerAttempts server_attempts() const noexcept override {
+    ServerAttempts s;
+    s.primary = reads_->shield().metrics().snapshot().attempts +
+                writes_->shield().metrics().snapshot().attempts;
+    for (std::size_t i = 0; i < reads_->replica_count(); ++i)
+      s.standby += reads_->replica_shield(i).metrics().snapshot().attempts;
+    return s;
   }
   [[nodiscard]] bool pool_backing_off(bool writes) const override {
     const pg::PoolStats s = (writes ? writes_->write_pool() : reads_->read_pool()).stats();

@@ -72,6 +72,11 @@ struct StrategyResult {
   // asked for, before retries): 1.0 means no call was tried twice. Unlike attempts per
   // request it does not fall when a strategy gives a page up at its first failed query.
   double attempts_per_call = 0;
+  // PostgreSQL: of attempts_per_request, those that reached the primary and the standby
+  // (a server under a fault sees only its own share; unlike attempts_per_request these do
+  // not count a baseline's calls refused before reaching a server).
+  double primary_attempts_per_request = 0;
+  double standby_attempts_per_request = 0;
   // Answers to requests that began while a breaker they go through (a page: the reads'
   // Shield or the primary read pool's breaker on connects; a payment: the writes') was
   // open in the request's own panel process,

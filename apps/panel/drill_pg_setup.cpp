@@ -79,7 +79,7 @@ Result<int> wait_for_port(ChildProcess& panel, const std::string& output) {
 // /metrics. A panel that does not answer within 1 s counts with its last reading.
 std::function<Sample()> metrics_probe(std::vector<int> ports) {
   struct Last {
-    std::uint64_t attempts = 0, calls = 0;
+    std::uint64_t attempts = 0, calls = 0, primary = 0, standby = 0;
     std::uint8_t open = 0;  // Sample::kReadsOpen, ...
   };
   auto last = std::make_shared<std::vector<Last>>(ports.size());
@@ -99,6 +99,9 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
             l.attempts = std::strtoull(value, nullptr, 10);
           } else if (line.starts_with("holdfast_panel_database_calls_total{")) {
             l.calls = std::strtoull(value, nullptr, 10);
+          } else if (line.starts_with("holdfast_panel_server_attempts_total{")) {
+            const bool standby = line.find("server=\"standby\"") != std::string::npos;
+            (standby ? l.standby : l.primary) = std::strtoull(value, nullptr, 10);
           } else if (line.starts_with("holdfast_panel_pool_backing_off{") && line.ends_with(" 1")) {
             l.open |= line.find("pool=\"writes\"") != std::string::npos ? Sample::kWritesPoolOpen
                                                                         : Sample::kReadsPoolOpen;
@@ -114,6 +117,8 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
       }
       s.attempts += l.attempts;
       s.calls += l.calls;
+      s.primary_attempts += l.primary;
+      s.standby_attempts += l.standby;
       s.open.push_back(l.open);
       if (l.open != 0) s.breaker = 2;
     }

@@ -150,19 +150,20 @@ void count_open_breaker_answers(const Instance& inst, const Period& period, Stra
 // a breaker was open, and the log rows written.
 StrategyResult period_result(const Instance& inst, const Period& period, double seconds) {
   StrategyResult r = count_answers(inst, period);
-  std::uint64_t a0 = 0, a1 = 0, c0 = 0, c1 = 0;
+  Sample first, last;
   for (const Sample& s : inst.samples) {
-    if (s.t <= period.storm.start_s) {
-      a0 = s.attempts;
-      c0 = s.calls;
-    }
-    if (s.t <= std::min(period.to, seconds)) {
-      a1 = s.attempts;
-      c1 = s.calls;
-    }
+    if (s.t <= period.storm.start_s) first = s;
+    if (s.t <= std::min(period.to, seconds)) last = s;
   }
-  r.attempts_per_request =
-      r.requests > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(r.requests) : 0.0;
+  const auto per_request = [&](std::uint64_t from, std::uint64_t to) {
+    return r.requests > 0 ? static_cast<double>(to - from) / static_cast<double>(r.requests)
+                          : 0.0;
+  };
+  const std::uint64_t a0 = first.attempts, a1 = last.attempts;
+  const std::uint64_t c0 = first.calls, c1 = last.calls;
+  r.attempts_per_request = per_request(a0, a1);
+  r.primary_attempts_per_request = per_request(first.primary_attempts, last.primary_attempts);
+  r.standby_attempts_per_request = per_request(first.standby_attempts, last.standby_attempts);
   r.attempts_per_call = c1 > c0 ? static_cast<double>(a1 - a0) / static_cast<double>(c1 - c0) : 0.0;
   count_open_breaker_answers(inst, period, r);
   r.log_rows_during_storm =
@@ -236,21 +237,24 @@ std::string storm_title(const StormSpec& spec) {
                      spec.seconds);
 }
 
-// The last columns: the logs table on SQLite; on PostgreSQL, attempts per call, the
-// answers while a breaker was open and reads that missed the worker's own payment.
+// The last columns: the logs table on SQLite; on PostgreSQL, attempts per call and the
+// attempts per request that reached the primary, the answers while a breaker was open and
+// reads that missed the worker's own payment.
 std::vector<std::string> tail_header(bool pg, bool markdown) {
   if (pg && markdown) {
-    return {"attempts/call", "answers while breaker open", "their p99 ms", "their max ms",
-            "reads missing own payment"};
+    return {"attempts/call", "primary attempts/request", "answers while breaker open",
+            "their p99 ms", "their max ms", "reads missing own payment"};
   }
-  if (pg) return {"att/call", "open n", "open p99", "open max", "own-write misses"};
+  if (pg) return {"att/call", "primary/r", "open n", "open p99", "open max", "own-write misses"};
   if (markdown) return {"log rows during storm", "gap line"};
   return {"log rows", "gap"};
 }
 std::vector<std::string> tail_cells(const StrategyResult& r, bool pg) {
   if (pg) {
     const bool open = r.open_breaker_answers > 0;
-    return {fmt::format("{:.2f}", r.attempts_per_call), fmt::format("{}", r.open_breaker_answers),
+    return {fmt::format("{:.2f}", r.attempts_per_call),
+            fmt::format("{:.2f}", r.primary_attempts_per_request),
+            fmt::format("{}", r.open_breaker_answers),
             open ? fmt::format("{:.0f}", r.open_breaker_p99_ms) : "-",
             open ? fmt::format("{:.0f}", r.open_breaker_max_ms) : "-",
             fmt::format("{}", r.stale_reads_after_write)};
@@ -289,6 +293,10 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
                                      {"max_ms", r.max_ms},
                                      {"attempts_per_request", r.attempts_per_request},
                                      {"attempts_per_call", r.attempts_per_call},
+                                     {"primary_attempts_per_request",
+                                      r.primary_attempts_per_request},
+                                     {"standby_attempts_per_request",
+                                      r.standby_attempts_per_request},
                                      {"open_breaker_answers", r.open_breaker_answers},
                                      {"open_breaker_p99_ms", r.open_breaker_p99_ms},
                                      {"open_breaker_max_ms", r.open_breaker_max_ms},

@@ -47,6 +47,9 @@ struct Sample {
   std::uint64_t attempts = 0;
   int breaker = 0;  // the most open of every process's breakers
   std::uint64_t calls = 0;
+  // PostgreSQL: the attempts that reached the primary and the standby (summed).
+  std::uint64_t primary_attempts = 0;
+  std::uint64_t standby_attempts = 0;
   // Per process (Instance::ports' order; one for an in-process panel), its open breakers:
   // the Shields' (kReadsOpen, kWritesOpen; both when an in-process panel's is) and the
   // primary's pools' breakers on connects (kReadsPoolOpen, kWritesPoolOpen: backing off
@@ -56,7 +59,6 @@ struct Sample {
                                 kWritesPoolOpen = 8;
 };
 
-// Payment rows made during the drill and the keys that made them, from one database.
 // One strategy's panel (in process, or `ports` of panel processes), its workers and what
 // they saw.
 struct Instance {

@@ -42,6 +42,15 @@ std::string PanelServer::metrics_text() const {
           "Database calls the panel made (statements or transactions, before retries).",
           store.calls());
   if (store.backend() == "postgresql") {
+    const ClubStore::ServerAttempts servers = store.server_attempts();
+    out +=
+        "# HELP holdfast_panel_server_attempts_total Database attempts that reached each "
+        "server.\n"
+        "# TYPE holdfast_panel_server_attempts_total counter\n";
+    out += fmt::format(
+        "holdfast_panel_server_attempts_total{{strategy=\"{}\",server=\"primary\"}} {}\n"
+        "holdfast_panel_server_attempts_total{{strategy=\"{}\",server=\"standby\"}} {}\n",
+        strategy, servers.primary, strategy, servers.standby);
     out +=
         "# HELP holdfast_panel_pool_backing_off 1 while the primary's pool backs off after "
         "failed connects (it answers at once when no connection is idle).\n"
