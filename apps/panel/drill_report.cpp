@@ -327,9 +327,10 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
   const bool pg = result.engine == "postgres";
   if (pg) {
     md +=
-        "\nOn PostgreSQL each strategy runs as several panel processes (a worker stays with one); "
-        "*attempts/call*: database attempts per database call the panels made (a statement or "
-        "transaction, before retries); *answers while breaker open*: requests that began while "
+        "\nOn PostgreSQL each strategy runs as several panel processes (each request goes to "
+        "the next one); *attempts/call*: database attempts per database call the panels made (a "
+        "statement or transaction, before retries); *primary attempts/request*: the attempts "
+        "per request that reached the primary; *answers while breaker open*: requests that began while "
         "a breaker they go through (a page: the reads' Shield or the primary's read pool's "
         "breaker on connects; a payment: the writes') was open in their process, as the "
         "samples of its /metrics (every 100 ms) on both sides of the request's start saw it; "
@@ -342,11 +343,16 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
     md +=
         "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
         "p50 ms | p99 ms | max ms | attempts/request";
-    for (const std::string& h : tail_header(pg, true))
+    const std::vector<std::string> tail = tail_header(pg, true);
+    for (const std::string& h : tail)
       md += " | " + h;
-    md += pg ? " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
-               "|\n"
-             : " |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    // Numbers right-aligned; the strategy and SQLite's gap column (yes/no) left.
+    constexpr std::size_t kFirstColumns = 11;
+    const std::size_t columns = kFirstColumns + tail.size();
+    md += " |\n|---|";
+    for (std::size_t i = 1; i < columns; ++i)
+      md += !pg && i + 1 == columns ? "---|" : "---:|";
+    md += "\n";
     for (const StrategyResult& r : s.strategies) {
       md += fmt::format(
           "| {} | {} | {} | {} | {} | {:.0f} % | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | {:.2f}",

@@ -2,8 +2,10 @@
 // panel processes per strategy, run as a user runs it (`holdfast drill --engine postgres`),
 // asserting on its JSON report what a user relies on.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -90,7 +92,18 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
       EXPECT_GE(s["any_open_breaker_answers"].get<int>(), s["open_breaker_answers"].get<int>());
     }
   }
-  EXPECT_TRUE(fs::exists(out / "drill-report.md"));
+  // Every row of the markdown tables, separator included, has as many cells as the header.
+  std::ifstream md(out / "drill-report.md");
+  std::size_t cells = 0;
+  int rows = 0;
+  for (std::string line; std::getline(md, line);) {
+    if (!line.starts_with("|")) continue;
+    const auto n = static_cast<std::size_t>(std::count(line.begin(), line.end(), '|'));
+    if (cells == 0) cells = n;
+    EXPECT_EQ(n, cells) << line;
+    ++rows;
+  }
+  EXPECT_GT(rows, 0) << "no table in drill-report.md";
   EXPECT_TRUE(fs::exists(out / "drill-timeline.svg"));
   // The drill removed its cluster: no server is left running from its state folder.
   EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
