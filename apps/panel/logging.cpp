@@ -25,13 +25,35 @@ void SyncTableSink::write(const LogEntry& entry) {
   }
 }
 
-Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
-                                  bool console, Duration overload_pause) {
+namespace {
+
+// A logger on `clock` (writing to the console too when `console`), with no sink yet.
+PanelLogging with_logger(Clock& clock, bool console) {
   PanelLogging out;
   Logger::Options options;
   options.clock = &clock;
   options.console = console;
   out.logger = std::make_unique<Logger>(options);
+  return out;
+}
+
+// holdfast's logging: a DatabaseSink over `store`, pausing `overload_pause` after the
+// database refuses a batch.
+void add_database_sink(PanelLogging& out, std::unique_ptr<LogStore> store, Clock& clock,
+                       Duration overload_pause) {
+  DatabaseSink::Options sink_options;
+  sink_options.clock = &clock;
+  sink_options.overload_pause = overload_pause;
+  out.store = std::move(store);
+  out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
+  out.logger->add_sink(out.sink);
+}
+
+}  // namespace
+
+Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
+                                  bool console, Duration overload_pause) {
+  PanelLogging out = with_logger(clock, console);
   if (strategy == Strategy::kHoldfast) {
     sqlite::SqliteLogStore::Options store_options;
     store_options.path = path;
@@ -39,12 +61,7 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
     Result<std::unique_ptr<sqlite::SqliteLogStore>> store =
         sqlite::SqliteLogStore::open(store_options);
     if (!store.ok()) return store.status();
-    DatabaseSink::Options sink_options;
-    sink_options.clock = &clock;
-    sink_options.overload_pause = overload_pause;
-    out.store = std::move(*store);
-    out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
-    out.logger->add_sink(out.sink);
+    add_database_sink(out, std::move(*store), clock, overload_pause);
   } else {
     sqlite::Options db_options;
     db_options.path = path;
@@ -64,11 +81,7 @@ Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Cl
 
 Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, Clock& clock,
                                      bool console, Duration overload_pause) {
-  PanelLogging out;
-  Logger::Options options;
-  options.clock = &clock;
-  options.console = console;
-  out.logger = std::make_unique<Logger>(options);
+  PanelLogging out = with_logger(clock, console);
   if (strategy != Strategy::kHoldfast) return out;  // the baselines: the console only
 #ifdef HOLDFAST_PANEL_HAVE_PG
   pg::PgLogStore::Options store_options;
@@ -77,12 +90,7 @@ Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, 
   store_options.application_name = "holdfast-panel-logs";
   Result<std::unique_ptr<pg::PgLogStore>> store = pg::PgLogStore::open(std::move(store_options));
   if (!store.ok()) return store.status();
-  DatabaseSink::Options sink_options;
-  sink_options.clock = &clock;
-  sink_options.overload_pause = overload_pause;
-  out.store = std::move(*store);
-  out.sink = std::make_shared<DatabaseSink>(*out.store, sink_options);
-  out.logger->add_sink(out.sink);
+  add_database_sink(out, std::move(*store), clock, overload_pause);
   return out;
 #else
   (void)url;
