@@ -110,10 +110,9 @@ void run_panel(const PanelArgs& args) {
   const auto log_pause =
       std::chrono::duration_cast<Duration>(std::chrono::duration<double>(args.log_pause_s));
   Result<panel::PanelLogging> logging =
-      args.pg.empty()
-          ? panel::make_logging(args.db, strategy, Clock::system(), true, log_pause)
-          : panel::make_logging_pg(args.pg_logs.empty() ? args.pg : args.pg_logs, strategy,
-                                   Clock::system(), true, log_pause);
+      args.pg.empty() ? panel::make_logging(args.db, strategy, Clock::system(), true, log_pause)
+                      : panel::make_logging_pg(args.pg_logs.empty() ? args.pg : args.pg_logs,
+                                               strategy, Clock::system(), true, log_pause);
   if (!logging.ok()) {
     fmt::print(stderr, "error: {}\n", logging.status().to_string());
     throw CLI::RuntimeError(1);

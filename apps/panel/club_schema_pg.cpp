@@ -260,5 +260,4 @@ Status create_club(pg::Transaction& tx, const DemoData& data) {
   return insert_calendar(tx, data);
 }
 
-
 }  // namespace holdfast::panel::pgschema

@@ -16,10 +16,10 @@
 namespace holdfast::panel {
 namespace {
 
-using std::chrono::milliseconds;
-using std::chrono::seconds;
 using pgschema::int_at;
 using pgschema::kIdempotencyTable;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
 
 }  // namespace
 
@@ -110,7 +110,8 @@ Status PgClubStore::ensure_demo_data(std::string_view today) {
   const DemoData data = make_demo_data(today);
   pg::TransactionOptions t;
   t.operation = Operation::transaction(/*rerunnable=*/true, "demo_data.create");
-  Status made = writes_->transaction([&](pg::Transaction& tx) { return pgschema::create_club(tx, data); }, t);
+  Status made =
+      writes_->transaction([&](pg::Transaction& tx) { return pgschema::create_club(tx, data); }, t);
   if (!made.ok()) return made.annotate(fmt::format("creating the demo club on {}", where_));
   if (Status keys = writes_->create_idempotency_table(); !keys.ok()) {
     return keys.annotate(fmt::format("creating the idempotency-key table on {}", where_));

@@ -5,9 +5,9 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
-#include <cstdlib>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -37,7 +37,8 @@ class CookieJar {
       if (eq == std::string::npos) continue;
       const std::size_t semi = set.find(';');
       const std::string name = set.substr(0, eq);
-      const std::string value = set.substr(eq + 1, semi == std::string::npos ? semi : semi - eq - 1);
+      const std::string value =
+          set.substr(eq + 1, semi == std::string::npos ? semi : semi - eq - 1);
       if (value.empty() || set.find("Max-Age=0") != std::string::npos) {
         cookies_.erase(name);
       } else {
@@ -113,12 +114,14 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   const DrillOptions& options = run.options;
   std::vector<std::unique_ptr<httplib::Client>> clients;  // one per panel process
   for (int p = 0; p < inst.processes(); ++p) {
-    auto& http = clients.emplace_back(std::make_unique<httplib::Client>("127.0.0.1", inst.port_of(p)));
+    auto& http =
+        clients.emplace_back(std::make_unique<httplib::Client>("127.0.0.1", inst.port_of(p)));
     http->set_read_timeout(std::chrono::seconds(60));
     http->set_keep_alive(true);
   }
   CookieJar jar;
-  const std::string csrf = sign_in(*clients[static_cast<std::size_t>(inst.process_for(w, 0))], w, run.stop, jar);
+  const std::string csrf =
+      sign_in(*clients[static_cast<std::size_t>(inst.process_for(w, 0))], w, run.stop, jar);
   std::int64_t n = 0;
   std::string pending_key;
   OwnWrites own;

@@ -156,8 +156,7 @@ StrategyResult period_result(const Instance& inst, const Period& period, double 
     if (s.t <= std::min(period.to, seconds)) last = s;
   }
   const auto per_request = [&](std::uint64_t from, std::uint64_t to) {
-    return r.requests > 0 ? static_cast<double>(to - from) / static_cast<double>(r.requests)
-                          : 0.0;
+    return r.requests > 0 ? static_cast<double>(to - from) / static_cast<double>(r.requests) : 0.0;
   };
   const std::uint64_t a0 = first.attempts, a1 = last.attempts;
   const std::uint64_t c0 = first.calls, c1 = last.calls;
@@ -242,8 +241,9 @@ std::string storm_title(const StormSpec& spec) {
 // reads that missed the worker's own payment.
 std::vector<std::string> tail_header(bool pg, bool markdown) {
   if (pg && markdown) {
-    return {"attempts/call", "primary attempts/request", "answers while breaker open",
-            "their p99 ms", "their max ms", "reads missing own payment"};
+    return {
+        "attempts/call", "primary attempts/request", "answers while breaker open", "their p99 ms",
+        "their max ms",  "reads missing own payment"};
   }
   if (pg) return {"att/call", "primary/r", "open n", "open p99", "open max", "own-write misses"};
   if (markdown) return {"log rows during storm", "gap line"};
@@ -279,34 +279,33 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
                   {"end_s", s.end_s},
                   {"strategies", json::array()}};
     for (const StrategyResult& r : s.strategies) {
-      storm["strategies"].push_back({{"name", r.name},
-                                     {"requests", r.requests},
-                                     {"served", r.served},
-                                     {"served_during_storm_pct", r.served_during_storm_pct},
-                                     {"back_after_s", r.back_after_s},
-                                     {"error_pages", r.error_pages},
-                                     {"status_503", r.status_503},
-                                     {"status_503_max_ms", r.status_503_max_ms},
-                                     {"stale", r.stale},
-                                     {"p50_ms", r.p50_ms},
-                                     {"p99_ms", r.p99_ms},
-                                     {"max_ms", r.max_ms},
-                                     {"attempts_per_request", r.attempts_per_request},
-                                     {"attempts_per_call", r.attempts_per_call},
-                                     {"primary_attempts_per_request",
-                                      r.primary_attempts_per_request},
-                                     {"standby_attempts_per_request",
-                                      r.standby_attempts_per_request},
-                                     {"open_breaker_answers", r.open_breaker_answers},
-                                     {"open_breaker_p99_ms", r.open_breaker_p99_ms},
-                                     {"open_breaker_max_ms", r.open_breaker_max_ms},
-                                     {"any_open_breaker_answers", r.any_open_breaker_answers},
-                                     {"any_open_breaker_p99_ms", r.any_open_breaker_p99_ms},
-                                     {"any_open_breaker_max_ms", r.any_open_breaker_max_ms},
-                                     {"log_rows_during_storm", r.log_rows_during_storm},
-                                     {"gap_line", r.gap_line},
-                                     {"processes", r.processes},
-                                     {"stale_reads_after_write", r.stale_reads_after_write}});
+      storm["strategies"].push_back(
+          {{"name", r.name},
+           {"requests", r.requests},
+           {"served", r.served},
+           {"served_during_storm_pct", r.served_during_storm_pct},
+           {"back_after_s", r.back_after_s},
+           {"error_pages", r.error_pages},
+           {"status_503", r.status_503},
+           {"status_503_max_ms", r.status_503_max_ms},
+           {"stale", r.stale},
+           {"p50_ms", r.p50_ms},
+           {"p99_ms", r.p99_ms},
+           {"max_ms", r.max_ms},
+           {"attempts_per_request", r.attempts_per_request},
+           {"attempts_per_call", r.attempts_per_call},
+           {"primary_attempts_per_request", r.primary_attempts_per_request},
+           {"standby_attempts_per_request", r.standby_attempts_per_request},
+           {"open_breaker_answers", r.open_breaker_answers},
+           {"open_breaker_p99_ms", r.open_breaker_p99_ms},
+           {"open_breaker_max_ms", r.open_breaker_max_ms},
+           {"any_open_breaker_answers", r.any_open_breaker_answers},
+           {"any_open_breaker_p99_ms", r.any_open_breaker_p99_ms},
+           {"any_open_breaker_max_ms", r.any_open_breaker_max_ms},
+           {"log_rows_during_storm", r.log_rows_during_storm},
+           {"gap_line", r.gap_line},
+           {"processes", r.processes},
+           {"stale_reads_after_write", r.stale_reads_after_write}});
     }
     j["storms"].push_back(storm);
   }
@@ -330,7 +329,8 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
         "\nOn PostgreSQL each strategy runs as several panel processes (each request goes to "
         "the next one); *attempts/call*: database attempts per database call the panels made (a "
         "statement or transaction, before retries); *primary attempts/request*: the attempts "
-        "per request that reached the primary; *answers while breaker open*: requests that began while "
+        "per request that reached the primary; *answers while breaker open*: requests that began "
+        "while "
         "a breaker they go through (a page: the reads' Shield or the primary's read pool's "
         "breaker on connects; a payment: the writes') was open in their process, as the "
         "samples of its /metrics (every 100 ms) on both sides of the request's start saw it; "

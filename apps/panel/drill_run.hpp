@@ -72,8 +72,7 @@ struct Instance {
   std::function<Sample()> probe;
   // One count(*) from the strategy's database (`path` when unset): text parameters $1, $2
   // (in order of appearance); -1 when it cannot be read.
-  std::function<std::int64_t(const std::string& sql, const std::vector<std::string>& params)>
-      count;
+  std::function<std::int64_t(const std::string& sql, const std::vector<std::string>& params)> count;
   std::atomic<std::int64_t> stale_reads{0};  // Record::stale_after_write
   std::int64_t payments_before = 0;          // the highest payment id of the demo data
   std::unique_ptr<ClubStore> store;
@@ -94,9 +93,7 @@ struct Instance {
   [[nodiscard]] int process_for(int w, std::int64_t n) const {
     return ports.empty() ? 0 : static_cast<int>((w + n) % static_cast<std::int64_t>(ports.size()));
   }
-  [[nodiscard]] int processes() const {
-    return ports.empty() ? 1 : static_cast<int>(ports.size());
-  }
+  [[nodiscard]] int processes() const { return ports.empty() ? 1 : static_cast<int>(ports.size()); }
 
   // Closes the idle connections of the store and the log sinks.
   void close_idle_connections();

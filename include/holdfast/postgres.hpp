@@ -349,7 +349,7 @@ class Database {
     [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
 
    private:
-    std::atomic<std::uint64_t> known_{0};    // the highest replay position reported
+    std::atomic<std::uint64_t> known_{0};     // the highest replay position reported
     std::atomic<std::uint64_t> stuck_at_{0};  // the replay position when last found behind
     std::atomic<std::int64_t> hold_ns_{0};
     std::atomic<std::int64_t> until_ns_{0};
@@ -358,9 +358,9 @@ class Database {
     std::string name;
     std::unique_ptr<Shield> shield;
     std::unique_ptr<Pool> reads;
-    std::unique_ptr<Pool> writes;  // primary only
-    ReplayLag lag;     // replicas only
-    CatchUp catch_up;  // replicas only
+    std::unique_ptr<Pool> writes;        // primary only
+    ReplayLag lag;                       // replicas only
+    CatchUp catch_up;                    // replicas only
     std::unique_ptr<HealthProbe> probe;  // last: its thread reads the members above
   };
   // What a read or write runs: SQL text, or a prepared Statement.
@@ -378,8 +378,8 @@ class Database {
   };
   // OK, or why `replica` is unhealthy: it reported `replayed` and `received` at `now` and
   // has been behind WAL it had received for longer than `max_lag`.
-  static Status replay_lag_status(Endpoint& replica, std::uint64_t replayed,
-                                  std::uint64_t received, TimePoint now, Duration max_lag);
+  static Status replay_lag_status(Endpoint& replica, std::uint64_t replayed, std::uint64_t received,
+                                  TimePoint now, Duration max_lag);
   // What a replica said about itself with a read (the replica prefix's columns).
   struct ReplicaView {
     std::uint64_t replayed = 0;

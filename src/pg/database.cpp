@@ -373,8 +373,8 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool& fa
     if (r.status().fault().transient()) fall_back = true;
     return r;
   }
-  if (Status s = replay_lag_status(replica, view.replayed, view.received, end,
-                                   options_.max_replica_lag);
+  if (Status s =
+          replay_lag_status(replica, view.replayed, view.received, end, options_.max_replica_lag);
       !s.ok()) {
     (void)call.failed(std::move(a.permit), s, end, end - start);
     fall_back = true;

@@ -47,7 +47,7 @@ Status Database::replay_lag_status(Endpoint& replica, std::uint64_t replayed,
 }
 
 namespace {
-constexpr std::int64_t kCatchUpHoldFirstNs = 50'000'000;  // 50 ms
+constexpr std::int64_t kCatchUpHoldFirstNs = 50'000'000;   // 50 ms
 constexpr std::int64_t kCatchUpHoldMaxNs = 1'000'000'000;  // 1 s
 
 std::int64_t ns_of(TimePoint t) noexcept {

@@ -173,7 +173,8 @@ TEST(PgReplicas, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
       written = request_lsn();
       const std::uint64_t before = replica_attempts();
       constexpr int kReads = 40;
-      for (int i = 0; i < kReads; ++i) EXPECT_EQ(rows_and_who(db, table), "1/primary");
+      for (int i = 0; i < kReads; ++i)
+        EXPECT_EQ(rows_and_who(db, table), "1/primary");
       // The first read found the standby behind; the holds (50 ms, 100 ms, 200 ms, ...)
       // keep all but a few of the others off it, however slowly this machine reads.
       const std::uint64_t asked = replica_attempts() - before;
@@ -186,11 +187,13 @@ TEST(PgReplicas, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
     }
   }
   // Replaying again: within the longest hold (1 s) reads that need the write use the standby.
-  EXPECT_TRUE(pgtest::eventually([&] {
-    RequestScope request;
-    require_lsn(written);
-    return rows_and_who(db, table) == "1/standby";
-  }, std::chrono::seconds(5)));
+  EXPECT_TRUE(pgtest::eventually(
+      [&] {
+        RequestScope request;
+        require_lsn(written);
+        return rows_and_who(db, table) == "1/standby";
+      },
+      std::chrono::seconds(5)));
   admin.exec("DROP TABLE " + table);
 }
 

@@ -210,8 +210,7 @@ TEST(Retry, AFailureThatNamesWhenItCanBeServedEndsTheLoopWhenThatIsAfterTheNextW
     Fixture f;
     RetryStats stats;
     Result<int> r = retry(
-        f.policy, Operation::read(), [&]() -> Result<int> { return refused(seconds(1)); },
-        &stats);
+        f.policy, Operation::read(), [&]() -> Result<int> { return refused(seconds(1)); }, &stats);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(stats.attempts, 1);
     EXPECT_EQ(stats.slept, Duration::zero()) << "waited only to be refused";
