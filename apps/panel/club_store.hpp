@@ -153,6 +153,8 @@ class ClubStore {
   // holdfast only (nullptr for the baselines): the Shields reads and writes go through.
   [[nodiscard]] Shield* read_shield() noexcept { return read_shield_; }
   [[nodiscard]] Shield* write_shield() noexcept { return write_shield_; }
+  // holdfast on PostgreSQL: the Shields of the standbys reads may go to; empty otherwise.
+  [[nodiscard]] virtual std::vector<const Shield*> standby_shields() const { return {}; }
   [[nodiscard]] OriginBreaker* origin_breaker() noexcept { return origin_breaker_.get(); }
   // The SQLite store's database; nullptr for PostgreSQL.
   [[nodiscard]] virtual sqlite::Database* sqlite_database() noexcept { return nullptr; }

@@ -66,6 +66,13 @@ class PgClubStore final : public ClubStore {
       s.standby += reads_->replica_shield(i).metrics().snapshot().attempts;
     return s;
   }
+  [[nodiscard]] std::vector<const Shield*> standby_shields() const override {
+    std::vector<const Shield*> out;
+    if (options_.strategy != Strategy::kHoldfast) return out;
+    for (std::size_t i = 0; i < reads_->replica_count(); ++i)
+      out.push_back(&reads_->replica_shield(i));
+    return out;
+  }
   [[nodiscard]] bool pool_backing_off(bool writes) const override {
     const pg::PoolStats s = (writes ? writes_->write_pool() : reads_->read_pool()).stats();
     return s.consecutive_connect_failures > 0 && clock_->now() < s.next_connect_at;

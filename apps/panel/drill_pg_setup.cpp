@@ -108,6 +108,7 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
           } else if (line.starts_with("holdfast_breaker_state{") && line.ends_with(" 1")) {
             if (line.find("state=\"open\"") != std::string::npos) {
               l.open |= line.find("db=\"club.writes\"") != std::string::npos ? Sample::kWritesOpen
+                        : line.find("-replica-") != std::string::npos        ? Sample::kStandbyOpen
                                                                              : Sample::kReadsOpen;
             }
             if (line.find("state=\"half_open\"") != std::string::npos)
@@ -207,6 +208,7 @@ Result<std::unique_ptr<Instance>> open_pg_instance(const PgDrillOptions& options
   auto inst = std::make_unique<Instance>();
   inst->strategy = s.strategy;
   inst->name = s.name;
+  inst->standby_reads = s.replica;
   inst->ports = *ports;
   inst->probe = metrics_probe(*ports);
   const std::string url = drill.cluster->primary_url(db);

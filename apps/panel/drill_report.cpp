@@ -1,6 +1,6 @@
 // The drill's report: the figures of each storm period per strategy and the timeline, from
-// what the instances saw; the console table; drill-report.json, drill-report.md and
-// drill-timeline.svg.
+// what the instances saw; the console table; drill-report.json, drill-report.md,
+// drill-timeline.svg and drill-requests.csv.
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -123,10 +123,19 @@ std::uint8_t open_around(const std::vector<Sample>& samples, double t, int p) {
   return before->open[at] & after->open[at];
 }
 
-// The answers in `period` to requests that began while a breaker they go through was open
-// (a page: the reads' Shield or the primary's read pool; a payment: the writes'), and
-// those that began while any breaker of their process was: how many, their p99 and
-// slowest.
+// Whether a request that began with `open` (Sample::open bits) had its way to the data
+// closed: for a payment the writes' Shield or the primary's write pool; for a page the
+// reads' Shield or the primary's read pool, and where pages read from a standby, the
+// standby's Shield as well (a page with a closed standby breaker reads there instead).
+bool way_closed(const Instance& inst, const Record& rec, std::uint8_t open) {
+  if (rec.pay) return (open & (Sample::kWritesOpen | Sample::kWritesPoolOpen)) != 0;
+  const bool primary = (open & (Sample::kReadsOpen | Sample::kReadsPoolOpen)) != 0;
+  return primary && (!inst.standby_reads || (open & Sample::kStandbyOpen) != 0);
+}
+
+// The answers in `period` to requests that began while their way to the data was closed
+// by open breakers (way_closed()), and those that began while any breaker of their
+// process was: how many, their p99 and slowest.
 void count_open_breaker_answers(const Instance& inst, const Period& period, StrategyResult& r) {
   std::vector<double> own, any;
   for (const Record& rec : inst.records) {
@@ -134,9 +143,7 @@ void count_open_breaker_answers(const Instance& inst, const Period& period, Stra
     const std::uint8_t open = open_around(inst.samples, rec.start_s, rec.process);
     if (open == 0) continue;
     any.push_back(rec.latency_ms);
-    const std::uint8_t own_breakers = rec.pay ? Sample::kWritesOpen | Sample::kWritesPoolOpen
-                                              : Sample::kReadsOpen | Sample::kReadsPoolOpen;
-    if ((open & own_breakers) != 0) own.push_back(rec.latency_ms);
+    if (way_closed(inst, rec, open)) own.push_back(rec.latency_ms);
   }
   r.open_breaker_answers = static_cast<std::int64_t>(own.size());
   r.open_breaker_p99_ms = percentile(own, 0.99);
@@ -207,6 +214,32 @@ void count_payments(const Instance& inst, DrillResult& result) {
   if (rows > keys && keys >= 0) result.payments_doubled += rows - keys;
 }
 
+// drill-requests.csv: one line per request, in start order per strategy, with the breakers
+// of its process open at its start (r, w, s: the reads', writes' and standby's Shields;
+// R, W: the primary pools' backoff),
+// for finding which answer made a figure.
+void write_requests_csv(const DrillRun& run) {
+  std::ofstream out(std::filesystem::path(run.options.out_dir) / "drill-requests.csv");
+  out << "strategy,process,kind,start_s,latency_ms,status,stale,own_write_miss,open\n";
+  for (const auto& inst : run.instances) {
+    std::vector<Record> records = inst->records;
+    std::sort(records.begin(), records.end(),
+              [](const Record& a, const Record& b) { return a.start_s < b.start_s; });
+    for (const Record& rec : records) {
+      const std::uint8_t open = open_around(inst->samples, rec.start_s, rec.process);
+      std::string bits;
+      if ((open & Sample::kReadsOpen) != 0) bits += 'r';
+      if ((open & Sample::kWritesOpen) != 0) bits += 'w';
+      if ((open & Sample::kReadsPoolOpen) != 0) bits += 'R';
+      if ((open & Sample::kWritesPoolOpen) != 0) bits += 'W';
+      if ((open & Sample::kStandbyOpen) != 0) bits += 's';
+      out << fmt::format("{},{},{},{:.3f},{:.1f},{},{},{},{}\n", inst->name, rec.process,
+                         rec.pay ? "payment" : "page", rec.start_s, rec.latency_ms, rec.status,
+                         rec.stale ? 1 : 0, rec.stale_after_write ? 1 : 0, bits);
+    }
+  }
+}
+
 }  // namespace
 
 void summarize(const DrillRun& run, DrillResult& result) {
@@ -222,6 +255,7 @@ void summarize(const DrillRun& run, DrillResult& result) {
     add_timeline(*inst, result);
     count_payments(*inst, result);
   }
+  write_requests_csv(run);
 }
 
 }  // namespace drill

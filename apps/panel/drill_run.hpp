@@ -51,20 +51,22 @@ struct Sample {
   std::uint64_t primary_attempts = 0;
   std::uint64_t standby_attempts = 0;
   // Per process (Instance::ports' order; one for an in-process panel), its open breakers:
-  // the Shields' (kReadsOpen, kWritesOpen; both when an in-process panel's is) and the
+  // the Shields' (kReadsOpen, kWritesOpen; both when an in-process panel's is), the
   // primary's pools' breakers on connects (kReadsPoolOpen, kWritesPoolOpen: backing off
-  // after failed connects, so a request that finds no idle connection is answered at once).
+  // after failed connects, so a request that finds no idle connection is answered at once)
+  // and the standby's Shield (kStandbyOpen; PostgreSQL holdfast only).
   std::vector<std::uint8_t> open;
   static constexpr std::uint8_t kReadsOpen = 1, kWritesOpen = 2, kReadsPoolOpen = 4,
-                                kWritesPoolOpen = 8;
+                                kWritesPoolOpen = 8, kStandbyOpen = 16;
 };
 
 // One strategy's panel (in process, or `ports` of panel processes), its workers and what
 // they saw.
 struct Instance {
   Strategy strategy{};
-  std::string name;  // the strategy's name in the report
-  std::string path;  // the SQLite file; empty on PostgreSQL
+  std::string name;            // the strategy's name in the report
+  std::string path;            // the SQLite file; empty on PostgreSQL
+  bool standby_reads = false;  // its pages read from a standby when it has their writes
   // Panel processes (PostgreSQL): workers talk to them in turn (process_for()); `probe`
   // reads their attempts and breaker state over HTTP and `count` counts rows in the
   // strategy's database.
@@ -186,7 +188,8 @@ void start_load(DrillRun& run, const std::string& today);
 Status run_storms(DrillRun& run, const std::vector<StormSpec>& storms, const Progress& progress,
                   DrillResult& result);
 
-// Report: the figures of each storm period and the timeline from what the instances saw.
+// Report: the figures of each storm period and the timeline from what the instances saw;
+// writes every request to drill-requests.csv in options.out_dir.
 // REQUIRES: the load stopped; result.seconds set.
 void summarize(const DrillRun& run, DrillResult& result);
 

@@ -62,9 +62,11 @@ std::string PanelServer::metrics_text() const {
     }
   }
   if (store.read_shield() != nullptr) {
-    const Metrics::Labelled shields[] = {
+    std::vector<Metrics::Labelled> shields = {
         {&store.read_shield()->metrics(), store.read_shield()->name()},
         {&store.write_shield()->metrics(), store.write_shield()->name()}};
+    for (const Shield* standby : store.standby_shields())
+      shields.push_back({&standby->metrics(), standby->name()});
     out += Metrics::prometheus_text(shields);
   }
   return out;
