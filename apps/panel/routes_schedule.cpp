@@ -152,6 +152,10 @@ bool PanelServer::answer_stale_schedule(httplib::Response& res, const std::strin
     if (auto it = last_good_.find(date); it != last_good_.end()) copy = it->second;
   }
   if (!copy) return false;
+  const std::string why = failure.to_string();
+  options_.logger->warn(
+      "panel", "schedule answered from its last good copy",
+      {{"as_of", std::string_view(copy->as_of)}, {"status", std::string_view(why)}});
   counters_.stale++;
   counters_.ok++;
   res.set_header("X-Holdfast-Stale", copy->as_of);
