@@ -28,8 +28,10 @@ using detail::Step;
 using detail::Steps;
 
 // How long past the window the client still waits on the socket before it cancels: the
-// server's statement_timeout (set to the window) normally answers first.
-constexpr Duration kClientGrace = std::chrono::milliseconds(500);
+// server's statement_timeout (set to the window) normally answers first. A server that
+// holds the statement without running it (PgBouncer queueing it for a server connection)
+// answers neither: the cancel's grace (exchange.cpp) then bounds the overrun.
+constexpr Duration kClientGrace = std::chrono::milliseconds(100);
 // The health probe's own deadline: a probe must not hang.
 constexpr Duration kProbeTimeout = std::chrono::seconds(1);
 

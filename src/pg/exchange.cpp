@@ -18,8 +18,10 @@ namespace holdfast::pg {
 namespace {
 
 // How long to wait for the server to act on a cancel sent at the deadline before closing
-// the connection.
-constexpr Duration kCancelGrace = std::chrono::milliseconds(1000);
+// the connection: a server that runs the statement acts within milliseconds; one that
+// does not (PgBouncer ignores a cancel for a client still queued for a server) never will,
+// and the caller's window has already run out.
+constexpr Duration kCancelGrace = std::chrono::milliseconds(250);
 
 // Keeps the first error in `bad`, unless a later one carries a SQLSTATE and it did not
 // (the FATAL of a terminated backend, then "server closed the connection"). Takes `r`.

@@ -193,5 +193,40 @@ TEST_F(PgBouncerTransactionMode, ReadsWritesReRunTransactionsAndOnceWork) {
   }
 }
 
+TEST_F(PgBouncerTransactionMode, AReadQueuedInThePoolerIsAnsweredSoonAfterItsWindow) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  ASSERT_FALSE(bouncer_->url().empty()) << "PgBouncer did not start";
+  // Each of the pooler's 4 server connections held by an open transaction: a new
+  // statement waits in PgBouncer's queue, where neither the server's statement_timeout
+  // nor a cancel reaches it.
+  std::vector<Connection> holders;
+  for (int i = 0; i < 4; ++i) {
+    auto c = Connection::open(bouncer_->url());
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_TRUE(c->query("BEGIN").ok());
+    ASSERT_TRUE(c->query("SELECT 1").ok());
+    holders.push_back(std::move(*c));
+  }
+  Database db(options());
+  const auto start = std::chrono::steady_clock::now();
+  Result<Rows> r = Status();
+  {
+    RequestScope scope(std::chrono::milliseconds(800));
+    r = db.read("SELECT 1");
+  }
+  const double took = pgtest::seconds_since(start);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().to_string();
+  // The window, the client's grace before it cancels and the cancel's: 1.15 s. It was
+  // 2.3 s, 1.5 s past the window (a page answered 7.9 s into a 6 s window in the drill).
+  EXPECT_LT(took, 1.4) << r.status().to_string();
+  // Once a server connection is free, the database serves again.
+  for (Connection& h : holders)
+    ASSERT_TRUE(h.query("COMMIT").ok());
+  RequestScope again(std::chrono::seconds(5));
+  auto one = db.read("SELECT 1");
+  EXPECT_TRUE(one.ok()) << one.status().to_string();
+}
+
 }  // namespace
 }  // namespace holdfast::pg
