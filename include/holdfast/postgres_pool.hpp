@@ -16,10 +16,11 @@
 //   than the current RequestScope's window (which it opens: waiting for a connection is
 //   time the request spends), or `window` outside any scope. It never waits forever.
 // - Connections are opened in one place, connect(). After a failed connect the next one
-//   waits for a backoff delay, and while connects fail only one request at a time tries
-//   (the others wait for its result): a restarting server sees no reconnect storm. A
-//   request that comes during the backoff is answered at once with the last connect
-//   error, stop_reason kBreakerOpen and retry_after() (the rest of the backoff). The failed
+//   waits for a backoff delay, and while connects fail only one request at a time tries:
+//   a restarting server sees no reconnect storm. A request that comes during the backoff
+//   is answered at once with the last connect error, stop_reason kBreakerOpen and
+//   retry_after() (the rest of the backoff); one that comes while another tries waits for
+//   that connect's result at most 50 ms, then is answered the same way. The failed
 //   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
 //   loop whose next wait is shorter ends at once (RetryState::on_failure).
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
@@ -139,6 +140,8 @@ class Pool {
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, bool may_wait);
   // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.
   Status connect_backing_off(Duration left) const;
+  // REQUIRES: mutex_ held. The answer while connects fail and another request tries one.
+  Status connect_being_tried() const;
   // REQUIRES: mutex_ held. The last connect error, as this pool's answer: `what` happened.
   Status last_connect_failure(const std::string& what) const;
   void release(Connection conn, bool unusable) noexcept;

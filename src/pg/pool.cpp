@@ -11,6 +11,11 @@ long long to_ms(Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+// How long a request that finds another one trying a connect (while connects fail) waits
+// for that connect's result: long enough for a server that answers, far shorter than a
+// connect to a server that hangs.
+constexpr Duration kProbeResultWait = std::chrono::milliseconds(50);
+
 }  // namespace
 
 PooledConnection::PooledConnection(PooledConnection&& other) noexcept
@@ -93,6 +98,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
   bool waiting = false;
   TimePoint wait_start{};
   TimePoint deadline{};
+  TimePoint probe_wait_until = TimePoint::max();
   for (;;) {
     if (!idle_.empty()) {
       // Last in, first out: the warmest connection, and idle ones at the bottom can age.
@@ -144,6 +150,13 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       // when to come back, rather than after the backoff (ADR 0008).
       return connect_backing_off(next_connect_at_ - now);
     }
+    if (may_wait && failures_ > 0 && probing_ && open_ < options_.size &&
+        !last_connect_error_.ok()) {
+      // Connects are failing and another request is trying one: its result is worth a
+      // short wait, not the whole window a connect to a hung server can take.
+      if (probe_wait_until == TimePoint::max()) probe_wait_until = now + kProbeResultWait;
+      if (now >= probe_wait_until) return connect_being_tried();
+    }
     if (!may_wait) {
       if (failures_ > 0 && !last_connect_error_.ok()) return no_connection_in_time(Duration{});
       return Status(Code::kUnavailable, "no pooled connection is free right now",
@@ -167,7 +180,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       ++stats_.timeouts;
       return no_connection_in_time(now - wait_start);
     }
-    TimePoint wake = deadline;
+    TimePoint wake = std::min(deadline, probe_wait_until);
     if (open_ < options_.size && failures_ > 0 && !probing_) {
       wake = std::min(wake, next_connect_at_);
     }
@@ -207,6 +220,14 @@ Status Pool::connect_backing_off(Duration left) const {
   Status s =
       last_connect_failure("the pool connects again in " + std::to_string(to_ms(left)) + " ms");
   s.with_stop(StopReason::kBreakerOpen, 0, left);
+  return s;
+}
+
+Status Pool::connect_being_tried() const {
+  // Shedding like connect_backing_off(): if that connect fails, the next one comes about
+  // one backoff step later.
+  Status s = last_connect_failure("another request is trying to connect");
+  s.with_stop(StopReason::kBreakerOpen, 0, previous_delay_);
   return s;
 }
 

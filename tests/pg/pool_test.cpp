@@ -1,6 +1,9 @@
 // holdfast::pg::Pool against a real server: bounded size, waits bounded by the window,
 // health checks before hand-out, read-only sessions, and no reconnect storm.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <thread>
 #include <vector>
@@ -170,6 +173,66 @@ TEST(PgPool, ConnectsToADeadServerBackOffInsteadOfStorming) {
   EXPECT_LE(s.connect_failures, 10u);
   EXPECT_EQ(s.connects, 0u);
   EXPECT_EQ(s.open, 0);
+}
+
+// A loopback port that completes TCP handshakes (the kernel's backlog) and never says a
+// word: a connect to it hangs like one to a frozen server.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+        ::listen(fd_, 16) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  [[nodiscard]] int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(PgPool, WhileAConnectToAHungServerIsTriedOthersAreAnsweredAtOnce) {
+  SilentListener silent;
+  ASSERT_NE(silent.port(), 0);
+  PoolOptions o;
+  o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";
+  o.size = 4;
+  o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
+  Pool pool(o);
+  // The first connect times out: connects are failing.
+  ASSERT_FALSE(pool.acquire(Clock::system().now() + std::chrono::milliseconds(100)).ok());
+  ASSERT_EQ(pool.stats().connect_failures, 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the 1 ms backoff
+  // One request tries the next connect, for up to 3 s.
+  std::thread prober([&] { (void)pool.acquire(Clock::system().now() + std::chrono::seconds(3)); });
+  while (pool.stats().open == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Another, with the same 3 s, is answered after the short wait for that connect's
+  // result, as during the backoff: refused by the pool, with when to come back.
+  const auto start = std::chrono::steady_clock::now();
+  Result<PooledConnection> other = pool.acquire(Clock::system().now() + std::chrono::seconds(3));
+  const double took = pgtest::seconds_since(start);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().stop_reason(), StopReason::kBreakerOpen) << other.status().to_string();
+  EXPECT_GT(other.status().retry_after(), Duration::zero());
+  EXPECT_NE(other.status().message().find("another request is trying to connect"),
+            std::string::npos)
+      << other.status().to_string();
+  EXPECT_EQ(pool.stats().timeouts, 0u) << "it waited out its deadline";
+  EXPECT_LT(took, 2.0);
+  prober.join();
 }
 
 TEST(PgPool, RejectsABadConfiguration) {
