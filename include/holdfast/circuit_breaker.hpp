@@ -18,7 +18,8 @@
 //             `open_initial`, doubles on each probe that fails from overload up to
 //             `open_max`, and starts over once a probe succeeds. A probe whose caller cancels
 //             it (Permit::cancel(): it ran out of the caller's window) changes nothing.
-//   half-open after the open period, up to `half_open_probes` calls are admitted as probes,
+//   half-open after the open period, up to `half_open_probes` calls are admitted as probes
+//             (none while a HealthProbe is announced: then it alone closes the breaker),
 //             each holding a lease of `probe_lease`. `probe_successes_to_close` successful
 //             probes close the breaker; a failed probe, or a lease that expires without a
 //             result (a hung probe), opens it again for twice as long.
@@ -220,7 +221,10 @@ class CircuitBreaker {
 
   // Announces that a health probe will run at `next` and every `interval` after it, so
   // retry_after() can point waiters at it instead of at the end of a long open period.
-  // expect_health_probes(TimePoint{}, {}) withdraws the announcement.
+  // While the announcement is fresh (renewed within two intervals), the open breaker
+  // admits no request as a half-open probe, even after its open period: the health probe
+  // alone tries the database and closes it. expect_health_probes(TimePoint{}, {})
+  // withdraws the announcement.
   void expect_health_probes(TimePoint next, Duration interval) noexcept;
 
   // True when recording needs the call's latency (slow_call_threshold is set).
@@ -247,6 +251,9 @@ class CircuitBreaker {
   void finish_probe(const Permit& permit, CallResult result, Duration latency) noexcept;
   // REQUIRES: mutex_ held. The window starts afresh after the bucket of `now_ns`.
   void forget_window_locked(std::int64_t now_ns) noexcept;
+  // The announced health probe's next run after `now_ns`, or 0 when none is announced or
+  // the announcement is stale (older than two intervals: the prober is gone or stuck).
+  std::int64_t next_health_probe_ns(std::int64_t now_ns) const noexcept;
   Duration retry_after_open(std::int64_t now_ns, std::int64_t until_ns) const noexcept;
 
   // REQUIRES: mutex_ held. Moves to `to` and records the transition in `pending`.

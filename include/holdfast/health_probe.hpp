@@ -6,8 +6,10 @@
 // clock), outside the open period's schedule: one cheap query instead of a user request.
 // A success closes the breaker at once (and wakes the requests waiting for it); a failure
 // changes nothing. The next run is announced to the breaker, so waiting requests are told
-// to wait for it rather than for the end of a long open period. Nothing runs while the
-// breaker is closed, half-open (a request is probing already) or isolated.
+// to wait for it rather than for the end of a long open period, and no request is made a
+// half-open probe meanwhile: a user's request never waits on a server that may not
+// answer. Nothing runs while the breaker is closed, half-open (a request is probing
+// already: the announcement had gone stale) or isolated.
 //
 // With `background` (the default) a thread of its own does this; probe_now() runs one
 // probe on the caller's thread either way. The destructor stops and joins the thread; it

@@ -230,17 +230,22 @@ void CircuitBreaker::publish(const Pending& pending) noexcept {
 
 // ---- acquiring -------------------------------------------------------------------------
 
+std::int64_t CircuitBreaker::next_health_probe_ns(std::int64_t now_ns) const noexcept {
+  const std::int64_t next = health_next_ns_.load(std::memory_order_acquire);
+  const std::int64_t interval = health_interval_ns_.load(std::memory_order_relaxed);
+  if (next == 0 || interval <= 0 || now_ns - next > 2 * interval) return 0;
+  // The announced health probe, or the one after it if that moment has passed (a probe
+  // running right now may still succeed and wake everybody).
+  std::int64_t at = next;
+  if (at <= now_ns) at += ((now_ns - at) / interval + 1) * interval;
+  return at;
+}
+
 Duration CircuitBreaker::retry_after_open(std::int64_t now_ns,
                                           std::int64_t until_ns) const noexcept {
   std::int64_t wait = until_ns - now_ns;
-  const std::int64_t next = health_next_ns_.load(std::memory_order_acquire);
-  const std::int64_t interval = health_interval_ns_.load(std::memory_order_relaxed);
-  if (next != 0 && interval > 0 && now_ns - next <= 2 * interval) {
-    // The announced health probe, or the one after it if that moment has passed (a probe
-    // running right now may still succeed and wake everybody).
-    std::int64_t at = next;
-    if (at <= now_ns) at += ((now_ns - at) / interval + 1) * interval;
-    wait = std::min(wait, at - now_ns);
+  if (const std::int64_t at = next_health_probe_ns(now_ns); at != 0) {
+    wait = wait > 0 ? std::min(wait, at - now_ns) : at - now_ns;
   }
   return Duration(std::max<std::int64_t>(wait, 0));
 }
@@ -255,8 +260,10 @@ CircuitBreaker::Permit CircuitBreaker::acquire_slow(TimePoint now) noexcept {
       return Permit(nullptr, w, options_.open_max.count(), Permit::Kind::kRefused, s, 0);
     }
     if (s == BreakerState::kOpen) {
+      // While a health probe is announced, it alone tries the database: no request is
+      // made the half-open trial (and kept waiting by a server that may not answer).
       const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
-      if (ns < until) {
+      if (ns < until || next_health_probe_ns(ns) != 0) {
         return Permit(nullptr, w, retry_after_open(ns, until).count(), Permit::Kind::kRefused, s,
                       0);
       }
@@ -333,7 +340,8 @@ Duration CircuitBreaker::retry_after(TimePoint now) const noexcept {
       return options_.open_max;
     case BreakerState::kOpen: {
       const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
-      return ns >= until ? Duration::zero() : retry_after_open(ns, until);
+      return ns >= until && next_health_probe_ns(ns) == 0 ? Duration::zero()
+                                                          : retry_after_open(ns, until);
     }
     case BreakerState::kHalfOpen: {
       if (free_leases_.load(std::memory_order_acquire) > 0) return Duration::zero();

@@ -595,6 +595,36 @@ TEST(Breaker, RetryAfterPointsAtAnAnnouncedHealthProbe) {
   EXPECT_EQ(f.breaker.retry_after(t0), seconds(20));
 }
 
+TEST(Breaker, WhileAHealthProbeIsAnnouncedNoRequestIsMadeTheHalfOpenProbe) {
+  CircuitBreaker::Options o;
+  o.open_initial = milliseconds(500);
+  Fixture f(o);
+  f.fail_n(5);
+  const TimePoint t0 = f.now();
+  f.breaker.expect_health_probes(t0 + milliseconds(200), milliseconds(250));
+  // Past the open period, with the prober's news fresh: refused, pointed at its next run.
+  f.clock.advance(milliseconds(600));
+  auto refused = f.breaker.acquire(f.now());
+  EXPECT_FALSE(refused.admitted());
+  EXPECT_EQ(refused.retry_after(), milliseconds(100));
+  EXPECT_EQ(f.breaker.retry_after(f.now()), milliseconds(100));
+  EXPECT_EQ(f.breaker.state(), BreakerState::kOpen);
+  // The health probe alone closes it.
+  auto health = f.breaker.acquire_health_probe(f.now());
+  ASSERT_TRUE(health.admitted());
+  health.record(Status());
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
+
+  // Open again, and the prober goes quiet for more than two intervals: a request probes,
+  // so a breaker whose prober died does not stay open for good.
+  f.fail_n(5);
+  f.breaker.expect_health_probes(f.now() + milliseconds(200), milliseconds(250));
+  f.clock.advance(milliseconds(800));
+  EXPECT_EQ(f.breaker.retry_after(f.now()), Duration::zero());
+  auto probe = f.breaker.acquire(f.now());
+  EXPECT_TRUE(probe.is_probe());
+}
+
 TEST(Breaker, AHealthProbeIsAdmittedOnlyWhileOpenAndOneAtATime) {
   CircuitBreaker::Options o;
   o.open_initial = seconds(20);
