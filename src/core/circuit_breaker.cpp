@@ -13,11 +13,6 @@ namespace {
 constexpr int kMaxBuckets = detail::kMaxWindowBuckets;
 constexpr int kMaxProbes = 64;
 
-std::string ms_text(Duration d) {
-  const double ms = std::chrono::duration<double, std::milli>(d).count();
-  return std::to_string(ms) + " ms";
-}
-
 [[noreturn]] void bad_option(const char* field, const std::string& rule) {
   throw std::invalid_argument(std::string("CircuitBreaker::Options::") + field + " " + rule);
 }

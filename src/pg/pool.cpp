@@ -7,10 +7,6 @@
 namespace holdfast::pg {
 namespace {
 
-long long to_ms(Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
 // How long a request that finds another one trying a connect (while connects fail) waits
 // for that connect's result: long enough for a server that answers, far shorter than a
 // connect to a server that hangs.
@@ -207,18 +203,17 @@ Status Pool::last_connect_failure(const std::string& what) const {
 
 Status Pool::no_connection_in_time(Duration waited) const {
   if (failures_ > 0 && !last_connect_error_.ok()) {
-    return last_connect_failure("no connection within " + std::to_string(to_ms(waited)) + " ms");
+    return last_connect_failure("no connection within " + ms_text(waited));
   }
   return Status(Code::kResourceExhausted,
                 "all " + std::to_string(options_.size) + " pooled connections stayed busy for " +
-                    std::to_string(to_ms(waited)) + " ms",
+                    ms_text(waited),
                 Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, false});
 }
 
 Status Pool::connect_backing_off(Duration left) const {
   // Like an open breaker: our own shedding, so it feeds no breaker and is not retried.
-  Status s =
-      last_connect_failure("the pool connects again in " + std::to_string(to_ms(left)) + " ms");
+  Status s = last_connect_failure("the pool connects again in " + ms_text(left));
   s.with_stop(StopReason::kBreakerOpen, 0, left);
   return s;
 }
