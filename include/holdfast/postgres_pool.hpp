@@ -138,6 +138,9 @@ class Pool {
  private:
   friend class PooledConnection;
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, bool may_wait);
+  // REQUIRES: `lock` holds mutex_ and a connect may start. Opens one connection, connecting
+  // no later than `until` (the lock released meanwhile), and counts what happened.
+  Result<PooledConnection> connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until);
   // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.
   Status connect_backing_off(Duration left) const;
   // REQUIRES: mutex_ held. The answer while connects fail and another request tries one.

@@ -110,36 +110,11 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
     }
     const TimePoint now = clock_->now();
     if (open_ < options_.size && (failures_ == 0 || (!probing_ && now >= next_connect_at_))) {
-      ++open_;
-      const bool probe = failures_ > 0;
-      if (probe) probing_ = true;
-      lock.unlock();
       const TimePoint until =
           fixed != nullptr ? *fixed
           : waiting        ? deadline
                            : now + (window != nullptr ? window->remaining(now) : options_.window);
-      Result<Connection> conn = connect(until);
-      lock.lock();
-      if (probe) probing_ = false;
-      if (conn.ok()) {
-        failures_ = 0;
-        previous_delay_ = Duration::zero();
-        ++stats_.connects;
-        if (waiters_ > 0) returned_.notify_all();
-        return PooledConnection(this, std::move(*conn), true);
-      }
-      --open_;
-      ++failures_;
-      ++stats_.connect_failures;
-      const Duration delay = options_.reconnect_backoff.delay(failures_, previous_delay_, rng_);
-      previous_delay_ = delay;
-      next_connect_at_ = clock_->now() + delay;
-      last_connect_error_ = conn.status();
-      if (waiters_ > 0) returned_.notify_all();
-      // Not a give-up: the caller may retry, but no connect is made before `delay` passes.
-      Status failed = conn.status();
-      failed.with_stop(StopReason::kNone, 0, delay);
-      return failed;
+      return connect_locked(lock, until);
     }
     if (failures_ > 0 && !probing_ && open_ < options_.size && !last_connect_error_.ok()) {
       // Connects are failing and the next one is not due yet: the answer is now, with
@@ -187,6 +162,35 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
     lock.lock();
     --waiters_;
   }
+}
+
+Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until) {
+  ++open_;
+  const bool probe = failures_ > 0;
+  if (probe) probing_ = true;
+  lock.unlock();
+  Result<Connection> conn = connect(until);
+  lock.lock();
+  if (probe) probing_ = false;
+  if (conn.ok()) {
+    failures_ = 0;
+    previous_delay_ = Duration::zero();
+    ++stats_.connects;
+    if (waiters_ > 0) returned_.notify_all();
+    return PooledConnection(this, std::move(*conn), true);
+  }
+  --open_;
+  ++failures_;
+  ++stats_.connect_failures;
+  const Duration delay = options_.reconnect_backoff.delay(failures_, previous_delay_, rng_);
+  previous_delay_ = delay;
+  next_connect_at_ = clock_->now() + delay;
+  last_connect_error_ = conn.status();
+  if (waiters_ > 0) returned_.notify_all();
+  // Not a give-up: the caller may retry, but no connect is made before `delay` passes.
+  Status failed = conn.status();
+  failed.with_stop(StopReason::kNone, 0, delay);
+  return failed;
 }
 
 Status Pool::last_connect_failure(const std::string& what) const {
