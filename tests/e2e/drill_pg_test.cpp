@@ -61,8 +61,10 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
   ASSERT_EQ(j["storms"].size(), 2u);
   EXPECT_EQ(j["storms"][0]["kind"], "write-lock");
   EXPECT_EQ(j["storms"][1]["kind"], "stop");
+  long long counted = 0;  // the requests the storms' figures count
   for (const auto& storm : j["storms"]) {
     for (const auto& s : storm["strategies"]) {
+      counted += s["requests"].get<long long>();
       EXPECT_EQ(s["processes"], 2);
       const std::string name = s["name"];
       if (name == "holdfast") {
@@ -111,6 +113,17 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
   }
   EXPECT_GT(rows, 0) << "no table in drill-report.md";
   EXPECT_TRUE(fs::exists(out / "drill-timeline.svg"));
+  // drill-requests.csv: a header, then a line for every request, those before the first
+  // storm too.
+  std::ifstream csv(out / "drill-requests.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "strategy,process,kind,start_s,latency_ms,status,stale,own_write_miss,open");
+  long long lines = 0;
+  for (std::string line; std::getline(csv, line);)
+    ++lines;
+  EXPECT_GE(lines, counted);
+  EXPECT_GT(counted, 0);
   // The drill removed its cluster: no server is left running from its state folder.
   EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
   fs::remove_all(out);

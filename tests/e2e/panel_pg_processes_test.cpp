@@ -192,6 +192,12 @@ TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOw
   pause.resume();
   EXPECT_TRUE(pgtest::eventually([&] { return payments_on_page(via_b, session) == before + 1; },
                                  std::chrono::milliseconds(10'000)));
+  // The standby's breaker is in /metrics with the reads' and writes' (the drill reads it).
+  auto metrics = via_b.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("holdfast_breaker_state{db=\"club.reads-replica-1\""),
+            std::string::npos)
+      << metrics->body.substr(0, 2000);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
