@@ -227,8 +227,15 @@ void CircuitBreaker::publish(const Pending& pending) noexcept {
 
 std::int64_t CircuitBreaker::next_health_probe_ns(std::int64_t now_ns) const noexcept {
   const std::int64_t next = health_next_ns_.load(std::memory_order_acquire);
+  if (next == 0) [[likely]]
+    return 0;
+  return announced_health_probe_ns(next, now_ns);
+}
+
+std::int64_t CircuitBreaker::announced_health_probe_ns(std::int64_t next,
+                                                       std::int64_t now_ns) const noexcept {
   const std::int64_t interval = health_interval_ns_.load(std::memory_order_relaxed);
-  if (next == 0 || interval <= 0 || now_ns - next > 2 * interval) return 0;
+  if (interval <= 0 || now_ns - next > 2 * interval) return 0;
   // The announced health probe, or the one after it if that moment has passed (a probe
   // running right now may still succeed and wake everybody).
   std::int64_t at = next;
@@ -239,7 +246,7 @@ std::int64_t CircuitBreaker::next_health_probe_ns(std::int64_t now_ns) const noe
 Duration CircuitBreaker::retry_after_open(std::int64_t now_ns,
                                           std::int64_t until_ns) const noexcept {
   std::int64_t wait = until_ns - now_ns;
-  if (const std::int64_t at = next_health_probe_ns(now_ns); at != 0) {
+  if (const std::int64_t at = next_health_probe_ns(now_ns); at != 0) [[unlikely]] {
     wait = wait > 0 ? std::min(wait, at - now_ns) : at - now_ns;
   }
   return Duration(std::max<std::int64_t>(wait, 0));
