@@ -116,17 +116,16 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
                            : now + (window != nullptr ? window->remaining(now) : options_.window);
       return connect_locked(lock, until);
     }
-    if (failures_ > 0 && !probing_ && open_ < options_.size && !last_connect_error_.ok()) {
+    if (failures_ > 0 && open_ < options_.size && !last_connect_error_.ok()) {
       // Connects are failing and the next one is not due yet: the answer is now, with
       // when to come back, rather than after the backoff (ADR 0008).
-      return connect_backing_off(next_connect_at_ - now);
-    }
-    if (may_wait && failures_ > 0 && probing_ && open_ < options_.size &&
-        !last_connect_error_.ok()) {
-      // Connects are failing and another request is trying one: its result is worth a
-      // short wait, not the whole window a connect to a hung server can take.
-      if (probe_wait_until == TimePoint::max()) probe_wait_until = now + kProbeResultWait;
-      if (now >= probe_wait_until) return connect_being_tried();
+      if (!probing_) return connect_backing_off(next_connect_at_ - now);
+      // Another request is trying one: its result is worth a short wait, not the whole
+      // window a connect to a hung server can take (ADR 0017).
+      if (may_wait && probe_wait_until == TimePoint::max()) {
+        probe_wait_until = now + kProbeResultWait;
+      }
+      if (may_wait && now >= probe_wait_until) return connect_being_tried();
     }
     if (!may_wait) {
       if (failures_ > 0 && !last_connect_error_.ok()) return no_connection_in_time(Duration{});
@@ -151,10 +150,9 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       ++stats_.timeouts;
       return no_connection_in_time(now - wait_start);
     }
-    TimePoint wake = std::min(deadline, probe_wait_until);
-    if (open_ < options_.size && failures_ > 0 && !probing_) {
-      wake = std::min(wake, next_connect_at_);
-    }
+    // Backing off never gets here (answered above): the wait ends when a connection comes
+    // back, another request's connect ends (both notify), the probe wait or the deadline.
+    const TimePoint wake = std::min(deadline, probe_wait_until);
     const std::uint64_t seen = returned_.generation();
     ++waiters_;
     lock.unlock();
