@@ -251,15 +251,6 @@ class CircuitBreaker {
   void finish_probe(const Permit& permit, CallResult result, Duration latency) noexcept;
   // REQUIRES: mutex_ held. The window starts afresh after the bucket of `now_ns`.
   void forget_window_locked(std::int64_t now_ns) noexcept;
-  // The announced health probe's next run after `now_ns`, or 0 when none is announced or
-  // the announcement is stale (older than two intervals: the prober is gone or stuck).
-  [[gnu::always_inline]] inline std::int64_t next_health_probe_ns(
-      std::int64_t now_ns) const noexcept;
-  // next_health_probe_ns() once an announcement (`next`) was found.
-  [[gnu::noinline]] std::int64_t announced_health_probe_ns(std::int64_t next,
-                                                           std::int64_t now_ns) const noexcept;
-  [[gnu::always_inline]] inline Duration retry_after_open(std::int64_t now_ns,
-                                                          std::int64_t until_ns) const noexcept;
 
   // REQUIRES: mutex_ held. Moves to `to` and records the transition in `pending`.
   void move_locked(BreakerState to, TransitionReason reason, std::int64_t now_ns, Pending& pending);

@@ -225,32 +225,44 @@ void CircuitBreaker::publish(const Pending& pending) noexcept {
 
 // ---- acquiring -------------------------------------------------------------------------
 
-std::int64_t CircuitBreaker::next_health_probe_ns(std::int64_t now_ns) const noexcept {
-  const std::int64_t next = health_next_ns_.load(std::memory_order_acquire);
-  if (next == 0) [[likely]]
-    return 0;
-  return announced_health_probe_ns(next, now_ns);
-}
+namespace {
 
-std::int64_t CircuitBreaker::announced_health_probe_ns(std::int64_t next,
-                                                       std::int64_t now_ns) const noexcept {
-  const std::int64_t interval = health_interval_ns_.load(std::memory_order_relaxed);
+// The announced health probe at `next`, every `interval`: its next run after `now_ns` (the
+// one after it if that moment has passed: a probe running right now may still succeed and
+// wake everybody), or 0 when the announcement is older than two intervals (the prober is
+// gone or stuck).
+[[gnu::noinline]] std::int64_t announced_probe_ns(std::int64_t next, std::int64_t interval,
+                                                  std::int64_t now_ns) noexcept {
   if (interval <= 0 || now_ns - next > 2 * interval) return 0;
-  // The announced health probe, or the one after it if that moment has passed (a probe
-  // running right now may still succeed and wake everybody).
   std::int64_t at = next;
   if (at <= now_ns) at += ((now_ns - at) / interval + 1) * interval;
   return at;
 }
 
-Duration CircuitBreaker::retry_after_open(std::int64_t now_ns,
-                                          std::int64_t until_ns) const noexcept {
+// How long an open breaker refuses, at `now_ns`: until its open period ends at `until_ns`
+// or, with a health probe due at `probe_at` (0: none), until that probe. Kept inline: the
+// open-state rejection is on the overload path.
+[[gnu::always_inline]] inline Duration open_wait(std::int64_t now_ns, std::int64_t until_ns,
+                                                 std::int64_t probe_at) noexcept {
   std::int64_t wait = until_ns - now_ns;
-  if (const std::int64_t at = next_health_probe_ns(now_ns); at != 0) [[unlikely]] {
-    wait = wait > 0 ? std::min(wait, at - now_ns) : at - now_ns;
+  if (probe_at != 0) [[unlikely]] {
+    wait = wait > 0 ? std::min(wait, probe_at - now_ns) : probe_at - now_ns;
   }
   return Duration(std::max<std::int64_t>(wait, 0));
 }
+
+// The next run of the health probe announced in `next` and `interval` (see
+// announced_probe_ns()), or 0 when none is announced. Internal, so that it inlines.
+inline std::int64_t next_probe_ns(const std::atomic<std::int64_t>& next,
+                                  const std::atomic<std::int64_t>& interval,
+                                  std::int64_t now_ns) noexcept {
+  const std::int64_t at = next.load(std::memory_order_acquire);
+  if (at == 0) [[likely]]
+    return 0;
+  return announced_probe_ns(at, interval.load(std::memory_order_relaxed), now_ns);
+}
+
+}  // namespace
 
 CircuitBreaker::Permit CircuitBreaker::acquire_slow(TimePoint now) noexcept {
   const std::int64_t ns = now.time_since_epoch().count();
@@ -265,8 +277,9 @@ CircuitBreaker::Permit CircuitBreaker::acquire_slow(TimePoint now) noexcept {
       // While a health probe is announced, it alone tries the database: no request is
       // made the half-open trial (and kept waiting by a server that may not answer).
       const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
-      if (ns < until || next_health_probe_ns(ns) != 0) {
-        return Permit(nullptr, w, retry_after_open(ns, until).count(), Permit::Kind::kRefused, s,
+      const std::int64_t probe_at = next_probe_ns(health_next_ns_, health_interval_ns_, ns);
+      if (ns < until || probe_at != 0) {
+        return Permit(nullptr, w, open_wait(ns, until, probe_at).count(), Permit::Kind::kRefused, s,
                       0);
       }
     } else if (free_leases_.load(std::memory_order_acquire) == 0 &&
@@ -293,8 +306,10 @@ CircuitBreaker::Permit CircuitBreaker::acquire_slow(TimePoint now) noexcept {
       if (state_of(now_word) == BreakerState::kOpen) {
         // A lease expired: the breaker just opened again.
         const std::int64_t until = open_until_ns_.load(std::memory_order_relaxed);
-        result = Permit(nullptr, now_word, retry_after_open(ns, until).count(),
-                        Permit::Kind::kRefused, BreakerState::kOpen, 0);
+        result = Permit(
+            nullptr, now_word,
+            open_wait(ns, until, next_probe_ns(health_next_ns_, health_interval_ns_, ns)).count(),
+            Permit::Kind::kRefused, BreakerState::kOpen, 0);
       } else {
         std::int64_t first_expiry = std::numeric_limits<std::int64_t>::max();
         int taken = -1;
@@ -342,8 +357,8 @@ Duration CircuitBreaker::retry_after(TimePoint now) const noexcept {
       return options_.open_max;
     case BreakerState::kOpen: {
       const std::int64_t until = open_until_ns_.load(std::memory_order_acquire);
-      return ns >= until && next_health_probe_ns(ns) == 0 ? Duration::zero()
-                                                          : retry_after_open(ns, until);
+      const std::int64_t probe_at = next_probe_ns(health_next_ns_, health_interval_ns_, ns);
+      return ns >= until && probe_at == 0 ? Duration::zero() : open_wait(ns, until, probe_at);
     }
     case BreakerState::kHalfOpen: {
       if (free_leases_.load(std::memory_order_acquire) > 0) return Duration::zero();
