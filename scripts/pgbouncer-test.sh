@@ -19,6 +19,8 @@
 #   HOLDFAST_PGBOUNCER_POOL_SIZE  server connections per database and user (default 4)
 #   HOLDFAST_PGBOUNCER_LOGIN_RETRY  server_login_retry in seconds, fractions allowed (default 1;
 #                                   PgBouncer's 15)
+#   HOLDFAST_PGBOUNCER_QUERY_WAIT   query_wait_timeout in seconds, fractions allowed (default
+#                                   PgBouncer's 120)
 set -euo pipefail
 
 die() {
@@ -32,6 +34,9 @@ pool_size="${HOLDFAST_PGBOUNCER_POOL_SIZE:-4}"
 # After a failed login to the server PgBouncer refuses clients this long before it tries
 # again (its default is 15 s: a server back after a restart would stay unreachable).
 login_retry="${HOLDFAST_PGBOUNCER_LOGIN_RETRY:-1}"
+# How long PgBouncer holds a client's query while no server connection takes it (the
+# server is away, or every server connection is busy) before it refuses the client.
+query_wait="${HOLDFAST_PGBOUNCER_QUERY_WAIT:-120}"
 
 # shellcheck source=lib/throwaway.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/throwaway.sh"
@@ -83,6 +88,7 @@ default_pool_size = $pool_size
 max_client_conn = 200
 server_reset_query =
 server_login_retry = $login_retry
+query_wait_timeout = $query_wait
 logfile = $root/pgbouncer.log
 pidfile = $root/pgbouncer.pid
 EOF

@@ -195,11 +195,17 @@ Status Connection::Impl::lost(std::string_view sqlstate, std::string_view messag
   if (why.empty()) why = "the connection to the server was lost";
   Status s = postgres_status(state, why);
   Fault f = s.fault();
+  // PgBouncer's own refusals (08P01 whose message classifies as a refused connect or as
+  // too many connections, such as query_wait_timeout) come while the client waits for a
+  // server connection: no server saw the statement, so nothing was applied even if it was
+  // sent. PostgreSQL's own 08P01 is permanent and is left as it is.
+  const bool pooler_refusal =
+      state == "08P01" && f.scope != RetryScope::kNone && f.outcome == Outcome::kNotApplied;
   // Whatever the SQLSTATE says, the connection is gone: only a new one can help, unless
   // the reason is permanent (the database was dropped, ...).
   if (state.empty() || f.scope != RetryScope::kNone) {
     f.scope = RetryScope::kReconnect;
-    f.outcome = outcome;
+    if (!pooler_refusal) f.outcome = outcome;
   }
   s.with_fault(f);
   return s;
