@@ -13,7 +13,9 @@
 //             `consecutive_failures` (5) while the window holds fewer calls than that (low
 //             traffic), `busy_consecutive_failures` (20) once it holds more — so a
 //             database that stops answering under steady traffic is noticed within 20
-//             calls, not after half a window.
+//             calls, not after half a window. Refusals (CallResult::kRefused: the server
+//             took no call at all) open it after `consecutive_failures` in a row at any
+//             traffic: they are not a share of calls failing, they are an outage.
 //   open      every call is refused until the open period ends. The period starts at
 //             `open_initial`, doubles on each probe that fails from overload up to
 //             `open_max`, and starts over once a probe succeeds. A probe whose caller cancels
@@ -60,15 +62,19 @@ enum class BreakerState : std::uint8_t { kClosed = 0, kOpen = 1, kHalfOpen = 2, 
 
 [[nodiscard]] std::string_view to_string(BreakerState state) noexcept;
 
-// How one finished call counts for a breaker.
-enum class CallResult : std::uint8_t { kSuccess, kFailure, kNeutral };
+// How one finished call counts for a breaker. kRefused is a failure in which the server
+// took no call at all: a connect it refused, or a pooler in front of it that cannot reach
+// it (a failure that names when another attempt can be served, Status::retry_after() with
+// no stop reason).
+enum class CallResult : std::uint8_t { kSuccess, kFailure, kNeutral, kRefused };
 
 namespace detail {
 CallResult breaker_result_of_error(const Status& status) noexcept;
 }  // namespace detail
 
-// kSuccess for OK; kFailure for an overload fault that is not our own shedding; kNeutral
-// for everything else (bad input, cancellation, breaker open, throttled, window spent).
+// kSuccess for OK; kRefused or kFailure for an overload fault that is not our own
+// shedding; kNeutral for everything else (bad input, cancellation, breaker open,
+// throttled, window spent).
 [[nodiscard]] inline CallResult breaker_result(const Status& status) noexcept {
   return status.ok() ? CallResult::kSuccess : detail::breaker_result_of_error(status);
 }
@@ -247,7 +253,8 @@ class CircuitBreaker {
 
   Permit acquire_slow(TimePoint now) noexcept;
   void finish_call(const Permit& permit, CallResult result, Duration latency) noexcept;
-  [[gnu::noinline]] void call_failed(std::uint64_t word, std::int64_t end_ns) noexcept;
+  [[gnu::noinline]] void call_failed(std::uint64_t word, std::int64_t end_ns,
+                                     bool refused) noexcept;
   void finish_probe(const Permit& permit, CallResult result, Duration latency) noexcept;
   // REQUIRES: mutex_ held. The window starts afresh after the bucket of `now_ns`.
   void forget_window_locked(std::int64_t now_ns) noexcept;
@@ -266,6 +273,7 @@ class CircuitBreaker {
   // generation << 2 | state; written only under mutex_.
   alignas(64) std::atomic<std::uint64_t> word_{0};
   std::atomic<int> consecutive_{0};
+  std::atomic<int> refused_{0};  // of consecutive_, the refusals in a row at its end
   const std::int64_t slow_ns_;
   // The sliding window of calls since the last close.
   detail::StripedWindow window_;

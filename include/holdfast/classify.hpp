@@ -39,6 +39,12 @@ struct Classification {
 // A Status for a native error, classified.
 [[nodiscard]] Status sqlite_status(int extended_code, std::string_view message);
 [[nodiscard]] Status postgres_status(std::string_view sqlstate, std::string_view message);
+// True for a refusal PgBouncer sends itself because it cannot reach the server (SQLSTATE
+// 08P01 with "server login has been failing" or "pgbouncer cannot connect to server"):
+// the pooler answered, the server is away. postgres_status() classifies it like a refused
+// connect (08001); a driver behind a pooler treats it as one.
+[[nodiscard]] bool pooler_cannot_reach_server(std::string_view sqlstate,
+                                              std::string_view message) noexcept;
 [[nodiscard]] Status d1_status(std::string_view message);
 
 // The tables themselves (for documentation and tests).

@@ -93,6 +93,12 @@ class PooledConnection {
   Connection* operator->() noexcept { return &conn_; }
   // Closes the connection instead of returning it.
   void discard() noexcept;
+  // Closes the connection because a pooler in front of the server (PgBouncer) said, on it,
+  // that it cannot reach the server (pooler_cannot_reach_server()). The pool counts this as
+  // a failed connect: it closes its idle connections (the pooler would refuse them too),
+  // backs off its connects, and checks each new connection with a query until one passes.
+  // Returns `why` with Status::retry_after() set to when the pool connects again.
+  Status server_unreachable(Status why);
   // True when acquire() opened this connection (rather than reusing an idle one).
   [[nodiscard]] bool fresh() const noexcept { return fresh_; }
 
@@ -126,6 +132,10 @@ class Pool {
   // (connecting no later than `connect_deadline`), or UNAVAILABLE at once. For callers that
   // have somewhere else to go (a read that can fall back from a replica to the primary).
   Result<PooledConnection> try_acquire(TimePoint connect_deadline);
+  // For a health probe: as try_acquire(), but while connects fail it connects at once,
+  // whatever the backoff (the probe is itself paced). When that connect works the pool
+  // serves again, so a server that is back is found within one probe interval.
+  Result<PooledConnection> acquire_for_probe(TimePoint connect_deadline);
 
   // Opens one connection for this pool (its settings, its application_name): the only
   // place the pool connects. Does not count against size() (acquire() does that).
@@ -137,7 +147,12 @@ class Pool {
 
  private:
   friend class PooledConnection;
-  Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, bool may_wait);
+  enum class Mode : std::uint8_t {
+    kWait,    // for an idle connection, a connect, or the backoff, until the deadline
+    kNoWait,  // an idle connection or a connect that may start now, else an answer at once
+    kProbe,   // kNoWait, and a connect even while the backoff lasts
+  };
+  Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, Mode mode);
   // REQUIRES: `lock` holds mutex_ and a connect may start. Opens one connection, connecting
   // no later than `until` (the lock released meanwhile), and counts what happened.
   Result<PooledConnection> connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until);
@@ -148,6 +163,9 @@ class Pool {
   // REQUIRES: mutex_ held. The last connect error, as this pool's answer: `what` happened.
   Status last_connect_failure(const std::string& what) const;
   void release(Connection conn, bool unusable) noexcept;
+  Status server_unreachable(Connection conn, Status why);
+  // REQUIRES: mutex_ held. Counts a failed connect (`why`) and returns the backoff.
+  Duration connect_failed(Status why);
   Status no_connection_in_time(Duration waited) const;
 
   const PoolOptions options_;
@@ -160,6 +178,9 @@ class Pool {
   int waiters_ = 0;
   int failures_ = 0;  // consecutive failed connects
   bool probing_ = false;
+  // A pooler said it cannot reach the server: a connect (to the pooler) proves nothing
+  // until a query on it passes.
+  bool verify_connects_ = false;
   TimePoint next_connect_at_{};
   Duration previous_delay_{};
   Random rng_;

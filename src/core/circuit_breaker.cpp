@@ -123,7 +123,10 @@ namespace detail {
 CallResult breaker_result_of_error(const Status& status) noexcept {
   if (status.ok()) return CallResult::kSuccess;
   if (status.code() == Code::kCancelled || is_own_shedding(status)) return CallResult::kNeutral;
-  return status.fault().overload ? CallResult::kFailure : CallResult::kNeutral;
+  if (!status.fault().overload) return CallResult::kNeutral;
+  const bool refused =
+      status.retry_after() > Duration::zero() && status.stop_reason() == StopReason::kNone;
+  return refused ? CallResult::kRefused : CallResult::kFailure;
 }
 }  // namespace detail
 
@@ -151,6 +154,7 @@ CircuitBreaker::~CircuitBreaker() = default;
 void CircuitBreaker::forget_window_locked(std::int64_t now_ns) noexcept {
   window_.forget(now_ns);
   consecutive_.store(0, std::memory_order_relaxed);
+  refused_.store(0, std::memory_order_relaxed);
 }
 
 WindowCounts CircuitBreaker::window_counts(TimePoint now) const noexcept {
@@ -389,15 +393,22 @@ void CircuitBreaker::finish_call(const Permit& permit, CallResult result,
     window_.count(end_ns, false);
     if (consecutive_.load(std::memory_order_relaxed) != 0) {
       consecutive_.store(0, std::memory_order_relaxed);
+      refused_.store(0, std::memory_order_relaxed);
     }
     return;
   }
-  call_failed(permit.word_, end_ns);
+  call_failed(permit.word_, end_ns, result == CallResult::kRefused);
 }
 
-void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns) noexcept {
+void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns, bool refused) noexcept {
   window_.count(end_ns, true);
   const int run = consecutive_.fetch_add(1, std::memory_order_relaxed) + 1;
+  int refusals = 0;
+  if (refused) {
+    refusals = refused_.fetch_add(1, std::memory_order_relaxed) + 1;
+  } else if (refused_.load(std::memory_order_relaxed) != 0) {
+    refused_.store(0, std::memory_order_relaxed);
+  }
   const WindowCounts counts = window_.sum(end_ns);
   TransitionReason reason;
   if (counts.calls >= static_cast<std::uint64_t>(options_.minimum_calls)) {
@@ -408,6 +419,10 @@ void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns) noexce
                run >= options_.busy_consecutive_failures) {
       // High traffic, and a whole sample's worth of calls failed in a row: the database
       // stopped answering (see ADR 0007). The ratio would take up to half a window.
+      reason = TransitionReason::kConsecutiveFailures;
+    } else if (options_.consecutive_failures > 0 && refusals >= options_.consecutive_failures) {
+      // Refused outright, again and again: no server took these calls, whatever the
+      // successes before them (ADR 0018).
       reason = TransitionReason::kConsecutiveFailures;
     } else {
       return;
@@ -424,6 +439,7 @@ void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns) noexce
     if (word_.load(std::memory_order_relaxed) != word) return;
     open_locked(end_ns, options_.open_initial, reason, pending);
     consecutive_.store(0, std::memory_order_relaxed);
+    refused_.store(0, std::memory_order_relaxed);
   }
   publish(pending);
 }
@@ -456,7 +472,7 @@ void CircuitBreaker::finish_probe(const Permit& permit, CallResult result,
         if (++probe_successes_ >= options_.probe_successes_to_close) {
           close_locked(end_ns, TransitionReason::kProbesSucceeded, pending);
         }
-      } else if (result == CallResult::kFailure) {
+      } else if (result == CallResult::kFailure || result == CallResult::kRefused) {
         const Duration doubled = std::min(
             Duration(open_period_ns_.load(std::memory_order_relaxed)) * 2, options_.open_max);
         open_locked(end_ns, doubled, TransitionReason::kProbeFailed, pending);

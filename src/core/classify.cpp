@@ -321,10 +321,7 @@ namespace {
 // SQLSTATE the Status carries stays 08P01.
 std::string_view pooler_meaning(std::string_view sqlstate, std::string_view message) noexcept {
   if (sqlstate != "08P01") return sqlstate;
-  // The server cannot be reached (server_login_retry: logins to it have been failing).
-  for (std::string_view m : {"server_login_retry", "pgbouncer cannot connect to server"}) {
-    if (message.find(m) != std::string_view::npos) return "08001";
-  }
+  if (pooler_cannot_reach_server(sqlstate, message)) return "08001";
   // Over the pooler's limits: overload, nothing applied.
   for (std::string_view m : {"no more connections allowed", "query_wait_timeout"}) {
     if (message.find(m) != std::string_view::npos) return "53300";
@@ -333,6 +330,15 @@ std::string_view pooler_meaning(std::string_view sqlstate, std::string_view mess
 }
 
 }  // namespace
+
+bool pooler_cannot_reach_server(std::string_view sqlstate, std::string_view message) noexcept {
+  if (sqlstate != "08P01") return false;
+  // server_login_retry: logins to the server have been failing.
+  for (std::string_view m : {"server_login_retry", "pgbouncer cannot connect to server"}) {
+    if (message.find(m) != std::string_view::npos) return true;
+  }
+  return false;
+}
 
 Status postgres_status(std::string_view sqlstate, std::string_view message) {
   Status s = make_status(classify_sqlstate(pooler_meaning(sqlstate, message)), message);

@@ -8,6 +8,11 @@
 namespace holdfast {
 namespace {
 
+// The longest wait for a server that refuses connects (a failure with retry_after() and
+// no stop reason): about what a restart takes, and the PostgreSQL pool's longest connect
+// backoff.
+constexpr Duration kLongestWaitForARefusingServer = std::chrono::seconds(1);
+
 void default_retry_line(const RetryEvent& e) noexcept {
   // Retries are DEBUG, console only: a WARN would be one more write to the very database
   // that is refusing us (the origin's lesson).
@@ -134,6 +139,11 @@ RetryDecision RetryState::on_failure(const Status& status, TimePoint now) {
   // The next attempt could not be served before retry_after() (a pool backing off its
   // connects): rather than wait to be refused, the caller answers now, with when.
   if (status.retry_after() > delay) return RetryDecision::stop(StopReason::kBreakerOpen);
+  // A server that refuses connects is restarting, back within about a second, or away for
+  // longer: the loop rides out the short waits, and answers now rather than wait longer.
+  if (status.retry_after() > Duration::zero() && delay > kLongestWaitForARefusingServer) {
+    return RetryDecision::stop(StopReason::kBreakerOpen);
+  }
   previous_delay_ = delay;
   return RetryDecision::retry_after(delay);
 }

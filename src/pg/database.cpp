@@ -17,6 +17,7 @@
 #include <string>
 
 #include "database_internal.hpp"
+#include "holdfast/classify.hpp"
 #include "holdfast/postgres.hpp"
 #include "pg_internal.hpp"
 
@@ -143,6 +144,12 @@ Status detail::in_transaction(Status s) {
   return s;
 }
 
+bool detail::pooler_refused(PooledConnection& lease, Status& s) {
+  if (!pooler_cannot_reach_server(s.sqlstate(), s.message())) return false;
+  s = lease.server_unreachable(std::move(s));
+  return true;
+}
+
 Status detail::refused(std::string_view what, const SqlClass& c) {
   Status s(Code::kInvalidArgument, std::string(what) + c.explain());
   s.with_sqlstate("");
@@ -236,14 +243,17 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
         e->shield->breaker(),
         [ep, clock, primary, max_lag]() -> Status {
           const TimePoint deadline = clock->now() + kProbeTimeout;
-          Result<PooledConnection> lease = ep->reads->acquire(deadline);
+          Result<PooledConnection> lease = ep->reads->acquire_for_probe(deadline);
           if (!lease.ok()) return lease.status();
           (*lease)->set_deadline(deadline);
           Result<Rows> r =
               ConnectionAccess::query_unchecked(**lease, primary ? "SELECT 1" : kReplicaProbe, {});
           if (!r.ok()) {
-            if (!(*lease)->is_open()) lease->discard();
-            return r.status();
+            Status failed = r.status();
+            if (!detail::pooler_refused(*lease, failed) && !(*lease)->is_open()) {
+              lease->discard();
+            }
+            return failed;
           }
           if (primary) return Status();
           // A replica is healthy only when its replay keeps up, judged as its reads judge it.
@@ -327,6 +337,7 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
   p.marks.apply(conn, failed);
   if (!s.ok()) {
+    if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
     if (!conn.is_open()) lease->discard();
     return failed < main ? nothing_applied(std::move(s)) : s;
   }
@@ -492,6 +503,7 @@ Result<Rows> Database::write_once(const Work& work) {
     detail::note_write(s.ok() ? detail::wal_position(out[position], 0) : 0);
     return std::move(out[main]);
   }
+  if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
   const TxnStatus open = conn.txn_status();
   if (open == TxnStatus::kInTransaction || open == TxnStatus::kInError) {
     if (!ConnectionAccess::query_unchecked(conn, "ROLLBACK", {}).ok()) lease->discard();

@@ -55,6 +55,11 @@ Status nothing_applied(Status s);
 // A failure inside a transaction: the server rolls the whole transaction back, so only a
 // re-run of all of it can help, and nothing of it was applied.
 Status in_transaction(Status s);
+// After a failed call on `lease`: true when `s` is a pooler's own refusal saying it cannot
+// reach the server (pooler_cannot_reach_server()). The connection then goes back to the
+// pool as a failed connect (PooledConnection::server_unreachable(), which sets `s`'s
+// retry_after()), and no server saw the call: nothing of it was applied.
+bool pooler_refused(PooledConnection& lease, Status& s);
 // INVALID_ARGUMENT: `what` and why the classifier said so.
 Status refused(std::string_view what, const SqlClass& c);
 // The WAL position in `rows` (row 0), or 0 when there is none.

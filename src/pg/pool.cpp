@@ -11,6 +11,10 @@ namespace {
 // for that connect's result: long enough for a server that answers, far shorter than a
 // connect to a server that hangs.
 constexpr Duration kProbeResultWait = std::chrono::milliseconds(50);
+// How long the query that checks a new connection through a pooler that could not reach
+// the server may take: the pooler answers it in a millisecond once the server is back, or
+// holds it (waiting for a server login) until its query_wait_timeout.
+constexpr Duration kPoolerCheckTimeout = std::chrono::milliseconds(250);
 
 }  // namespace
 
@@ -35,6 +39,12 @@ PooledConnection::~PooledConnection() {
 
 void PooledConnection::discard() noexcept {
   give_back(true);
+}
+
+Status PooledConnection::server_unreachable(Status why) {
+  if (pool_ == nullptr) return why;
+  Pool* pool = std::exchange(pool_, nullptr);
+  return pool->server_unreachable(std::move(conn_), std::move(why));
 }
 
 void PooledConnection::give_back(bool unusable) noexcept {
@@ -77,19 +87,24 @@ Result<Connection> Pool::connect(TimePoint deadline) {
 }
 
 Result<PooledConnection> Pool::acquire() {
-  return acquire_impl(RequestScope::current_window(), nullptr, true);
+  return acquire_impl(RequestScope::current_window(), nullptr, Mode::kWait);
 }
 
 Result<PooledConnection> Pool::acquire(TimePoint deadline) {
-  return acquire_impl(nullptr, &deadline, true);
+  return acquire_impl(nullptr, &deadline, Mode::kWait);
 }
 
 Result<PooledConnection> Pool::try_acquire(TimePoint connect_deadline) {
-  return acquire_impl(nullptr, &connect_deadline, false);
+  return acquire_impl(nullptr, &connect_deadline, Mode::kNoWait);
+}
+
+Result<PooledConnection> Pool::acquire_for_probe(TimePoint connect_deadline) {
+  return acquire_impl(nullptr, &connect_deadline, Mode::kProbe);
 }
 
 Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint* fixed,
-                                            bool may_wait) {
+                                            Mode mode) {
+  const bool may_wait = mode == Mode::kWait;
   std::unique_lock<std::mutex> lock(mutex_);
   bool waiting = false;
   TimePoint wait_start{};
@@ -109,7 +124,8 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       continue;
     }
     const TimePoint now = clock_->now();
-    if (open_ < options_.size && (failures_ == 0 || (!probing_ && now >= next_connect_at_))) {
+    if (open_ < options_.size &&
+        (failures_ == 0 || mode == Mode::kProbe || (!probing_ && now >= next_connect_at_))) {
       const TimePoint until =
           fixed != nullptr ? *fixed
           : waiting        ? deadline
@@ -165,30 +181,60 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
 Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until) {
   ++open_;
   const bool probe = failures_ > 0;
+  const bool verify = verify_connects_;
   if (probe) probing_ = true;
   lock.unlock();
   Result<Connection> conn = connect(until);
+  if (conn.ok() && verify) {
+    // Through a pooler that could not reach the server, only a query reaches it.
+    conn->set_deadline(std::min(until, clock_->now() + kPoolerCheckTimeout));
+    Result<Rows> checked = conn->query("SELECT 1");
+    if (!checked.ok()) conn = checked.status();
+  }
   lock.lock();
   if (probe) probing_ = false;
   if (conn.ok()) {
     failures_ = 0;
     previous_delay_ = Duration::zero();
+    verify_connects_ = false;
     ++stats_.connects;
     if (waiters_ > 0) returned_.notify_all();
     return PooledConnection(this, std::move(*conn), true);
   }
   --open_;
+  // Not a give-up: the caller may retry, but no connect is made before the delay passes.
+  Status failed = conn.status();
+  failed.with_stop(StopReason::kNone, 0, connect_failed(conn.status()));
+  return failed;
+}
+
+Duration Pool::connect_failed(Status why) {
   ++failures_;
   ++stats_.connect_failures;
   const Duration delay = options_.reconnect_backoff.delay(failures_, previous_delay_, rng_);
   previous_delay_ = delay;
   next_connect_at_ = clock_->now() + delay;
-  last_connect_error_ = conn.status();
+  last_connect_error_ = std::move(why);
   if (waiters_ > 0) returned_.notify_all();
-  // Not a give-up: the caller may retry, but no connect is made before `delay` passes.
-  Status failed = conn.status();
-  failed.with_stop(StopReason::kNone, 0, delay);
-  return failed;
+  return delay;
+}
+
+Status Pool::server_unreachable(Connection conn, Status why) {
+  std::vector<Connection> idle;
+  Duration delay{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle.swap(idle_);
+    open_ -= 1 + static_cast<int>(idle.size());
+    stats_.discarded += 1 + idle.size();
+    verify_connects_ = true;
+    delay = connect_failed(why);
+  }
+  // Closed outside the lock (PQfinish sends a Terminate message).
+  conn.close();
+  idle.clear();
+  why.with_stop(StopReason::kNone, 0, delay);
+  return why;
 }
 
 Status Pool::last_connect_failure(const std::string& what) const {

@@ -121,6 +121,7 @@ Result<Transaction> Database::begin(const TransactionOptions& options, int run) 
   Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
   p.marks.apply(conn, failed);
   if (!s.ok()) {
+    if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
     roll_back(*lease);  // the transaction may be open and failed
     if (!conn.is_open()) lease->discard();
     return nothing_applied(failed == 0 ? std::move(s) : in_transaction(std::move(s)));

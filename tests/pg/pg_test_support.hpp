@@ -204,16 +204,23 @@ class PrivateServer {
 // (scripts/pgbouncer-test.sh with a private state folder), stopped by its pid at the end.
 class Bouncer {
  public:
-  explicit Bouncer(const std::string& server) {
+  // `query_wait`, `login_retry`: PgBouncer's query_wait_timeout and server_login_retry in
+  // seconds ("" for the script's defaults).
+  explicit Bouncer(const std::string& server, const std::string& query_wait = "",
+                   const std::string& login_retry = "") {
     char dir[] = "/tmp/holdfast-pgbouncer-private-XXXXXX";
     if (::mkdtemp(dir) == nullptr) return;
     state_dir_ = dir;
-    const std::string out = run("start '" + server + "'");
+    std::string env;
+    if (!query_wait.empty()) env += "HOLDFAST_PGBOUNCER_QUERY_WAIT='" + query_wait + "' ";
+    if (!login_retry.empty()) env += "HOLDFAST_PGBOUNCER_LOGIN_RETRY='" + login_retry + "' ";
+    const std::string out =
+        run(env + "'" + HOLDFAST_PGBOUNCER_TEST_SCRIPT + "' start '" + server + "'");
     if (out.rfind("postgresql://", 0) == 0) url_ = out;
   }
   ~Bouncer() {
     if (!state_dir_.empty()) {
-      run("stop");
+      run(std::string("'") + HOLDFAST_PGBOUNCER_TEST_SCRIPT + "' stop");
       ::rmdir(state_dir_.c_str());
     }
   }
@@ -224,10 +231,9 @@ class Bouncer {
   [[nodiscard]] const std::string& url() const { return url_; }
 
  private:
-  std::string run(const std::string& args) {
-    const std::string cmd = "HOLDFAST_PGBOUNCER_STATE_DIR='" + state_dir_ + "' '" +
-                            HOLDFAST_PGBOUNCER_TEST_SCRIPT + "' " + args;
-    return command_output(cmd);
+  // Runs `command` (the script and its arguments) with this PgBouncer's state folder.
+  std::string run(const std::string& command) {
+    return command_output("HOLDFAST_PGBOUNCER_STATE_DIR='" + state_dir_ + "' " + command);
   }
 
   std::string state_dir_;

@@ -2,11 +2,15 @@
 // scripts/pgbouncer-test.sh): reads, writes, prepared statements, a transaction re-run after
 // a real serialization failure, and once() -- with DatabaseOptions::pooling = kTransaction,
 // nothing a call sets outlives its transaction, and no statement is prepared under a name
-// another transaction could miss.
+// another transaction could miss. And the pooler's own answers: a call it holds is bounded
+// by the window, one it refuses after query_wait_timeout is sent again, and while it cannot
+// reach the server callers are answered at once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +23,7 @@ namespace {
 using pgtest::Admin;
 using pgtest::server_url;
 using pgtest::unique;
+using std::chrono::milliseconds;
 
 class PgBouncerTransactionMode : public testing::Test {
  protected:
@@ -226,6 +231,162 @@ TEST_F(PgBouncerTransactionMode, AReadQueuedInThePoolerIsAnsweredSoonAfterItsWin
   RequestScope again(std::chrono::seconds(5));
   auto one = db.read("SELECT 1");
   EXPECT_TRUE(one.ok()) << one.status().to_string();
+}
+
+TEST_F(PgBouncerTransactionMode, AWriteThePoolerGaveUpHoldingWasNotAppliedAndIsSentAgain) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  // PgBouncer holds a query no server connection takes for query_wait_timeout (1 s here),
+  // then refuses the client. No server saw the write, so it is safe to send again, though
+  // the write was sent and the connection is gone.
+  bouncer_.reset();
+  bouncer_ = std::make_unique<pgtest::Bouncer>(server_url(), "1");
+  ASSERT_FALSE(bouncer_->url().empty()) << "PgBouncer did not start";
+  std::vector<Connection> holders;
+  for (int i = 0; i < 4; ++i) {
+    auto c = Connection::open(bouncer_->url());
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_TRUE(c->query("BEGIN").ok());
+    ASSERT_TRUE(c->query("SELECT 1").ok());
+    holders.push_back(std::move(*c));
+  }
+  // The server connections come free 1.6 s in: after PgBouncer refused the first attempt.
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+    for (Connection& h : holders)
+      (void)h.query("COMMIT");
+  });
+  Database db(options());
+  const auto start = std::chrono::steady_clock::now();
+  Result<Rows> r = Status();
+  {
+    RequestScope scope(std::chrono::seconds(6));
+    r = db.write("UPDATE " + table_ + " SET balance = balance + 1 WHERE id = 1");
+  }
+  const double took = pgtest::seconds_since(start);
+  release.join();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(balance(), 101);
+  const Metrics::Snapshot m = db.shield().metrics().snapshot();
+  EXPECT_GE(m.retries, 1u) << "the refused write was not sent again";
+  EXPECT_GE(took, 1.0);
+}
+
+// The server stopped behind PgBouncer: PgBouncer still accepts connections and refuses
+// each call itself ("server login has been failing"). Those refusals count as failed
+// connects for the pool and as refusals for the breaker, so callers are answered at once,
+// with Retry-After, instead of riding out their retry schedule against the pooler; and the
+// health probe, which connects whatever the pool's backoff, finds the server back.
+TEST(PgBouncerServerAway, CallsAreAnsweredSoonAndServeAgainWithinASecondOfItsReturn) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  pgtest::PrivateServer server(20);
+  ASSERT_FALSE(server.url().empty()) << "could not start a private server";
+  const std::string table = unique("hf_away");
+  {
+    Admin admin(server.url());
+    admin.exec("CREATE TABLE " + table + " (id serial PRIMARY KEY, who int)");
+  }
+  // As the drill runs it: queries PgBouncer holds are refused after 1 s, and it retries
+  // its server login every 0.25 s.
+  pgtest::Bouncer bouncer(server.url(), "1", "0.25");
+  ASSERT_FALSE(bouncer.url().empty()) << "PgBouncer did not start";
+  DatabaseOptions o;
+  o.url = bouncer.url();
+  o.pooling = Pooling::kTransaction;
+  o.application_name = unique("hf_away");
+  o.idempotency_table = unique("hf_away_keys");
+  o.write_connections = 4;
+  o.health_probe_interval = milliseconds(250);
+  o.shield.probe_wait = Duration::zero();
+  Database db(o);
+  ASSERT_TRUE(db.create_idempotency_table().ok());
+
+  using Clock = std::chrono::steady_clock;
+  std::mutex mutex;
+  std::optional<Clock::time_point> down_at;
+  std::optional<Clock::time_point> up_at;
+  std::optional<Clock::time_point> first_success_after_up;
+  double first_wave_s = 0;  // the slowest call that began as the server went away
+  double later_s = 0;       // the slowest that began a second or more into the outage
+  int later = 0;
+  int applied = 0;
+  std::atomic<bool> stop{false};
+  std::atomic<int> keys{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.emplace_back([&] {
+      while (!stop.load()) {
+        const auto start = Clock::now();
+        Result<KeyedResult> r = Status();
+        {
+          RequestScope scope;  // the default 6 s window
+          TransactionOptions t;
+          t.operation = Operation::transaction(true, "payment");
+          r = db.once(
+              "payment-" + std::to_string(keys++),
+              [&](Transaction& tx) -> Result<std::string> {
+                auto q = tx.query("INSERT INTO " + table + " (who) VALUES (1)");
+                if (!q.ok()) return q.status();
+                return std::string("paid");
+              },
+              t);
+        }
+        const double took = std::chrono::duration<double>(Clock::now() - start).count();
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (r.ok()) ++applied;
+          if (down_at && !up_at) {
+            if (start < *down_at + milliseconds(500)) {
+              first_wave_s = std::max(first_wave_s, took);
+            } else if (start > *down_at + std::chrono::seconds(1)) {
+              later_s = std::max(later_s, took);
+              ++later;
+            }
+          }
+          if (up_at && r.ok() && !first_success_after_up) first_success_after_up = Clock::now();
+        }
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    down_at = Clock::now();
+  }
+  ASSERT_TRUE(server.down());
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  ASSERT_TRUE(server.up());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    up_at = Clock::now();
+  }
+  const bool came_back = pgtest::eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        return first_success_after_up.has_value();
+      },
+      std::chrono::seconds(5));
+  stop = true;
+  for (auto& c : clients)
+    c.join();
+
+  ASSERT_TRUE(came_back);
+  const long long back_ms =
+      std::chrono::duration_cast<milliseconds>(*first_success_after_up - *up_at).count();
+  // Before, every call rode its whole retry schedule against PgBouncer's refusals: 5.9 s.
+  EXPECT_LT(first_wave_s, 3.0) << "a call queued in PgBouncer as the server went away";
+  EXPECT_GT(later, 30) << "calls kept coming while the server was away";
+  EXPECT_LT(later_s, 1.0) << "a call waited for a server that was away";
+  EXPECT_LE(back_ms, 1000) << "the first success after the server's return";
+  // Every success is there, each applied once: one row per key recorded with it.
+  Admin admin(server.url());
+  const long long rows = admin.count("SELECT count(*) FROM " + table);
+  EXPECT_GE(rows, applied);
+  EXPECT_EQ(rows, admin.count("SELECT count(*) FROM " + o.idempotency_table));
+  std::printf(
+      "[ info ] through PgBouncer: slowest call as the server went away %.2f s, slowest of "
+      "%d later ones %.3f s; first success %lld ms after the server was back\n",
+      first_wave_s, later, later_s, back_ms);
 }
 
 }  // namespace

@@ -289,6 +289,53 @@ TEST(Breaker, AtHigherTrafficASuccessBreaksTheRunOfTwenty) {
   EXPECT_EQ(off.breaker.state(), BreakerState::kClosed) << "40 of 140: below 50%";
 }
 
+// A refused connect names when the pool connects again (retry_after() with no stop
+// reason): the server took no call at all.
+Status refused_connect() {
+  Status s = postgres_status("08P01",
+                             "server login has been failing, try again later (server_login_retry)");
+  s.with_stop(StopReason::kNone, 0, milliseconds(100));
+  return s;
+}
+
+TEST(BreakerResult, AFailureThatNamesWhenTheServerTakesCallsAgainIsARefusal) {
+  EXPECT_EQ(breaker_result(refused_connect()), CallResult::kRefused);
+  // Our own answer while the pool backs off is shedding, not a refusal by the server.
+  Status shed = refused_connect();
+  shed.with_stop(StopReason::kBreakerOpen, 0, milliseconds(100));
+  EXPECT_EQ(breaker_result(shed), CallResult::kNeutral);
+}
+
+// Busy traffic needs twenty overload faults in a row, since a few can be a blip amid
+// thousands of successes; five refusals in a row are an outage whatever came before.
+TEST(Breaker, AtHigherTrafficFiveRefusalsInARowOpenIt) {
+  Fixture f;
+  for (int i = 0; i < 100; ++i)
+    f.call(Status());
+  for (int i = 0; i < 4; ++i)
+    f.call(refused_connect());
+  f.call(overload());  // not a refusal: the run of refusals starts over
+  for (int i = 0; i < 4; ++i)
+    f.call(refused_connect());
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
+  f.call(refused_connect());
+  ASSERT_EQ(f.breaker.state(), BreakerState::kOpen);
+  ASSERT_EQ(f.transitions.size(), 1u);
+  EXPECT_EQ(f.transitions[0].reason, TransitionReason::kConsecutiveFailures);
+}
+
+TEST(Breaker, ASuccessBreaksARunOfRefusals) {
+  Fixture f;
+  for (int i = 0; i < 100; ++i)
+    f.call(Status());
+  for (int i = 0; i < 4; ++i)
+    f.call(refused_connect());
+  f.call(Status());
+  for (int i = 0; i < 4; ++i)
+    f.call(refused_connect());
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
+}
+
 TEST(Breaker, SlowSuccessesCountAsFailuresWhenAThresholdIsSet) {
   CircuitBreaker::Options o;
   o.slow_call_threshold = seconds(1);

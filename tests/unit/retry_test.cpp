@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <stdexcept>
 #include <vector>
 
@@ -227,6 +228,34 @@ TEST(Retry, AFailureThatNamesWhenItCanBeServedEndsTheLoopWhenThatIsAfterTheNextW
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(calls, 3);
   }
+}
+
+// A server refusing connects is restarting (back within about a second) or away: the loop
+// waits the short steps out, but not a longer one.
+TEST(Retry, ARefusingServerIsWaitedForNoLongerThanTheShortSteps) {
+  Fixture f;
+  RetryStats stats;
+  int calls = 0;
+  Result<int> r = retry(
+      f.policy, Operation::read(),
+      [&]() -> Result<int> {
+        ++calls;
+        Status s(Code::kUnavailable, "connection refused",
+                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
+        s.with_stop(StopReason::kNone, 0, milliseconds(50));
+        return s;
+      },
+      &stats);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().stop_reason(), StopReason::kBreakerOpen);
+  // The 200 and 600 ms steps are waited (and 1.5 s if its jitter brings it under a
+  // second); the first step longer than a second is not, so the schedule is not used up.
+  EXPECT_GE(calls, 3);
+  EXPECT_LT(calls, f.policy.max_attempts());
+  for (const Duration d : f.delays)
+    EXPECT_LE(d, seconds(1));
+  EXPECT_EQ(stats.slept, std::accumulate(f.delays.begin(), f.delays.end(), Duration{}));
+  EXPECT_EQ(r.status().retry_after(), milliseconds(50));
 }
 
 TEST(Retry, ResultOfAnyTypeAndStatsAreReturned) {
