@@ -68,7 +68,8 @@ EnvVars PgCluster::bouncer_env() const {
   return {
       {"HOLDFAST_PGBOUNCER_STATE_DIR", (fs::path(options_.work_dir) / "bouncer-state").string()},
       {"HOLDFAST_PGBOUNCER_POOL_SIZE", std::to_string(options_.bouncer_pool_size)},
-      {"HOLDFAST_PGBOUNCER_LOGIN_RETRY", options_.bouncer_login_retry}};
+      {"HOLDFAST_PGBOUNCER_LOGIN_RETRY", options_.bouncer_login_retry},
+      {"HOLDFAST_PGBOUNCER_QUERY_WAIT", options_.bouncer_query_wait}};
 }
 
 Result<std::string> PgCluster::run(const std::string& script, const std::vector<std::string>& args,

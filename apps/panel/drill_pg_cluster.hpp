@@ -22,6 +22,11 @@ struct ClusterOptions {
   // refuses clients this long before it tries again, so a server back from a restart is
   // reached only that late (PgBouncer's default is 15 s).
   std::string bouncer_login_retry = "0.25";
+  // PgBouncer's query_wait_timeout in seconds: how long it holds a query that no server
+  // connection takes before it refuses the client (its default is 120 s). Neither the
+  // server's statement_timeout nor a cancel reaches a query PgBouncer holds, so without
+  // this a payment queued while the server is away waits out its whole window.
+  std::string bouncer_query_wait = "1";
 };
 
 class PgCluster {
