@@ -114,16 +114,6 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   // write_shield_ for writes), or through holdfast::retry() without one.
   template <class F>
   auto run(Shield* shield, Operation op, F&& attempt) -> std::invoke_result_t<F&> {
-    if (shield == nullptr && RequestScope::current_window() != nullptr) {
-      return holdfast::retry(policy_, op, attempt);
-    }
-    return run_slow(shield, op, attempt);
-  }
-  // run() with a Shield, or outside any RequestScope: out of line, so that a read without a
-  // Shield inside a request's scope is a few instructions around the attempt.
-  template <class F>
-  [[gnu::noinline]] auto run_slow(Shield* shield, const Operation& op, F& attempt)
-      -> std::invoke_result_t<F&> {
     std::optional<RequestScope> own;  // a window for the busy handler outside any scope
     if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
     if (shield != nullptr) return shield->run(policy_, op, attempt);
