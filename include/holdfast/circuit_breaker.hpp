@@ -190,9 +190,10 @@ class CircuitBreaker {
   // lease is taken, no transition made): the caller asks acquire() next.
   [[nodiscard]] Permit acquire_if_closed(TimePoint now) noexcept;
 
-  // For a background health probe (HealthProbe): admitted only while open (not isolated)
-  // and while no other health probe is out, however much of the open period is left. Its
-  // success closes the breaker; its failure changes nothing.
+  // For a background health probe (HealthProbe): admitted only while open or half-open
+  // (not isolated) and while no other health probe is out, however much of the open period
+  // is left or however long a request's probe takes. Its success closes the breaker; its
+  // failure changes nothing.
   [[nodiscard]] Permit acquire_health_probe(TimePoint now) noexcept;
 
   [[nodiscard]] BreakerState state() const noexcept;

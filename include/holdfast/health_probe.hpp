@@ -1,4 +1,4 @@
-// HealthProbe: asks the database "are you back?" while its breaker is open.
+// HealthProbe: asks the database "are you back?" while its breaker is open or half-open.
 //
 //   holdfast::HealthProbe probe(shield.breaker(), [&] { return db.execute("SELECT 1"); });
 //
@@ -8,8 +8,9 @@
 // changes nothing. The next run is announced to the breaker, so waiting requests are told
 // to wait for it rather than for the end of a long open period, and no request is made a
 // half-open probe meanwhile: a user's request never waits on a server that may not
-// answer. Nothing runs while the breaker is closed, half-open (a request is probing
-// already: the announcement had gone stale) or isolated.
+// answer. If a request did become the probe (the announcement had gone stale), the probe
+// runs while it is out too, so a slow request cannot keep the breaker from closing.
+// Nothing runs while the breaker is closed or isolated.
 //
 // With `background` (the default) a thread of its own does this; probe_now() runs one
 // probe on the caller's thread either way. The destructor stops and joins the thread; it

@@ -346,7 +346,10 @@ CircuitBreaker::Permit CircuitBreaker::acquire_health_probe(TimePoint now) noexc
   const std::int64_t ns = now.time_since_epoch().count();
   const std::uint64_t w = word_.load(std::memory_order_acquire);
   const BreakerState s = state_of(w);
-  if (s != BreakerState::kOpen || health_out_.exchange(true, std::memory_order_acq_rel)) {
+  // Half-open too: a request's probe may be slow to answer (a pooler holding it), and the
+  // breaker must not wait for it when the database is back.
+  const bool admissible = s == BreakerState::kOpen || s == BreakerState::kHalfOpen;
+  if (!admissible || health_out_.exchange(true, std::memory_order_acq_rel)) {
     return Permit(nullptr, w, retry_after(now).count(), Permit::Kind::kRefused, s, 0);
   }
   return Permit(this, w, ns, Permit::Kind::kHealthProbe, s, 0);

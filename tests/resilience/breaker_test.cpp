@@ -693,6 +693,27 @@ TEST(Breaker, AHealthProbeIsAdmittedOnlyWhileOpenAndOneAtATime) {
   EXPECT_EQ(f.transitions.back().at, f.now() + milliseconds(10));
 }
 
+// A request that became the half-open probe may take long to answer (a pooler holding
+// it): the health probe still runs, and its success closes the breaker at once.
+TEST(Breaker, AHealthProbeClosesAHalfOpenBreakerWhoseRequestProbeIsStillOut) {
+  Fixture f;
+  f.fail_n(5);
+  f.clock.advance(seconds(1));  // past the open period
+  auto request = f.breaker.acquire(f.now());
+  ASSERT_EQ(request.kind(), Kind::kProbe);
+  ASSERT_EQ(f.breaker.state(), BreakerState::kHalfOpen);
+  EXPECT_FALSE(f.breaker.acquire(f.now()).admitted()) << "its lease is taken";
+  auto health = f.breaker.acquire_health_probe(f.now());
+  ASSERT_EQ(health.kind(), Kind::kHealthProbe);
+  health.record(Status(), milliseconds(5));
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
+  EXPECT_EQ(f.transitions.back().reason, TransitionReason::kHealthProbeSucceeded);
+  EXPECT_TRUE(f.breaker.acquire(f.now()).admitted());
+  // The request's late answer belongs to the half-open state: it changes nothing.
+  request.record(overload(), seconds(3));
+  EXPECT_EQ(f.breaker.state(), BreakerState::kClosed);
+}
+
 TEST(Breaker, ConcurrentRecordsAreCountedExactly) {
   // More threads than stripes a thread can own: some share a stripe (atomic updates), the
   // others write their own (plain stores). No call may be lost either way.

@@ -96,7 +96,10 @@ TEST(HealthProbe, ASuccessfulProbeClosesTheBreakerAndWakesWaiters) {
   EXPECT_EQ(probe.successes(), 1u);
 }
 
-TEST(HealthProbe, StaysOutOfTheWayWhileARequestProbes) {
+// A request that became the half-open probe can take long to answer (a pooler may hold
+// it): the health probe still runs, and closes the breaker when the database answers it
+// (ADR 0018).
+TEST(HealthProbe, RunsWhileARequestProbesAndClosesTheBreakerWhenTheDatabaseAnswers) {
   ManualClock clock;
   CircuitBreaker breaker(CircuitBreaker::Options{}, clock);
   trip(breaker, clock);
@@ -106,8 +109,11 @@ TEST(HealthProbe, StaysOutOfTheWayWhileARequestProbes) {
   int calls = 0;
   HealthProbe probe(
       breaker, [&] { return ++calls, Status(); }, manual());
-  EXPECT_FALSE(probe.probe_now().ran);
-  EXPECT_EQ(calls, 0);
+  const HealthProbe::ProbeReport out = probe.probe_now();
+  EXPECT_TRUE(out.ran);
+  EXPECT_TRUE(out.closed);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(breaker.state(), BreakerState::kClosed);
 }
 
 TEST(HealthProbe, AProbeThatThrowsIsAFailedProbe) {
