@@ -177,7 +177,7 @@ class Pool {
   int open_ = 0;
   int waiters_ = 0;
   int failures_ = 0;  // consecutive failed connects
-  bool probing_ = false;
+  int probing_ = 0;   // connects under way while connects fail (a health probe may overlap one)
   // A pooler said it cannot reach the server: a connect (to the pooler) proves nothing
   // until a query on it passes.
   bool verify_connects_ = false;

@@ -125,7 +125,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
     }
     const TimePoint now = clock_->now();
     if (open_ < options_.size &&
-        (failures_ == 0 || mode == Mode::kProbe || (!probing_ && now >= next_connect_at_))) {
+        (failures_ == 0 || mode == Mode::kProbe || (probing_ == 0 && now >= next_connect_at_))) {
       const TimePoint until =
           fixed != nullptr ? *fixed
           : waiting        ? deadline
@@ -135,7 +135,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
     if (failures_ > 0 && open_ < options_.size && !last_connect_error_.ok()) {
       // Connects are failing and the next one is not due yet: the answer is now, with
       // when to come back, rather than after the backoff (ADR 0008).
-      if (!probing_) return connect_backing_off(next_connect_at_ - now);
+      if (probing_ == 0) return connect_backing_off(next_connect_at_ - now);
       // Another request is trying one: its result is worth a short wait, not the whole
       // window a connect to a hung server can take (ADR 0017).
       if (may_wait && probe_wait_until == TimePoint::max()) {
@@ -182,7 +182,7 @@ Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock
   ++open_;
   const bool probe = failures_ > 0;
   const bool verify = verify_connects_;
-  if (probe) probing_ = true;
+  if (probe) ++probing_;
   lock.unlock();
   Result<Connection> conn = connect(until);
   if (conn.ok() && verify) {
@@ -192,7 +192,7 @@ Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock
     if (!checked.ok()) conn = checked.status();
   }
   lock.lock();
-  if (probe) probing_ = false;
+  if (probe) --probing_;
   if (conn.ok()) {
     failures_ = 0;
     previous_delay_ = Duration::zero();
