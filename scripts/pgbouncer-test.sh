@@ -37,6 +37,13 @@ login_retry="${HOLDFAST_PGBOUNCER_LOGIN_RETRY:-1}"
 # How long PgBouncer holds a client's query while no server connection takes it (the
 # server is away, or every server connection is busy) before it refuses the client.
 query_wait="${HOLDFAST_PGBOUNCER_QUERY_WAIT:-120}"
+# They go into pgbouncer.ini as they are: a count and two durations, nothing else.
+[[ $pool_size =~ ^[1-9][0-9]{0,3}$ ]] ||
+  die "HOLDFAST_PGBOUNCER_POOL_SIZE must be a whole number from 1 to 9999, got '$pool_size'"
+for setting in "HOLDFAST_PGBOUNCER_LOGIN_RETRY=$login_retry" "HOLDFAST_PGBOUNCER_QUERY_WAIT=$query_wait"; do
+  [[ ${setting#*=} =~ ^[0-9]{1,6}(\.[0-9]{1,3})?$ ]] ||
+    die "${setting%%=*} must be seconds such as 1 or 0.25, got '${setting#*=}'"
+done
 
 # shellcheck source=lib/throwaway.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/throwaway.sh"
