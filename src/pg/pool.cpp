@@ -132,12 +132,14 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
                            : now + (window != nullptr ? window->remaining(now) : options_.window);
       return connect_locked(lock, until);
     }
-    if (failures_ > 0 && open_ < options_.size && !last_connect_error_.ok()) {
+    if (failures_ > 0 && !last_connect_error_.ok()) {
       // Connects are failing and the next one is not due yet: the answer is now, with
       // when to come back, rather than after the backoff (ADR 0008).
-      if (probing_ == 0) return connect_backing_off(next_connect_at_ - now);
-      // Another request is trying one: its result is worth a short wait, not the whole
-      // window a connect to a hung server can take (ADR 0017).
+      if (probing_ == 0 && open_ < options_.size)
+        return connect_backing_off(next_connect_at_ - now);
+      // Another request is trying one (it may hold the last free slot): its result, or a
+      // connection given back, is worth a short wait, not the whole window a connect to a
+      // hung server can take (ADR 0017).
       if (may_wait && probe_wait_until == TimePoint::max()) {
         probe_wait_until = now + kProbeResultWait;
       }

@@ -203,12 +203,14 @@ class SilentListener {
   int port_ = 0;
 };
 
-TEST(PgPool, WhileAConnectToAHungServerIsTriedOthersAreAnsweredAtOnce) {
+// Connects to a hung server are failing, and one request is trying the next one for up
+// to 3 s. Another request is answered after the short wait for that connect's result.
+void expect_others_answered_while_a_connect_is_tried(int pool_size) {
   SilentListener silent;
   ASSERT_NE(silent.port(), 0);
   PoolOptions o;
   o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";
-  o.size = 4;
+  o.size = pool_size;
   o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
   Pool pool(o);
   // The first connect times out: connects are failing.
@@ -233,6 +235,15 @@ TEST(PgPool, WhileAConnectToAHungServerIsTriedOthersAreAnsweredAtOnce) {
   EXPECT_EQ(pool.stats().timeouts, 0u) << "it waited out its deadline";
   EXPECT_LT(took, 2.0);
   prober.join();
+}
+
+TEST(PgPool, WhileAConnectToAHungServerIsTriedOthersAreAnsweredAtOnce) {
+  expect_others_answered_while_a_connect_is_tried(4);
+}
+
+// The connect under way holds the last free slot: the others do not wait for it either.
+TEST(PgPool, WhileAConnectHoldsTheLastFreeSlotOthersAreAnsweredAtOnce) {
+  expect_others_answered_while_a_connect_is_tried(1);
 }
 
 TEST(PgPool, RejectsABadConfiguration) {
