@@ -22,7 +22,9 @@
 //   retry_after() (the rest of the backoff); one that comes while another tries waits for
 //   that connect's result at most 50 ms, then is answered the same way. The failed
 //   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
-//   loop whose next wait is shorter ends at once (RetryState::on_failure).
+//   loop whose next wait is shorter ends at once (RetryState::on_failure). A failure that
+//   no connect followed within a second of its backoff's end is forgotten: requests
+//   connect side by side again.
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
 //   read-only default switched off is closed instead of being reused.
 //

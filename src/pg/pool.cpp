@@ -15,6 +15,11 @@ constexpr Duration kProbeResultWait = std::chrono::milliseconds(50);
 // the server may take: the pooler answers it in a millisecond once the server is back, or
 // holds it (waiting for a server login) until its query_wait_timeout.
 constexpr Duration kPoolerCheckTimeout = std::chrono::milliseconds(250);
+// How long after its backoff ended an unanswered connect failure still holds connects to
+// one at a time: past it, nobody has tried the server for a while (its reads went to a
+// standby, say), the failure says little about the server now, and requests connect side
+// by side again.
+constexpr Duration kConnectFailureGoesStale = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -124,6 +129,11 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       continue;
     }
     const TimePoint now = clock_->now();
+    if (failures_ > 0 && probing_ == 0 && now - next_connect_at_ >= kConnectFailureGoesStale) {
+      failures_ = 0;
+      previous_delay_ = Duration::zero();
+      last_connect_error_ = Status();
+    }
     if (open_ < options_.size &&
         (failures_ == 0 || mode == Mode::kProbe || (probing_ == 0 && now >= next_connect_at_))) {
       const TimePoint until =

@@ -246,6 +246,36 @@ TEST(PgPool, WhileAConnectHoldsTheLastFreeSlotOthersAreAnsweredAtOnce) {
   expect_others_answered_while_a_connect_is_tried(1);
 }
 
+// A failed connect that nobody followed up within a second of its backoff's end (the
+// reads went elsewhere meanwhile, say) no longer makes requests connect one at a time:
+// once the server is back, a page does not get "another request is trying to connect"
+// just because the connect ahead of it is slow.
+TEST(PgPool, AnOldConnectFailureLetsRequestsConnectSideBySide) {
+  SilentListener silent;
+  ASSERT_NE(silent.port(), 0);
+  PoolOptions o;
+  o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";
+  o.size = 2;
+  o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
+  Pool pool(o);
+  ASSERT_FALSE(pool.acquire(Clock::system().now() + std::chrono::milliseconds(100)).ok());
+  ASSERT_EQ(pool.stats().consecutive_connect_failures, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto connect = [&] { (void)pool.acquire(Clock::system().now() + std::chrono::seconds(1)); };
+  std::thread first(connect);
+  while (pool.stats().open == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread second(connect);
+  // Both connects are under way at once (each hangs until its deadline).
+  const auto start = std::chrono::steady_clock::now();
+  while (pool.stats().open < 2 && pgtest::seconds_since(start) < 0.5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(pool.stats().open, 2);
+  first.join();
+  second.join();
+  EXPECT_EQ(pool.stats().connect_failures, 3u);
+}
+
 TEST(PgPool, RejectsABadConfiguration) {
   PoolOptions o;
   EXPECT_THROW(Pool{o}, std::invalid_argument);  // no conninfo
