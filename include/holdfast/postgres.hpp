@@ -411,9 +411,17 @@ class Database {
   Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view);
   // One write on the primary, in a transaction of its own, and its commit's position.
   Result<Rows> write_once(const Work& work);
-  // One admitted read on a replica (counted in `stats`); sets `fall_back` when the primary
-  // should answer.
-  Result<Rows> try_replica(Endpoint& replica, const Work& work, bool& fall_back, RetryStats& stats);
+  // What a replica made of a read.
+  enum class ReplicaAnswer : std::uint8_t {
+    kAnswered,  // the result is the read's (rows, or a failure the primary would meet too)
+    kFailed,    // it could not answer (breaker open, busy, down, lagging): the primary answers
+    kBehind,    // it has not replayed the request's own writes yet: the primary answers
+  };
+  // One admitted read on a replica (counted in `stats`). A replica found behind the
+  // request's writes moments ago is not asked again until its hold ends, unless
+  // `past_hold`.
+  Result<Rows> try_replica(Endpoint& replica, const Work& work, bool past_hold,
+                           ReplicaAnswer& answer, RetryStats& stats);
   // A connection of `pool` for a call: waits for one (`may_wait`) or takes one only if free.
   Result<PooledConnection> lease(Pool& pool, bool may_wait);
   // Opens the current request's window if it is not open yet (see database.cpp).
