@@ -347,6 +347,10 @@ class Database {
     void behind(std::uint64_t replayed, TimePoint now) noexcept;
     // Whether a read that needs `need` should not try the replica at `now`.
     [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
+    // Whether a read has reported the replica at or past `need`.
+    [[nodiscard]] bool reached(std::uint64_t need) const noexcept {
+      return known_.load(std::memory_order_relaxed) >= need;
+    }
 
    private:
     std::atomic<std::uint64_t> known_{0};     // the highest replay position reported

@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "database_internal.hpp"
 #include "holdfast/classify.hpp"
@@ -347,103 +348,6 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
     view->read_committed = out[head].text(0, 4) == "t";
   }
   return std::move(out[main]);
-}
-
-Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool past_hold,
-                                   ReplicaAnswer& answer, RetryStats& stats) {
-  Shield& shield = *replica.shield;
-  Clock& clock = shield.clock();
-  const TimePoint start = clock.now();
-  const std::uint64_t need = detail::request_position().lsn;
-  answer = ReplicaAnswer::kBehind;
-  if (need != 0 && !past_hold && replica.catch_up.skip(need, start)) {
-    // Found behind the request's writes moments ago: the primary answers, no attempt here.
-    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
-  }
-  answer = ReplicaAnswer::kFailed;
-  Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
-  Shield::Admission a = call.admit(start);
-  if (a.kind != Shield::Admission::Kind::kAttempt) {
-    // The replica's breaker is open: the primary answers, nobody waits for the replica.
-    return a.status.ok() ? Status(Code::kUnavailable, "replica breaker open") : a.status;
-  }
-  // No waiting for a busy replica or its reconnect backoff: the primary can answer now.
-  ReplicaView view;
-  Result<Rows> r = read_once(replica, work, /*may_wait=*/false, &view);
-  const TimePoint end = clock.now();
-  if (!r.ok() && is_own_shedding(r.status())) {
-    // Nothing reached the replica (its pool is busy or in its reconnect backoff): no
-    // attempt, no evidence for its breaker; the primary answers.
-    a.permit.cancel();
-    return r;
-  }
-  ++stats.attempts;
-  if (!r.ok()) {
-    replica.lag.forget();
-    // Recorded for the replica's breaker and throttle; the retry, if any, is the primary's.
-    (void)call.failed(std::move(a.permit), r.status(), end, end - start);
-    if (!r.status().fault().transient()) answer = ReplicaAnswer::kAnswered;
-    return r;
-  }
-  if (Status s =
-          replay_lag_status(replica, view.replayed, view.received, end, options_.max_replica_lag);
-      !s.ok()) {
-    (void)call.failed(std::move(a.permit), s, end, end - start);
-    return s;
-  }
-  call.succeeded(std::move(a.permit),
-                 shield.breaker().measures_latency() ? end - start : Duration::zero());
-  answer = ReplicaAnswer::kBehind;
-  if (need != 0 && view.replayed < need) {
-    // Healthy, but behind the request's own writes: the primary answers.
-    replica.catch_up.behind(view.replayed, end);
-    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
-  }
-  replica.catch_up.saw(view.replayed);
-  if (need != 0 && !view.read_committed) {
-    // Replayed them, but the read's snapshot was taken before: the primary answers.
-    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
-  }
-  answer = ReplicaAnswer::kAnswered;
-  return r;
-}
-
-Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
-                                   RetryStats& stats) {
-  std::uint64_t behind = 0;  // bit i: replica i had not replayed the request's writes
-  if (!detail::request_position().primary_only) {
-    for (std::size_t i = 0; i < replicas_.size(); ++i) {
-      ReplicaAnswer answer{};
-      Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/false, answer, stats);
-      if (answer == ReplicaAnswer::kAnswered) {
-        stats.stop = r.ok() ? StopReason::kNone : StopReason::kPermanent;
-        return r;
-      }
-      if (answer == ReplicaAnswer::kBehind && i < 64) behind |= std::uint64_t{1} << i;
-    }
-  }
-  RetryStats primary;
-  Result<Rows> r = run(
-      *primary_, policy, op,
-      [&]() -> Result<Rows> { return read_once(*primary_, work, true, nullptr); }, &primary);
-  stats.attempts += primary.attempts;
-  stats.slept += primary.slept;
-  stats.stop = primary.stop;
-  if (r.ok() || behind == 0 || !(is_own_shedding(r.status()) || r.status().fault().transient())) {
-    return r;
-  }
-  // The primary could not answer, and a replica was only behind the request's writes: it
-  // may have replayed them meanwhile (a primary going down streams its last WAL first).
-  for (std::size_t i = 0; i < replicas_.size() && i < 64; ++i) {
-    if ((behind & (std::uint64_t{1} << i)) == 0) continue;
-    ReplicaAnswer answer{};
-    Result<Rows> again = try_replica(*replicas_[i], work, /*past_hold=*/true, answer, stats);
-    if (answer == ReplicaAnswer::kAnswered && again.ok()) {
-      stats.stop = StopReason::kNone;
-      return again;
-    }
-  }
-  return r;
 }
 
 Result<Rows> Database::read_work(const Work& work, const ReadOptions& options) {

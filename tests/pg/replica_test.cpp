@@ -245,6 +245,58 @@ TEST(PgReplicas, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
   admin.exec("DROP TABLE " + table);
 }
 
+// The same read, while it waits to retry the primary: once other reads have seen the
+// standby past the request's writes, the standby answers instead of the next attempt on
+// the primary.
+TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(server_url());
+  Admin standby(standby_url());
+  const std::string table = unique("hf_caught_up");
+  admin.exec("CREATE TABLE " + table + " (id int PRIMARY KEY)");
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+  }));
+  DatabaseOptions o = replicated("postgresql://postgres@127.0.0.1:1/postgres", standby_url());
+  o.max_replica_lag = std::chrono::seconds(60);  // about own writes, not lag
+  Database db(o);
+  const std::string sql =
+      "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE "
+      "'primary' END FROM " +
+      table;
+  const RetryPolicy slow =
+      RetryPolicy().backoff(Backoff::steps({std::chrono::milliseconds(800)}, Jitter::none()));
+  ReplayPause pause(standby);
+  ASSERT_TRUE(pause.paused());
+  admin.exec("INSERT INTO " + table + " VALUES (1)");
+  const Lsn written =
+      *Lsn::parse(admin.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+  Result<Rows> got = Status(Code::kUnknown, "not read");
+  RetryStats stats;
+  std::thread request([&] {
+    RequestScope scope(std::chrono::seconds(5));
+    require_lsn(written);
+    ReadOptions r;
+    r.policy = &slow;
+    r.stats = &stats;
+    got = db.read(sql, {}, r);
+  });
+  // The standby was found behind and the primary refused: the request waits 800 ms.
+  ASSERT_TRUE(pgtest::eventually([&] { return db.read_pool().stats().connect_failures >= 1; }));
+  pause.resume();
+  ASSERT_TRUE(pgtest::eventually([&] {
+    RequestScope other;  // needs no write: reports how far the standby has replayed
+    auto r = db.read(sql);
+    return r.ok() && r->text(0, 0) == "1/standby";
+  }));
+  request.join();
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->text(0, 0), "1/standby");
+  EXPECT_EQ(db.read_pool().stats().connect_failures, 1u) << "the primary was tried again";
+  EXPECT_EQ(stats.stop, StopReason::kNone);
+  admin.exec("DROP TABLE " + table);
+}
+
 TEST(PgReplicas, AStandbyWhoseReplayLagsBeyondTheBoundOpensItsBreaker) {
   HOLDFAST_REQUIRE_PG_STANDBY();
   Admin admin(server_url());
