@@ -7,6 +7,7 @@
 // the server says: pg_is_in_recovery().
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 
 #include "pg_test_support.hpp"
@@ -67,12 +68,16 @@ TEST(PgReplicas, ReadsGoToTheHotStandbyAndWritesToThePrimary) {
   admin.exec("DROP TABLE " + table);
 }
 
+// The read of "<rows>/<who answered>" for `table`.
+std::string rows_and_who_sql(const std::string& table) {
+  return "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
+         "'standby' ELSE 'primary' END FROM " +
+         table;
+}
+
 // "<rows>/<who answered>" for `table`, read inside the current request.
 std::string rows_and_who(Database& db, const std::string& table) {
-  auto r = db.read(
-      "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
-      "'standby' ELSE 'primary' END FROM " +
-      table);
+  auto r = db.read(rows_and_who_sql(table));
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? std::string(r->text(0, 0)) : std::string("error");
 }
@@ -197,37 +202,57 @@ TEST(PgReplicas, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
   admin.exec("DROP TABLE " + table);
 }
 
+// A table on the shared primary, streamed to the standby, and a Database that reads it
+// with its primary down (nothing listens on port 1) and the standby as its replica.
+struct PrimaryDown {
+  explicit PrimaryDown(const std::string& prefix)
+      : table(unique(prefix)), sql(rows_and_who_sql(table)) {
+    admin.exec("CREATE TABLE " + table + " (id int PRIMARY KEY)");
+    streamed = pgtest::eventually([&] {
+      return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+    });
+    DatabaseOptions o = replicated("postgresql://postgres@127.0.0.1:1/postgres", standby_url());
+    o.max_replica_lag = std::chrono::seconds(60);  // about own writes, not lag
+    db = std::make_unique<Database>(o);
+  }
+  ~PrimaryDown() { admin.exec("DROP TABLE " + table); }
+  PrimaryDown(const PrimaryDown&) = delete;
+  PrimaryDown& operator=(const PrimaryDown&) = delete;
+
+  // Inserts a row on the real primary; the WAL position of that write.
+  Lsn insert() {
+    admin.exec("INSERT INTO " + table + " VALUES (1)");
+    return *Lsn::parse(admin.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+  }
+  // Whether the standby has replayed the row.
+  bool replayed() { return standby.count("SELECT count(*) FROM " + table) == 1; }
+
+  Admin admin{server_url()};
+  Admin standby{standby_url()};
+  const std::string table;
+  const std::string sql;
+  bool streamed = false;  // the table reached the standby
+  std::unique_ptr<Database> db;
+};
+
 // When the primary goes down, the reads of a request that wrote just before (a worker
 // who has just paid) may find the standby behind that write. The primary cannot answer;
 // the standby, which receives the primary's last WAL as it goes, is asked once more,
 // whatever hold it was given, and answers with the write: a fresh page, not a stale one.
 TEST(PgReplicas, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
   HOLDFAST_REQUIRE_PG_STANDBY();
-  Admin admin(server_url());
-  Admin standby(standby_url());
-  const std::string table = unique("hf_behind_down");
-  admin.exec("CREATE TABLE " + table + " (id int PRIMARY KEY)");
-  ASSERT_TRUE(pgtest::eventually([&] {
-    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
-  }));
-  // The primary this Database knows is down: nothing listens on port 1.
-  DatabaseOptions o = replicated("postgresql://postgres@127.0.0.1:1/postgres", standby_url());
-  o.max_replica_lag = std::chrono::seconds(60);  // about own writes, not lag
-  Database db(o);
+  PrimaryDown down("hf_behind_down");
+  ASSERT_TRUE(down.streamed);
   const auto read = [&](Lsn need) {
     RequestScope request(std::chrono::seconds(2));
     require_lsn(need);
-    return db.read(
-        "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
-        "'standby' ELSE 'primary' END FROM " +
-        table);
+    return down.db->read(down.sql);
   };
   Lsn written;
   {
-    ReplayPause pause(standby);
+    ReplayPause pause(down.standby);
     ASSERT_TRUE(pause.paused());
-    admin.exec("INSERT INTO " + table + " VALUES (1)");
-    written = *Lsn::parse(admin.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+    written = down.insert();
     // Behind and stuck: no answer (a stale page is the caller's to give), and each read
     // holds the standby off longer (up to 1 s) for the reads that need the write.
     for (int i = 0; i < 6; ++i) {
@@ -237,12 +262,10 @@ TEST(PgReplicas, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
   }
   // Replayed now, within the standby's hold: the first read skips it, the primary fails,
   // and the standby is asked again.
-  ASSERT_TRUE(
-      pgtest::eventually([&] { return standby.count("SELECT count(*) FROM " + table) == 1; }));
+  ASSERT_TRUE(pgtest::eventually([&] { return down.replayed(); }));
   auto r = read(written);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->text(0, 0), "1/standby");
-  admin.exec("DROP TABLE " + table);
 }
 
 // The same read, while it waits to retry the primary: once other reads have seen the
@@ -250,27 +273,14 @@ TEST(PgReplicas, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
 // the primary.
 TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) {
   HOLDFAST_REQUIRE_PG_STANDBY();
-  Admin admin(server_url());
-  Admin standby(standby_url());
-  const std::string table = unique("hf_caught_up");
-  admin.exec("CREATE TABLE " + table + " (id int PRIMARY KEY)");
-  ASSERT_TRUE(pgtest::eventually([&] {
-    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
-  }));
-  DatabaseOptions o = replicated("postgresql://postgres@127.0.0.1:1/postgres", standby_url());
-  o.max_replica_lag = std::chrono::seconds(60);  // about own writes, not lag
-  Database db(o);
-  const std::string sql =
-      "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE "
-      "'primary' END FROM " +
-      table;
+  PrimaryDown down("hf_caught_up");
+  ASSERT_TRUE(down.streamed);
+  Database& db = *down.db;
   const RetryPolicy slow =
       RetryPolicy().backoff(Backoff::steps({std::chrono::milliseconds(800)}, Jitter::none()));
-  ReplayPause pause(standby);
+  ReplayPause pause(down.standby);
   ASSERT_TRUE(pause.paused());
-  admin.exec("INSERT INTO " + table + " VALUES (1)");
-  const Lsn written =
-      *Lsn::parse(admin.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+  const Lsn written = down.insert();
   Result<Rows> got = Status(Code::kUnknown, "not read");
   RetryStats stats;
   std::thread request([&] {
@@ -279,14 +289,15 @@ TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) 
     ReadOptions r;
     r.policy = &slow;
     r.stats = &stats;
-    got = db.read(sql, {}, r);
+    got = db.read(down.sql, {}, r);
   });
   // The standby was found behind and the primary refused: the request waits 800 ms.
-  ASSERT_TRUE(pgtest::eventually([&] { return db.read_pool().stats().connect_failures >= 1; }));
+  // (No ASSERT while the request's thread runs.)
+  EXPECT_TRUE(pgtest::eventually([&] { return db.read_pool().stats().connect_failures >= 1; }));
   pause.resume();
-  ASSERT_TRUE(pgtest::eventually([&] {
+  EXPECT_TRUE(pgtest::eventually([&] {
     RequestScope other;  // needs no write: reports how far the standby has replayed
-    auto r = db.read(sql);
+    auto r = db.read(down.sql);
     return r.ok() && r->text(0, 0) == "1/standby";
   }));
   request.join();
@@ -294,7 +305,6 @@ TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) 
   EXPECT_EQ(got->text(0, 0), "1/standby");
   EXPECT_EQ(db.read_pool().stats().connect_failures, 1u) << "the primary was tried again";
   EXPECT_EQ(stats.stop, StopReason::kNone);
-  admin.exec("DROP TABLE " + table);
 }
 
 TEST(PgReplicas, AStandbyWhoseReplayLagsBeyondTheBoundOpensItsBreaker) {
