@@ -369,11 +369,15 @@ TEST_F(PgReadPath, TooManyConnectionsIsRetriedUntilASlotFrees) {
   admin_->exec("GRANT SELECT ON " + table_ + " TO " + role);
   auto holder = Connection::open(pgtest::url_as(server_url(), role));
   ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+  RetryLog log;
+  // The slot frees once the read has met 53300 and waits to retry (at least 100 ms): not
+  // at a fixed time, which a slow machine's retries could straddle.
   std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!log.saw("53300") && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     holder->close();
   });
-  RetryLog log;
   Database db(options_for(pgtest::url_as(server_url(), role), unique("hf_reader"), &log));
   Result<Rows> rows = Status();
   {
