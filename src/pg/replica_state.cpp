@@ -53,6 +53,11 @@ namespace {
 constexpr std::int64_t kCatchUpHoldFirstNs = 50'000'000;   // 50 ms
 constexpr std::int64_t kCatchUpHoldMaxNs = 1'000'000'000;  // 1 s
 
+// The answer of a replica that has not replayed the request's own writes (yet).
+Status not_replayed(const std::string& replica) {
+  return Status(Code::kUnavailable, replica + " has not replayed the request's writes");
+}
+
 std::int64_t ns_of(TimePoint t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
@@ -92,7 +97,7 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   answer = ReplicaAnswer::kBehind;
   if (need != 0 && !past_hold && replica.catch_up.skip(need, start)) {
     // Found behind the request's writes moments ago: the primary answers, no attempt here.
-    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
+    return not_replayed(replica.name);
   }
   answer = ReplicaAnswer::kFailed;
   Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
@@ -131,12 +136,12 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   if (need != 0 && view.replayed < need) {
     // Healthy, but behind the request's own writes: the primary answers.
     replica.catch_up.behind(view.replayed, end);
-    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
+    return not_replayed(replica.name);
   }
   replica.catch_up.saw(view.replayed);
   if (need != 0 && !view.read_committed) {
     // Replayed them, but the read's snapshot was taken before: the primary answers.
-    return Status(Code::kUnavailable, replica.name + " has not replayed the request's writes");
+    return not_replayed(replica.name);
   }
   answer = ReplicaAnswer::kAnswered;
   return r;
@@ -145,6 +150,7 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
 Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
                                    RetryStats& stats) {
   std::uint64_t behind = 0;  // bit i: replica i had not replayed the request's writes
+  const auto was_behind = [&](std::size_t i) { return i < 64 && ((behind >> i) & 1) != 0; };
   if (!detail::request_position().primary_only) {
     for (std::size_t i = 0; i < replicas_.size(); ++i) {
       ReplicaAnswer answer{};
@@ -160,20 +166,20 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
   // past the request's writes by other reads: it answers instead of a retry.
   const auto replica_caught_up = [&] {
     const std::uint64_t need = detail::request_position().lsn;
-    for (std::size_t i = 0; i < replicas_.size() && i < 64; ++i) {
-      if ((behind & (std::uint64_t{1} << i)) != 0 && replicas_[i]->catch_up.reached(need)) {
-        return true;
-      }
+    for (std::size_t i = 0; i < replicas_.size(); ++i) {
+      if (was_behind(i) && replicas_[i]->catch_up.reached(need)) return true;
     }
     return false;
   };
   RetryStats primary;
   bool first = true;
+  bool left_to_replica = false;
   Result<Rows> r = run(
       *primary_, policy, op,
       [&]() -> Result<Rows> {
         if (!std::exchange(first, false) && behind != 0 && replica_caught_up()) {
           // Ends the retries with nothing recorded against the primary.
+          left_to_replica = true;
           Status caught_up(Code::kCancelled, "a replica has replayed the request's writes");
           caught_up.with_stop(StopReason::kCancelled, 0);
           return caught_up;
@@ -189,14 +195,22 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
   }
   // The primary could not answer, and a replica was only behind the request's writes: it
   // may have replayed them meanwhile (a primary going down streams its last WAL first).
-  for (std::size_t i = 0; i < replicas_.size() && i < 64; ++i) {
-    if ((behind & (std::uint64_t{1} << i)) == 0) continue;
+  Status replica_failure;
+  for (std::size_t i = 0; i < replicas_.size(); ++i) {
+    if (!was_behind(i)) continue;
     ReplicaAnswer answer{};
     Result<Rows> again = try_replica(*replicas_[i], work, /*past_hold=*/true, answer, stats);
-    if (answer == ReplicaAnswer::kAnswered && again.ok()) {
-      stats.stop = StopReason::kNone;
+    if (answer == ReplicaAnswer::kAnswered) {
+      stats.stop = again.ok() ? StopReason::kNone : StopReason::kPermanent;
       return again;
     }
+    replica_failure = again.status();
+  }
+  // The retries were left to a replica that could not answer after all: its failure is
+  // the read's (the cancellation was holdfast's own and means nothing to the caller).
+  if (left_to_replica) {
+    stats.stop = replica_failure.stop_reason();
+    return replica_failure;
   }
   return r;
 }

@@ -7,6 +7,7 @@
 // the server says: pg_is_in_recovery().
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -268,21 +269,19 @@ TEST(PgReplicas, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
   EXPECT_EQ(r->text(0, 0), "1/standby");
 }
 
-// The same read, while it waits to retry the primary: once other reads have seen the
-// standby past the request's writes, the standby answers instead of the next attempt on
-// the primary.
-TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) {
-  HOLDFAST_REQUIRE_PG_STANDBY();
-  PrimaryDown down("hf_caught_up");
-  ASSERT_TRUE(down.streamed);
+// A read that needs a row the paused standby has not replayed: it finds the standby
+// behind and the primary down, and waits 800 ms to retry the primary. Meanwhile replay
+// resumes, another read sees the standby past the row, and `meanwhile` runs. The read's
+// result, with its stats in `stats`.
+Result<Rows> read_while_the_standby_catches_up(PrimaryDown& down, RetryStats& stats,
+                                               const std::function<void()>& meanwhile) {
   Database& db = *down.db;
   const RetryPolicy slow =
       RetryPolicy().backoff(Backoff::steps({std::chrono::milliseconds(800)}, Jitter::none()));
   ReplayPause pause(down.standby);
-  ASSERT_TRUE(pause.paused());
+  EXPECT_TRUE(pause.paused());
   const Lsn written = down.insert();
   Result<Rows> got = Status(Code::kUnknown, "not read");
-  RetryStats stats;
   std::thread request([&] {
     RequestScope scope(std::chrono::seconds(5));
     require_lsn(written);
@@ -291,8 +290,6 @@ TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) 
     r.stats = &stats;
     got = db.read(down.sql, {}, r);
   });
-  // The standby was found behind and the primary refused: the request waits 800 ms.
-  // (No ASSERT while the request's thread runs.)
   EXPECT_TRUE(pgtest::eventually([&] { return db.read_pool().stats().connect_failures >= 1; }));
   pause.resume();
   EXPECT_TRUE(pgtest::eventually([&] {
@@ -300,11 +297,39 @@ TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) 
     auto r = db.read(down.sql);
     return r.ok() && r->text(0, 0) == "1/standby";
   }));
+  meanwhile();
   request.join();
+  return got;
+}
+
+// The same read, while it waits to retry the primary: once other reads have seen the
+// standby past the request's writes, the standby answers instead of the next attempt on
+// the primary.
+TEST(PgReplicas, AReadWaitingToRetryThePrimaryIsAnsweredByAStandbyThatCaughtUp) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  PrimaryDown down("hf_caught_up");
+  ASSERT_TRUE(down.streamed);
+  RetryStats stats;
+  Result<Rows> got = read_while_the_standby_catches_up(down, stats, [] {});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->text(0, 0), "1/standby");
-  EXPECT_EQ(db.read_pool().stats().connect_failures, 1u) << "the primary was tried again";
+  EXPECT_EQ(down.db->read_pool().stats().connect_failures, 1u) << "the primary was tried again";
   EXPECT_EQ(stats.stop, StopReason::kNone);
+}
+
+// If that standby then cannot answer after all (its breaker opened), the read fails as
+// the standby did: unavailable, a failure the page can answer with its stale copy, never
+// holdfast's own cancellation of the retries.
+TEST(PgReplicas, AStandbyThatCaughtUpButCannotAnswerLeavesItsOwnFailure) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  PrimaryDown down("hf_caught_up_shut");
+  ASSERT_TRUE(down.streamed);
+  RetryStats stats;
+  Result<Rows> got = read_while_the_standby_catches_up(
+      down, stats, [&] { down.db->replica_shield(0).breaker().isolate(); });
+  ASSERT_FALSE(got.ok()) << got->text(0, 0);
+  EXPECT_EQ(got.status().code(), Code::kUnavailable) << got.status().to_string();
+  EXPECT_NE(stats.stop, StopReason::kCancelled);
 }
 
 TEST(PgReplicas, AStandbyWhoseReplayLagsBeyondTheBoundOpensItsBreaker) {
