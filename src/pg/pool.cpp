@@ -237,6 +237,7 @@ Status Pool::server_unreachable(Connection conn, Status why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     idle.swap(idle_);
+    idle_.reserve(static_cast<std::size_t>(options_.size));  // release() stays allocation-free
     open_ -= 1 + static_cast<int>(idle.size());
     stats_.discarded += 1 + idle.size();
     verify_connects_ = true;
