@@ -16,15 +16,18 @@
 //   than the current RequestScope's window (which it opens: waiting for a connection is
 //   time the request spends), or `window` outside any scope. It never waits forever.
 // - Connections are opened in one place, connect(). After a failed connect the next one
-//   waits for a backoff delay, and while connects fail only one request at a time tries:
-//   a restarting server sees no reconnect storm. A request that comes during the backoff
+//   waits for a backoff delay, and while connects fail only one at a time is tried: a
+//   restarting server sees no reconnect storm. A request that comes during the backoff
 //   is answered at once with the last connect error, stop_reason kBreakerOpen and
-//   retry_after() (the rest of the backoff); one that comes while another tries waits for
-//   that connect's result at most 50 ms, then is answered the same way. The failed
-//   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
-//   loop whose next wait is shorter ends at once (RetryState::on_failure). A failure that
-//   no connect followed within a second of its backoff's end is forgotten: requests
-//   connect side by side again.
+//   retry_after() (the rest of the backoff). After it, the request that comes first
+//   starts the next connect on a thread of the pool's own, so no request waits on a
+//   server that may not answer: it and every request that comes while that connect is
+//   tried wait for its result at most 50 ms (a connection, or its failure for the request
+//   that started it), then are answered as during the backoff. A failed connect's own
+//   error carries retry_after() (the backoff) with no stop reason: a retry loop whose
+//   next wait is shorter ends at once (RetryState::on_failure). A failure that no connect
+//   followed within a second of its backoff's end is forgotten: requests connect side by
+//   side again, each on its own thread.
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
 //   read-only default switched off is closed instead of being reused.
 //
@@ -35,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "holdfast/backoff.hpp"
@@ -119,7 +123,8 @@ class Pool {
  public:
   // Validates `options` (std::invalid_argument naming the field). Opens nothing yet.
   explicit Pool(PoolOptions options);
-  // REQUIRES: every PooledConnection has been returned.
+  // REQUIRES: every PooledConnection has been returned. Waits for a connect under way on
+  // the pool's thread (bounded by connect.connect_timeout).
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -131,14 +136,20 @@ class Pool {
   // Same, with an explicit deadline.
   Result<PooledConnection> acquire(TimePoint deadline);
   // Never waits for a busy pool or for the reconnect backoff: an idle connection, a new one
-  // (connecting no later than `connect_deadline`), or UNAVAILABLE at once. For callers that
-  // have somewhere else to go (a read that can fall back from a replica to the primary).
+  // (connecting no later than `connect_deadline`), or UNAVAILABLE at once. While connects
+  // fail, a connect it starts is waited for as acquire() waits for one (at most 50 ms).
+  // For callers that have somewhere else to go (a read that can fall back from a replica
+  // to the primary).
   Result<PooledConnection> try_acquire(TimePoint connect_deadline);
   // For a health probe: as try_acquire(), but while connects fail it connects at once,
   // whatever the backoff (the probe is itself paced). When that connect works the pool
   // serves again, so a server that is back is found within one probe interval.
   Result<PooledConnection> acquire_for_probe(TimePoint connect_deadline);
 
+  // A connect to the same server (a health probe's) just worked and answered: while connects
+  // fail, the next one need not wait for the backoff. Changes nothing while a connect is
+  // under way (its result will tell).
+  void server_answered();
   // Opens one connection for this pool (its settings, its application_name): the only
   // place the pool connects. Does not count against size() (acquire() does that).
   Result<Connection> connect(TimePoint deadline);
@@ -155,9 +166,17 @@ class Pool {
     kProbe,   // kNoWait, and a connect even while the backoff lasts
   };
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, Mode mode);
+  // connect(), then, when a pooler could not reach the server (`verify`), a query.
+  Result<Connection> connect_checked(TimePoint until, bool verify);
   // REQUIRES: `lock` holds mutex_ and a connect may start. Opens one connection, connecting
   // no later than `until` (the lock released meanwhile), and counts what happened.
   Result<PooledConnection> connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until);
+  // REQUIRES: mutex_ held, connects failing, and a connect may start. Starts it on
+  // connector_: a new connection goes to the idle list; a failure is counted and kept for
+  // the request that started it. Returns its id, or 0 when no thread could be started.
+  std::uint64_t connect_in_background(TimePoint until);
+  // REQUIRES: mutex_ held. Counts a connect that worked: connects no longer fail.
+  void connected();
   // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.
   Status connect_backing_off(Duration left) const;
   // REQUIRES: mutex_ held. The answer while connects fail and another request tries one.
@@ -187,7 +206,11 @@ class Pool {
   Duration previous_delay_{};
   Random rng_;
   Status last_connect_error_;
+  std::uint64_t connects_started_ = 0;      // by connect_in_background()
+  std::uint64_t failed_in_background_ = 0;  // the id of the last one that failed
+  Status background_failure_;               // and its failure, as its request's answer
   PoolStats stats_;
+  std::thread connector_;  // last: its body uses the members above
 };
 
 }  // namespace holdfast::pg

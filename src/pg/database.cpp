@@ -256,7 +256,11 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
             }
             return failed;
           }
-          if (primary) return Status();
+          if (primary) {
+            // A connect to the server worked: the writes pool's may go ahead, too.
+            if (lease->fresh() && ep->writes != nullptr) ep->writes->server_answered();
+            return Status();
+          }
           // A replica is healthy only when its replay keeps up, judged as its reads judge it.
           return replay_lag_status(*ep, detail::wal_position(*r, 0), detail::wal_position(*r, 1),
                                    clock->now(), max_lag);

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "holdfast/postgres_pool.hpp"
 
@@ -79,6 +81,7 @@ Pool::Pool(PoolOptions options)
 }
 
 Pool::~Pool() {
+  if (connector_.joinable()) connector_.join();
   std::vector<Connection> idle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -115,6 +118,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
   TimePoint wait_start{};
   TimePoint deadline{};
   TimePoint probe_wait_until = TimePoint::max();
+  std::uint64_t mine = 0;  // the connect this request started off its thread, if any
   for (;;) {
     if (!idle_.empty()) {
       // Last in, first out: the warmest connection, and idle ones at the bottom can age.
@@ -134,28 +138,39 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       previous_delay_ = Duration::zero();
       last_connect_error_ = Status();
     }
+    if (mine != 0 && failed_in_background_ == mine) {
+      // The connect this request started failed while it waited: that is its answer.
+      return background_failure_;
+    }
     if (open_ < options_.size &&
         (failures_ == 0 || mode == Mode::kProbe || (probing_ == 0 && now >= next_connect_at_))) {
       const TimePoint until =
           fixed != nullptr ? *fixed
           : waiting        ? deadline
                            : now + (window != nullptr ? window->remaining(now) : options_.window);
-      return connect_locked(lock, until);
+      if (failures_ == 0 || mode == Mode::kProbe) return connect_locked(lock, until);
+      // Connects are failing and the next one is due: it runs on a thread of its own, and
+      // this request waits for its result no longer than any other request would.
+      mine = connect_in_background(until);
+      if (mine == 0) return connect_locked(lock, until);
+      probe_wait_until = std::min(probe_wait_until, now + kProbeResultWait);
+      continue;
     }
     if (failures_ > 0 && !last_connect_error_.ok()) {
       // Connects are failing and the next one is not due yet: the answer is now, with
       // when to come back, rather than after the backoff (ADR 0008).
       if (probing_ == 0 && open_ < options_.size)
         return connect_backing_off(next_connect_at_ - now);
-      // Another request is trying one (it may hold the last free slot): its result, or a
+      // A connect is being tried (it may hold the last free slot): its result, or a
       // connection given back, is worth a short wait, not the whole window a connect to a
-      // hung server can take (ADR 0017).
+      // hung server can take (ADR 0017). A request that never waits waits this long for
+      // the connect it started itself, as it would for one made on its own thread.
       if (may_wait && probe_wait_until == TimePoint::max()) {
         probe_wait_until = now + kProbeResultWait;
       }
-      if (may_wait && now >= probe_wait_until) return connect_being_tried();
+      if ((may_wait || mine != 0) && now >= probe_wait_until) return connect_being_tried();
     }
-    if (!may_wait) {
+    if (!may_wait && (mine == 0 || now >= probe_wait_until)) {
       if (failures_ > 0 && !last_connect_error_.ok()) return no_connection_in_time(Duration{});
       return Status(Code::kUnavailable, "no pooled connection is free right now",
                     Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kFast, false});
@@ -190,12 +205,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
   }
 }
 
-Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until) {
-  ++open_;
-  const bool probe = failures_ > 0;
-  const bool verify = verify_connects_;
-  if (probe) ++probing_;
-  lock.unlock();
+Result<Connection> Pool::connect_checked(TimePoint until, bool verify) {
   Result<Connection> conn = connect(until);
   if (conn.ok() && verify) {
     // Through a pooler that could not reach the server, only a query reaches it.
@@ -203,14 +213,20 @@ Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock
     Result<Rows> checked = conn->query("SELECT 1");
     if (!checked.ok()) conn = checked.status();
   }
+  return conn;
+}
+
+Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock, TimePoint until) {
+  ++open_;
+  const bool probe = failures_ > 0;
+  const bool verify = verify_connects_;
+  if (probe) ++probing_;
+  lock.unlock();
+  Result<Connection> conn = connect_checked(until, verify);
   lock.lock();
   if (probe) --probing_;
   if (conn.ok()) {
-    failures_ = 0;
-    previous_delay_ = Duration::zero();
-    verify_connects_ = false;
-    ++stats_.connects;
-    if (waiters_ > 0) returned_.notify_all();
+    connected();
     return PooledConnection(this, std::move(*conn), true);
   }
   --open_;
@@ -218,6 +234,55 @@ Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock
   Status failed = conn.status();
   failed.with_stop(StopReason::kNone, 0, connect_failed(conn.status()));
   return failed;
+}
+
+std::uint64_t Pool::connect_in_background(TimePoint until) {
+  // The thread of the previous one has done its part under the lock (probing_ is 0): the
+  // join only waits for it to return.
+  if (connector_.joinable()) connector_.join();
+  const std::uint64_t id = ++connects_started_;
+  const bool verify = verify_connects_;
+  ++open_;
+  ++probing_;
+  try {
+    connector_ = std::thread([this, id, until, verify] {
+      Result<Connection> conn = connect_checked(until, verify);
+      std::lock_guard<std::mutex> lock(mutex_);
+      --probing_;
+      if (conn.ok()) {
+        connected();
+        idle_.push_back(std::move(*conn));  // room reserved: open_ <= size
+      } else {
+        --open_;
+        Status failed = conn.status();
+        failed.with_stop(StopReason::kNone, 0, connect_failed(conn.status()));
+        background_failure_ = std::move(failed);
+        failed_in_background_ = id;
+      }
+    });
+  } catch (const std::system_error&) {
+    --open_;
+    --probing_;
+    return 0;  // no thread to be had: the caller connects itself
+  }
+  return id;
+}
+
+void Pool::server_answered() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failures_ == 0 || probing_ > 0) return;  // a connect under way will tell
+  failures_ = 0;
+  previous_delay_ = Duration::zero();
+  verify_connects_ = false;
+  last_connect_error_ = Status();
+}
+
+void Pool::connected() {
+  failures_ = 0;
+  previous_delay_ = Duration::zero();
+  verify_connects_ = false;
+  ++stats_.connects;
+  if (waiters_ > 0) returned_.notify_all();
 }
 
 Duration Pool::connect_failed(Status why) {

@@ -246,6 +246,97 @@ TEST(PgPool, WhileAConnectHoldsTheLastFreeSlotOthersAreAnsweredAtOnce) {
   expect_others_answered_while_a_connect_is_tried(1);
 }
 
+// The request that comes after the backoff starts the next connect, but to a server that
+// hangs it does not wait for it: it is answered after the short wait, like the others,
+// while the connect goes on without it.
+TEST(PgPool, TheRequestThatStartsAConnectToAHungServerIsAnsweredAtOnce) {
+  SilentListener silent;
+  ASSERT_NE(silent.port(), 0);
+  PoolOptions o;
+  o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";
+  o.connect.connect_timeout = std::chrono::seconds(2);
+  o.size = 2;
+  o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
+  Pool pool(o);
+  ASSERT_FALSE(pool.acquire(Clock::system().now() + std::chrono::milliseconds(100)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the 1 ms backoff
+  const auto start = std::chrono::steady_clock::now();
+  Result<PooledConnection> c = pool.acquire(Clock::system().now() + std::chrono::seconds(3));
+  const double took = pgtest::seconds_since(start);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().stop_reason(), StopReason::kBreakerOpen) << c.status().to_string();
+  EXPECT_GT(c.status().retry_after(), Duration::zero());
+  EXPECT_LT(took, 1.0);
+  // The connect it started is still under way, and it is the only one.
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.open, 1);
+  EXPECT_EQ(s.connect_failures, 1u);
+  EXPECT_EQ(s.timeouts, 0u);
+}
+
+// A connect that fails at once is the answer of the request that started it, as a failed
+// connect made on its own thread would be: its breaker counts it, and it says when the
+// pool connects again.
+TEST(PgPool, ARefusedConnectIsTheAnswerOfTheRequestThatStartedIt) {
+  PoolOptions o;
+  o.connect.conninfo = "postgresql://postgres@127.0.0.1:1/postgres";
+  o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
+  Pool pool(o);
+  ASSERT_FALSE(pool.acquire(Clock::system().now() + std::chrono::seconds(1)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Result<PooledConnection> c = pool.acquire(Clock::system().now() + std::chrono::seconds(1));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().stop_reason(), StopReason::kNone) << c.status().to_string();
+  EXPECT_GT(c.status().retry_after(), Duration::zero());
+  EXPECT_EQ(c.status().message().find("another request"), std::string::npos)
+      << c.status().to_string();
+  EXPECT_EQ(pool.stats().connect_failures, 2u);
+}
+
+// Once the server answers again, the request that starts the connect gets the connection.
+TEST(PgPool, TheRequestThatStartsAConnectIsServedWhenTheServerAnswers) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PoolOptions o = pool_options(unique("hf_pool"), 2);
+  o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
+  Pool pool(o);
+  {
+    auto c = pool.acquire();
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    // As when a pooler says it cannot reach the server: a failed connect.
+    (void)c->server_unreachable(Status(Code::kUnavailable, "pooler: no server"));
+  }
+  ASSERT_EQ(pool.stats().consecutive_connect_failures, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Result<PooledConnection> c = pool.acquire(Clock::system().now() + std::chrono::seconds(5));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE((*c)->query("SELECT 1").ok());
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.consecutive_connect_failures, 0);
+  EXPECT_EQ(s.connects, 2u);
+  EXPECT_EQ(s.open, 1);
+}
+
+// A health probe's connect to the same server worked: the pool need not sit out the rest
+// of its backoff before it connects again.
+TEST(PgPool, AfterTheServerAnsweredElsewhereTheNextConnectNeedNotWaitForTheBackoff) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PoolOptions o = pool_options(unique("hf_pool"), 2);
+  o.reconnect_backoff = Backoff::steps({std::chrono::seconds(30)}, Jitter::none());
+  Pool pool(o);
+  {
+    auto c = pool.acquire();
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    (void)c->server_unreachable(Status(Code::kUnavailable, "pooler: no server"));
+  }
+  Result<PooledConnection> during = pool.acquire(Clock::system().now() + std::chrono::seconds(5));
+  ASSERT_FALSE(during.ok());
+  EXPECT_EQ(during.status().stop_reason(), StopReason::kBreakerOpen) << during.status().to_string();
+  pool.server_answered();
+  Result<PooledConnection> after = pool.acquire(Clock::system().now() + std::chrono::seconds(5));
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  EXPECT_EQ(pool.stats().consecutive_connect_failures, 0);
+}
+
 // A failed connect that nobody followed up within a second of its backoff's end (the
 // reads went elsewhere meanwhile, say) no longer makes requests connect one at a time:
 // once the server is back, a page does not get "another request is trying to connect"
