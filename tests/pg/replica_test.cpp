@@ -270,14 +270,14 @@ TEST(PgReplicas, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
 }
 
 // A read that needs a row the paused standby has not replayed: it finds the standby
-// behind and the primary down, and waits 800 ms to retry the primary. Meanwhile replay
-// resumes, another read sees the standby past the row, and `meanwhile` runs. The read's
-// result, with its stats in `stats`.
+// behind and the primary down, and waits 950 ms to retry the primary (a refusing server
+// is waited for up to a second). Meanwhile replay resumes, another read sees the standby
+// past the row, and `meanwhile` runs. The read's result, with its stats in `stats`.
 Result<Rows> read_while_the_standby_catches_up(PrimaryDown& down, RetryStats& stats,
                                                const std::function<void()>& meanwhile) {
   Database& db = *down.db;
   const RetryPolicy slow =
-      RetryPolicy().backoff(Backoff::steps({std::chrono::milliseconds(800)}, Jitter::none()));
+      RetryPolicy().backoff(Backoff::steps({std::chrono::milliseconds(950)}, Jitter::none()));
   ReplayPause pause(down.standby);
   EXPECT_TRUE(pause.paused());
   const Lsn written = down.insert();
