@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -245,8 +246,12 @@ std::uint64_t Pool::connect_in_background(TimePoint until) {
   ++open_;
   ++probing_;
   try {
-    connector_ = std::thread([this, id, until, verify] {
-      Result<Connection> conn = connect_checked(until, verify);
+    connector_ = std::thread([this, id, until, verify]() noexcept {
+      Result<Connection> conn = Status(Code::kUnavailable, "the connect ran out of memory");
+      try {
+        conn = connect_checked(until, verify);
+      } catch (const std::bad_alloc&) {  // a failed connect, not a terminated process
+      }
       std::lock_guard<std::mutex> lock(mutex_);
       --probing_;
       if (conn.ok()) {

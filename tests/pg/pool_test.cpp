@@ -293,18 +293,25 @@ TEST(PgPool, ARefusedConnectIsTheAnswerOfTheRequestThatStartedIt) {
   EXPECT_EQ(pool.stats().connect_failures, 2u);
 }
 
+// A pool of the test server whose connects back off for `backoff` after a failure.
+PoolOptions backing_off_after(Duration backoff) {
+  PoolOptions o = pool_options(unique("hf_pool"), 2);
+  o.reconnect_backoff = Backoff::steps({backoff}, Jitter::none());
+  return o;
+}
+
+// Makes the pool count a failed connect, as when a pooler says it cannot reach the server.
+void fail_a_connect(Pool& pool) {
+  auto c = pool.acquire();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  (void)c->server_unreachable(Status(Code::kUnavailable, "pooler: no server"));
+}
+
 // Once the server answers again, the request that starts the connect gets the connection.
 TEST(PgPool, TheRequestThatStartsAConnectIsServedWhenTheServerAnswers) {
   HOLDFAST_REQUIRE_PG_SERVER();
-  PoolOptions o = pool_options(unique("hf_pool"), 2);
-  o.reconnect_backoff = Backoff::steps({std::chrono::milliseconds(1)}, Jitter::none());
-  Pool pool(o);
-  {
-    auto c = pool.acquire();
-    ASSERT_TRUE(c.ok()) << c.status().to_string();
-    // As when a pooler says it cannot reach the server: a failed connect.
-    (void)c->server_unreachable(Status(Code::kUnavailable, "pooler: no server"));
-  }
+  Pool pool(backing_off_after(std::chrono::milliseconds(1)));
+  fail_a_connect(pool);
   ASSERT_EQ(pool.stats().consecutive_connect_failures, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   Result<PooledConnection> c = pool.acquire(Clock::system().now() + std::chrono::seconds(5));
@@ -320,14 +327,8 @@ TEST(PgPool, TheRequestThatStartsAConnectIsServedWhenTheServerAnswers) {
 // of its backoff before it connects again.
 TEST(PgPool, AfterTheServerAnsweredElsewhereTheNextConnectNeedNotWaitForTheBackoff) {
   HOLDFAST_REQUIRE_PG_SERVER();
-  PoolOptions o = pool_options(unique("hf_pool"), 2);
-  o.reconnect_backoff = Backoff::steps({std::chrono::seconds(30)}, Jitter::none());
-  Pool pool(o);
-  {
-    auto c = pool.acquire();
-    ASSERT_TRUE(c.ok()) << c.status().to_string();
-    (void)c->server_unreachable(Status(Code::kUnavailable, "pooler: no server"));
-  }
+  Pool pool(backing_off_after(std::chrono::seconds(30)));
+  fail_a_connect(pool);
   Result<PooledConnection> during = pool.acquire(Clock::system().now() + std::chrono::seconds(5));
   ASSERT_FALSE(during.ok());
   EXPECT_EQ(during.status().stop_reason(), StopReason::kBreakerOpen) << during.status().to_string();
