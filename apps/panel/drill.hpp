@@ -72,6 +72,10 @@ struct StrategyResult {
   // asked for, before retries): 1.0 means no call was tried twice. Unlike attempts per
   // request it does not fall when a strategy gives a page up at its first failed query.
   double attempts_per_call = 0;
+  // Database attempts per request answered with its page, fresh or stale (a payment:
+  // applied): what each answer a user could use cost. Unlike attempts per request it
+  // does not fall when a strategy gives pages up; 0 when nothing was answered.
+  double attempts_per_page = 0;
   // PostgreSQL: of attempts_per_request, those that reached the primary and the standby
   // (a server under a fault sees only its own share; unlike attempts_per_request these do
   // not count a baseline's calls refused before reaching a server).

@@ -171,6 +171,8 @@ StrategyResult period_result(const Instance& inst, const Period& period, double 
   r.primary_attempts_per_request = per_request(first.primary_attempts, last.primary_attempts);
   r.standby_attempts_per_request = per_request(first.standby_attempts, last.standby_attempts);
   r.attempts_per_call = c1 > c0 ? static_cast<double>(a1 - a0) / static_cast<double>(c1 - c0) : 0.0;
+  const std::int64_t pages = r.served + r.stale;
+  r.attempts_per_page = pages > 0 ? static_cast<double>(a1 - a0) / static_cast<double>(pages) : 0.0;
   count_open_breaker_answers(inst, period, r);
   r.log_rows_during_storm =
       count_in(inst, "SELECT count(*) FROM logs WHERE created_at >= $1 AND created_at < $2",
@@ -328,6 +330,7 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
            {"max_ms", r.max_ms},
            {"attempts_per_request", r.attempts_per_request},
            {"attempts_per_call", r.attempts_per_call},
+           {"attempts_per_page", r.attempts_per_page},
            {"primary_attempts_per_request", r.primary_attempts_per_request},
            {"standby_attempts_per_request", r.standby_attempts_per_request},
            {"open_breaker_answers", r.open_breaker_answers},

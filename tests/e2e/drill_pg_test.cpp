@@ -96,6 +96,16 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
         EXPECT_EQ(s["standby_attempts_per_request"].get<double>(), 0.0) << storm.dump();
       }
       EXPECT_GT(s["attempts_per_call"].get<double>(), 0.0) << name << " " << storm.dump();
+      // Per page answered (fresh or stale), all of the storm's attempts are charged to the
+      // pages it answered.
+      const auto pages =
+          static_cast<double>(s["served"].get<long long>() + s["stale"].get<long long>());
+      const double attempts = s["attempts_per_request"].get<double>() *
+                              static_cast<double>(s["requests"].get<long long>());
+      if (pages > 0) {
+        EXPECT_NEAR(s["attempts_per_page"].get<double>() * pages, attempts, 1e-6 + attempts * 1e-9)
+            << name << " " << storm.dump();
+      }
       EXPECT_GE(s["open_breaker_answers"].get<int>(), 0);
       EXPECT_GE(s["any_open_breaker_answers"].get<int>(), s["open_breaker_answers"].get<int>());
     }
