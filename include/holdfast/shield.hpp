@@ -403,6 +403,10 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
     return r;
   }
   first.cancel();  // refused, or taken by the concurrency limit's rules below: no call
+  // Off the common path the breaker and the limit decide on the precise time: a refusal's
+  // retry_after() measured from the coarse one (a tick behind) could end before the open
+  // period does, and a caller who waits it out would be refused again.
+  start = clock.now();
   Call call(*this, policy, op);
   Steps steps(call);
   R r = detail::retry_loop<R>(steps, start, attempt);

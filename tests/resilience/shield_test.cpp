@@ -258,6 +258,50 @@ TEST(Shield, AfterARefusedConnectionARequestFailsAtOnceWithRetryAfter) {
   EXPECT_EQ(s.retry_after(), milliseconds(250));
 }
 
+// A clock whose coarse reading lags by up to a tick, as Linux's CLOCK_MONOTONIC_COARSE
+// does (4 ms), over a ManualClock.
+class TickingClock final : public Clock {
+ public:
+  TickingClock(ManualClock& precise, Duration tick) : precise_(precise), tick_(tick) {}
+  [[nodiscard]] TimePoint now() const noexcept override { return precise_.now(); }
+  [[nodiscard]] TimePoint coarse_now() const noexcept override {
+    const Duration t = precise_.now().time_since_epoch();
+    return TimePoint(t - t % tick_);
+  }
+  bool sleep_until(TimePoint deadline, const Signal* wake, std::uint64_t seen) override {
+    return precise_.sleep_until(deadline, wake, seen);
+  }
+
+ private:
+  ManualClock& precise_;
+  Duration tick_;
+};
+
+// A client told "retry after N" that waits N is admitted then, wherever the open period
+// ends within a tick of the coarse clock: it is not told to retry after a sliver of the
+// tick again and again, which would spend its calls in a busy loop.
+TEST(Shield, AClientThatWaitsOutTheRetryAfterOfAnOpenBreakerIsAdmitted) {
+  for (int offset_us = 0; offset_us < 4000; offset_us += 100) {
+    ManualClock precise;
+    TickingClock clock(precise, milliseconds(4));
+    precise.advance(std::chrono::microseconds(offset_us));
+    Shield::Options o = quiet_options();
+    o.probe_wait = Duration::zero();  // a refusal is answered at once
+    Shield shield("main", o, clock);
+    trip(shield);
+    precise.advance(std::chrono::microseconds(1700));  // into the open period
+    int refusals = 0;
+    for (;;) {
+      RequestScope scope(seconds(6), clock);
+      Status s = shield.run(Operation::read(), [] { return Status(); });
+      if (s.ok()) break;
+      ASSERT_EQ(s.stop_reason(), StopReason::kBreakerOpen) << s.to_string();
+      ASSERT_LT(++refusals, 3) << "offset " << offset_us << " us: " << s.to_string();
+      precise.advance(s.retry_after());
+    }
+  }
+}
+
 TEST(Shield, AProbeThatRanOutOfItsCallersWindowDoesNotGrowTheOpenPeriod) {
   ManualClock clock;
   Shield shield("main", quiet_options(), clock);
