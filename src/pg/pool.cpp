@@ -247,11 +247,13 @@ std::uint64_t Pool::connect_in_background(TimePoint until) {
   ++probing_;
   try {
     connector_ = std::thread([this, id, until, verify]() noexcept {
-      Result<Connection> conn = Status(Code::kUnavailable, "the connect ran out of memory");
-      try {
-        conn = connect_checked(until, verify);
-      } catch (const std::bad_alloc&) {  // a failed connect, not a terminated process
-      }
+      Result<Connection> conn = [&]() -> Result<Connection> {
+        try {
+          return connect_checked(until, verify);
+        } catch (const std::bad_alloc&) {  // a failed connect, not a terminated process
+          return Status(Code::kUnavailable, "the connect ran out of memory");
+        }
+      }();
       std::lock_guard<std::mutex> lock(mutex_);
       --probing_;
       if (conn.ok()) {
