@@ -19,6 +19,7 @@ bool is_busy(const Status& s) {
   switch (s.stop_reason()) {
     case StopReason::kWindowSpent:
     case StopReason::kBreakerOpen:
+    case StopReason::kProbeFailed:
     case StopReason::kThrottled:
     case StopReason::kAttemptsExhausted:
       return true;

@@ -64,8 +64,8 @@ enum class BreakerState : std::uint8_t { kClosed = 0, kOpen = 1, kHalfOpen = 2, 
 
 // How one finished call counts for a breaker. kRefused is a failure in which the server
 // took no call at all: a connect it refused, or a pooler in front of it that cannot reach
-// it (a failure that names when another attempt can be served, Status::retry_after() with
-// no stop reason).
+// it (a failure that names when another attempt can be served: Status::retry_after() with
+// no stop reason, or with kProbeFailed when it refused a pool's probe connect once more).
 enum class CallResult : std::uint8_t { kSuccess, kFailure, kNeutral, kRefused };
 
 namespace detail {

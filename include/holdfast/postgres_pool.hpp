@@ -23,9 +23,12 @@
 //   starts the next connect on a thread of the pool's own, so no request waits on a
 //   server that may not answer: it and every request that comes while that connect is
 //   tried wait for its result at most 50 ms (a connection, or its failure for the request
-//   that started it), then are answered as during the backoff. A failed connect's own
-//   error carries retry_after() (the backoff) with no stop reason: a retry loop whose
-//   next wait is shorter ends at once (RetryState::on_failure). A failure that no connect
+//   that started it), then are answered as during the backoff. The first failed
+//   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
+//   loop may try again once it passed (RetryState::on_failure). A connect that fails while
+//   connects fail (the pool's probe of the server) is answered with stop_reason
+//   kProbeFailed and retry_after(): its request is not retried, as during the backoff,
+//   and breakers count it as the server's refusal (ADR 0022). A failure that no connect
 //   followed within a second of its backoff's end is forgotten: requests connect side by
 //   side again, each on its own thread.
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
@@ -175,6 +178,8 @@ class Pool {
   // connector_: a new connection goes to the idle list; a failure is counted and kept for
   // the request that started it. Returns its id, or 0 when no thread could be started.
   std::uint64_t connect_in_background(TimePoint until);
+  // A failed probe connect (`delay` to the next connect) as its request's answer.
+  static Status refused_again(Status failed, Duration delay);
   // REQUIRES: mutex_ held. Counts a connect that worked: connects no longer fail.
   void connected();
   // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.

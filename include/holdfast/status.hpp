@@ -57,6 +57,10 @@ enum class StopReason : std::uint8_t {
   kBreakerOpen,        // the circuit breaker refused the attempt
   kCancelled,          // the caller cancelled
   kAtCapacity,         // the database is at the concurrency the Shield learned it answers
+  kProbeFailed,        // the server refused again the connect that probed it after refused
+                       // connects (a pool's probe): trying before retry_after() would be
+                       // refused too. A refusal by the server, not our shedding: breakers
+                       // count it.
 };
 
 // What an error inside a transaction left behind.
@@ -100,9 +104,10 @@ class [[nodiscard]] Status {
   }
   // Attempts made by the retry loop that gave up (0 when no loop gave up).
   [[nodiscard]] int attempts() const noexcept { return rep_ ? rep_->attempts : 0; }
-  // For kBreakerOpen/kThrottled/kAtCapacity: how long until trying again is worth it (HTTP
-  // Retry-After). On a failure no loop gave up on (kNone): how long until another attempt
-  // can be served (a pool's failed connect: its backoff), which retry loops respect.
+  // For kBreakerOpen/kThrottled/kAtCapacity/kProbeFailed: how long until trying again is
+  // worth it (HTTP Retry-After). On a failure no loop gave up on (kNone): how long until
+  // another attempt can be served (a pool's failed connect: its backoff), which retry
+  // loops respect.
   [[nodiscard]] Duration retry_after() const noexcept {
     return rep_ ? rep_->retry_after : Duration::zero();
   }

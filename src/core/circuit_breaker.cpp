@@ -124,8 +124,11 @@ CallResult breaker_result_of_error(const Status& status) noexcept {
   if (status.ok()) return CallResult::kSuccess;
   if (status.code() == Code::kCancelled || is_own_shedding(status)) return CallResult::kNeutral;
   if (!status.fault().overload) return CallResult::kNeutral;
+  // A refusal: the server named when it takes calls again (a pool's failed connect), or
+  // refused the pool's probe of it once more.
   const bool refused =
-      status.retry_after() > Duration::zero() && status.stop_reason() == StopReason::kNone;
+      status.retry_after() > Duration::zero() && (status.stop_reason() == StopReason::kNone ||
+                                                  status.stop_reason() == StopReason::kProbeFailed);
   return refused ? CallResult::kRefused : CallResult::kFailure;
 }
 }  // namespace detail

@@ -102,6 +102,8 @@ std::string_view to_string(StopReason reason) noexcept {
       return "cancelled";
     case StopReason::kAtCapacity:
       return "at capacity";
+    case StopReason::kProbeFailed:
+      return "probe failed";
   }
   return "?";
 }

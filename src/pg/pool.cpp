@@ -231,9 +231,20 @@ Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock
     return PooledConnection(this, std::move(*conn), true);
   }
   --open_;
-  // Not a give-up: the caller may retry, but no connect is made before the delay passes.
   Status failed = conn.status();
-  failed.with_stop(StopReason::kNone, 0, connect_failed(conn.status()));
+  const Duration delay = connect_failed(conn.status());
+  // The first failed connect is not a give-up: the caller may retry once the delay passed.
+  // A failed probe is the caller's answer, as a backoff is (refused_again()).
+  if (probe) return refused_again(std::move(failed), delay);
+  failed.with_stop(StopReason::kNone, 0, delay);
+  return failed;
+}
+
+Status Pool::refused_again(Status failed, Duration delay) {
+  // The request that probed a server refusing connects learns what a request during the
+  // backoff learns, now: retrying before the next connect would only be refused, and the
+  // server may be away for long. The breaker counts it as the server's refusal (ADR 0022).
+  failed.with_stop(StopReason::kProbeFailed, 0, delay);
   return failed;
 }
 
@@ -261,9 +272,8 @@ std::uint64_t Pool::connect_in_background(TimePoint until) {
         idle_.push_back(std::move(*conn));  // room reserved: open_ <= size
       } else {
         --open_;
-        Status failed = conn.status();
-        failed.with_stop(StopReason::kNone, 0, connect_failed(conn.status()));
-        background_failure_ = std::move(failed);
+        const Duration delay = connect_failed(conn.status());
+        background_failure_ = refused_again(conn.status(), delay);
         failed_in_background_ = id;
       }
     });

@@ -304,6 +304,11 @@ TEST(BreakerResult, AFailureThatNamesWhenTheServerTakesCallsAgainIsARefusal) {
   Status shed = refused_connect();
   shed.with_stop(StopReason::kBreakerOpen, 0, milliseconds(100));
   EXPECT_EQ(breaker_result(shed), CallResult::kNeutral);
+  // A pool's probe connect that the server refused once more is the server's refusal, though
+  // the request that made it is not retried.
+  Status probe = refused_connect();
+  probe.with_stop(StopReason::kProbeFailed, 0, milliseconds(100));
+  EXPECT_EQ(breaker_result(probe), CallResult::kRefused);
 }
 
 // Busy traffic needs twenty overload faults in a row, since a few can be a blip amid

@@ -258,6 +258,29 @@ TEST(Retry, ARefusingServerIsWaitedForNoLongerThanTheShortSteps) {
   EXPECT_EQ(r.status().retry_after(), milliseconds(50));
 }
 
+// A server that refused the pool's probe connect once more is away: the request answers now,
+// with when the pool connects again, instead of riding the refusal out.
+TEST(Retry, ARefusedProbeIsAnsweredAtOnce) {
+  Fixture f;
+  RetryStats stats;
+  int calls = 0;
+  Result<int> r = retry(
+      f.policy, Operation::read(),
+      [&]() -> Result<int> {
+        ++calls;
+        Status s(Code::kUnavailable, "connection refused",
+                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+        s.with_stop(StopReason::kProbeFailed, 0, milliseconds(50));
+        return s;
+      },
+      &stats);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().stop_reason(), StopReason::kProbeFailed);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(f.delays.empty());
+  EXPECT_EQ(r.status().retry_after(), milliseconds(50));
+}
+
 TEST(Retry, ResultOfAnyTypeAndStatsAreReturned) {
   Fixture f;
   RetryStats stats;
