@@ -197,16 +197,19 @@ TEST(Retry, NestedLoopsInsideOneScopeMakeNoMoreAttemptsThanOneLoop) {
   EXPECT_NE(s.stop_reason(), StopReason::kNone);
 }
 
+// A pool's failed connect: it connects again after `connects_again`. kProbeFailed: the
+// connect probed a server that was already refusing connects.
+Status refused(Duration connects_again, StopReason stop = StopReason::kNone) {
+  Status s(Code::kUnavailable, "connection refused",
+           Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+  s.with_stop(stop, 0, connects_again);
+  return s;
+}
+
 // A pool whose connect just failed says when it connects again (retry_after() with no stop
 // reason). A retry due sooner would only be refused: the loop answers now, with when; one
 // due later goes ahead.
 TEST(Retry, AFailureThatNamesWhenItCanBeServedEndsTheLoopWhenThatIsAfterTheNextWait) {
-  const auto refused = [](Duration connects_again) {
-    Status s(Code::kUnavailable, "connection refused",
-             Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
-    s.with_stop(StopReason::kNone, 0, connects_again);
-    return s;
-  };
   {
     Fixture f;
     RetryStats stats;
@@ -240,10 +243,7 @@ TEST(Retry, ARefusingServerIsWaitedForNoLongerThanTheShortSteps) {
       f.policy, Operation::read(),
       [&]() -> Result<int> {
         ++calls;
-        Status s(Code::kUnavailable, "connection refused",
-                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
-        s.with_stop(StopReason::kNone, 0, milliseconds(50));
-        return s;
+        return refused(milliseconds(50));
       },
       &stats);
   ASSERT_FALSE(r.ok());
@@ -268,10 +268,7 @@ TEST(Retry, ARefusedProbeIsAnsweredAtOnce) {
       f.policy, Operation::read(),
       [&]() -> Result<int> {
         ++calls;
-        Status s(Code::kUnavailable, "connection refused",
-                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
-        s.with_stop(StopReason::kProbeFailed, 0, milliseconds(50));
-        return s;
+        return refused(milliseconds(50), StopReason::kProbeFailed);
       },
       &stats);
   ASSERT_FALSE(r.ok());
