@@ -88,6 +88,36 @@ TEST(PgOverloadControl, WhileTheServerIsStoppedRequestsAreAnsweredAtOnceAndServi
       after_open, slowest_after_open_ms, back_ms);
 }
 
+// The first write of an outage may ride a refused connect out on its retry steps (a restart
+// is short); a write that comes once the pool knows the server refuses, and whose connect
+// is the pool's probe, is answered by that probe's refusal, without a retry (ADR 0022).
+TEST(PgOverloadControl, AWriteWhoseConnectProbesARefusingServerIsNotRetried) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  DatabaseOptions o;
+  o.url = "postgresql://postgres@127.0.0.1:1/postgres";  // port 1: every connect refused
+  o.application_name = unique("hf_overload_probe");
+  o.reconnect_backoff = Backoff::steps({milliseconds(1)}, Jitter::none());
+  Database db(o);
+  const Metrics& metrics = db.shield().metrics();
+  {
+    RequestScope scope;
+    Result<Rows> first = db.write("SELECT 1");
+    ASSERT_FALSE(first.ok());
+    // Its own refused connect was retried; the retry was the pool's probe, refused too.
+    EXPECT_EQ(first.status().stop_reason(), StopReason::kProbeFailed)
+        << first.status().to_string();
+    EXPECT_EQ(metrics.snapshot().retries, 1u);
+  }
+  std::this_thread::sleep_for(milliseconds(5));  // the pool's backoff passes
+  RequestScope scope;
+  Result<Rows> next = db.write("SELECT 1");
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().stop_reason(), StopReason::kProbeFailed) << next.status().to_string();
+  EXPECT_GT(next.status().retry_after(), Duration::zero());
+  EXPECT_EQ(metrics.snapshot().retries, 1u) << "the refused probe was retried";
+  EXPECT_EQ(db.shield().breaker().state(), BreakerState::kClosed) << "three refusals so far";
+}
+
 TEST(PgOverloadControl, AfterConnectionsWereExhaustedEveryProcessWritesAgainWithin1s) {
   HOLDFAST_REQUIRE_PG_SERVER();
   PrivateServer server(12);
