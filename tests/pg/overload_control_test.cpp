@@ -104,8 +104,7 @@ TEST(PgOverloadControl, AWriteWhoseConnectProbesARefusingServerIsNotRetried) {
     Result<Rows> first = db.write("SELECT 1");
     ASSERT_FALSE(first.ok());
     // Its own refused connect was retried; the retry was the pool's probe, refused too.
-    EXPECT_EQ(first.status().stop_reason(), StopReason::kProbeFailed)
-        << first.status().to_string();
+    EXPECT_EQ(first.status().stop_reason(), StopReason::kProbeFailed) << first.status().to_string();
     EXPECT_EQ(metrics.snapshot().retries, 1u);
   }
   std::this_thread::sleep_for(milliseconds(5));  // the pool's backoff passes
