@@ -262,15 +262,12 @@ TEST(Retry, ARefusingServerIsWaitedForNoLongerThanTheShortSteps) {
 // with when the pool connects again, instead of riding the refusal out.
 TEST(Retry, ARefusedProbeIsAnsweredAtOnce) {
   Fixture f;
-  RetryStats stats;
   int calls = 0;
-  Result<int> r = retry(
-      f.policy, Operation::read(),
-      [&]() -> Result<int> {
-        ++calls;
-        return refused(milliseconds(50), StopReason::kProbeFailed);
-      },
-      &stats);
+  const auto probe = [&]() -> Result<int> {
+    ++calls;
+    return refused(milliseconds(50), StopReason::kProbeFailed);
+  };
+  Result<int> r = retry(f.policy, Operation::read(), probe);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().stop_reason(), StopReason::kProbeFailed);
   EXPECT_EQ(calls, 1);
