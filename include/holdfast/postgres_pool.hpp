@@ -178,8 +178,6 @@ class Pool {
   // connector_: a new connection goes to the idle list; a failure is counted and kept for
   // the request that started it. Returns its id, or 0 when no thread could be started.
   std::uint64_t connect_in_background(TimePoint until);
-  // A failed probe connect (`delay` to the next connect) as its request's answer.
-  static Status refused_again(Status failed, Duration delay);
   // REQUIRES: mutex_ held. Counts a connect that worked: connects no longer fail.
   void connected();
   // REQUIRES: mutex_ held. The answer while connects fail and the next is `left` away.

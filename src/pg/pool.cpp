@@ -24,6 +24,15 @@ constexpr Duration kPoolerCheckTimeout = std::chrono::milliseconds(250);
 // by side again.
 constexpr Duration kConnectFailureGoesStale = std::chrono::seconds(1);
 
+// A failed probe connect (`delay` to the next connect) as its request's answer: the
+// request that probed a server refusing connects learns what a request during the backoff
+// learns, now. Retrying before the next connect would only be refused, and the server may
+// be away for long. The breaker counts it as the server's refusal (ADR 0022).
+Status refused_again(Status failed, Duration delay) {
+  failed.with_stop(StopReason::kProbeFailed, 0, delay);
+  return failed;
+}
+
 }  // namespace
 
 PooledConnection::PooledConnection(PooledConnection&& other) noexcept
@@ -237,14 +246,6 @@ Result<PooledConnection> Pool::connect_locked(std::unique_lock<std::mutex>& lock
   // A failed probe is the caller's answer, as a backoff is (refused_again()).
   if (probe) return refused_again(std::move(failed), delay);
   failed.with_stop(StopReason::kNone, 0, delay);
-  return failed;
-}
-
-Status Pool::refused_again(Status failed, Duration delay) {
-  // The request that probed a server refusing connects learns what a request during the
-  // backoff learns, now: retrying before the next connect would only be refused, and the
-  // server may be away for long. The breaker counts it as the server's refusal (ADR 0022).
-  failed.with_stop(StopReason::kProbeFailed, 0, delay);
   return failed;
 }
 
