@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,6 +89,25 @@ void set_blocking(int fd, bool blocking) {
 
 // How long the relay waits for the panel's answer: longer than any request's window.
 constexpr std::chrono::milliseconds kUpstreamAnswer{30000};
+// How long the loop stops accepting after accept() ran out of descriptors or memory.
+constexpr std::chrono::milliseconds kAcceptPause{100};
+// Descriptors kept for the panel's server, its databases and its logs.
+constexpr long long kReservedDescriptors = 128;
+
+// Options::max_connections, lowered so that the client connections, the relays (each holds
+// a client, an upstream socket and the server's end of it), the queued requests and the
+// reserve all fit under the soft open-file limit; at least 16 (or max_connections).
+int fitted_connections(const HttpFront::Options& o) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return o.max_connections;
+  }
+  const long long taken = 3LL * (o.heavy_relays + o.light_relays) +
+                          static_cast<long long>(o.heavy_queue + o.light_queue) +
+                          kReservedDescriptors;
+  const long long room = static_cast<long long>(limit.rlim_cur) - taken;
+  return static_cast<int>(std::min<long long>(o.max_connections, std::max(room, 16LL)));
+}
 
 }  // namespace
 
@@ -102,6 +122,8 @@ struct HttpFront::Conn {
   std::size_t body_len = 0;
   std::string head;  // the head to send upstream
   bool light = false;
+  std::map<std::string, int>::iterator per_client;  // in reading_by_client_, when counted
+  bool counted = false;
 };
 
 HttpFront::HttpFront(Options options)
@@ -122,6 +144,10 @@ bool HttpFront::is_light(std::string_view method, std::string_view path) noexcep
 }
 
 Status HttpFront::start() {
+  if (options_.max_connections < 1) {
+    return Status(Code::kInvalidArgument, "HttpFront: max_connections must be at least 1");
+  }
+  max_connections_ = fitted_connections(options_);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Status(Code::kInternal, "socket() failed");
   const int one = 1;
@@ -145,6 +171,7 @@ Status HttpFront::start() {
     listen_fd_ = -1;
     return Status(Code::kInternal, "pipe2() failed");
   }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   for (int i = 0; i < options_.heavy_relays; ++i)
     relays_.emplace_back([this] { relay_loop(heavy_); });
   for (int i = 0; i < options_.light_relays; ++i)
@@ -174,16 +201,20 @@ void HttpFront::stop() noexcept {
   ::close(listen_fd_);
   ::close(wake_fds_[0]);
   ::close(wake_fds_[1]);
-  listen_fd_ = wake_fds_[0] = wake_fds_[1] = -1;
+  if (spare_fd_ >= 0) ::close(spare_fd_);
+  listen_fd_ = wake_fds_[0] = wake_fds_[1] = spare_fd_ = -1;
 }
 
 void HttpFront::loop() {
   std::vector<std::unique_ptr<Conn>> conns;
   std::vector<pollfd> fds;
   while (!stopping_) {
-    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}});
     const auto now = Steady::now();
+    const bool accepting = now >= accept_paused_until_;
+    fds.assign(
+        {{listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0}, {wake_fds_[0], POLLIN, 0}});
     auto next = now + std::chrono::seconds(1);
+    if (!accepting) next = std::min(next, accept_paused_until_);
     for (const auto& c : conns) {
       fds.push_back({c->fd, POLLIN, 0});
       next = std::min(next, c->deadline);
@@ -204,34 +235,84 @@ void HttpFront::loop() {
         refuse(c, 408, "the request did not arrive in time\n");
         keep = false;
       }
-      if (keep) kept.push_back(std::move(conns[i]));
-    }
-    conns.swap(kept);
-    if ((fds[0].revents & POLLIN) != 0) {
-      for (;;) {
-        sockaddr_in peer{};
-        socklen_t len = sizeof(peer);
-        const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len,
-                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        ++counters_.accepted;
-        auto c = std::make_unique<Conn>();
-        c->fd = fd;
-        char ip[INET_ADDRSTRLEN] = {};
-        ::inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof(ip));
-        c->client = ip;
-        c->deadline = Steady::now() + options_.head_deadline;
-        if (static_cast<int>(conns.size()) >= options_.max_connections) {
-          ++counters_.shed_503;
-          refuse(*c, 503, "too many connections; try again in a second\n", 1);
-          continue;
-        }
-        conns.push_back(std::move(c));
+      if (keep) {
+        kept.push_back(std::move(conns[i]));
+      } else {
+        forget(c);
       }
     }
+    conns.swap(kept);  // in the order they were accepted: the longest-sending first
+    if ((fds[0].revents & POLLIN) != 0) accept_new(conns);
   }
   for (const auto& c : conns)
     ::close(c->fd);
+  reading_by_client_.clear();
+}
+
+void HttpFront::accept_new(std::vector<std::unique_ptr<Conn>>& conns) {
+  for (;;) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof(peer);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) on_accept_failure(errno);
+      return;
+    }
+    ++counters_.accepted;
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    char ip[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof(ip));
+    c->client = ip;
+    c->deadline = Steady::now() + options_.head_deadline;
+    if (static_cast<int>(conns.size()) >= max_connections_) make_room(conns);
+    const auto slot = reading_by_client_.try_emplace(c->client, 0).first;
+    ++slot->second;
+    c->per_client = slot;
+    c->counted = true;
+    conns.push_back(std::move(c));
+  }
+}
+
+void HttpFront::make_room(std::vector<std::unique_ptr<Conn>>& conns) {
+  const auto heaviest =
+      std::max_element(reading_by_client_.begin(), reading_by_client_.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  // conns is in the order of acceptance: the first of that address has been sending longest.
+  auto victim = std::find_if(conns.begin(), conns.end(), [&](const auto& c) {
+    return c->counted && c->per_client == heaviest;
+  });
+  if (victim == conns.end()) victim = conns.begin();
+  ++counters_.shed_503;
+  forget(**victim);
+  refuse(**victim, 503, "too many connections; try again in a second\n", 1);
+  conns.erase(victim);
+}
+
+void HttpFront::on_accept_failure(int error) {
+  // Out of descriptors or memory: stop watching the socket for a moment rather than spin
+  // on a backlog the loop cannot take, and answer the client at its head through the
+  // spare descriptor, so that it learns to come back instead of waiting.
+  accept_paused_until_ = Steady::now() + kAcceptPause;
+  if ((error != EMFILE && error != ENFILE) || spare_fd_ < 0) return;
+  ::close(spare_fd_);
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    ++counters_.accepted;
+    ++counters_.shed_503;
+    Conn c;
+    c.fd = fd;
+    refuse(c, 503, "the panel has no room for another connection; try again in a second\n", 1);
+  }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void HttpFront::forget(Conn& c) {
+  if (!c.counted) return;
+  c.counted = false;
+  if (--c.per_client->second == 0) reading_by_client_.erase(c.per_client);
 }
 
 bool HttpFront::on_readable(Conn& c) {

@@ -24,7 +24,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -52,7 +55,12 @@ class HttpFront {
     int max_header_lines = 100;
     std::size_t max_form_bytes = 8 * 1024;   // application/x-www-form-urlencoded
     std::size_t max_body_bytes = 64 * 1024;  // any other body
-    int max_connections = 1024;              // open client connections
+    // Client connections still sending their request (at least 1). At start() this is
+    // lowered to fit the process's open-file limit, leaving room for the relays, the queues
+    // and the databases. When it is full, a newcomer is let in and the address holding the
+    // most connections gives up the one it has been sending longest (503): slow clients
+    // cannot hold the door shut, and one address cannot crowd the others out.
+    int max_connections = 1024;
     // Counts own_answers() per second; the panel's TrafficRing should be on the same clock
     // (GET /status adds the two second by second). Outlives the front; null: the system clock.
     Clock* clock = &Clock::system();
@@ -76,6 +84,8 @@ class HttpFront {
   Status start();
   void stop() noexcept;
   [[nodiscard]] int port() const noexcept { return port_; }
+  // Options::max_connections as start() fitted it to the open-file limit.
+  [[nodiscard]] int max_connections() const noexcept { return max_connections_; }
   [[nodiscard]] const Counters& counters() const noexcept { return counters_; }
   // The answers the front makes itself (refusals, its 503s, "the panel is starting"), per
   // second on Options::clock; the answers it relays are the panel's to count.
@@ -113,6 +123,14 @@ class HttpFront {
   struct Conn;
 
   void loop();
+  // Accepts every waiting connection into `conns`, making room as Options says.
+  void accept_new(std::vector<std::unique_ptr<Conn>>& conns);
+  // Cuts off (503) the longest-sending connection of the address that holds the most.
+  void make_room(std::vector<std::unique_ptr<Conn>>& conns);
+  // accept() failed with `error`, other than for want of a waiting client.
+  void on_accept_failure(int error);
+  // Takes a connection that is done with off its client's count.
+  void forget(Conn& c);
   void relay_loop(Lane& lane);
   void relay(Request& r);
   // Reads what `c` sent; false when it is done with (answered, refused or gone).
@@ -122,8 +140,12 @@ class HttpFront {
   void refuse(Conn& c, int status, std::string_view text, int retry_after_s = 0);
 
   Options options_;
+  int max_connections_ = 0;
   int listen_fd_ = -1;
-  int wake_fds_[2] = {-1, -1};  // a pipe that wakes the loop for stop()
+  int spare_fd_ = -1;  // closed to accept (and refuse) a client when descriptors run out
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+  std::map<std::string, int> reading_by_client_;  // the event loop's connections per address
+  int wake_fds_[2] = {-1, -1};                    // a pipe that wakes the loop for stop()
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   Counters counters_;
