@@ -65,8 +65,29 @@ void send_to_sign_in(httplib::Response& res, bool as_json) {
 
 struct PanelServer::StaleCopy {
   Schedule schedule;
-  std::string as_of;  // "HH:MM:SS" UTC
+  std::string as_of;       // "HH:MM:SS" UTC
+  std::uint64_t kept = 0;  // when it was kept, in the order of keep_stale_copy() calls
 };
+
+void PanelServer::keep_stale_copy(const std::string& date, Schedule schedule, std::string as_of) {
+  std::lock_guard<std::mutex> lock(stale_mutex_);
+  auto copy = std::make_shared<const StaleCopy>(
+      StaleCopy{std::move(schedule), std::move(as_of), ++stale_copies_kept_});
+  if (last_good_.size() >= kStaleCopies && last_good_.find(date) == last_good_.end()) {
+    // The client picks the date: the copy kept longest ago makes room for a new one.
+    auto oldest = last_good_.begin();
+    for (auto it = last_good_.begin(); it != last_good_.end(); ++it) {
+      if (it->second->kept < oldest->second->kept) oldest = it;
+    }
+    last_good_.erase(oldest);
+  }
+  last_good_[date] = std::move(copy);
+}
+
+std::size_t PanelServer::stale_copies() const {
+  std::lock_guard<std::mutex> lock(stale_mutex_);
+  return last_good_.size();
+}
 
 void PanelServer::get_schedule_page(const httplib::Request& req, httplib::Response& res) {
   if (auto failed = answer_schedule(req, res, false)) {
@@ -108,11 +129,7 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
     if (answer_stale_schedule(res, date, user, failure, as_json)) return std::nullopt;
     return failure;
   }
-  if (holdfast()) {
-    auto copy = std::make_shared<StaleCopy>(StaleCopy{schedule, now.substr(11, 8)});
-    std::lock_guard<std::mutex> lock(stale_mutex_);
-    last_good_[date] = std::move(copy);
-  }
+  if (holdfast()) keep_stale_copy(date, schedule, now.substr(11, 8));
   counters_.ok++;
   res.set_header("X-CSRF-Token", csrf_token(token));
   if (as_json) {

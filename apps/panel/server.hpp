@@ -91,6 +91,10 @@ class PanelServer {
                                  std::string_view next = "/dashboard/schedule",
                                  Duration valid_for = std::chrono::minutes(10));
   [[nodiscard]] const PanelCounters& counters() const noexcept { return counters_; }
+  // Schedules kept to answer from while the database is busy: one per date, at most
+  // kStaleCopies (the copy kept longest ago gives way).
+  [[nodiscard]] std::size_t stale_copies() const;
+  static constexpr std::size_t kStaleCopies = 64;
 
  private:
   // The largest request body taken (a form is at most 8 KiB: httplib's own limit).
@@ -188,8 +192,10 @@ class PanelServer {
   std::mutex status_sessions_mutex_;
   std::map<std::string, TimePoint> status_sessions_;
   struct StaleCopy;
-  std::mutex stale_mutex_;
+  void keep_stale_copy(const std::string& date, Schedule schedule, std::string as_of);
+  mutable std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
+  std::uint64_t stale_copies_kept_ = 0;
   std::unique_ptr<Answers> answers_;
   std::unique_ptr<AttemptLimiter> sign_in_by_account_;
   std::unique_ptr<AttemptLimiter> sign_in_by_address_;

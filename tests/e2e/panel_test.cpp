@@ -1,5 +1,6 @@
 // The demo panel over HTTP on loopback, against a real SQLite file and real lock storms.
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -142,6 +143,31 @@ TEST_F(PanelTest, DuringATwentySecondReadLockItServesTheLastGoodScheduleWithABan
   EXPECT_TRUE(r->has_header("X-Holdfast-Stale"));
   EXPECT_NE(r->body.find("id=\"stale-banner\""), std::string::npos);
   EXPECT_LE(took, seconds(7));
+}
+
+TEST_F(PanelTest, StaleCopiesAreBoundedWhateverDatesClientsAskForAndTheLatestIsKept) {
+  // Every date a client asks for leaves a copy; a client walking the calendar must not
+  // grow them without end.
+  int asked = 0;
+  for (int month = 1; month <= 12 && asked < 100; ++month) {
+    for (int day = 1; day <= 28 && asked < 100; ++day, ++asked) {
+      char date[16];
+      std::snprintf(date, sizeof(date), "2031-%02d-%02d", month, day);
+      auto r = http_->Get(std::string("/api/schedule?date=") + date, cookie_);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << date;
+    }
+  }
+  EXPECT_EQ(server_->stale_copies(), PanelServer::kStaleCopies);
+  // The page read last still has its copy to answer from.
+  ASSERT_EQ(schedule()->status, 200);
+  EXPECT_EQ(server_->stale_copies(), PanelServer::kStaleCopies);
+  auto lock = storm(StormKind::kRead);
+  auto r = schedule();
+  lock->end();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(r->has_header("X-Holdfast-Stale"));
 }
 
 TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAndNotApplied) {
