@@ -62,10 +62,15 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
     res.set_content(render_login(input.message()), kHtml);
     return;
   }
-  // Throttled per account and per address before the password is looked at.
+  // Throttled per account and per address before the password is looked at: each attempt
+  // takes its place in both limits first, and gives it back unless the password was wrong.
   const std::string account = "account:" + email;
-  const Duration wait = std::max(sign_in_by_account_->wait_for(account),
-                                 sign_in_by_address_->wait_for(client_address(req)));
+  const std::string address = client_address(req);
+  Duration wait = sign_in_by_account_->try_acquire(account);
+  if (wait == Duration::zero()) {
+    wait = sign_in_by_address_->try_acquire(address);
+    if (wait > Duration::zero()) sign_in_by_account_->refund(account);
+  }
   if (wait > Duration::zero()) {
     counters_.bad_request++;
     res.status = 429;
@@ -75,10 +80,13 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
   }
   const RequestWindow scope = request_window(req);
   Result<std::string> token = options_.store->login(email, password, now_utc());
+  const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied;
+  if (!wrong_password) {
+    sign_in_by_account_->refund(account);
+    sign_in_by_address_->refund(address);
+  }
   if (!token.ok()) {
-    if (token.status().code() == Code::kPermissionDenied) {
-      sign_in_by_account_->record(account);
-      sign_in_by_address_->record(client_address(req));
+    if (wrong_password) {
       counters_.bad_request++;
       res.status = 401;
       res.set_content(render_login(token.status().message()), kHtml);

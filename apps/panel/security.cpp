@@ -103,31 +103,31 @@ void AttemptLimiter::forget_old(std::deque<TimePoint>& events, TimePoint now) co
     events.pop_front();
 }
 
-Duration AttemptLimiter::wait_for(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = events_.find(key);
-  if (it == events_.end()) return Duration::zero();
-  const TimePoint now = clock_.now();
-  forget_old(it->second, now);
-  if (static_cast<int>(it->second.size()) < limit_) return Duration::zero();
-  return it->second.front() + window_ - now;
-}
-
-void AttemptLimiter::record(const std::string& key) {
+Duration AttemptLimiter::try_acquire(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   const TimePoint now = clock_.now();
-  if (events_.size() >= max_keys_ && events_.find(key) == events_.end()) {
+  if (auto it = events_.find(key); it != events_.end()) {
+    forget_old(it->second, now);
+    if (static_cast<int>(it->second.size()) >= limit_) return it->second.front() + window_ - now;
+  } else if (events_.size() >= max_keys_) {
     // Bounded memory: drop keys whose events have all expired, or else the first key in
     // order (an arbitrary one: the per-address limit still holds a flood of names).
-    for (auto it = events_.begin(); it != events_.end();) {
-      forget_old(it->second, now);
-      it = it->second.empty() ? events_.erase(it) : std::next(it);
+    for (auto i = events_.begin(); i != events_.end();) {
+      forget_old(i->second, now);
+      i = i->second.empty() ? events_.erase(i) : std::next(i);
     }
     if (events_.size() >= max_keys_) events_.erase(events_.begin());
   }
-  auto& events = events_[key];
-  forget_old(events, now);
-  events.push_back(now);
+  events_[key].push_back(now);
+  return Duration::zero();
+}
+
+void AttemptLimiter::refund(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = events_.find(key);
+  if (it == events_.end() || it->second.empty()) return;
+  it->second.pop_back();
+  if (it->second.empty()) events_.erase(it);
 }
 
 std::string client_address(const httplib::Request& req) {

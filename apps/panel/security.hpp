@@ -57,10 +57,12 @@ class AttemptLimiter {
   AttemptLimiter(Clock& clock, int limit, Duration window, std::size_t max_keys = 10'000)
       : clock_(clock), limit_(limit), window_(window), max_keys_(max_keys) {}
 
-  // Zero when another event for `key` is allowed now; else how long until one is.
-  [[nodiscard]] Duration wait_for(const std::string& key);
-  // Counts one event for `key`.
-  void record(const std::string& key);
+  // Counts one event for `key` and returns zero when it is allowed now; otherwise counts
+  // nothing and returns how long until one is. The check and the count are one step, so
+  // callers racing on a key cannot all pass the check before any of them counts.
+  [[nodiscard]] Duration try_acquire(const std::string& key);
+  // Takes back the latest event counted for `key`: an attempt that turned out not to count.
+  void refund(const std::string& key);
 
  private:
   void forget_old(std::deque<TimePoint>& events, TimePoint now) const;

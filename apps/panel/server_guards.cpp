@@ -52,7 +52,7 @@ void PanelServer::install_guards() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.method == "POST" && req.path == "/report") {
-      const Duration wait = reports_by_address_->wait_for(client_address(req));
+      const Duration wait = reports_by_address_->try_acquire(client_address(req));
       if (wait > Duration::zero()) {
         counters_.bad_request++;
         res.status = 429;
@@ -61,7 +61,6 @@ void PanelServer::install_guards() {
                         "text/plain; charset=utf-8");
         return httplib::Server::HandlerResponse::Handled;
       }
-      reports_by_address_->record(client_address(req));
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

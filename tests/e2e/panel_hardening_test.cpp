@@ -1,7 +1,10 @@
 // Issue #13 on the SQLite panel: idempotency keys, answers without internals, web security,
 // limits. Each test fails on the panel before the fix.
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "hardening_checks.hpp"
 #include "panel_fixture.hpp"
@@ -171,6 +174,47 @@ TEST_F(PanelHardeningTest, FiveWrongPasswordsAMinuteThrottleTheAccountWith429) {
   ASSERT_TRUE(blocked);
   EXPECT_EQ(blocked->status, 429);
   EXPECT_FALSE(blocked->get_header_value("Retry-After").empty());
+}
+
+TEST_F(PanelHardeningTest, TwentyWrongPasswordsSentAtOnceGetNoMoreThanFiveLooks) {
+  // The limit's check and its count are one step: requests racing past the check before
+  // the first wrong password is counted would each get a guess. A lock on the database
+  // holds the sign-ins that get through, so all of them are in flight at once.
+  constexpr int kTries = 20;
+  auto lock = storm(StormKind::kRead);
+  std::atomic<int> ready{0};
+  std::atomic<int> unauthorized{0};
+  std::atomic<int> throttled{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kTries; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client client("127.0.0.1", server_->port());
+      ready++;
+      while (ready.load() < kTries)
+        std::this_thread::yield();
+      auto r = client.Post(
+          "/login", httplib::Params{{"email", "Bartek.Tran@club.example"}, {"password", "nope"}});
+      if (r && r->status == 401) unauthorized++;
+      if (r && r->status == 429) throttled++;
+    });
+  }
+  while (ready.load() < kTries)
+    std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  lock->end();
+  for (auto& t : clients)
+    t.join();
+  EXPECT_LE(unauthorized.load(), 5);
+  EXPECT_EQ(unauthorized.load() + throttled.load(), kTries);
+}
+
+TEST_F(PanelHardeningTest, ASuccessfulSignInDoesNotCountAgainstTheLimit) {
+  const httplib::Params right{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}};
+  for (int i = 0; i < 7; ++i) {
+    auto r = http_->Post("/login", right);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 303) << "sign-in " << i + 1;
+  }
 }
 
 TEST_F(PanelHardeningTest, ReportsAreSizeCappedAndRateLimited) {
