@@ -414,7 +414,8 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
       continue;
     }
     if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
-        iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client")) {
+        iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client") ||
+        iequals(name, "X-Holdfast-Front")) {
       continue;
     }
     out.rewritten.append(field);
@@ -429,6 +430,10 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
   }
   out.rewritten += "Connection: close\r\nX-Holdfast-Client: ";
   out.rewritten.append(client);
+  if (!options.upstream_secret.empty()) {
+    out.rewritten += "\r\nX-Holdfast-Front: ";
+    out.rewritten += options.upstream_secret;
+  }
   out.rewritten += "\r\n\r\n";
   out.body_len = length;
   out.light = is_light(method, target);

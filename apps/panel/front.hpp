@@ -42,8 +42,12 @@ class HttpFront {
  public:
   struct Options {
     std::string host = "127.0.0.1";
-    int port = 0;                  // 0: any free port (see port())
-    int upstream_port = 0;         // REQUIRED: the httplib server, on 127.0.0.1
+    int port = 0;           // 0: any free port (see port())
+    int upstream_port = 0;  // REQUIRED: the httplib server, on 127.0.0.1
+    // Sent upstream on every request as X-Holdfast-Front (one a client sent is dropped), so
+    // the server can tell the front's requests from a local process that connects to its
+    // loopback port directly. Empty: none sent.
+    std::string upstream_secret;
     int heavy_relays = 12;         // database-bound requests at the server at once
     int light_relays = 4;          // light requests at the server at once
     std::size_t heavy_queue = 64;  // database-bound requests waiting for a relay

@@ -10,7 +10,9 @@
 namespace holdfast::panel {
 
 PanelServer::PanelServer(Options options)
-    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+    : options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()),
+      front_secret_(ClubStore::new_token()) {
   if (options_.store == nullptr || options_.logger == nullptr) {
     throw std::invalid_argument("PanelServer: store and logger are required");
   }
@@ -42,6 +44,7 @@ Status PanelServer::start() {
   fo.host = options_.host;
   fo.port = options_.port;
   fo.upstream_port = upstream;
+  fo.upstream_secret = front_secret_;
   fo.heavy_relays = options_.threads;
   fo.light_relays = kLightRelays;
   fo.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
@@ -51,6 +54,7 @@ Status PanelServer::start() {
     return s;
   }
   port_ = front_->port();
+  upstream_port_ = upstream;
   return Status();
 }
 

@@ -81,6 +81,8 @@ class PanelServer {
   // Stops serving and joins the thread. Idempotent.
   void stop() noexcept;
   [[nodiscard]] int port() const noexcept { return port_; }
+  // The loopback port of the server behind the front; it answers only the front (403).
+  [[nodiscard]] int upstream_port() const noexcept { return upstream_port_; }
 
   // A one-time sign-in link for `user_id`: the path and query to append to the server's
   // address ("/login/link?token=..."). Following it opens a session (the cookie POST /login
@@ -184,6 +186,8 @@ class PanelServer {
   std::unique_ptr<HttpFront> front_;  // the public socket (front.hpp)
   std::thread thread_;
   int port_ = 0;
+  int upstream_port_ = 0;
+  std::string front_secret_;  // X-Holdfast-Front: what the front adds to every request
   PanelCounters counters_;
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
   // Sessions /status confirmed lately, by token: when they stop counting (see
