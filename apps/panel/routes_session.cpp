@@ -63,28 +63,29 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
     return;
   }
   // Throttled per account and per address before the password is looked at: each attempt
-  // takes its place in both limits first, and gives it back unless the password was wrong.
+  // holds a place in both limits while it runs, and counts only if the password was wrong.
   const std::string account = "account:" + email;
   const std::string address = client_address(req);
   Duration wait = sign_in_by_account_->try_acquire(account);
   if (wait == Duration::zero()) {
     wait = sign_in_by_address_->try_acquire(address);
-    if (wait > Duration::zero()) sign_in_by_account_->refund(account);
+    if (wait > Duration::zero()) sign_in_by_account_->settle(account, false);
   }
   if (wait > Duration::zero()) {
     counters_.bad_request++;
     res.status = 429;
     res.set_header("Retry-After", std::to_string(retry_after_header(wait)));
-    res.set_content(render_login("Too many failed sign-ins. Try again in a minute."), kHtml);
+    res.set_content(render_login(wait > AttemptLimiter::kBusyWait
+                                     ? "Too many failed sign-ins. Try again in a minute."
+                                     : "Too many sign-ins at once. Try again in a second."),
+                    kHtml);
     return;
   }
   const RequestWindow scope = request_window(req);
   Result<std::string> token = options_.store->login(email, password, now_utc());
   const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied;
-  if (!wrong_password) {
-    sign_in_by_account_->refund(account);
-    sign_in_by_address_->refund(address);
-  }
+  sign_in_by_account_->settle(account, wrong_password);
+  sign_in_by_address_->settle(address, wrong_password);
   if (!token.ok()) {
     if (wrong_password) {
       counters_.bad_request++;

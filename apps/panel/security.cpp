@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -103,31 +104,55 @@ void AttemptLimiter::forget_old(std::deque<TimePoint>& events, TimePoint now) co
     events.pop_front();
 }
 
-Duration AttemptLimiter::try_acquire(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const TimePoint now = clock_.now();
+Duration AttemptLimiter::acquire_locked(const std::string& key, TimePoint now) {
   if (auto it = events_.find(key); it != events_.end()) {
-    forget_old(it->second, now);
-    if (static_cast<int>(it->second.size()) >= limit_) return it->second.front() + window_ - now;
+    Events& e = it->second;
+    forget_old(e.counted, now);
+    if (static_cast<int>(e.counted.size()) >= limit_) return e.counted.front() + window_ - now;
+    if (static_cast<int>(e.counted.size()) + e.in_flight >= limit_) return kBusyWait;
   } else if (events_.size() >= max_keys_) {
-    // Bounded memory: drop keys whose events have all expired, or else the first key in
-    // order (an arbitrary one: the per-address limit still holds a flood of names).
+    // Bounded memory: drop keys with nothing in flight whose events have all expired, or
+    // else the first such key in order (an arbitrary one: the per-address limit still holds
+    // a flood of names).
     for (auto i = events_.begin(); i != events_.end();) {
-      forget_old(i->second, now);
-      i = i->second.empty() ? events_.erase(i) : std::next(i);
+      forget_old(i->second.counted, now);
+      const bool idle = i->second.counted.empty() && i->second.in_flight == 0;
+      i = idle ? events_.erase(i) : std::next(i);
     }
-    if (events_.size() >= max_keys_) events_.erase(events_.begin());
+    if (events_.size() >= max_keys_) {
+      const auto quiet = std::find_if(events_.begin(), events_.end(),
+                                      [](const auto& k) { return k.second.in_flight == 0; });
+      if (quiet != events_.end()) events_.erase(quiet);
+    }
   }
-  events_[key].push_back(now);
+  ++events_[key].in_flight;
   return Duration::zero();
 }
 
-void AttemptLimiter::refund(const std::string& key) {
+Duration AttemptLimiter::try_acquire(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return acquire_locked(key, clock_.now());
+}
+
+void AttemptLimiter::settle(const std::string& key, bool counts) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = events_.find(key);
-  if (it == events_.end() || it->second.empty()) return;
-  it->second.pop_back();
-  if (it->second.empty()) events_.erase(it);
+  if (it == events_.end()) return;
+  Events& e = it->second;
+  if (e.in_flight > 0) --e.in_flight;
+  if (counts) e.counted.push_back(clock_.now());
+  if (e.counted.empty() && e.in_flight == 0) events_.erase(it);
+}
+
+Duration AttemptLimiter::try_count(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const TimePoint now = clock_.now();
+  const Duration wait = acquire_locked(key, now);
+  if (wait > Duration::zero()) return wait;
+  Events& e = events_[key];
+  --e.in_flight;
+  e.counted.push_back(now);
+  return Duration::zero();
 }
 
 std::string client_address(const httplib::Request& req) {

@@ -51,28 +51,40 @@ namespace holdfast::panel {
 // `html` with a hidden csrf_token field in each <form method="post">.
 [[nodiscard]] std::string with_csrf_fields(std::string html, std::string_view token);
 
-// At most `limit` events per key within `window`; thread-safe.
+// At most `limit` events per key within `window`; thread-safe. An attempt whose outcome is
+// not known yet holds a place until it is settled, so callers racing on a key cannot all
+// pass the check before any of them counts.
 class AttemptLimiter {
  public:
+  // How long a caller turned away only by attempts still in flight is told to wait.
+  static constexpr Duration kBusyWait = std::chrono::seconds(1);
+
   AttemptLimiter(Clock& clock, int limit, Duration window, std::size_t max_keys = 10'000)
       : clock_(clock), limit_(limit), window_(window), max_keys_(max_keys) {}
 
-  // Counts one event for `key` and returns zero when it is allowed now; otherwise counts
-  // nothing and returns how long until one is. The check and the count are one step, so
-  // callers racing on a key cannot all pass the check before any of them counts.
+  // Zero when an attempt for `key` may go ahead: it then holds a place until settle().
+  // Otherwise how long until one may: until the oldest counted event leaves the window,
+  // or kBusyWait when the places are held by attempts in flight.
   [[nodiscard]] Duration try_acquire(const std::string& key);
-  // Takes back the latest event counted for `key`: an attempt that turned out not to count.
-  void refund(const std::string& key);
+  // Ends an attempt try_acquire() let through; `counts`: it is an event of the limit.
+  void settle(const std::string& key, bool counts);
+  // try_acquire() and settle(key, true) in one: every attempt counts.
+  [[nodiscard]] Duration try_count(const std::string& key);
 
  private:
+  struct Events {
+    std::deque<TimePoint> counted;
+    int in_flight = 0;
+  };
   void forget_old(std::deque<TimePoint>& events, TimePoint now) const;
+  Duration acquire_locked(const std::string& key, TimePoint now);
 
   Clock& clock_;
   int limit_;
   Duration window_;
   std::size_t max_keys_;
   std::mutex mutex_;
-  std::map<std::string, std::deque<TimePoint>> events_;
+  std::map<std::string, Events> events_;
 };
 
 // The client's address: X-Holdfast-Client, which the front (front.hpp) sets on every request

@@ -60,7 +60,7 @@ void PanelServer::install_guards() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.method == "POST" && req.path == "/report") {
-      const Duration wait = reports_by_address_->try_acquire(client_address(req));
+      const Duration wait = reports_by_address_->try_count(client_address(req));
       if (wait > Duration::zero()) {
         counters_.bad_request++;
         res.status = 429;
