@@ -44,6 +44,10 @@ namespace holdfast::panel {
 // True when `req` carries `session_token`'s CSRF token or needs none (a JSON body).
 [[nodiscard]] bool csrf_ok(const httplib::Request& req, std::string_view session_token);
 
+// Whether a secret a client sent is the expected one, in a time that does not depend on
+// how much of it matches.
+[[nodiscard]] bool same_secret(std::string_view given, std::string_view expected) noexcept;
+
 // The request's field `name`: from a JSON object body (Content-Type: application/json;
 // strings and numbers), else from the query or form.
 [[nodiscard]] std::string request_field(const httplib::Request& req, const std::string& name);

@@ -47,7 +47,7 @@ void PanelServer::install_guards() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Only the front's requests: a local process that connects to the loopback port itself
     // would skip the front's limits and could name any client address.
-    if (req.get_header_value("X-Holdfast-Front") != front_secret_) {
+    if (!same_secret(req.get_header_value("X-Holdfast-Front"), front_secret_)) {
       counters_.bad_request++;
       res.status = 403;
       res.set_content("connect through the panel's port\n", "text/plain; charset=utf-8");
