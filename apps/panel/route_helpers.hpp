@@ -1,8 +1,10 @@
 // What the panel's route files (routes_*.cpp) share for reading a request and stamping it.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace httplib {
 struct Request;
@@ -23,6 +25,20 @@ namespace holdfast::panel {
 // when `secure` (`--secure-cookies`). REQUIRES: `value` is a valid cookie value.
 void set_cookie(httplib::Response& res, std::string_view name, std::string_view value,
                 long max_age_seconds, bool secure);
+
+// Sets `map[key] = value`; past `capacity` entries, drops the one whose value `older` ranks
+// first. For the panel's small maps whose keys a client picks (a linear scan).
+template <class Map, class Older>
+void put_bounded(Map& map, const typename Map::key_type& key, typename Map::mapped_type value,
+                 std::size_t capacity, Older older) {
+  map[key] = std::move(value);
+  if (map.size() <= capacity) return;
+  auto oldest = map.begin();
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (older(it->second, oldest->second)) oldest = it;
+  }
+  map.erase(oldest);
+}
 
 // The cookie that carries the WAL position of a client's last write from process to process
 // (read-your-writes behind a load balancer; ClubStore::write_position()).

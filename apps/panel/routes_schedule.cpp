@@ -71,17 +71,11 @@ struct PanelServer::StaleCopy {
 
 void PanelServer::keep_stale_copy(const std::string& date, Schedule schedule, std::string as_of) {
   std::lock_guard<std::mutex> lock(stale_mutex_);
-  auto copy = std::make_shared<const StaleCopy>(
-      StaleCopy{std::move(schedule), std::move(as_of), ++stale_copies_kept_});
-  if (last_good_.size() >= kStaleCopies && last_good_.find(date) == last_good_.end()) {
-    // The client picks the date: the copy kept longest ago makes room for a new one.
-    auto oldest = last_good_.begin();
-    for (auto it = last_good_.begin(); it != last_good_.end(); ++it) {
-      if (it->second->kept < oldest->second->kept) oldest = it;
-    }
-    last_good_.erase(oldest);
-  }
-  last_good_[date] = std::move(copy);
+  // The client picks the date: past kStaleCopies, the copy kept longest ago gives way.
+  put_bounded(last_good_, date,
+              std::make_shared<const StaleCopy>(
+                  StaleCopy{std::move(schedule), std::move(as_of), ++stale_copies_kept_}),
+              kStaleCopies, [](const auto& a, const auto& b) { return a->kept < b->kept; });
 }
 
 std::size_t PanelServer::stale_copies() const {

@@ -2,6 +2,7 @@
 // signed-in users only; and the count of every answer the panel gives, for their chart.
 #include <httplib.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -26,19 +27,6 @@ bool is_status_path(const std::string& path) {
 // (a read lock, the reads' breaker open): the page is for watching exactly that. A session
 // signed out meanwhile keeps seeing it for at most this long, and only during the outage.
 constexpr Duration kStatusSessionGrace = std::chrono::minutes(5);
-
-using RecentSessions = std::map<std::string, TimePoint>;
-
-void remember(RecentSessions& recent, const std::string& token, TimePoint until,
-              std::size_t capacity) {
-  recent[token] = until;
-  if (recent.size() <= capacity) return;
-  auto oldest = recent.begin();
-  for (auto it = recent.begin(); it != recent.end(); ++it) {
-    if (it->second < oldest->second) oldest = it;
-  }
-  recent.erase(oldest);
-}
 
 // What the chart shows: the panel's answers and the ones its front made itself (a 503 when
 // the queue is full, a refusal before any route runs), second by second.
@@ -95,7 +83,8 @@ bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response&
   const TimePoint now = options_.store->clock().now();
   std::unique_lock<std::mutex> lock(status_sessions_mutex_);
   if (who.ok() && who->has_value()) {
-    remember(status_sessions_, token, now + kStatusSessionGrace, kStatusSessions);
+    put_bounded(status_sessions_, token, now + kStatusSessionGrace, kStatusSessions,
+                std::less<TimePoint>());
     return true;
   }
   if (who.ok()) {
