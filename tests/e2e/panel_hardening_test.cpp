@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "hardening_checks.hpp"
+#include "holdfast/clock.hpp"
 #include "panel_fixture.hpp"
+#include "security.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -242,6 +244,32 @@ TEST_F(PanelHardeningTest, SignInsAtOnceBeyondTheLimitAreToldToComeBackInASecond
       "/login", httplib::Params{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 303);
+}
+
+// The limiter on its own, in virtual time.
+TEST(AttemptLimiter, AttemptsInFlightHoldPlacesAndOnlyCountedOnesStayForTheWindow) {
+  using std::chrono::minutes;
+  using std::chrono::seconds;
+  ManualClock clock;
+  AttemptLimiter limit(clock, 2, minutes(1));
+  EXPECT_EQ(limit.try_acquire("k"), Duration::zero());
+  EXPECT_EQ(limit.try_acquire("k"), Duration::zero());
+  EXPECT_EQ(limit.try_acquire("k"), AttemptLimiter::kBusyWait) << "both places are in flight";
+  limit.settle("k", false);  // not an event: its place is free again
+  EXPECT_EQ(limit.try_acquire("k"), Duration::zero());
+  limit.settle("k", true);
+  limit.settle("k", true);
+  EXPECT_EQ(limit.try_acquire("k"), minutes(1)) << "two counted: until the first leaves";
+  EXPECT_EQ(limit.try_acquire("other"), Duration::zero()) << "keys are apart";
+  clock.advance(seconds(30));
+  EXPECT_EQ(limit.try_acquire("k"), seconds(30));
+  clock.advance(seconds(30));
+  EXPECT_EQ(limit.try_acquire("k"), Duration::zero());
+  // try_count: every attempt is an event at once.
+  AttemptLimiter reports(clock, 2, minutes(1));
+  EXPECT_EQ(reports.try_count("a"), Duration::zero());
+  EXPECT_EQ(reports.try_count("a"), Duration::zero());
+  EXPECT_EQ(reports.try_count("a"), minutes(1));
 }
 
 TEST_F(PanelHardeningTest, ASuccessfulSignInDoesNotCountAgainstTheLimit) {
