@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "security.hpp"
@@ -56,9 +57,15 @@ std::string_view trim(std::string_view s) noexcept {
   return s;
 }
 
-// Writes all of `data` to a blocking socket (whose send timeout bounds each call).
-bool send_all(int fd, std::string_view data) {
+// Writes all of `data` to a blocking socket by `until`: each send() may wait only for the
+// time left, so a client that reads a trickle cannot stretch the answer past it.
+bool send_all(int fd, std::string_view data, Steady::time_point until) {
   while (!data.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(until - Steady::now());
+    if (left.count() <= 0) return false;
+    const timeval t{static_cast<time_t>(left.count() / 1000000),
+                    static_cast<suseconds_t>(left.count() % 1000000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof(t));
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
@@ -520,22 +527,32 @@ void HttpFront::relay(Request& r) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   set_timeouts(up, options_.send_deadline, kUpstreamAnswer);
   if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      !send_all(up, r.bytes)) {
+      !send_all(up, r.bytes, Steady::now() + options_.send_deadline)) {
     if (up >= 0) ::close(up);
     own_answers_.record(503, /*stale=*/false);
     static constexpr std::string_view kDown =
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 22\r\n"
         "Retry-After: 1\r\nConnection: close\r\n\r\nthe panel is starting\n";
-    (void)send_all(r.fd, kDown);
+    (void)send_all(r.fd, kDown, Steady::now() + options_.send_deadline);
     return;
   }
   ++counters_.relayed;
+  // The whole answer goes to the client within send_deadline of its first byte.
+  std::optional<Steady::time_point> until;
   char chunk[16 * 1024];
   for (;;) {
     const ssize_t n = ::recv(up, chunk, sizeof(chunk), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    if (!send_all(r.fd, std::string_view(chunk, static_cast<std::size_t>(n)))) break;
+    if (!until) until = Steady::now() + options_.send_deadline;
+    if (!send_all(r.fd, std::string_view(chunk, static_cast<std::size_t>(n)), *until)) {
+      // Reset rather than close: the kernel would go on trickling what it holds.
+      ++counters_.answers_cut;
+      const linger reset{1, 0};
+      ::setsockopt(r.fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+      ::close(up);
+      return;
+    }
   }
   ::close(up);
   ::shutdown(r.fd, SHUT_WR);

@@ -54,7 +54,7 @@ class HttpFront {
     std::size_t light_queue = 64;
     std::chrono::milliseconds head_deadline{5000};   // for the whole request head
     std::chrono::milliseconds body_deadline{10000};  // for the whole body
-    std::chrono::milliseconds send_deadline{10000};  // for writing the answer
+    std::chrono::milliseconds send_deadline{10000};  // for writing the whole answer
     std::size_t max_head_bytes = 16 * 1024;
     int max_header_lines = 100;
     std::size_t max_form_bytes = 8 * 1024;   // application/x-www-form-urlencoded
@@ -77,6 +77,7 @@ class HttpFront {
     std::atomic<std::uint64_t> shed_503{0};       // queue full
     std::atomic<std::uint64_t> timed_out_408{0};  // head or body deadline
     std::atomic<std::uint64_t> refused_4xx{0};    // 400, 411, 413, 431
+    std::atomic<std::uint64_t> answers_cut{0};    // not read by the client within send_deadline
   };
 
   explicit HttpFront(Options options);

@@ -432,6 +432,60 @@ TEST(HttpFront, WhenFullTheAddressHoldingMostConnectionsMakesRoom) {
   front.stop();
 }
 
+// A client that reads a large answer slowly keeps every send() moving; the deadline is for
+// the whole answer, so the relay resets the connection and serves the next request.
+TEST(HttpFront, AClientReadingSlowlyIsCutOffAtTheSendDeadlineAndFreesTheRelay) {
+  httplib::Server upstream;
+  const std::string big(32 * 1024 * 1024, 'x');
+  upstream.Get("/dashboard/big", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(big, "text/plain");
+  });
+  upstream.Get("/dashboard/small", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("small", "text/plain");
+  });
+  const int up_port = upstream.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { upstream.listen_after_bind(); });
+  HttpFront::Options o;
+  o.upstream_port = up_port;
+  o.heavy_relays = 1;
+  o.send_deadline = milliseconds(2000);
+  HttpFront front(o);
+  ASSERT_TRUE(front.start().ok());
+
+  const int slow = connect_to(front.port());
+  ASSERT_TRUE(send_text(slow, "GET /dashboard/big HTTP/1.1\r\nHost: x\r\n\r\n"));
+  // 128 KB every 50 ms: each send() of the relay moves well within 2 s, but the whole
+  // answer would take 13 s. It is larger than any socket buffer, so the relay cannot hand
+  // it all to the kernel and leave.
+  const auto start = Steady::now();
+  std::size_t got = 0;
+  bool closed = false;
+  std::vector<char> buf(16 * 1024);
+  while (!closed && Steady::now() - start < std::chrono::seconds(8)) {
+    for (std::size_t tick = 0; tick < 128 * 1024;) {
+      const ssize_t n = ::recv(slow, buf.data(), buf.size(), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        closed = true;
+        break;
+      }
+      if (n < 0) break;  // nothing more for now
+      got += static_cast<std::size_t>(n);
+      tick += static_cast<std::size_t>(n);
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ::close(slow);
+  EXPECT_TRUE(closed) << "still receiving after 8 s; " << got << " bytes so far";
+  EXPECT_LT(got, big.size());
+  EXPECT_EQ(front.counters().answers_cut.load(), 1u);
+  const std::string next =
+      request(front.port(), "GET /dashboard/small HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(next.rfind("HTTP/1.1 200", 0), 0u) << next.substr(0, 80);
+  front.stop();
+  upstream.stop();
+  serving.join();
+}
+
 TEST(HttpFront, TheConnectionLimitFitsUnderTheOpenFileLimit) {
   HttpFront::Options o;
   o.upstream_port = 1;
