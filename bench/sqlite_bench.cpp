@@ -7,6 +7,9 @@
 //   resilient    ResilientDatabase::query_one: the above inside the retry seam (a
 //                RequestScope joined or opened, holdfast::retry's success path)
 //   in_scope     the same inside a caller's RequestScope, as in a web request
+//   floor        raw plus the two things any pooled, checked read must do: take and give
+//                back a connection (an atomic exchange and a release store) and check the
+//                column's storage class before reading it (paired run only)
 //
 // The table at the end gives each one's time (wall and CPU) as a ratio of raw's (goal:
 // resilient <= 1.03 in memory) and allocations per read (goal: 0). Read the ratios, not the
@@ -16,6 +19,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -147,10 +151,26 @@ void BM_ResilientInScope(benchmark::State& state, bool wal) {
   }
 }
 
+// The floor: one raw read with a connection checkout and a checked column read around it.
+std::atomic<bool> floor_busy{false};
+
+[[gnu::noinline]] std::int64_t floor_read(sqlite3_stmt* stmt, std::int64_t id) {
+  if (floor_busy.exchange(true, std::memory_order_acquire)) std::abort();
+  std::int64_t v = 0;
+  sqlite3_bind_int64(stmt, 1, id);
+  if (sqlite3_step(stmt) == SQLITE_ROW) {
+    sqlite3_value* cell = sqlite3_column_value(stmt, 0);
+    if (sqlite3_value_type(cell) == SQLITE_INTEGER) v = sqlite3_value_int64(cell);
+  }
+  sqlite3_reset(stmt);
+  floor_busy.store(false, std::memory_order_release);
+  return v;
+}
+
 // Raw and one variant in alternating blocks of reads, each block timed: drifts in machine
 // load (the machines are shared) hit both sides alike, so the ratio is steadier than the
 // one between separate runs.
-enum class Variant { kDatabase, kResilient, kInScope };
+enum class Variant { kDatabase, kResilient, kInScope, kFloor };
 
 void BM_Paired(benchmark::State& state, bool wal, Variant variant) {
   constexpr int kBlock = 32;
@@ -175,6 +195,17 @@ void BM_Paired(benchmark::State& state, bool wal, Variant variant) {
       raw_time += clock.now() - start;
       return Status();
     });
+    if (variant == Variant::kFloor) {
+      (void)db.with_statement(e.point, [&](sqlite::Statement& st) {
+        sqlite3_stmt* stmt = sqlite::detail::StatementAccess::handle(st);
+        const holdfast::TimePoint start = clock.now();
+        for (int k = 0; k < kBlock; ++k)
+          sum += floor_read(stmt, (i++ % kRows) + 1);
+        variant_time += clock.now() - start;
+        return Status();
+      });
+      continue;
+    }
     const holdfast::TimePoint start = clock.now();
     for (int k = 0; k < kBlock; ++k) {
       auto r = variant == Variant::kDatabase
@@ -225,7 +256,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::printf("\n%-20s %10s %8s %12s %8s %10s\n", "point read", "ns/op", "x raw", "cpu ns/op",
                 "x raw", "allocs/op");
     for (const char* medium : {"memory", "wal"}) {
-      for (const char* variant : {"database", "resilient", "in_scope"}) {
+      for (const char* variant : {"floor", "database", "resilient", "in_scope"}) {
         const auto it = entries_.find(std::string("paired_") + variant + "/" + medium);
         if (it != entries_.end()) {
           std::printf("%-26s %8.3f  (alternating blocks with raw)\n", it->first.c_str(),
@@ -267,6 +298,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("database" + suffix).c_str(), BM_Database, wal);
     benchmark::RegisterBenchmark(("resilient" + suffix).c_str(), BM_Resilient, wal);
     benchmark::RegisterBenchmark(("in_scope" + suffix).c_str(), BM_ResilientInScope, wal);
+    benchmark::RegisterBenchmark(("paired_floor" + suffix).c_str(), BM_Paired, wal,
+                                 Variant::kFloor);
     benchmark::RegisterBenchmark(("paired_database" + suffix).c_str(), BM_Paired, wal,
                                  Variant::kDatabase);
     benchmark::RegisterBenchmark(("paired_resilient" + suffix).c_str(), BM_Paired, wal,
