@@ -147,6 +147,9 @@ sim::Strategy holdfast_defaults(const SimArgs& a, const Given& given) {
   if (given("--health-probe")) h.health_interval = duration_arg(a.health, "--health-probe");
   if (given("--no-throttle")) h.throttle = false;
   if (given("--no-breaker")) h.breaker = false;
+  if (holdfast::Status st = h.validate(); !st.ok()) {
+    fail("--max-attempts, --window, --threshold or --health-probe: " + std::string(st.message()));
+  }
   return h;
 }
 

@@ -157,6 +157,11 @@ struct Strategy {
   // (set them from options->reads); the breaker and throttle settings above still apply.
   std::optional<Shield::Options> options;
 
+  // kInvalidArgument naming the first setting out of range: attempts within [1, 1000], a
+  // window > 0, a threshold within [0, 10^6], a health interval of 0 or within [1 ms, 1 h]
+  // (each probe is an event of the run: a shorter one would never let it end).
+  [[nodiscard]] Status validate() const;
+
   static Strategy none();
   static Strategy naive();    // 4 attempts, no wait between them
   static Strategy backoff();  // stop after 4 attempts; waits 1 s, 2 s, 4 s (cap 10 s)

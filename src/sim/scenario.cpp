@@ -261,6 +261,21 @@ Result<Duration> parse_duration(std::string_view text) {
   return Duration(static_cast<Duration::rep>(std::llround(value * unit)));
 }
 
+Status Strategy::validate() const {
+  if (max_attempts < 1 || max_attempts > 1000) {
+    return invalid("attempts must be a whole number within [1, 1000]");
+  }
+  if (window <= Duration::zero()) return invalid("window must be > 0");
+  if (breaker_threshold < 0 || breaker_threshold > 1'000'000) {
+    return invalid("threshold must be a whole number within [1, 1000000]");
+  }
+  if (health_interval != Duration::zero() &&
+      (health_interval < std::chrono::milliseconds(1) || health_interval > std::chrono::hours(1))) {
+    return invalid("health probe interval must be within [1ms, 1h] (or 0: no probe)");
+  }
+  return Status();
+}
+
 Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_holdfast) {
   const std::string_view kind = text.substr(0, text.find(':'));
   Strategy s;
@@ -317,6 +332,9 @@ Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_hold
                       "no-throttle, no-breaker)"
                     : (s.kind == StrategyKind::kNone ? " (it has none)" : " (attempts=N)")));
     }
+  }
+  if (Status checked = s.validate(); !checked.ok()) {
+    return invalid("strategy '" + std::string(text) + "': " + std::string(checked.message()));
   }
   return s;
 }

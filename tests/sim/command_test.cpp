@@ -151,6 +151,9 @@ TEST_F(SimCommand, MistakesAreReportedAsCommandLineErrors) {
   EXPECT_THROW(sim({"--service", "soon"}), CLI::ValidationError);
   EXPECT_THROW(sim({"--sigma", "9"}), CLI::ValidationError);
   EXPECT_THROW(sim({"--threshold", "0"}), CLI::ValidationError);
+  EXPECT_THROW(sim({"--threshold", "2000000"}), CLI::ValidationError);
+  EXPECT_THROW(sim({"--max-attempts", "5000"}), CLI::ValidationError);
+  EXPECT_THROW(sim({"--health-probe", "0.001ms"}), CLI::ValidationError);
   try {
     sim({"--trigger", "meteor"});
     FAIL() << "no error";

@@ -54,6 +54,11 @@ TEST(SimStrategy, MistakesAreNamed) {
             std::string_view::npos);
   EXPECT_FALSE(parse_strategy("holdfast:attempts=0").ok());
   EXPECT_FALSE(parse_strategy("holdfast:window=soon").ok());
+  // A probe every microsecond would be a billion events per client: the run would not end.
+  EXPECT_NE(parse_strategy("holdfast:health=0.001ms").status().message().find("health probe"),
+            std::string_view::npos);
+  EXPECT_TRUE(parse_strategy("holdfast:health=1ms").ok());
+  EXPECT_TRUE(parse_strategy("holdfast:health=0").ok());  // no probe
   EXPECT_NE(parse_strategies("naive,naive").status().message().find("listed twice"),
             std::string_view::npos);
   EXPECT_FALSE(parse_strategies(",").ok());
