@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,6 +154,10 @@ bool HttpFront::is_light(std::string_view method, std::string_view path) noexcep
 Status HttpFront::start() {
   if (options_.max_connections < 1) {
     return Status(Code::kInvalidArgument, "HttpFront: max_connections must be at least 1");
+  }
+  if (options_.upstream_socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Status(Code::kInvalidArgument,
+                  "HttpFront: the upstream socket's path is too long: " + options_.upstream_socket);
   }
   max_connections_ = fitted_connections(options_);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -435,6 +440,9 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
                            " KiB, other bodies up to " +
                            std::to_string(options.max_body_bytes / 1024) + " KiB\n");
   }
+  // The body is exactly what the front read: without a length, the server would read a
+  // POST's body until the connection closed.
+  if (!has_length) out.rewritten += "Content-Length: 0\r\n";
   out.rewritten += "Connection: close\r\nX-Holdfast-Client: ";
   out.rewritten.append(client);
   if (!options.upstream_secret.empty()) {
@@ -517,17 +525,36 @@ void HttpFront::relay_loop(Lane& lane) {
   }
 }
 
+int HttpFront::connect_upstream() const {
+  const bool unix_socket = !options_.upstream_socket.empty();
+  const int up = ::socket(unix_socket ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (up < 0) return -1;
+  set_timeouts(up, options_.send_deadline, kUpstreamAnswer);
+  int rc = -1;
+  if (unix_socket) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    options_.upstream_socket.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    rc = ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  } else {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(options_.upstream_port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  if (rc != 0) {
+    ::close(up);
+    return -1;
+  }
+  return up;
+}
+
 void HttpFront::relay(Request& r) {
   set_blocking(r.fd, true);
   set_timeouts(r.fd, options_.send_deadline, options_.send_deadline);
-  const int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(options_.upstream_port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  set_timeouts(up, options_.send_deadline, kUpstreamAnswer);
-  if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      !send_all(up, r.bytes, Steady::now() + options_.send_deadline)) {
+  const int up = connect_upstream();
+  if (up < 0 || !send_all(up, r.bytes, Steady::now() + options_.send_deadline)) {
     if (up >= 0) ::close(up);
     own_answers_.record(503, /*stale=*/false);
     static constexpr std::string_view kDown =

@@ -42,11 +42,14 @@ class HttpFront {
  public:
   struct Options {
     std::string host = "127.0.0.1";
-    int port = 0;           // 0: any free port (see port())
-    int upstream_port = 0;  // REQUIRED: the httplib server, on 127.0.0.1
+    int port = 0;  // 0: any free port (see port())
+    // REQUIRED, one of them: the httplib server behind the front, on a Unix socket (the
+    // panel's: only its own user can connect) or on a port of 127.0.0.1.
+    std::string upstream_socket;
+    int upstream_port = 0;
     // Sent upstream on every request as X-Holdfast-Front (one a client sent is dropped), so
-    // the server can tell the front's requests from a local process that connects to its
-    // loopback port directly. Empty: none sent.
+    // the server can tell the front's requests from a local process that connects to it
+    // directly. Empty: none sent.
     std::string upstream_secret;
     int heavy_relays = 12;         // database-bound requests at the server at once
     int light_relays = 4;          // light requests at the server at once
@@ -138,6 +141,8 @@ class HttpFront {
   void forget(Conn& c);
   void relay_loop(Lane& lane);
   void relay(Request& r);
+  // A connected socket to the server behind the front, or -1.
+  [[nodiscard]] int connect_upstream() const;
   // Reads what `c` sent; false when it is done with (answered, refused or gone).
   bool on_readable(Conn& c);
   bool on_head(Conn& c);

@@ -115,12 +115,18 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
   User user;
   const Status failure = read_schedule(token, date, now, schedule, user);
   if (failure.code() == Code::kPermissionDenied) {
+    forget_session(token);
     send_to_sign_in(res, as_json);
     counters_.bad_request++;
     return std::nullopt;
   }
+  if (user.id != 0) confirm_session(token, user);
   if (!failure.ok()) {
-    if (answer_stale_schedule(res, date, user, failure, as_json)) return std::nullopt;
+    // Only a session the database confirmed, now or lately, sees the last good copy: while
+    // the database cannot check a cookie, any cookie would do otherwise.
+    const std::optional<User> known =
+        user.id != 0 ? std::optional<User>(user) : confirmed_session(token);
+    if (known && answer_stale_schedule(res, date, *known, failure, as_json)) return std::nullopt;
     return failure;
   }
   if (holdfast()) keep_stale_copy(date, schedule, now.substr(11, 8));

@@ -81,14 +81,14 @@ void PanelServer::post_report(const httplib::Request& req, httplib::Response& re
   const std::string digest = req.has_param("digest") ? req.get_param_value("digest") : "";
   const std::string note = req.has_param("note") ? req.get_param_value("note") : "";
   const std::string now = now_utc();
+  if (Status input = ClubStore::check_report(path, digest, note); !input.ok()) {
+    return answers_->client_error(res, 400, input.message(), false);
+  }
   Logger& log = *options_.logger;
   log.warn("report", "problem reported",
            {{"path", std::string_view(path)},
             {"digest", std::string_view(digest)},
             {"at", std::string_view(now)}});
-  if (Status input = ClubStore::check_report(path, digest, note); !input.ok()) {
-    return answers_->client_error(res, 400, input.message(), false);
-  }
   Status recorded = options_.store->record_report(path, digest, note, now);
   if (!recorded.ok()) {
     log.warn("report", "report not stored", {{"status", std::string_view(recorded.to_string())}});

@@ -96,6 +96,7 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
     return answers_->failure(res, token.status(), "/login", false);
   }
   counters_.ok++;
+  confirm_session(*token, User{});
   signed_in_redirect(res, *token, options_.secure_cookies, "/dashboard/schedule");
   set_write_position_cookie(res);
 }
@@ -121,6 +122,7 @@ void PanelServer::get_login_link(const httplib::Request& req, httplib::Response&
   Result<std::string> session = options_.store->open_session(link->user_id, now_utc());
   if (!session.ok()) return answers_->failure(res, session.status(), "/login/link", false);
   counters_.ok++;
+  confirm_session(*session, User{});
   signed_in_redirect(res, *session, options_.secure_cookies, link->next);
   set_write_position_cookie(res);
 }

@@ -23,10 +23,11 @@ bool is_status_path(const std::string& path) {
   return path == "/status" || path == "/status.svg";
 }
 
-// How long a session /status confirmed still opens it while the database cannot answer
-// (a read lock, the reads' breaker open): the page is for watching exactly that. A session
-// signed out meanwhile keeps seeing it for at most this long, and only during the outage.
-constexpr Duration kStatusSessionGrace = std::chrono::minutes(5);
+// How long a session the database confirmed still opens /status and the schedule's last
+// good copy while the database cannot answer (a read lock, the reads' breaker open). A
+// session signed out meanwhile keeps seeing them for at most this long, and only during
+// the outage.
+constexpr Duration kSessionGrace = std::chrono::minutes(5);
 
 // What the chart shows: the panel's answers and the ones its front made itself (a 503 when
 // the queue is full, a refusal before any route runs), second by second.
@@ -80,25 +81,38 @@ bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response&
     const RequestWindow scope = request_window(req);
     return options_.store->session(token, now_utc());
   }();
-  const TimePoint now = options_.store->clock().now();
-  std::unique_lock<std::mutex> lock(status_sessions_mutex_);
   if (who.ok() && who->has_value()) {
-    put_bounded(status_sessions_, token, now + kStatusSessionGrace, kStatusSessions,
-                std::less<TimePoint>());
+    confirm_session(token, **who);
     return true;
   }
   if (who.ok()) {
-    status_sessions_.erase(token);
-    lock.unlock();
+    forget_session(token);
     return to_sign_in();
   }
-  if (is_busy(who.status())) {
-    const auto it = status_sessions_.find(token);
-    if (it != status_sessions_.end() && now < it->second) return true;
-  }
-  lock.unlock();
+  if (is_busy(who.status()) && confirmed_session(token)) return true;
   answers_->failure(res, who.status(), path, image);
   return false;
+}
+
+void PanelServer::confirm_session(const std::string& token, const User& user) {
+  const TimePoint until = options_.store->clock().now() + kSessionGrace;
+  std::lock_guard<std::mutex> lock(confirmed_mutex_);
+  put_bounded(
+      confirmed_, token, ConfirmedSession{until, user}, kConfirmedSessions,
+      [](const ConfirmedSession& a, const ConfirmedSession& b) { return a.until < b.until; });
+}
+
+void PanelServer::forget_session(const std::string& token) {
+  std::lock_guard<std::mutex> lock(confirmed_mutex_);
+  confirmed_.erase(token);
+}
+
+std::optional<User> PanelServer::confirmed_session(const std::string& token) {
+  const TimePoint now = options_.store->clock().now();
+  std::lock_guard<std::mutex> lock(confirmed_mutex_);
+  const auto it = confirmed_.find(token);
+  if (it == confirmed_.end() || now >= it->second.until) return std::nullopt;
+  return it->second.user;
 }
 
 StatusView PanelServer::status_view() const {

@@ -1,6 +1,12 @@
 #include "server.hpp"
 
 #include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "route_helpers.hpp"
 #include "session_toucher.hpp"
@@ -35,15 +41,40 @@ PanelServer::~PanelServer() {
   stop();
 }
 
+namespace {
+
+// A new directory only this user can enter (mkdtemp makes it 0700), for the socket of the
+// server behind the front: another local user cannot reach that server at all.
+Result<std::string> private_directory() {
+  std::error_code ec;
+  std::string base = std::filesystem::temp_directory_path(ec).string();
+  if (ec || base.size() > 64) base = "/tmp";  // a socket's path is at most 107 bytes
+  std::string path = base + "/holdfast-panel-XXXXXX";
+  if (::mkdtemp(path.data()) == nullptr) {
+    return Status(Code::kUnavailable,
+                  "cannot make a private directory in " + base + ": " + std::strerror(errno));
+  }
+  return path;
+}
+
+}  // namespace
+
 Status PanelServer::start() {
-  // httplib on a loopback port of its own; the front on the public one (front.hpp).
-  const int upstream = http_->bind_to_any_port("127.0.0.1");
-  if (upstream <= 0) return Status(Code::kUnavailable, "cannot listen on 127.0.0.1");
+  // httplib on a Unix socket of its own; the front on the public port (front.hpp).
+  Result<std::string> dir = private_directory();
+  if (!dir.ok()) return dir.status();
+  upstream_dir_ = *dir;
+  upstream_socket_ = upstream_dir_ + "/http.sock";
+  http_->set_address_family(AF_UNIX);
+  if (!http_->bind_to_port(upstream_socket_, 80)) {
+    stop();
+    return Status(Code::kUnavailable, "cannot listen on " + upstream_socket_);
+  }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   HttpFront::Options fo;
   fo.host = options_.host;
   fo.port = options_.port;
-  fo.upstream_port = upstream;
+  fo.upstream_socket = upstream_socket_;
   fo.upstream_secret = front_secret_;
   fo.heavy_relays = options_.threads;
   fo.light_relays = kLightRelays;
@@ -54,7 +85,6 @@ Status PanelServer::start() {
     return s;
   }
   port_ = front_->port();
-  upstream_port_ = upstream;
   return Status();
 }
 
@@ -65,6 +95,12 @@ void PanelServer::stop() noexcept {
     thread_.join();
   }
   toucher_.reset();
+  if (!upstream_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove(upstream_socket_, ignored);
+    std::filesystem::remove(upstream_dir_, ignored);
+    upstream_dir_.clear();
+  }
 }
 
 PanelServer::RequestWindow::RequestWindow(const PanelServer& server, const httplib::Request& req) {

@@ -81,8 +81,9 @@ class PanelServer {
   // Stops serving and joins the thread. Idempotent.
   void stop() noexcept;
   [[nodiscard]] int port() const noexcept { return port_; }
-  // The loopback port of the server behind the front; it answers only the front (403).
-  [[nodiscard]] int upstream_port() const noexcept { return upstream_port_; }
+  // The Unix socket of the server behind the front, in a directory only this user can
+  // enter; it answers only the front (403).
+  [[nodiscard]] const std::string& upstream_socket() const noexcept { return upstream_socket_; }
 
   // A one-time sign-in link for `user_id`: the path and query to append to the server's
   // address ("/login/link?token=..."). Following it opens a session (the cookie POST /login
@@ -97,6 +98,8 @@ class PanelServer {
   // kStaleCopies (the copy kept longest ago gives way).
   [[nodiscard]] std::size_t stale_copies() const;
   static constexpr std::size_t kStaleCopies = 64;
+  // Problem reports taken a minute from all addresses together (10 from each).
+  static constexpr int kReportsPerMinute = 100;
 
  private:
   // The largest request body taken (a form is at most 8 KiB: httplib's own limit).
@@ -186,15 +189,26 @@ class PanelServer {
   std::unique_ptr<HttpFront> front_;  // the public socket (front.hpp)
   std::thread thread_;
   int port_ = 0;
-  int upstream_port_ = 0;
-  std::string front_secret_;  // X-Holdfast-Front: what the front adds to every request
+  std::string upstream_dir_;     // made by start() (0700), removed by stop()
+  std::string upstream_socket_;  // in upstream_dir_
+  std::string front_secret_;     // X-Holdfast-Front: what the front adds to every request
   PanelCounters counters_;
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
-  // Sessions /status confirmed lately, by token: when they stop counting (see
-  // status_allowed()). At most kStatusSessions, the oldest dropped first.
-  static constexpr std::size_t kStatusSessions = 64;
-  std::mutex status_sessions_mutex_;
-  std::map<std::string, TimePoint> status_sessions_;
+  // Sessions the database confirmed lately (a sign-in, a schedule or /status read), by
+  // token: while the database cannot say, only these see /status and the schedule's last
+  // good copy, until `until`. At most kConfirmedSessions, the one confirmed longest ago
+  // dropped first.
+  struct ConfirmedSession {
+    TimePoint until;
+    User user;  // id 0 when only the token is known (a sign-in)
+  };
+  static constexpr std::size_t kConfirmedSessions = 1024;
+  void confirm_session(const std::string& token, const User& user);
+  void forget_session(const std::string& token);
+  // The user of a session confirmed lately, else nullopt.
+  std::optional<User> confirmed_session(const std::string& token);
+  std::mutex confirmed_mutex_;
+  std::map<std::string, ConfirmedSession> confirmed_;
   struct StaleCopy;
   void keep_stale_copy(const std::string& date, Schedule schedule, std::string as_of);
   mutable std::mutex stale_mutex_;
@@ -204,6 +218,7 @@ class PanelServer {
   std::unique_ptr<AttemptLimiter> sign_in_by_account_;
   std::unique_ptr<AttemptLimiter> sign_in_by_address_;
   std::unique_ptr<AttemptLimiter> reports_by_address_;
+  std::unique_ptr<AttemptLimiter> all_reports_;
   struct SignInLink {
     std::int64_t user_id;
     std::string next;

@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -313,18 +315,63 @@ TEST_F(PanelHttpTest, TheClientAddressCannotBeSpoofedThroughTheFront) {
   EXPECT_EQ(r.rfind("HTTP/1.1 429", 0), 0u) << "the address limit holds: " << r.substr(0, 80);
 }
 
+TEST_F(PanelHttpTest, ProblemReportsAreCappedForAllAddressesTogether) {
+  // Ten a minute from each address; addresses are cheap, so all of them together get
+  // kReportsPerMinute.
+  const std::string body = "path=%2Fdashboard&digest=abc&note=hello";
+  const std::string report =
+      "POST /report HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/x-www-form-urlencoded\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  int accepted = 0;
+  int refused_for_all = 0;
+  for (int a = 2; a < 14; ++a) {
+    const std::string source = "127.0.0." + std::to_string(a);
+    for (int i = 0; i < 10; ++i) {
+      const std::string r = request_from(server_->port(), source.c_str(), report);
+      if (r.rfind("HTTP/1.1 202", 0) == 0) ++accepted;
+      if (r.rfind("HTTP/1.1 429", 0) == 0 && r.find("too many reports;") != std::string::npos)
+        ++refused_for_all;
+    }
+  }
+  EXPECT_EQ(accepted, PanelServer::kReportsPerMinute);
+  EXPECT_EQ(refused_for_all, 120 - PanelServer::kReportsPerMinute);
+}
+
 TEST_F(PanelHttpTest, TheServerBehindTheFrontAnswersOnlyTheFront) {
-  // A local process that connects to the loopback port itself gets nothing, even when it
-  // guesses the header's name and names any address it likes.
-  httplib::Client direct("127.0.0.1", server_->upstream_port());
-  auto health = direct.Get("/healthz");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 403);
-  const httplib::Headers forged{{"X-Holdfast-Front", "guess"}, {"X-Holdfast-Client", "10.0.0.1"}};
-  auto login = direct.Post("/login", forged,
-                           httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "x"}});
-  ASSERT_TRUE(login);
-  EXPECT_EQ(login->status, 403);
+  // Its socket is in a directory only the panel's user can enter: another user's process
+  // cannot hold its threads with slow requests, as it could on a loopback port.
+  const std::string& socket_path = server_->upstream_socket();
+  struct stat dir {};
+  ASSERT_EQ(::stat(std::filesystem::path(socket_path).parent_path().c_str(), &dir), 0);
+  EXPECT_EQ(dir.st_mode & 0777, 0700u);
+  // A process of the same user that connects to it gets nothing, even when it guesses the
+  // header's name and names any address it likes. (Each request goes in one write: the
+  // server answers before reading a body, and a client still writing one would meet a
+  // closed socket instead of the answer.)
+  const auto direct = [&](std::string_view text) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    socket_path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    std::string out;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        send_text(fd, text)) {
+      out = read_until_closed(fd, milliseconds(5000));
+    }
+    ::close(fd);
+    return out;
+  };
+  const std::string health = direct("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(health.rfind("HTTP/1.1 403", 0), 0u) << health.substr(0, 80);
+  const std::string form = "email=Ada.Nowak%40club.example&password=x";
+  const std::string login = direct(
+      "POST /login HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n"
+      "X-Holdfast-Client: 10.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+      "Content-Length: " +
+      std::to_string(form.size()) + "\r\n\r\n" + form);
+  EXPECT_EQ(login.rfind("HTTP/1.1 403", 0), 0u) << login.substr(0, 80);
   // Through the front, a client's own X-Holdfast-Front is replaced.
   const std::string through = request(
       server_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n\r\n");
@@ -430,6 +477,36 @@ TEST(HttpFront, WhenFullTheAddressHoldingMostConnectionsMakesRoom) {
   for (int fd : many)
     ::close(fd);
   front.stop();
+}
+
+// A POST without Content-Length: the front read no body, and the server behind it must not
+// wait for one (it would read until the connection closed, holding a relay 5 s each).
+TEST(HttpFront, APostWithoutContentLengthIsRelayedWithAnEmptyBodyAndHoldsNoRelay) {
+  httplib::Server upstream;
+  upstream.Post("/payments", [](const httplib::Request& req, httplib::Response& res) {
+    res.set_content("body of " + std::to_string(req.body.size()), "text/plain");
+  });
+  const int up_port = upstream.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { upstream.listen_after_bind(); });
+  HttpFront::Options o;
+  o.upstream_port = up_port;
+  o.heavy_relays = 1;
+  HttpFront front(o);
+  ASSERT_TRUE(front.start().ok());
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Steady::now();
+    const int fd = connect_to(front.port());
+    ASSERT_TRUE(send_text(fd, "POST /payments HTTP/1.1\r\nHost: x\r\n\r\n"));
+    const std::string answer = read_until_closed(fd, milliseconds(8000));
+    ::close(fd);
+    const auto took = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer.substr(0, 80);
+    EXPECT_NE(answer.find("body of 0"), std::string::npos) << answer;
+    EXPECT_LT(took, 2000) << "the relay waited for a body nobody sent";
+  }
+  front.stop();
+  upstream.stop();
+  serving.join();
 }
 
 // A client that reads a large answer slowly keeps every send() moving; the deadline is for

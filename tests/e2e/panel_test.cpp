@@ -145,6 +145,23 @@ TEST_F(PanelTest, DuringATwentySecondReadLockItServesTheLastGoodScheduleWithABan
   EXPECT_LE(took, seconds(7));
 }
 
+TEST_F(PanelTest, DuringAReadLockTheLastGoodScheduleGoesOnlyToSessionsTheDatabaseConfirmed) {
+  ASSERT_EQ(schedule()->status, 200);  // a good copy, and this session confirmed
+  auto lock = storm(StormKind::kRead);
+  // While the database cannot check a cookie, a made-up one must not pass for a session.
+  auto forged = http_->Get("/api/schedule?date=" + today(),
+                           httplib::Headers{{"Cookie", "session=made-up-by-an-attacker"}});
+  auto mine = http_->Get("/api/schedule?date=" + today(), cookie_);
+  lock->end();
+  ASSERT_TRUE(forged);
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(forged->status, 503) << forged->body;
+  EXPECT_FALSE(forged->has_header("X-Holdfast-Stale"));
+  EXPECT_EQ(forged->body.find("games"), std::string::npos) << forged->body;
+  EXPECT_EQ(mine->status, 200);
+  EXPECT_TRUE(mine->has_header("X-Holdfast-Stale"));
+}
+
 TEST_F(PanelTest, StaleCopiesAreBoundedWhateverDatesClientsAskForAndTheLatestIsKept) {
   // Every date a client asks for leaves a copy; a client walking the calendar must not
   // grow them without end.
