@@ -9,8 +9,9 @@
 //     bytes, header lines, body per method), answering 408, 411, 413 or 431 with a short
 //     text before any work or authentication;
 //   - then hands the whole request to one of a fixed set of relay threads, which send it
-//     to the panel's httplib server on loopback (Connection: close, the client's address
-//     in X-Holdfast-Client) and copy the answer back;
+//     to the panel's httplib server on its private socket (Connection: close, the
+//     client's address in X-Holdfast-Client, the body framed by Content-Length) and copy
+//     the answer back, within send_deadline of its first byte;
 //   - keeps two bulkheads: light routes (/healthz, /metrics, the sign-in page) have relays
 //     of their own and never queue behind database work; database work waits in a bounded
 //     queue, and when that is full the answer is an immediate 503 with Retry-After.
