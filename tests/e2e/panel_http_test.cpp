@@ -363,11 +363,12 @@ TEST_F(PanelHttpTest, TheServerBehindTheFrontAnswersOnlyTheFront) {
     ::close(fd);
     return out;
   };
-  const std::string health = direct("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string health =
+      direct("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(health.rfind("HTTP/1.1 403", 0), 0u) << health.substr(0, 80);
   const std::string form = "email=Ada.Nowak%40club.example&password=x";
   const std::string login = direct(
-      "POST /login HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n"
+      "POST /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Holdfast-Front: guess\r\n"
       "X-Holdfast-Client: 10.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
       "Content-Length: " +
       std::to_string(form.size()) + "\r\n\r\n" + form);
