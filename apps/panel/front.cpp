@@ -551,8 +551,7 @@ int HttpFront::connect_upstream() const {
 }
 
 void HttpFront::relay(Request& r) {
-  set_blocking(r.fd, true);
-  set_timeouts(r.fd, options_.send_deadline, options_.send_deadline);
+  set_blocking(r.fd, true);  // send_all() bounds each send() by the time left
   const int up = connect_upstream();
   if (up < 0 || !send_all(up, r.bytes, Steady::now() + options_.send_deadline)) {
     if (up >= 0) ::close(up);
