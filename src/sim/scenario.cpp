@@ -267,7 +267,7 @@ Status Strategy::validate() const {
   }
   if (window <= Duration::zero()) return invalid("window must be > 0");
   if (breaker_threshold < 0 || breaker_threshold > 1'000'000) {
-    return invalid("threshold must be a whole number within [1, 1000000]");
+    return invalid("threshold must be a whole number within [1, 1000000] (0: the default)");
   }
   if (health_interval != Duration::zero() &&
       (health_interval < std::chrono::milliseconds(1) || health_interval > std::chrono::hours(1))) {
@@ -303,19 +303,19 @@ Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_hold
     const std::string_view value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
     const bool holdfast = s.kind == StrategyKind::kHoldfast;
     const std::string where = "strategy '" + std::string(text) + "': ";
+    // Ranges are checked once, by Strategy::validate() below.
     if (key == "attempts" && s.kind != StrategyKind::kNone) {
-      if (!parse_int(value, s.max_attempts) || s.max_attempts < 1 || s.max_attempts > 1000) {
+      if (!parse_int(value, s.max_attempts)) {
         return invalid(where + "attempts must be a whole number within [1, 1000]");
       }
     } else if (key == "window" && holdfast) {
       Result<Duration> d = parse_duration(value);
       if (!d.ok()) return invalid(where + std::string(d.status().message()));
-      if (*d <= Duration::zero()) return invalid(where + "window must be > 0");
       s.window = *d;
     } else if (key == "threshold" && holdfast) {
-      if (!parse_int(value, s.breaker_threshold) || s.breaker_threshold < 1 ||
-          s.breaker_threshold > 1'000'000) {
-        return invalid(where + "threshold must be a whole number >= 1");
+      // 0 is the breaker's default: written out, it is a mistake.
+      if (!parse_int(value, s.breaker_threshold) || s.breaker_threshold < 1) {
+        return invalid(where + "threshold must be a whole number within [1, 1000000]");
       }
     } else if (key == "health" && holdfast) {
       Result<Duration> d = parse_duration(value);
