@@ -15,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <sstream>
@@ -113,20 +114,24 @@ void await_accepted(const HttpFront& front, std::uint64_t n) {
   ASSERT_GE(front.counters().accepted.load(), n);
 }
 
-// An httplib server on loopback answering GET /healthz, for a front to relay to.
-class HealthUpstream {
+// An httplib server on loopback for a front to relay to: GET /healthz answers "ok", and
+// `routes` adds a test's own. Stopped and joined when destroyed.
+class Upstream {
  public:
-  HealthUpstream() {
+  explicit Upstream(const std::function<void(httplib::Server&)>& routes = {}) {
     server_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok", "text/plain");
     });
+    if (routes) routes(server_);
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
   }
-  ~HealthUpstream() {
+  ~Upstream() {
     server_.stop();
     thread_.join();
   }
+  Upstream(const Upstream&) = delete;
+  Upstream& operator=(const Upstream&) = delete;
   [[nodiscard]] int port() const { return port_; }
 
  private:
@@ -392,22 +397,18 @@ TEST(HttpFront, TheRewrittenHeadCarriesTheFrontsSecretAndNotTheClients) {
 
 // The bulkhead on its own, in front of a server whose database work never ends.
 TEST(HttpFront, WhenTheDatabaseQueueIsFullTheAnswerIs503AtOnceAndHealthStillGoes) {
-  httplib::Server upstream;
   std::mutex mutex;
   std::condition_variable release;
   bool released = false;
-  upstream.Get("/dashboard/schedule", [&](const httplib::Request&, httplib::Response& res) {
-    std::unique_lock<std::mutex> lock(mutex);
-    release.wait(lock, [&] { return released; });
-    res.set_content("late", "text/plain");
+  Upstream upstream([&](httplib::Server& server) {
+    server.Get("/dashboard/schedule", [&](const httplib::Request&, httplib::Response& res) {
+      std::unique_lock<std::mutex> lock(mutex);
+      release.wait(lock, [&] { return released; });
+      res.set_content("late", "text/plain");
+    });
   });
-  upstream.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok", "text/plain");
-  });
-  const int up_port = upstream.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { upstream.listen_after_bind(); });
   HttpFront::Options o;
-  o.upstream_port = up_port;
+  o.upstream_port = upstream.port();
   o.heavy_relays = 1;
   o.heavy_queue = 1;
   o.light_relays = 1;
@@ -440,15 +441,13 @@ TEST(HttpFront, WhenTheDatabaseQueueIsFullTheAnswerIs503AtOnceAndHealthStillGoes
     ::close(fd);
   }
   front.stop();
-  upstream.stop();
-  serving.join();
   EXPECT_EQ(front.counters().shed_503.load(), 1u);
 }
 
 // A newcomer gets in when every slot is held by slow clients: the address holding the most
 // connections gives up the one it has been sending longest.
 TEST(HttpFront, WhenFullTheAddressHoldingMostConnectionsMakesRoom) {
-  HealthUpstream upstream;
+  Upstream upstream;
   HttpFront::Options o;
   o.upstream_port = upstream.port();
   o.max_connections = 8;
@@ -483,14 +482,13 @@ TEST(HttpFront, WhenFullTheAddressHoldingMostConnectionsMakesRoom) {
 // A POST without Content-Length: the front read no body, and the server behind it must not
 // wait for one (it would read until the connection closed, holding a relay 5 s each).
 TEST(HttpFront, APostWithoutContentLengthIsRelayedWithAnEmptyBodyAndHoldsNoRelay) {
-  httplib::Server upstream;
-  upstream.Post("/payments", [](const httplib::Request& req, httplib::Response& res) {
-    res.set_content("body of " + std::to_string(req.body.size()), "text/plain");
+  Upstream upstream([](httplib::Server& server) {
+    server.Post("/payments", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content("body of " + std::to_string(req.body.size()), "text/plain");
+    });
   });
-  const int up_port = upstream.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { upstream.listen_after_bind(); });
   HttpFront::Options o;
-  o.upstream_port = up_port;
+  o.upstream_port = upstream.port();
   o.heavy_relays = 1;
   HttpFront front(o);
   ASSERT_TRUE(front.start().ok());
@@ -506,25 +504,22 @@ TEST(HttpFront, APostWithoutContentLengthIsRelayedWithAnEmptyBodyAndHoldsNoRelay
     EXPECT_LT(took, 2000) << "the relay waited for a body nobody sent";
   }
   front.stop();
-  upstream.stop();
-  serving.join();
 }
 
 // A client that reads a large answer slowly keeps every send() moving; the deadline is for
 // the whole answer, so the relay resets the connection and serves the next request.
 TEST(HttpFront, AClientReadingSlowlyIsCutOffAtTheSendDeadlineAndFreesTheRelay) {
-  httplib::Server upstream;
   const std::string big(32 * 1024 * 1024, 'x');
-  upstream.Get("/dashboard/big", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(big, "text/plain");
+  Upstream upstream([&](httplib::Server& server) {
+    server.Get("/dashboard/big", [&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(big, "text/plain");
+    });
+    server.Get("/dashboard/small", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("small", "text/plain");
+    });
   });
-  upstream.Get("/dashboard/small", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("small", "text/plain");
-  });
-  const int up_port = upstream.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { upstream.listen_after_bind(); });
   HttpFront::Options o;
-  o.upstream_port = up_port;
+  o.upstream_port = upstream.port();
   o.heavy_relays = 1;
   o.send_deadline = milliseconds(2000);
   HttpFront front(o);
@@ -560,8 +555,6 @@ TEST(HttpFront, AClientReadingSlowlyIsCutOffAtTheSendDeadlineAndFreesTheRelay) {
       request(front.port(), "GET /dashboard/small HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(next.rfind("HTTP/1.1 200", 0), 0u) << next.substr(0, 80);
   front.stop();
-  upstream.stop();
-  serving.join();
 }
 
 TEST(HttpFront, TheConnectionLimitFitsUnderTheOpenFileLimit) {
