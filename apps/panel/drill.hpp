@@ -62,12 +62,25 @@ std::vector<StormSpec> default_storms();
 struct StrategyResult {
   std::string name;
   std::int64_t requests = 0;
+  // Error pages (5xx other than holdfast's 503) and requests with no answer at all.
   std::int64_t error_pages = 0;
+  // Of error_pages, the requests that got no HTTP answer: the connection closed or reset
+  // without one, or nothing came for the load client's 30 s (kNoAnswerAfter).
+  std::int64_t unanswered = 0;
+  // Of the requests started from the storm's start + 1 s to its end, the share answered
+  // within 100 ms (kFastAnswerMs) with anything but an error page: fresh, stale or a 503.
+  // 0 when none started in a window of 1 s or more (every worker of the closed-loop load
+  // was still waiting on an earlier request); -1 when none started in a shorter one.
+  double fast_answers_pct = -1;
   std::int64_t status_503 = 0;
   double status_503_max_ms = 0;  // the slowest of holdfast's 503s
   std::int64_t stale = 0;
+  // From sending a request to its answer (or to giving up on it: max_ms is the longest
+  // wait any request had).
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
   double attempts_per_request = 0;
+  // Database attempts from the storm's start to its end (the panels' counters).
+  std::int64_t attempts_during_storm = 0;
   // Database attempts per database call the panel made (a statement or transaction it
   // asked for, before retries): 1.0 means no call was tried twice. Unlike attempts per
   // request it does not fall when a strategy gives a page up at its first failed query.
@@ -109,6 +122,12 @@ struct StormResult {
   StormSpec spec;
   double start_s = 0;  // since the drill began
   double end_s = 0;
+  // The PostgreSQL drill's silence faults: how the drill proved the fault was caused
+  // ("12 processes stopped ...; SELECT 1 unanswered for 800 ms"), and the milliseconds
+  // from the fault's end to the first answer to SELECT 1 on the path it cut (the server,
+  // the proxy, PgBouncer). Empty and -1 for the other faults and storms.
+  std::string evidence{};
+  double answered_again_ms = -1;
   std::vector<StrategyResult> strategies;
 };
 

@@ -116,7 +116,10 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   for (int p = 0; p < inst.processes(); ++p) {
     auto& http =
         clients.emplace_back(std::make_unique<httplib::Client>("127.0.0.1", inst.port_of(p)));
-    http->set_read_timeout(std::chrono::seconds(60));
+    // A request without a byte of answer for kNoAnswerAfter is given up and recorded as
+    // unanswered (status 0), never dropped.
+    http->set_read_timeout(kNoAnswerAfter);
+    http->set_connection_timeout(kNoAnswerAfter);
     http->set_keep_alive(true);
   }
   CookieJar jar;

@@ -73,18 +73,22 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
   std::vector<double> latencies, busy;
   std::int64_t during = 0;
   std::int64_t served_during = 0;
+  std::int64_t after_first_second = 0, fast = 0;
   for (const Record& rec : inst.records) {
     if (rec.start_s < sr.start_s || rec.start_s >= period.to) continue;
     ++r.requests;
+    if (rec.status == 0) ++r.unanswered;
     if (rec.stale_after_write) ++r.stale_reads_after_write;
     latencies.push_back(rec.latency_ms);
     const bool holdfast_busy = inst.strategy == Strategy::kHoldfast && rec.status == 503;
     bool fresh = false;
+    bool error = false;
     if (holdfast_busy) {
       ++r.status_503;
       busy.push_back(rec.latency_ms);
     } else if (rec.status >= 500 || rec.status == 0) {
       ++r.error_pages;
+      error = true;
     } else if (rec.stale) {
       ++r.stale;
     } else if (rec.status >= 200 && rec.status < 300) {
@@ -95,6 +99,10 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
       ++during;
       // Served: a fresh page within the origin's 6 s budget (nobody waits 20 s).
       if (fresh && rec.latency_ms <= kServedWithinMs) ++served_during;
+      if (rec.start_s >= sr.start_s + kFastAnswersFromS) {
+        ++after_first_second;
+        if (!error && rec.latency_ms <= kFastAnswerMs) ++fast;
+      }
     }
     // Back: the last answer that was not a fresh page, from the release until the next
     // storm starts (what happens after that is the next storm's).
@@ -104,6 +112,13 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
   }
   r.served_during_storm_pct =
       during > 0 ? 100.0 * static_cast<double>(served_during) / static_cast<double>(during) : 100.0;
+  // No request started in a window of a second or more: every worker was still waiting on
+  // an earlier one, so none got a fast answer (the load is closed-loop).
+  const double window_s = sr.end_s - (sr.start_s + kFastAnswersFromS);
+  r.fast_answers_pct = after_first_second > 0 ? 100.0 * static_cast<double>(fast) /
+                                                     static_cast<double>(after_first_second)
+                       : window_s >= 1.0       ? 0.0
+                                               : -1.0;
   r.p50_ms = percentile(latencies, 0.50);
   r.p99_ms = percentile(latencies, 0.99);
   r.max_ms = latencies.empty() ? 0 : latencies.back();
@@ -157,11 +172,15 @@ void count_open_breaker_answers(const Instance& inst, const Period& period, Stra
 // a breaker was open, and the log rows written.
 StrategyResult period_result(const Instance& inst, const Period& period, double seconds) {
   StrategyResult r = count_answers(inst, period);
-  Sample first, last;
+  Sample first, last, at_end;
   for (const Sample& s : inst.samples) {
     if (s.t <= period.storm.start_s) first = s;
     if (s.t <= std::min(period.to, seconds)) last = s;
+    if (s.t <= period.storm.end_s) at_end = s;
   }
+  r.attempts_during_storm =
+      at_end.attempts >= first.attempts ? static_cast<std::int64_t>(at_end.attempts - first.attempts)
+                                        : 0;
   const auto per_request = [&](std::uint64_t from, std::uint64_t to) {
     return r.requests > 0 ? static_cast<double>(to - from) / static_cast<double>(r.requests) : 0.0;
   };
@@ -219,7 +238,8 @@ void count_payments(const Instance& inst, DrillResult& result) {
 // drill-requests.csv: one line per request, in start order per strategy, with the breakers
 // of its process open at its start (r, w, s: the reads', writes' and standby's Shields;
 // R, W: the primary pools' backoff),
-// for finding which answer made a figure.
+// for finding which answer made a figure. start_s to the microsecond, so a request falls in
+// the same storm period here as in the report.
 void write_requests_csv(const DrillRun& run) {
   std::ofstream out(std::filesystem::path(run.options.out_dir) / "drill-requests.csv");
   out << "strategy,process,kind,start_s,latency_ms,status,stale,own_write_miss,open\n";
@@ -235,7 +255,7 @@ void write_requests_csv(const DrillRun& run) {
       if ((open & Sample::kReadsPoolOpen) != 0) bits += 'R';
       if ((open & Sample::kWritesPoolOpen) != 0) bits += 'W';
       if ((open & Sample::kStandbyOpen) != 0) bits += 's';
-      out << fmt::format("{},{},{},{:.3f},{:.1f},{},{},{},{}\n", inst->name, rec.process,
+      out << fmt::format("{},{},{},{:.6f},{:.1f},{},{},{},{}\n", inst->name, rec.process,
                          rec.pay ? "payment" : "page", rec.start_s, rec.latency_ms, rec.status,
                          rec.stale ? 1 : 0, rec.stale_after_write ? 1 : 0, bits);
     }
@@ -277,18 +297,21 @@ std::string storm_title(const StormSpec& spec) {
 // reads that missed the worker's own payment.
 std::vector<std::string> tail_header(bool pg, bool markdown) {
   if (pg && markdown) {
-    return {
-        "attempts/call", "primary attempts/request", "answers while breaker open", "their p99 ms",
-        "their max ms",  "reads missing own payment"};
+    return {"attempts during fault",      "attempts/call", "primary attempts/request",
+            "answers while breaker open", "their p99 ms",  "their max ms",
+            "reads missing own payment"};
   }
-  if (pg) return {"att/call", "primary/r", "open n", "open p99", "open max", "own-write misses"};
+  if (pg) {
+    return {"att in fault", "att/call", "primary/r",       "open n",
+            "open p99",     "open max", "own-write misses"};
+  }
   if (markdown) return {"log rows during storm", "gap line"};
   return {"log rows", "gap"};
 }
 std::vector<std::string> tail_cells(const StrategyResult& r, bool pg) {
   if (pg) {
     const bool open = r.open_breaker_answers > 0;
-    return {fmt::format("{:.2f}", r.attempts_per_call),
+    return {fmt::format("{}", r.attempts_during_storm), fmt::format("{:.2f}", r.attempts_per_call),
             fmt::format("{:.2f}", r.primary_attempts_per_request),
             fmt::format("{}", r.open_breaker_answers),
             open ? fmt::format("{:.0f}", r.open_breaker_p99_ms) : "-",
@@ -298,6 +321,11 @@ std::vector<std::string> tail_cells(const StrategyResult& r, bool pg) {
   return {fmt::format("{}", r.log_rows_during_storm), r.gap_line ? "yes" : "no"};
 }
 using nlohmann::json;
+
+// "97 %" (with `unit`), or "-" for a share with nothing to count (-1).
+std::string percent_or_dash(double pct, const char* unit) {
+  return pct < 0 ? std::string("-") : fmt::format("{:.0f}{}", pct, unit);
+}
 
 json report_json(const DrillOptions& options, const DrillResult& result) {
   json j;
@@ -314,6 +342,8 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
                   {"start_s", s.start_s},
                   {"end_s", s.end_s},
                   {"strategies", json::array()}};
+    if (!s.evidence.empty()) storm["evidence"] = s.evidence;
+    if (s.answered_again_ms >= 0) storm["answered_again_ms"] = s.answered_again_ms;
     for (const StrategyResult& r : s.strategies) {
       storm["strategies"].push_back(
           {{"name", r.name},
@@ -322,6 +352,9 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
            {"served_during_storm_pct", r.served_during_storm_pct},
            {"back_after_s", r.back_after_s},
            {"error_pages", r.error_pages},
+           {"unanswered", r.unanswered},
+           {"fast_answers_pct",
+            r.fast_answers_pct >= 0 ? json(r.fast_answers_pct) : json(nullptr)},
            {"status_503", r.status_503},
            {"status_503_max_ms", r.status_503_max_ms},
            {"stale", r.stale},
@@ -329,6 +362,7 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
            {"p99_ms", r.p99_ms},
            {"max_ms", r.max_ms},
            {"attempts_per_request", r.attempts_per_request},
+           {"attempts_during_storm", r.attempts_during_storm},
            {"attempts_per_call", r.attempts_per_call},
            {"attempts_per_page", r.attempts_per_page},
            {"primary_attempts_per_request", r.primary_attempts_per_request},
@@ -354,11 +388,16 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
   md += fmt::format(
       "{} workers per strategy, {:.0f} s in all. Each storm is counted from its start to the next "
       "storm's start, so recovery is included. *errors*: error pages (any 5xx other than "
-      "holdfast's 503); *503*: holdfast's \"busy, retry in N s\" page; *stale*: the last good "
+      "holdfast's 503, and requests with no answer); *unanswered*: of those, requests that got "
+      "no HTTP answer (the connection closed or reset, or no byte for the load client's 30 s); "
+      "*503*: holdfast's \"busy, retry in N s\" page; *stale*: the last good "
       "schedule with an \"as of\" banner; *served during storm*: requests started during the "
-      "storm that got a fresh page within 6 s; *back after*: from the lock's release to the last "
-      "answer "
-      "that was not a fresh page, until the next storm starts.\n",
+      "storm that got a fresh page within 6 s; *fast answers*: of the requests started from the "
+      "storm's start + 1 s to its end, the share answered within 100 ms with a fresh or stale "
+      "page or a 503 (0 % when no request started in a second or more of it: every worker was "
+      "still waiting; -: a storm of 2 s or less where none started); *back after*: from the lock's release to the last "
+      "answer that was not a fresh page, until the next storm starts; *max ms*: the longest "
+      "wait from sending a request to its answer or to giving up on it.\n",
       options.workers, result.seconds);
   const bool pg = result.engine == "postgres";
   if (pg) {
@@ -377,14 +416,20 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
   }
   for (const StormResult& s : result.storms) {
     md += fmt::format("\n## {}\n\n", storm_title(s.spec));
+    if (!s.evidence.empty()) {
+      md += fmt::format("Caused: {}. ", s.evidence);
+      if (s.answered_again_ms >= 0)
+        md += fmt::format("Undone: answered again {:.0f} ms after its end.", s.answered_again_ms);
+      md += "\n\n";
+    }
     md +=
-        "| strategy | requests | error pages | 503 | stale | served during storm | back after | "
-        "p50 ms | p99 ms | max ms | attempts/request";
+        "| strategy | requests | error pages | unanswered | 503 | stale | served during storm | "
+        "fast answers | back after | p50 ms | p99 ms | max ms | attempts/request";
     const std::vector<std::string> tail = tail_header(pg, true);
     for (const std::string& h : tail)
       md += " | " + h;
     // Numbers right-aligned; the strategy and SQLite's gap column (yes/no) left.
-    constexpr std::size_t kFirstColumns = 11;
+    constexpr std::size_t kFirstColumns = 13;
     const std::size_t columns = kFirstColumns + tail.size();
     md += " |\n|---|";
     for (std::size_t i = 1; i < columns; ++i)
@@ -392,9 +437,11 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
     md += "\n";
     for (const StrategyResult& r : s.strategies) {
       md += fmt::format(
-          "| {} | {} | {} | {} | {} | {:.0f} % | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | {:.2f}",
-          r.name, r.requests, r.error_pages, r.status_503, r.stale, r.served_during_storm_pct,
-          r.back_after_s, r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request);
+          "| {} | {} | {} | {} | {} | {} | {:.0f} % | {} | {:.1f} s | {:.0f} | {:.0f} | {:.0f} | "
+          "{:.2f}",
+          r.name, r.requests, r.error_pages, r.unanswered, r.status_503, r.stale,
+          r.served_during_storm_pct, percent_or_dash(r.fast_answers_pct, " %"), r.back_after_s,
+          r.p50_ms, r.p99_ms, r.max_ms, r.attempts_per_request);
       for (const std::string& c : tail_cells(r, pg))
         md += " | " + c;
       md += " |\n";
@@ -483,15 +530,16 @@ std::string drill_table(const DrillResult& result) {
     out += fmt::format("\n{} (from t={:.1f} s; counted until the next storm)\n",
                        storm_title(s.spec), s.start_s);
     const bool pg = result.engine == "postgres";
-    std::vector<std::vector<std::string>> rows = {{"strategy", "requests", "errors", "503", "stale",
-                                                   "served", "back s", "p50 ms", "p99 ms", "max ms",
-                                                   "attempts/r"}};
+    std::vector<std::vector<std::string>> rows = {
+        {"strategy", "requests", "errors", "no answer", "503", "stale", "served", "fast",
+         "back s", "p50 ms", "p99 ms", "max ms", "attempts/r"}};
     for (const std::string& h : tail_header(pg, false))
       rows[0].push_back(h);
     for (const StrategyResult& r : s.strategies) {
       rows.push_back({r.name, fmt::format("{}", r.requests), fmt::format("{}", r.error_pages),
-                      fmt::format("{}", r.status_503), fmt::format("{}", r.stale),
-                      fmt::format("{:.0f}%", r.served_during_storm_pct),
+                      fmt::format("{}", r.unanswered), fmt::format("{}", r.status_503),
+                      fmt::format("{}", r.stale), fmt::format("{:.0f}%", r.served_during_storm_pct),
+                      percent_or_dash(r.fast_answers_pct, "%"),
                       fmt::format("{:.1f}", r.back_after_s), fmt::format("{:.0f}", r.p50_ms),
                       fmt::format("{:.0f}", r.p99_ms), fmt::format("{:.0f}", r.max_ms),
                       fmt::format("{:.2f}", r.attempts_per_request)});

@@ -28,11 +28,21 @@ using Progress = std::function<void(double, double, const std::string&)>;
 // origins' RETRY_BUDGET_MS, what a user waits before giving up.
 constexpr double kServedWithinMs = 6000.0;
 
+// The load client gives a request up when no byte of its answer came for this long
+// (httplib's read timeout); it is then counted as unanswered.
+constexpr std::chrono::seconds kNoAnswerAfter{30};
+
+// An answer this fast is what a silence fault's requests should get once the fault's
+// first second has passed (DESIGN.md section 10: answered in milliseconds).
+constexpr double kFastAnswerMs = 100.0;
+// The fault's first second, when a strategy may still be learning the server is silent.
+constexpr double kFastAnswersFromS = 1.0;
+
 // One request a worker made.
 struct Record {
   double start_s;  // since the load began
   double latency_ms;
-  int status;  // 0: no answer
+  int status;  // 0: no answer (closed, reset, or kNoAnswerAfter without a byte)
   bool stale;
   // A fresh page, the first after the worker's own confirmed payment, whose count of
   // today's payments does not include it.
