@@ -27,8 +27,9 @@ drill: deps
 	@build/release/apps/holdfast/holdfast drill --out drill-out $(DRILL_ARGS)
 
 # The scale-out drill: a throwaway PostgreSQL primary + hot standby (and a PgBouncer), each
-# strategy as 3 panel processes, nine real faults; about 4 minutes. Reports land in
-# drill-pg-out/; the cluster is removed afterwards.
+# strategy as 3 panel processes, thirteen real faults (silence too: hang, blackhole,
+# standby-hang, pooler-pause); about 5 minutes. Reports land in drill-pg-out/; the cluster
+# is removed afterwards. DRILL_ARGS="--faults hang,blackhole" runs a few.
 drill-pg: deps
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release --target holdfast

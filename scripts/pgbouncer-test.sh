@@ -10,7 +10,8 @@
 # URL is what scripts/pg-test-server.sh prints (postgresql://USER@127.0.0.1:PORT/DB). Every
 # database name is passed on to that server (a `*` entry), pool_mode is transaction, and no
 # startup parameter is ignored: a client that sends `options` (session settings at
-# connect) is refused, as PgBouncer refuses it by default. PgBouncer refuses to run as root,
+# connect) is refused, as PgBouncer refuses it by default. USER may use the admin console
+# (database `pgbouncer`: PAUSE, RESUME, SHOW ...; admin_users). PgBouncer refuses to run as root,
 # so when this script runs as root it runs as the `postgres` OS user.
 #
 # Environment:
@@ -90,6 +91,7 @@ listen_port = $port
 unix_socket_dir =
 auth_type = trust
 auth_file = $root/userlist.txt
+admin_users = $user
 pool_mode = transaction
 default_pool_size = $pool_size
 max_client_conn = 200

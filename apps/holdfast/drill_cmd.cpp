@@ -4,7 +4,7 @@
 //   $ holdfast drill                       # 2, 5 and 20 s storms, write and read locks
 //   $ holdfast drill --storms 2 --kinds write --workers 4 --out /tmp/d
 //   $ holdfast drill --engine postgres     # primary + standby, 3 processes per strategy,
-//                                          # nine real faults (apps/panel/drill_pg.hpp)
+//                                          # thirteen real faults (apps/panel/drill_pg.hpp)
 #include <fmt/core.h>
 
 #include <pthread.h>
@@ -36,7 +36,7 @@ struct DrillArgs {
   std::vector<std::string> kinds = {"write", "read"};
   std::vector<std::string> strategies = {"none", "naive", "backoff", "origin-breaker", "holdfast"};
   std::string engine = "sqlite";
-  std::vector<std::string> faults;  // empty: all nine
+  std::vector<std::string> faults;  // empty: all of them
   int processes = 3;
   double fault_scale = 1.0;
 };
@@ -176,7 +176,8 @@ void add_drill_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--faults", args->faults,
                   "postgres: write-lock, read-lock, terminate, restart, stop, exhaust, cpu, "
-                  "standby-stop, standby-lag (default: all, in this order)")
+                  "standby-stop, standby-lag, hang, blackhole, standby-hang, pooler-pause "
+                  "(default: all, in this order)")
       ->delimiter(',');
   cmd->add_option("--processes", args->processes, "postgres: panel processes per strategy")
       ->check(CLI::Range(1, 16))

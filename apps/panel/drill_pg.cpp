@@ -1,5 +1,6 @@
 #include "drill_pg.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -9,9 +10,10 @@
 namespace holdfast::panel {
 
 const std::vector<std::string>& all_pg_faults() {
-  static const std::vector<std::string> kAll = {"write-lock", "read-lock",    "terminate",
-                                                "restart",    "stop",         "exhaust",
-                                                "cpu",        "standby-stop", "standby-lag"};
+  static const std::vector<std::string> kAll = {
+      "write-lock", "read-lock",    "terminate",   "restart", "stop",      "exhaust",
+      "cpu",        "standby-stop", "standby-lag", "hang",    "blackhole", "standby-hang",
+      "pooler-pause"};
   return kAll;
 }
 
@@ -24,10 +26,16 @@ Result<std::vector<StormSpec>> fault_specs(const PgDrillOptions& options) {
   for (const std::string& f : options.faults) {
     const double s = drill::default_fault_seconds(f);
     if (s < 0) {
+      std::string known;
+      for (const std::string& k : all_pg_faults())
+        known += (known.empty() ? "" : ", ") + k;
+      return Status(Code::kInvalidArgument, fmt::format("unknown fault '{}' ({})", f, known));
+    }
+    if (f == "pooler-pause" &&
+        std::find(options.strategies.begin(), options.strategies.end(), "holdfast+pgbouncer") ==
+            options.strategies.end()) {
       return Status(Code::kInvalidArgument,
-                    fmt::format("unknown fault '{}' (write-lock, read-lock, terminate, restart, "
-                                "stop, exhaust, cpu, standby-stop, standby-lag)",
-                                f));
+                    "the pooler-pause fault needs the holdfast+pgbouncer strategy (PgBouncer)");
     }
     StormSpec spec;
     spec.fault = f;

@@ -34,6 +34,28 @@ namespace holdfast::panel {
 //   cpu           CPU-burning backends (two per core) for 20 s: a capacity drop
 //   standby-stop  the standby stopped for 10 s
 //   standby-lag   replay paused on the standby (pg_wal_replay_pause()) for 15 s
+// Silence (DESIGN.md section 10; FAULTS.md, "Silence and failover"): nothing fails, nothing
+// answers. Each proves it was caused (SELECT 1 on the path it cuts gets no answer within
+// 800 ms) and undone (that path answers again within 10 s of its end), else the drill fails.
+//   hang          the primary frozen: its postmaster and every child of it stopped with
+//                 SIGSTOP for 10 s, then SIGCONT (by pid; also when the drill fails or is
+//                 interrupted, and the cluster's cleanup continues both servers again)
+//   blackhole     the drill's TCP proxy between the panels (and PgBouncer) and the primary
+//                 (drill_pg_proxy.hpp) forwards nothing either way for 10 s, connections
+//                 kept open and new ones accepted; the primary itself answers all along
+//   standby-hang  the standby frozen like the primary in hang, 10 s
+//   pooler-pause  PAUSE on PgBouncer's admin console for 10 s, then RESUME (queries wait in
+//                 PgBouncer until its query_wait_timeout, 1 s in the drill); needs the
+//                 holdfast+pgbouncer strategy, and touches no other strategy
+//
+// The report's figures per fault and strategy (drill.hpp's StrategyResult) include
+// `unanswered` (requests that got no HTTP answer: the connection closed or reset, or no
+// byte for the load client's 30 s), `fast_answers_pct` (of the requests started from the
+// fault's start + 1 s to its end, the share answered within 100 ms with anything but an
+// error page: fresh, stale or 503; 0 when no request started in that window at all, the
+// workers all still waiting) and `max_ms` (the longest wait from sending a request to its
+// answer, or to giving up on it). Each silence fault's entry also carries `evidence` and
+// `answered_again_ms` (drill.hpp's StormResult).
 [[nodiscard]] const std::vector<std::string>& all_pg_faults();
 
 struct PgDrillOptions {

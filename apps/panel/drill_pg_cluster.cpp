@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "drill_pg_silence.hpp"
 #include "holdfast/postgres_connection.hpp"
 
 namespace holdfast::panel::drill {
@@ -28,7 +29,26 @@ Result<pg::Connection> connect(const std::string& url) {
   return pg::Connection::open(o);
 }
 
+// NAME='value' from pg-test-server.sh's state file; empty when absent.
+std::string state_value(const std::string& state, const std::string& name) {
+  const std::string mark = "\n" + name + "='";
+  const std::size_t at = ("\n" + state).find(mark);
+  if (at == std::string::npos) return {};
+  const std::size_t from = at + mark.size() - 1;
+  const std::size_t to = state.find('\'', from);
+  return to == std::string::npos ? std::string() : state.substr(from, to - from);
+}
+
 }  // namespace
+
+std::string with_port(const std::string& url, int port) {
+  const std::size_t host = url.find("@127.0.0.1:");
+  if (host == std::string::npos) return url;
+  const std::size_t from = host + std::string_view("@127.0.0.1:").size();
+  const std::size_t to = url.find('/', from);
+  return url.substr(0, from) + std::to_string(port) +
+         (to == std::string::npos ? std::string() : url.substr(to));
+}
 
 Result<std::string> find_scripts_dir(const std::string& configured, const std::string& exe) {
   std::vector<std::string> candidates;
@@ -98,19 +118,30 @@ Result<std::unique_ptr<PgCluster>> PgCluster::start(const ClusterOptions& option
       cluster->run("pg-test-server.sh", {"standby-url"}, cluster->server_env());
   if (!standby.ok()) return standby.status();
   cluster->standby_ = *standby;
+  const std::string state =
+      read_text((fs::path(options.work_dir) / "pg-state" / "server.env").string());
+  cluster->primary_dir_ = state_value(state, "data_dir");
+  cluster->standby_dir_ = state_value(state, "standby_dir");
+  if (cluster->primary_dir_.empty() || cluster->standby_dir_.empty()) {
+    return Status(Code::kFailedPrecondition,
+                  "pg-test-server.sh's state file names no data_dir and standby_dir");
+  }
   return cluster;
 }
 
 PgCluster::~PgCluster() {
   try {
+    for (const std::string& dir : {primary_dir_, standby_dir_}) {
+      if (!dir.empty()) continue_server(dir);
+    }
     if (!bouncer_.empty()) (void)run("pgbouncer-test.sh", {"stop"}, bouncer_env());
     if (started_) (void)run("pg-test-server.sh", {"stop"}, server_env());
   } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
   }
 }
 
-Status PgCluster::start_bouncer() {
-  Result<std::string> url = run("pgbouncer-test.sh", {"start", primary_}, bouncer_env());
+Status PgCluster::start_bouncer(const std::string& server_url) {
+  Result<std::string> url = run("pgbouncer-test.sh", {"start", server_url}, bouncer_env());
   if (!url.ok()) return Status(url.status()).annotate("starting PgBouncer");
   bouncer_ = *url;
   return Status();
@@ -147,6 +178,10 @@ std::string PgCluster::standby_url(const std::string& db) const {
 }
 std::string PgCluster::bouncer_url(const std::string& db) const {
   return with_database(bouncer_, db);
+}
+int PgCluster::primary_port() const {
+  const std::size_t at = primary_.find("@127.0.0.1:");
+  return at == std::string::npos ? -1 : std::atoi(primary_.c_str() + at + 11);
 }
 
 }  // namespace holdfast::panel::drill

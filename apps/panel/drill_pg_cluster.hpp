@@ -34,13 +34,15 @@ class PgCluster {
   // Starts the primary and the standby. A Status quoting the script when it fails (it
   // removes what it started).
   static Result<std::unique_ptr<PgCluster>> start(const ClusterOptions& options);
-  // Stops PgBouncer and both servers and removes their folders. Never throws.
+  // Continues the servers' processes (a hang fault's SIGSTOP must never outlive the
+  // drill), stops PgBouncer and both servers and removes their folders. Never throws.
   ~PgCluster();
   PgCluster(const PgCluster&) = delete;
   PgCluster& operator=(const PgCluster&) = delete;
 
-  // Starts PgBouncer in front of the primary.
-  Status start_bouncer();
+  // Starts PgBouncer in front of the primary, which it reaches at `server_url` (the
+  // drill's proxy). Its admin console takes the primary's user (admin_users).
+  Status start_bouncer(const std::string& server_url);
   // Creates database `name` on the primary and waits (up to 30 s) until the standby
   // answers on it.
   Status create_database(const std::string& name);
@@ -52,6 +54,12 @@ class PgCluster {
   [[nodiscard]] std::string primary_url(const std::string& db) const;
   [[nodiscard]] std::string standby_url(const std::string& db) const;
   [[nodiscard]] std::string bouncer_url(const std::string& db) const;
+  // PgBouncer's admin console (database `pgbouncer`): PAUSE, RESUME, SHOW.
+  [[nodiscard]] std::string bouncer_admin_url() const { return bouncer_url("pgbouncer"); }
+  [[nodiscard]] int primary_port() const;
+  // The servers' data folders (pg-test-server.sh's state file), for FrozenServer.
+  [[nodiscard]] const std::string& primary_dir() const { return primary_dir_; }
+  [[nodiscard]] const std::string& standby_dir() const { return standby_dir_; }
 
  private:
   explicit PgCluster(ClusterOptions options) : options_(std::move(options)) {}
@@ -64,9 +72,13 @@ class PgCluster {
   std::string primary_;  // URLs as the scripts print them (database postgres)
   std::string standby_;
   std::string bouncer_;
+  std::string primary_dir_, standby_dir_;
   bool started_ = false;
   int runs_ = 0;  // numbers the scripts' output files
 };
+
+// `url` (postgresql://USER@127.0.0.1:PORT/DB, as the scripts print it) with another port.
+std::string with_port(const std::string& url, int port);
 
 // The folder holding pg-test-server.sh: `configured` when not empty, else
 // $HOLDFAST_SCRIPTS_DIR, the source tree's scripts/ and ../../../scripts next to `exe`,

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "drill_pg_run.hpp"
+#include "drill_pg_silence.hpp"
 #include "holdfast/postgres_connection.hpp"
 
 namespace holdfast::panel::drill {
@@ -39,12 +40,155 @@ constexpr const char* kTerminateDrillBackends =
 
 // A fault: begin() causes it, tick() runs every 50 ms while it is held, end() undoes it
 // (also after a failed begin(); idempotent). The destructor lets go of what is left.
+// A silence fault also says how it proved it was caused (evidence) and how long after
+// end() the path it cut answered SELECT 1 again (check_undone(); answered_again_ms; -1:
+// not checked).
 class Fault {
  public:
   virtual ~Fault() = default;
   virtual Status begin() = 0;
   virtual void tick() {}
   virtual Status end() = 0;
+  // After end() (the fault's end is taken between the two): the path the fault cut
+  // answers again.
+  virtual Status check_undone() { return Status(); }
+  [[nodiscard]] const std::string& evidence() const { return evidence_; }
+  [[nodiscard]] double answered_again_ms() const { return answered_again_ms_; }
+
+ protected:
+  // Proof of silence: `url` must not answer SELECT 1 within `patience`.
+  static Status expect_silence(const std::string& url, const char* what, Duration patience) {
+    Result<double> r = ask_within(url, "SELECT 1", patience);
+    if (r.ok()) {
+      return Status(Code::kInternal,
+                    fmt::format("{} still answered SELECT 1 ({:.0f} ms)", what, *r));
+    }
+    if (r.status().code() != Code::kDeadlineExceeded) {
+      return Status(r.status()).annotate(fmt::format("{} was to be silent, but", what));
+    }
+    return Status();
+  }
+  // After the undoing: `url` answers SELECT 1 again within 10 s, or the fault was not
+  // undone.
+  Status expect_answer(const std::string& url, const char* what) {
+    Result<double> r = wait_for_answer(url, seconds(10));
+    if (!r.ok()) {
+      return Status(r.status()).annotate(
+          fmt::format("{} did not answer within 10 s of the fault's end", what));
+    }
+    answered_again_ms_ = *r;
+    return Status();
+  }
+
+  std::string evidence_;
+  double answered_again_ms_ = -1;
+};
+
+// How long a silence fault's proof waits for an answer that must not come. Below
+// PgBouncer's query_wait_timeout in the drill (1 s), which would end a paused query.
+constexpr std::chrono::milliseconds kSilenceProof{800};
+
+// hang, standby-hang: the server's postmaster and all its children stopped (SIGSTOP),
+// continued (SIGCONT) at the end, by the destructor at the latest.
+class HangFault final : public Fault {
+ public:
+  HangFault(const PgDrill& drill, bool standby)
+      : dir_(standby ? drill.cluster->standby_dir() : drill.cluster->primary_dir()),
+        url_(standby ? drill.cluster->standby_url("postgres")
+                     : drill.cluster->primary_url("postgres")),
+        what_(standby ? "the frozen standby" : "the frozen primary") {}
+  Status begin() override {
+    if (Status s = frozen_.freeze(dir_); !s.ok()) return s;
+    if (Status s = expect_silence(url_, what_, kSilenceProof); !s.ok()) return s;
+    evidence_ = fmt::format(
+        "{} processes stopped (postmaster {} and its children); SELECT 1 unanswered for {} ms",
+        frozen_.processes(), frozen_.postmaster(), kSilenceProof.count());
+    return Status();
+  }
+  Status end() override {
+    thawed_ = frozen_.processes() > 0;
+    frozen_.thaw();
+    return Status();
+  }
+  Status check_undone() override { return thawed_ ? expect_answer(url_, what_) : Status(); }
+
+ private:
+  std::string dir_, url_;
+  const char* what_;
+  bool thawed_ = false;
+  FrozenServer frozen_;  // its destructor continues what is still stopped
+};
+
+// blackhole: the proxy between the panels (and PgBouncer) and the primary forwards
+// nothing, connections kept open; the primary itself answers all along.
+class BlackholeFault final : public Fault {
+ public:
+  explicit BlackholeFault(const PgDrill& drill)
+      : proxy_(*drill.proxy),
+        through_(drill.app_primary_url("postgres")),
+        direct_(drill.cluster->primary_url("postgres")) {}
+  Status begin() override {
+    const TcpProxy::Counters before = proxy_.counters();
+    proxy_.set_blackhole(true);
+    if (Status s = expect_silence(through_, "the primary through the proxy", kSilenceProof);
+        !s.ok())
+      return s;
+    Result<double> direct = ask_within(direct_, "SELECT 1", seconds(2));
+    evidence_ = fmt::format(
+        "{} connections held open; SELECT 1 through the proxy unanswered for {} ms, directly "
+        "{}",
+        before.open, kSilenceProof.count(),
+        direct.ok() ? fmt::format("answered in {:.0f} ms", *direct)
+                    : "not answered either: " + direct.status().to_string());
+    return Status();
+  }
+  Status end() override {
+    proxy_.set_blackhole(false);
+    return Status();
+  }
+  Status check_undone() override {
+    return expect_answer(through_, "the primary through the proxy");
+  }
+  ~BlackholeFault() override { proxy_.set_blackhole(false); }
+
+ private:
+  TcpProxy& proxy_;
+  std::string through_, direct_;
+};
+
+// pooler-pause: PAUSE on PgBouncer's admin console (queries wait inside PgBouncer, until
+// its query_wait_timeout), RESUME at the end.
+class PoolerPauseFault final : public Fault {
+ public:
+  explicit PoolerPauseFault(const PgDrill& drill)
+      : admin_(drill.cluster->bouncer_admin_url()),
+        through_(drill.cluster->bouncer_url("postgres")) {}
+  Status begin() override {
+    paused_ = true;  // a PAUSE that times out leaves PgBouncer pausing: RESUME it anyway
+    Result<double> paused = ask_within(admin_, "PAUSE", seconds(5));
+    if (!paused.ok()) return Status(paused.status()).annotate("PgBouncer's PAUSE");
+    if (Status s = expect_silence(through_, "the paused PgBouncer", kSilenceProof); !s.ok())
+      return s;
+    evidence_ = fmt::format("PAUSE answered in {:.0f} ms; SELECT 1 through PgBouncer "
+                            "unanswered for {} ms",
+                            *paused, kSilenceProof.count());
+    return Status();
+  }
+  Status end() override {
+    if (!paused_) return Status();
+    paused_ = false;
+    Result<double> resumed = ask_within(admin_, "RESUME", seconds(5));
+    if (!resumed.ok()) return Status(resumed.status()).annotate("PgBouncer's RESUME");
+    return Status();
+  }
+  Status check_undone() override { return expect_answer(through_, "PgBouncer"); }
+  ~PoolerPauseFault() override {
+    if (paused_) (void)ask_within(admin_, "RESUME", seconds(5));
+  }
+
+ private:
+  std::string admin_, through_;
+  bool paused_ = false;
 };
 
 // write-lock, read-lock: ACCESS EXCLUSIVE on `table` of every database, held in an open
@@ -308,6 +452,10 @@ std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill) {
     return std::make_unique<ServerDownFault>(drill, "standby-down", "standby-up");
   }
   if (f == "standby-lag") return std::make_unique<ReplayPauseFault>(drill);
+  if (f == "hang") return std::make_unique<HangFault>(drill, false);
+  if (f == "standby-hang") return std::make_unique<HangFault>(drill, true);
+  if (f == "blackhole") return std::make_unique<BlackholeFault>(drill);
+  if (f == "pooler-pause") return std::make_unique<PoolerPauseFault>(drill);
   return nullptr;
 }
 
@@ -334,6 +482,9 @@ Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& sp
   pacer.wait_until(sr.start_s + spec.seconds, what, [&] { fault->tick(); });
   Status ended = fault->end();
   sr.end_s = run.since();
+  if (ended.ok()) ended = fault->check_undone();
+  sr.evidence = fault->evidence();
+  sr.answered_again_ms = fault->answered_again_ms();
   if (!ended.ok()) {
     run.stop_load();
     return ended.annotate(what + ": undoing it");
@@ -351,6 +502,9 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "stop" || fault == "standby-lag") return 15;
   if (fault == "exhaust" || fault == "cpu") return 20;
   if (fault == "standby-stop") return 10;
+  if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" ||
+      fault == "pooler-pause")
+    return 10;
   return -1;
 }
 

@@ -11,13 +11,21 @@
 #include "drill_pg.hpp"
 #include "drill_pg_cluster.hpp"
 #include "drill_pg_process.hpp"
+#include "drill_pg_proxy.hpp"
 #include "drill_run.hpp"
 
 namespace holdfast::panel::drill {
 
 // What the drill started. Destroyed in reverse: the panel processes stop (by their pids)
-// before the cluster does.
+// before the cluster does, and the proxy last.
+//
+// The panels reach the primary only through `proxy` (the blackhole fault's switch), for
+// the whole drill: their --pg URL (and --pg-logs), and PgBouncer's server connections, so
+// holdfast+pgbouncer meets the same blackhole between the pooler and the primary. The
+// standby's replication, the panels' --pg-replica URL and the drill's own connections
+// (faults, audit) go to the servers directly.
 struct PgDrill {
+  std::unique_ptr<TcpProxy> proxy;
   std::unique_ptr<PgCluster> cluster;
   std::vector<ChildProcess> panels;
   std::vector<std::string> databases;  // one per strategy, as run.instances
@@ -26,6 +34,11 @@ struct PgDrill {
   PgDrill(const PgDrill&) = delete;
   PgDrill& operator=(const PgDrill&) = delete;
   ~PgDrill() { panels.clear(); }
+
+  // Database `db` on the primary as the panels and PgBouncer reach it: through the proxy.
+  [[nodiscard]] std::string app_primary_url(const std::string& db) const {
+    return with_port(cluster->primary_url(db), proxy->port());
+  }
 };
 
 // A fault's default length in seconds (drill_pg.hpp), before PgDrillOptions::fault_scale;

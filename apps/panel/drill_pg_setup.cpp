@@ -149,7 +149,7 @@ std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill
       options.holdfast_exe,
       "panel",
       "--pg",
-      s.bouncer ? drill.cluster->bouncer_url(db) : drill.cluster->primary_url(db),
+      s.bouncer ? drill.cluster->bouncer_url(db) : drill.app_primary_url(db),
       "--port",
       "0",
       "--strategy",
@@ -166,7 +166,7 @@ std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill
     // The log store sets its timeouts at connect, which PgBouncer refuses: logs go to the
     // primary directly.
     argv.emplace_back("--pg-logs");
-    argv.push_back(drill.cluster->primary_url(db));
+    argv.push_back(drill.app_primary_url(db));
   }
   return argv;
 }
@@ -245,8 +245,12 @@ Status open_pg_instances(DrillRun& run, PgDrill& drill, const PgDrillOptions& op
   Result<std::unique_ptr<PgCluster>> cluster = PgCluster::start(co);
   if (!cluster.ok()) return cluster.status();
   drill.cluster = std::move(*cluster);
+  Result<std::unique_ptr<TcpProxy>> proxy = TcpProxy::start(drill.cluster->primary_port());
+  if (!proxy.ok()) return proxy.status();
+  drill.proxy = std::move(*proxy);
   if (bouncer) {
-    if (Status st = drill.cluster->start_bouncer(); !st.ok()) return st;
+    const std::string server = drill.app_primary_url("postgres");
+    if (Status st = drill.cluster->start_bouncer(server); !st.ok()) return st;
   }
   for (const PgStrategy& s : strategies) {
     Result<std::unique_ptr<Instance>> inst = open_pg_instance(options, drill, s);
