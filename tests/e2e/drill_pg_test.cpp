@@ -4,6 +4,10 @@
 // user relies on.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,11 +17,14 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "drill_pg_proxy.hpp"
 
 namespace {
 
@@ -199,3 +206,117 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
 }
 
 }  // namespace
+
+namespace holdfast::panel::drill {
+namespace {
+
+// A loopback TCP server that echoes what it reads, on a thread of its own.
+class EchoServer {
+ public:
+  EchoServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&at), sizeof at);
+    ::listen(fd_, 16);
+    socklen_t len = sizeof at;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&at), &len);
+    port_ = ntohs(at.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        clients_.emplace_back([c] {
+          char buf[4096];
+          for (ssize_t n; (n = ::recv(c, buf, sizeof buf, 0)) > 0;)
+            ::send(c, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+          ::close(c);
+        });
+      }
+    });
+  }
+  ~EchoServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (auto& t : clients_)
+      t.join();
+  }
+  [[nodiscard]] int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::vector<std::thread> clients_;
+};
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// What `fd` receives within `wait` (up to `want` bytes); "" when nothing came.
+std::string receive(int fd, std::size_t want, std::chrono::milliseconds wait) {
+  std::string got;
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (got.size() < want) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  return got;
+}
+
+TEST(DrillPgProxy, ForwardsBothWaysAndABlackholeHoldsEverythingUntilItEnds) {
+  EchoServer echo;
+  Result<std::unique_ptr<TcpProxy>> proxy = TcpProxy::start(echo.port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status().to_string();
+  const int a = connect_to((*proxy)->port());
+  ASSERT_GE(a, 0);
+  ASSERT_EQ(::send(a, "ping", 4, MSG_NOSIGNAL), 4);
+  EXPECT_EQ(receive(a, 4, std::chrono::seconds(2)), "ping");
+
+  (*proxy)->set_blackhole(true);
+  ASSERT_EQ(::send(a, "held", 4, MSG_NOSIGNAL), 4);
+  // A connection made during the blackhole is accepted, and gets nothing either.
+  const int b = connect_to((*proxy)->port());
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(::send(b, "late", 4, MSG_NOSIGNAL), 4);
+  EXPECT_EQ(receive(a, 4, std::chrono::milliseconds(300)), "");
+  EXPECT_EQ(receive(b, 4, std::chrono::milliseconds(50)), "");
+  EXPECT_EQ((*proxy)->counters().open, 2u) << "every connection is kept open";
+
+  (*proxy)->set_blackhole(false);
+  EXPECT_EQ(receive(a, 4, std::chrono::seconds(2)), "held");
+  EXPECT_EQ(receive(b, 4, std::chrono::seconds(2)), "late");
+  // A big message crosses whole (several reads and writes of the proxy's 64 KiB pipes).
+  const std::string big(1 << 20, 'x');
+  std::thread sender([&] { ::send(a, big.data(), big.size(), MSG_NOSIGNAL); });
+  EXPECT_EQ(receive(a, big.size(), std::chrono::seconds(10)).size(), big.size());
+  sender.join();
+  ::close(a);
+  ::close(b);
+  // A closed client closes its server side too.
+  for (int i = 0; i < 100 && (*proxy)->counters().open > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ((*proxy)->counters().open, 0u);
+}
+
+}  // namespace
+}  // namespace holdfast::panel::drill
