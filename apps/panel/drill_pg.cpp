@@ -11,9 +11,8 @@ namespace holdfast::panel {
 
 const std::vector<std::string>& all_pg_faults() {
   static const std::vector<std::string> kAll = {
-      "write-lock", "read-lock",    "terminate",   "restart", "stop",      "exhaust",
-      "cpu",        "standby-stop", "standby-lag", "hang",    "blackhole", "standby-hang",
-      "pooler-pause"};
+      "write-lock",   "read-lock",   "terminate", "restart",   "stop",         "exhaust",     "cpu",
+      "standby-stop", "standby-lag", "hang",      "blackhole", "standby-hang", "pooler-pause"};
   return kAll;
 }
 
@@ -31,9 +30,8 @@ Result<std::vector<StormSpec>> fault_specs(const PgDrillOptions& options) {
         known += (known.empty() ? "" : ", ") + k;
       return Status(Code::kInvalidArgument, fmt::format("unknown fault '{}' ({})", f, known));
     }
-    if (f == "pooler-pause" &&
-        std::find(options.strategies.begin(), options.strategies.end(), "holdfast+pgbouncer") ==
-            options.strategies.end()) {
+    if (f == "pooler-pause" && std::find(options.strategies.begin(), options.strategies.end(),
+                                         "holdfast+pgbouncer") == options.strategies.end()) {
       return Status(Code::kInvalidArgument,
                     "the pooler-pause fault needs the holdfast+pgbouncer strategy (PgBouncer)");
     }

@@ -73,8 +73,8 @@ class Fault {
   Status expect_answer(const std::string& url, const char* what) {
     Result<double> r = wait_for_answer(url, seconds(10));
     if (!r.ok()) {
-      return Status(r.status()).annotate(
-          fmt::format("{} did not answer within 10 s of the fault's end", what));
+      return Status(r.status())
+          .annotate(fmt::format("{} did not answer within 10 s of the fault's end", what));
     }
     answered_again_ms_ = *r;
     return Status();
@@ -169,9 +169,10 @@ class PoolerPauseFault final : public Fault {
     if (!paused.ok()) return Status(paused.status()).annotate("PgBouncer's PAUSE");
     if (Status s = expect_silence(through_, "the paused PgBouncer", kSilenceProof); !s.ok())
       return s;
-    evidence_ = fmt::format("PAUSE answered in {:.0f} ms; SELECT 1 through PgBouncer "
-                            "unanswered for {} ms",
-                            *paused, kSilenceProof.count());
+    evidence_ = fmt::format(
+        "PAUSE answered in {:.0f} ms; SELECT 1 through PgBouncer "
+        "unanswered for {} ms",
+        *paused, kSilenceProof.count());
     return Status();
   }
   Status end() override {
@@ -502,8 +503,7 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "stop" || fault == "standby-lag") return 15;
   if (fault == "exhaust" || fault == "cpu") return 20;
   if (fault == "standby-stop") return 10;
-  if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" ||
-      fault == "pooler-pause")
+  if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" || fault == "pooler-pause")
     return 10;
   return -1;
 }

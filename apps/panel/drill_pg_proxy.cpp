@@ -68,7 +68,8 @@ void no_delay(int fd) {
 }
 
 Status os_error(const char* what) {
-  return Status(Code::kFailedPrecondition, fmt::format("proxy: {}: {}", what, std::strerror(errno)));
+  return Status(Code::kFailedPrecondition,
+                fmt::format("proxy: {}: {}", what, std::strerror(errno)));
 }
 
 }  // namespace
@@ -90,7 +91,8 @@ struct TcpProxy::Loop {
     std::array<epoll_event, 128> events{};
     bool blackholed = proxy.blackhole_.load();
     while (!proxy.stop_.load()) {
-      const int n = ::epoll_wait(proxy.epoll_fd_, events.data(), static_cast<int>(events.size()), -1);
+      const int n =
+          ::epoll_wait(proxy.epoll_fd_, events.data(), static_cast<int>(events.size()), -1);
       if (n < 0 && errno != EINTR) return;
       for (int i = 0; i < n; ++i) {
         void* tag = events[static_cast<std::size_t>(i)].data.ptr;

@@ -109,7 +109,8 @@ Status FrozenServer::freeze(const std::string& data_dir) {
   }
   postmaster_ = pm;
   if (::kill(pm, SIGSTOP) != 0) {
-    return Status(Code::kFailedPrecondition, fmt::format("kill -STOP {}: {}", pm, std::strerror(errno)));
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("kill -STOP {}: {}", pm, std::strerror(errno)));
   }
   stopped_.push_back(pm);
   // Stopped, it forks no more: its children listed from now on are all there will be.
@@ -160,8 +161,9 @@ Result<double> ask_within(const std::string& url, const std::string& sql, Durati
   const char* values[] = {url.c_str(), "holdfast-drill-probe", nullptr};
   std::unique_ptr<PGconn, PgConnFree> conn(PQconnectStartParams(keys, values, 1));
   if (!conn || PQstatus(conn.get()) == CONNECTION_BAD) {
-    return Status(Code::kUnavailable,
-                  fmt::format("connecting: {}", conn ? PQerrorMessage(conn.get()) : "out of memory"));
+    return Status(
+        Code::kUnavailable,
+        fmt::format("connecting: {}", conn ? PQerrorMessage(conn.get()) : "out of memory"));
   }
   const auto silent = [&](const char* stage) {
     return Status(Code::kDeadlineExceeded,
@@ -194,8 +196,8 @@ Result<double> ask_within(const std::string& url, const std::string& sql, Durati
     if (r == nullptr) break;
     const ExecStatusType st = PQresultStatus(r);
     if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && answer.ok()) {
-      answer = Status(Code::kFailedPrecondition,
-                      fmt::format("{}: {}", sql, PQresultErrorMessage(r)));
+      answer =
+          Status(Code::kFailedPrecondition, fmt::format("{}: {}", sql, PQresultErrorMessage(r)));
     }
     PQclear(r);
   }

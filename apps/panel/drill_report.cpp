@@ -116,9 +116,9 @@ StrategyResult count_answers(const Instance& inst, const Period& period) {
   // an earlier one, so none got a fast answer (the load is closed-loop).
   const double window_s = sr.end_s - (sr.start_s + kFastAnswersFromS);
   r.fast_answers_pct = after_first_second > 0 ? 100.0 * static_cast<double>(fast) /
-                                                     static_cast<double>(after_first_second)
-                       : window_s >= 1.0       ? 0.0
-                                               : -1.0;
+                                                    static_cast<double>(after_first_second)
+                       : window_s >= 1.0 ? 0.0
+                                         : -1.0;
   r.p50_ms = percentile(latencies, 0.50);
   r.p99_ms = percentile(latencies, 0.99);
   r.max_ms = latencies.empty() ? 0 : latencies.back();
@@ -178,9 +178,9 @@ StrategyResult period_result(const Instance& inst, const Period& period, double 
     if (s.t <= std::min(period.to, seconds)) last = s;
     if (s.t <= period.storm.end_s) at_end = s;
   }
-  r.attempts_during_storm =
-      at_end.attempts >= first.attempts ? static_cast<std::int64_t>(at_end.attempts - first.attempts)
-                                        : 0;
+  r.attempts_during_storm = at_end.attempts >= first.attempts
+                                ? static_cast<std::int64_t>(at_end.attempts - first.attempts)
+                                : 0;
   const auto per_request = [&](std::uint64_t from, std::uint64_t to) {
     return r.requests > 0 ? static_cast<double>(to - from) / static_cast<double>(r.requests) : 0.0;
   };
@@ -311,7 +311,8 @@ std::vector<std::string> tail_header(bool pg, bool markdown) {
 std::vector<std::string> tail_cells(const StrategyResult& r, bool pg) {
   if (pg) {
     const bool open = r.open_breaker_answers > 0;
-    return {fmt::format("{}", r.attempts_during_storm), fmt::format("{:.2f}", r.attempts_per_call),
+    return {fmt::format("{}", r.attempts_during_storm),
+            fmt::format("{:.2f}", r.attempts_per_call),
             fmt::format("{:.2f}", r.primary_attempts_per_request),
             fmt::format("{}", r.open_breaker_answers),
             open ? fmt::format("{:.0f}", r.open_breaker_p99_ms) : "-",
@@ -353,8 +354,7 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
            {"back_after_s", r.back_after_s},
            {"error_pages", r.error_pages},
            {"unanswered", r.unanswered},
-           {"fast_answers_pct",
-            r.fast_answers_pct >= 0 ? json(r.fast_answers_pct) : json(nullptr)},
+           {"fast_answers_pct", r.fast_answers_pct >= 0 ? json(r.fast_answers_pct) : json(nullptr)},
            {"status_503", r.status_503},
            {"status_503_max_ms", r.status_503_max_ms},
            {"stale", r.stale},
@@ -395,7 +395,8 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
       "storm that got a fresh page within 6 s; *fast answers*: of the requests started from the "
       "storm's start + 1 s to its end, the share answered within 100 ms with a fresh or stale "
       "page or a 503 (0 % when no request started in a second or more of it: every worker was "
-      "still waiting; -: a storm of 2 s or less where none started); *back after*: from the lock's release to the last "
+      "still waiting; -: a storm of 2 s or less where none started); *back after*: from the lock's "
+      "release to the last "
       "answer that was not a fresh page, until the next storm starts; *max ms*: the longest "
       "wait from sending a request to its answer or to giving up on it.\n",
       options.workers, result.seconds);
@@ -530,9 +531,9 @@ std::string drill_table(const DrillResult& result) {
     out += fmt::format("\n{} (from t={:.1f} s; counted until the next storm)\n",
                        storm_title(s.spec), s.start_s);
     const bool pg = result.engine == "postgres";
-    std::vector<std::vector<std::string>> rows = {
-        {"strategy", "requests", "errors", "no answer", "503", "stale", "served", "fast",
-         "back s", "p50 ms", "p99 ms", "max ms", "attempts/r"}};
+    std::vector<std::vector<std::string>> rows = {{"strategy", "requests", "errors", "no answer",
+                                                   "503", "stale", "served", "fast", "back s",
+                                                   "p50 ms", "p99 ms", "max ms", "attempts/r"}};
     for (const std::string& h : tail_header(pg, false))
       rows[0].push_back(h);
     for (const StrategyResult& r : s.strategies) {

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drill_pg_proxy.hpp"
+#include "drill_run.hpp"
 
 namespace {
 
@@ -316,6 +317,71 @@ TEST(DrillPgProxy, ForwardsBothWaysAndABlackholeHoldsEverythingUntilItEnds) {
   for (int i = 0; i < 100 && (*proxy)->counters().open > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ((*proxy)->counters().open, 0u);
+}
+
+}  // namespace
+}  // namespace holdfast::panel::drill
+
+namespace holdfast::panel::drill {
+namespace {
+
+// The figures the silence targets are judged by, from records whose answers are known:
+// unanswered, fast answers from the fault's start + 1 s, and the longest wait.
+TEST(DrillFigures, UnansweredFastAnswersAndTheLongestWaitAreCountedAsDefined) {
+  DrillOptions options;
+  options.gap_s = 5;
+  options.out_dir =
+      (fs::temp_directory_path() / ("holdfast-drill-figures-" + std::to_string(::getpid())))
+          .string();
+  fs::create_directories(options.out_dir);
+  DrillRun run(options);
+  const auto add = [&](const char* name, Strategy strategy, std::vector<Record> records) {
+    auto inst = std::make_unique<Instance>();
+    inst->name = name;
+    inst->strategy = strategy;
+    inst->ports = {1};
+    inst->records = std::move(records);
+    inst->count = [](const std::string&, const std::vector<std::string>&) { return -1; };
+    run.instances.push_back(std::move(inst));
+  };
+  // A 10 s fault from t=10; its first second ends at t=11.
+  add("holdfast", Strategy::kHoldfast,
+      {{10.5, 5000, 200, false},  // in the first second: not judged for speed
+       {11.5, 50, 200, false},    // fast, fresh
+       {12.0, 80, 503, false},    // fast, holdfast's 503
+       {13.0, 150, 200, false},   // answered, but slower than 100 ms
+       {14.0, 30000, 0, false},   // no answer in the load client's 30 s
+       {15.0, 20, 500, false},    // an error page, however fast
+       {15.5, 10, 200, true},     // fast, stale
+       {21.0, 5, 200, false}});   // after the fault: counted, not judged for speed
+  // Every worker stuck from before the first second on: no request started in the window.
+  add("none", Strategy::kNone, {{10.2, 9900, 200, false}});
+  run.storm_wall = {{"a", "b"}, {"c", "d"}};
+  DrillResult result;
+  StormResult fault;
+  fault.spec.fault = "hang";
+  fault.start_s = 10;
+  fault.end_s = 20;
+  StormResult short_fault;  // 1.5 s: its window (from start + 1 s) is too short to judge
+  short_fault.spec.fault = "blackhole";
+  short_fault.start_s = 30;
+  short_fault.end_s = 31.5;
+  result.storms = {fault, short_fault};
+  result.seconds = 40;
+  summarize(run, result);
+
+  const StrategyResult& holdfast = result.storms[0].strategies[0];
+  EXPECT_EQ(holdfast.requests, 8);
+  EXPECT_EQ(holdfast.unanswered, 1);
+  EXPECT_EQ(holdfast.error_pages, 2);                 // the 500 and the request without an answer
+  EXPECT_DOUBLE_EQ(holdfast.fast_answers_pct, 50.0);  // 3 of the 6 started from t=11
+  EXPECT_DOUBLE_EQ(holdfast.max_ms, 30000.0);
+  const StrategyResult& stuck = result.storms[0].strategies[1];
+  EXPECT_EQ(stuck.unanswered, 0);
+  EXPECT_DOUBLE_EQ(stuck.fast_answers_pct, 0.0);
+  EXPECT_DOUBLE_EQ(stuck.max_ms, 9900.0);
+  EXPECT_LT(result.storms[1].strategies[0].fast_answers_pct, 0.0) << "nothing to judge: -1";
+  fs::remove_all(options.out_dir);
 }
 
 }  // namespace
