@@ -19,7 +19,7 @@
 namespace holdfast::panel::drill {
 namespace {
 
-constexpr std::size_t kPipeBytes = 64 * 1024;
+constexpr std::size_t kPipeBytes = std::size_t{64} * 1024;
 
 // Bytes read from one side and not yet written to the other.
 struct Pipe {
