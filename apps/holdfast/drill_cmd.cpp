@@ -64,7 +64,7 @@ std::string self_exe() {
   return ec ? std::string() : p.string();
 }
 
-// While it lives, Ctrl-C and SIGTERM set `flag` instead of ending the process, so the
+// While it lives, Ctrl-C, SIGTERM and SIGHUP set `flag` instead of ending the process, so the
 // PostgreSQL drill can stop its panels and its cluster first. REQUIRES: made before any
 // thread starts (threads inherit the blocked signals).
 class StopSignals {
@@ -73,6 +73,7 @@ class StopSignals {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGHUP);  // the terminal went away: clean up all the same
     pthread_sigmask(SIG_BLOCK, &set_, &old_);
     watcher_ = std::thread([this, &flag] {
       const timespec tick{0, 200'000'000};

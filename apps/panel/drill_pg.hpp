@@ -39,7 +39,9 @@ namespace holdfast::panel {
 // 800 ms) and undone (that path answers again within 10 s of its end), else the drill fails.
 //   hang          the primary frozen: its postmaster and every child of it stopped with
 //                 SIGSTOP for 10 s, then SIGCONT (by pid; also when the drill fails or is
-//                 interrupted, and the cluster's cleanup continues both servers again)
+//                 interrupted, and the cluster's cleanup continues both servers again; a
+//                 guard process continues them 10 s after the fault's planned end should
+//                 the drill die without cleaning up)
 //   blackhole     the drill's TCP proxy between the panels (and PgBouncer) and the primary
 //                 (drill_pg_proxy.hpp) forwards nothing either way for 10 s, connections
 //                 kept open and new ones accepted; the primary itself answers all along

@@ -92,13 +92,18 @@ constexpr std::chrono::milliseconds kSilenceProof{800};
 // continued (SIGCONT) at the end, by the destructor at the latest.
 class HangFault final : public Fault {
  public:
-  HangFault(const PgDrill& drill, bool standby)
-      : dir_(standby ? drill.cluster->standby_dir() : drill.cluster->primary_dir()),
+  HangFault(const PgDrill& drill, bool standby, double seconds)
+      : seconds_(seconds),
+        dir_(standby ? drill.cluster->standby_dir() : drill.cluster->primary_dir()),
         url_(standby ? drill.cluster->standby_url("postgres")
                      : drill.cluster->primary_url("postgres")),
         what_(standby ? "the frozen standby" : "the frozen primary") {}
   Status begin() override {
-    if (Status s = frozen_.freeze(dir_); !s.ok()) return s;
+    // The guard continues the server 10 s after the fault's planned end, if this process
+    // could not.
+    const auto guard =
+        std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds_ + 10.0));
+    if (Status s = frozen_.freeze(dir_, guard); !s.ok()) return s;
     if (Status s = expect_silence(url_, what_, kSilenceProof); !s.ok()) return s;
     evidence_ = fmt::format(
         "{} processes stopped (postmaster {} and its children); SELECT 1 unanswered for {} ms",
@@ -113,6 +118,7 @@ class HangFault final : public Fault {
   Status check_undone() override { return thawed_ ? expect_answer(url_, what_) : Status(); }
 
  private:
+  double seconds_;
   std::string dir_, url_;
   const char* what_;
   bool thawed_ = false;
@@ -453,8 +459,8 @@ std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill) {
     return std::make_unique<ServerDownFault>(drill, "standby-down", "standby-up");
   }
   if (f == "standby-lag") return std::make_unique<ReplayPauseFault>(drill);
-  if (f == "hang") return std::make_unique<HangFault>(drill, false);
-  if (f == "standby-hang") return std::make_unique<HangFault>(drill, true);
+  if (f == "hang") return std::make_unique<HangFault>(drill, false, spec.seconds);
+  if (f == "standby-hang") return std::make_unique<HangFault>(drill, true, spec.seconds);
   if (f == "blackhole") return std::make_unique<BlackholeFault>(drill);
   if (f == "pooler-pause") return std::make_unique<PoolerPauseFault>(drill);
   return nullptr;

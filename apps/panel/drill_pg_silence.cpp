@@ -98,9 +98,23 @@ bool ready(PGconn* conn, short events, Steady::time_point until) {
   }
 }
 
+// A shell that sends SIGCONT to `pids` after `after`, unless it is stopped first
+// (SIGTERM: it ends its sleep too, leaving nothing behind).
+Result<ChildProcess> start_guard(const std::vector<pid_t>& pids, Duration after) {
+  std::string list;
+  for (pid_t p : pids)
+    list += fmt::format(" {}", p);
+  const double seconds = std::chrono::duration<double>(after).count();
+  const std::string script = fmt::format(
+      "trap 'kill $s 2>/dev/null; exit 0' TERM; sleep {:.1f} & s=$!; wait $s; kill -CONT{} "
+      "2>/dev/null; exit 0",
+      seconds, list);
+  return ChildProcess::spawn({"/bin/sh", "-c", script}, {}, "/dev/null");
+}
+
 }  // namespace
 
-Status FrozenServer::freeze(const std::string& data_dir) {
+Status FrozenServer::freeze(const std::string& data_dir, Duration guard_after) {
   thaw();
   const pid_t pm = postmaster_of(data_dir);
   if (pm < 0) {
@@ -121,6 +135,13 @@ Status FrozenServer::freeze(const std::string& data_dir) {
   for (pid_t child : children_of(pm)) {
     if (::kill(child, SIGSTOP) == 0) stopped_.push_back(child);
   }
+  // The guard first: were this process to die now, the server would stay frozen.
+  Result<ChildProcess> guard = start_guard(stopped_, guard_after);
+  if (!guard.ok()) {
+    thaw();
+    return Status(guard.status()).annotate("the freeze's guard");
+  }
+  guard_ = std::move(*guard);
   if (const std::vector<pid_t> running = wait_stopped(stopped_, std::chrono::seconds(2));
       !running.empty()) {
     thaw();
@@ -141,6 +162,7 @@ void FrozenServer::thaw() noexcept {
   } catch (...) {  // NOLINT(bugprone-empty-catch): thawing never throws
   }
   stopped_.clear();
+  guard_.stop();
 }
 
 void continue_server(const std::string& data_dir) noexcept {

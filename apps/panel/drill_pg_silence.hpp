@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "drill_pg_process.hpp"
 #include "holdfast/clock.hpp"
 #include "holdfast/result.hpp"
 
@@ -16,7 +17,9 @@ namespace holdfast::panel::drill {
 // A frozen PostgreSQL server: its postmaster and every child of it (the backends, the
 // walsender or walreceiver, the background workers) stopped with SIGSTOP, as a paused VM
 // would be. TCP connects still complete (the kernel's backlog), nothing answers.
-// Owning it owns the freeze: thaw() or the destructor sends SIGCONT to all of them.
+// Owning it owns the freeze: thaw() or the destructor sends SIGCONT to all of them. In
+// case this process dies without unwinding (SIGKILL, a crash), a guard process started
+// with the freeze continues them all after `guard_after` on its own; thaw() stops it.
 class FrozenServer {
  public:
   FrozenServer() = default;
@@ -27,7 +30,7 @@ class FrozenServer {
   // Stops the postmaster of `data_dir` (its pid from postmaster.pid) first, so it forks no
   // new child, then every child `pgrep -P` would list, and waits (up to 2 s) until each is
   // seen stopped (state T in /proc). On failure everything stopped so far is continued.
-  Status freeze(const std::string& data_dir);
+  Status freeze(const std::string& data_dir, Duration guard_after);
   // SIGCONT to every process frozen, and to every child the postmaster has now.
   // Idempotent; never throws.
   void thaw() noexcept;
@@ -37,6 +40,7 @@ class FrozenServer {
  private:
   pid_t postmaster_ = -1;
   std::vector<pid_t> stopped_;
+  ChildProcess guard_;
 };
 
 // SIGCONT to the postmaster of `data_dir` and its children, whoever stopped them: a
