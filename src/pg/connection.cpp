@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,10 +77,31 @@ struct Keywords {
   std::vector<const char*> keys;
   std::vector<const char*> values;
   std::string settings;                 // the `options` keyword: "-c name=value ..."
+  std::deque<std::string> owned;        // values made here (a deque: they never move)
   long long statement_timeout_ms = -1;  // when the settings name one, in plain milliseconds
 };
 
 void fill_keywords(const ConnectOptions& options, Keywords& k) {
+  // Before dbname, so that the conninfo's own keywords win over these defaults.
+  if (options.keepalive_idle > Duration::zero()) {
+    const auto secs = [](Duration d) {
+      return std::to_string(
+          std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(d).count()));
+    };
+    k.owned.emplace_back(secs(options.keepalive_idle));
+    k.owned.emplace_back(secs(options.keepalive_interval));
+    k.owned.emplace_back(std::to_string(std::max(1, options.keepalive_count)));
+    k.owned.emplace_back(std::to_string(std::max<long long>(
+        0, std::chrono::ceil<std::chrono::milliseconds>(options.tcp_user_timeout).count())));
+    const char* names[] = {"keepalives_idle", "keepalives_interval", "keepalives_count",
+                           "tcp_user_timeout"};
+    k.keys.push_back("keepalives");
+    k.values.push_back("1");
+    for (std::size_t i = 0; i < 4; ++i) {
+      k.keys.push_back(names[i]);
+      k.values.push_back(k.owned[i].c_str());
+    }
+  }
   k.keys.push_back("dbname");
   k.values.push_back(options.conninfo.c_str());
   for (const auto& [key, value] : options.keywords) {
@@ -237,11 +259,7 @@ void Connection::Impl::bind(std::span<const Param> params) {
 }
 
 void Connection::Impl::cancel() const noexcept {
-  PGcancel* c = PQgetCancel(conn);
-  if (c == nullptr) return;
-  char err[256];
-  PQcancel(c, err, sizeof(err));
-  PQfreeCancel(c);
+  detail::cancel_off_thread(conn);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -265,6 +283,7 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   }
   auto impl = std::make_unique<Impl>();
   impl->clock = options.clock != nullptr ? options.clock : &Clock::system();
+  impl->watch = options.watch;
   const TimePoint until = std::min(deadline, impl->clock->now() + options.connect_timeout);
   Keywords k;
   fill_keywords(options, k);
@@ -429,6 +448,38 @@ std::uint64_t Connection::notices_received() const noexcept {
 
 void Connection::close() noexcept {
   impl_.reset();
+}
+
+// ---------------------------------------------------------------------------------------
+// The liveness check
+
+Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOptions& options,
+                                                             TimePoint deadline) {
+  ConnectOptions o = options;
+  o.watch = nullptr;  // neither counted in the liveness it feeds nor woken by its silence
+  Clock& clock = o.clock != nullptr ? *o.clock : Clock::system();
+  Keywords k;
+  fill_keywords(o, k);
+  auto impl = std::make_unique<Connection::Impl>();
+  impl->clock = &clock;
+  impl->conn = PQconnectStartParams(k.keys.data(), k.values.data(), /*expand_dbname=*/1);
+  if (impl->conn == nullptr) return Liveness::CheckResult::kAnswered;  // no evidence
+  PQsetNoticeReceiver(impl->conn, &Connection::Impl::on_notice, impl.get());
+  const PostgresPollingStatusType st = poll_connect(impl->conn, clock, deadline);
+  if (st == PGRES_POLLING_FAILED || PQstatus(impl->conn) == CONNECTION_BAD) {
+    return Liveness::CheckResult::kAnswered;  // refused, or an error: somebody answered
+  }
+  if (st != PGRES_POLLING_OK) return Liveness::CheckResult::kSilent;
+  // The exchange's cancel grace comes on top of its deadline: leave room for it.
+  constexpr Duration kGrace = std::chrono::milliseconds(250);
+  const TimePoint now = clock.now();
+  impl->deadline = std::max(now + std::chrono::milliseconds(50), deadline - kGrace);
+  Connection conn(std::move(impl));
+  Result<Rows> r = conn.query("SELECT 1");
+  if (r.ok() || !r.status().sqlstate().empty()) return Liveness::CheckResult::kAnswered;
+  return conn.is_open() || r.status().code() != Code::kDeadlineExceeded
+             ? Liveness::CheckResult::kAnswered
+             : Liveness::CheckResult::kSilent;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "holdfast/liveness.hpp"
 #include "holdfast/postgres_connection.hpp"
 
 struct pg_conn;  // libpq's PGconn
@@ -61,6 +62,14 @@ struct ConnectionAccess {
   static bool is_prepared(const Connection& c, std::uint32_t id) noexcept;
   static void mark_prepared(Connection& c, std::uint32_t id);
   static pg_conn* native(const Connection& c) noexcept;
+  // Whether the exchanges of `c` give up at once when its server is found silent (reads), or
+  // wait for their deadline (writes: their outcome may still become known). Default: wait.
+  static void abandon_on_silence(Connection& c, bool abandon) noexcept;
+  // A liveness check of the server `options` reach (holdfast/liveness.hpp): a connection of
+  // its own (no watch) and SELECT 1, all within `deadline`. kSilent when nothing came back
+  // in time: neither the connect's handshake nor the query's answer. A refusal or an error
+  // is an answer.
+  static Liveness::CheckResult check_server(const ConnectOptions& options, TimePoint deadline);
 };
 
 // The current request's read-your-writes position (lsn.cpp; postgres_lsn.hpp).
