@@ -112,7 +112,8 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   if (given("--clients")) s.clients = a.clients;
   if (given("--shared")) s.shared_policies = true;
   if (given("--trigger") && !sim::parse_trigger(a.trigger, s.trigger.kind)) {
-    fail("--trigger: '" + a.trigger + "' is not none, capacity-drop, spike, outage or brownout");
+    fail("--trigger: '" + a.trigger +
+         "' is not none, capacity-drop, spike, outage, hang or brownout");
   }
   if (given("--trigger-start")) s.trigger.start = duration_arg(a.trigger_start, "--trigger-start");
   if (given("--trigger-length")) {
@@ -391,6 +392,9 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
       case sim::TriggerKind::kBrownout:
         what = fmt::format("{:g}% of attempts refused", s.trigger.failure_ratio * 100.0);
         break;
+      case sim::TriggerKind::kHang:
+        what = "no answer at all: every attempt waits out its timeout";
+        break;
       case sim::TriggerKind::kNone:
         break;
     }
@@ -518,7 +522,7 @@ void add_sim_command(CLI::App& app) {
   cmd->footer(
       "Strategies: none | naive[:attempts=N] | backoff[:attempts=N] | holdfast[:attempts=N]"
       "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker]\n"
-      "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, brownout, "
+      "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, hang, brownout, "
       "many-clients.");
   SimArgs& a = *args;
   cmd->add_option("--scenario", a.scenario, "Built-in scenario to start from")
@@ -548,7 +552,7 @@ void add_sim_command(CLI::App& app) {
   sc->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)");
   sc->add_option("--clients", a.clients, "Client processes");
   sc->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes");
-  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | brownout");
+  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | hang | brownout");
   sc->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)");
   sc->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)");
   sc->add_option("--factor", a.factor,
