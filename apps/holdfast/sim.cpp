@@ -222,6 +222,10 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
     j["db_attempts"] = r.db_attempts;
     j["breaker_rejections"] = r.breaker_rejections;
     j["breaker_waits"] = r.breaker_waits;
+    if (st.kind == sim::StrategyKind::kHoldfast) {
+      j["breakers"] = r.breakers;
+      j["breaker_open_after_s"] = r.breaker_open_after_s;
+    }
     ordered_json reasons = ordered_json::object();
     for (std::size_t i = 0; i < r.errors_by_reason.size(); ++i) {
       if (r.errors_by_reason[i] == 0) continue;
@@ -367,6 +371,24 @@ std::string recovery_text(const sim::Report& r) {
   return r.metastable ? "never (metastable)" : "not within the run";
 }
 
+// "; 5 of 8 breakers opened 0.16 s to 8.0 s (median 1.2 s) after the trigger began", or
+// nothing for a strategy without breakers.
+std::string breakers_opened_text(const sim::Report& r) {
+  const std::vector<double>& after = r.breaker_open_after_s;
+  if (r.breakers == 0 || after.empty()) return {};
+  const double median = after.size() % 2 == 1
+                            ? after[after.size() / 2]
+                            : (after[after.size() / 2 - 1] + after[after.size() / 2]) / 2.0;
+  if (after.size() == 1) {
+    return fmt::format("; {} of {} breakers opened {:.2f} s after the trigger began", after.size(),
+                       r.breakers, after.front());
+  }
+  return fmt::format(
+      "; {} of {} breakers opened {:.2f} s to {:.2f} s (median {:.2f} s) after the "
+      "trigger began",
+      after.size(), r.breakers, after.front(), after.back(), median);
+}
+
 void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports,
                  const std::vector<double>& walls) {
   const double capacity = s.database.workers / seconds_of(s.database.mean_service);
@@ -430,6 +452,7 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
                          r.errors_by_reason[i]);
     }
     if (r.breaker_waits > 0) why += fmt::format("; waited for a probe {} times", r.breaker_waits);
+    why += breakers_opened_text(r);
     fmt::print("  {:<{}}  {}\n", r.strategy, width, why.empty() ? "-" : why);
   }
 }

@@ -239,6 +239,11 @@ struct Report {
   std::uint64_t db_attempts = 0;
   std::uint64_t breaker_rejections = 0;  // requests failed at once by an open breaker
   std::uint64_t breaker_waits = 0;       // times a request waited for a breaker's probe
+  // holdfast: the client breakers (one per Shield), and for each that opened at or after
+  // the trigger's start, the seconds from that start to its first opening, ascending. How
+  // soon the Shields notice the trigger (a hang: how long silence goes unnoticed).
+  std::uint32_t breakers = 0;
+  std::vector<double> breaker_open_after_s;
   ErrorsByReason errors_by_reason{};
   double p99_ms = 0.0;  // of all successes
   // Engine statistics (deterministic): events processed, peak live requests and pending

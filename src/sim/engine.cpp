@@ -84,6 +84,12 @@ class Engine {
       }
       waiters_.resize(n);
       seen_generation_.assign(n, 0);
+      opened_.assign(n, false);
+      out_.breakers = static_cast<std::uint32_t>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        shields_[i]->breaker().add_listener(
+            [this, i](const BreakerTransition& t) { on_transition(i, t); });
+      }
       if (st.health_interval > Duration::zero()) {
         HealthProbe::Options po;
         po.interval = st.health_interval;
@@ -457,6 +463,17 @@ class Engine {
     }
   }
 
+  // Listens to Shield b's breaker: its first opening since the trigger began, for the report.
+  void on_transition(std::size_t b, const BreakerTransition& t) {
+    if (t.to != BreakerState::kOpen || opened_[b] || sc_.trigger.kind == TriggerKind::kNone) return;
+    const std::int64_t since_start = ns_of(t.at) - trigger_start_ns_;
+    if (since_start < 0) return;
+    opened_[b] = true;
+    const double s = static_cast<double>(since_start) / 1e9;
+    std::vector<double>& list = out_.breaker_open_after_s;
+    list.insert(std::upper_bound(list.begin(), list.end(), s), s);
+  }
+
   // One turn of HealthProbe's loop for Shield b: probe_now() (a no-op unless the breaker is
   // open), then announce the next run to the breaker.
   void on_health_probe(std::uint32_t b) {
@@ -552,6 +569,7 @@ class Engine {
   std::vector<std::deque<Waiter>> waiters_;           // per Shield: requests it queued
   std::vector<std::uint64_t> seen_generation_;        // per Shield: its signal when last looked at
   std::vector<std::unique_ptr<HealthProbe>> probes_;  // per Shield, when configured
+  std::vector<bool> opened_;  // per Shield: its breaker opened since the trigger began
 
   EventQueue events_;
   JobQueue jobs_;
