@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "holdfast/classify.hpp"
@@ -191,6 +192,57 @@ TEST(SimHang, AHealthProbeGetsNoAnswerWhileTheDatabaseIsSilent) {
   }
   EXPECT_GT(ran_during, 0u) << "the breakers opened during the hang";
   EXPECT_GT(closed_after, 0u) << "and the probes closed them after it";
+}
+
+// --- holdfast (library defaults) in the built-in hang, seeds 1-3 ---------------------------
+//
+// What is true today, before the Shield treats silence as evidence (DESIGN.md §10). The
+// breaker's only evidence is the attempts' timeouts: each process's breaker opens on its
+// busy rule (20 overload faults in a row) no sooner than the first timeout, 1 s into the
+// hang, and a process whose learned concurrency limit is small (4 places at 125 requests/s
+// of 5 ms queries) collects its 20 only after several seconds (measured: 1.1 s to 8.0 s).
+// Meanwhile the concurrency limit, full of attempts that never come back, answers
+// kAtCapacity: at once, or after queueing up to queue_wait (500 ms). Most failures are
+// therefore immediate and the figures of the report already look good: failed p50 0 ms,
+// recovery 1 s, 0.05-0.08 attempts per request during the hang.
+TEST(SimHang, HoldfastTodayShedsTheHangButItsBreakersOpenOnlyOnTimeouts) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    Scenario s = hang(seconds(45));
+    s.seed = seed;
+    const Report h = traced_run(s, Strategy::holdfast()).report;
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ASSERT_TRUE(h.recovery_s.has_value());
+    EXPECT_LE(*h.recovery_s, 1.0);
+    EXPECT_LE(h.amplification_during_trigger, 0.1);
+    EXPECT_LE(h.failed_p50_ms, 50.0);
+    // Every process's breaker opened, none before the first attempt sent into the silence
+    // timed out.
+    EXPECT_EQ(h.breakers, 8u);
+    ASSERT_EQ(h.breaker_open_after_s.size(), 8u);
+    EXPECT_GE(h.breaker_open_after_s.front(), 1.0);
+    EXPECT_LT(h.breaker_open_after_s.back(), 10.0);
+    // Until then the concurrency limit answers for the silent database.
+    EXPECT_GT(h.errors_by_reason[static_cast<std::size_t>(StopReason::kAtCapacity)], 500u);
+  }
+}
+
+// The target once silence is evidence: every breaker opens before the first attempt sent
+// into the silence times out, requests fail fast and service is back within a second.
+// Enable it with the Shield's silence detector.
+TEST(SimHang, DISABLED_HoldfastNoticesSilenceBeforeTheFirstTimeout) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    Scenario s = hang(seconds(45));
+    s.seed = seed;
+    const Report h = traced_run(s, Strategy::holdfast()).report;
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ASSERT_TRUE(h.recovery_s.has_value());
+    EXPECT_LE(*h.recovery_s, 1.0);
+    EXPECT_LE(h.failed_p50_ms, 50.0);
+    EXPECT_LE(h.amplification_during_trigger, 1.1);
+    ASSERT_EQ(h.breaker_open_after_s.size(), h.breakers);
+    EXPECT_LT(h.breaker_open_after_s.back(),
+              std::chrono::duration<double>(s.attempt_timeout).count());
+  }
 }
 
 }  // namespace
