@@ -72,6 +72,7 @@ class Engine {
         end_ns_(sc.duration.count()),
         trigger_start_ns_(sc.trigger.start.count()),
         trigger_end_ns_(sc.trigger.end().count()),
+        hang_(sc.trigger.kind == TriggerKind::kHang),
         report_(sc, st.name),
         out_(report_.out()) {
     if (holdfast_) {
@@ -83,6 +84,12 @@ class Engine {
       }
       waiters_.resize(n);
       seen_generation_.assign(n, 0);
+      opened_.assign(n, false);
+      out_.breakers = static_cast<std::uint32_t>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        shields_[i]->breaker().add_listener(
+            [this, i](const BreakerTransition& t) { on_transition(i, t); });
+      }
       if (st.health_interval > Duration::zero()) {
         HealthProbe::Options po;
         po.interval = st.health_interval;
@@ -97,6 +104,10 @@ class Engine {
 
   Report run() {
     schedule_arrival(0);
+    if (hang_) {
+      events_.push(trigger_start_ns_, EventType::kFreeze);
+      events_.push(trigger_end_ns_, EventType::kThaw);
+    }
     for (std::size_t i = 0; i < probes_.size(); ++i) {
       // HealthProbe's background loop, step by step: announce the next run, then run it.
       const std::int64_t next = st_.health_interval.count();
@@ -188,11 +199,26 @@ class Engine {
       return;
     }
     if (ev.type == EventType::kServiceDone) {
+      if (was_running_at_freeze(ev)) {
+        // Frozen mid-query: it finishes as much later as the hang lasts.
+        events_.push(ev.t + sc_.trigger.length.count(), EventType::kServiceDone, ev.slot, ev.tag);
+        return;
+      }
       on_service_done(ev);
       return;
     }
     if (ev.type == EventType::kHealthProbe) {
       on_health_probe(ev.slot);
+      return;
+    }
+    if (ev.type == EventType::kFreeze) {
+      frozen_ = true;
+      freeze_seq_ = events_.scheduled();
+      return;
+    }
+    if (ev.type == EventType::kThaw) {
+      frozen_ = false;
+      start_queued_jobs();
       return;
     }
     const Mark m = slots_.mark(ev.slot);
@@ -303,7 +329,12 @@ class Engine {
       events_.push_after(now_, reject, EventType::kTooMany, s, tag);
       return;
     }
-    if (busy_ < db.workers) {
+    if (frozen_) {
+      // A hang: silence. The attempt joins the queue, to be served after the thaw, or, with
+      // the queue full, is never taken in at all; either way no answer comes (no refusal
+      // either), and the client learns nothing before its timeout.
+      if (jobs_.size() < static_cast<std::size_t>(db.queue_limit)) jobs_.push(Job{s, tag});
+    } else if (busy_ < db.workers) {
       ++busy_;
       events_.push(now_ + service_time(), EventType::kServiceDone, s, tag);
     } else if (jobs_.size() < static_cast<std::size_t>(db.queue_limit)) {
@@ -332,7 +363,15 @@ class Engine {
     if (m.tag == ev.tag && m.phase == Phase::kInAttempt) on_success(ev.slot);
   }
 
+  // A hang: a completion that was scheduled before the freeze and falls at or after its
+  // start belongs to a query that was running when the database froze.
+  [[nodiscard]] bool was_running_at_freeze(const Event& ev) const noexcept {
+    return hang_ && ev.seq < freeze_seq_ && ev.t >= trigger_start_ns_;
+  }
+
+  // Frozen, the database starts nothing (completions are held back too: see dispatch()).
   void start_queued_jobs() {
+    if (frozen_) return;
     while (busy_ < sc_.database.workers && !jobs_.empty()) {
       const Job j = jobs_.pop();
       if (sc_.database.drop_abandoned) {
@@ -424,6 +463,17 @@ class Engine {
     }
   }
 
+  // Listens to Shield b's breaker: its first opening since the trigger began, for the report.
+  void on_transition(std::size_t b, const BreakerTransition& t) {
+    if (t.to != BreakerState::kOpen || opened_[b] || sc_.trigger.kind == TriggerKind::kNone) return;
+    const std::int64_t since_start = ns_of(t.at) - trigger_start_ns_;
+    if (since_start < 0) return;
+    opened_[b] = true;
+    const double s = static_cast<double>(since_start) / 1e9;
+    std::vector<double>& list = out_.breaker_open_after_s;
+    list.insert(std::upper_bound(list.begin(), list.end(), s), s);
+  }
+
   // One turn of HealthProbe's loop for Shield b: probe_now() (a no-op unless the breaker is
   // open), then announce the next run to the breaker.
   void on_health_probe(std::uint32_t b) {
@@ -446,11 +496,13 @@ class Engine {
     events_.push(next, EventType::kHealthProbe, b);
   }
 
-  // What "SELECT 1" sent now would get: refused during an outage, 53300 at random in a
-  // brownout or when the queue is full, a timeout when the queue ahead of it is longer
-  // than the client timeout, else an answer. (A model: the probe takes no capacity.)
+  // What "SELECT 1" sent now would get: refused during an outage, a timeout during a hang,
+  // 53300 at random in a brownout or when the queue is full, a timeout when the queue ahead
+  // of it is longer than the client timeout, else an answer. (A model: the probe takes no
+  // capacity, and its answer, a timeout included, is known at once.)
   Status health_answer() {
     if (trigger_active(TriggerKind::kOutage)) return refused_status_;
+    if (frozen_) return timeout_status_;  // no answer: it waits out its timeout
     if (trigger_active(TriggerKind::kBrownout) &&
         health_rng_.uniform() < sc_.trigger.failure_ratio) {
       return too_many_status_;
@@ -507,6 +559,7 @@ class Engine {
   const std::int64_t end_ns_;
   const std::int64_t trigger_start_ns_;
   const std::int64_t trigger_end_ns_;
+  const bool hang_;  // the trigger is a hang: kFreeze and kThaw are scheduled
   detail::ReportBuilder report_;
   Report& out_;  // report_'s totals
 
@@ -516,10 +569,15 @@ class Engine {
   std::vector<std::deque<Waiter>> waiters_;           // per Shield: requests it queued
   std::vector<std::uint64_t> seen_generation_;        // per Shield: its signal when last looked at
   std::vector<std::unique_ptr<HealthProbe>> probes_;  // per Shield, when configured
+  std::vector<bool> opened_;  // per Shield: its breaker opened since the trigger began
 
   EventQueue events_;
   JobQueue jobs_;
   int busy_ = 0;
+  // A hang is on (between kFreeze and kThaw): no query starts or finishes, nothing is
+  // refused. Events scheduled before the freeze have sequence numbers below freeze_seq_.
+  bool frozen_ = false;
+  std::uint64_t freeze_seq_ = 0;
   detail::RequestSlots slots_;
   std::uint64_t in_flight_ = 0;
 
