@@ -159,6 +159,13 @@ struct Strategy {
   // get (refused, 53300, or a wait longer than the timeout judged from the queue); the
   // probe itself takes no database capacity. Zero: no health probe (the Shield default).
   Duration health_interval = Duration::zero();
+  // > 0: each Shield has a Liveness watch (holdfast/liveness.hpp), as pg::Database gives
+  // every server: attempts waiting this long with no answer of any kind make the database
+  // suspect, and a check (what "SELECT 1" sent then would get: no answer during a hang)
+  // confirms it; then the breaker opens and the attempts in flight give up at once. The
+  // check's own time is not modelled: its answer is known at once. Zero: no watch.
+  // The driver's default (DatabaseOptions::silence_after).
+  Duration silence_after = std::chrono::milliseconds(500);
   // holdfast only: when set, the Shield options to start from (a policy file,
   // policy_file.hpp) instead of the library defaults. The reads policy's schedule and
   // jitter are used as they are; its attempts and window are max_attempts and window above
@@ -166,8 +173,9 @@ struct Strategy {
   std::optional<Shield::Options> options;
 
   // kInvalidArgument naming the first setting out of range: attempts within [1, 1000], a
-  // window > 0, a threshold within [0, 10^6], a health interval of 0 or within [1 ms, 1 h]
-  // (each probe is an event of the run: a shorter one would never let it end).
+  // window > 0, a threshold within [0, 10^6], a health interval and a silence_after of 0 or
+  // within [1 ms, 1 h] (each probe is an event of the run: a shorter one would never let it
+  // end).
   [[nodiscard]] Status validate() const;
 
   static Strategy none();

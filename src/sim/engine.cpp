@@ -14,6 +14,7 @@
 #include "holdfast/circuit_breaker.hpp"
 #include "holdfast/classify.hpp"
 #include "holdfast/health_probe.hpp"
+#include "holdfast/liveness.hpp"
 #include "holdfast/random.hpp"
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
@@ -49,6 +50,16 @@ Status refused_status() {
   return s;
 }
 
+// What pg::Database's read gets when the watch finds its server silent mid-attempt (as
+// exchange.cpp says it).
+Status silent_status() {
+  Status s(Code::kUnavailable,
+           "the server went silent (no answer to the work in flight nor to a check)",
+           Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, true});
+  s.with_backend(Backend::kPostgres);
+  return s;
+}
+
 class Engine {
  public:
   Engine(const Scenario& sc, const Strategy& st, ManualClock& clock, const Tracer& trace)
@@ -65,6 +76,7 @@ class Engine {
             "", "no answer within the client timeout: the client closed the connection")),
         refused_status_(refused_status()),
         too_many_status_(postgres_status("53300", "sorry, too many clients already")),
+        silent_status_(silent_status()),
         arrivals_(sc, Random(mix(sc.seed, 1))),
         service_times_(sc, Random(mix(sc.seed, 2))),
         brownout_rng_(mix(sc.seed, 3)),
@@ -99,6 +111,23 @@ class Engine {
               shields_[i]->breaker(), [this] { return health_answer(); }, po));
         }
       }
+      if (st.silence_after > Duration::zero()) {
+        Liveness::Options lo;
+        lo.suspect_after = st.silence_after;
+        lo.suspect_max = std::max(lo.suspect_max, lo.suspect_after);
+        lo.background = false;  // the simulator steps it: see on_liveness()
+        for (std::size_t i = 0; i < n; ++i) {
+          lives_.push_back(std::make_unique<Liveness>(
+              *shields_[i],
+              [this](TimePoint) {
+                return frozen_ ? Liveness::CheckResult::kSilent : Liveness::CheckResult::kAnswered;
+              },
+              [this, i](bool silent) {
+                if (silent) silenced_.push_back(static_cast<std::uint32_t>(i));
+              },
+              lo));
+        }
+      }
     }
   }
 
@@ -107,6 +136,10 @@ class Engine {
     if (hang_) {
       events_.push(trigger_start_ns_, EventType::kFreeze);
       events_.push(trigger_end_ns_, EventType::kThaw);
+    }
+    for (std::size_t i = 0; i < lives_.size(); ++i) {
+      events_.push(lives_[i]->options().tick.count(), EventType::kLiveness,
+                   static_cast<std::uint32_t>(i));
     }
     for (std::size_t i = 0; i < probes_.size(); ++i) {
       // HealthProbe's background loop, step by step: announce the next run, then run it.
@@ -209,6 +242,10 @@ class Engine {
     }
     if (ev.type == EventType::kHealthProbe) {
       on_health_probe(ev.slot);
+      return;
+    }
+    if (ev.type == EventType::kLiveness) {
+      on_liveness(ev.slot);
       return;
     }
     if (ev.type == EventType::kFreeze) {
@@ -317,6 +354,7 @@ class Engine {
     ++r.db_attempts;
     ++out_.db_attempts;
     ++current().db_attempts;
+    if (!lives_.empty()) lives_[shield_of(r)]->waiting(now());
 
     const DatabaseModel& db = sc_.database;
     const std::int64_t reject = db.reject_latency.count();
@@ -383,10 +421,19 @@ class Engine {
     }
   }
 
+  // The attempt of request `s` is over; `answered`: the database said something.
+  void attempt_over(const Request& r, bool answered) {
+    if (lives_.empty()) return;
+    Liveness& live = *lives_[shield_of(r)];
+    if (answered) live.answered(now());
+    live.done();
+  }
+
   void on_success(std::uint32_t s) {
     Request& r = slots_[s];
     const Duration latency(now_ - r.attempt_start);
     sync_clock();
+    attempt_over(r, true);
     if (holdfast_) {
       Guarded& g = std::get<Guarded>(r.policy);
       g.call.succeeded(std::move(g.permit), latency);
@@ -410,6 +457,7 @@ class Engine {
     Duration delay{};
     StopReason stop = StopReason::kNone;
     sync_clock();
+    attempt_over(r, &failure != &timeout_status_ && &failure != &silent_status_);
     if (holdfast_) {
       Guarded& g = std::get<Guarded>(r.policy);
       const RetryDecision v = g.call.failed(std::move(g.permit), failure, now(), latency);
@@ -472,6 +520,24 @@ class Engine {
     const double s = static_cast<double>(since_start) / 1e9;
     std::vector<double>& list = out_.breaker_open_after_s;
     list.insert(std::upper_bound(list.begin(), list.end(), s), s);
+  }
+
+  // One look of Shield b's Liveness watch; when it finds the database silent, the attempts
+  // in flight through that Shield give up at once (pg::Database's reads do).
+  void on_liveness(std::uint32_t b) {
+    sync_clock();
+    (void)lives_[b]->tick(now());
+    while (!silenced_.empty()) {
+      const std::uint32_t silent = silenced_.back();
+      silenced_.pop_back();
+      for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+        if (slots_.mark(i).phase == Phase::kInAttempt && shield_of(slots_[i]) == silent) {
+          on_failure(i, silent_status_);
+        }
+      }
+    }
+    wake_if_signalled(b);
+    events_.push(now_ + lives_[b]->options().tick.count(), EventType::kLiveness, b);
   }
 
   // One turn of HealthProbe's loop for Shield b: probe_now() (a no-op unless the breaker is
@@ -552,6 +618,7 @@ class Engine {
   const Status timeout_status_;
   const Status refused_status_;
   const Status too_many_status_;
+  const Status silent_status_;
   Arrivals arrivals_;
   detail::ServiceTimes service_times_;
   Random brownout_rng_;
@@ -569,6 +636,8 @@ class Engine {
   std::vector<std::deque<Waiter>> waiters_;           // per Shield: requests it queued
   std::vector<std::uint64_t> seen_generation_;        // per Shield: its signal when last looked at
   std::vector<std::unique_ptr<HealthProbe>> probes_;  // per Shield, when configured
+  std::vector<std::unique_ptr<Liveness>> lives_;      // per Shield, when configured
+  std::vector<std::uint32_t> silenced_;               // Shields just found silent
   std::vector<bool> opened_;  // per Shield: its breaker opened since the trigger began
 
   EventQueue events_;

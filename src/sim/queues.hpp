@@ -19,6 +19,7 @@ enum class EventType : std::uint8_t {
   kHealthProbe,  // Shield `slot`'s HealthProbe is due
   kFreeze,       // a hang starts: the database goes silent
   kThaw,         // the hang ends: frozen work resumes, queued work starts
+  kLiveness,     // Shield `slot`'s Liveness watch looks (its tick)
 };
 
 struct Event {

@@ -280,6 +280,10 @@ Status Strategy::validate() const {
       (health_interval < std::chrono::milliseconds(1) || health_interval > std::chrono::hours(1))) {
     return invalid("health probe interval must be within [1ms, 1h] (or 0: no probe)");
   }
+  if (silence_after != Duration::zero() &&
+      (silence_after < std::chrono::milliseconds(1) || silence_after > std::chrono::hours(1))) {
+    return invalid("silence_after must be within [1ms, 1h] (or 0: no liveness watch)");
+  }
   return Status();
 }
 

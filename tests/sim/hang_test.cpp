@@ -196,20 +196,22 @@ TEST(SimHang, AHealthProbeGetsNoAnswerWhileTheDatabaseIsSilent) {
 
 // --- holdfast (library defaults) in the built-in hang, seeds 1-3 ---------------------------
 //
-// What is true today, before the Shield treats silence as evidence (DESIGN.md §10). The
-// breaker's only evidence is the attempts' timeouts: each process's breaker opens on its
-// busy rule (20 overload faults in a row) no sooner than the first timeout, 1 s into the
-// hang, and a process whose learned concurrency limit is small (4 places at 125 requests/s
-// of 5 ms queries) collects its 20 only after several seconds (measured: 1.1 s to 8.0 s).
-// Meanwhile the concurrency limit, full of attempts that never come back, answers
-// kAtCapacity: at once, or after queueing up to queue_wait (500 ms). Most failures are
-// therefore immediate and the figures of the report already look good: failed p50 0 ms,
-// recovery 1 s, 0.05-0.08 attempts per request during the hang.
-TEST(SimHang, HoldfastTodayShedsTheHangButItsBreakersOpenOnlyOnTimeouts) {
+// Without the Liveness watch (silence_after = 0), what was true before silence was evidence
+// (DESIGN.md §10). The breaker's only evidence is the attempts' timeouts: each process's breaker
+// opens on its busy rule (20 overload faults in a row) no sooner than the first timeout, 1 s into
+// the hang, and a process whose learned concurrency limit is small (4 places at 125 requests/s of 5
+// ms queries) collects its 20 only after several seconds (measured: 1.1 s to 8.0 s). Meanwhile the
+// concurrency limit, full of attempts that never come back, answers kAtCapacity: at once, or after
+// queueing up to queue_wait (500 ms). Most failures are therefore immediate and the figures of the
+// report already look good: failed p50 0 ms, recovery 1 s, 0.05-0.08 attempts per request during
+// the hang.
+TEST(SimHang, WithoutTheLivenessWatchTheBreakersOpenOnlyOnTimeouts) {
+  Strategy blind = Strategy::holdfast();
+  blind.silence_after = Duration::zero();
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     Scenario s = hang(seconds(45));
     s.seed = seed;
-    const Report h = traced_run(s, Strategy::holdfast()).report;
+    const Report h = traced_run(s, blind).report;
     SCOPED_TRACE("seed " + std::to_string(seed));
     ASSERT_TRUE(h.recovery_s.has_value());
     EXPECT_LE(*h.recovery_s, 1.0);
@@ -226,10 +228,10 @@ TEST(SimHang, HoldfastTodayShedsTheHangButItsBreakersOpenOnlyOnTimeouts) {
   }
 }
 
-// The target once silence is evidence: every breaker opens before the first attempt sent
-// into the silence times out, requests fail fast and service is back within a second.
-// Enable it with the Shield's silence detector.
-TEST(SimHang, DISABLED_HoldfastNoticesSilenceBeforeTheFirstTimeout) {
+// Silence is evidence (the Liveness watch, the library's default for PostgreSQL): every
+// breaker opens before the first attempt sent into the silence times out, requests fail fast
+// and service is back within a second.
+TEST(SimHang, HoldfastNoticesSilenceBeforeTheFirstTimeout) {
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     Scenario s = hang(seconds(45));
     s.seed = seed;
