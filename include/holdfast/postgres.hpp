@@ -479,6 +479,8 @@ class Database {
   std::unique_ptr<Endpoint> primary_;
   std::vector<std::unique_ptr<Endpoint>> replicas_;
   std::atomic<bool> standard_strings_{true};
+  // The URL names several hosts (failover: the writer is the one not in recovery).
+  bool several_hosts_ = false;
   // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
   std::vector<Param> setting_params_;
   Prefix read_prefix_;     // READ ONLY + statement_timeout

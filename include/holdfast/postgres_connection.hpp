@@ -178,6 +178,11 @@ struct ConnectOptions {
   std::vector<std::pair<std::string, std::string>> settings;
   // Cap on one connection attempt; the caller's deadline may shorten it.
   Duration connect_timeout = std::chrono::seconds(5);
+  // With several hosts (a multi-host URL, "postgresql://h1:5432,h2:5432/app?
+  // target_session_attrs=read-write"): the most one host may take before the next is tried
+  // (the last one tried gets whatever is left), so that a host that accepts connections and
+  // never answers (a frozen primary) is skipped. The host that answered last is tried first.
+  Duration host_connect_timeout = std::chrono::seconds(1);
   // Reads the deadlines. nullptr: Clock::system().
   Clock* clock = nullptr;
   // TCP keepalives and tcp_user_timeout, so that the kernel notices a peer that died or a

@@ -158,6 +158,10 @@ class Pool {
   // waiting for connections stuck on it. acquire_for_probe() still connects.
   void wake_waiters();
 
+  // Closes every idle connection: they reach a server that can no longer serve this pool
+  // (a demoted primary answers writes with 25006). The next acquire() connects anew.
+  void drop_idle();
+
   // A connect to the same server (a health probe's) just worked and answered: while connects
   // fail, the next one need not wait for the backoff. Changes nothing while a connect is
   // under way (its result will tell).

@@ -182,6 +182,7 @@ Database::Database(DatabaseOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::system()) {
   validate(options_);
+  several_hosts_ = detail::ConnectionAccess::host_count(options_.url) > 1;
   primary_ = make_endpoint(options_.name, options_.url, true);
   for (std::size_t i = 0; i < options_.replica_urls.size(); ++i) {
     replicas_.push_back(make_endpoint(options_.name + "-replica-" + std::to_string(i + 1),
@@ -247,6 +248,10 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
   if (options_.pooling == Pooling::kSession) po.connect.settings = options_.settings;
   po.connect.connect_timeout = options_.connect_timeout;
   po.connect.clock = clock_;
+  if (primary && several_hosts_ && url.find("target_session_attrs") == std::string::npos) {
+    // Writes go to the host that is not in recovery (libpq checks it at connect).
+    po.connect.keywords.emplace_back("target_session_attrs", "read-write");
+  }
   if (options_.silence_after > Duration::zero()) {
     e->watch = std::make_shared<detail::ServerWatch>();
     po.connect.watch = e->watch;
@@ -471,6 +476,17 @@ Result<Rows> Database::write_once(const Work& work) {
     return std::move(out[main]);
   }
   if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
+  if (s.sqlstate() == "25006" && several_hosts_) {
+    // A read-only server refused the write: nothing was applied, and with several hosts this
+    // connection reaches a primary that was demoted. It and its siblings go; the next
+    // connect finds the writer (target_session_attrs=read-write), and the write goes again.
+    lease->discard();
+    primary_->writes->drop_idle();
+    Fault f{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, false};
+    s.with_fault(f);
+    return s.annotate(
+        "the server is read-only (a demoted primary?); the writer is looked for again");
+  }
   const TxnStatus open = conn.txn_status();
   if (open == TxnStatus::kInTransaction || open == TxnStatus::kInError) {
     if (!ConnectionAccess::query_unchecked(conn, "ROLLBACK", {}).ok()) lease->discard();

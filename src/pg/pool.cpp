@@ -291,6 +291,19 @@ std::uint64_t Pool::connect_in_background(TimePoint until) {
   return id;
 }
 
+void Pool::drop_idle() {
+  std::vector<Connection> idle;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle.swap(idle_);
+    idle_.reserve(static_cast<std::size_t>(options_.size));  // release() stays allocation-free
+    open_ -= static_cast<int>(idle.size());
+    stats_.discarded += idle.size();
+    if (waiters_ > 0) returned_.notify_all();
+  }
+  // Closed outside the lock (PQfinish sends a Terminate message).
+}
+
 void Pool::wake_waiters() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (waiters_ > 0) returned_.notify_all();
