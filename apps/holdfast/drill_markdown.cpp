@@ -212,13 +212,21 @@ std::string replace_generated_blocks(const std::string& page, const json& report
                         {"drill summary", drill_summary_markdown(report)}};
   std::string out = page;
   int count = 0;
+  // A marker counts only at the start of a line: a page may quote one in its prose.
+  auto line_start = [&out](const std::string& marker, std::size_t from) {
+    for (std::size_t at = out.find(marker, from); at != std::string::npos;
+         at = out.find(marker, at + 1)) {
+      if (at == 0 || out[at - 1] == '\n') return at;
+    }
+    return std::string::npos;
+  };
   for (const Kind& k : kinds) {
     const std::string begin = fmt::format("<!-- begin {} ({})", k.what, engine);
     const std::string end = fmt::format("<!-- end {} ({})", k.what, engine);
     std::size_t from = 0;
-    while ((from = out.find(begin, from)) != std::string::npos) {
+    while ((from = line_start(begin, from)) != std::string::npos) {
       const std::size_t body = out.find('\n', from);
-      const std::size_t to = body == std::string::npos ? body : out.find(end, body);
+      const std::size_t to = body == std::string::npos ? body : line_start(end, body);
       if (to == std::string::npos) break;
       const std::string fresh = "\n" + k.body + "\n";
       out.replace(body + 1, to - body - 1, fresh);

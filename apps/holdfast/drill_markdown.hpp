@@ -15,7 +15,8 @@
 //   <!-- begin drill tables (sqlite): ... -->      <!-- end drill tables (sqlite) -->
 //   <!-- begin drill summary (sqlite): ... -->     <!-- end drill summary (sqlite) -->
 // replace_generated_blocks() swaps their contents for a new rendering of a report of that
-// engine; the begin line (which names the command that regenerates it) is kept.
+// engine; the begin line (which names the command that regenerates it) is kept. A marker
+// counts only at the start of a line, so prose may quote one.
 #pragma once
 
 #include <string>

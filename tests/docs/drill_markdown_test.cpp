@@ -84,6 +84,7 @@ TEST(DrillMarkdown, TheSummaryIsErrorPagesAndP99PerStrategyAndStorm) {
 TEST(DrillMarkdown, GeneratedBlocksOfTheReportsEngineAreReplacedAndNothingElse) {
   const std::string page =
       "# Drill\n"
+      "Prose may quote `<!-- begin drill summary (sqlite) -->`.\n"
       "<!-- begin drill summary (sqlite): holdfast report --into page.md r.json -->\n"
       "old numbers\n"
       "<!-- end drill summary (sqlite) -->\n"
@@ -96,6 +97,7 @@ TEST(DrillMarkdown, GeneratedBlocksOfTheReportsEngineAreReplacedAndNothingElse) 
   EXPECT_EQ(replaced, 1);
   EXPECT_EQ(out,
             "# Drill\n"
+            "Prose may quote `<!-- begin drill summary (sqlite) -->`.\n"
             "<!-- begin drill summary (sqlite): holdfast report --into page.md r.json -->\n"
             "\n" +
                 drill_summary_markdown(small_sqlite_report()) +
