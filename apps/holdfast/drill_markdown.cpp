@@ -158,7 +158,7 @@ std::string drill_tables_markdown(const json& report) {
   for (const json& storm : report.at("storms")) {
     md += fmt::format("### {}\n\n", storm_title(report, storm));
     md += table_row(header);
-    md += "|" + fmt::format("{}|", fmt::join(rule, "|")) + "\n";
+    md += fmt::format("|{}|\n", fmt::join(rule, "|"));
     for (const json& s : storm.value("strategies", json::array())) {
       std::vector<std::string> cells;
       for (const Column& c : columns)
@@ -184,7 +184,7 @@ std::string drill_summary_markdown(const json& report) {
     header.push_back(fmt::format("{} {:g} s", storm.value("kind", "?"), storm.value("seconds", 0.0)));
     rule.push_back("---:");
   }
-  std::string md = table_row(header) + "|" + fmt::format("{}|", fmt::join(rule, "|")) + "\n";
+  std::string md = table_row(header) + fmt::format("|{}|\n", fmt::join(rule, "|"));
   for (const std::string& name : names) {
     std::vector<std::string> cells = {name};
     for (const json& storm : storms) {
@@ -198,8 +198,8 @@ std::string drill_summary_markdown(const json& report) {
     }
     md += table_row(cells);
   }
-  return md + "\nEach cell: error pages / p99 latency of the storm's requests. " +
-         payments_line(report);
+  md += "\nEach cell: error pages / p99 latency of the storm's requests. ";
+  return md + payments_line(report);
 }
 
 std::string replace_generated_blocks(const std::string& page, const json& report, int* replaced) {
@@ -228,7 +228,7 @@ std::string replace_generated_blocks(const std::string& page, const json& report
       const std::size_t body = out.find('\n', from);
       const std::size_t to = body == std::string::npos ? body : line_start(end, body);
       if (to == std::string::npos) break;
-      const std::string fresh = "\n" + k.body + "\n";
+      const std::string fresh = fmt::format("\n{}\n", k.body);
       out.replace(body + 1, to - body - 1, fresh);
       from = body + 1 + fresh.size() + end.size();
       ++count;

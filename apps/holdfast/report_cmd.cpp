@@ -136,7 +136,7 @@ std::string storm_svg(const nlohmann::json& report, const std::vector<CsvRequest
     fresh.series.push_back({name, x, ok, colour});
     errors.series.push_back({name, x, bad, colour});
     if (std::any_of(busy.begin(), busy.end(), [](double v) { return v > 0; })) {
-      svg::Series s{name + " 503", x, busy, colour};
+      svg::Series s{fmt::format("{} 503", name), x, busy, colour};
       s.dashed = true;
       errors.series.push_back(s);
     }
