@@ -21,8 +21,8 @@ HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, ...
 
 
-def prose_lines(path):
-    """(line number, text) of the lines outside fenced code, code spans blanked."""
+def prose_lines(path, keep_code_spans=False):
+    """(line number, text) of the lines outside fenced code, code spans blanked unless kept."""
     in_fence = None
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         fence = FENCE.match(line)
@@ -33,7 +33,7 @@ def prose_lines(path):
                 in_fence = None
             continue
         if in_fence is None:
-            yield number, CODE_SPAN.sub("", line)
+            yield number, line if keep_code_spans else CODE_SPAN.sub("", line)
 
 
 def slug(heading):
@@ -48,7 +48,7 @@ def anchors(path, cache={}):
     if path not in cache:
         seen = {}
         found = set()
-        for _, line in prose_lines(path):
+        for _, line in prose_lines(path, keep_code_spans=True):  # `code` is part of an anchor
             match = HEADING.match(line)
             if not match:
                 continue
