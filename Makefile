@@ -3,7 +3,7 @@
 #   make drill   the main job: replay the origin's incident on embedded SQLite
 PRESET ?= debug
 
-.PHONY: all deps configure build test bench drill drill-pg fuzz format clean
+.PHONY: all deps configure build test bench drill drill-pg fuzz docs format clean
 
 all: build
 
@@ -54,6 +54,13 @@ fuzz: deps
 	  build/fuzz/fuzz/fuzz_$$t -artifact_prefix=build/fuzz/ -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    build/fuzz/corpus/$$t fuzz/corpus/$$t > build/fuzz/$$t.log 2>&1; rc=$$?; \
 	  tail -n 6 build/fuzz/$$t.log; [ $$rc -eq 0 ] || exit $$rc; done
+
+# The API reference with the README and docs/ as its pages (Doxygen, installed if missing):
+# build/docs/html/index.html.
+docs: deps
+	@HOLDFAST_EXTRA_PACKAGES="doxygen" scripts/install-deps.sh
+	@doxygen docs/Doxyfile
+	@echo "docs: build/docs/html/index.html"
 
 format:
 	@git ls-files '*.cpp' '*.hpp' | xargs clang-format -i

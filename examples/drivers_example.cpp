@@ -1,13 +1,13 @@
 // The same three lines on both drivers: open the database, give the request one retry
-// window, then read, or write once under an idempotency key.
+// window, then read, or write once under an idempotency key. The README shows the parts
+// between the [sqlite] and [postgres] markers.
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
-#include <holdfast/postgres.hpp>
+// [sqlite]
 #include <holdfast/sqlite.hpp>
-
 namespace sqlite = holdfast::sqlite;
-namespace pg = holdfast::pg;
 
 int on_sqlite() {
   holdfast::Shield reads("club.reads"), writes("club.writes");
@@ -26,6 +26,11 @@ int on_sqlite() {
   std::printf("sqlite: %lld cents\n", static_cast<long long>(total->value_or(0)));
   return 0;
 }
+// [/sqlite]
+
+// [postgres]
+#include <holdfast/postgres.hpp>
+namespace pg = holdfast::pg;
 
 int on_postgres(const char* url) {
   pg::Database db({.url = url});
@@ -46,6 +51,7 @@ int on_postgres(const char* url) {
   std::printf("postgres: %s cents\n", std::string(total->text(0, 0)).c_str());
   return 0;
 }
+// [/postgres]
 
 int main(int argc, char** argv) {
   if (on_sqlite() != 0) return 1;

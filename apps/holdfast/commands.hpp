@@ -35,4 +35,8 @@ void add_sim_command(CLI::App& app);
 // from a snapshot copy, newest first; holdfast logs prune --db FILE --older-than 90d.
 void add_logs_command(CLI::App& app);
 
+// holdfast report drill-report.json [--summary] [--into PAGE.md]: the drill's tables as
+// Markdown, printed or written into a page's generated blocks (report_cmd.cpp).
+void add_report_command(CLI::App& app);
+
 }  // namespace holdfast::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     holdfast::cli::add_drill_command(app);
     holdfast::cli::add_sim_command(app);
     holdfast::cli::add_logs_command(app);
+    holdfast::cli::add_report_command(app);
 
     try {
       app.parse(argc, argv);

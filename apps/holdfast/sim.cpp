@@ -112,7 +112,8 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   if (given("--clients")) s.clients = a.clients;
   if (given("--shared")) s.shared_policies = true;
   if (given("--trigger") && !sim::parse_trigger(a.trigger, s.trigger.kind)) {
-    fail("--trigger: '" + a.trigger + "' is not none, capacity-drop, spike, outage or brownout");
+    fail("--trigger: '" + a.trigger +
+         "' is not none, capacity-drop, spike, outage, hang or brownout");
   }
   if (given("--trigger-start")) s.trigger.start = duration_arg(a.trigger_start, "--trigger-start");
   if (given("--trigger-length")) {
@@ -221,6 +222,10 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
     j["db_attempts"] = r.db_attempts;
     j["breaker_rejections"] = r.breaker_rejections;
     j["breaker_waits"] = r.breaker_waits;
+    if (st.kind == sim::StrategyKind::kHoldfast) {
+      j["breakers"] = r.breakers;
+      j["breaker_open_after_s"] = r.breaker_open_after_s;
+    }
     ordered_json reasons = ordered_json::object();
     for (std::size_t i = 0; i < r.errors_by_reason.size(); ++i) {
       if (r.errors_by_reason[i] == 0) continue;
@@ -366,6 +371,24 @@ std::string recovery_text(const sim::Report& r) {
   return r.metastable ? "never (metastable)" : "not within the run";
 }
 
+// "; 5 of 8 breakers opened 0.16 s to 8.0 s (median 1.2 s) after the trigger began", or
+// nothing for a strategy without breakers.
+std::string breakers_opened_text(const sim::Report& r) {
+  const std::vector<double>& after = r.breaker_open_after_s;
+  if (r.breakers == 0 || after.empty()) return {};
+  const double median = after.size() % 2 == 1
+                            ? after[after.size() / 2]
+                            : (after[after.size() / 2 - 1] + after[after.size() / 2]) / 2.0;
+  if (after.size() == 1) {
+    return fmt::format("; {} of {} breakers opened {:.2f} s after the trigger began", after.size(),
+                       r.breakers, after.front());
+  }
+  return fmt::format(
+      "; {} of {} breakers opened {:.2f} s to {:.2f} s (median {:.2f} s) after the "
+      "trigger began",
+      after.size(), r.breakers, after.front(), after.back(), median);
+}
+
 void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports,
                  const std::vector<double>& walls) {
   const double capacity = s.database.workers / seconds_of(s.database.mean_service);
@@ -390,6 +413,9 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
         break;
       case sim::TriggerKind::kBrownout:
         what = fmt::format("{:g}% of attempts refused", s.trigger.failure_ratio * 100.0);
+        break;
+      case sim::TriggerKind::kHang:
+        what = "no answer at all: every attempt waits out its timeout";
         break;
       case sim::TriggerKind::kNone:
         break;
@@ -426,6 +452,7 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
                          r.errors_by_reason[i]);
     }
     if (r.breaker_waits > 0) why += fmt::format("; waited for a probe {} times", r.breaker_waits);
+    why += breakers_opened_text(r);
     fmt::print("  {:<{}}  {}\n", r.strategy, width, why.empty() ? "-" : why);
   }
 }
@@ -518,7 +545,7 @@ void add_sim_command(CLI::App& app) {
   cmd->footer(
       "Strategies: none | naive[:attempts=N] | backoff[:attempts=N] | holdfast[:attempts=N]"
       "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker]\n"
-      "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, brownout, "
+      "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, hang, brownout, "
       "many-clients.");
   SimArgs& a = *args;
   cmd->add_option("--scenario", a.scenario, "Built-in scenario to start from")
@@ -548,7 +575,7 @@ void add_sim_command(CLI::App& app) {
   sc->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)");
   sc->add_option("--clients", a.clients, "Client processes");
   sc->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes");
-  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | brownout");
+  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | hang | brownout");
   sc->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)");
   sc->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)");
   sc->add_option("--factor", a.factor,

@@ -55,7 +55,11 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
        std::to_string(std::chrono::ceil<std::chrono::milliseconds>(o.busy_timeout).count())}};
   base.idempotency_table = kIdempotencyTable;
   base.clock = store->clock_;
-  if (o.strategy != Strategy::kHoldfast) base.shield = Shield::Options::single_attempt();
+  if (o.strategy != Strategy::kHoldfast) {
+    // The strategies holdfast is compared with know nothing of silence either.
+    base.shield = Shield::Options::single_attempt();
+    base.silence_after = Duration::zero();
+  }
   if (o.strategy == Strategy::kHoldfast) {
     // While a breaker is open a request is answered at once -- a stale page, or a 503 with
     // Retry-After -- instead of waiting up to a second for the probe after lock contention

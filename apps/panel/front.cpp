@@ -427,7 +427,7 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
     }
     if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
         iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client") ||
-        iequals(name, "X-Holdfast-Front")) {
+        iequals(name, "X-Holdfast-Front") || iequals(name, "X-Holdfast-Received")) {
       continue;
     }
     out.rewritten.append(field);
@@ -463,6 +463,12 @@ bool HttpFront::on_head(Conn& c) {
     return false;
   }
   c.head = std::move(h.rewritten);
+  // When the panel accepted the request: its window opens then, so the time it queues here
+  // and in the server counts (DESIGN.md §10).
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : Clock::system();
+  c.head.insert(
+      c.head.size() - 2,
+      "X-Holdfast-Received: " + std::to_string(clock.now().time_since_epoch().count()) + "\r\n");
   c.body_len = h.body_len;
   c.in_body = true;
   c.light = h.light;

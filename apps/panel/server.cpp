@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -105,7 +106,19 @@ void PanelServer::stop() noexcept {
 
 PanelServer::RequestWindow::RequestWindow(const PanelServer& server, const httplib::Request& req) {
   if (!server.holdfast()) return;
-  scope_.emplace(server.options_.window, server.options_.store->clock());
+  Clock& clock = server.options_.store->clock();
+  // The front says when it accepted the request (X-Holdfast-Received, on the store's clock):
+  // the window opens then, queue time included.
+  const std::string received = req.get_header_value("X-Holdfast-Received");
+  long long ns = 0;
+  const auto [end, ec] = std::from_chars(received.data(), received.data() + received.size(), ns);
+  const TimePoint now = clock.now();
+  if (!received.empty() && ec == std::errc() && end == received.data() + received.size() &&
+      ns > 0 && TimePoint(Duration(ns)) <= now) {
+    scope_.emplace(server.options_.window, clock, TimePoint(Duration(ns)));
+  } else {
+    scope_.emplace(server.options_.window, clock);
+  }
   server.options_.store->require_position(cookie_value(req, kWritePositionCookie));
 }
 

@@ -27,6 +27,12 @@
 //             result (a hung probe), opens it again for twice as long.
 //   isolated  forced open by isolate(); nothing is admitted until reset().
 //
+// Silence: a server that stops answering (frozen, blackholed, a paused pooler) fails no
+// call until the calls time out, a window later. A driver that finds it silent (a liveness
+// check that got no answer, see holdfast/liveness.hpp) calls trip(): the breaker opens at
+// once, as if a probe had failed, and the next probe (a HealthProbe, or the check itself
+// through acquire_health_probe()) closes it when the server answers again.
+//
 // What counts: only faults with fault().overload fail a call. A syntax error or constraint
 // violation, a cancellation, and our own shedding (stop_reason kBreakerOpen, kThrottled,
 // kWindowSpent, kCancelled) are neutral: they count as nothing. With `slow_call_threshold`
@@ -90,6 +96,7 @@ enum class TransitionReason : std::uint8_t {
   kProbeLeaseExpired,     // half-open -> open: a probe held its lease too long
   kProbesSucceeded,       // half-open -> closed
   kHealthProbeSucceeded,  // open -> closed: the background health probe got an answer
+  kSilence,               // closed or half-open -> open: the server went silent (trip())
   kIsolated,              // any -> isolated (manual)
   kReset,                 // any -> closed (manual)
 };
@@ -209,6 +216,11 @@ class CircuitBreaker {
   // Calls and failures in the sliding window ending at `now` (since the last close).
   [[nodiscard]] WindowCounts window_counts(TimePoint now) const noexcept;
 
+  // The server was found silent at `now` (a liveness check got no answer): closed or
+  // half-open -> open (reason kSilence) for the current open period (open_initial after a
+  // success), and the results still out are ignored. Open with its period over: a new
+  // period. Open within its period, or isolated: nothing changes. True when it opened it.
+  bool trip(TimePoint now);
   // Forces the breaker open until reset(). Probe results still out are ignored.
   void isolate();
   // Closes the breaker, forgets the window, and resets the open period to open_initial.

@@ -18,6 +18,7 @@
 //   holdfast_breaker_rejected_total              requests failed at once by the breaker
 //   holdfast_breaker_waits_total                 waits for a probe inside the window
 //   holdfast_at_capacity_total                   requests failed at once: concurrency limit
+//   holdfast_silences_total                      times the server was found silent (Liveness)
 //   holdfast_breaker_transitions_total{to}       breaker state changes by target state
 //   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
 //   holdfast_retry_tokens                        gauge: the throttle's tokens
@@ -56,6 +57,7 @@ class Metrics {
     std::uint64_t breaker_rejected = 0;
     std::uint64_t breaker_waits = 0;
     std::uint64_t at_capacity = 0;
+    std::uint64_t silences = 0;
     // [RetryScope][overload ? 1 : 0]
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
     // [BreakerState]: transitions into that state
@@ -83,6 +85,7 @@ class Metrics {
   }
   void count_breaker_wait() noexcept { breaker_waits_.fetch_add(1, std::memory_order_relaxed); }
   void count_at_capacity() noexcept { at_capacity_.fetch_add(1, std::memory_order_relaxed); }
+  void count_silence() noexcept { silences_.fetch_add(1, std::memory_order_relaxed); }
   void count_transition(BreakerState to) noexcept {
     transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
   }
@@ -124,6 +127,7 @@ class Metrics {
   std::atomic<std::uint64_t> breaker_rejected_{0};
   std::atomic<std::uint64_t> breaker_waits_{0};
   std::atomic<std::uint64_t> at_capacity_{0};
+  std::atomic<std::uint64_t> silences_{0};
   std::array<std::array<std::atomic<std::uint64_t>, 2>, kScopes> faults_{};
   std::array<std::atomic<std::uint64_t>, kStates> transitions_{};
   std::atomic<const CircuitBreaker*> breaker_{nullptr};

@@ -74,6 +74,7 @@
 
 #include "holdfast/clock.hpp"
 #include "holdfast/health_probe.hpp"
+#include "holdfast/liveness.hpp"
 #include "holdfast/postgres_connection.hpp"
 #include "holdfast/postgres_lsn.hpp"
 #include "holdfast/postgres_pool.hpp"
@@ -130,6 +131,16 @@ struct DatabaseOptions {
   // SELECT 1 on the primary; on a replica its replay positions, healthy only within
   // max_replica_lag. 0: none (requests probe when the open period ends).
   Duration health_probe_interval = Duration::zero();
+  // Silence (DESIGN.md §10, holdfast/liveness.hpp, ADR 0023): when work has waited on a
+  // server for `silence_after` with nothing heard from it, a check (a connection of its own
+  // and SELECT 1) that gets no answer within `silence_check_timeout` finds it silent: its
+  // breaker opens at once, the calls waiting on it give up at once (a read's outcome does not
+  // matter; a write's is unknown, as at its deadline), and until a check is answered again
+  // its requests are answered in milliseconds. A slow server that still answers anything
+  // (a long lock, a brownout) is never found silent. Zero turns the watch off.
+  // REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
+  Duration silence_after = std::chrono::milliseconds(500);
+  Duration silence_check_timeout = std::chrono::milliseconds(500);
   // The idempotency-key table used by once(). A plain or schema-qualified identifier.
   std::string idempotency_table = "holdfast_idempotency";
   // The clock of the pools and Shields. nullptr: Clock::system().
@@ -314,6 +325,15 @@ class Database {
   template <class F>
   Result<KeyedResult> once(std::string_view key, F&& fn, TransactionOptions options = {});
 
+  // Whether the primary (or replica i) is silent now (see silence_after).
+  [[nodiscard]] bool silent() const noexcept {
+    return primary_->liveness != nullptr && primary_->liveness->silent();
+  }
+  [[nodiscard]] bool replica_silent(std::size_t i) const {
+    const Endpoint& e = *replicas_.at(i);
+    return e.liveness != nullptr && e.liveness->silent();
+  }
+
   // The primary's Shield (breaker, throttle, metrics), and each replica's.
   [[nodiscard]] Shield& shield() noexcept { return *primary_->shield; }
   [[nodiscard]] Shield& replica_shield(std::size_t i) { return *replicas_.at(i)->shield; }
@@ -362,10 +382,13 @@ class Database {
     std::string name;
     std::unique_ptr<Shield> shield;
     std::unique_ptr<Pool> reads;
-    std::unique_ptr<Pool> writes;        // primary only
-    ReplayLag lag;                       // replicas only
-    CatchUp catch_up;                    // replicas only
-    std::unique_ptr<HealthProbe> probe;  // last: its thread reads the members above
+    std::unique_ptr<Pool> writes;  // primary only
+    ReplayLag lag;                 // replicas only
+    CatchUp catch_up;              // replicas only
+    // The server's liveness watch (silence_after > 0): shared with every connection.
+    std::shared_ptr<detail::ServerWatch> watch;
+    std::unique_ptr<HealthProbe> probe;  // its thread reads the members above
+    std::unique_ptr<Liveness> liveness;  // last: its thread reads the members above
   };
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {
@@ -456,6 +479,8 @@ class Database {
   std::unique_ptr<Endpoint> primary_;
   std::vector<std::unique_ptr<Endpoint>> replicas_;
   std::atomic<bool> standard_strings_{true};
+  // The URL names several hosts (failover: the writer is the one not in recovery).
+  bool several_hosts_ = false;
   // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
   std::vector<Param> setting_params_;
   Prefix read_prefix_;     // READ ONLY + statement_timeout

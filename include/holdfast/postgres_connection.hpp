@@ -161,6 +161,10 @@ enum class TxnStatus : std::uint8_t {
   kUnknown,        // the connection is bad
 };
 
+namespace detail {
+struct ServerWatch;  // src/pg/server_watch.hpp
+}  // namespace detail
+
 struct ConnectOptions {
   // A connection URL ("postgresql://app@127.0.0.1:5432/app?sslmode=disable") or key=value
   // keywords ("host=127.0.0.1 port=5432 dbname=app").
@@ -174,8 +178,24 @@ struct ConnectOptions {
   std::vector<std::pair<std::string, std::string>> settings;
   // Cap on one connection attempt; the caller's deadline may shorten it.
   Duration connect_timeout = std::chrono::seconds(5);
+  // With several hosts (a multi-host URL, "postgresql://h1:5432,h2:5432/app?
+  // target_session_attrs=read-write"): the most one host may take before the next is tried
+  // (the last one tried gets whatever is left), so that a host that accepts connections and
+  // never answers (a frozen primary) is skipped. The host that answered last is tried first.
+  Duration host_connect_timeout = std::chrono::seconds(1);
   // Reads the deadlines. nullptr: Clock::system().
   Clock* clock = nullptr;
+  // TCP keepalives and tcp_user_timeout, so that the kernel notices a peer that died or a
+  // network that dropped (not only our deadlines): keepalives after `keepalive_idle`
+  // without traffic, every `keepalive_interval`, `keepalive_count` unanswered ones end the
+  // connection; data unacknowledged for `tcp_user_timeout` ends it too. The conninfo's own
+  // keepalives* / tcp_user_timeout keywords win. Zero idle: libpq's defaults (the kernel's).
+  Duration keepalive_idle = std::chrono::seconds(10);
+  Duration keepalive_interval = std::chrono::seconds(2);
+  int keepalive_count = 3;
+  Duration tcp_user_timeout = std::chrono::seconds(10);
+  // Set by pg::Database: the server's liveness watch (DESIGN.md §10). Leave it empty.
+  std::shared_ptr<detail::ServerWatch> watch;
 };
 
 class Connection {

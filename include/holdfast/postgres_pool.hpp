@@ -31,6 +31,9 @@
 //   and breakers count it as the server's refusal (ADR 0022). A failure that no connect
 //   followed within a second of its backoff's end is forgotten: requests connect side by
 //   side again, each on its own thread.
+// - While pg::Database finds the server silent (ConnectOptions::watch; DESIGN.md §10), a
+//   request is answered at once instead of waiting for a connection or a connect; waiters
+//   are woken when the silence is found (wake_waiters()).
 // - A connection returned inside a transaction, broken, or (read-only pools) with its
 //   read-only default switched off is closed instead of being reused.
 //
@@ -149,6 +152,16 @@ class Pool {
   // serves again, so a server that is back is found within one probe interval.
   Result<PooledConnection> acquire_for_probe(TimePoint connect_deadline);
 
+  // Wakes every acquire() waiting for a connection so that it looks again: the server was
+  // found silent (ConnectOptions::watch), and while it is, acquire() and try_acquire()
+  // answer at once (UNAVAILABLE, stop_reason kBreakerOpen, retry_after()) instead of
+  // waiting for connections stuck on it. acquire_for_probe() still connects.
+  void wake_waiters();
+
+  // Closes every idle connection: they reach a server that can no longer serve this pool
+  // (a demoted primary answers writes with 25006). The next acquire() connects anew.
+  void drop_idle();
+
   // A connect to the same server (a health probe's) just worked and answered: while connects
   // fail, the next one need not wait for the backoff. Changes nothing while a connect is
   // under way (its result will tell).
@@ -191,6 +204,8 @@ class Pool {
   // REQUIRES: mutex_ held. Counts a failed connect (`why`) and returns the backoff.
   Duration connect_failed(Status why);
   Status no_connection_in_time(Duration waited) const;
+  // The answer while the server is silent.
+  Status server_silent() const;
 
   const PoolOptions options_;
   ConnectOptions connect_;  // options_.connect plus the pool's own session settings

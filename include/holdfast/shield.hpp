@@ -152,6 +152,14 @@ class Shield {
   // metrics().prometheus_text(name()).
   [[nodiscard]] std::string metrics_text() const;
 
+  // The server was found silent at `now` (holdfast/liveness.hpp): the breaker trips, and
+  // the requests it refuses are answered at once (no waiting for a probe: a silent server
+  // is not a lock holder about to let go). Counted in metrics().
+  void server_silent(TimePoint now);
+  // The server answered again after a silence: the breaker closes as after a health probe
+  // (a no-op unless it is open or half-open).
+  void server_back(TimePoint now, Duration latency);
+
  private:
   static Options with_clock(Options options, Clock& clock);
   class Steps;  // run()'s steps of the retry loop (detail::retry_loop): a Call's

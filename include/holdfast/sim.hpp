@@ -9,8 +9,9 @@
 //     but the database still does the work (queued or running) — the mechanism that keeps
 //     a database saturated with dead work after the cause is gone (metastable failure);
 //   - a trigger disturbs the system for a while: capacity drop (service time x factor),
-//     load spike (offered load x factor), hard outage (every attempt refused at once) or
-//     brownout (a fraction of attempts refused at random).
+//     load spike (offered load x factor), hard outage (every attempt refused at once),
+//     hang (the database goes silent: nothing is answered or refused, every attempt waits
+//     out its client timeout) or brownout (a fraction of attempts refused at random).
 //
 // The clients decide with holdfast's own objects on one ManualClock: RetryPolicy and
 // RetryState for the strategies without a breaker (no retry, naive immediate retry,
@@ -56,13 +57,19 @@ enum class TriggerKind : std::uint8_t {
   kLoadSpike,     // offered load x factor
   kOutage,        // every attempt is refused at once (server restarting)
   kBrownout,      // failure_ratio of attempts are refused at random
+  // The database goes silent (a frozen VM, a blackholed network): no query starts or
+  // finishes and nothing is refused, so every attempt ends at its client timeout. Queries
+  // running at the start resume at the end; attempts sent meanwhile join the queue while
+  // it has room (otherwise they are never taken in) and are served after the thaw, the
+  // abandoned ones too unless DatabaseModel::drop_abandoned.
+  kHang,
 };
 
 [[nodiscard]] std::string_view to_string(ServiceDistribution d) noexcept;
 [[nodiscard]] std::string_view to_string(TriggerKind k) noexcept;
 // "exponential", "lognormal", "fixed". False when unknown.
 [[nodiscard]] bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept;
-// "none", "capacity-drop", "spike", "outage", "brownout". False when unknown.
+// "none", "capacity-drop", "spike", "outage", "brownout", "hang". False when unknown.
 [[nodiscard]] bool parse_trigger(std::string_view text, TriggerKind& out) noexcept;
 
 // The database: `workers` queries run at once, the rest wait in one FIFO queue.
@@ -116,7 +123,8 @@ struct Scenario {
   [[nodiscard]] Status validate() const;
 };
 
-// The built-in scenarios: "capacity-drop", "spike", "outage", "brownout", "many-clients".
+// The built-in scenarios: "capacity-drop", "spike", "outage", "hang", "brownout",
+// "many-clients".
 [[nodiscard]] std::span<const std::string_view> builtin_scenario_names() noexcept;
 // NotFound naming the known scenarios when `name` is not one of them.
 [[nodiscard]] Result<Scenario> builtin_scenario(std::string_view name);
@@ -151,6 +159,13 @@ struct Strategy {
   // get (refused, 53300, or a wait longer than the timeout judged from the queue); the
   // probe itself takes no database capacity. Zero: no health probe (the Shield default).
   Duration health_interval = Duration::zero();
+  // > 0: each Shield has a Liveness watch (holdfast/liveness.hpp), as pg::Database gives
+  // every server: attempts waiting this long with no answer of any kind make the database
+  // suspect, and a check (what "SELECT 1" sent then would get: no answer during a hang)
+  // confirms it; then the breaker opens and the attempts in flight give up at once. The
+  // check's own time is not modelled: its answer is known at once. Zero: no watch.
+  // The driver's default (DatabaseOptions::silence_after).
+  Duration silence_after = std::chrono::milliseconds(500);
   // holdfast only: when set, the Shield options to start from (a policy file,
   // policy_file.hpp) instead of the library defaults. The reads policy's schedule and
   // jitter are used as they are; its attempts and window are max_attempts and window above
@@ -158,8 +173,9 @@ struct Strategy {
   std::optional<Shield::Options> options;
 
   // kInvalidArgument naming the first setting out of range: attempts within [1, 1000], a
-  // window > 0, a threshold within [0, 10^6], a health interval of 0 or within [1 ms, 1 h]
-  // (each probe is an event of the run: a shorter one would never let it end).
+  // window > 0, a threshold within [0, 10^6], a health interval and a silence_after of 0 or
+  // within [1 ms, 1 h] (each probe is an event of the run: a shorter one would never let it
+  // end).
   [[nodiscard]] Status validate() const;
 
   static Strategy none();
@@ -217,7 +233,7 @@ struct Report {
   // Fraction of the requests offered during the trigger that were answered during it.
   double goodput_during_trigger = 0.0;
   // The most a perfect client could get: capacity during the trigger / offered load,
-  // capped at 1 (0 in an outage, where there is no capacity).
+  // capped at 1 (0 in an outage or a hang, where there is no capacity).
   double goodput_limit_during_trigger = 0.0;
   // goodput_during_trigger / goodput_limit_during_trigger (0 when the limit is 0).
   double efficiency = 0.0;
@@ -231,6 +247,11 @@ struct Report {
   std::uint64_t db_attempts = 0;
   std::uint64_t breaker_rejections = 0;  // requests failed at once by an open breaker
   std::uint64_t breaker_waits = 0;       // times a request waited for a breaker's probe
+  // holdfast: the client breakers (one per Shield), and for each that opened at or after
+  // the trigger's start, the seconds from that start to its first opening, ascending. How
+  // soon the Shields notice the trigger (a hang: how long silence goes unnoticed).
+  std::uint32_t breakers = 0;
+  std::vector<double> breaker_open_after_s;
   ErrorsByReason errors_by_reason{};
   double p99_ms = 0.0;  // of all successes
   // Engine statistics (deterministic): events processed, peak live requests and pending

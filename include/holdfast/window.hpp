@@ -15,8 +15,10 @@
 // adopt it there with RequestScope(RetryWindow&) while the owner is alive. Outside any
 // scope (a cron job) each retry loop gets a window of its own.
 //
-// The one rule for opening a window (docs/adr/0011-one-rule-for-the-request-window.md): it
-// opens when the request first waits on the database -- for a lock, the writer, a pooled
+// The one rule for opening a window (docs/adr/0011-one-rule-for-the-request-window.md): a
+// server that knows when a request arrived opens it then (RequestScope(length, clock,
+// arrived): queue time counts, ADR 0023); otherwise it opens when the request first waits
+// on the database -- for a lock, the writer, a pooled
 // connection, a place under the concurrency limit, a probe, or the backoff after a transient
 // fault -- and every such wait is bounded by what the window has left. Where a driver cannot
 // see a wait begin (a PostgreSQL statement waits for locks inside the server), the wait is
@@ -78,6 +80,10 @@ class RequestScope {
   // thread, joins that scope's window instead.
   explicit RequestScope(Duration length = RetryWindow::kDefaultLength,
                         Clock& clock = Clock::system());
+  // The same for a request that arrived at `arrived` (a server's accept, before it queued):
+  // its window is open from then, so the time it queued counts (DESIGN.md §10: the window is
+  // a promise to whoever sent the request). Inside an active scope it joins that window.
+  RequestScope(Duration length, Clock& clock, TimePoint arrived);
   // Adopts `shared` (typically another thread's scope window). REQUIRES: `shared` outlives
   // this scope.
   explicit RequestScope(RetryWindow& shared) noexcept;
@@ -132,6 +138,11 @@ inline RequestScope::RequestScope(Duration length, Clock& clock)
                                                        : &own_),
       previous_(detail::current_request_scope) {
   detail::current_request_scope = this;
+}
+
+inline RequestScope::RequestScope(Duration length, Clock& clock, TimePoint arrived)
+    : RequestScope(length, clock) {
+  if (window_ == &own_) own_.open(arrived);
 }
 
 inline RequestScope::RequestScope(RetryWindow& shared) noexcept

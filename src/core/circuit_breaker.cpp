@@ -98,6 +98,8 @@ std::string_view to_string(TransitionReason reason) noexcept {
       return "probes succeeded";
     case TransitionReason::kHealthProbeSucceeded:
       return "health probe succeeded";
+    case TransitionReason::kSilence:
+      return "silence";
     case TransitionReason::kIsolated:
       return "isolated";
     case TransitionReason::kReset:
@@ -495,7 +497,27 @@ void CircuitBreaker::finish_probe(const Permit& permit, CallResult result,
   publish(pending);
 }
 
-// ---- manual control --------------------------------------------------------------------
+// ---- silence and manual control ----------------------------------------------------------
+
+bool CircuitBreaker::trip(TimePoint now) {
+  const std::int64_t ns = now.time_since_epoch().count();
+  Pending pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const BreakerState state = state_of(word_.load(std::memory_order_relaxed));
+    if (state == BreakerState::kIsolated) return false;
+    // Open with its period over, the next call would be a probe: a new period starts.
+    if (state == BreakerState::kOpen && ns < open_until_ns_.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    open_locked(ns, Duration(open_period_ns_.load(std::memory_order_relaxed)),
+                TransitionReason::kSilence, pending);
+    consecutive_.store(0, std::memory_order_relaxed);
+    refused_.store(0, std::memory_order_relaxed);
+  }
+  publish(pending);
+  return true;
+}
 
 void CircuitBreaker::isolate() {
   const std::int64_t ns = clock_->now().time_since_epoch().count();

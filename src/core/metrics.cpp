@@ -179,6 +179,10 @@ void write_counters(Page& page) {
                "Requests failed at once because the database was at the concurrency the Shield "
                "learned it answers, and their wait for a place would have been too long.",
                &Snapshot::at_capacity);
+  page.counter("holdfast_silences_total",
+               "Times the server was found silent: work waited with nothing heard from it, and "
+               "a check got no answer either; the breaker opened at once.",
+               &Snapshot::silences);
   page.family("holdfast_breaker_transitions_total", "counter",
               "Circuit breaker state changes, by the state entered.", [&](const Source& s) {
                 for (BreakerState state : kStateOrder) {
@@ -253,6 +257,7 @@ Metrics::Snapshot Metrics::snapshot() const noexcept {
   s.breaker_rejected = breaker_rejected_.load(std::memory_order_relaxed);
   s.breaker_waits = breaker_waits_.load(std::memory_order_relaxed);
   s.at_capacity = at_capacity_.load(std::memory_order_relaxed);
+  s.silences = silences_.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < kScopes; ++i) {
     for (std::size_t j = 0; j < 2; ++j)
       s.faults[i][j] = faults_[i][j].load(std::memory_order_relaxed);

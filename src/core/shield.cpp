@@ -63,6 +63,17 @@ std::string Shield::metrics_text() const {
   return metrics_.prometheus_text(name_);
 }
 
+void Shield::server_silent(TimePoint now) {
+  last_overload_fast_.store(false, std::memory_order_relaxed);
+  metrics_.count_silence();
+  (void)breaker_.trip(now);
+}
+
+void Shield::server_back(TimePoint now, Duration latency) {
+  CircuitBreaker::Permit permit = breaker_.acquire_health_probe(now);
+  if (permit) permit.record(Status(), latency);
+}
+
 // ---- the wait queue ----------------------------------------------------------------------
 
 void Shield::on_transition(const BreakerTransition& t) {

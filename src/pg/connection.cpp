@@ -7,8 +7,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "connection_impl.hpp"
@@ -75,16 +78,45 @@ std::string parse_connect_error(std::string_view message, std::string& sqlstate)
 struct Keywords {
   std::vector<const char*> keys;
   std::vector<const char*> values;
-  std::string settings;                 // the `options` keyword: "-c name=value ..."
+  std::string settings;           // the `options` keyword: "-c name=value ..."
+  std::deque<std::string> owned;  // values made here (a deque: they never move)
+  // One host of several (host, hostaddr, port), after everything else: it wins.
+  const detail::ConnectionAccess::HostKeywords* host = nullptr;
   long long statement_timeout_ms = -1;  // when the settings name one, in plain milliseconds
 };
 
 void fill_keywords(const ConnectOptions& options, Keywords& k) {
+  // Before dbname, so that the conninfo's own keywords win over these defaults.
+  if (options.keepalive_idle > Duration::zero()) {
+    const auto secs = [](Duration d) {
+      return std::to_string(
+          std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(d).count()));
+    };
+    k.owned.emplace_back(secs(options.keepalive_idle));
+    k.owned.emplace_back(secs(options.keepalive_interval));
+    k.owned.emplace_back(std::to_string(std::max(1, options.keepalive_count)));
+    k.owned.emplace_back(std::to_string(std::max<long long>(
+        0, std::chrono::ceil<std::chrono::milliseconds>(options.tcp_user_timeout).count())));
+    const char* names[] = {"keepalives_idle", "keepalives_interval", "keepalives_count",
+                           "tcp_user_timeout"};
+    k.keys.push_back("keepalives");
+    k.values.push_back("1");
+    for (std::size_t i = 0; i < 4; ++i) {
+      k.keys.push_back(names[i]);
+      k.values.push_back(k.owned[i].c_str());
+    }
+  }
   k.keys.push_back("dbname");
   k.values.push_back(options.conninfo.c_str());
   for (const auto& [key, value] : options.keywords) {
     k.keys.push_back(key.c_str());
     k.values.push_back(value.c_str());
+  }
+  if (k.host != nullptr) {
+    for (const auto& [key, value] : *k.host) {
+      k.keys.push_back(key);
+      k.values.push_back(value.c_str());
+    }
   }
   if (!options.application_name.empty()) {
     k.keys.push_back("application_name");
@@ -140,6 +172,95 @@ Status connect_failure(PGconn* conn, PostgresPollingStatusType st) {
   if (!sqlstate.empty()) return postgres_status(sqlstate, why);
   const Classification c = classify_pg_connect_failure();
   return Status(c.code, why, c.fault).with_sqlstate("");
+}
+
+// The hosts a conninfo names: libpq's comma-separated host, hostaddr and port lists.
+struct Hosts {
+  std::vector<std::string> host;
+  std::vector<std::string> hostaddr;
+  std::vector<std::string> port;
+  [[nodiscard]] std::size_t count() const noexcept {
+    return std::max(host.size(), hostaddr.size());
+  }
+  // Keywords that make a connection reach host i only.
+  [[nodiscard]] detail::ConnectionAccess::HostKeywords pick(std::size_t i) const {
+    detail::ConnectionAccess::HostKeywords k;
+    if (i < host.size()) k.emplace_back("host", host[i]);
+    if (i < hostaddr.size()) k.emplace_back("hostaddr", hostaddr[i]);
+    if (!port.empty()) k.emplace_back("port", port.size() == 1 ? port[0] : port.at(i));
+    return k;
+  }
+  [[nodiscard]] std::string name(std::size_t i) const {
+    std::string n = i < host.size() ? host[i] : i < hostaddr.size() ? hostaddr[i] : "";
+    if (!port.empty()) n += ":" + (port.size() == 1 ? port[0] : port.at(i));
+    return n;
+  }
+};
+
+std::vector<std::string> split_list(const char* text) {
+  std::vector<std::string> out;
+  if (text == nullptr || *text == '\0') return out;
+  std::string_view rest(text);
+  for (;;) {
+    const std::size_t comma = rest.find(',');
+    out.emplace_back(rest.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// The hosts of `options` (its conninfo, then its keywords); one or none for a plain URL.
+Hosts hosts_of(const ConnectOptions& options) {
+  Hosts h;
+  char* err = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(options.conninfo.c_str(), &err);
+  if (err != nullptr) PQfreemem(err);
+  if (parsed == nullptr) return h;  // libpq reports the bad conninfo at connect
+  for (PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    const std::string_view key(o->keyword);
+    if (key == "host") h.host = split_list(o->val);
+    if (key == "hostaddr") h.hostaddr = split_list(o->val);
+    if (key == "port") h.port = split_list(o->val);
+  }
+  PQconninfoFree(parsed);
+  for (const auto& [key, value] : options.keywords) {
+    if (key == "host") h.host = split_list(value.c_str());
+    if (key == "hostaddr") h.hostaddr = split_list(value.c_str());
+    if (key == "port") h.port = split_list(value.c_str());
+  }
+  const std::size_t n = h.count();
+  // libpq's rule: as many ports as hosts, or one for all. Anything else is left to libpq.
+  if (n > 1 && h.port.size() > 1 && h.port.size() != n) return Hosts{};
+  if (n > 1 && !h.host.empty() && !h.hostaddr.empty() && h.host.size() != h.hostaddr.size()) {
+    return Hosts{};
+  }
+  return h;
+}
+
+// Which host of a multi-host conninfo answered last, so that later connects go there first
+// and do not wait on a silent one each time. Process-wide: every pool to those hosts learns.
+class HostMemory {
+ public:
+  std::size_t preferred(const std::string& conninfo) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = last_.find(conninfo);
+    return it != last_.end() ? it->second : 0;
+  }
+  void remember(const std::string& conninfo, std::size_t host) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (last_.size() >= 256 && last_.find(conninfo) == last_.end()) last_.clear();
+    last_[conninfo] = host;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::size_t> last_;
+};
+
+HostMemory& host_memory() {
+  static HostMemory* const memory = new HostMemory();  // used by detached threads at exit
+  return *memory;
 }
 
 Status refused(const SqlClass& c) {
@@ -237,11 +358,7 @@ void Connection::Impl::bind(std::span<const Param> params) {
 }
 
 void Connection::Impl::cancel() const noexcept {
-  PGcancel* c = PQgetCancel(conn);
-  if (c == nullptr) return;
-  char err[256];
-  PQcancel(c, err, sizeof(err));
-  PQfreeCancel(c);
+  detail::cancel_off_thread(conn);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -263,10 +380,47 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   if (options.conninfo.empty()) {
     return Status(Code::kInvalidArgument, "ConnectOptions::conninfo is empty");
   }
+  Clock& clock = options.clock != nullptr ? *options.clock : Clock::system();
+  const TimePoint until = std::min(deadline, clock.now() + options.connect_timeout);
+  const Hosts hosts = hosts_of(options);
+  const std::size_t n = hosts.count();
+  if (n <= 1) return detail::ConnectionAccess::open_one(options, {}, until);
+  // Several hosts: each in turn, from the one that answered last, each with a deadline of
+  // its own (host_connect_timeout; the last one tried gets what is left), so that a host
+  // that accepts the connection and then says nothing is skipped.
+  const std::size_t first = host_memory().preferred(options.conninfo) % n;
+  Status last;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (first + k) % n;
+    const TimePoint now = clock.now();
+    if (now >= until) break;
+    const TimePoint host_until =
+        k + 1 == n ? until : std::min(until, now + options.host_connect_timeout);
+    Result<Connection> c = detail::ConnectionAccess::open_one(options, hosts.pick(i), host_until);
+    if (c.ok()) {
+      if (i != first) host_memory().remember(options.conninfo, i);
+      return c;
+    }
+    last = Status(c.status()).annotate("host " + hosts.name(i));
+  }
+  if (last.ok()) {
+    last = Status(Code::kUnavailable, "no host answered within the deadline",
+                  classify_pg_connect_failure().fault);
+    last.with_sqlstate("");
+  }
+  return last;
+}
+
+Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& options,
+                                                      const HostKeywords& host, TimePoint until,
+                                                      bool* timed_out) {
+  using Impl = Connection::Impl;
+  if (timed_out != nullptr) *timed_out = false;
   auto impl = std::make_unique<Impl>();
   impl->clock = options.clock != nullptr ? options.clock : &Clock::system();
-  const TimePoint until = std::min(deadline, impl->clock->now() + options.connect_timeout);
+  impl->watch = options.watch;
   Keywords k;
+  if (!host.empty()) k.host = &host;
   fill_keywords(options, k);
   impl->statement_timeout_ms = k.statement_timeout_ms;
 
@@ -279,7 +433,12 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   // Startup errors then carry their SQLSTATE in the message ("FATAL:  53300: ...").
   PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
   const PostgresPollingStatusType st = poll_connect(conn, *impl->clock, until);
-  if (st != PGRES_POLLING_OK || PQstatus(conn) != CONNECTION_OK) return connect_failure(conn, st);
+  if (st != PGRES_POLLING_OK || PQstatus(conn) != CONNECTION_OK) {
+    if (timed_out != nullptr) {
+      *timed_out = st != PGRES_POLLING_FAILED && PQstatus(conn) != CONNECTION_BAD;
+    }
+    return connect_failure(conn, st);
+  }
   PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
   return Connection(std::move(impl));
 }
@@ -429,6 +588,47 @@ std::uint64_t Connection::notices_received() const noexcept {
 
 void Connection::close() noexcept {
   impl_.reset();
+}
+
+// ---------------------------------------------------------------------------------------
+// The liveness check
+
+std::size_t detail::ConnectionAccess::host_count(const std::string& conninfo) {
+  ConnectOptions o;
+  o.conninfo = conninfo;
+  return hosts_of(o).count();
+}
+
+Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOptions& options,
+                                                             TimePoint deadline) {
+  ConnectOptions o = options;
+  o.watch = nullptr;  // neither counted in the liveness it feeds nor woken by its silence
+  Clock& clock = o.clock != nullptr ? *o.clock : Clock::system();
+  const Hosts hosts = hosts_of(o);
+  const std::size_t n = std::max<std::size_t>(1, hosts.count());
+  // Several hosts: the server is there when any of them answers; each gets its share of the
+  // time, so that a silent one cannot hide the others.
+  for (std::size_t i = 0; i < n; ++i) {
+    const TimePoint now = clock.now();
+    if (now >= deadline) break;
+    const TimePoint until = now + (deadline - now) / static_cast<long>(n - i);
+    bool timed_out = false;
+    Result<Connection> conn =
+        open_one(o, n > 1 ? hosts.pick(i) : HostKeywords{}, until, &timed_out);
+    if (!conn.ok()) {
+      if (!timed_out) return Liveness::CheckResult::kAnswered;  // a refusal is an answer
+      continue;
+    }
+    // The exchange's cancel grace comes on top of its deadline: leave room for it.
+    constexpr Duration kGrace = std::chrono::milliseconds(250);
+    conn->set_deadline(std::max(clock.now() + std::chrono::milliseconds(50), until - kGrace));
+    Result<Rows> r = conn->query("SELECT 1");
+    if (r.ok() || !r.status().sqlstate().empty() || conn->is_open() ||
+        r.status().code() != Code::kDeadlineExceeded) {
+      return Liveness::CheckResult::kAnswered;
+    }
+  }
+  return Liveness::CheckResult::kSilent;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 
 #include "holdfast/postgres_connection.hpp"
 #include "pg_internal.hpp"
+#include "server_watch.hpp"
 
 namespace holdfast::pg {
 
@@ -41,6 +43,11 @@ struct Connection::Impl {
   std::vector<Oid> types;
   // Statement ids prepared on this connection (detail::ConnectionAccess::is_prepared()).
   std::vector<bool> prepared;
+  // The watch of the server this connection reaches (pg::Database's), or null.
+  std::shared_ptr<detail::ServerWatch> watch;
+  // Give up waiting the moment the watch finds the server silent (a read: nothing to lose).
+  // Otherwise (a write, whose outcome may still become known) wait for the deadline.
+  bool abandon_on_silence = false;
 
   Impl() = default;
   Impl(const Impl&) = delete;
@@ -56,6 +63,7 @@ struct Connection::Impl {
   // Fills values/types for `params`; string views that are not NUL-terminated are copied
   // into the arena first.
   void bind(std::span<const Param> params);
+  // Asks the server to cancel the running statement, off this thread (server_watch.hpp).
   void cancel() const noexcept;
 
   // exchange.cpp: sends with `send` (returns 1 on success, like libpq) and collects every
@@ -72,18 +80,22 @@ struct Connection::Impl {
   struct Wait {
     TimePoint until;
     bool cancelled = false;
-    bool stuck = false;  // neither the deadline nor the cancel got an answer
+    bool stuck = false;   // neither the deadline nor the cancel got an answer
+    bool silent = false;  // given up because the server was found silent
   };
+  enum class Readable : std::uint8_t { kYes, kTimeout, kSilent };
   Status ready() const;
   Result<Rows> collect(bool sent);
-  bool wait_readable(TimePoint until) const noexcept;
-  bool wait_result(TimePoint until) const noexcept;
+  // Waits until the socket is readable, `until` passed, or the server is found silent.
+  Readable wait_readable(TimePoint until) const noexcept;
+  Readable wait_result(TimePoint until) const noexcept;
   // The next result, or nullptr (the end of a statement's results, a lost connection, or
   // `w.stuck`). Past the deadline it cancels once and waits a short grace more.
   PGresult* next_result(Wait& w) noexcept;
   bool send_step(const detail::Step& step);
-  // Closes a connection whose server answered neither the deadline nor the cancel.
-  Status stuck();
+  // Closes a connection whose server answered neither the deadline nor the cancel, or was
+  // found silent (`w.silent`); `sent`: the statement went out.
+  Status stuck(const Wait& w, bool sent);
   // The status of a failed exchange from its first error (may be nullptr) and whether
   // everything was sent.
   Status failure(const PGresult* bad, bool sent) const;

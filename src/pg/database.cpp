@@ -21,6 +21,7 @@
 #include "holdfast/classify.hpp"
 #include "holdfast/postgres.hpp"
 #include "pg_internal.hpp"
+#include "server_watch.hpp"
 
 namespace holdfast::pg {
 namespace {
@@ -101,6 +102,14 @@ void validate(const DatabaseOptions& o) {
   if (o.health_probe_interval < Duration::zero()) {
     throw std::invalid_argument("DatabaseOptions::health_probe_interval must not be negative");
   }
+  if (o.silence_after < Duration::zero()) {
+    throw std::invalid_argument("DatabaseOptions::silence_after must not be negative");
+  }
+  if (o.silence_after > Duration::zero() && o.silence_check_timeout <= Duration::zero()) {
+    throw std::invalid_argument(
+        "DatabaseOptions::silence_check_timeout must be greater than zero while silence_after is "
+        "set");
+  }
   if (o.max_replica_lag <= Duration::zero()) {
     throw std::invalid_argument("DatabaseOptions::max_replica_lag must be greater than zero");
   }
@@ -173,6 +182,7 @@ Database::Database(DatabaseOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::system()) {
   validate(options_);
+  several_hosts_ = detail::ConnectionAccess::host_count(options_.url) > 1;
   primary_ = make_endpoint(options_.name, options_.url, true);
   for (std::size_t i = 0; i < options_.replica_urls.size(); ++i) {
     replicas_.push_back(make_endpoint(options_.name + "-replica-" + std::to_string(i + 1),
@@ -194,7 +204,17 @@ Database::Database(DatabaseOptions options)
   record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
 }
 
-Database::~Database() = default;
+Database::~Database() {
+  // The watches go first: their threads use the pools and Shields.
+  auto stop = [](Endpoint& e) {
+    if (e.liveness == nullptr) return;
+    e.liveness->stop();
+    e.watch->liveness.store(nullptr, std::memory_order_release);
+  };
+  for (auto& r : replicas_)
+    stop(*r);
+  if (primary_ != nullptr) stop(*primary_);
+}
 
 Database::Prefix Database::make_prefix(std::string_view head, std::uint32_t id,
                                        std::string_view name) const {
@@ -228,6 +248,14 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
   if (options_.pooling == Pooling::kSession) po.connect.settings = options_.settings;
   po.connect.connect_timeout = options_.connect_timeout;
   po.connect.clock = clock_;
+  if (primary && several_hosts_ && url.find("target_session_attrs") == std::string::npos) {
+    // Writes go to the host that is not in recovery (libpq checks it at connect).
+    po.connect.keywords.emplace_back("target_session_attrs", "read-write");
+  }
+  if (options_.silence_after > Duration::zero()) {
+    e->watch = std::make_shared<detail::ServerWatch>();
+    po.connect.watch = e->watch;
+  }
   po.reconnect_backoff = options_.reconnect_backoff;
   po.window = window;
   po.size = options_.read_connections;
@@ -266,6 +294,27 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
                                    clock->now(), max_lag);
         },
         HealthProbe::Options{options_.health_probe_interval, true});
+  }
+  if (e->watch != nullptr) {
+    ConnectOptions check = po.connect;
+    check.watch = nullptr;
+    Endpoint* ep = e.get();
+    Liveness::Options lo;
+    lo.suspect_after = options_.silence_after;
+    lo.suspect_max = std::max(lo.suspect_max, lo.suspect_after);
+    lo.check_timeout = options_.silence_check_timeout;
+    e->liveness = std::make_unique<Liveness>(
+        *e->shield,
+        [check](TimePoint deadline) { return ConnectionAccess::check_server(check, deadline); },
+        [ep](bool silent) {
+          ep->watch->set_silent(silent);
+          if (silent) {
+            ep->reads->wake_waiters();
+            if (ep->writes != nullptr) ep->writes->wake_waiters();
+          }
+        },
+        lo);
+    e->watch->liveness.store(e->liveness.get(), std::memory_order_release);
   }
   return e;
 }
@@ -334,6 +383,7 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   Result<PooledConnection> lease = this->lease(*endpoint.reads, may_wait);
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
+  ConnectionAccess::abandon_on_silence(conn, true);  // a read: nothing to wait for
   detail::CallPipeline p;
   const std::size_t head = add_prefix(p, conn, view != nullptr ? replica_prefix_ : read_prefix_);
   const std::size_t main = add_work(p, conn, work);
@@ -426,6 +476,17 @@ Result<Rows> Database::write_once(const Work& work) {
     return std::move(out[main]);
   }
   if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
+  if (s.sqlstate() == "25006" && several_hosts_) {
+    // A read-only server refused the write: nothing was applied, and with several hosts this
+    // connection reaches a primary that was demoted. It and its siblings go; the next
+    // connect finds the writer (target_session_attrs=read-write), and the write goes again.
+    lease->discard();
+    primary_->writes->drop_idle();
+    Fault f{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, false};
+    s.with_fault(f);
+    return s.annotate(
+        "the server is read-only (a demoted primary?); the writer is looked for again");
+  }
   const TxnStatus open = conn.txn_status();
   if (open == TxnStatus::kInTransaction || open == TxnStatus::kInError) {
     if (!ConnectionAccess::query_unchecked(conn, "ROLLBACK", {}).ok()) lease->discard();

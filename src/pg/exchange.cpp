@@ -65,60 +65,114 @@ Status Connection::Impl::ready() const {
   return Status();
 }
 
-// Waits until the socket is readable or `until`. False on timeout.
-bool Connection::Impl::wait_readable(TimePoint until) const noexcept {
+// Waits until the socket is readable, `until` passed, or the server was found silent (the
+// watch's descriptor turned readable). What comes back is the server's answer: its liveness
+// hears of it.
+Connection::Impl::Readable Connection::Impl::wait_readable(TimePoint until) const noexcept {
   const int fd = PQsocket(conn);
-  if (fd < 0) return true;  // let libpq report the broken connection
+  if (fd < 0) return Readable::kYes;  // let libpq report the broken connection
+  const int wake = watch != nullptr && abandon_on_silence ? watch->wake_fd : -1;
   for (;;) {
     int timeout_ms = -1;
     if (until != TimePoint::max()) {
       const Duration left = until - clock->now();
-      if (left <= Duration::zero()) return false;
+      if (left <= Duration::zero()) return Readable::kTimeout;
       timeout_ms = static_cast<int>(
           std::min<long long>(std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
     }
-    pollfd p{fd, POLLIN, 0};
-    const int r = ::poll(&p, 1, timeout_ms);
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) return true;
-    if (r == 0 && until == TimePoint::max()) continue;
+    pollfd p[2] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}};
+    const int r = ::poll(p, wake >= 0 ? 2 : 1, timeout_ms);
+    if (r > 0 && p[0].revents != 0) {
+      if (watch != nullptr) {
+        if (Liveness* live = watch->liveness.load(std::memory_order_acquire)) {
+          live->answered(clock->now());
+        }
+      }
+      return Readable::kYes;
+    }
+    if (r > 0) return Readable::kSilent;  // only the watch's descriptor
+    if (r < 0 && errno != EINTR) return Readable::kYes;
   }
 }
 
-// Waits until PQgetResult() will not block. False when `until` passed first.
-bool Connection::Impl::wait_result(TimePoint until) const noexcept {
+// Waits until PQgetResult() will not block, `until` passed, or the server went silent.
+Connection::Impl::Readable Connection::Impl::wait_result(TimePoint until) const noexcept {
   while (PQisBusy(conn) != 0) {
-    if (!wait_readable(until)) return false;
-    if (PQconsumeInput(conn) == 0) return true;  // lost: PQgetResult reports it
+    const Readable r = wait_readable(until);
+    if (r != Readable::kYes) return r;
+    if (PQconsumeInput(conn) == 0) return Readable::kYes;  // lost: PQgetResult reports it
   }
-  return true;
+  return Readable::kYes;
 }
 
 PGresult* Connection::Impl::next_result(Wait& w) noexcept {
-  while (!wait_result(w.until)) {
+  for (;;) {
+    const Readable r = wait_result(w.until);
+    if (r == Readable::kYes) return PQgetResult(conn);
+    if (r == Readable::kSilent) {
+      // The server was found silent: waiting longer serves nobody. The cancel goes out (off
+      // this thread) for when it thaws.
+      if (!w.cancelled) cancel();
+      w.silent = true;
+      w.stuck = true;
+      return nullptr;
+    }
     if (w.cancelled) {
       w.stuck = true;
       return nullptr;
     }
-    // Past the deadline: ask the server to cancel, and give it a moment to answer.
+    // Past the deadline: ask the server to cancel (off this thread: a server that accepts
+    // the cancel's connection may never answer it), and give it a moment to act.
     cancel();
     w.cancelled = true;
     w.until = clock->now() + kCancelGrace;
   }
-  return PQgetResult(conn);
 }
 
-Status Connection::Impl::stuck() {
-  // Nothing came back even after the cancel: the server is unreachable or stuck.
+Status Connection::Impl::stuck(const Wait& w, bool sent) {
+  // Nothing came back even after the cancel, or the server was found silent: close the
+  // connection (the cancel is on its way, off this thread).
   PQfinish(conn);
   conn = nullptr;
+  const Outcome outcome = sent ? Outcome::kUnknown : Outcome::kNotApplied;
+  if (w.silent) {
+    Status s(Code::kUnavailable,
+             sent ? "the server went silent (no answer to the work in flight nor to a check); "
+                    "the connection was closed and the statement's outcome is unknown"
+                  : "the server went silent (no answer to the work in flight nor to a check); "
+                    "the connection was closed before the statement was sent",
+             Fault{RetryScope::kReconnect, outcome, Pace::kSlow, true});
+    s.with_sqlstate("");
+    return s;
+  }
   Status s(Code::kDeadlineExceeded,
            "the server answered neither before the deadline nor to the cancel after it; "
            "the connection was closed and the statement's outcome is unknown",
-           Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, true});
+           Fault{RetryScope::kReconnect, outcome, Pace::kSlow, true});
   s.with_sqlstate("");
   return s;
 }
+
+namespace {
+
+// Tells the server's liveness that an exchange waits on it, for as long as it lives.
+class Waiting {
+ public:
+  Waiting(const std::shared_ptr<detail::ServerWatch>& watch, const Clock& clock) noexcept
+      : live_(watch != nullptr ? watch->liveness.load(std::memory_order_acquire) : nullptr) {
+    if (live_ != nullptr) live_->waiting(clock.now());
+  }
+  ~Waiting() {
+    if (live_ != nullptr) live_->done();
+  }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  Liveness* live_;
+};
+
+}  // namespace
 
 Status Connection::Impl::failure(const PGresult* bad, bool sent) const {
   const char* sqlstate = bad != nullptr ? PQresultErrorField(bad, PG_DIAG_SQLSTATE) : nullptr;
@@ -136,6 +190,7 @@ Status Connection::Impl::failure(const PGresult* bad, bool sent) const {
 Result<Rows> Connection::Impl::collect(bool sent) {
   PGresult* good = nullptr;
   PGresult* bad = nullptr;
+  const Waiting waiting(watch, *clock);
   Wait w{deadline};
   while (PGresult* r = next_result(w)) {
     const ExecStatusType st = PQresultStatus(r);
@@ -151,7 +206,7 @@ Result<Rows> Connection::Impl::collect(bool sent) {
   // Owned from here on: both are cleared on every return path.
   Rows good_rows(good);
   Rows bad_rows(bad);
-  if (w.stuck) return stuck();
+  if (w.stuck) return stuck(w, sent);
   if (bad != nullptr || !sent || PQstatus(conn) != CONNECTION_OK) return failure(bad, sent);
   if (good == nullptr) {
     Status s(Code::kInvalidArgument, "the statement returned no result");
@@ -198,6 +253,7 @@ Status Connection::Impl::pipeline(std::span<const detail::Step> steps, std::span
   std::size_t at = 0;
   std::size_t bad_at = steps.size();
   bool synced = false;
+  const Waiting waiting(watch, *clock);
   Wait w{deadline};
   while (!synced && at <= steps.size()) {
     PGresult* r = next_result(w);
@@ -221,7 +277,7 @@ Status Connection::Impl::pipeline(std::span<const detail::Step> steps, std::span
     }
   }
   Rows bad_rows(bad);  // cleared on every return path
-  if (w.stuck) return stuck();
+  if (w.stuck) return stuck(w, sent);
   const bool up = PQstatus(conn) == CONNECTION_OK;
   if (up && !(synced && PQexitPipelineMode(conn) != 0)) {
     // Out of step with the server (a send failed, or the results did not line up with the
@@ -256,6 +312,10 @@ Result<Rows> detail::ConnectionAccess::query_unchecked(Connection& c, std::strin
     return PQsendQueryParams(impl.conn, impl.sql.c_str(), static_cast<int>(params.size()),
                              impl.types.data(), impl.values.data(), nullptr, nullptr, 0);
   });
+}
+
+void detail::ConnectionAccess::abandon_on_silence(Connection& c, bool abandon) noexcept {
+  if (c.impl_) c.impl_->abandon_on_silence = abandon;
 }
 
 Status detail::ConnectionAccess::pipeline(Connection& c, std::span<const Step> steps,

@@ -4,8 +4,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "holdfast/liveness.hpp"
 #include "holdfast/postgres_connection.hpp"
 
 struct pg_conn;  // libpq's PGconn
@@ -61,6 +65,23 @@ struct ConnectionAccess {
   static bool is_prepared(const Connection& c, std::uint32_t id) noexcept;
   static void mark_prepared(Connection& c, std::uint32_t id);
   static pg_conn* native(const Connection& c) noexcept;
+  // How many hosts `conninfo` names (0 or 1 for a plain one).
+  static std::size_t host_count(const std::string& conninfo);
+  // Keywords that pick one host of several ({"host", "h2"}, {"port", "5433"}).
+  using HostKeywords = std::vector<std::pair<const char*, std::string>>;
+  // Connection::open() on one host: `host` overrides the conninfo's hosts (empty: the
+  // conninfo as it is), no later than `until`. `timed_out` (when not null): true when nothing
+  // answered in time (no refusal, no error: silence).
+  static Result<Connection> open_one(const ConnectOptions& options, const HostKeywords& host,
+                                     TimePoint until, bool* timed_out = nullptr);
+  // Whether the exchanges of `c` give up at once when its server is found silent (reads), or
+  // wait for their deadline (writes: their outcome may still become known). Default: wait.
+  static void abandon_on_silence(Connection& c, bool abandon) noexcept;
+  // A liveness check of the server `options` reach (holdfast/liveness.hpp): a connection of
+  // its own (no watch) and SELECT 1, all within `deadline`. kSilent when nothing came back
+  // in time: neither the connect's handshake nor the query's answer. A refusal or an error
+  // is an answer.
+  static Liveness::CheckResult check_server(const ConnectOptions& options, TimePoint deadline);
 };
 
 // The current request's read-your-writes position (lsn.cpp; postgres_lsn.hpp).

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "holdfast/postgres_pool.hpp"
+#include "server_watch.hpp"
 
 namespace holdfast::pg {
 namespace {
@@ -129,7 +130,11 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
   TimePoint deadline{};
   TimePoint probe_wait_until = TimePoint::max();
   std::uint64_t mine = 0;  // the connect this request started off its thread, if any
+  const detail::ServerWatch* watch = connect_.watch.get();
   for (;;) {
+    if (watch != nullptr && mode != Mode::kProbe && watch->silent()) [[unlikely]] {
+      return server_silent();
+    }
     if (!idle_.empty()) {
       // Last in, first out: the warmest connection, and idle ones at the bottom can age.
       Connection conn = std::move(idle_.back());
@@ -284,6 +289,35 @@ std::uint64_t Pool::connect_in_background(TimePoint until) {
     return 0;  // no thread to be had: the caller connects itself
   }
   return id;
+}
+
+void Pool::drop_idle() {
+  std::vector<Connection> idle;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle.swap(idle_);
+    idle_.reserve(static_cast<std::size_t>(options_.size));  // release() stays allocation-free
+    open_ -= static_cast<int>(idle.size());
+    stats_.discarded += idle.size();
+    if (waiters_ > 0) returned_.notify_all();
+  }
+  // Closed outside the lock (PQfinish sends a Terminate message).
+}
+
+void Pool::wake_waiters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (waiters_ > 0) returned_.notify_all();
+}
+
+Status Pool::server_silent() const {
+  // Our own shedding, like an open breaker: the Shield's breaker tripped already.
+  Status s(Code::kUnavailable,
+           "the server does not answer (silent: nothing came back to the work in flight nor "
+           "to a check); no connection is handed out until it answers again",
+           Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
+  s.with_sqlstate("");
+  s.with_stop(StopReason::kBreakerOpen, 0, std::chrono::milliseconds(100));
+  return s;
 }
 
 void Pool::server_answered() {

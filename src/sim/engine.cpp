@@ -14,6 +14,7 @@
 #include "holdfast/circuit_breaker.hpp"
 #include "holdfast/classify.hpp"
 #include "holdfast/health_probe.hpp"
+#include "holdfast/liveness.hpp"
 #include "holdfast/random.hpp"
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
@@ -49,6 +50,16 @@ Status refused_status() {
   return s;
 }
 
+// What pg::Database's read gets when the watch finds its server silent mid-attempt (as
+// exchange.cpp says it).
+Status silent_status() {
+  Status s(Code::kUnavailable,
+           "the server went silent (no answer to the work in flight nor to a check)",
+           Fault{RetryScope::kReconnect, Outcome::kUnknown, Pace::kSlow, true});
+  s.with_backend(Backend::kPostgres);
+  return s;
+}
+
 class Engine {
  public:
   Engine(const Scenario& sc, const Strategy& st, ManualClock& clock, const Tracer& trace)
@@ -65,6 +76,7 @@ class Engine {
             "", "no answer within the client timeout: the client closed the connection")),
         refused_status_(refused_status()),
         too_many_status_(postgres_status("53300", "sorry, too many clients already")),
+        silent_status_(silent_status()),
         arrivals_(sc, Random(mix(sc.seed, 1))),
         service_times_(sc, Random(mix(sc.seed, 2))),
         brownout_rng_(mix(sc.seed, 3)),
@@ -72,6 +84,7 @@ class Engine {
         end_ns_(sc.duration.count()),
         trigger_start_ns_(sc.trigger.start.count()),
         trigger_end_ns_(sc.trigger.end().count()),
+        hang_(sc.trigger.kind == TriggerKind::kHang),
         report_(sc, st.name),
         out_(report_.out()) {
     if (holdfast_) {
@@ -83,6 +96,12 @@ class Engine {
       }
       waiters_.resize(n);
       seen_generation_.assign(n, 0);
+      opened_.assign(n, false);
+      out_.breakers = static_cast<std::uint32_t>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        shields_[i]->breaker().add_listener(
+            [this, i](const BreakerTransition& t) { on_transition(i, t); });
+      }
       if (st.health_interval > Duration::zero()) {
         HealthProbe::Options po;
         po.interval = st.health_interval;
@@ -92,11 +111,36 @@ class Engine {
               shields_[i]->breaker(), [this] { return health_answer(); }, po));
         }
       }
+      if (st.silence_after > Duration::zero()) {
+        Liveness::Options lo;
+        lo.suspect_after = st.silence_after;
+        lo.suspect_max = std::max(lo.suspect_max, lo.suspect_after);
+        lo.background = false;  // the simulator steps it: see on_liveness()
+        for (std::size_t i = 0; i < n; ++i) {
+          lives_.push_back(std::make_unique<Liveness>(
+              *shields_[i],
+              [this](TimePoint) {
+                return frozen_ ? Liveness::CheckResult::kSilent : Liveness::CheckResult::kAnswered;
+              },
+              [this, i](bool silent) {
+                if (silent) silenced_.push_back(static_cast<std::uint32_t>(i));
+              },
+              lo));
+        }
+      }
     }
   }
 
   Report run() {
     schedule_arrival(0);
+    if (hang_) {
+      events_.push(trigger_start_ns_, EventType::kFreeze);
+      events_.push(trigger_end_ns_, EventType::kThaw);
+    }
+    for (std::size_t i = 0; i < lives_.size(); ++i) {
+      events_.push(lives_[i]->options().tick.count(), EventType::kLiveness,
+                   static_cast<std::uint32_t>(i));
+    }
     for (std::size_t i = 0; i < probes_.size(); ++i) {
       // HealthProbe's background loop, step by step: announce the next run, then run it.
       const std::int64_t next = st_.health_interval.count();
@@ -188,11 +232,30 @@ class Engine {
       return;
     }
     if (ev.type == EventType::kServiceDone) {
+      if (was_running_at_freeze(ev)) {
+        // Frozen mid-query: it finishes as much later as the hang lasts.
+        events_.push(ev.t + sc_.trigger.length.count(), EventType::kServiceDone, ev.slot, ev.tag);
+        return;
+      }
       on_service_done(ev);
       return;
     }
     if (ev.type == EventType::kHealthProbe) {
       on_health_probe(ev.slot);
+      return;
+    }
+    if (ev.type == EventType::kLiveness) {
+      on_liveness(ev.slot);
+      return;
+    }
+    if (ev.type == EventType::kFreeze) {
+      frozen_ = true;
+      freeze_seq_ = events_.scheduled();
+      return;
+    }
+    if (ev.type == EventType::kThaw) {
+      frozen_ = false;
+      start_queued_jobs();
       return;
     }
     const Mark m = slots_.mark(ev.slot);
@@ -291,6 +354,7 @@ class Engine {
     ++r.db_attempts;
     ++out_.db_attempts;
     ++current().db_attempts;
+    if (!lives_.empty()) lives_[shield_of(r)]->waiting(now());
 
     const DatabaseModel& db = sc_.database;
     const std::int64_t reject = db.reject_latency.count();
@@ -303,7 +367,12 @@ class Engine {
       events_.push_after(now_, reject, EventType::kTooMany, s, tag);
       return;
     }
-    if (busy_ < db.workers) {
+    if (frozen_) {
+      // A hang: silence. The attempt joins the queue, to be served after the thaw, or, with
+      // the queue full, is never taken in at all; either way no answer comes (no refusal
+      // either), and the client learns nothing before its timeout.
+      if (jobs_.size() < static_cast<std::size_t>(db.queue_limit)) jobs_.push(Job{s, tag});
+    } else if (busy_ < db.workers) {
       ++busy_;
       events_.push(now_ + service_time(), EventType::kServiceDone, s, tag);
     } else if (jobs_.size() < static_cast<std::size_t>(db.queue_limit)) {
@@ -332,7 +401,15 @@ class Engine {
     if (m.tag == ev.tag && m.phase == Phase::kInAttempt) on_success(ev.slot);
   }
 
+  // A hang: a completion that was scheduled before the freeze and falls at or after its
+  // start belongs to a query that was running when the database froze.
+  [[nodiscard]] bool was_running_at_freeze(const Event& ev) const noexcept {
+    return hang_ && ev.seq < freeze_seq_ && ev.t >= trigger_start_ns_;
+  }
+
+  // Frozen, the database starts nothing (completions are held back too: see dispatch()).
   void start_queued_jobs() {
+    if (frozen_) return;
     while (busy_ < sc_.database.workers && !jobs_.empty()) {
       const Job j = jobs_.pop();
       if (sc_.database.drop_abandoned) {
@@ -344,10 +421,19 @@ class Engine {
     }
   }
 
+  // The attempt of request `s` is over; `answered`: the database said something.
+  void attempt_over(const Request& r, bool answered) {
+    if (lives_.empty()) return;
+    Liveness& live = *lives_[shield_of(r)];
+    if (answered) live.answered(now());
+    live.done();
+  }
+
   void on_success(std::uint32_t s) {
     Request& r = slots_[s];
     const Duration latency(now_ - r.attempt_start);
     sync_clock();
+    attempt_over(r, true);
     if (holdfast_) {
       Guarded& g = std::get<Guarded>(r.policy);
       g.call.succeeded(std::move(g.permit), latency);
@@ -371,6 +457,7 @@ class Engine {
     Duration delay{};
     StopReason stop = StopReason::kNone;
     sync_clock();
+    attempt_over(r, &failure != &timeout_status_ && &failure != &silent_status_);
     if (holdfast_) {
       Guarded& g = std::get<Guarded>(r.policy);
       const RetryDecision v = g.call.failed(std::move(g.permit), failure, now(), latency);
@@ -424,6 +511,35 @@ class Engine {
     }
   }
 
+  // Listens to Shield b's breaker: its first opening since the trigger began, for the report.
+  void on_transition(std::size_t b, const BreakerTransition& t) {
+    if (t.to != BreakerState::kOpen || opened_[b] || sc_.trigger.kind == TriggerKind::kNone) return;
+    const std::int64_t since_start = ns_of(t.at) - trigger_start_ns_;
+    if (since_start < 0) return;
+    opened_[b] = true;
+    const double s = static_cast<double>(since_start) / 1e9;
+    std::vector<double>& list = out_.breaker_open_after_s;
+    list.insert(std::upper_bound(list.begin(), list.end(), s), s);
+  }
+
+  // One look of Shield b's Liveness watch; when it finds the database silent, the attempts
+  // in flight through that Shield give up at once (pg::Database's reads do).
+  void on_liveness(std::uint32_t b) {
+    sync_clock();
+    (void)lives_[b]->tick(now());
+    while (!silenced_.empty()) {
+      const std::uint32_t silent = silenced_.back();
+      silenced_.pop_back();
+      for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+        if (slots_.mark(i).phase == Phase::kInAttempt && shield_of(slots_[i]) == silent) {
+          on_failure(i, silent_status_);
+        }
+      }
+    }
+    wake_if_signalled(b);
+    events_.push(now_ + lives_[b]->options().tick.count(), EventType::kLiveness, b);
+  }
+
   // One turn of HealthProbe's loop for Shield b: probe_now() (a no-op unless the breaker is
   // open), then announce the next run to the breaker.
   void on_health_probe(std::uint32_t b) {
@@ -446,11 +562,13 @@ class Engine {
     events_.push(next, EventType::kHealthProbe, b);
   }
 
-  // What "SELECT 1" sent now would get: refused during an outage, 53300 at random in a
-  // brownout or when the queue is full, a timeout when the queue ahead of it is longer
-  // than the client timeout, else an answer. (A model: the probe takes no capacity.)
+  // What "SELECT 1" sent now would get: refused during an outage, a timeout during a hang,
+  // 53300 at random in a brownout or when the queue is full, a timeout when the queue ahead
+  // of it is longer than the client timeout, else an answer. (A model: the probe takes no
+  // capacity, and its answer, a timeout included, is known at once.)
   Status health_answer() {
     if (trigger_active(TriggerKind::kOutage)) return refused_status_;
+    if (frozen_) return timeout_status_;  // no answer: it waits out its timeout
     if (trigger_active(TriggerKind::kBrownout) &&
         health_rng_.uniform() < sc_.trigger.failure_ratio) {
       return too_many_status_;
@@ -500,6 +618,7 @@ class Engine {
   const Status timeout_status_;
   const Status refused_status_;
   const Status too_many_status_;
+  const Status silent_status_;
   Arrivals arrivals_;
   detail::ServiceTimes service_times_;
   Random brownout_rng_;
@@ -507,6 +626,7 @@ class Engine {
   const std::int64_t end_ns_;
   const std::int64_t trigger_start_ns_;
   const std::int64_t trigger_end_ns_;
+  const bool hang_;  // the trigger is a hang: kFreeze and kThaw are scheduled
   detail::ReportBuilder report_;
   Report& out_;  // report_'s totals
 
@@ -516,10 +636,17 @@ class Engine {
   std::vector<std::deque<Waiter>> waiters_;           // per Shield: requests it queued
   std::vector<std::uint64_t> seen_generation_;        // per Shield: its signal when last looked at
   std::vector<std::unique_ptr<HealthProbe>> probes_;  // per Shield, when configured
+  std::vector<std::unique_ptr<Liveness>> lives_;      // per Shield, when configured
+  std::vector<std::uint32_t> silenced_;               // Shields just found silent
+  std::vector<bool> opened_;  // per Shield: its breaker opened since the trigger began
 
   EventQueue events_;
   JobQueue jobs_;
   int busy_ = 0;
+  // A hang is on (between kFreeze and kThaw): no query starts or finishes, nothing is
+  // refused. Events scheduled before the freeze have sequence numbers below freeze_seq_.
+  bool frozen_ = false;
+  std::uint64_t freeze_seq_ = 0;
   detail::RequestSlots slots_;
   std::uint64_t in_flight_ = 0;
 

@@ -22,6 +22,7 @@ double goodput_limit(const Scenario& sc) noexcept {
       offered *= sc.trigger.factor;
       break;
     case TriggerKind::kOutage:
+    case TriggerKind::kHang:
       return 0.0;
     case TriggerKind::kBrownout:  // a refused attempt costs nothing: a retry can still go
     case TriggerKind::kNone:

@@ -17,6 +17,9 @@ enum class EventType : std::uint8_t {
   kTooMany,      // the attempt was refused with 53300 (queue full, brownout) and the client knows
   kTimeout,      // the attempt's client timeout
   kHealthProbe,  // Shield `slot`'s HealthProbe is due
+  kFreeze,       // a hang starts: the database goes silent
+  kThaw,         // the hang ends: frozen work resumes, queued work starts
+  kLiveness,     // Shield `slot`'s Liveness watch looks (its tick)
 };
 
 struct Event {
@@ -90,6 +93,9 @@ class EventQueue {
     --size_;
   }
   [[nodiscard]] std::uint64_t peak() const noexcept { return peak_; }
+  // Events scheduled so far: every event scheduled from now on has a sequence number at
+  // least this.
+  [[nodiscard]] std::uint64_t scheduled() const noexcept { return seq_; }
 
  private:
   // A FIFO ring of events that grows by doubling.

@@ -31,8 +31,8 @@ bool parse_int(std::string_view text, int& out) {
   return ec == std::errc() && p == end;
 }
 
-constexpr std::array<std::string_view, 5> kScenarioNames = {"capacity-drop", "spike", "outage",
-                                                            "brownout", "many-clients"};
+constexpr std::array<std::string_view, 6> kScenarioNames = {
+    "capacity-drop", "spike", "outage", "hang", "brownout", "many-clients"};
 
 }  // namespace
 
@@ -60,6 +60,8 @@ std::string_view to_string(TriggerKind k) noexcept {
       return "outage";
     case TriggerKind::kBrownout:
       return "brownout";
+    case TriggerKind::kHang:
+      return "hang";
   }
   return "?";
 }
@@ -91,7 +93,7 @@ bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcep
 
 bool parse_trigger(std::string_view text, TriggerKind& out) noexcept {
   for (auto k : {TriggerKind::kNone, TriggerKind::kCapacityDrop, TriggerKind::kLoadSpike,
-                 TriggerKind::kOutage, TriggerKind::kBrownout}) {
+                 TriggerKind::kOutage, TriggerKind::kBrownout, TriggerKind::kHang}) {
     if (text == to_string(k)) {
       out = k;
       return true;
@@ -178,6 +180,11 @@ Result<Scenario> builtin_scenario(std::string_view name) {
   } else if (name == "outage") {
     // The server restarts: every connection is refused for 10 s.
     s.trigger.kind = TriggerKind::kOutage;
+  } else if (name == "hang") {
+    // The server freezes (a paused VM, a blackholed network) for 10 s: no attempt is
+    // answered or refused; each waits out its 1 s client timeout. At the thaw the frozen
+    // work resumes, the abandoned part of it included.
+    s.trigger.kind = TriggerKind::kHang;
   } else if (name == "brownout") {
     // 20% of attempts refused at random for 20 s while capacity is plentiful.
     s.trigger.kind = TriggerKind::kBrownout;
@@ -272,6 +279,10 @@ Status Strategy::validate() const {
   if (health_interval != Duration::zero() &&
       (health_interval < std::chrono::milliseconds(1) || health_interval > std::chrono::hours(1))) {
     return invalid("health probe interval must be within [1ms, 1h] (or 0: no probe)");
+  }
+  if (silence_after != Duration::zero() &&
+      (silence_after < std::chrono::milliseconds(1) || silence_after > std::chrono::hours(1))) {
+    return invalid("silence_after must be within [1ms, 1h] (or 0: no liveness watch)");
   }
   return Status();
 }

@@ -92,6 +92,43 @@ TEST(Cli, AnUnknownFlagIsExitStatus2) {
 }
 
 // A SQLite file whose index pages are overwritten: quick_check reports it.
+TEST(Cli, ReportRewritesOnlyAPagesGeneratedBlocksAndRefusesWhatIsNotADrillReport) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-report-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path report = dir / "drill-report.json";
+  std::ofstream(report) << R"({"engine": "sqlite", "payments_sent": 3, "payments_applied_twice": 0,
+    "storms": [{"kind": "write", "seconds": 2, "start_s": 1, "end_s": 3,
+                "strategies": [{"name": "none", "error_pages": 1, "p99_ms": 2100}]}]})";
+  const fs::path page = dir / "page.md";
+  std::ofstream(page) << "# Page\n<!-- begin drill summary (sqlite): test -->\nold\n"
+                         "<!-- end drill summary (sqlite) -->\n";
+  const fs::path plain = dir / "plain.md";
+  std::ofstream(plain) << "# No generated block here\n";
+  const fs::path not_report = dir / "other.json";
+  std::ofstream(not_report) << R"({"scenario": "spike"})";
+
+  CommandRun r = holdfast("report --into " + page.string() + " " + report.string());
+  EXPECT_EQ(r.exit_status, 0) << r.err;
+  std::stringstream text;
+  text << std::ifstream(page).rdbuf();
+  EXPECT_NE(text.str().find("| none | 1 / 2.1 s |"), std::string::npos) << text.str();
+  EXPECT_EQ(text.str().find("old"), std::string::npos) << text.str();
+
+  r = holdfast("report --into " + plain.string() + " " + report.string());
+  EXPECT_EQ(r.exit_status, 1);
+  EXPECT_NE(r.err.find("no generated drill block"), std::string::npos) << r.err;
+  r = holdfast("report " + not_report.string());
+  EXPECT_EQ(r.exit_status, 1);
+  EXPECT_NE(r.err.find("not a drill report"), std::string::npos) << r.err;
+  r = holdfast("report " + (dir / "missing.json").string());
+  EXPECT_EQ(r.exit_status, 1);
+  EXPECT_NE(r.err.find("cannot read"), std::string::npos) << r.err;
+  expect_refused("report --svg " + (dir / "x.svg").string() + " --storm 2 " + report.string(),
+                 "--storm");
+  fs::remove_all(dir);
+}
+
 TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
   const fs::path dir =
       fs::temp_directory_path() / ("holdfast-cli-check-" + std::to_string(::getpid()));

@@ -388,9 +388,13 @@ TEST(HttpFront, TheRewrittenHeadCarriesTheFrontsSecretAndNotTheClients) {
   HttpFront::Options o;
   o.upstream_secret = "s3cret";
   const HttpFront::Head h = HttpFront::parse_head(
-      "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n", "192.0.2.7", o);
+      "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n"
+      "X-Holdfast-Received: 1\r\n",
+      "192.0.2.7", o);
   ASSERT_EQ(h.status, 0) << h.text;
   EXPECT_EQ(h.rewritten.find("guess"), std::string::npos) << h.rewritten;
+  // When the request arrived is the front's to say (the window opens then), not the client's.
+  EXPECT_EQ(h.rewritten.find("X-Holdfast-Received"), std::string::npos) << h.rewritten;
   EXPECT_NE(h.rewritten.find("X-Holdfast-Front: s3cret\r\n"), std::string::npos) << h.rewritten;
   EXPECT_NE(h.rewritten.find("X-Holdfast-Client: 192.0.2.7\r\n"), std::string::npos);
 }

@@ -4,7 +4,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 #include <atomic>
 #include <chrono>
@@ -179,6 +186,19 @@ class PrivateServer {
   [[nodiscard]] const std::string& url() const { return url_; }
   // "" unless made with_standby (and it started).
   [[nodiscard]] const std::string& standby_url() const { return standby_url_; }
+  // The primary's postmaster, from its postmaster.pid; 0 when unknown.
+  [[nodiscard]] pid_t postmaster_pid() const {
+    std::ifstream env(state_dir_ + "/server.env");
+    std::string line;
+    std::string root;
+    while (std::getline(env, line)) {
+      if (line.rfind("root='", 0) == 0 && line.size() > 7) root = line.substr(6, line.size() - 7);
+    }
+    std::ifstream pid_file(root + "/data/postmaster.pid");
+    long pid = 0;
+    pid_file >> pid;
+    return static_cast<pid_t>(pid);
+  }
   bool down() { return run("down", 0) != "error"; }
   bool up() { return run("up", 0) != "error"; }
   bool standby_down() { return run("standby-down", 0) != "error"; }
@@ -198,6 +218,51 @@ class PrivateServer {
   std::string state_dir_;
   std::string url_;
   std::string standby_url_;
+};
+
+// Freezes a server as a paused VM would (FAULTS.md, "A frozen server"): SIGSTOP to its
+// postmaster and every child of it, SIGCONT to all of them in thaw() or the destructor (also
+// when the test fails). The kernel still completes TCP connects; nothing ever answers.
+class Freeze {
+ public:
+  explicit Freeze(pid_t postmaster) {
+    if (postmaster <= 0) return;
+    pids_.push_back(postmaster);
+    if (::kill(postmaster, SIGSTOP) != 0) {
+      pids_.clear();
+      return;
+    }
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string text;
+      std::getline(stat, text);
+      const std::size_t close = text.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(text.substr(close + 2));
+      char state = 0;
+      long parent = 0;
+      rest >> state >> parent;
+      if (parent == postmaster) {
+        const auto pid = static_cast<pid_t>(std::stol(name));
+        if (::kill(pid, SIGSTOP) == 0) pids_.push_back(pid);
+      }
+    }
+  }
+  ~Freeze() { thaw(); }
+  Freeze(const Freeze&) = delete;
+  Freeze& operator=(const Freeze&) = delete;
+
+  [[nodiscard]] bool frozen() const { return !pids_.empty(); }
+  void thaw() {
+    for (const pid_t pid : pids_)
+      ::kill(pid, SIGCONT);
+    pids_.clear();
+  }
+
+ private:
+  std::vector<pid_t> pids_;
 };
 
 // A throwaway PgBouncer of the test's own in transaction mode in front of `server`

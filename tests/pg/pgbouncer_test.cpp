@@ -213,10 +213,13 @@ TEST_F(PgBouncerTransactionMode, AReadQueuedInThePoolerIsAnsweredSoonAfterItsWin
   HOLDFAST_REQUIRE_PG_SERVER();
   ASSERT_FALSE(bouncer_->url().empty()) << "PgBouncer did not start";
   // A statement waits in PgBouncer's queue, where neither the server's statement_timeout
-  // nor a cancel reaches it.
+  // nor a cancel reaches it. (With the silence watch off: the window alone bounds it. With
+  // the watch, see the next test.)
   std::vector<Connection> holders = hold_every_server_connection();
   ASSERT_EQ(holders.size(), 4u) << "could not hold PgBouncer's server connections";
-  Database db(options());
+  DatabaseOptions o = options();
+  o.silence_after = Duration::zero();
+  Database db(o);
   const auto start = std::chrono::steady_clock::now();
   Result<Rows> r = Status();
   {
@@ -237,6 +240,44 @@ TEST_F(PgBouncerTransactionMode, AReadQueuedInThePoolerIsAnsweredSoonAfterItsWin
   EXPECT_TRUE(one.ok()) << one.status().to_string();
 }
 
+TEST_F(PgBouncerTransactionMode, APoolerThatAnswersNothingIsFoundSilentAndServesAgainOnceFree) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  ASSERT_FALSE(bouncer_->url().empty()) << "PgBouncer did not start";
+  // Every server connection held: PgBouncer queues every query and answers nothing, like a
+  // paused pooler. The read is answered once the watch finds the pooler silent, inside its
+  // window; the read after it at once; and once a server connection is free, reads work.
+  std::vector<Connection> holders = hold_every_server_connection();
+  ASSERT_EQ(holders.size(), 4u) << "could not hold PgBouncer's server connections";
+  Database db(options());
+  Result<Rows> r = Status();
+  double took = 0;
+  {
+    RequestScope scope(std::chrono::seconds(6));
+    const auto start = std::chrono::steady_clock::now();
+    r = db.read("SELECT 1");
+    took = pgtest::seconds_since(start);
+  }
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnavailable) << r.status().to_string();
+  EXPECT_LT(took, 6.0) << r.status().to_string();
+  EXPECT_TRUE(db.silent());
+  {
+    RequestScope scope(std::chrono::seconds(6));
+    Result<Rows> next = db.read("SELECT 1");
+    EXPECT_EQ(next.status().stop_reason(), StopReason::kBreakerOpen) << next.status().to_string();
+    EXPECT_GT(next.status().retry_after(), Duration::zero());
+  }
+  for (Connection& h : holders)
+    ASSERT_TRUE(h.query("COMMIT").ok());
+  EXPECT_TRUE(pgtest::eventually(
+      [&] {
+        RequestScope scope(std::chrono::seconds(1));
+        return db.read("SELECT 1").ok();
+      },
+      std::chrono::milliseconds(3000)));
+  EXPECT_FALSE(db.silent());
+}
+
 TEST_F(PgBouncerTransactionMode, AWriteThePoolerGaveUpHoldingWasNotAppliedAndIsSentAgain) {
   HOLDFAST_REQUIRE_PG_SERVER();
   // PgBouncer holds a query no server connection takes for query_wait_timeout (1 s here),
@@ -253,7 +294,11 @@ TEST_F(PgBouncerTransactionMode, AWriteThePoolerGaveUpHoldingWasNotAppliedAndIsS
     for (Connection& h : holders)
       (void)h.query("COMMIT");
   });
-  Database db(options());
+  // What the refusal means, with the silence watch off (with it, the pooler that answers
+  // nothing for a second is found silent first: the previous test).
+  DatabaseOptions o = options();
+  o.silence_after = Duration::zero();
+  Database db(o);
   const auto start = std::chrono::steady_clock::now();
   Result<Rows> r = Status();
   {

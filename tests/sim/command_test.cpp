@@ -84,6 +84,36 @@ TEST_F(SimCommand, TheJsonHasTheAgreedFieldsForEveryStrategy) {
   EXPECT_DOUBLE_EQ(list[1]["amplification_max"].get<double>(), 4.0);
 }
 
+TEST_F(SimCommand, TheHangScenarioReportsFailuresRecoveryAndAmplificationForEveryStrategy) {
+  const fs::path out = dir_ / "hang.json";
+  sim({"--scenario", "hang", "--trigger-start", "10s", "--metastable-after", "15s",
+       "--recovery-hold", "3s", "--json", out.string()});
+  const nlohmann::json doc = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(doc["scenario"]["name"], "hang");
+  EXPECT_EQ(doc["scenario"]["trigger"]["kind"], "hang");
+  const auto& list = doc["strategies"];
+  ASSERT_EQ(list.size(), 4u);
+  for (const auto& s : list) {
+    for (const char* key :
+         {"failed_p50_ms", "failed_p99_ms", "recovery_s", "amplification_during_trigger"}) {
+      EXPECT_TRUE(s.contains(key)) << s["name"] << " lacks " << key;
+    }
+    // Every strategy failed requests during the hang (a silent database serves nobody).
+    EXPECT_GT(s["errors"].get<int>(), 0) << s["name"];
+    EXPECT_TRUE(s["efficiency"].is_null()) << "no capacity during a hang: no efficiency";
+  }
+  // Without retry, a request sent into the silence fails at its 1 s timeout.
+  EXPECT_NEAR(list[0]["failed_p50_ms"].get<double>(), 1000.0, 20.0);
+  EXPECT_EQ(list[3]["name"], "holdfast");
+  EXPECT_EQ(list[3]["breakers"], 2);
+  EXPECT_TRUE(list[3]["breaker_open_after_s"].is_array());
+  // --trigger hang over another scenario's stage is the same trigger.
+  const fs::path other = dir_ / "other.json";
+  sim({"--scenario", "outage", "--trigger", "hang", "--strategies", "none", "--json",
+       other.string()});
+  EXPECT_EQ(nlohmann::json::parse(slurp(other))["scenario"]["trigger"]["kind"], "hang");
+}
+
 TEST_F(SimCommand, TheSameSeedWritesByteIdenticalJson) {
   const std::vector<std::string> common = {"--scenario", "outage", "--strategies",
                                            "none,naive,backoff,holdfast:health=500ms"};

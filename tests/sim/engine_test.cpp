@@ -1,6 +1,7 @@
 // The simulator's stories (seeded) and its bookkeeping.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -303,6 +304,23 @@ TEST(SimEngine, AbandonedWorkStillOccupiesTheDatabaseUnlessDropped) {
   EXPECT_GT(served.seconds[29].queue, dropped.seconds[29].queue);
   ASSERT_TRUE(served.recovery_s && dropped.recovery_s);
   EXPECT_LE(*dropped.recovery_s, *served.recovery_s);
+}
+
+TEST(SimEngine, TheReportSaysHowSoonEachBreakerOpenedAfterTheTriggerBegan) {
+  const Report h = run_ok(scenario("outage", seconds(40)), Strategy::holdfast());
+  EXPECT_EQ(h.breakers, 8u);
+  ASSERT_EQ(h.breaker_open_after_s.size(), 8u);
+  EXPECT_TRUE(std::is_sorted(h.breaker_open_after_s.begin(), h.breaker_open_after_s.end()));
+  // Refused at once, 125 requests/s per process: 20 refusals in a row take ~160 ms.
+  EXPECT_GT(h.breaker_open_after_s.front(), 0.0);
+  EXPECT_LT(h.breaker_open_after_s.back(), 0.5);
+  // In a brownout they never open; without a breaker there is none.
+  const Report b = run_ok(scenario("brownout", seconds(45)), Strategy::holdfast());
+  EXPECT_EQ(b.breakers, 8u);
+  EXPECT_TRUE(b.breaker_open_after_s.empty());
+  const Report none = run_ok(scenario("outage", seconds(40)), Strategy::none());
+  EXPECT_EQ(none.breakers, 0u);
+  EXPECT_TRUE(none.breaker_open_after_s.empty());
 }
 
 TEST(SimEngine, BadInputIsRefusedWithAStatus) {

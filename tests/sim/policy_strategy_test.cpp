@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 
 #include "holdfast/sim.hpp"
+#include "sim_check.hpp"
 
 namespace holdfast::sim {
 namespace {
@@ -54,6 +56,18 @@ TEST(SimPolicyOptions, TheReadsScheduleIsThePolicys) {
   EXPECT_EQ(p.backoff().nominal(3), std::chrono::milliseconds(7));
   EXPECT_EQ(p.max_attempts(), st.max_attempts);
   EXPECT_EQ(shield_options(st, clock).reads.backoff().nominal(1), std::chrono::milliseconds(7));
+}
+
+// sim --check runs every built-in scenario, the hang included, with the policy's options.
+TEST(SimPolicyOptions, TheCheckOfAPolicyRunsTheHangToo) {
+  cli::PolicyChoice defaults;
+  defaults.path = "defaults";
+  ::testing::internal::CaptureStdout();
+  const int rc = cli::check_policy(defaults, false);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("6 built-in scenarios"), std::string::npos) << out;
+  EXPECT_NE(out.find("  ok    hang "), std::string::npos) << out;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 TEST(SimScenarios, EveryBuiltInScenarioIsValidAndHasItsTrigger) {
-  ASSERT_EQ(builtin_scenario_names().size(), 5u);
+  ASSERT_EQ(builtin_scenario_names().size(), 6u);
   for (std::string_view name : builtin_scenario_names()) {
     Result<Scenario> s = builtin_scenario(name);
     ASSERT_TRUE(s.ok()) << name;
@@ -36,6 +36,28 @@ TEST(SimScenarios, TheCommonStageHasCapacityAboveTheOfferedLoad) {
   EXPECT_LT(capacity / s.trigger.factor, s.offered_rps);
   // The queue can hold more than one timeout's worth of work, so dead work can pile up.
   EXPECT_GT(s.database.queue_limit, capacity * 1.0);
+}
+
+TEST(SimScenarios, TheHangScenarioSilencesTheCommonStageForTenSeconds) {
+  Result<Scenario> s = builtin_scenario("hang");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_TRUE(s->validate().ok()) << s->validate().to_string();
+  EXPECT_EQ(s->trigger.kind, TriggerKind::kHang);
+  EXPECT_EQ(to_string(s->trigger.kind), "hang");
+  // The outage's stage and timing: only the way the database fails differs.
+  const Scenario outage = *builtin_scenario("outage");
+  EXPECT_EQ(s->trigger.start, outage.trigger.start);
+  EXPECT_EQ(s->trigger.length, seconds(10));
+  EXPECT_EQ(s->attempt_timeout, outage.attempt_timeout);
+  EXPECT_DOUBLE_EQ(s->offered_rps, outage.offered_rps);
+  EXPECT_EQ(s->database.workers, outage.database.workers);
+  EXPECT_EQ(s->duration, outage.duration);
+  EXPECT_FALSE(s->database.drop_abandoned);
+  // A silent database serves nothing: no perfect client gets anything during it.
+  EXPECT_DOUBLE_EQ(goodput_limit(*s), 0.0);
+  TriggerKind parsed = TriggerKind::kNone;
+  ASSERT_TRUE(parse_trigger("hang", parsed));
+  EXPECT_EQ(parsed, TriggerKind::kHang);
 }
 
 TEST(SimScenarios, AnUnknownScenarioIsNotFoundAndTheKnownOnesAreListed) {
@@ -99,7 +121,7 @@ TEST(SimScenarios, ALoadThatWouldNotFitInMemoryOrAMinuteIsRefused) {
 
 TEST(SimScenarios, NamesOfTriggersAndDistributionsRoundTrip) {
   for (auto k : {TriggerKind::kNone, TriggerKind::kCapacityDrop, TriggerKind::kLoadSpike,
-                 TriggerKind::kOutage, TriggerKind::kBrownout}) {
+                 TriggerKind::kOutage, TriggerKind::kBrownout, TriggerKind::kHang}) {
     TriggerKind back = TriggerKind::kNone;
     ASSERT_TRUE(parse_trigger(to_string(k), back)) << to_string(k);
     EXPECT_EQ(back, k);

@@ -68,6 +68,21 @@ TEST(RetryWindow, OpensAtTheFirstTransientFaultNotBefore) {
   EXPECT_EQ(scope.window().deadline(), opened + seconds(6));
 }
 
+TEST(RequestScope, AScopeForARequestThatArrivedEarlierCountsTheTimeItQueued) {
+  ManualClock clock;
+  const TimePoint arrived = clock.now();
+  clock.advance(seconds(4));  // queued behind other requests
+  RequestScope scope(seconds(6), clock, arrived);
+  EXPECT_TRUE(scope.window().is_open());
+  EXPECT_EQ(scope.window().deadline(), arrived + seconds(6));
+  EXPECT_EQ(scope.window().remaining(clock.now()), seconds(2));
+  {
+    // An inner scope joins the outer window, whatever it says of its own arrival.
+    RequestScope inner(seconds(6), clock, clock.now());
+    EXPECT_EQ(&inner.window(), &scope.window());
+  }
+}
+
 TEST(RetryWindow, AWaitOpensTheWindowAndIsBoundedByWhatItHasLeft) {
   ManualClock clock;
   RequestScope request(seconds(6), clock);

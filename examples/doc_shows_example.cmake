@@ -1,0 +1,27 @@
+# cmake -DDOC=page.md -DEXAMPLE=file.cpp [-DPART=name] -P doc_shows_example.cmake
+#
+# Fails unless the Markdown page DOC shows EXAMPLE verbatim: the whole file, or with PART
+# only the lines between the marker lines "// [name]" and "// [/name]" (markers left out).
+file(READ ${DOC} doc)
+file(READ ${EXAMPLE} example)
+get_filename_component(doc_name ${DOC} NAME)
+get_filename_component(example_name ${EXAMPLE} NAME)
+set(what "${example_name}")
+if(DEFINED PART AND NOT PART STREQUAL "")
+  set(begin "// [${PART}]\n")
+  set(end "// [/${PART}]\n")
+  string(FIND "${example}" "${begin}" from)
+  string(FIND "${example}" "${end}" to)
+  if(from EQUAL -1 OR to EQUAL -1 OR to LESS from)
+    message(FATAL_ERROR "${example_name} has no part marked ${begin} ... ${end}")
+  endif()
+  string(LENGTH "${begin}" begin_length)
+  math(EXPR from "${from} + ${begin_length}")
+  math(EXPR length "${to} - ${from}")
+  string(SUBSTRING "${example}" ${from} ${length} example)
+  set(what "the part [${PART}] of ${example_name}")
+endif()
+string(FIND "${doc}" "${example}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "${doc_name} does not show ${what} verbatim")
+endif()

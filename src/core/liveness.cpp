@@ -1,0 +1,153 @@
+#include "holdfast/liveness.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include "holdfast/shield.hpp"
+
+namespace holdfast {
+namespace {
+
+void require_positive(Duration d, const char* field) {
+  if (d <= Duration::zero()) {
+    throw std::invalid_argument(std::string("Liveness::Options::") + field +
+                                " must be greater than zero, got " + ms_text(d));
+  }
+}
+
+}  // namespace
+
+Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change)
+    : Liveness(shield, std::move(check), std::move(on_change), Options{}) {}
+
+Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options options)
+    : shield_(&shield),
+      check_(std::move(check)),
+      on_change_(std::move(on_change)),
+      options_(options) {
+  if (!check_) throw std::invalid_argument("Liveness needs a check");
+  require_positive(options_.suspect_after, "suspect_after");
+  require_positive(options_.check_timeout, "check_timeout");
+  require_positive(options_.recheck, "recheck");
+  require_positive(options_.tick, "tick");
+  if (options_.suspect_max < options_.suspect_after) {
+    throw std::invalid_argument("Liveness::Options::suspect_max (" + ms_text(options_.suspect_max) +
+                                ") must not be below suspect_after (" +
+                                ms_text(options_.suspect_after) + ")");
+  }
+  if (options_.background) thread_ = std::thread([this] { loop(); });
+}
+
+Liveness::~Liveness() {
+  stop();
+}
+
+void Liveness::stop() noexcept {
+  if (stopping_.exchange(true)) return;
+  stop_signal_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Duration Liveness::quiet_for(TimePoint now) const noexcept {
+  if (waiting_.load(std::memory_order_relaxed) <= 0) return Duration::zero();
+  const Duration quiet = now - TimePoint(Duration(quiet_since_ns_.load(std::memory_order_relaxed)));
+  return std::max(quiet, Duration::zero());
+}
+
+Duration Liveness::suspicion_threshold() const noexcept {
+  // Doubled by every check the server answered while work still waited (a long lock, a
+  // long query): a slow server pays one check per doubling, not one per suspect_after.
+  const int answered = std::min(checks_answered_.load(std::memory_order_relaxed), 16);
+  Duration threshold = options_.suspect_after;
+  for (int i = 0; i < answered && threshold < options_.suspect_max; ++i)
+    threshold *= 2;
+  return std::min(threshold, options_.suspect_max);
+}
+
+bool Liveness::tick(TimePoint now) {
+  if (checking_.exchange(true, std::memory_order_acq_rel)) return false;  // one at a time
+  const std::int64_t now_ns = now.time_since_epoch().count();
+  bool due = false;
+  if (silent()) {
+    if (quiet_since_ns_.load(std::memory_order_relaxed) > silent_since_ns_) {
+      // An exchange heard from the server since the silence began: it is back.
+      found(CheckResult::kAnswered, now);
+    } else {
+      due = now_ns - last_check_end_ns_ >= options_.recheck.count();
+    }
+  } else {
+    due = quiet_for(now) >= suspicion_threshold();
+  }
+  if (!due) {
+    checking_.store(false, std::memory_order_release);
+    return false;
+  }
+  checks_.fetch_add(1, std::memory_order_relaxed);
+  CheckResult result = CheckResult::kAnswered;
+  try {
+    result = check_(now + options_.check_timeout);
+  } catch (...) {
+    result = CheckResult::kAnswered;  // no evidence either way
+  }
+  found(result, shield_->clock().now());
+  checking_.store(false, std::memory_order_release);
+  return true;
+}
+
+void Liveness::found(CheckResult result, TimePoint now) noexcept {
+  const std::int64_t now_ns = now.time_since_epoch().count();
+  last_check_end_ns_ = now_ns;
+  if (result == CheckResult::kSilent) {
+    if (!silent()) {
+      silent_since_ns_ = now_ns;
+      silent_.store(true, std::memory_order_release);
+      silences_.fetch_add(1, std::memory_order_relaxed);
+      try {
+        shield_->server_silent(now);
+      } catch (...) {
+      }
+      if (on_change_) on_change_(true);
+    } else {
+      // Still silent: the breaker stays open (a new period if the last one ran out).
+      try {
+        (void)shield_->breaker().trip(now);
+      } catch (...) {
+      }
+    }
+    return;
+  }
+  // Answered. The quiet time starts again now; while work still waits, the next suspicion
+  // needs a longer one.
+  quiet_since_ns_.store(now_ns, std::memory_order_relaxed);
+  if (silent()) {
+    silent_.store(false, std::memory_order_release);
+    checks_answered_.store(0, std::memory_order_relaxed);
+    if (on_change_) on_change_(false);
+    try {
+      shield_->server_back(now, Duration::zero());
+    } catch (...) {
+    }
+    return;
+  }
+  checks_answered_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Liveness::loop() noexcept {
+  Clock& clock = shield_->clock();
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const std::uint64_t seen = stop_signal_.generation();
+    if (stopping_.load(std::memory_order_acquire)) break;
+    try {
+      clock.sleep_until(clock.now() + options_.tick, &stop_signal_, seen);
+    } catch (...) {
+    }
+    if (stopping_.load(std::memory_order_acquire)) break;
+    try {
+      (void)tick(clock.now());
+    } catch (...) {
+    }
+  }
+}
+
+}  // namespace holdfast

@@ -1,0 +1,106 @@
+#include "server_watch.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+namespace holdfast::pg::detail {
+
+ServerWatch::ServerWatch() : wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+ServerWatch::~ServerWatch() {
+  if (wake_fd >= 0) ::close(wake_fd);
+}
+
+void ServerWatch::set_silent(bool silent) noexcept {
+  if (silent_.exchange(silent, std::memory_order_acq_rel) == silent) return;
+  if (wake_fd < 0) return;
+  if (silent) {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd, &one, sizeof(one));  // readable until read back
+  } else {
+    std::uint64_t value = 0;
+    (void)!::read(wake_fd, &value, sizeof(value));
+  }
+}
+
+namespace {
+
+// A few threads that send cancel requests, and a bounded queue of them.
+class Canceller {
+ public:
+  void submit(PGcancel* cancel) noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (queue_.size() >= kMaxQueued) {
+      lock.unlock();
+      PQfreeCancel(cancel);  // every thread is stuck on a silent server: drop it
+      return;
+    }
+    try {
+      queue_.push_back(cancel);
+    } catch (...) {
+      lock.unlock();
+      PQfreeCancel(cancel);
+      return;
+    }
+    if (idle_ == 0 && threads_ < kMaxThreads) {
+      try {
+        std::thread([this] { run(); }).detach();
+        ++threads_;
+      } catch (const std::system_error&) {
+        // No thread to be had: one already running takes it when it is free.
+      }
+    }
+    lock.unlock();
+    ready_.notify_one();
+  }
+
+ private:
+  static constexpr std::size_t kMaxQueued = 256;
+  static constexpr int kMaxThreads = 4;
+
+  void run() noexcept {
+    for (;;) {
+      PGcancel* cancel = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ++idle_;
+        ready_.wait(lock, [&] { return !queue_.empty(); });
+        --idle_;
+        cancel = queue_.front();
+        queue_.pop_front();
+      }
+      char err[256];
+      (void)PQcancel(cancel, err, sizeof(err));
+      PQfreeCancel(cancel);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<PGcancel*> queue_;
+  int idle_ = 0;
+  int threads_ = 0;
+};
+
+Canceller& canceller() {
+  // Never destroyed: its threads may still wait on a silent server when the process exits.
+  static Canceller* const instance = new Canceller();
+  return *instance;
+}
+
+}  // namespace
+
+void cancel_off_thread(PGconn* conn) noexcept {
+  if (conn == nullptr) return;
+  PGcancel* cancel = PQgetCancel(conn);
+  if (cancel != nullptr) canceller().submit(cancel);
+}
+
+}  // namespace holdfast::pg::detail

@@ -1,0 +1,236 @@
+#include "holdfast/liveness.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "holdfast/classify.hpp"
+#include "holdfast/shield.hpp"
+
+namespace holdfast {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Check = Liveness::CheckResult;
+
+Liveness::Options manual() {
+  Liveness::Options o;
+  o.background = false;
+  return o;
+}
+
+// A server to check: answers or stays silent as the test says, and counts the checks.
+struct Server {
+  Check answer = Check::kAnswered;
+  int checks = 0;
+  std::vector<bool> changes;  // what on_change was told, in order
+
+  Liveness::CheckFn check() {
+    return [this](TimePoint) { return ++checks, answer; };
+  }
+  Liveness::ChangeFn on_change() {
+    return [this](bool silent) { changes.push_back(silent); };
+  }
+};
+
+TEST(Liveness, RejectsAMissingCheckAndOptionsOutOfRange) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  EXPECT_THROW(Liveness(shield, Liveness::CheckFn{}, {}, manual()), std::invalid_argument);
+  Liveness::Options o = manual();
+  o.suspect_after = Duration::zero();
+  EXPECT_THROW(Liveness(
+                   shield, [](TimePoint) { return Check::kAnswered; }, {}, o),
+               std::invalid_argument);
+  o = manual();
+  o.suspect_max = milliseconds(100);  // below suspect_after
+  EXPECT_THROW(Liveness(
+                   shield, [](TimePoint) { return Check::kAnswered; }, {}, o),
+               std::invalid_argument);
+}
+
+TEST(Liveness, NothingWaitingIsNeverSuspect) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  clock.advance(seconds(30));
+  EXPECT_EQ(live.quiet_for(clock.now()), Duration::zero());
+  EXPECT_FALSE(live.tick(clock.now()));
+  EXPECT_EQ(server.checks, 0);
+}
+
+TEST(Liveness, AServerThatKeepsAnsweringSomethingIsNotChecked) {
+  // A long lock: one exchange waits for seconds, but the others' answers keep coming.
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());  // the one stuck behind the lock
+  for (int i = 0; i < 100; ++i) {
+    clock.advance(milliseconds(100));
+    live.waiting(clock.now());
+    live.answered(clock.now());
+    live.done();
+    EXPECT_FALSE(live.tick(clock.now()));
+  }
+  EXPECT_EQ(server.checks, 0);
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+}
+
+TEST(Liveness, WorkWaitingOnAQuietServerThatAnswersTheCheckIsSlowNotSilent) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(499));
+  EXPECT_FALSE(live.tick(clock.now()));
+  clock.advance(milliseconds(1));
+  EXPECT_TRUE(live.tick(clock.now()));  // suspect: checked
+  EXPECT_EQ(server.checks, 1);
+  EXPECT_FALSE(live.silent());
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+  EXPECT_TRUE(server.changes.empty());
+  // Still waiting, still quiet: the next check needs twice the quiet time, then four times,
+  // up to suspect_max (2 s): a slow server pays one check per doubling.
+  clock.advance(milliseconds(999));
+  EXPECT_FALSE(live.tick(clock.now()));
+  clock.advance(milliseconds(1));
+  EXPECT_TRUE(live.tick(clock.now()));
+  clock.advance(milliseconds(1999));
+  EXPECT_FALSE(live.tick(clock.now()));
+  clock.advance(milliseconds(1));
+  EXPECT_TRUE(live.tick(clock.now()));
+  clock.advance(seconds(2));
+  EXPECT_TRUE(live.tick(clock.now()));
+  EXPECT_EQ(server.checks, 4);
+  // An ordinary answer resets it.
+  live.answered(clock.now());
+  clock.advance(milliseconds(500));
+  EXPECT_TRUE(live.tick(clock.now()));
+  EXPECT_EQ(server.checks, 5);
+}
+
+TEST(Liveness, ACheckWithNoAnswerTripsTheBreakerAndTellsTheDriver) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  std::vector<BreakerTransition> transitions;
+  shield.breaker().add_listener([&](const BreakerTransition& t) { transitions.push_back(t); });
+  Server server;
+  server.answer = Check::kSilent;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  EXPECT_TRUE(live.tick(clock.now()));
+  EXPECT_TRUE(live.silent());
+  EXPECT_EQ(live.silences(), 1u);
+  EXPECT_EQ(shield.metrics().snapshot().silences, 1u);
+  ASSERT_EQ(transitions.size(), 1u);
+  EXPECT_EQ(transitions[0].to, BreakerState::kOpen);
+  EXPECT_EQ(transitions[0].reason, TransitionReason::kSilence);
+  EXPECT_EQ(server.changes, std::vector<bool>{true});
+}
+
+TEST(Liveness, RequestsAfterTheSilenceAreAnsweredAtOnceWithRetryAfter) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  server.answer = Check::kSilent;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  ASSERT_TRUE(live.tick(clock.now()));
+  RequestScope scope(seconds(6), clock);
+  const TimePoint start = clock.now();
+  int attempts = 0;
+  const Status s = shield.run(Operation::read("page"), [&] { return ++attempts, Status(); });
+  EXPECT_EQ(attempts, 0);
+  EXPECT_EQ(s.stop_reason(), StopReason::kBreakerOpen);
+  EXPECT_GT(s.retry_after(), Duration::zero());
+  EXPECT_EQ(clock.now(), start);  // no wait at all
+}
+
+TEST(Liveness, ASilenceAfterLockContentionStillAnswersAtOnce) {
+  // The breaker opened on lock contention (requests would wait for its probe); then the
+  // server went silent: waiting for a probe no longer pays.
+  ManualClock clock;
+  Shield shield("db", clock);
+  for (int i = 0; i < 5; ++i) {
+    RequestScope scope(milliseconds(1), clock);
+    (void)shield.run(Operation::write("w"), [] { return sqlite_status(5, "database is locked"); });
+  }
+  ASSERT_EQ(shield.breaker().state(), BreakerState::kOpen);
+  Server server;
+  server.answer = Check::kSilent;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  ASSERT_TRUE(live.tick(clock.now()));
+  RequestScope scope(seconds(6), clock);
+  const TimePoint start = clock.now();
+  const Status s = shield.run(Operation::read("page"), [] { return Status(); });
+  EXPECT_EQ(s.stop_reason(), StopReason::kBreakerOpen);
+  EXPECT_EQ(clock.now(), start);
+  EXPECT_EQ(shield.metrics().snapshot().breaker_waits, 0u);
+}
+
+TEST(Liveness, WhileSilentItRechecksAndTheFirstAnswerClosesTheBreaker) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  server.answer = Check::kSilent;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  ASSERT_TRUE(live.tick(clock.now()));
+  live.done();  // the exchange gave up when told of the silence
+  clock.advance(milliseconds(99));
+  EXPECT_FALSE(live.tick(clock.now()));  // rechecks every 100 ms
+  clock.advance(milliseconds(1));
+  EXPECT_TRUE(live.tick(clock.now()));
+  EXPECT_TRUE(live.silent());
+  EXPECT_NE(shield.breaker().state(), BreakerState::kClosed);
+  server.answer = Check::kAnswered;  // thawed
+  clock.advance(milliseconds(100));
+  EXPECT_TRUE(live.tick(clock.now()));
+  EXPECT_FALSE(live.silent());
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+  EXPECT_EQ(server.changes, (std::vector<bool>{true, false}));
+  EXPECT_EQ(server.checks, 3);
+}
+
+TEST(Liveness, AnAnswerHeardOnAnExchangeEndsTheSilenceWithoutACheck) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  server.answer = Check::kSilent;
+  Liveness live(shield, server.check(), server.on_change(), manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  ASSERT_TRUE(live.tick(clock.now()));
+  clock.advance(milliseconds(10));
+  live.answered(clock.now());  // a late answer: the server is back
+  EXPECT_FALSE(live.tick(clock.now()));
+  EXPECT_FALSE(live.silent());
+  EXPECT_EQ(server.checks, 1);
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+  EXPECT_EQ(server.changes, (std::vector<bool>{true, false}));
+}
+
+TEST(Liveness, ACheckThatThrowsIsNoEvidence) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Liveness live(
+      shield, [](TimePoint) -> Check { throw std::runtime_error("no"); }, {}, manual());
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  EXPECT_TRUE(live.tick(clock.now()));
+  EXPECT_FALSE(live.silent());
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+}
+
+}  // namespace
+}  // namespace holdfast
