@@ -45,6 +45,14 @@ bool from_engine(const Status& s) {
   return s.backend() != Backend::kNone || s.sqlite_code() != 0 || !s.sqlstate().empty();
 }
 
+Refusal database_refusal(const Status& s) {
+  if (s.ok()) return Refusal::kNone;
+  const std::string_view state = s.sqlstate();
+  if (state == "25006") return Refusal::kReadOnly;
+  if (state == "42501") return Refusal::kNotPermitted;
+  return Refusal::kNone;
+}
+
 std::string Answers::new_digest() {
   const auto now =
       static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -65,6 +73,77 @@ void Answers::client_error(httplib::Response& res, int status, std::string_view 
 
 void Answers::failure(httplib::Response& res, const Status& s, std::string_view path,
                       bool as_json) {
+  answer(res, s, path, as_json, false);
+}
+
+void Answers::write_failure(httplib::Response& res, const Status& s, std::string_view path) {
+  answer(res, s, path, true, true);
+}
+
+void Answers::refused(httplib::Response& res, const Status& s, Refusal why, std::string_view path,
+                      bool as_json, bool write) {
+  const std::string digest = new_digest();
+  const std::string detail = s.to_string();
+  const bool read_only = why == Refusal::kReadOnly;
+  log_.error("panel",
+             read_only ? "the database refused: read-only" : "the database refused: not permitted",
+             {{"digest", digest},
+              {"path", path},
+              {"sqlstate", s.sqlstate()},
+              {"status", std::string_view(detail)}});
+  const std::string_view request = write ? "write" : "request";
+  std::string what;
+  json j;
+  if (read_only) {
+    counters_.busy_503++;
+    res.status = 503;
+    res.set_header("Retry-After", std::to_string(kReadOnlyRetryAfterSeconds));
+    what = fmt::format("the database refused the {}: it is read-only", request);
+    j = {{"error", what},
+         {"refused", "read_only"},
+         {"retry_after_s", kReadOnlyRetryAfterSeconds},
+         {"digest", digest}};
+  } else {
+    counters_.error_500++;
+    res.status = 500;
+    what = fmt::format("the database refused the {}: not permitted", request);
+    j = {{"error", what}, {"refused", "not_permitted"}, {"digest", digest}};
+  }
+  if (write) {
+    // An error on a live connection aborts the transaction: nothing of it was applied.
+    const bool nothing_applied =
+        s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
+    j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
+  }
+  if (as_json) {
+    res.set_content(j.dump(), "application/json");
+    return;
+  }
+  std::string next;
+  if (read_only) {
+    next = fmt::format(
+        "It is refusing changes at the moment (during a failover, for example); nothing was "
+        "changed. Please try again in {} s.",
+        kReadOnlyRetryAfterSeconds);
+  } else {
+    next =
+        "The panel's database account lacks a permission: this is our configuration, not "
+        "something you did. Nothing was changed.";
+  }
+  res.set_content(
+      page("The database refused this request",
+           fmt::format("<main><h1>The database refused this {}: {}</h1><p>{}</p><p>If it "
+                       "keeps happening, quote <code id=\"digest\">{}</code>.</p></main>",
+                       request, read_only ? "it is read-only" : "not permitted", next,
+                       escape_html(digest))),
+      "text/html; charset=utf-8");
+}
+
+void Answers::answer(httplib::Response& res, const Status& s, std::string_view path, bool as_json,
+                     bool write) {
+  if (const Refusal why = database_refusal(s); why != Refusal::kNone) {
+    return refused(res, s, why, path, as_json, write);
+  }
   const std::string digest = new_digest();
   const std::string detail = s.to_string();
   log_.error("panel", "request failed",
@@ -87,10 +166,13 @@ void Answers::failure(httplib::Response& res, const Status& s, std::string_view 
     res.status = 503;
     res.set_header("Retry-After", std::to_string(after));
     if (as_json) {
-      res.set_content(
-          json{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}}
-              .dump(),
-          "application/json");
+      json j{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}};
+      if (write) {
+        const bool nothing_applied =
+            s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
+        j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
+      }
+      res.set_content(j.dump(), "application/json");
     } else {
       res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
     }
@@ -107,17 +189,6 @@ void Answers::failure(httplib::Response& res, const Status& s, std::string_view 
                     "exception has occurred</h1><p>Digest: {}</p>",
                     digest),
         "text/html; charset=utf-8");
-  }
-}
-
-void Answers::write_failure(httplib::Response& res, const Status& s, std::string_view path) {
-  failure(res, s, path, true);
-  if (res.status == 503) {
-    const bool nothing_applied =
-        s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
-    json j = json::parse(res.body);
-    j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
-    res.body = j.dump();
   }
 }
 

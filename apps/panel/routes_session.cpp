@@ -83,7 +83,9 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
   }
   const RequestWindow scope = request_window(req);
   Result<std::string> token = options_.store->login(email, password, now_utc());
-  const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied;
+  // The store's own answer, never an engine's 42501 (a permission the database refused).
+  const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied &&
+                              !from_engine(token.status());
   sign_in_by_account_->settle(account, wrong_password);
   sign_in_by_address_->settle(address, wrong_password);
   if (!token.ok()) {

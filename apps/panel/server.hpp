@@ -153,9 +153,10 @@ class PanelServer {
   // returns the failure for the caller to answer once the request's window is closed.
   std::optional<Status> answer_schedule(const httplib::Request& req, httplib::Response& res,
                                         bool as_json);
-  // The session's user and the schedule of `date`. kPermissionDenied: no live session.
+  // The session's user and the schedule of `date`. `signed_out` is set only when the
+  // database answered that the session is not live (never for an error of the database).
   Status read_schedule(const std::string& token, const std::string& date, const std::string& now,
-                       Schedule& schedule, User& user);
+                       Schedule& schedule, User& user, bool& signed_out);
   // Answers the last good copy of `date`'s schedule when `failure` allows it (holdfast,
   // serve_stale, busy) and there is one; false when it answered nothing.
   bool answer_stale_schedule(httplib::Response& res, const std::string& date, const User& user,
