@@ -104,7 +104,9 @@ class ClubStore {
                                 std::string_view idempotency_key, std::string_view now_utc);
   // The input checks pay(), sign_up(), login() and record_report() make first: OK, or
   // INVALID_ARGUMENT with a message fit for the client. The server calls them before the
-  // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's.
+  // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's. Text that
+  // reaches the database must be UTF-8 on both engines (PostgreSQL refuses anything else
+  // with 22021, which would be a server error).
   static Status check_payment(std::int64_t amount_cents, std::string_view method,
                               std::string_view idempotency_key);
   static Status check_sign_up(std::int64_t game_id, std::string_view idempotency_key);

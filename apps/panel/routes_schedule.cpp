@@ -103,8 +103,8 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
     answers_->client_error(res, 400, "date must be a calendar date written YYYY-MM-DD", as_json);
     return std::nullopt;
   }
-  const std::string token = cookie_value(req, "session");
-  if (token.empty() || token.size() > 64) {
+  const std::string token = session_token(req);
+  if (token.empty()) {
     send_to_sign_in(res, as_json);
     counters_.bad_request++;
     return std::nullopt;

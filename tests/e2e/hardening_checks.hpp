@@ -154,4 +154,44 @@ inline void expect_bad_keys_refused(httplib::Client& http,
   EXPECT_EQ(longest->status, 201) << longest->body;
 }
 
+// Bytes that are not UTF-8 in what reaches the database (an Idempotency-Key, a sign-in
+// email, a problem report, a session cookie) are the client's mistake on both engines: a 400
+// (a sign-in form again for the cookie), never a 500 from PostgreSQL's 22021.
+inline void expect_invalid_utf8_refused(httplib::Client& http,
+                                        const std::function<long long()>& payments) {
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  const long long before = payments();
+  for (const std::string& key : {std::string("k\xff"), std::string("caf\xc3"),
+                                 std::string("\xed\xa0\x80"), std::string("\xc0\xaf")}) {
+    auto r = http.Post("/payments", with_key(ada, key),
+                       httplib::Params{{"amount_cents", "100"}, {"method", "cash"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("Idempotency-Key must be UTF-8"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(payments(), before);
+  auto utf8 = http.Post("/payments", with_key(ada, "zam\xc3\xb3wienie-\xe2\x9c\x93"),
+                        httplib::Params{{"amount_cents", "100"}, {"method", "cash"}});
+  ASSERT_TRUE(utf8);
+  EXPECT_EQ(utf8->status, 201) << utf8->body;
+
+  auto login = http.Post(
+      "/login", httplib::Params{{"email", "Ada.Nowak\xff@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 400) << login->body;
+  EXPECT_NE(login->body.find("email must be UTF-8"), std::string::npos) << login->body;
+
+  auto report = http.Post("/report", httplib::Params{{"digest", "abc"}, {"note", "bad \xfe"}});
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->status, 400) << report->body;
+
+  auto page = http.Get("/dashboard/schedule", httplib::Headers{{"Cookie", "session=\xff\xfe"}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 303) << page->body.substr(0, 300);
+  auto pay = http.Post("/payments", httplib::Headers{{"Cookie", "session=\xff\xfe"}},
+                       httplib::Params{{"amount_cents", "100"}});
+  ASSERT_TRUE(pay);
+  EXPECT_EQ(pay->status, 401) << pay->body;
+}
+
 }  // namespace holdfast::panel::hardening

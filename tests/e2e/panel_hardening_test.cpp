@@ -76,6 +76,10 @@ TEST_F(PanelHardeningTest, KeysWithControlBytesOrOver255BytesAreRefusedWith400) 
   hardening::expect_bad_keys_refused(*http_, [this] { return payments(); });
 }
 
+TEST_F(PanelHardeningTest, TextThatIsNotUtf8IsRefusedWith400) {
+  hardening::expect_invalid_utf8_refused(*http_, [this] { return payments(); });
+}
+
 TEST_F(PanelHardeningTest, AnOldUnscopedKeyTableIsReplacedAndCreationIsIdempotent) {
   ASSERT_TRUE(
       store_->database()

@@ -375,6 +375,12 @@ TEST_F(PanelPgTest, KeysWithControlBytesOrOver255BytesAreRefusedWith400) {
                                      [&] { return club.count("SELECT count(*) FROM payments"); });
 }
 
+TEST_F(PanelPgTest, TextThatIsNotUtf8IsRefusedWith400NotA500From22021) {
+  Admin club(db_->url());
+  hardening::expect_invalid_utf8_refused(
+      *http_, [&] { return club.count("SELECT count(*) FROM payments"); });
+}
+
 // Every entry a Logger sends it, as console lines, for the tests that read the log.
 class CapturedLog final : public Sink {
  public:
