@@ -209,6 +209,9 @@ void Answers::write_refusal(httplib::Response& res, const Status& s, std::string
   if (!from_engine(s) && s.code() == Code::kFailedPrecondition) {
     return client_error(res, 409, "the game is full", true);
   }
+  if (!from_engine(s) && s.code() == Code::kOutOfRange) {
+    return client_error(res, 409, kGameStartedMessage, true);
+  }
   write_failure(res, s, path);
 }
 

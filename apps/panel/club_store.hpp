@@ -34,6 +34,10 @@ struct IdempotencyKey {
   std::string fingerprint;
 };
 
+// The refusal of a sign-up for a game that has already started; the server answers it 409.
+inline constexpr std::string_view kGameStartedMessage =
+    "the game has already started: sign-ups are closed";
+
 class ClubStore {
  public:
   struct Options {
@@ -100,6 +104,8 @@ class ClubStore {
   Result<PaymentReceipt> pay(std::int64_t user_id, std::int64_t amount_cents,
                              std::string_view method, std::string_view idempotency_key,
                              std::string_view now_utc);
+  // A game that has started (or is over) takes no sign-ups: OUT_OF_RANGE with
+  // kGameStartedMessage.
   Result<SignupReceipt> sign_up(std::int64_t user_id, std::int64_t game_id,
                                 std::string_view idempotency_key, std::string_view now_utc);
   // The input checks pay(), sign_up(), login() and record_report() make first: OK, or

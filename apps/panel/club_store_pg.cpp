@@ -317,10 +317,13 @@ Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t
   const auto add = [&](pg::Transaction& tx) -> Result<std::int64_t> {
     // The game's row lock makes concurrent sign-ups for one game take turns, and the count
     // that follows (a new statement: a new snapshot) sees every sign-up committed before.
-    Result<pg::Rows> game =
-        tx.query("SELECT capacity FROM games WHERE id = $1 FOR UPDATE", {game_id});
+    Result<pg::Rows> game = tx.query(
+        "SELECT capacity, starts_at <= ($2::timestamptz AT TIME ZONE 'UTC') FROM games "
+        "WHERE id = $1 FOR UPDATE",
+        {game_id, now_utc});
     if (!game.ok()) return game.status();
     if (game->empty()) return Status(Code::kNotFound, "no such game");
+    if (game->text(0, 1) == "t") return Status(Code::kOutOfRange, std::string(kGameStartedMessage));
     Result<std::int64_t> capacity = int_at(*game, 0, 0);
     if (!capacity.ok()) return capacity.status();
     Result<pg::Rows> taken = tx.query(

@@ -421,13 +421,18 @@ Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int
                                                   const IdempotencyKey& key,
                                                   std::string_view now_utc) {
   const auto add = [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
-    auto game = tx.query<std::int64_t, std::int64_t>(
+    // starts_at ("2026-11-30T18:00") and now ("2026-11-30T18:00:00.000Z") are both UTC and
+    // compare as text.
+    auto game = tx.query<std::int64_t, std::int64_t, std::int64_t>(
         "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1), "
-        "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2) FROM games "
-        "WHERE id = ?1",
-        game_id, user_id);
+        "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2), starts_at <= ?3 "
+        "FROM games WHERE id = ?1",
+        game_id, user_id, now_utc);
     if (!game.ok()) return game.status();
     if (game->empty()) return Status(Code::kNotFound, "no such game");
+    if (std::get<2>(game->front()) != 0) {
+      return Status(Code::kOutOfRange, std::string(kGameStartedMessage));
+    }
     if (std::get<1>(game->front()) > 0) {
       return Status(Code::kAlreadyExists, "already signed up for this game");
     }

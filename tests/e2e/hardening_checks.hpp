@@ -194,4 +194,21 @@ inline void expect_invalid_utf8_refused(httplib::Client& http,
   EXPECT_EQ(pay->status, 401) << pay->body;
 }
 
+// A sign-up for a game that has already started: 409, nothing added.
+inline void expect_past_game_refused(httplib::Client& http, long long past_game,
+                                     const std::function<long long()>& signups) {
+  ASSERT_GT(past_game, 0);
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  const long long before = signups();
+  const httplib::Params join{{"game_id", std::to_string(past_game)}};
+  auto late = http.Post("/signups", ada, join);
+  auto keyed = http.Post("/signups", with_key(ada, "late-1"), join);
+  ASSERT_TRUE(late && keyed);
+  EXPECT_EQ(late->status, 409) << late->body;
+  EXPECT_EQ(json::parse(late->body)["error"], "the game has already started: sign-ups are closed");
+  EXPECT_EQ(keyed->status, 409) << keyed->body;
+  expect_no_internals(late->body);
+  EXPECT_EQ(signups(), before);
+}
+
 }  // namespace holdfast::panel::hardening

@@ -57,12 +57,13 @@ class PanelHardeningTest : public PanelFixture {
       t.join();
     return got;
   }
-  // A game with room that neither demo user 1 nor 2 has joined.
+  // A game to come with room that neither demo user 1 nor 2 has joined.
   long long open_game() {
     return count(
         "SELECT min(id) FROM games g WHERE capacity > "
         "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) + 2 AND NOT EXISTS "
-        "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2))");
+        "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2)) "
+        "AND starts_at > strftime('%Y-%m-%dT%H:%M', 'now')");
   }
 };
 
@@ -78,6 +79,13 @@ TEST_F(PanelHardeningTest, KeysWithControlBytesOrOver255BytesAreRefusedWith400) 
 
 TEST_F(PanelHardeningTest, TextThatIsNotUtf8IsRefusedWith400) {
   hardening::expect_invalid_utf8_refused(*http_, [this] { return payments(); });
+}
+
+TEST_F(PanelHardeningTest, ASignUpForAGameThatHasStartedIsRefusedWith409) {
+  hardening::expect_past_game_refused(
+      *http_,
+      count("SELECT max(id) FROM games WHERE starts_at <= strftime('%Y-%m-%dT%H:%M', 'now')"),
+      [this] { return count("SELECT count(*) FROM signups"); });
 }
 
 TEST_F(PanelHardeningTest, AnOldUnscopedKeyTableIsReplacedAndCreationIsIdempotent) {

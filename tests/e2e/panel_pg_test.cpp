@@ -185,7 +185,7 @@ TEST_F(PanelPgTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
       "SELECT min(id) FROM games g WHERE capacity > "
       "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
       "AND NOT EXISTS (SELECT 1 FROM signups s WHERE "
-      "s.game_id = g.id AND s.user_id = 1)");
+      "s.game_id = g.id AND s.user_id = 1) AND starts_at > now() AT TIME ZONE 'UTC'");
   ASSERT_GT(game, 0);
   httplib::Headers k = cookie_;
   k.emplace("Idempotency-Key", "join-7");
@@ -362,7 +362,8 @@ TEST_F(PanelPgTest, IdempotencyKeysAreScopedToUserAndRouteAndCarryTheRequestFing
   const long long game = club.count(
       "SELECT min(id) FROM games g WHERE capacity > "
       "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) + 2 AND NOT EXISTS "
-      "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2))");
+      "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2)) "
+      "AND starts_at > now() AT TIME ZONE 'UTC'");
   ASSERT_GT(game, 0);
   hardening::expect_keys_scoped_and_fingerprinted(
       *http_, [&] { return club.count("SELECT count(*) FROM payments"); }, game);
@@ -379,6 +380,13 @@ TEST_F(PanelPgTest, TextThatIsNotUtf8IsRefusedWith400NotA500From22021) {
   Admin club(db_->url());
   hardening::expect_invalid_utf8_refused(
       *http_, [&] { return club.count("SELECT count(*) FROM payments"); });
+}
+
+TEST_F(PanelPgTest, ASignUpForAGameThatHasStartedIsRefusedWith409) {
+  Admin club(db_->url());
+  hardening::expect_past_game_refused(
+      *http_, club.count("SELECT max(id) FROM games WHERE starts_at <= now() AT TIME ZONE 'UTC'"),
+      [&] { return club.count("SELECT count(*) FROM signups"); });
 }
 
 // Every entry a Logger sends it, as console lines, for the tests that read the log.
