@@ -91,6 +91,26 @@ TEST(Cli, LogsLimitAndBatchSizeAreRangeChecked) {
   expect_refused("logs prune --db x.db --older-than 90d --batch-size 0", "--batch-size");
 }
 
+TEST(Cli, ThePanelsDbMustBeARegularFileOrNotExistYet) {
+  expect_refused("panel --port 0 --db /dev/null", "--db '/dev/null' is a character device");
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-db-kind-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  expect_refused("panel --port 0 --db " + dir.string(), "'" + dir.string() + "' is a directory");
+  const fs::path fifo = dir / "club.db";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused("panel --port 0 --db " + fifo.string(), "'" + fifo.string() + "' is a FIFO");
+  for (const char* disk : {"/dev/loop0", "/dev/sda", "/dev/vda"}) {
+    struct stat st {};
+    if (::stat(disk, &st) == 0 && S_ISBLK(st.st_mode)) {
+      expect_refused(std::string("panel --port 0 --db ") + disk, "is a block device");
+      break;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Cli, AnUnknownFlagIsExitStatus2) {
   expect_refused("panel --no-such-flag", "no-such-flag");
 }
