@@ -482,10 +482,10 @@ TEST_F(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAReadIsAServerErrorNeverS
   auto api = http_->Get("/api/schedule?date=" + today(), cookie_);
   ASSERT_TRUE(api);
   EXPECT_EQ(api->status, 500) << api->body;
-  const json j = json::parse(api->body);
-  EXPECT_EQ(j["refused"], "not_permitted");
-  EXPECT_NE(j["error"].get<std::string>().find("not permitted"), std::string::npos);
-  const std::string digest = j["digest"].get<std::string>();
+  const json j = json::parse(api->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_EQ(j.value("refused", ""), "not_permitted");
+  EXPECT_NE(j.value("error", "").find("not permitted"), std::string::npos);
+  const std::string digest = j.value("digest", "");
   ASSERT_FALSE(digest.empty());
   expect_no_engine_text(api->body);
   // The log line under that digest is an ERROR naming the SQLSTATE.
@@ -505,11 +505,12 @@ TEST_F(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAWriteSaysSoAndNothingIsA
   auto paid = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "700"}});
   ASSERT_TRUE(paid);
   EXPECT_EQ(paid->status, 500) << paid->body;
-  const json j = json::parse(paid->body);
-  EXPECT_EQ(j["refused"], "not_permitted");
-  EXPECT_EQ(j["error"], "the database refused the write: not permitted");
-  EXPECT_EQ(j["applied"], "no");
-  EXPECT_FALSE(captured_->find({j["digest"].get<std::string>(), "ERROR", "42501"}).empty());
+  const json j = json::parse(paid->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_EQ(j.value("refused", ""), "not_permitted");
+  EXPECT_EQ(j.value("error", ""), "the database refused the write: not permitted");
+  EXPECT_EQ(j.value("applied", ""), "no");
+  EXPECT_FALSE(j.value("digest", "").empty());
+  EXPECT_FALSE(captured_->find({j.value("digest", "(no digest)"), "ERROR", "42501"}).empty());
   expect_no_engine_text(paid->body);
   EXPECT_EQ(club.count("SELECT count(*) FROM payments"), before);
 }
@@ -546,12 +547,13 @@ TEST_F(PanelPgRoleTest, AReadOnlyServerRefusesAPaymentWith503AndRetryAfter) {
     ASSERT_TRUE(paid);
     EXPECT_EQ(paid->status, 503) << paid->body;
     EXPECT_EQ(paid->get_header_value("Retry-After"), std::to_string(kReadOnlyRetryAfterSeconds));
-    const json j = json::parse(paid->body);
-    EXPECT_EQ(j["refused"], "read_only");
-    EXPECT_EQ(j["error"], "the database refused the write: it is read-only");
-    EXPECT_EQ(j["applied"], "no");
-    EXPECT_EQ(j["retry_after_s"], kReadOnlyRetryAfterSeconds);
-    EXPECT_FALSE(captured_->find({j["digest"].get<std::string>(), "ERROR", "25006"}).empty());
+    const json j = json::parse(paid->body, nullptr, /*allow_exceptions=*/false);
+    EXPECT_EQ(j.value("refused", ""), "read_only");
+    EXPECT_EQ(j.value("error", ""), "the database refused the write: it is read-only");
+    EXPECT_EQ(j.value("applied", ""), "no");
+    EXPECT_EQ(j.value("retry_after_s", 0), kReadOnlyRetryAfterSeconds);
+    EXPECT_FALSE(j.value("digest", "").empty());
+    EXPECT_FALSE(captured_->find({j.value("digest", "(no digest)"), "ERROR", "25006"}).empty());
     expect_no_engine_text(paid->body);
     // Reads still work: the schedule is served, nobody is signed out.
     expect_fresh_schedule(schedule());
