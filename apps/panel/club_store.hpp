@@ -23,6 +23,7 @@
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
 #include "holdfast/sqlite.hpp"
+#include "passwords.hpp"
 #include "strategy.hpp"
 
 namespace holdfast::panel {
@@ -59,6 +60,9 @@ class ClubStore {
     // (PgBouncer's pool_mode = transaction).
     std::vector<std::string> pg_replica_urls;
     bool pg_transaction_pooling = false;
+    // The cost of the Argon2id hash a sign-in writes when the stored one is of the legacy
+    // form or of another cost (passwords.hpp).
+    PasswordCost password_cost = PasswordCost::interactive();
     // holdfast only: the Shields' options (a policy file, policy_file.hpp). nullopt: the
     // file HOLDFAST_POLICY names when it is set (open() fails on a bad one), else the
     // library's defaults with the origin's schedules.
@@ -89,7 +93,10 @@ class ClubStore {
   // --- writes ---
   // Moves the session's last_seen forward (at most once a minute per session).
   virtual Status refresh_session(std::string_view token, std::string_view now_utc) = 0;
-  // Checks the password and opens a session: the token, or kPermissionDenied.
+  // Checks the password and opens a session: the token, or kPermissionDenied (the store's
+  // own, never from the engine). A right password whose stored hash is of the legacy form
+  // (or of another cost) gets an Argon2id hash of password_cost on the way; should that
+  // write fail, the sign-in still succeeds and the next one tries again.
   Result<std::string> login(std::string_view email, std::string_view password,
                             std::string_view now_utc);
   // Opens a session for `user_id` without a password (the server's one-time sign-in links):

@@ -356,10 +356,26 @@ Result<std::string> SqliteClubStore::do_login(std::string_view email, std::strin
         "SELECT id, password_hash FROM users WHERE email = ?", email);
   });
   if (!user.ok()) return user.status();
-  if (user->empty() || std::get<1>(user->front()) != password_hash(email, password)) {
+  if (user->empty()) return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  const std::int64_t id = std::get<0>(user->front());
+  const std::string& stored = std::get<1>(user->front());
+  const PasswordCheck check = check_password(stored, email, password, options_.password_cost);
+  if (check == PasswordCheck::kWrong) {
     return Status(Code::kPermissionDenied, "unknown email or wrong password");
   }
-  return do_open_session(std::get<0>(user->front()), now_utc);
+  if (check == PasswordCheck::kRightRehash) {
+    if (Result<std::string> fresh = hash_password(password, options_.password_cost); fresh.ok()) {
+      // Only over the hash just checked (a password changed meanwhile stays changed), so
+      // applying it twice is applying it once. Its failure is not the sign-in's.
+      const Operation op = Operation::idempotent_write("login.rehash");
+      (void)run(op, [&] {
+        return db_.execute(
+            "UPDATE users SET password_hash = ?1 WHERE id = ?2 AND password_hash = ?3", *fresh, id,
+            stored);
+      });
+    }
+  }
+  return do_open_session(id, now_utc);
 }
 
 Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,

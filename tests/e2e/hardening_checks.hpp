@@ -17,6 +17,7 @@
 #include <string>
 
 #include "club_store.hpp"
+#include "passwords.hpp"
 
 namespace holdfast::panel::hardening {
 
@@ -209,6 +210,32 @@ inline void expect_past_game_refused(httplib::Client& http, long long past_game,
   EXPECT_EQ(keyed->status, 409) << keyed->body;
   expect_no_internals(late->body);
   EXPECT_EQ(signups(), before);
+}
+
+// A legacy "fnv1a:" hash still signs in and is replaced by Argon2id at that sign-in; a wrong
+// password replaces nothing; the next sign-in rewrites nothing. `set_hash(email, hash)`
+// stores a user's hash, `hash_of(email)` reads it.
+inline void expect_legacy_hash_upgraded(
+    httplib::Client& http,
+    const std::function<void(const std::string&, const std::string&)>& set_hash,
+    const std::function<std::string(const std::string&)>& hash_of) {
+  const std::string email = "Bartek.Tran@club.example";
+  EXPECT_EQ(hash_of(email).rfind("$argon2id$v=19$", 0), 0u) << hash_of(email);  // demo data
+  const std::string legacy = legacy_password_hash(email, "demo");
+  set_hash(email, legacy);
+  auto wrong = http.Post("/login", httplib::Params{{"email", email}, {"password", "Demo"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401) << wrong->body;
+  EXPECT_EQ(hash_of(email), legacy);
+  sign_in(http, email);
+  const std::string upgraded = hash_of(email);
+  EXPECT_EQ(upgraded.rfind("$argon2id$v=19$", 0), 0u) << upgraded;
+  EXPECT_EQ(upgraded.find("demo"), std::string::npos);
+  sign_in(http, email);
+  EXPECT_EQ(hash_of(email), upgraded);  // already Argon2id at the store's cost
+  auto wrong_again = http.Post("/login", httplib::Params{{"email", email}, {"password", "Demo"}});
+  ASSERT_TRUE(wrong_again);
+  EXPECT_EQ(wrong_again->status, 401) << wrong_again->body;
 }
 
 }  // namespace holdfast::panel::hardening

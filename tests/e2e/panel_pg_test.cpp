@@ -389,6 +389,19 @@ TEST_F(PanelPgTest, ASignUpForAGameThatHasStartedIsRefusedWith409) {
       [&] { return club.count("SELECT count(*) FROM signups"); });
 }
 
+TEST_F(PanelPgTest, ALegacyPasswordHashIsReplacedByArgon2idAtTheNextSignIn) {
+  Admin club(db_->url());
+  hardening::expect_legacy_hash_upgraded(
+      *http_,
+      [&](const std::string& email, const std::string& hash) {
+        club.exec("UPDATE users SET password_hash = $1 WHERE email = $2", {hash, email});
+      },
+      [&](const std::string& email) {
+        return std::string(
+            club.exec("SELECT password_hash FROM users WHERE email = $1", {email}).text(0, 0));
+      });
+}
+
 // Every entry a Logger sends it, as console lines, for the tests that read the log.
 class CapturedLog final : public Sink {
  public:
