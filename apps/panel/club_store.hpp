@@ -93,6 +93,8 @@ class ClubStore {
   // --- writes ---
   // Moves the session's last_seen forward (at most once a minute per session).
   virtual Status refresh_session(std::string_view token, std::string_view now_utc) = 0;
+  // Ends the session (signing out): its row is deleted; OK when there is none. Safe to repeat.
+  virtual Status end_session(std::string_view token) = 0;
   // Checks the password and opens a session: the token, or kPermissionDenied (the store's
   // own, never from the engine). A right password whose stored hash is of the legacy form
   // (or of another cost) gets an Argon2id hash of password_cost on the way; should that

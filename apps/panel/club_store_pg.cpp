@@ -236,6 +236,14 @@ Status PgClubStore::refresh_session(std::string_view token, std::string_view now
       .status();
 }
 
+Status PgClubStore::end_session(std::string_view token) {
+  // Deleting a row by its key twice deletes it once: a retry is safe.
+  const Operation op = Operation::idempotent_write("session.end");
+  return run(op,
+             [&] { return writes_->write("DELETE FROM sessions WHERE token = $1", {token}, op); })
+      .status();
+}
+
 Result<std::string> PgClubStore::do_login(std::string_view email, std::string_view password,
                                           std::string_view now_utc) {
   Result<pg::Rows> user = run(Operation::read("login.user"), [&] {

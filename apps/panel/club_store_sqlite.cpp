@@ -349,6 +349,13 @@ Status SqliteClubStore::refresh_session(std::string_view token, std::string_view
   return r.status();
 }
 
+Status SqliteClubStore::end_session(std::string_view token) {
+  // Deleting a row by its key twice deletes it once: a retry is safe.
+  return run(Operation::idempotent_write("session.end"),
+             [&] { return db_.execute("DELETE FROM sessions WHERE token = ?", token); })
+      .status();
+}
+
 Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
                                               std::string_view now_utc) {
   auto user = run(Operation::read("login.user"), [&] {

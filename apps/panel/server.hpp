@@ -1,6 +1,6 @@
 // The demo panel's HTTP server (cpp-httplib) over a ClubStore.
 //
-// Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links),
+// Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links), POST /logout,
 // GET /dashboard/schedule?date=, GET /api/schedule?date=,
 // POST /payments, POST /signups (Idempotency-Key honoured), POST /report, GET /metrics,
 // GET /healthz, GET /status and GET /status.svg (signed in: the Shields now and the last
@@ -145,6 +145,8 @@ class PanelServer {
   void get_login(const httplib::Request& req, httplib::Response& res);
   void post_login(const httplib::Request& req, httplib::Response& res);
   void get_login_link(const httplib::Request& req, httplib::Response& res);
+  // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
+  void post_logout(const httplib::Request& req, httplib::Response& res);
 
   // routes_schedule.cpp: the schedule, as a page and as JSON.
   void get_schedule_page(const httplib::Request& req, httplib::Response& res);

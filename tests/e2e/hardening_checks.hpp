@@ -238,4 +238,41 @@ inline void expect_legacy_hash_upgraded(
   EXPECT_EQ(wrong_again->status, 401) << wrong_again->body;
 }
 
+// POST /logout ends the session: a form needs the session's CSRF token; the row is deleted,
+// the cookie is cleared and no longer opens the schedule. `sessions()` counts the table.
+inline void expect_logout_ends_the_session(httplib::Client& http,
+                                           const std::function<long long()>& sessions) {
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  httplib::Headers cookie_only;
+  for (const auto& [name, value] : ada) {
+    if (name == "Cookie") cookie_only.emplace(name, value);
+  }
+  auto page = http.Get("/dashboard/schedule", cookie_only);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200);
+  const long long before = sessions();
+
+  auto forged = http.Post("/logout", cookie_only, httplib::Params{});
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 403) << forged->body;
+  EXPECT_EQ(sessions(), before);
+
+  auto out = http.Post("/logout", ada, httplib::Params{});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->status, 303) << out->body;
+  EXPECT_EQ(out->get_header_value("Location"), "/login");
+  const std::string cleared = out->get_header_value("Set-Cookie");
+  EXPECT_EQ(cleared.rfind("session=;", 0), 0u) << cleared;
+  EXPECT_NE(cleared.find("Max-Age=0"), std::string::npos) << cleared;
+  EXPECT_EQ(sessions(), before - 1);
+
+  auto after = http.Get("/dashboard/schedule", cookie_only);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 303);
+  EXPECT_EQ(after->get_header_value("Location"), "/login");
+  auto again = http.Post("/logout", ada, httplib::Params{});  // nothing left to end
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 303) << again->body;
+}
+
 }  // namespace holdfast::panel::hardening

@@ -103,6 +103,11 @@ TEST_F(PanelHardeningTest, ALegacyPasswordHashIsReplacedByArgon2idAtTheNextSignI
       });
 }
 
+TEST_F(PanelHardeningTest, LogoutEndsTheSessionAndNeedsTheCsrfToken) {
+  hardening::expect_logout_ends_the_session(
+      *http_, [this] { return count("SELECT count(*) FROM sessions"); });
+}
+
 TEST(Passwords, Argon2idOfAnotherCostOrTheLegacyFormAsksForARehash) {
   const Result<std::string> cheap = hash_password("s3cret", PasswordCost::minimal());
   ASSERT_TRUE(cheap.ok()) << cheap.status().to_string();

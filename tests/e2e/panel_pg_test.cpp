@@ -402,6 +402,12 @@ TEST_F(PanelPgTest, ALegacyPasswordHashIsReplacedByArgon2idAtTheNextSignIn) {
       });
 }
 
+TEST_F(PanelPgTest, LogoutEndsTheSessionAndNeedsTheCsrfToken) {
+  Admin club(db_->url());
+  hardening::expect_logout_ends_the_session(
+      *http_, [&] { return club.count("SELECT count(*) FROM sessions"); });
+}
+
 // Every entry a Logger sends it, as console lines, for the tests that read the log.
 class CapturedLog final : public Sink {
  public:
