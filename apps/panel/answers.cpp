@@ -45,6 +45,19 @@ bool from_engine(const Status& s) {
   return s.backend() != Backend::kNone || s.sqlite_code() != 0 || !s.sqlstate().empty();
 }
 
+namespace {
+
+// What a failed write's answer says was applied: "no" when the database rolled it back or
+// the error proves nothing was applied (a refusal aborts the transaction), else how to find
+// out safely.
+std::string_view applied(const Status& s) {
+  const bool nothing_applied =
+      s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
+  return nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
+}
+
+}  // namespace
+
 Refusal database_refusal(const Status& s) {
   if (s.ok()) return Refusal::kNone;
   const std::string_view state = s.sqlstate();
@@ -109,12 +122,7 @@ void Answers::refused(httplib::Response& res, const Status& s, Refusal why, std:
     what = fmt::format("the database refused the {}: not permitted", request);
     j = {{"error", what}, {"refused", "not_permitted"}, {"digest", digest}};
   }
-  if (write) {
-    // An error on a live connection aborts the transaction: nothing of it was applied.
-    const bool nothing_applied =
-        s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
-    j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
-  }
+  if (write) j["applied"] = applied(s);
   if (as_json) {
     res.set_content(j.dump(), "application/json");
     return;
@@ -167,11 +175,7 @@ void Answers::answer(httplib::Response& res, const Status& s, std::string_view p
     res.set_header("Retry-After", std::to_string(after));
     if (as_json) {
       json j{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}};
-      if (write) {
-        const bool nothing_applied =
-            s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
-        j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
-      }
+      if (write) j["applied"] = applied(s);
       res.set_content(j.dump(), "application/json");
     } else {
       res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
