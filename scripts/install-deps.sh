@@ -10,6 +10,8 @@ packages=(
   libpq-dev postgresql
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  # Argon2id for the panel's passwords (crypto_pwhash)
+  libsodium-dev
   # the drivers people already use, for holdfast's adapters (include/holdfast/adapters/)
   libpqxx-dev libsqlitecpp-dev libasio-dev
   # the PostgreSQL drill's connection pooler (transaction mode)

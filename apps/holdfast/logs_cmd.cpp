@@ -9,9 +9,14 @@
 //
 // `logs` copies the database once with SQLite's online backup API (one read transaction on
 // the production file, so the copy is a consistent snapshot), queries the copy, and deletes
-// it: however long the diagnosis, production sees one read. Rows are printed newest first,
-// one per line: created_at level [context] message. Errors print "error: ..." on stderr and
-// exit with 1 (2 for bad arguments).
+// it: however long the diagnosis, production sees one read. The copy is deleted on every
+// way out: an error, a reader that closed the pipe (`holdfast logs | head -1`: SIGPIPE),
+// Ctrl-C, SIGTERM or SIGHUP (the signal then ends the process as it would have). Rows are
+// printed newest first, one per line: created_at level [context] message, with control
+// bytes escaped so that a row can neither drive the terminal nor fake another line: "\n",
+// "\r", "\\", "\xNN" for other C0 bytes, DEL and bytes that are not UTF-8, "\u00NN" for C1
+// characters; a tab stays a tab. Errors print "error: ..." on stderr and exit with 1 (2 for
+// bad arguments).
 //
 // On PostgreSQL (`--pg URL` instead of `--db FILE`) the table is read with one query on a
 // read-only session (its own snapshot), and prune deletes through pg::PgLogStore in the
@@ -21,9 +26,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <array>
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -33,6 +42,7 @@
 #include "commands.hpp"
 #include "holdfast/database_sink.hpp"
 #include "holdfast/sqlite_log_store.hpp"
+#include "utf8.hpp"
 #ifdef HOLDFAST_HAVE_PG
 #include "holdfast/postgres_connection.hpp"
 #include "holdfast/postgres_log_store.hpp"
@@ -111,32 +121,130 @@ void require_logs_table(sqlite3* db, const std::string& shown_as) {
   if (sqlite3_column_int(raw, 0) == 0) fail(fmt::format("'{}' has no logs table", shown_as));
 }
 
-// A temporary file removed (with any journal SQLite left beside it) when this goes away.
+// The files of the snapshot copy, for the signal handler: fixed buffers (a handler may not
+// allocate), armed once they hold the names.
+constexpr std::array<const char*, 4> kCopySuffixes = {"", "-journal", "-wal", "-shm"};
+constexpr std::size_t kMaxCopyPath = 4096;
+char g_copy_files[kCopySuffixes.size()][kMaxCopyPath + 16];
+volatile std::sig_atomic_t g_copy_armed = 0;
+
+// The signals that end the process while it holds the copy. SA_RESETHAND: the handler runs
+// once, then the signal does what it would have done (the exit status says which).
+constexpr std::array<int, 4> kEndingSignals = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+extern "C" void remove_copy_and_end(int signal_number) {
+  if (g_copy_armed != 0) {
+    for (const char* file : g_copy_files)
+      ::unlink(file);  // async-signal-safe
+  }
+  ::raise(signal_number);  // the default action now: ends the process
+}
+
+// A temporary file removed (with any journal SQLite left beside it) when this goes away,
+// or when one of kEndingSignals ends the process first.
 class TempCopy {
  public:
   TempCopy() {
+    struct sigaction on_signal {};
+    on_signal.sa_handler = &remove_copy_and_end;
+    sigemptyset(&on_signal.sa_mask);
+    for (int s : kEndingSignals)
+      sigaddset(&on_signal.sa_mask, s);
+    on_signal.sa_flags = SA_RESETHAND;
+    // Installed before the file exists: no moment when it exists without its handler. A
+    // signal the process was started ignoring (nohup) stays ignored.
+    for (std::size_t i = 0; i < kEndingSignals.size(); ++i) {
+      ::sigaction(kEndingSignals[i], &on_signal, &previous_[i]);
+      if (previous_[i].sa_handler == SIG_IGN)
+        ::sigaction(kEndingSignals[i], &previous_[i], nullptr);
+    }
     std::error_code ec;
     std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
     if (ec) dir = "/tmp";
     std::string pattern = (dir / "holdfast-logs-XXXXXX").string();
+    if (pattern.size() > kMaxCopyPath) {
+      restore_signals();
+      fail(fmt::format("the temporary folder's name is too long: '{}'", dir.string()));
+    }
     const int fd = mkstemp(pattern.data());
-    if (fd < 0) fail(fmt::format("cannot create a temporary file in '{}'", dir.string()));
+    if (fd < 0) {
+      restore_signals();
+      fail(fmt::format("cannot create a temporary file in '{}'", dir.string()));
+    }
     ::close(fd);
     path_ = pattern;
+    for (std::size_t i = 0; i < kCopySuffixes.size(); ++i) {
+      const std::string file = path_ + kCopySuffixes[i];
+      std::memcpy(g_copy_files[i], file.c_str(), file.size() + 1);
+    }
+    g_copy_armed = 1;
   }
   ~TempCopy() {
+    g_copy_armed = 0;
     std::error_code ec;
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+    for (const char* suffix : kCopySuffixes) {
       std::filesystem::remove(path_ + suffix, ec);
     }
+    restore_signals();
   }
   TempCopy(const TempCopy&) = delete;
   TempCopy& operator=(const TempCopy&) = delete;
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
  private:
+  void restore_signals() noexcept {
+    for (std::size_t i = 0; i < kEndingSignals.size(); ++i)
+      ::sigaction(kEndingSignals[i], &previous_[i], nullptr);
+  }
+
   std::string path_;
+  std::array<struct sigaction, kEndingSignals.size()> previous_{};
 };
+
+// `text` fit for a terminal line (see the header comment): printable UTF-8 and tabs as they
+// are, everything else escaped.
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto byte_at = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  for (std::size_t i = 0; i < text.size();) {
+    const unsigned char c = byte_at(i);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t' || (c >= 0x20 && c < 0x7f)) {
+      out += static_cast<char>(c);
+    } else if (c < 0x80) {
+      out += fmt::format("\\x{:02x}", c);  // C0 controls and DEL
+    } else {
+      const std::size_t len = panel::utf8_sequence_at(text, i);
+      if (len == 0) {
+        out += fmt::format("\\x{:02x}", c);
+        ++i;
+        continue;
+      }
+      if (len == 2 && c == 0xc2 && byte_at(i + 1) < 0xa0) {
+        out += fmt::format("\\u{:04x}", byte_at(i + 1));  // C1 controls: U+0080..U+009F
+      } else {
+        out.append(text.substr(i, len));
+      }
+      i += len;
+      continue;
+    }
+    ++i;
+  }
+  return out;
+}
+
+// One row as `logs` prints it.
+void print_row(std::string_view created_at, std::string_view level, std::string_view context,
+               std::string_view message) {
+  fmt::print("{} {:<5} [{}] {}\n", printable(created_at), printable(level), printable(context),
+             printable(message));
+}
 
 // Copies the whole database in one backup step: one read transaction on the source, so
 // the copy is one consistent snapshot.
@@ -188,8 +296,7 @@ void run_logs_pg(const LogsArgs& args, Level min_level) {
     fail(fmt::format("cannot read the logs table at {}: {}", shown, rows.status().to_string()));
   }
   for (int r = 0; r < rows->size(); ++r) {
-    fmt::print("{} {:<5} [{}] {}\n", rows->text(r, 0), rows->text(r, 1), rows->text(r, 2),
-               rows->text(r, 3));
+    print_row(rows->text(r, 0), rows->text(r, 1), rows->text(r, 2), rows->text(r, 3));
   }
 }
 #else
@@ -248,7 +355,7 @@ void run_logs(const LogsArgs& args) {
   };
   int rc = SQLITE_OK;
   while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
-    fmt::print("{} {:<5} [{}] {}\n", column(0), column(1), column(2), column(3));
+    print_row(column(0), column(1), column(2), column(3));
   }
   if (rc != SQLITE_DONE) {
     fail(fmt::format("cannot read the logs table of '{}': {}", args.db, sqlite3_errmsg(db.get())));

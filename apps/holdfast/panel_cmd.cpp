@@ -11,7 +11,9 @@
 //
 // Stops on Ctrl-C (SIGINT) or SIGTERM.
 #include <fmt/core.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <csignal>
 #include <memory>
 #include <optional>
@@ -68,6 +70,26 @@ Status quick_check(const std::string& path) {
                 fmt::format("PRAGMA quick_check on {} failed: {}", path, problems.substr(0, 500)));
 }
 
+// Why --db `path` cannot be the panel's SQLite file, or "" when it can: a regular file, or a
+// name where one will be created. A device (/dev/null, a disk), a FIFO or a directory is
+// refused before SQLite opens it: writing the club into a block device, or waiting on a FIFO,
+// is never what was meant.
+std::string not_a_database_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};  // missing: created; other errors: open's
+  if (S_ISREG(st.st_mode)) return {};
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return fmt::format(
+      "--db '{}' is {}: name a SQLite database file, or a path where one may be "
+      "created",
+      path, kind);
+}
+
 void run_panel(const PanelArgs& args) {
   panel::Strategy strategy;
   if (!panel::parse_strategy(args.strategy, strategy)) {
@@ -76,6 +98,12 @@ void run_panel(const PanelArgs& args) {
                "holdfast)\n",
                args.strategy);
     throw CLI::RuntimeError(2);
+  }
+  if (args.pg.empty()) {
+    if (const std::string why = not_a_database_file(args.db); !why.empty()) {
+      fmt::print(stderr, "error: {}\n", why);
+      throw CLI::RuntimeError(2);
+    }
   }
   // Wait for SIGINT/SIGTERM on this thread; block them before the server's threads start.
   sigset_t stop_signals;

@@ -45,6 +45,27 @@ bool from_engine(const Status& s) {
   return s.backend() != Backend::kNone || s.sqlite_code() != 0 || !s.sqlstate().empty();
 }
 
+namespace {
+
+// What a failed write's answer says was applied: "no" when the database rolled it back or
+// the error proves nothing was applied (a refusal aborts the transaction), else how to find
+// out safely.
+std::string_view applied(const Status& s) {
+  const bool nothing_applied =
+      s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
+  return nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
+}
+
+}  // namespace
+
+Refusal database_refusal(const Status& s) {
+  if (s.ok()) return Refusal::kNone;
+  const std::string_view state = s.sqlstate();
+  if (state == "25006") return Refusal::kReadOnly;
+  if (state == "42501") return Refusal::kNotPermitted;
+  return Refusal::kNone;
+}
+
 std::string Answers::new_digest() {
   const auto now =
       static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -65,6 +86,72 @@ void Answers::client_error(httplib::Response& res, int status, std::string_view 
 
 void Answers::failure(httplib::Response& res, const Status& s, std::string_view path,
                       bool as_json) {
+  answer(res, s, path, as_json, false);
+}
+
+void Answers::write_failure(httplib::Response& res, const Status& s, std::string_view path) {
+  answer(res, s, path, true, true);
+}
+
+void Answers::refused(httplib::Response& res, const Status& s, Refusal why, std::string_view path,
+                      bool as_json, bool write) {
+  const std::string digest = new_digest();
+  const std::string detail = s.to_string();
+  const bool read_only = why == Refusal::kReadOnly;
+  log_.error("panel",
+             read_only ? "the database refused: read-only" : "the database refused: not permitted",
+             {{"digest", digest},
+              {"path", path},
+              {"sqlstate", s.sqlstate()},
+              {"status", std::string_view(detail)}});
+  const std::string_view request = write ? "write" : "request";
+  std::string what;
+  json j;
+  if (read_only) {
+    counters_.busy_503++;
+    res.status = 503;
+    res.set_header("Retry-After", std::to_string(kReadOnlyRetryAfterSeconds));
+    what = fmt::format("the database refused the {}: it is read-only", request);
+    j = {{"error", what},
+         {"refused", "read_only"},
+         {"retry_after_s", kReadOnlyRetryAfterSeconds},
+         {"digest", digest}};
+  } else {
+    counters_.error_500++;
+    res.status = 500;
+    what = fmt::format("the database refused the {}: not permitted", request);
+    j = {{"error", what}, {"refused", "not_permitted"}, {"digest", digest}};
+  }
+  if (write) j["applied"] = applied(s);
+  if (as_json) {
+    res.set_content(j.dump(), "application/json");
+    return;
+  }
+  std::string next;
+  if (read_only) {
+    next = fmt::format(
+        "It is refusing changes at the moment (during a failover, for example); nothing was "
+        "changed. Please try again in {} s.",
+        kReadOnlyRetryAfterSeconds);
+  } else {
+    next =
+        "The panel's database account lacks a permission: this is our configuration, not "
+        "something you did. Nothing was changed.";
+  }
+  res.set_content(
+      page("The database refused this request",
+           fmt::format("<main><h1>The database refused this {}: {}</h1><p>{}</p><p>If it "
+                       "keeps happening, quote <code id=\"digest\">{}</code>.</p></main>",
+                       request, read_only ? "it is read-only" : "not permitted", next,
+                       escape_html(digest))),
+      "text/html; charset=utf-8");
+}
+
+void Answers::answer(httplib::Response& res, const Status& s, std::string_view path, bool as_json,
+                     bool write) {
+  if (const Refusal why = database_refusal(s); why != Refusal::kNone) {
+    return refused(res, s, why, path, as_json, write);
+  }
   const std::string digest = new_digest();
   const std::string detail = s.to_string();
   log_.error("panel", "request failed",
@@ -87,10 +174,9 @@ void Answers::failure(httplib::Response& res, const Status& s, std::string_view 
     res.status = 503;
     res.set_header("Retry-After", std::to_string(after));
     if (as_json) {
-      res.set_content(
-          json{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}}
-              .dump(),
-          "application/json");
+      json j{{"error", "the database is busy"}, {"retry_after_s", after}, {"digest", digest}};
+      if (write) j["applied"] = applied(s);
+      res.set_content(j.dump(), "application/json");
     } else {
       res.set_content(render_busy(after, digest), "text/html; charset=utf-8");
     }
@@ -110,17 +196,6 @@ void Answers::failure(httplib::Response& res, const Status& s, std::string_view 
   }
 }
 
-void Answers::write_failure(httplib::Response& res, const Status& s, std::string_view path) {
-  failure(res, s, path, true);
-  if (res.status == 503) {
-    const bool nothing_applied =
-        s.txn_state() == TxnState::kRolledBack || s.fault().outcome == Outcome::kNotApplied;
-    json j = json::parse(res.body);
-    j["applied"] = nothing_applied ? "no" : "unknown: repeat with the same Idempotency-Key";
-    res.body = j.dump();
-  }
-}
-
 void Answers::write_refusal(httplib::Response& res, const Status& s, std::string_view path) {
   if (is_key_reused(s)) return client_error(res, 422, kKeyReusedMessage, true);
   if (s.code() == Code::kAlreadyExists) {
@@ -137,6 +212,9 @@ void Answers::write_refusal(httplib::Response& res, const Status& s, std::string
   }
   if (!from_engine(s) && s.code() == Code::kFailedPrecondition) {
     return client_error(res, 409, "the game is full", true);
+  }
+  if (!from_engine(s) && s.code() == Code::kOutOfRange) {
+    return client_error(res, 409, kGameStartedMessage, true);
   }
   write_failure(res, s, path);
 }

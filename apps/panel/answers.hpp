@@ -29,6 +29,16 @@ struct PanelCounters;
 // True when a database engine or driver made `s` (its message may quote SQL or paths).
 [[nodiscard]] bool from_engine(const Status& s);
 
+// A refusal that is the database's configuration, not load and not the request (DESIGN §9):
+// PostgreSQL's 25006 (read_only_sql_transaction: a primary that stays read-only, a
+// standby written to) and 42501 (insufficient_privilege: the panel's role lacks a GRANT).
+// Neither is retried (the classifier calls both permanent) and neither means "signed out".
+enum class Refusal : std::uint8_t { kNone, kReadOnly, kNotPermitted };
+[[nodiscard]] Refusal database_refusal(const Status& s);
+// Retry-After of a read-only refusal: a failover or an operator turning the setting off
+// fixes it, typically within seconds.
+inline constexpr int kReadOnlyRetryAfterSeconds = 10;
+
 class Answers {
  public:
   Answers(Logger& log, PanelCounters& counters, bool holdfast)
@@ -41,15 +51,24 @@ class Answers {
   void client_error(httplib::Response& res, int status, std::string_view message,
                     bool as_json) const;
   // A failure of the database or of the panel: logged with its detail under a digest, then
-  // answered 503 + Retry-After (holdfast, busy), 507 (storage full) or 500, with the digest.
+  // answered with the digest: 503 + Retry-After when the database is read-only (25006) or
+  // busy (holdfast), 507 when its storage is full, 500 otherwise -- a permission the
+  // database refused (42501) included: it is the server's configuration, not the client's
+  // (a 403 would tell the client they may not, and nothing they do changes it). A refusal
+  // (database_refusal()) is said for what it is and logged as ERROR with its SQLSTATE.
   void failure(httplib::Response& res, const Status& s, std::string_view path, bool as_json);
-  // failure() for a write: a 503 also says whether anything was applied.
+  // failure() for a write, as JSON: a 503 and a refusal also say whether anything was applied.
   void write_failure(httplib::Response& res, const Status& s, std::string_view path);
   // A write's refusal by the store (a domain rule, or a conflicting idempotency key): 404,
   // 409 or 422 with a fixed message; any other status goes to write_failure().
   void write_refusal(httplib::Response& res, const Status& s, std::string_view path);
 
  private:
+  void answer(httplib::Response& res, const Status& s, std::string_view path, bool as_json,
+              bool write);
+  void refused(httplib::Response& res, const Status& s, Refusal why, std::string_view path,
+               bool as_json, bool write);
+
   Logger& log_;
   PanelCounters& counters_;
   bool holdfast_;

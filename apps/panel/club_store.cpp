@@ -9,6 +9,7 @@
 #include "club_store_sqlite.hpp"
 #include "holdfast/policy_file.hpp"
 #include "idempotency.hpp"
+#include "utf8.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
 #include "club_store_pg.hpp"
 #endif
@@ -88,6 +89,7 @@ std::string ClubStore::new_token() {
 
 Status ClubStore::check_login(std::string_view email, std::string_view password) {
   if (email.empty() || email.size() > 200) return bad("email must be 1 to 200 characters");
+  if (!valid_utf8(email)) return bad("email must be UTF-8");
   if (password.empty() || password.size() > 200) return bad("password must be 1 to 200 characters");
   return Status();
 }
@@ -110,6 +112,9 @@ Status ClubStore::check_report(std::string_view path, std::string_view digest,
                                std::string_view note) {
   if (path.size() > 500 || digest.size() > 64 || note.size() > 2000) {
     return bad("path (500), digest (64) or note (2000 characters) too long");
+  }
+  if (!valid_utf8(path) || !valid_utf8(digest) || !valid_utf8(note)) {
+    return bad("path, digest and note must be UTF-8");
   }
   return Status();
 }

@@ -23,6 +23,7 @@
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
 #include "holdfast/sqlite.hpp"
+#include "passwords.hpp"
 #include "strategy.hpp"
 
 namespace holdfast::panel {
@@ -33,6 +34,10 @@ struct IdempotencyKey {
   std::string_view key;
   std::string fingerprint;
 };
+
+// The refusal of a sign-up for a game that has already started; the server answers it 409.
+inline constexpr std::string_view kGameStartedMessage =
+    "the game has already started: sign-ups are closed";
 
 class ClubStore {
  public:
@@ -55,6 +60,9 @@ class ClubStore {
     // (PgBouncer's pool_mode = transaction).
     std::vector<std::string> pg_replica_urls;
     bool pg_transaction_pooling = false;
+    // The cost of the Argon2id hash a sign-in writes when the stored one is of the legacy
+    // form or of another cost (passwords.hpp).
+    PasswordCost password_cost = PasswordCost::interactive();
     // holdfast only: the Shields' options (a policy file, policy_file.hpp). nullopt: the
     // file HOLDFAST_POLICY names when it is set (open() fails on a bad one), else the
     // library's defaults with the origin's schedules.
@@ -85,7 +93,12 @@ class ClubStore {
   // --- writes ---
   // Moves the session's last_seen forward (at most once a minute per session).
   virtual Status refresh_session(std::string_view token, std::string_view now_utc) = 0;
-  // Checks the password and opens a session: the token, or kPermissionDenied.
+  // Ends the session (signing out): its row is deleted; OK when there is none. Safe to repeat.
+  virtual Status end_session(std::string_view token) = 0;
+  // Checks the password and opens a session: the token, or kPermissionDenied (the store's
+  // own, never from the engine). A right password whose stored hash is of the legacy form
+  // (or of another cost) gets an Argon2id hash of password_cost on the way; should that
+  // write fail, the sign-in still succeeds and the next one tries again.
   Result<std::string> login(std::string_view email, std::string_view password,
                             std::string_view now_utc);
   // Opens a session for `user_id` without a password (the server's one-time sign-in links):
@@ -100,11 +113,15 @@ class ClubStore {
   Result<PaymentReceipt> pay(std::int64_t user_id, std::int64_t amount_cents,
                              std::string_view method, std::string_view idempotency_key,
                              std::string_view now_utc);
+  // A game that has started (or is over) takes no sign-ups: OUT_OF_RANGE with
+  // kGameStartedMessage.
   Result<SignupReceipt> sign_up(std::int64_t user_id, std::int64_t game_id,
                                 std::string_view idempotency_key, std::string_view now_utc);
   // The input checks pay(), sign_up(), login() and record_report() make first: OK, or
   // INVALID_ARGUMENT with a message fit for the client. The server calls them before the
-  // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's.
+  // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's. Text that
+  // reaches the database must be UTF-8 on both engines (PostgreSQL refuses anything else
+  // with 22021, which would be a server error).
   static Status check_payment(std::int64_t amount_cents, std::string_view method,
                               std::string_view idempotency_key);
   static Status check_sign_up(std::int64_t game_id, std::string_view idempotency_key);

@@ -240,17 +240,41 @@ Status PgClubStore::refresh_session(std::string_view token, std::string_view now
       .status();
 }
 
+Status PgClubStore::end_session(std::string_view token) {
+  // Deleting a row by its key twice deletes it once: a retry is safe.
+  const Operation op = Operation::idempotent_write("session.end");
+  return run(op,
+             [&] { return writes_->write("DELETE FROM sessions WHERE token = $1", {token}, op); })
+      .status();
+}
+
 Result<std::string> PgClubStore::do_login(std::string_view email, std::string_view password,
                                           std::string_view now_utc) {
   Result<pg::Rows> user = run(Operation::read("login.user"), [&] {
     return reads_->read("SELECT id, password_hash FROM users WHERE email = $1", {email});
   });
   if (!user.ok()) return user.status();
-  if (user->empty() || user->text(0, 1) != password_hash(email, password)) {
+  if (user->empty()) return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  const std::string stored(user->text(0, 1));
+  const PasswordCheck check = check_password(stored, email, password, options_.password_cost);
+  if (check == PasswordCheck::kWrong) {
     return Status(Code::kPermissionDenied, "unknown email or wrong password");
   }
   Result<std::int64_t> id = int_at(*user, 0, 0);
   if (!id.ok()) return id.status();
+  if (check == PasswordCheck::kRightRehash) {
+    if (Result<std::string> fresh = hash_password(password, options_.password_cost); fresh.ok()) {
+      // Only over the hash just checked (a password changed meanwhile stays changed), so
+      // applying it twice is applying it once. Its failure is not the sign-in's.
+      const Operation op = Operation::idempotent_write("login.rehash");
+      (void)run(op, [&] {
+        return writes_->write(
+            "UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3",
+            {*fresh, *id, stored}, op);
+      });
+      remember_write("user:" + std::to_string(*id));
+    }
+  }
   return do_open_session(*id, now_utc);
 }
 
@@ -321,10 +345,13 @@ Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t
   const auto add = [&](pg::Transaction& tx) -> Result<std::int64_t> {
     // The game's row lock makes concurrent sign-ups for one game take turns, and the count
     // that follows (a new statement: a new snapshot) sees every sign-up committed before.
-    Result<pg::Rows> game =
-        tx.query("SELECT capacity FROM games WHERE id = $1 FOR UPDATE", {game_id});
+    Result<pg::Rows> game = tx.query(
+        "SELECT capacity, starts_at <= ($2::timestamptz AT TIME ZONE 'UTC') FROM games "
+        "WHERE id = $1 FOR UPDATE",
+        {game_id, now_utc});
     if (!game.ok()) return game.status();
     if (game->empty()) return Status(Code::kNotFound, "no such game");
+    if (game->text(0, 1) == "t") return Status(Code::kOutOfRange, std::string(kGameStartedMessage));
     Result<std::int64_t> capacity = int_at(*game, 0, 0);
     if (!capacity.ok()) return capacity.status();
     Result<pg::Rows> taken = tx.query(

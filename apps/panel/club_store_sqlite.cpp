@@ -349,6 +349,13 @@ Status SqliteClubStore::refresh_session(std::string_view token, std::string_view
   return r.status();
 }
 
+Status SqliteClubStore::end_session(std::string_view token) {
+  // Deleting a row by its key twice deletes it once: a retry is safe.
+  return run(Operation::idempotent_write("session.end"),
+             [&] { return db_.execute("DELETE FROM sessions WHERE token = ?", token); })
+      .status();
+}
+
 Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
                                               std::string_view now_utc) {
   auto user = run(Operation::read("login.user"), [&] {
@@ -356,10 +363,26 @@ Result<std::string> SqliteClubStore::do_login(std::string_view email, std::strin
         "SELECT id, password_hash FROM users WHERE email = ?", email);
   });
   if (!user.ok()) return user.status();
-  if (user->empty() || std::get<1>(user->front()) != password_hash(email, password)) {
+  if (user->empty()) return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  const std::int64_t id = std::get<0>(user->front());
+  const std::string& stored = std::get<1>(user->front());
+  const PasswordCheck check = check_password(stored, email, password, options_.password_cost);
+  if (check == PasswordCheck::kWrong) {
     return Status(Code::kPermissionDenied, "unknown email or wrong password");
   }
-  return do_open_session(std::get<0>(user->front()), now_utc);
+  if (check == PasswordCheck::kRightRehash) {
+    if (Result<std::string> fresh = hash_password(password, options_.password_cost); fresh.ok()) {
+      // Only over the hash just checked (a password changed meanwhile stays changed), so
+      // applying it twice is applying it once. Its failure is not the sign-in's.
+      const Operation op = Operation::idempotent_write("login.rehash");
+      (void)run(op, [&] {
+        return db_.execute(
+            "UPDATE users SET password_hash = ?1 WHERE id = ?2 AND password_hash = ?3", *fresh, id,
+            stored);
+      });
+    }
+  }
+  return do_open_session(id, now_utc);
 }
 
 Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,
@@ -421,13 +444,18 @@ Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int
                                                   const IdempotencyKey& key,
                                                   std::string_view now_utc) {
   const auto add = [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
-    auto game = tx.query<std::int64_t, std::int64_t>(
+    // starts_at ("2026-11-30T18:00") and now ("2026-11-30T18:00:00.000Z") are both UTC and
+    // compare as text.
+    auto game = tx.query<std::int64_t, std::int64_t, std::int64_t>(
         "SELECT capacity - (SELECT count(*) FROM signups WHERE game_id = ?1), "
-        "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2) FROM games "
-        "WHERE id = ?1",
-        game_id, user_id);
+        "(SELECT count(*) FROM signups WHERE game_id = ?1 AND user_id = ?2), starts_at <= ?3 "
+        "FROM games WHERE id = ?1",
+        game_id, user_id, now_utc);
     if (!game.ok()) return game.status();
     if (game->empty()) return Status(Code::kNotFound, "no such game");
+    if (std::get<2>(game->front()) != 0) {
+      return Status(Code::kOutOfRange, std::string(kGameStartedMessage));
+    }
     if (std::get<1>(game->front()) > 0) {
       return Status(Code::kAlreadyExists, "already signed up for this game");
     }

@@ -24,6 +24,7 @@ class SqliteClubStore final : public ClubStore {
   Result<std::vector<Game>> games_on(std::string_view date) override;
   Result<ScheduleContext> context_on(std::string_view date) override;
   Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) override;
+  Status end_session(std::string_view token) override;
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
 
   [[nodiscard]] std::string_view backend() const noexcept override { return "sqlite"; }

@@ -7,18 +7,20 @@
 
 #include <fmt/format.h>
 
+#include "passwords.hpp"
+
 namespace holdfast::panel {
 
-std::string password_hash(std::string_view email, std::string_view password) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (std::string_view part : {email, std::string_view("\x1f"), password}) {
-    for (unsigned char c : part) {
-      h ^= c;
-      h *= 1099511628211ULL;
-    }
-  }
-  return fmt::format("fnv1a:{:016x}", h);
+namespace {
+
+// One Argon2id hash of "demo" per process (passwords.hpp): about 0.1 s, not 60 times that.
+// Should libsodium fail, the legacy form, which the first sign-in replaces.
+std::string demo_password_hash(std::string_view email) {
+  static const Result<std::string> hashed = hash_password("demo", PasswordCost::interactive());
+  return hashed.ok() ? *hashed : legacy_password_hash(email, "demo");
 }
+
+}  // namespace
 
 std::string add_days(std::string_view date, int n) {
   using namespace std::chrono;
@@ -51,7 +53,7 @@ DemoData make_demo_data(std::string_view today) {
     for (const char* l : last) {
       const int n = static_cast<int>(out.users.size()) + 1;
       std::string email = fmt::format("{}.{}@club.example", f, l);
-      std::string hash = password_hash(email, "demo");
+      std::string hash = demo_password_hash(email);
       out.users.push_back({fmt::format("{} {}", f, l), std::move(email),
                            n == 1 ? "admin" : (n % 9 == 0 ? "staff" : "member"), std::move(hash)});
     }

@@ -69,12 +69,9 @@ struct DemoData {
 // The demo club around `today` ("YYYY-MM-DD"): 4 courts, 5 activity types, 60 users
 // (password "demo"), games from 14 days before to 28 days after, signups, cash days,
 // payments up to today, 3 holidays and the club's settings. Deterministic: the same `today`
-// gives the same club.
+// gives the same club, but for the password hash (Argon2id with a random salt, made once
+// per process and shared by the demo users, whose password is public anyway).
 [[nodiscard]] DemoData make_demo_data(std::string_view today);
-
-// Demo passwords: a salted 64-bit FNV-1a. The demo panel is not a reference for storing
-// passwords; it only needs a login that touches the database like a real one.
-[[nodiscard]] std::string password_hash(std::string_view email, std::string_view password);
 
 // `date` ("YYYY-MM-DD") moved by `n` days.
 [[nodiscard]] std::string add_days(std::string_view date, int n);

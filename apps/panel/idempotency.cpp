@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "utf8.hpp"
+
 namespace holdfast::panel {
 
 Status check_idempotency_key(std::string_view key) {
@@ -20,6 +22,7 @@ Status check_idempotency_key(std::string_view key) {
                     "Idempotency-Key must not contain control characters (NUL, newline, tab...)");
     }
   }
+  if (!valid_utf8(key)) return Status(Code::kInvalidArgument, "Idempotency-Key must be UTF-8");
   return Status();
 }
 

@@ -5,8 +5,8 @@
 //   - the key is stored with the request's fingerprint; the same key with the same request
 //     replays the first answer, with different parameters it is refused (422) and nothing is
 //     applied;
-//   - a key is 1 to 255 bytes with no control bytes (NUL included); an empty header means
-//     "no key".
+//   - a key is 1 to 255 bytes of UTF-8 with no control bytes (NUL included); an empty header
+//     means "no key".
 //
 // Both stores keep keys with the driver's once() (holdfast/idempotency.hpp): the key
 // recorded is "<user id>:<route>:<Idempotency-Key>", its result "<fingerprint>:<row id>".

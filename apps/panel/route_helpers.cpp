@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "holdfast/logger.hpp"
+#include "utf8.hpp"
 
 namespace holdfast::panel {
 
@@ -27,6 +28,12 @@ std::string cookie_value(const httplib::Request& req, std::string_view name) {
     }
   }
   return {};
+}
+
+std::string session_token(const httplib::Request& req) {
+  std::string token = cookie_value(req, "session");
+  if (token.size() > 64 || !valid_utf8(token)) return {};
+  return token;
 }
 
 void set_cookie(httplib::Response& res, std::string_view name, std::string_view value,

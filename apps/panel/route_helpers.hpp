@@ -20,6 +20,10 @@ namespace holdfast::panel {
 // The value of cookie `name` in `req`'s Cookie header, or "" when it has none.
 [[nodiscard]] std::string cookie_value(const httplib::Request& req, std::string_view name);
 
+// The session cookie's token, or "" when there is none or it cannot be one (over 64 bytes,
+// not UTF-8): no database is asked about such a cookie.
+[[nodiscard]] std::string session_token(const httplib::Request& req);
+
 // Adds a Set-Cookie header for cookie `name`: Path=/, not readable by scripts (HttpOnly), not
 // sent on cross-site subrequests (SameSite=Lax), kept `max_age_seconds`; Secure (HTTPS only)
 // when `secure` (`--secure-cookies`). REQUIRES: `value` is a valid cookie value.

@@ -103,8 +103,8 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
     answers_->client_error(res, 400, "date must be a calendar date written YYYY-MM-DD", as_json);
     return std::nullopt;
   }
-  const std::string token = cookie_value(req, "session");
-  if (token.empty() || token.size() > 64) {
+  const std::string token = session_token(req);
+  if (token.empty()) {
     send_to_sign_in(res, as_json);
     counters_.bad_request++;
     return std::nullopt;
@@ -113,8 +113,9 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
   const std::string now = now_utc();
   Schedule schedule;
   User user;
-  const Status failure = read_schedule(token, date, now, schedule, user);
-  if (failure.code() == Code::kPermissionDenied) {
+  bool signed_out = false;
+  const Status failure = read_schedule(token, date, now, schedule, user, signed_out);
+  if (signed_out) {
     forget_session(token);
     send_to_sign_in(res, as_json);
     counters_.bad_request++;
@@ -142,11 +143,17 @@ std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
 }
 
 Status PanelServer::read_schedule(const std::string& token, const std::string& date,
-                                  const std::string& now, Schedule& schedule, User& user) {
+                                  const std::string& now, Schedule& schedule, User& user,
+                                  bool& signed_out) {
   ClubStore& store = *options_.store;
   Result<std::optional<User>> who = store.session(token, now);
   if (!who.ok()) return who.status();
-  if (!who->has_value()) return Status(Code::kPermissionDenied, "no live session");
+  if (!who->has_value()) {
+    // Only the database's own answer "no such session" signs a client out: an error (a
+    // permission the database refused, a read-only server) is answered for what it is.
+    signed_out = true;
+    return Status(Code::kPermissionDenied, "no live session");
+  }
   user = **who;
   if (holdfast()) {
     toucher_->touch(token);

@@ -1,5 +1,6 @@
 // Signing in: GET /login (the form), POST /login (email and password, throttled per account
-// and per address), GET /login/link?token= (a one-time link from issue_sign_in_link()).
+// and per address), GET /login/link?token= (a one-time link from issue_sign_in_link()); and
+// out: POST /logout.
 // Each success opens a session, sets its cookie (and, on PostgreSQL, the hf_wal cookie with
 // that write's position), hands out its CSRF token in X-CSRF-Token and redirects (303).
 #include <httplib.h>
@@ -83,7 +84,9 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
   }
   const RequestWindow scope = request_window(req);
   Result<std::string> token = options_.store->login(email, password, now_utc());
-  const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied;
+  // The store's own answer, never an engine's 42501 (a permission the database refused).
+  const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied &&
+                              !from_engine(token.status());
   sign_in_by_account_->settle(account, wrong_password);
   sign_in_by_address_->settle(address, wrong_password);
   if (!token.ok()) {
@@ -125,6 +128,30 @@ void PanelServer::get_login_link(const httplib::Request& req, httplib::Response&
   confirm_session(*session, User{});
   signed_in_redirect(res, *session, options_.secure_cookies, link->next);
   set_write_position_cookie(res);
+}
+
+void PanelServer::post_logout(const httplib::Request& req, httplib::Response& res) {
+  counters_.requests++;
+  const std::string token = session_token(req);
+  if (!token.empty()) {
+    // A cross-site form cannot sign a user out: the same CSRF token as the writes.
+    if (!csrf_ok(req, token)) {
+      return answers_->client_error(res, 403,
+                                    "missing or wrong CSRF token: send the csrf_token form "
+                                    "field or the X-CSRF-Token header the panel gave at sign-in",
+                                    false);
+    }
+    const RequestWindow scope = request_window(req);
+    if (Status ended = options_.store->end_session(token); !ended.ok()) {
+      // The session lives on: say so rather than pretend (the cookie is kept).
+      return answers_->failure(res, ended, "/logout", false);
+    }
+    forget_session(token);
+  }
+  counters_.ok++;
+  res.status = 303;
+  set_cookie(res, "session", "", 0, options_.secure_cookies);  // Max-Age=0: the browser drops it
+  res.set_header("Location", "/login");
 }
 
 }  // namespace holdfast::panel

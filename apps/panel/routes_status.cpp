@@ -75,8 +75,8 @@ bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response&
     if (!image) res.set_header("Location", "/login");
     return false;
   };
-  const std::string token = cookie_value(req, "session");
-  if (token.empty() || token.size() > 64) return to_sign_in();
+  const std::string token = session_token(req);
+  if (token.empty()) return to_sign_in();
   Result<std::optional<User>> who = [&] {
     const RequestWindow scope = request_window(req);
     return options_.store->session(token, now_utc());

@@ -35,7 +35,7 @@ std::optional<PanelServer::WriteInput> PanelServer::write_input(const httplib::R
                                                                 std::string_view path,
                                                                 const std::string& field,
                                                                 std::string_view field_error) {
-  const std::string token = cookie_value(req, "session");
+  const std::string token = session_token(req);
   Result<std::optional<User>> who = token.empty()
                                         ? Result<std::optional<User>>(std::optional<User>())
                                         : options_.store->session(token, now_utc());

@@ -142,6 +142,7 @@ void PanelServer::install_routes() {
   http_->Get("/login", to(&PanelServer::get_login));
   http_->Post("/login", to(&PanelServer::post_login));
   http_->Get("/login/link", to(&PanelServer::get_login_link));
+  http_->Post("/logout", to(&PanelServer::post_logout));
   http_->Get("/dashboard/schedule", to(&PanelServer::get_schedule_page));
   http_->Get("/api/schedule", to(&PanelServer::get_schedule_json));
   http_->Post("/payments", to(&PanelServer::post_payment));

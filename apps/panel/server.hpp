@@ -1,6 +1,6 @@
 // The demo panel's HTTP server (cpp-httplib) over a ClubStore.
 //
-// Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links),
+// Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links), POST /logout,
 // GET /dashboard/schedule?date=, GET /api/schedule?date=,
 // POST /payments, POST /signups (Idempotency-Key honoured), POST /report, GET /metrics,
 // GET /healthz, GET /status and GET /status.svg (signed in: the Shields now and the last
@@ -145,6 +145,8 @@ class PanelServer {
   void get_login(const httplib::Request& req, httplib::Response& res);
   void post_login(const httplib::Request& req, httplib::Response& res);
   void get_login_link(const httplib::Request& req, httplib::Response& res);
+  // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
+  void post_logout(const httplib::Request& req, httplib::Response& res);
 
   // routes_schedule.cpp: the schedule, as a page and as JSON.
   void get_schedule_page(const httplib::Request& req, httplib::Response& res);
@@ -153,9 +155,10 @@ class PanelServer {
   // returns the failure for the caller to answer once the request's window is closed.
   std::optional<Status> answer_schedule(const httplib::Request& req, httplib::Response& res,
                                         bool as_json);
-  // The session's user and the schedule of `date`. kPermissionDenied: no live session.
+  // The session's user and the schedule of `date`. `signed_out` is set only when the
+  // database answered that the session is not live (never for an error of the database).
   Status read_schedule(const std::string& token, const std::string& date, const std::string& now,
-                       Schedule& schedule, User& user);
+                       Schedule& schedule, User& user, bool& signed_out);
   // Answers the last good copy of `date`'s schedule when `failure` allows it (holdfast,
   // serve_stale, busy) and there is one; false when it answered nothing.
   bool answer_stale_schedule(httplib::Response& res, const std::string& date, const User& user,

@@ -49,6 +49,7 @@ enum class Effect : std::uint8_t {
   kConnectionState,     // ATTACH, DETACH
   kPragmaSetting,       // a PRAGMA with an argument: may change the connection
   kMultipleStatements,  // more SQL follows the first statement
+  kPragmaThatWrites,    // a PRAGMA the engine calls read-only that writes (optimize: ANALYZE)
 };
 
 [[nodiscard]] std::string_view to_string(Access access) noexcept;

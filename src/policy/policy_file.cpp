@@ -1,11 +1,16 @@
 // Policy files (policy_file.hpp): JSON to Shield::Options, every error with its JSON Pointer.
 #include "holdfast/policy_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -287,17 +292,95 @@ Shield::Options options_of(const json& doc) {
   return o;
 }
 
-}  // namespace
+// Where the parser is in the document, as a JSON Pointer, kept up by the parser's callback,
+// so that an error the parser itself raises (a number out of range such as 1e400) can name
+// its field too.
+class ParsePosition {
+ public:
+  bool on(nlohmann::json::parse_event_t event, const json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+        frames_.push_back(Frame{false, {}, 0});
+        break;
+      case E::array_start:
+        frames_.push_back(Frame{true, {}, 0});
+        break;
+      case E::key:
+        if (!frames_.empty() && parsed.is_string()) frames_.back().key = parsed.get<std::string>();
+        break;
+      case E::object_end:
+      case E::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        element_done();
+        break;
+      case E::value:
+        element_done();
+        break;
+    }
+    return true;
+  }
 
-Result<Shield::Options> parse_policy(std::string_view text, std::string_view source) {
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    // e.g. "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
-    std::string what = e.what();
+  // The pointer of the value being parsed ("" at the top).
+  [[nodiscard]] std::string pointer() const {
+    std::string out;
+    for (const Frame& f : frames_) {
+      out += '/';
+      if (f.array) {
+        out += std::to_string(f.count);
+        continue;
+      }
+      for (const char c : f.key) {  // RFC 6901: "~" is "~0", "/" is "~1"
+        if (c == '~') {
+          out += "~0";
+        } else if (c == '/') {
+          out += "~1";
+        } else {
+          out += c;
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string key;    // an object's latest key
+    std::size_t count;  // an array's values so far: the index of the one being parsed
+  };
+  void element_done() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().count;
+  }
+  std::vector<Frame> frames_;
+};
+
+// nlohmann's "[json.exception.parse_error.101] parse error at ..." without its tag.
+std::string without_tag(std::string what) {
+  if (what.rfind("[json.exception.", 0) == 0) {
     if (const std::size_t p = what.find("] "); p != std::string::npos) what.erase(0, p + 2);
-    return Status(Code::kInvalidArgument, std::string(source) + ": not JSON: " + what);
+  }
+  return what;
+}
+
+Result<Shield::Options> parse_document(std::string_view text, std::string_view source) {
+  json doc;
+  ParsePosition position;
+  try {
+    doc = json::parse(text.begin(), text.end(),
+                      [&position](int, json::parse_event_t event, json& parsed) {
+                        return position.on(event, parsed);
+                      });
+  } catch (const json::parse_error& e) {
+    // e.g. "parse error at line 3, column 5: ...".
+    return Status(Code::kInvalidArgument,
+                  std::string(source) + ": not JSON: " + without_tag(e.what()));
+  } catch (const json::exception& e) {
+    // Valid JSON the parser cannot hold, such as a number beyond a double (1e400).
+    const std::string at = position.pointer();
+    return Status(Code::kInvalidArgument, std::string(source) + ": " +
+                                              (at.empty() ? std::string("the document") : at) +
+                                              ": " + without_tag(e.what()));
   }
   try {
     return options_of(doc);
@@ -307,20 +390,87 @@ Result<Shield::Options> parse_policy(std::string_view text, std::string_view sou
   }
 }
 
-Result<Shield::Options> load_policy(const std::string& path) {
+// What load_policy() refuses to open: anything but a regular file (a FIFO or a terminal
+// would block the reader, a device may never end). "" for a regular file.
+std::string not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return {};
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+Status refused_kind(const std::string& path, const std::string& kind) {
+  return Status(Code::kInvalidArgument,
+                path + ": not a regular file (" + kind + "); a policy file must be one");
+}
+
+Result<Shield::Options> load_file(const std::string& path) {
   // A policy is a few hundred bytes: a name that points at something endless (/dev/zero)
   // or huge must be refused, not read into memory.
   constexpr std::size_t kMaxBytes = std::size_t{1} << 20;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(Code::kNotFound, path + ": cannot open the policy file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status(Code::kNotFound, path + ": cannot open the policy file: " + std::strerror(errno));
+  }
+  if (std::string kind = not_regular(st.st_mode); !kind.empty()) return refused_kind(path, kind);
+  // O_NONBLOCK: should the name have become a FIFO since the stat, opening it does not wait
+  // for a writer; the fstat below refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    return Status(Code::kNotFound, path + ": cannot open the policy file: " + std::strerror(errno));
+  }
+  struct Closer {
+    int handle;
+    ~Closer() { ::close(handle); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) {
+    return Status(Code::kNotFound, path + ": cannot read the policy file");
+  }
+  if (std::string kind = not_regular(st.st_mode); !kind.empty()) return refused_kind(path, kind);
   std::string text(kMaxBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) return Status(Code::kNotFound, path + ": cannot read the policy file");
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return Status(Code::kNotFound,
+                    path + ": cannot read the policy file: " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  text.resize(got);
   if (text.size() > kMaxBytes) {
     return Status(Code::kInvalidArgument, path + ": the policy file is larger than 1 MiB");
   }
-  return parse_policy(text, path);
+  return parse_document(text, path);
+}
+
+}  // namespace
+
+// Neither function lets an exception out (an allocation that fails, a library setter that
+// throws something unexpected): the caller gets a Status either way.
+Result<Shield::Options> parse_policy(std::string_view text, std::string_view source) {
+  try {
+    return parse_document(text, source);
+  } catch (const std::exception& e) {
+    return Status(Code::kInternal, std::string(source) + ": cannot parse: " + e.what());
+  } catch (...) {
+    return Status(Code::kInternal, std::string(source) + ": cannot parse");
+  }
+}
+
+Result<Shield::Options> load_policy(const std::string& path) {
+  try {
+    return load_file(path);
+  } catch (const std::exception& e) {
+    return Status(Code::kInternal, path + ": cannot load the policy file: " + e.what());
+  } catch (...) {
+    return Status(Code::kInternal, path + ": cannot load the policy file");
+  }
 }
 
 std::optional<std::string> policy_path_from_environment() {

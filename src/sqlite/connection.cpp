@@ -154,10 +154,14 @@ int Connection::on_busy(void* self_ptr, int count) noexcept {
   }
 }
 
-int Connection::on_authorize(void* self_ptr, int action, const char* /*a*/, const char* b,
+int Connection::on_authorize(void* self_ptr, int action, const char* a, const char* b,
                              const char* /*c*/, const char* /*d*/) noexcept {
   auto* self = static_cast<Connection*>(self_ptr);
   const bool pragma_setting = action == SQLITE_PRAGMA && b != nullptr;
+  // sqlite3_stmt_readonly() is true for PRAGMA optimize, yet it may run ANALYZE, which
+  // creates and fills sqlite_stat1.
+  const bool pragma_that_writes = action == SQLITE_PRAGMA && b == nullptr && a != nullptr &&
+                                  sqlite3_stricmp(a, "optimize") == 0;
   const bool transaction = action == SQLITE_TRANSACTION;
   const bool savepoint = action == SQLITE_SAVEPOINT;
   const bool attach = action == SQLITE_ATTACH || action == SQLITE_DETACH;
@@ -166,6 +170,7 @@ int Connection::on_authorize(void* self_ptr, int action, const char* /*a*/, cons
     log->savepoint |= savepoint;
     log->attach |= attach;
     log->pragma_setting |= pragma_setting;
+    log->pragma_that_writes |= pragma_that_writes;
   }
   // A read connection never needs any of these, and some PRAGMAs act while being prepared.
   if (self->deny_pragma_settings_ && (pragma_setting || transaction || savepoint || attach)) {
@@ -267,6 +272,8 @@ Result<AccessVerdict> Connection::judge_access(std::string_view sql, int* parame
     v.effect = Effect::kConnectionState;
   } else if (log.pragma_setting) {
     v.effect = Effect::kPragmaSetting;
+  } else if (log.pragma_that_writes) {
+    v.effect = Effect::kPragmaThatWrites;
   } else if (sqlite3_stmt_readonly(stmt) == 0) {
     v.effect = Effect::kWrite;
   } else {

@@ -85,6 +85,7 @@ class Connection {
     bool savepoint = false;
     bool attach = false;
     bool pragma_setting = false;
+    bool pragma_that_writes = false;
   };
 
   Connection(sqlite3* db, Role role, const Options& options, std::string display);

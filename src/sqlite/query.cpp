@@ -35,6 +35,8 @@ std::string_view to_string(Effect effect) noexcept {
       return "pragma_setting";
     case Effect::kMultipleStatements:
       return "multiple_statements";
+    case Effect::kPragmaThatWrites:
+      return "pragma_that_writes";
   }
   return "?";
 }
@@ -61,6 +63,9 @@ std::string_view describe(Effect effect) noexcept {
              "prepared)";
     case Effect::kMultipleStatements:
       return "more than one statement: only a single statement can be judged and retried";
+    case Effect::kPragmaThatWrites:
+      return "PRAGMA optimize may run ANALYZE, which writes sqlite_stat1 (though "
+             "sqlite3_stmt_readonly is true)";
   }
   return "?";
 }

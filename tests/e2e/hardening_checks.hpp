@@ -17,6 +17,7 @@
 #include <string>
 
 #include "club_store.hpp"
+#include "passwords.hpp"
 
 namespace holdfast::panel::hardening {
 
@@ -152,6 +153,126 @@ inline void expect_bad_keys_refused(httplib::Client& http,
   auto longest = http.Post("/payments", with_key(ada, std::string(255, 'k')), pay);
   ASSERT_TRUE(longest);
   EXPECT_EQ(longest->status, 201) << longest->body;
+}
+
+// Bytes that are not UTF-8 in what reaches the database (an Idempotency-Key, a sign-in
+// email, a problem report, a session cookie) are the client's mistake on both engines: a 400
+// (a sign-in form again for the cookie), never a 500 from PostgreSQL's 22021.
+inline void expect_invalid_utf8_refused(httplib::Client& http,
+                                        const std::function<long long()>& payments) {
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  const long long before = payments();
+  for (const std::string& key : {std::string("k\xff"), std::string("caf\xc3"),
+                                 std::string("\xed\xa0\x80"), std::string("\xc0\xaf")}) {
+    auto r = http.Post("/payments", with_key(ada, key),
+                       httplib::Params{{"amount_cents", "100"}, {"method", "cash"}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("Idempotency-Key must be UTF-8"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(payments(), before);
+  auto utf8 = http.Post("/payments", with_key(ada, "zam\xc3\xb3wienie-\xe2\x9c\x93"),
+                        httplib::Params{{"amount_cents", "100"}, {"method", "cash"}});
+  ASSERT_TRUE(utf8);
+  EXPECT_EQ(utf8->status, 201) << utf8->body;
+
+  auto login = http.Post(
+      "/login", httplib::Params{{"email", "Ada.Nowak\xff@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 400) << login->body;
+  EXPECT_NE(login->body.find("email must be UTF-8"), std::string::npos) << login->body;
+
+  auto report = http.Post("/report", httplib::Params{{"digest", "abc"}, {"note", "bad \xfe"}});
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->status, 400) << report->body;
+
+  auto page = http.Get("/dashboard/schedule", httplib::Headers{{"Cookie", "session=\xff\xfe"}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 303) << page->body.substr(0, 300);
+  auto pay = http.Post("/payments", httplib::Headers{{"Cookie", "session=\xff\xfe"}},
+                       httplib::Params{{"amount_cents", "100"}});
+  ASSERT_TRUE(pay);
+  EXPECT_EQ(pay->status, 401) << pay->body;
+}
+
+// A sign-up for a game that has already started: 409, nothing added.
+inline void expect_past_game_refused(httplib::Client& http, long long past_game,
+                                     const std::function<long long()>& signups) {
+  ASSERT_GT(past_game, 0);
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  const long long before = signups();
+  const httplib::Params join{{"game_id", std::to_string(past_game)}};
+  auto late = http.Post("/signups", ada, join);
+  auto keyed = http.Post("/signups", with_key(ada, "late-1"), join);
+  ASSERT_TRUE(late && keyed);
+  EXPECT_EQ(late->status, 409) << late->body;
+  EXPECT_EQ(json::parse(late->body)["error"], "the game has already started: sign-ups are closed");
+  EXPECT_EQ(keyed->status, 409) << keyed->body;
+  expect_no_internals(late->body);
+  EXPECT_EQ(signups(), before);
+}
+
+// A legacy "fnv1a:" hash still signs in and is replaced by Argon2id at that sign-in; a wrong
+// password replaces nothing; the next sign-in rewrites nothing. `set_hash(email, hash)`
+// stores a user's hash, `hash_of(email)` reads it.
+inline void expect_legacy_hash_upgraded(
+    httplib::Client& http,
+    const std::function<void(const std::string&, const std::string&)>& set_hash,
+    const std::function<std::string(const std::string&)>& hash_of) {
+  const std::string email = "Bartek.Tran@club.example";
+  EXPECT_EQ(hash_of(email).rfind("$argon2id$v=19$", 0), 0u) << hash_of(email);  // demo data
+  const std::string legacy = legacy_password_hash(email, "demo");
+  set_hash(email, legacy);
+  auto wrong = http.Post("/login", httplib::Params{{"email", email}, {"password", "Demo"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401) << wrong->body;
+  EXPECT_EQ(hash_of(email), legacy);
+  sign_in(http, email);
+  const std::string upgraded = hash_of(email);
+  EXPECT_EQ(upgraded.rfind("$argon2id$v=19$", 0), 0u) << upgraded;
+  EXPECT_EQ(upgraded.find("demo"), std::string::npos);
+  sign_in(http, email);
+  EXPECT_EQ(hash_of(email), upgraded);  // already Argon2id at the store's cost
+  auto wrong_again = http.Post("/login", httplib::Params{{"email", email}, {"password", "Demo"}});
+  ASSERT_TRUE(wrong_again);
+  EXPECT_EQ(wrong_again->status, 401) << wrong_again->body;
+}
+
+// POST /logout ends the session: a form needs the session's CSRF token; the row is deleted,
+// the cookie is cleared and no longer opens the schedule. `sessions()` counts the table.
+inline void expect_logout_ends_the_session(httplib::Client& http,
+                                           const std::function<long long()>& sessions) {
+  const httplib::Headers ada = sign_in(http, "Ada.Nowak@club.example");
+  httplib::Headers cookie_only;
+  for (const auto& [name, value] : ada) {
+    if (name == "Cookie") cookie_only.emplace(name, value);
+  }
+  auto page = http.Get("/dashboard/schedule", cookie_only);
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200);
+  const long long before = sessions();
+
+  auto forged = http.Post("/logout", cookie_only, httplib::Params{});
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 403) << forged->body;
+  EXPECT_EQ(sessions(), before);
+
+  auto out = http.Post("/logout", ada, httplib::Params{});
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->status, 303) << out->body;
+  EXPECT_EQ(out->get_header_value("Location"), "/login");
+  const std::string cleared = out->get_header_value("Set-Cookie");
+  EXPECT_EQ(cleared.rfind("session=;", 0), 0u) << cleared;
+  EXPECT_NE(cleared.find("Max-Age=0"), std::string::npos) << cleared;
+  EXPECT_EQ(sessions(), before - 1);
+
+  auto after = http.Get("/dashboard/schedule", cookie_only);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 303);
+  EXPECT_EQ(after->get_header_value("Location"), "/login");
+  auto again = http.Post("/logout", ada, httplib::Params{});  // nothing left to end
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 303) << again->body;
 }
 
 }  // namespace holdfast::panel::hardening

@@ -57,12 +57,13 @@ class PanelHardeningTest : public PanelFixture {
       t.join();
     return got;
   }
-  // A game with room that neither demo user 1 nor 2 has joined.
+  // A game to come with room that neither demo user 1 nor 2 has joined.
   long long open_game() {
     return count(
         "SELECT min(id) FROM games g WHERE capacity > "
         "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) + 2 AND NOT EXISTS "
-        "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2))");
+        "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2)) "
+        "AND starts_at > strftime('%Y-%m-%dT%H:%M', 'now')");
   }
 };
 
@@ -74,6 +75,62 @@ TEST_F(PanelHardeningTest, IdempotencyKeysAreScopedToUserAndRouteAndCarryTheRequ
 TEST_F(PanelHardeningTest, KeysWithControlBytesOrOver255BytesAreRefusedWith400) {
   hardening::expect_nul_key_refused(*store_);
   hardening::expect_bad_keys_refused(*http_, [this] { return payments(); });
+}
+
+TEST_F(PanelHardeningTest, TextThatIsNotUtf8IsRefusedWith400) {
+  hardening::expect_invalid_utf8_refused(*http_, [this] { return payments(); });
+}
+
+TEST_F(PanelHardeningTest, ASignUpForAGameThatHasStartedIsRefusedWith409) {
+  hardening::expect_past_game_refused(
+      *http_,
+      count("SELECT max(id) FROM games WHERE starts_at <= strftime('%Y-%m-%dT%H:%M', 'now')"),
+      [this] { return count("SELECT count(*) FROM signups"); });
+}
+
+TEST_F(PanelHardeningTest, ALegacyPasswordHashIsReplacedByArgon2idAtTheNextSignIn) {
+  hardening::expect_legacy_hash_upgraded(
+      *http_,
+      [this](const std::string& email, const std::string& hash) {
+        ASSERT_TRUE(store_->database()
+                        .execute("UPDATE users SET password_hash = ? WHERE email = ?", hash, email)
+                        .ok());
+      },
+      [this](const std::string& email) {
+        auto h = store_->database().query_one<std::string>(
+            "SELECT password_hash FROM users WHERE email = ?", email);
+        return h.ok() && h->has_value() ? **h : std::string();
+      });
+}
+
+TEST_F(PanelHardeningTest, LogoutEndsTheSessionAndNeedsTheCsrfToken) {
+  hardening::expect_logout_ends_the_session(
+      *http_, [this] { return count("SELECT count(*) FROM sessions"); });
+}
+
+TEST(Passwords, Argon2idOfAnotherCostOrTheLegacyFormAsksForARehash) {
+  const Result<std::string> cheap = hash_password("s3cret", PasswordCost::minimal());
+  ASSERT_TRUE(cheap.ok()) << cheap.status().to_string();
+  EXPECT_EQ(cheap->rfind("$argon2id$", 0), 0u) << *cheap;
+  EXPECT_EQ(check_password(*cheap, "a@b", "s3cret", PasswordCost::minimal()),
+            PasswordCheck::kRight);
+  EXPECT_EQ(check_password(*cheap, "a@b", "s3cret", PasswordCost::interactive()),
+            PasswordCheck::kRightRehash);
+  EXPECT_EQ(check_password(*cheap, "a@b", "S3cret", PasswordCost::minimal()),
+            PasswordCheck::kWrong);
+  const Result<std::string> again = hash_password("s3cret", PasswordCost::minimal());
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(*again, *cheap);  // a salt of its own
+  const std::string legacy = legacy_password_hash("a@b", "s3cret");
+  EXPECT_EQ(check_password(legacy, "a@b", "s3cret", PasswordCost::minimal()),
+            PasswordCheck::kRightRehash);
+  EXPECT_EQ(check_password(legacy, "a@b", "nope", PasswordCost::minimal()), PasswordCheck::kWrong);
+  EXPECT_EQ(check_password(legacy, "c@d", "s3cret", PasswordCost::minimal()),
+            PasswordCheck::kWrong);
+  for (const char* junk : {"", "plain", "$argon2i$v=19$m=8,t=1,p=1$x$y", "$argon2id$garbage"}) {
+    EXPECT_EQ(check_password(junk, "a@b", "", PasswordCost::minimal()), PasswordCheck::kWrong)
+        << junk;
+  }
 }
 
 TEST_F(PanelHardeningTest, AnOldUnscopedKeyTableIsReplacedAndCreationIsIdempotent) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -184,7 +185,7 @@ TEST_F(PanelPgTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
       "SELECT min(id) FROM games g WHERE capacity > "
       "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
       "AND NOT EXISTS (SELECT 1 FROM signups s WHERE "
-      "s.game_id = g.id AND s.user_id = 1)");
+      "s.game_id = g.id AND s.user_id = 1) AND starts_at > now() AT TIME ZONE 'UTC'");
   ASSERT_GT(game, 0);
   httplib::Headers k = cookie_;
   k.emplace("Idempotency-Key", "join-7");
@@ -361,7 +362,8 @@ TEST_F(PanelPgTest, IdempotencyKeysAreScopedToUserAndRouteAndCarryTheRequestFing
   const long long game = club.count(
       "SELECT min(id) FROM games g WHERE capacity > "
       "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) + 2 AND NOT EXISTS "
-      "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2))");
+      "(SELECT 1 FROM signups s WHERE s.game_id = g.id AND s.user_id IN (1, 2)) "
+      "AND starts_at > now() AT TIME ZONE 'UTC'");
   ASSERT_GT(game, 0);
   hardening::expect_keys_scoped_and_fingerprinted(
       *http_, [&] { return club.count("SELECT count(*) FROM payments"); }, game);
@@ -372,6 +374,210 @@ TEST_F(PanelPgTest, KeysWithControlBytesOrOver255BytesAreRefusedWith400) {
   hardening::expect_nul_key_refused(*store_);
   hardening::expect_bad_keys_refused(*http_,
                                      [&] { return club.count("SELECT count(*) FROM payments"); });
+}
+
+TEST_F(PanelPgTest, TextThatIsNotUtf8IsRefusedWith400NotA500From22021) {
+  Admin club(db_->url());
+  hardening::expect_invalid_utf8_refused(
+      *http_, [&] { return club.count("SELECT count(*) FROM payments"); });
+}
+
+TEST_F(PanelPgTest, ASignUpForAGameThatHasStartedIsRefusedWith409) {
+  Admin club(db_->url());
+  hardening::expect_past_game_refused(
+      *http_, club.count("SELECT max(id) FROM games WHERE starts_at <= now() AT TIME ZONE 'UTC'"),
+      [&] { return club.count("SELECT count(*) FROM signups"); });
+}
+
+TEST_F(PanelPgTest, ALegacyPasswordHashIsReplacedByArgon2idAtTheNextSignIn) {
+  Admin club(db_->url());
+  hardening::expect_legacy_hash_upgraded(
+      *http_,
+      [&](const std::string& email, const std::string& hash) {
+        club.exec("UPDATE users SET password_hash = $1 WHERE email = $2", {hash, email});
+      },
+      [&](const std::string& email) {
+        return std::string(
+            club.exec("SELECT password_hash FROM users WHERE email = $1", {email}).text(0, 0));
+      });
+}
+
+TEST_F(PanelPgTest, LogoutEndsTheSessionAndNeedsTheCsrfToken) {
+  Admin club(db_->url());
+  hardening::expect_logout_ends_the_session(
+      *http_, [&] { return club.count("SELECT count(*) FROM sessions"); });
+}
+
+// Every entry a Logger sends it, as console lines, for the tests that read the log.
+class CapturedLog final : public Sink {
+ public:
+  [[nodiscard]] bool accepts(Level) const noexcept override { return true; }
+  void write(const LogEntry& entry) override {
+    std::string line;
+    format_console_line(entry, line);
+    std::lock_guard<std::mutex> lock(mutex_);
+    lines_.push_back(std::move(line));
+  }
+  // The first line holding every one of `parts`, or "".
+  std::string find(std::initializer_list<std::string_view> parts) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& line : lines_) {
+      bool all = true;
+      for (std::string_view p : parts)
+        all = all && line.find(p) != std::string::npos;
+      if (all) return line;
+    }
+    return {};
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+// Neither SQL text nor the engine's message: what a refusal's answer must not carry.
+void expect_no_engine_text(const std::string& body) {
+  for (const char* leak : {"SELECT", "INSERT", "permission denied", "read-only transaction",
+                           "games", "payments", "42501", "25006", "postgres"}) {
+    EXPECT_EQ(body.find(leak), std::string::npos) << leak << " in: " << body.substr(0, 400);
+  }
+}
+
+// The panel connected as a role of its own (the test server's user is a superuser, whom no
+// REVOKE restricts), with the grants an application role has on the club's tables.
+class PanelPgRoleTest : public PanelPgTest {
+ protected:
+  void SetUp() override {
+    PanelPgTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    role_ = pgtest::unique("panel_app");
+    Admin server(pgtest::server_url());
+    server.exec("CREATE ROLE " + role_ + " LOGIN");
+    Admin club(db_->url());
+    club.exec("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role_);
+    club.exec("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + role_);
+    http_.reset();
+    server_.reset();
+    ClubStore::Options so;
+    so.pg_url = pgtest::url_as(db_->url(), role_);
+    so.strategy = Strategy::kHoldfast;
+    auto store = ClubStore::open(so);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    store_ = std::move(*store);
+    Logger::Options lo;
+    lo.console = false;
+    logger_ = std::make_unique<Logger>(lo);
+    logger_->add_sink(captured_);
+    start_panel(/*serve_stale=*/true);
+  }
+  void TearDown() override {
+    http_.reset();
+    server_.reset();
+    store_.reset();
+    db_.reset();  // its privileges go with the database
+    if (!role_.empty()) Admin(pgtest::server_url()).exec("DROP ROLE IF EXISTS " + role_);
+  }
+
+  std::string role_;
+  std::shared_ptr<CapturedLog> captured_ = std::make_shared<CapturedLog>();
+};
+
+TEST_F(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAReadIsAServerErrorNeverSignedOut) {
+  expect_fresh_schedule(schedule());
+  Admin club(db_->url());
+  const long long sessions = club.count("SELECT count(*) FROM sessions");
+  club.exec("REVOKE SELECT ON games FROM " + role_);
+
+  for (int i = 0; i < 3; ++i) {
+    auto page = schedule();
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 500) << page->body.substr(0, 300);
+    EXPECT_FALSE(page->has_header("Location")) << page->get_header_value("Location");
+    EXPECT_FALSE(page->has_header("Set-Cookie"));
+    EXPECT_NE(page->body.find("not permitted"), std::string::npos) << page->body;
+    EXPECT_NE(page->body.find("id=\"digest\""), std::string::npos) << page->body;
+    expect_no_engine_text(page->body);
+  }
+  auto api = http_->Get("/api/schedule?date=" + today(), cookie_);
+  ASSERT_TRUE(api);
+  EXPECT_EQ(api->status, 500) << api->body;
+  const json j = json::parse(api->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_EQ(j.value("refused", ""), "not_permitted");
+  EXPECT_NE(j.value("error", "").find("not permitted"), std::string::npos);
+  const std::string digest = j.value("digest", "");
+  ASSERT_FALSE(digest.empty());
+  expect_no_engine_text(api->body);
+  // The log line under that digest is an ERROR naming the SQLSTATE.
+  const std::string line = captured_->find({digest, "ERROR", "42501"});
+  EXPECT_FALSE(line.empty()) << "no ERROR line with digest " << digest << " and 42501";
+
+  // Nobody was signed out, and nobody signed in again: the table did not grow.
+  EXPECT_EQ(club.count("SELECT count(*) FROM sessions"), sessions);
+  club.exec("GRANT SELECT ON games TO " + role_);
+  expect_fresh_schedule(schedule());  // the same cookie: the session lived on
+}
+
+TEST_F(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAWriteSaysSoAndNothingIsApplied) {
+  Admin club(db_->url());
+  club.exec("REVOKE INSERT ON payments FROM " + role_);
+  const long long before = club.count("SELECT count(*) FROM payments");
+  auto paid = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "700"}});
+  ASSERT_TRUE(paid);
+  EXPECT_EQ(paid->status, 500) << paid->body;
+  const json j = json::parse(paid->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_EQ(j.value("refused", ""), "not_permitted");
+  EXPECT_EQ(j.value("error", ""), "the database refused the write: not permitted");
+  EXPECT_EQ(j.value("applied", ""), "no");
+  EXPECT_FALSE(j.value("digest", "").empty());
+  EXPECT_FALSE(captured_->find({j.value("digest", "(no digest)"), "ERROR", "42501"}).empty());
+  expect_no_engine_text(paid->body);
+  EXPECT_EQ(club.count("SELECT count(*) FROM payments"), before);
+}
+
+TEST_F(PanelPgRoleTest, AReadOnlyServerRefusesAPaymentWith503AndRetryAfter) {
+  Admin server(pgtest::server_url());
+  // Restores the server's setting however the test ends (every other test shares it).
+  struct ReadOnlyServer {
+    explicit ReadOnlyServer(Admin& a) : admin(a) {
+      admin.exec("ALTER SYSTEM SET default_transaction_read_only = on");
+      admin.exec("SELECT pg_reload_conf()");
+    }
+    ~ReadOnlyServer() {
+      admin.exec("SET default_transaction_read_only = off");  // this session may write
+      admin.exec("ALTER SYSTEM RESET default_transaction_read_only");
+      admin.exec("SELECT pg_reload_conf()");
+      Admin fresh(pgtest::server_url());
+      EXPECT_TRUE(pgtest::eventually([&] {
+        return fresh.exec("SHOW default_transaction_read_only").text(0, 0) == "off";
+      })) << "the test server stayed read-only";
+    }
+    Admin& admin;
+  };
+  Admin club(db_->url());
+  const long long before = club.count("SELECT count(*) FROM payments");
+  Admin watcher(db_->url());  // a session opened before: it sees the reload when the panel's do
+  {
+    const ReadOnlyServer read_only(server);
+    ASSERT_TRUE(pgtest::eventually(
+        [&] { return watcher.exec("SHOW default_transaction_read_only").text(0, 0) == "on"; }));
+    httplib::Headers h = cookie_;
+    h.emplace("Idempotency-Key", "read-only-1");
+    auto paid = http_->Post("/payments", h, httplib::Params{{"amount_cents", "900"}});
+    ASSERT_TRUE(paid);
+    EXPECT_EQ(paid->status, 503) << paid->body;
+    EXPECT_EQ(paid->get_header_value("Retry-After"), std::to_string(kReadOnlyRetryAfterSeconds));
+    const json j = json::parse(paid->body, nullptr, /*allow_exceptions=*/false);
+    EXPECT_EQ(j.value("refused", ""), "read_only");
+    EXPECT_EQ(j.value("error", ""), "the database refused the write: it is read-only");
+    EXPECT_EQ(j.value("applied", ""), "no");
+    EXPECT_EQ(j.value("retry_after_s", 0), kReadOnlyRetryAfterSeconds);
+    EXPECT_FALSE(j.value("digest", "").empty());
+    EXPECT_FALSE(captured_->find({j.value("digest", "(no digest)"), "ERROR", "25006"}).empty());
+    expect_no_engine_text(paid->body);
+    // Reads still work: the schedule is served, nobody is signed out.
+    expect_fresh_schedule(schedule());
+  }
+  EXPECT_EQ(club.count("SELECT count(*) FROM payments"), before);
 }
 
 }  // namespace

@@ -2,10 +2,16 @@
 // error naming the file, the JSON Pointer of the field and what is wrong.
 #include "holdfast/policy_file.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <string>
 
 namespace holdfast {
@@ -218,8 +224,74 @@ TEST(PolicyFile, AnEndlessFileIsRefusedNotRead) {
   Result<Shield::Options> r = load_policy("/dev/zero");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(std::string(r.status().message()).find("larger than 1 MiB"), std::string::npos)
+  EXPECT_NE(std::string(r.status().message()).find("not a regular file"), std::string::npos)
       << r.status().message();
+  // A regular file too large for a policy (sparse: it costs no disk).
+  const std::filesystem::path big = std::filesystem::temp_directory_path() /
+                                    ("holdfast-policy-big-" + std::to_string(::getpid()));
+  { std::ofstream(big).put('{'); }
+  std::filesystem::resize_file(big, 4u << 20);
+  Result<Shield::Options> huge = load_policy(big.string());
+  std::filesystem::remove(big);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(std::string(huge.status().message()).find("larger than 1 MiB"), std::string::npos)
+      << huge.status().message();
+}
+
+// A number the JSON parser cannot hold used to escape parse_policy() as an exception.
+TEST(PolicyFile, ANumberBeyondADoubleIsAnErrorNamingItsFieldNotAnException) {
+  std::string e;
+  EXPECT_NO_THROW(e = error_of(R"({"breaker": {"failure_ratio": 1e400}})"));
+  EXPECT_EQ(e.rfind("p.json: /breaker/failure_ratio: ", 0), 0u) << e;
+  EXPECT_NE(e.find("1e400"), std::string::npos) << e;
+  EXPECT_NO_THROW(e = error_of(R"({"reads": {"backoff": {"steps": ["1s", -1e999]}}})"));
+  EXPECT_EQ(e.rfind("p.json: /reads/backoff/steps/1: ", 0), 0u) << e;
+  EXPECT_NO_THROW(e = error_of(R"({"a/b~": {"x": [[1], {"y": 1e400}]}})"));
+  EXPECT_EQ(e.rfind("p.json: /a~1b~0/x/1/y: ", 0), 0u) << e;
+  EXPECT_NO_THROW(e = error_of("1e400"));
+  EXPECT_EQ(e.rfind("p.json: the document: ", 0), 0u) << e;
+
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("holdfast-policy-1e400-" + std::to_string(::getpid()));
+  { std::ofstream(file) << R"({"throttle": {"token_ratio": 1e400}})"; }
+  Result<Shield::Options> r = Status(Code::kUnknown, "not run");
+  EXPECT_NO_THROW(r = load_policy(file.string()));
+  std::filesystem::remove(file);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("/throttle/token_ratio: "), std::string::npos)
+      << r.status().message();
+}
+
+// HOLDFAST_POLICY naming a FIFO used to block its reader until a writer came.
+TEST(PolicyFile, AFifoOrADeviceIsRefusedWithoutWaiting) {
+  const std::filesystem::path fifo = std::filesystem::temp_directory_path() /
+                                     ("holdfast-policy-fifo-" + std::to_string(::getpid()));
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::future<Result<Shield::Options>> loading =
+      std::async(std::launch::async, [&] { return load_policy(fifo.string()); });
+  if (loading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Blocked in open(): a writer that comes and goes lets it return, so the test can end.
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "load_policy() waited for a writer on a FIFO";
+  }
+  Result<Shield::Options> r = loading.get();
+  std::filesystem::remove(fifo);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("not a regular file"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(std::string(r.status().message()).find("a FIFO"), std::string::npos)
+      << r.status().message();
+
+  for (const char* device : {"/dev/null", "/tmp"}) {
+    Result<Shield::Options> d = load_policy(device);
+    ASSERT_FALSE(d.ok()) << device;
+    EXPECT_NE(std::string(d.status().message()).find("not a regular file"), std::string::npos)
+        << d.status().message();
+  }
 }
 
 TEST(PolicyFile, AMissingFileIsNotFoundAndNamesThePath) {
