@@ -139,22 +139,32 @@ void fill_keywords(const ConnectOptions& options, Keywords& k) {
   k.values.push_back(nullptr);
 }
 
-// Drives PQconnectPoll until the connection is up, has failed, or `until` passed.
-PostgresPollingStatusType poll_connect(PGconn* conn, const Clock& clock, TimePoint until) {
+// Drives PQconnectPoll until the connection is up, has failed, or `until` passed. With a
+// `watch`, the connect is work waiting on the server (its liveness hears of it and of what
+// comes back), and it gives up when the server is found silent meanwhile.
+PostgresPollingStatusType poll_connect(PGconn* conn, const Clock& clock, TimePoint until,
+                                       const detail::ServerWatch* watch = nullptr) {
   PostgresPollingStatusType st =
       PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+  Liveness* live = watch != nullptr ? watch->liveness.load(std::memory_order_acquire) : nullptr;
+  const int wake = watch != nullptr ? watch->wake_fd : -1;
+  if (live != nullptr) live->waiting(clock.now());
   while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
     const int fd = PQsocket(conn);
     const Duration left = until - clock.now();
     if (left <= Duration::zero() || fd < 0) break;
-    pollfd p{fd, static_cast<short>(st == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+    const bool reading = st == PGRES_POLLING_READING;
+    pollfd p[2] = {{fd, static_cast<short>(reading ? POLLIN : POLLOUT), 0}, {wake, POLLIN, 0}};
     const int ms = static_cast<int>(
         std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
-    const int r = ::poll(&p, 1, std::min(ms, 60'000));
+    const int r = ::poll(p, wake >= 0 ? 2 : 1, std::min(ms, 60'000));
     if (r < 0 && errno != EINTR) break;
-    if (r == 0) continue;
+    if (r <= 0) continue;
+    if (p[0].revents == 0) break;  // only the watch's descriptor: the server went silent
+    if (reading && live != nullptr) live->answered(clock.now());
     st = PQconnectPoll(conn);
   }
+  if (live != nullptr) live->done();
   return st;
 }
 
@@ -432,7 +442,11 @@ Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& opti
   PQsetNoticeReceiver(conn, &Impl::on_notice, impl.get());
   // Startup errors then carry their SQLSTATE in the message ("FATAL:  53300: ...").
   PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
-  const PostgresPollingStatusType st = poll_connect(conn, *impl->clock, until);
+  // A connect that starts while the server is silent is a probe of it (a health probe's):
+  // it waits for its deadline. One that starts before gives up when the silence is found.
+  const detail::ServerWatch* watch =
+      options.watch != nullptr && !options.watch->silent() ? options.watch.get() : nullptr;
+  const PostgresPollingStatusType st = poll_connect(conn, *impl->clock, until, watch);
   if (st != PGRES_POLLING_OK || PQstatus(conn) != CONNECTION_OK) {
     if (timed_out != nullptr) {
       *timed_out = st != PGRES_POLLING_FAILED && PQstatus(conn) != CONNECTION_BAD;

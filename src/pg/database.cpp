@@ -34,7 +34,7 @@ using detail::Steps;
 // server's statement_timeout (set to the window) normally answers first. A server that
 // holds the statement without running it (PgBouncer queueing it for a server connection)
 // answers neither: the cancel's grace (exchange.cpp) then bounds the overrun.
-constexpr Duration kClientGrace = std::chrono::milliseconds(100);
+constexpr Duration kClientGrace = std::chrono::milliseconds(50);
 // The health probe's own deadline: a probe must not hang.
 constexpr Duration kProbeTimeout = std::chrono::seconds(1);
 

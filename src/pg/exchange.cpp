@@ -21,7 +21,7 @@ namespace {
 // the connection: a server that runs the statement acts within milliseconds; one that
 // does not (PgBouncer ignores a cancel for a client still queued for a server) never will,
 // and the caller's window has already run out.
-constexpr Duration kCancelGrace = std::chrono::milliseconds(250);
+constexpr Duration kCancelGrace = std::chrono::milliseconds(200);
 
 // Keeps the first error in `bad`, unless a later one carries a SQLSTATE and it did not
 // (the FATAL of a terminated backend, then "server closed the connection"). Takes `r`.
@@ -122,9 +122,14 @@ PGresult* Connection::Impl::next_result(Wait& w) noexcept {
       return nullptr;
     }
     // Past the deadline: ask the server to cancel (off this thread: a server that accepts
-    // the cancel's connection may never answer it), and give it a moment to act.
+    // the cancel's connection may never answer it), and give it a moment to act, unless it
+    // is known to be silent: then it will not act on it either.
     cancel();
     w.cancelled = true;
+    if (watch != nullptr && watch->silent()) {
+      w.stuck = true;
+      return nullptr;
+    }
     w.until = clock->now() + kCancelGrace;
   }
 }

@@ -229,7 +229,7 @@ TEST_F(PgBouncerTransactionMode, AReadQueuedInThePoolerIsAnsweredSoonAfterItsWin
   const double took = pgtest::seconds_since(start);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded) << r.status().to_string();
-  // The window, the client's grace before it cancels and the cancel's: 1.15 s. It was
+  // The window, the client's grace before it cancels and the cancel's: 1.05 s. It was
   // 2.3 s, 1.5 s past the window (a page answered 7.9 s into a 6 s window in the drill).
   EXPECT_LT(took, 1.4) << r.status().to_string();
   // Once a server connection is free, the database serves again.

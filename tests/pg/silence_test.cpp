@@ -88,7 +88,7 @@ TEST(Silence, AFrozenServerIsFoundSilentAndEveryCallIsAnsweredWellInsideItsWindo
   // The write in flight waits for its deadline (its outcome could still have become known)
   // and no longer: the window, the client's grace and the cancel's.
   EXPECT_FALSE(answers[4].status.ok());
-  EXPECT_LT(answers[4].seconds, 6.0 + 0.1 + 0.25 + 0.3) << answers[4].status.to_string();
+  EXPECT_LT(answers[4].seconds, 6.0 + 0.05 + 0.2 + 0.3) << answers[4].status.to_string();
   // The request that came once the silence was known was answered at once, with when to
   // come back, and never reached the server.
   EXPECT_EQ(answers[5].status.stop_reason(), StopReason::kBreakerOpen)
