@@ -39,6 +39,8 @@ constexpr Known kKnown[] = {
     {"p50_ms", "p50 ms", Unit::kMs, Show::kAll},
     {"p99_ms", "p99 ms", Unit::kMs, Show::kAll},
     {"max_ms", "max ms", Unit::kMs, Show::kAll},
+    {"unanswered", "unanswered", Unit::kCount, Show::kAll},
+    {"fast_answers_pct", "fast answers", Unit::kPct, Show::kAll},
     {"attempts_per_request", "attempts/request", Unit::kRatio, Show::kAll},
     {"attempts_per_page", "attempts/page", Unit::kRatio, Show::kPostgres},
     {"attempts_per_call", "attempts/call", Unit::kRatio, Show::kPostgres},
@@ -50,6 +52,7 @@ constexpr Known kKnown[] = {
     {"stale_reads_after_write", "reads missing own payment", Unit::kCount, Show::kPostgres},
     {"log_rows_during_storm", "log rows during storm", Unit::kCount, Show::kAll},
     {"gap_line", "gap line", Unit::kYesNo, Show::kAll},
+    {"attempts_during_storm", "attempts during the fault", Unit::kCount, Show::kPostgres},
     {"processes", "", Unit::kCount, Show::kNever},
     {"served", "", Unit::kCount, Show::kNever},
     {"standby_attempts_per_request", "", Unit::kRatio, Show::kNever},
@@ -58,7 +61,9 @@ constexpr Known kKnown[] = {
     {"any_open_breaker_max_ms", "", Unit::kMs, Show::kNever},
 };
 
-bool is_postgres(const json& report) { return report.value("engine", "sqlite") == "postgres"; }
+bool is_postgres(const json& report) {
+  return report.value("engine", "sqlite") == "postgres";
+}
 
 // A field the renderer does not know: its unit from its name's ending.
 Unit unit_of_unknown(std::string_view key, const json& value) {
@@ -91,7 +96,9 @@ std::string cell(const json& value, Unit unit) {
   }
 }
 
-bool left_aligned(Unit unit) { return unit == Unit::kText || unit == Unit::kYesNo; }
+bool left_aligned(Unit unit) {
+  return unit == Unit::kText || unit == Unit::kYesNo;
+}
 
 // The columns of every table of the report: the known fields any entry has (those its
 // engine shows), then every other scalar field, in the order they first appear.
@@ -107,7 +114,8 @@ std::vector<Column> columns_of(const json& report) {
   std::vector<Column> columns;
   for (const Known& k : kKnown) {
     const bool shown = k.show == Show::kAll || (k.show == Show::kPostgres && pg);
-    if (shown && present(k.key)) columns.push_back({std::string(k.key), std::string(k.header), k.unit});
+    if (shown && present(k.key))
+      columns.push_back({std::string(k.key), std::string(k.header), k.unit});
   }
   auto known = [](std::string_view key) {
     return std::any_of(std::begin(kKnown), std::end(kKnown),
@@ -181,7 +189,8 @@ std::string drill_summary_markdown(const json& report) {
   }
   std::vector<std::string> header = {"strategy"}, rule = {"---"};
   for (const json& storm : storms) {
-    header.push_back(fmt::format("{} {:g} s", storm.value("kind", "?"), storm.value("seconds", 0.0)));
+    header.push_back(
+        fmt::format("{} {:g} s", storm.value("kind", "?"), storm.value("seconds", 0.0)));
     rule.push_back("---:");
   }
   std::string md = table_row(header) + fmt::format("|{}|\n", fmt::join(rule, "|"));

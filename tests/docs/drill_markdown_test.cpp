@@ -13,7 +13,7 @@ using holdfast::cli::replace_generated_blocks;
 using nlohmann::json;
 
 // Two strategies of one SQLite storm, with the fields the drill writes today (some of them)
-// and one it does not know yet (`unanswered`), plus a PostgreSQL-only field.
+// and one the renderer does not know (`queue_depth`), plus a PostgreSQL-only field.
 json small_sqlite_report() {
   return json::parse(R"({
     "engine": "sqlite", "payments_sent": 12, "payments_applied_twice": 0,
@@ -21,11 +21,13 @@ json small_sqlite_report() {
       {"name": "none", "requests": 40, "error_pages": 3, "status_503": 0, "stale": 0,
        "served_during_storm_pct": 62.4, "back_after_s": 0.04, "p50_ms": 1.2, "p99_ms": 5012.7,
        "max_ms": 5100, "attempts_per_request": 6.4, "attempts_per_call": 1.0,
-       "log_rows_during_storm": 2, "gap_line": false, "processes": 1, "unanswered": 4},
+       "log_rows_during_storm": 2, "gap_line": false, "processes": 1, "unanswered": 4,
+       "queue_depth": 7},
       {"name": "holdfast", "requests": 48, "error_pages": 0, "status_503": 1, "stale": 2,
        "served_during_storm_pct": 100, "back_after_s": 0, "p50_ms": 1, "p99_ms": 4876,
        "max_ms": 5286, "attempts_per_request": 6.31, "attempts_per_call": 1.0,
-       "log_rows_during_storm": 0, "gap_line": true, "processes": 1, "unanswered": 0}
+       "log_rows_during_storm": 0, "gap_line": true, "processes": 1, "unanswered": 0,
+       "queue_depth": 0}
     ]}]})");
 }
 
@@ -34,11 +36,11 @@ TEST(DrillMarkdown, AStormBecomesATableWithEveryFieldANewOneIncluded) {
             "### write lock storm, 5 s\n"
             "\n"
             "| strategy | requests | error pages | 503 | stale | served during storm | back after "
-            "| p50 ms | p99 ms | max ms | attempts/request | log rows during storm | gap line "
-            "| unanswered |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n"
-            "| none | 40 | 3 | 0 | 0 | 62 % | 0.0 s | 1 | 5013 | 5100 | 6.40 | 2 | no | 4 |\n"
-            "| holdfast | 48 | 0 | 1 | 2 | 100 % | 0.0 s | 1 | 4876 | 5286 | 6.31 | 0 | yes "
+            "| p50 ms | p99 ms | max ms | unanswered | attempts/request | log rows during storm "
+            "| gap line | queue_depth |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n"
+            "| none | 40 | 3 | 0 | 0 | 62 % | 0.0 s | 1 | 5013 | 5100 | 4 | 6.40 | 2 | no | 7 |\n"
+            "| holdfast | 48 | 0 | 1 | 2 | 100 % | 0.0 s | 1 | 4876 | 5286 | 0 | 6.31 | 0 | yes "
             "| 0 |\n"
             "\n"
             "Payments sent: 12; applied twice: 0.\n");
@@ -54,7 +56,7 @@ TEST(DrillMarkdown, PostgresShowsItsOwnColumnsAndCallsStormsFaults) {
   EXPECT_NE(md.find("| attempts/request | attempts/call | log rows during storm |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 6.40 | 1.00 | 2 | no | 4 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 6.40 | 1.00 | 2 | no | 7 |"), std::string::npos) << md;
 }
 
 TEST(DrillMarkdown, NewFieldsAreFormattedByTheirNamesEnding) {
@@ -63,11 +65,12 @@ TEST(DrillMarkdown, NewFieldsAreFormattedByTheirNamesEnding) {
   report["storms"][0]["strategies"][0]["slowest_wait_ms"] = 812.4;
   const std::string md = drill_tables_markdown(report);
   // After the known fields, the others in the JSON object's (alphabetical) order.
-  EXPECT_NE(md.find("| gap line | fast_answers_pct | slowest_wait_ms | unanswered |"),
-            std::string::npos)
-      << md;
-  EXPECT_NE(md.find("| no | 97 % | 812 | 4 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| yes | - | - | 0 |"), std::string::npos) << md;  // holdfast lacks two
+  EXPECT_NE(md.find("| max ms | unanswered | fast answers |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| gap line | queue_depth | slowest_wait_ms |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 5100 | 4 | 97 % |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| no | 7 | 812 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 5286 | 0 | - |"), std::string::npos) << md;  // holdfast lacks two
+  EXPECT_NE(md.find("| yes | 0 | - |"), std::string::npos) << md;
 }
 
 TEST(DrillMarkdown, TheSummaryIsErrorPagesAndP99PerStrategyAndStorm) {
