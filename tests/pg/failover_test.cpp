@@ -3,15 +3,9 @@
 // host that takes writes. Real servers; the silent host is a socket that accepts and says
 // nothing, as a frozen postmaster's kernel does.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <fcntl.h>
 
 #include <chrono>
 #include <string>
-#include <vector>
 
 #include "holdfast/postgres.hpp"
 #include "pg_test_support.hpp"
@@ -22,46 +16,6 @@ namespace {
 using pgtest::Admin;
 using pgtest::PrivateServer;
 using std::chrono::seconds;
-
-// A loopback port whose connections are accepted by the kernel and never answered.
-class SilentHost {
- public:
-  SilentHost() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (fd_ >= 0) ::fcntl(fd_, F_SETFL, O_NONBLOCK);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
-        ::listen(fd_, 64) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      return;
-    }
-    port_ = ntohs(a.sin_port);
-  }
-  ~SilentHost() {
-    for (const int c : accepted_)
-      ::close(c);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  // Connections made to it so far (the kernel completed them; nobody answers them).
-  int tried() {
-    for (;;) {
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK);
-      if (c < 0) break;
-      accepted_.push_back(c);  // kept open: still silent
-    }
-    return static_cast<int>(accepted_.size());
-  }
-  SilentHost(const SilentHost&) = delete;
-  SilentHost& operator=(const SilentHost&) = delete;
-  [[nodiscard]] int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-  std::vector<int> accepted_;
-};
 
 // "postgresql://user@127.0.0.1:P/db" -> its "127.0.0.1:P".
 std::string host_port(const std::string& url) {
@@ -78,7 +32,7 @@ std::string two_hosts(const std::string& first, const std::string& url) {
 
 TEST(PgHosts, AHostThatAcceptsAndSaysNothingIsSkippedAndThenAvoided) {
   HOLDFAST_REQUIRE_PG_SERVER();
-  SilentHost silent;
+  pgtest::SilentListener silent;
   ASSERT_NE(silent.port(), 0);
   pg::ConnectOptions o;
   o.conninfo = two_hosts("127.0.0.1:" + std::to_string(silent.port()), pgtest::server_url());

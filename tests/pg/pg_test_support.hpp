@@ -4,6 +4,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -218,6 +220,46 @@ class PrivateServer {
   std::string state_dir_;
   std::string url_;
   std::string standby_url_;
+};
+
+// A loopback port that completes TCP handshakes (the kernel's backlog) and never says a
+// word: a connect to it hangs like one to a frozen server.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+        ::listen(fd_, 64) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() {
+    for (const int c : accepted_)
+      ::close(c);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  [[nodiscard]] int port() const { return port_; }
+  // Connections made to it so far (the kernel completed them; they stay open and unanswered).
+  int tried() {
+    for (;;) {
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK);
+      if (c < 0) break;
+      accepted_.push_back(c);
+    }
+    return static_cast<int>(accepted_.size());
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::vector<int> accepted_;
 };
 
 // Freezes a server as a paused VM would (FAULTS.md, "A frozen server"): SIGSTOP to its

@@ -176,38 +176,10 @@ TEST(PgPool, ConnectsToADeadServerBackOffInsteadOfStorming) {
   EXPECT_EQ(s.open, 0);
 }
 
-// A loopback port that completes TCP handshakes (the kernel's backlog) and never says a
-// word: a connect to it hangs like one to a frozen server.
-class SilentListener {
- public:
-  SilentListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
-        ::listen(fd_, 16) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      return;
-    }
-    port_ = ntohs(a.sin_port);
-  }
-  ~SilentListener() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  SilentListener(const SilentListener&) = delete;
-  SilentListener& operator=(const SilentListener&) = delete;
-  [[nodiscard]] int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 // Connects to a hung server are failing, and one request is trying the next one for up
 // to 3 s. Another request is answered after the short wait for that connect's result.
 void expect_others_answered_while_a_connect_is_tried(int pool_size) {
-  SilentListener silent;
+  pgtest::SilentListener silent;
   ASSERT_NE(silent.port(), 0);
   PoolOptions o;
   o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";
@@ -251,7 +223,7 @@ TEST(PgPool, WhileAConnectHoldsTheLastFreeSlotOthersAreAnsweredAtOnce) {
 // hangs it does not wait for it: it is answered after the short wait, like the others,
 // while the connect goes on without it.
 TEST(PgPool, TheRequestThatStartsAConnectToAHungServerIsAnsweredAtOnce) {
-  SilentListener silent;
+  pgtest::SilentListener silent;
   ASSERT_NE(silent.port(), 0);
   PoolOptions o;
   o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";
@@ -351,7 +323,7 @@ TEST(PgPool, AfterTheServerAnsweredElsewhereTheNextConnectNeedNotWaitForTheBacko
 // once the server is back, a page does not get "another request is trying to connect"
 // just because the connect ahead of it is slow.
 TEST(PgPool, AnOldConnectFailureLetsRequestsConnectSideBySide) {
-  SilentListener silent;
+  pgtest::SilentListener silent;
   ASSERT_NE(silent.port(), 0);
   PoolOptions o;
   o.connect.conninfo = "postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/x";

@@ -35,6 +35,13 @@ struct Server {
   }
 };
 
+// Work waits on a server that the check finds silent: suspected after 500 ms, then checked.
+void find_silent(Liveness& live, ManualClock& clock) {
+  live.waiting(clock.now());
+  clock.advance(milliseconds(500));
+  ASSERT_TRUE(live.tick(clock.now()));
+}
+
 TEST(Liveness, RejectsAMissingCheckAndOptionsOutOfRange) {
   ManualClock clock;
   Shield shield("db", clock);
@@ -140,9 +147,7 @@ TEST(Liveness, RequestsAfterTheSilenceAreAnsweredAtOnceWithRetryAfter) {
   Server server;
   server.answer = Check::kSilent;
   Liveness live(shield, server.check(), server.on_change(), manual());
-  live.waiting(clock.now());
-  clock.advance(milliseconds(500));
-  ASSERT_TRUE(live.tick(clock.now()));
+  find_silent(live, clock);
   RequestScope scope(seconds(6), clock);
   const TimePoint start = clock.now();
   int attempts = 0;
@@ -166,9 +171,7 @@ TEST(Liveness, ASilenceAfterLockContentionStillAnswersAtOnce) {
   Server server;
   server.answer = Check::kSilent;
   Liveness live(shield, server.check(), server.on_change(), manual());
-  live.waiting(clock.now());
-  clock.advance(milliseconds(500));
-  ASSERT_TRUE(live.tick(clock.now()));
+  find_silent(live, clock);
   RequestScope scope(seconds(6), clock);
   const TimePoint start = clock.now();
   const Status s = shield.run(Operation::read("page"), [] { return Status(); });
@@ -183,9 +186,7 @@ TEST(Liveness, WhileSilentItRechecksAndTheFirstAnswerClosesTheBreaker) {
   Server server;
   server.answer = Check::kSilent;
   Liveness live(shield, server.check(), server.on_change(), manual());
-  live.waiting(clock.now());
-  clock.advance(milliseconds(500));
-  ASSERT_TRUE(live.tick(clock.now()));
+  find_silent(live, clock);
   live.done();  // the exchange gave up when told of the silence
   clock.advance(milliseconds(99));
   EXPECT_FALSE(live.tick(clock.now()));  // rechecks every 100 ms
@@ -208,9 +209,7 @@ TEST(Liveness, AnAnswerHeardOnAnExchangeEndsTheSilenceWithoutACheck) {
   Server server;
   server.answer = Check::kSilent;
   Liveness live(shield, server.check(), server.on_change(), manual());
-  live.waiting(clock.now());
-  clock.advance(milliseconds(500));
-  ASSERT_TRUE(live.tick(clock.now()));
+  find_silent(live, clock);
   clock.advance(milliseconds(10));
   live.answered(clock.now());  // a late answer: the server is back
   EXPECT_FALSE(live.tick(clock.now()));
