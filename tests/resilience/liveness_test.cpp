@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -41,6 +42,22 @@ void find_silent(Liveness& live, ManualClock& clock) {
   clock.advance(milliseconds(500));
   ASSERT_TRUE(live.tick(clock.now()));
 }
+
+// A Shield on a ManualClock, and a watch of a server that answers no check.
+class SilentServer : public ::testing::Test {
+ protected:
+  // Makes the watch and lets it find the server silent.
+  Liveness& watch() {
+    server.answer = Check::kSilent;
+    live = std::make_unique<Liveness>(shield, server.check(), server.on_change(), manual());
+    find_silent(*live, clock);
+    return *live;
+  }
+  ManualClock clock;
+  Shield shield{"db", clock};
+  Server server;
+  std::unique_ptr<Liveness> live;
+};
 
 TEST(Liveness, RejectsAMissingCheckAndOptionsOutOfRange) {
   ManualClock clock;
@@ -141,13 +158,8 @@ TEST(Liveness, ACheckWithNoAnswerTripsTheBreakerAndTellsTheDriver) {
   EXPECT_EQ(server.changes, std::vector<bool>{true});
 }
 
-TEST(Liveness, RequestsAfterTheSilenceAreAnsweredAtOnceWithRetryAfter) {
-  ManualClock clock;
-  Shield shield("db", clock);
-  Server server;
-  server.answer = Check::kSilent;
-  Liveness live(shield, server.check(), server.on_change(), manual());
-  find_silent(live, clock);
+TEST_F(SilentServer, RequestsAfterTheSilenceAreAnsweredAtOnceWithRetryAfter) {
+  watch();
   RequestScope scope(seconds(6), clock);
   const TimePoint start = clock.now();
   int attempts = 0;
@@ -158,20 +170,15 @@ TEST(Liveness, RequestsAfterTheSilenceAreAnsweredAtOnceWithRetryAfter) {
   EXPECT_EQ(clock.now(), start);  // no wait at all
 }
 
-TEST(Liveness, ASilenceAfterLockContentionStillAnswersAtOnce) {
+TEST_F(SilentServer, ASilenceAfterLockContentionStillAnswersAtOnce) {
   // The breaker opened on lock contention (requests would wait for its probe); then the
   // server went silent: waiting for a probe no longer pays.
-  ManualClock clock;
-  Shield shield("db", clock);
   for (int i = 0; i < 5; ++i) {
     RequestScope scope(milliseconds(1), clock);
     (void)shield.run(Operation::write("w"), [] { return sqlite_status(5, "database is locked"); });
   }
   ASSERT_EQ(shield.breaker().state(), BreakerState::kOpen);
-  Server server;
-  server.answer = Check::kSilent;
-  Liveness live(shield, server.check(), server.on_change(), manual());
-  find_silent(live, clock);
+  watch();
   RequestScope scope(seconds(6), clock);
   const TimePoint start = clock.now();
   const Status s = shield.run(Operation::read("page"), [] { return Status(); });
@@ -180,13 +187,8 @@ TEST(Liveness, ASilenceAfterLockContentionStillAnswersAtOnce) {
   EXPECT_EQ(shield.metrics().snapshot().breaker_waits, 0u);
 }
 
-TEST(Liveness, WhileSilentItRechecksAndTheFirstAnswerClosesTheBreaker) {
-  ManualClock clock;
-  Shield shield("db", clock);
-  Server server;
-  server.answer = Check::kSilent;
-  Liveness live(shield, server.check(), server.on_change(), manual());
-  find_silent(live, clock);
+TEST_F(SilentServer, WhileSilentItRechecksAndTheFirstAnswerClosesTheBreaker) {
+  Liveness& live = watch();
   live.done();  // the exchange gave up when told of the silence
   clock.advance(milliseconds(99));
   EXPECT_FALSE(live.tick(clock.now()));  // rechecks every 100 ms
@@ -203,13 +205,8 @@ TEST(Liveness, WhileSilentItRechecksAndTheFirstAnswerClosesTheBreaker) {
   EXPECT_EQ(server.checks, 3);
 }
 
-TEST(Liveness, AnAnswerHeardOnAnExchangeEndsTheSilenceWithoutACheck) {
-  ManualClock clock;
-  Shield shield("db", clock);
-  Server server;
-  server.answer = Check::kSilent;
-  Liveness live(shield, server.check(), server.on_change(), manual());
-  find_silent(live, clock);
+TEST_F(SilentServer, AnAnswerHeardOnAnExchangeEndsTheSilenceWithoutACheck) {
+  Liveness& live = watch();
   clock.advance(milliseconds(10));
   live.answered(clock.now());  // a late answer: the server is back
   EXPECT_FALSE(live.tick(clock.now()));
