@@ -33,7 +33,7 @@
 #                                the newest /usr/lib/postgresql/*/bin)
 #
 # Settings worth knowing: fsync is off (a throwaway cluster); synchronous_standby_names
-# names a standby that never exists while synchronous_commit defaults to `local`, so no
+# (in postgresql.conf, so ALTER SYSTEM can change it) names a standby that never exists while synchronous_commit defaults to `local`, so no
 # COMMIT ever waits for it -- except in a session that sets synchronous_commit=on, which
 # is how the commit-in-doubt test makes a COMMIT hang after it committed locally
 # (docs/adr/0004-postgres-read-path-and-commit-in-doubt.md). The real standby reports as
@@ -73,8 +73,17 @@ common_options() {
 }
 
 server_options() {
-  echo "-p $port $(common_options) -c synchronous_commit=local" \
-    "-c synchronous_standby_names=holdfast_absent_standby"
+  echo "-p $port $(common_options)"
+}
+
+# synchronous_commit and synchronous_standby_names go to postgresql.conf rather than the
+# command line (which would outrank ALTER SYSTEM), so a test or the drill can turn on
+# synchronous replication with ALTER SYSTEM + pg_reload_conf() (the drill's failover
+# fault does). The standby copies the file with its base backup.
+write_settings() {
+  printf '%s\n' "synchronous_commit = 'local'" \
+    "synchronous_standby_names = 'holdfast_absent_standby'" |
+    as_server_user tee -a "$data_dir/postgresql.conf" >/dev/null
 }
 
 standby_options() {
@@ -179,6 +188,7 @@ cmd_start() {
     cat "$root/initdb.log" >&2
     die "initdb failed"
   fi
+  write_settings
 
   local tries=0
   while :; do
