@@ -116,6 +116,12 @@ struct StrategyResult {
   // Fresh pages, loaded right after the worker's own payment was confirmed, that did not
   // count that payment (the PostgreSQL drill; 0 on SQLite, which has no replicas).
   std::int64_t stale_reads_after_write = 0;
+  // A failover (StormResult::promoted_s set): seconds from the promotion to the first
+  // payment answered 200/201 after it (-1: none), and the payments answered 200/201
+  // during the whole drill whose key is not on the new primary afterwards (-1: not
+  // counted, or not countable).
+  double first_payment_after_promotion_s = -1;
+  std::int64_t confirmed_payments_lost = -1;
 };
 
 struct StormResult {
@@ -128,6 +134,9 @@ struct StormResult {
   // the proxy, PgBouncer). Empty and -1 for the other faults and storms.
   std::string evidence{};
   double answered_again_ms = -1;
+  // The PostgreSQL drill's failover: when the standby was promoted (seconds since the
+  // drill began, as start_s); -1 for the other faults.
+  double promoted_s = -1;
   std::vector<StrategyResult> strategies;
 };
 

@@ -129,6 +129,7 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   std::string pending_key;
   OwnWrites own;
   std::vector<Record> mine;
+  std::vector<std::string> confirmed;
   // The same pacing for worker w of every strategy: identical load.
   Random pace(options.seed * 7919 + static_cast<std::uint64_t>(w));
   while (!run.stop) {
@@ -148,6 +149,7 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
           {"Cookie", jar.header()}, {"X-CSRF-Token", csrf}, {"Idempotency-Key", pending_key}};
       r = http.Post("/payments", h, httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
       if (r && (r->status == 200 || r->status == 201)) {
+        confirmed.push_back(pending_key);
         pending_key.clear();
         own.paid();
       }
@@ -166,6 +168,7 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   }
   std::lock_guard<std::mutex> lock(inst.mutex);
   inst.records.insert(inst.records.end(), mine.begin(), mine.end());
+  inst.confirmed_keys.insert(inst.confirmed_keys.end(), confirmed.begin(), confirmed.end());
 }
 
 // A cron-like batch writer: a short write transaction every 2 s, connecting each time.

@@ -12,7 +12,8 @@ namespace holdfast::panel {
 const std::vector<std::string>& all_pg_faults() {
   static const std::vector<std::string> kAll = {
       "write-lock",   "read-lock",   "terminate", "restart",   "stop",         "exhaust",     "cpu",
-      "standby-stop", "standby-lag", "hang",      "blackhole", "standby-hang", "pooler-pause"};
+      "standby-stop", "standby-lag", "hang",      "blackhole", "standby-hang", "pooler-pause",
+      "failover"};
   return kAll;
 }
 
@@ -28,7 +29,15 @@ Result<std::vector<StormSpec>> fault_specs(const PgDrillOptions& options) {
       std::string known;
       for (const std::string& k : all_pg_faults())
         known += (known.empty() ? "" : ", ") + k;
+      known += ", failover-async";
       return Status(Code::kInvalidArgument, fmt::format("unknown fault '{}' ({})", f, known));
+    }
+    if (f.starts_with("failover") && &f != &options.faults.back()) {
+      // Without a standby to rebuild, the cluster has none after a failover.
+      return Status(Code::kInvalidArgument,
+                    fmt::format("the {} fault must be the last one (the drill does not yet "
+                                "rebuild the old primary as a standby)",
+                                f));
     }
     if (f == "pooler-pause" && std::find(options.strategies.begin(), options.strategies.end(),
                                          "holdfast+pgbouncer") == options.strategies.end()) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -48,6 +49,15 @@ std::string with_port(const std::string& url, int port) {
   const std::size_t to = url.find('/', from);
   return url.substr(0, from) + std::to_string(port) +
          (to == std::string::npos ? std::string() : url.substr(to));
+}
+
+std::string with_second_host(const std::string& url, int port) {
+  const std::size_t host = url.find("@127.0.0.1:");
+  if (host == std::string::npos) return url;
+  const std::size_t slash = url.find('/', host);
+  const std::string extra = fmt::format(",127.0.0.1:{}", port);
+  return slash == std::string::npos ? url + extra
+                                    : url.substr(0, slash) + extra + url.substr(slash);
 }
 
 Result<std::string> find_scripts_dir(const std::string& configured, const std::string& exe) {
@@ -182,6 +192,16 @@ std::string PgCluster::bouncer_url(const std::string& db) const {
 int PgCluster::primary_port() const {
   const std::size_t at = primary_.find("@127.0.0.1:");
   return at == std::string::npos ? -1 : std::atoi(primary_.c_str() + at + 11);
+}
+int PgCluster::standby_port() const {
+  const std::size_t at = standby_.find("@127.0.0.1:");
+  return at == std::string::npos ? -1 : std::atoi(standby_.c_str() + at + 11);
+}
+
+void PgCluster::promoted_standby() {
+  std::swap(primary_, standby_);
+  std::swap(primary_dir_, standby_dir_);
+  failed_over_ = !failed_over_;
 }
 
 }  // namespace holdfast::panel::drill

@@ -50,6 +50,13 @@ class PgCluster {
   // pg-test-server.sh's down, up, standby-down, standby-up.
   Status script(const std::string& verb);
 
+  // After a failover (the standby promoted, the old primary fenced): the standby is the
+  // primary from now on, and the old primary, dead, takes the standby's place. URLs,
+  // ports and folders follow; the scripts' up, down, standby-up and standby-down still
+  // act on the servers as started, so no fault that uses them may follow a failover.
+  void promoted_standby();
+  [[nodiscard]] bool failed_over() const { return failed_over_; }
+
   // URLs of database `db` on the primary, the standby and through PgBouncer.
   [[nodiscard]] std::string primary_url(const std::string& db) const;
   [[nodiscard]] std::string standby_url(const std::string& db) const;
@@ -57,6 +64,7 @@ class PgCluster {
   // PgBouncer's admin console (database `pgbouncer`): PAUSE, RESUME, SHOW.
   [[nodiscard]] std::string bouncer_admin_url() const { return bouncer_url("pgbouncer"); }
   [[nodiscard]] int primary_port() const;
+  [[nodiscard]] int standby_port() const;
   // The servers' data folders (pg-test-server.sh's state file), for FrozenServer.
   [[nodiscard]] const std::string& primary_dir() const { return primary_dir_; }
   [[nodiscard]] const std::string& standby_dir() const { return standby_dir_; }
@@ -74,11 +82,16 @@ class PgCluster {
   std::string bouncer_;
   std::string primary_dir_, standby_dir_;
   bool started_ = false;
+  bool failed_over_ = false;
   int runs_ = 0;  // numbers the scripts' output files
 };
 
 // `url` (postgresql://USER@127.0.0.1:PORT/DB, as the scripts print it) with another port.
 std::string with_port(const std::string& url, int port);
+
+// `url` (one host, as the scripts print it) with a second host, 127.0.0.1:`port`, after
+// the first: a libpq multi-host URL.
+std::string with_second_host(const std::string& url, int port);
 
 // The folder holding pg-test-server.sh: `configured` when not empty, else
 // $HOLDFAST_SCRIPTS_DIR, the source tree's scripts/ and ../../../scripts next to `exe`,

@@ -1,6 +1,8 @@
 // The PostgreSQL drill's faults, caused for real on the running cluster as FAULTS.md says
 // (kinds and lengths in drill_pg.hpp). One fault hits the cluster, so every strategy's
 // database meets it at the same instant; each is followed by a quiet gap.
+#include <unistd.h>
+
 #include <algorithm>
 #include <mutex>
 #include <optional>
@@ -54,6 +56,9 @@ class Fault {
   virtual Status check_undone() { return Status(); }
   [[nodiscard]] const std::string& evidence() const { return evidence_; }
   [[nodiscard]] double answered_again_ms() const { return answered_again_ms_; }
+  // A failover's: when the standby became the primary (seconds since the load began);
+  // -1 for the others, or when it was not promoted.
+  [[nodiscard]] virtual double promoted_s() const { return -1; }
 
  protected:
   // Proof of silence: `url` must not answer SELECT 1 within `patience`.
@@ -123,6 +128,159 @@ class HangFault final : public Fault {
   const char* what_;
   bool thawed_ = false;
   FrozenServer frozen_;  // its destructor continues what is still stopped
+};
+
+// failover, failover-async: the primary frozen as in hang (every process SIGSTOP), the
+// standby promoted kPromoteAfter later (pg_promote(), which returns once it takes
+// writes), the old primary fenced kFenceAfter after the promotion (SIGKILL to its frozen
+// processes: it never answers again, so nothing it still held is confirmed to anyone).
+// The cluster then knows the promoted standby as its primary (the audit counts there)
+// and has no standby: a failover runs last. `failover` turns on synchronous replication
+// first (ALTER SYSTEM synchronous_standby_names = '*', synchronous_commit = on, reload,
+// and waits until the standby is reported sync), so a payment the client was told is
+// applied is on the standby before the freeze; `failover-async` leaves replication
+// asynchronous, and the report counts what that loses.
+class FailoverFault final : public Fault {
+ public:
+  // At the default length (25 s); a scaled fault scales both.
+  static constexpr double kPromoteAfter = 3.0;
+  static constexpr double kFenceAfter = 20.0;
+
+  FailoverFault(PgDrill& drill, const DrillRun& run, bool synchronous, double seconds)
+      : drill_(drill),
+        run_(run),
+        synchronous_(synchronous),
+        seconds_(seconds),
+        promote_after_(kPromoteAfter * seconds / default_fault_seconds("failover")),
+        fence_after_(kFenceAfter * seconds / default_fault_seconds("failover")) {}
+  Status begin() override {
+    old_dir_ = drill_.cluster->primary_dir();
+    const std::string primary = drill_.cluster->primary_url("postgres");
+    standby_ = drill_.cluster->standby_url("postgres");
+    std::string sync = "asynchronous replication";
+    if (synchronous_) {
+      sync_on_ = true;
+      for (const char* sql : {"ALTER SYSTEM SET synchronous_standby_names = '*'",
+                              "ALTER SYSTEM SET synchronous_commit = 'on'",
+                              "SELECT pg_reload_conf()"}) {
+        if (Status st = run_on(primary, sql); !st.ok()) return st.annotate(sql);
+      }
+      Result<double> ms = wait_for_sync(primary);
+      if (!ms.ok()) return ms.status();
+      sync = fmt::format("synchronous replication (the standby sync {:.0f} ms after the reload)",
+                         *ms);
+    }
+    const auto guard =
+        std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds_ + 10.0));
+    if (Status st = frozen_.freeze(old_dir_, guard); !st.ok()) return st;
+    frozen_at_ = run_.since();
+    if (Status st = expect_silence(primary, "the frozen primary", kSilenceProof); !st.ok())
+      return st;
+    evidence_ = fmt::format("{}; {} processes of the primary stopped (postmaster {}), SELECT 1 "
+                            "unanswered for {} ms",
+                            sync, frozen_.processes(), frozen_.postmaster(),
+                            kSilenceProof.count());
+    return Status();
+  }
+  void tick() override {
+    const double t = run_.since();
+    if (!promote_tried_ && frozen_at_ >= 0 && t >= frozen_at_ + promote_after_) promote();
+    if (promoted_s_ >= 0 && !fenced_ && t >= promoted_s_ + fence_after_) fence();
+  }
+  Status end() override {
+    if (frozen_at_ < 0) {  // begin() failed before the freeze: nothing failed over
+      if (sync_on_) turn_sync_off(drill_.cluster->primary_url("postgres"));
+      sync_on_ = false;
+      return Status();
+    }
+    if (!promote_tried_) promote();
+    fence();
+    return promoted_;
+  }
+  Status check_undone() override {
+    if (!promoted_.ok()) return Status();
+    if (Status s = expect_answer(drill_.cluster->primary_url("postgres"), "the new primary");
+        !s.ok())
+      return s;
+    Result<pg::Connection> c = connect(drill_.cluster->primary_url("postgres"), "holdfast-drill");
+    if (!c.ok()) return c.status();
+    Result<pg::Rows> r = c->query("SELECT pg_is_in_recovery()::int");
+    if (!r.ok()) return r.status();
+    Result<long long> in_recovery = r->int64(0, 0);
+    if (!in_recovery.ok() || *in_recovery != 0)
+      return Status(Code::kInternal, "the promoted standby is still in recovery");
+    return Status();
+  }
+  [[nodiscard]] double promoted_s() const override { return promoted_s_; }
+  ~FailoverFault() override { frozen_.fence(); }
+
+ private:
+  // Until pg_stat_replication reports a sync standby, at most 10 s: the milliseconds.
+  static Result<double> wait_for_sync(const std::string& primary) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      Result<pg::Connection> c = connect(primary, "holdfast-drill");
+      if (c.ok()) {
+        Result<pg::Rows> r = c->query(
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'");
+        if (r.ok() && !r->empty() && r->int64(0, 0).ok() && *r->int64(0, 0) > 0) {
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+              .count();
+        }
+      }
+      if (std::chrono::steady_clock::now() - t0 > seconds(10))
+        return Status(Code::kDeadlineExceeded, "no synchronous standby within 10 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  static void turn_sync_off(const std::string& primary) {
+    (void)run_on(primary, "ALTER SYSTEM RESET synchronous_standby_names");
+    (void)run_on(primary, "ALTER SYSTEM RESET synchronous_commit");
+    (void)run_on(primary, "SELECT pg_reload_conf()");
+  }
+  void promote() {
+    promote_tried_ = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<pg::Connection> c = connect(standby_, "holdfast-drill-promote");
+    if (!c.ok()) {
+      promoted_ = Status(c.status()).annotate("promoting the standby");
+      return;
+    }
+    Result<pg::Rows> r = c->query("SELECT pg_promote(true, 20)::int");
+    if (!r.ok() || r->empty() || !r->int64(0, 0).ok() || *r->int64(0, 0) != 1) {
+      promoted_ = r.ok() ? Status(Code::kInternal, "pg_promote() did not promote within 20 s")
+                         : Status(r.status()).annotate("pg_promote()");
+      return;
+    }
+    promoted_s_ = run_.since();
+    evidence_ += fmt::format(
+        "; the standby promoted {:.1f} s after the freeze (pg_promote() took {:.0f} ms)",
+        promoted_s_ - frozen_at_,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    drill_.cluster->promoted_standby();
+  }
+  void fence() {
+    if (fenced_) return;
+    fenced_ = true;
+    const std::size_t killed = frozen_.fence();
+    // Its stale pid file names processes that are gone; no cleanup may signal a pid that
+    // was given to another process since.
+    (void)::unlink((old_dir_ + "/postmaster.pid").c_str());
+    evidence_ += fmt::format("; the old primary fenced {:.1f} s after the promotion ({} "
+                             "processes killed)",
+                             promoted_s_ >= 0 ? run_.since() - promoted_s_ : -1.0, killed);
+  }
+
+  PgDrill& drill_;
+  const DrillRun& run_;
+  bool synchronous_;
+  double seconds_, promote_after_, fence_after_;
+  std::string old_dir_, standby_;
+  bool sync_on_ = false;
+  double frozen_at_ = -1, promoted_s_ = -1;
+  bool promote_tried_ = false, fenced_ = false;
+  Status promoted_;
+  FrozenServer frozen_;
 };
 
 // blackhole: the proxy between the panels (and PgBouncer) and the primary forwards
@@ -447,8 +605,11 @@ class CpuFault final : public Fault {
   std::vector<std::thread> burners_;
 };
 
-std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill) {
+std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill, const DrillRun& run) {
   const std::string& f = spec.fault;
+  if (f == "failover" || f == "failover-async") {
+    return std::make_unique<FailoverFault>(drill, run, f == "failover", spec.seconds);
+  }
   if (f == "write-lock") return std::make_unique<LockFault>(drill, "payments");
   if (f == "read-lock") return std::make_unique<LockFault>(drill, "games");
   if (f == "terminate") return std::make_unique<TerminateFault>(drill);
@@ -473,7 +634,7 @@ std::string wall_now() {
 // One fault: caused, held for spec.seconds, undone, then the gap.
 Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& spec, Pacer& pacer) {
   const std::string what = fmt::format("{}, {:g} s", spec.fault, spec.seconds);
-  std::unique_ptr<Fault> fault = make_fault(spec, drill);
+  std::unique_ptr<Fault> fault = make_fault(spec, drill, run);
   if (!fault) return Status(Code::kInvalidArgument, "unknown fault " + spec.fault);
   StormResult sr;
   sr.spec = spec;
@@ -492,6 +653,7 @@ Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& sp
   if (ended.ok()) ended = fault->check_undone();
   sr.evidence = fault->evidence();
   sr.answered_again_ms = fault->answered_again_ms();
+  sr.promoted_s = fault->promoted_s();
   if (!ended.ok()) {
     run.stop_load();
     return ended.annotate(what + ": undoing it");
@@ -509,6 +671,8 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "stop" || fault == "standby-lag") return 15;
   if (fault == "exhaust" || fault == "cpu") return 20;
   if (fault == "standby-stop") return 10;
+  // The freeze, the promotion 3 s later, the fence 20 s after it, and a second.
+  if (fault == "failover" || fault == "failover-async") return 25;
   if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" || fault == "pooler-pause")
     return 10;
   return -1;

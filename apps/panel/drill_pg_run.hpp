@@ -39,6 +39,11 @@ struct PgDrill {
   [[nodiscard]] std::string app_primary_url(const std::string& db) const {
     return with_port(cluster->primary_url(db), proxy->port());
   }
+  // The holdfast strategies' URL of database `db`: `first` (the primary through the proxy,
+  // or PgBouncer), then the standby, which a failover promotes (ADR 0024).
+  [[nodiscard]] std::string app_hosts_url(const std::string& first) const {
+    return with_second_host(first, cluster->standby_port());
+  }
 };
 
 // A fault's default length in seconds (drill_pg.hpp), before PgDrillOptions::fault_scale;

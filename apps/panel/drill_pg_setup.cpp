@@ -145,11 +145,16 @@ std::int64_t count_on(const std::string& url, const std::string& sql,
 // The argv of panel process `i` of strategy `s` on database `db`.
 std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill& drill,
                                     const PgStrategy& s, const std::string& db) {
+  // holdfast is given both hosts, the primary's first, so a failover finds it the new
+  // primary (ADR 0024); the baselines, the origins' code, know one host.
+  const auto hosts = [&](const std::string& url) {
+    return s.strategy == Strategy::kHoldfast ? drill.app_hosts_url(url) : url;
+  };
   std::vector<std::string> argv = {
       options.holdfast_exe,
       "panel",
       "--pg",
-      s.bouncer ? drill.cluster->bouncer_url(db) : drill.app_primary_url(db),
+      hosts(s.bouncer ? drill.cluster->bouncer_url(db) : drill.app_primary_url(db)),
       "--port",
       "0",
       "--strategy",
@@ -166,7 +171,7 @@ std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill
     // The log store sets its timeouts at connect, which PgBouncer refuses: logs go to the
     // primary directly.
     argv.emplace_back("--pg-logs");
-    argv.push_back(drill.app_primary_url(db));
+    argv.push_back(hosts(drill.app_primary_url(db)));
   }
   return argv;
 }
@@ -211,13 +216,15 @@ Result<std::unique_ptr<Instance>> open_pg_instance(const PgDrillOptions& options
   inst->standby_reads = s.replica;
   inst->ports = *ports;
   inst->probe = metrics_probe(*ports);
-  const std::string url = drill.cluster->primary_url(db);
-  inst->payments_before = count_on(url, "SELECT coalesce(max(id), 0) FROM payments");
+  inst->payments_before =
+      count_on(drill.cluster->primary_url(db), "SELECT coalesce(max(id), 0) FROM payments");
   if (inst->payments_before < 0) {
     return Status(Code::kFailedPrecondition, "cannot read the payments of " + db);
   }
-  inst->count = [url](const std::string& sql, const std::vector<std::string>& params) {
-    return count_on(url, sql, params);
+  // On the primary of the moment: after a failover, the promoted standby.
+  const PgCluster* cluster = drill.cluster.get();
+  inst->count = [cluster, db](const std::string& sql, const std::vector<std::string>& params) {
+    return count_on(cluster->primary_url(db), sql, params);
   };
   return inst;
 }

@@ -165,6 +165,35 @@ void FrozenServer::thaw() noexcept {
   guard_.stop();
 }
 
+std::size_t FrozenServer::fence() noexcept {
+  if (stopped_.empty()) return 0;
+  std::size_t killed = 0;
+  try {
+    std::vector<pid_t> all = stopped_;
+    for (pid_t p : children_of(postmaster_)) {
+      if (std::find(all.begin(), all.end(), p) == all.end()) all.push_back(p);
+    }
+    for (pid_t p : all) {
+      if (::kill(p, SIGKILL) == 0) ++killed;
+    }
+    // Gone (or zombies until their parent reaps them): state 0, Z or X.
+    const auto until = Steady::now() + std::chrono::seconds(2);
+    for (;;) {
+      bool alive = false;
+      for (pid_t p : all) {
+        const char state = proc_stat(p).state;
+        alive = alive || (state != 0 && state != 'Z' && state != 'X');
+      }
+      if (!alive || Steady::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): fencing never throws
+  }
+  stopped_.clear();
+  guard_.stop();
+  return killed;
+}
+
 void continue_server(const std::string& data_dir) noexcept {
   try {
     const pid_t pm = postmaster_of(data_dir);

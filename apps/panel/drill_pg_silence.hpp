@@ -34,6 +34,11 @@ class FrozenServer {
   // SIGCONT to every process frozen, and to every child the postmaster has now.
   // Idempotent; never throws.
   void thaw() noexcept;
+  // Fences the frozen server for good: SIGKILL to every process frozen and every child
+  // the postmaster has now (a stopped process dies of SIGKILL without running again, so
+  // it never answers another query), waits (up to 2 s) until they are gone, and stops
+  // the guard. Afterwards there is nothing left to thaw. The processes killed.
+  std::size_t fence() noexcept;
   [[nodiscard]] std::size_t processes() const noexcept { return stopped_.size(); }
   [[nodiscard]] pid_t postmaster() const noexcept { return postmaster_; }
 

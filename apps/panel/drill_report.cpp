@@ -262,6 +262,29 @@ void write_requests_csv(const DrillRun& run) {
   }
 }
 
+// A failover's figures (StrategyResult): the first payment confirmed after the
+// promotion, and the confirmed payments whose key the new primary lacks.
+void count_failover(const Instance& inst, double promoted_s, StrategyResult& r) {
+  double first = -1;
+  for (const Record& rec : inst.records) {
+    if (!rec.pay || (rec.status != 200 && rec.status != 201)) continue;
+    const double answered = rec.start_s + rec.latency_ms / 1000.0;
+    if (answered >= promoted_s && (first < 0 || answered < first)) first = answered;
+  }
+  r.first_payment_after_promotion_s = first < 0 ? -1 : first - promoted_s;
+  std::string keys;
+  for (const std::string& k : inst.confirmed_keys)
+    keys += (keys.empty() ? "" : ",") + k;
+  // The keys are scoped as USER:payments:KEY (club_store_pg.cpp's scoped_key()).
+  r.confirmed_payments_lost =
+      keys.empty() ? 0
+                   : count_in(inst,
+                              "SELECT count(*) FROM unnest(string_to_array($1, ',')) AS k WHERE "
+                              "NOT EXISTS (SELECT 1 FROM idempotency_keys i WHERE "
+                              "right(i.key, length(k) + 10) = ':payments:' || k)",
+                              {keys});
+}
+
 }  // namespace
 
 void summarize(const DrillRun& run, DrillResult& result) {
@@ -270,8 +293,10 @@ void summarize(const DrillRun& run, DrillResult& result) {
     const double to = si + 1 < result.storms.size() ? result.storms[si + 1].start_s
                                                     : sr.end_s + run.options.gap_s;
     const Period period{sr, to, run.storm_wall[si]};
-    for (auto& inst : run.instances)
+    for (auto& inst : run.instances) {
       sr.strategies.push_back(period_result(*inst, period, result.seconds));
+      if (sr.promoted_s >= 0) count_failover(*inst, sr.promoted_s, sr.strategies.back());
+    }
   }
   for (auto& inst : run.instances) {
     add_timeline(*inst, result);
@@ -345,6 +370,7 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
                   {"strategies", json::array()}};
     if (!s.evidence.empty()) storm["evidence"] = s.evidence;
     if (s.answered_again_ms >= 0) storm["answered_again_ms"] = s.answered_again_ms;
+    if (s.promoted_s >= 0) storm["promoted_s"] = s.promoted_s;
     for (const StrategyResult& r : s.strategies) {
       storm["strategies"].push_back(
           {{"name", r.name},
@@ -377,6 +403,13 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
            {"gap_line", r.gap_line},
            {"processes", r.processes},
            {"stale_reads_after_write", r.stale_reads_after_write}});
+      if (s.promoted_s >= 0) {
+        json& last = storm["strategies"].back();
+        last["first_payment_after_promotion_s"] = r.first_payment_after_promotion_s >= 0
+                                                      ? json(r.first_payment_after_promotion_s)
+                                                      : json(nullptr);
+        last["confirmed_payments_lost"] = r.confirmed_payments_lost;
+      }
     }
     j["storms"].push_back(storm);
   }
@@ -422,6 +455,19 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
       if (s.answered_again_ms >= 0)
         md += fmt::format("Undone: answered again {:.0f} ms after its end.", s.answered_again_ms);
       md += "\n\n";
+    }
+    if (s.promoted_s >= 0) {
+      md += "Failover, per strategy: the first payment confirmed after the promotion; the "
+            "confirmed payments (the whole drill's) whose key the new primary lacks.\n\n";
+      for (const StrategyResult& r : s.strategies) {
+        md += fmt::format("- {}: first payment {}; confirmed payments lost: {}\n", r.name,
+                          r.first_payment_after_promotion_s >= 0
+                              ? fmt::format("{:.2f} s after the promotion",
+                                            r.first_payment_after_promotion_s)
+                              : std::string("none after the promotion"),
+                          r.confirmed_payments_lost);
+      }
+      md += "\n";
     }
     md +=
         "| strategy | requests | error pages | unanswered | 503 | stale | served during storm | "
