@@ -6,6 +6,9 @@
 #                                         PgBouncer (same user and database)
 #   scripts/pgbouncer-test.sh stop        stops it (SIGTERM to its pid) and removes its folder
 #   scripts/pgbouncer-test.sh url         prints the URL of the running PgBouncer
+#   scripts/pgbouncer-test.sh repoint PORT  points its ini at the server on 127.0.0.1:PORT
+#                                         (a failover's new primary); RELOAD on the admin
+#                                         console makes PgBouncer use it
 #
 # URL is what scripts/pg-test-server.sh prints (postgresql://USER@127.0.0.1:PORT/DB). Every
 # database name is passed on to that server (a `*` entry), pool_mode is transaction, and no
@@ -152,12 +155,23 @@ cmd_url() {
   echo "$url"
 }
 
+cmd_repoint() {
+  local to="${1:-}"
+  [[ "$to" =~ ^[1-9][0-9]{0,4}$ ]] || die "usage: $0 repoint PORT"
+  load_state || die "no PgBouncer recorded in $state_file"
+  as_server_user sed -i "s/^\* = host=127\.0\.0\.1 port=[0-9]*\$/* = host=127.0.0.1 port=$to/" \
+    "$root/pgbouncer.ini"
+  grep -q "^\* = host=127\.0\.0\.1 port=$to\$" "$root/pgbouncer.ini" ||
+    die "could not point $root/pgbouncer.ini at port $to"
+}
+
 case "${1:-}" in
   start) cmd_start "${2:-}" ;;
+  repoint) cmd_repoint "${2:-}" ;;
   stop) cmd_stop ;;
   url) cmd_url ;;
   *)
-    echo "usage: $0 start URL|stop|url" >&2
+    echo "usage: $0 start URL|stop|url|repoint PORT" >&2
     exit 2
     ;;
 esac

@@ -43,6 +43,11 @@ class PgCluster {
   // Starts PgBouncer in front of the primary, which it reaches at `server_url` (the
   // drill's proxy). Its admin console takes the primary's user (admin_users).
   Status start_bouncer(const std::string& server_url);
+  // Points PgBouncer at the server on 127.0.0.1:`port` (pgbouncer-test.sh repoint) and
+  // makes it use it (RELOAD on the admin console): a failover's new primary. Nothing to
+  // do without PgBouncer.
+  Status repoint_bouncer(int port);
+  [[nodiscard]] bool has_bouncer() const { return !bouncer_.empty(); }
   // Creates database `name` on the primary and waits (up to 30 s) until the standby
   // answers on it.
   Status create_database(const std::string& name);

@@ -135,7 +135,8 @@ class HangFault final : public Fault {
 // writes), the old primary fenced kFenceAfter after the promotion (SIGKILL to its frozen
 // processes: it never answers again, so nothing it still held is confirmed to anyone).
 // The cluster then knows the promoted standby as its primary (the audit counts there)
-// and has no standby: a failover runs last. `failover` turns on synchronous replication
+// and has no standby: a failover runs last. PgBouncer, when the drill runs one, is
+// repointed at the new primary right after the promotion (RELOAD of its ini). `failover` turns on synchronous replication
 // first (ALTER SYSTEM synchronous_standby_names = '*', synchronous_commit = on, reload,
 // and waits until the standby is reported sync), so a payment the client was told is
 // applied is on the standby before the freeze; `failover-async` leaves replication
@@ -258,6 +259,19 @@ class FailoverFault final : public Fault {
         promoted_s_ - frozen_at_,
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     drill_.cluster->promoted_standby();
+    // PgBouncer is repointed at the new primary, as the orchestrator that promoted it
+    // would (its clients cannot go around a pooler that still answers).
+    if (drill_.cluster->has_bouncer()) {
+      const auto r0 = std::chrono::steady_clock::now();
+      if (Status st = drill_.cluster->repoint_bouncer(drill_.cluster->primary_port()); !st.ok()) {
+        promoted_ = st;
+        return;
+      }
+      evidence_ += fmt::format(
+          "; PgBouncer repointed at it (RELOAD) {:.0f} ms later",
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0)
+              .count());
+    }
   }
   void fence() {
     if (fenced_) return;
