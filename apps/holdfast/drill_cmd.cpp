@@ -4,7 +4,7 @@
 //   $ holdfast drill                       # 2, 5 and 20 s storms, write and read locks
 //   $ holdfast drill --storms 2 --kinds write --workers 4 --out /tmp/d
 //   $ holdfast drill --engine postgres     # primary + standby, 3 processes per strategy,
-//                                          # thirteen real faults (apps/panel/drill_pg.hpp)
+//                                          # fourteen real faults (apps/panel/drill_pg.hpp)
 #include <fmt/core.h>
 
 #include <pthread.h>
@@ -177,8 +177,9 @@ void add_drill_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--faults", args->faults,
                   "postgres: write-lock, read-lock, terminate, restart, stop, exhaust, cpu, "
-                  "standby-stop, standby-lag, hang, blackhole, standby-hang, pooler-pause "
-                  "(default: all, in this order)")
+                  "standby-stop, standby-lag, hang, blackhole, standby-hang, pooler-pause, "
+                  "failover (default: all, in this order); failover-async too. A failover "
+                  "must come last")
       ->delimiter(',');
   cmd->add_option("--processes", args->processes, "postgres: panel processes per strategy")
       ->check(CLI::Range(1, 16))

@@ -22,7 +22,7 @@
 
 namespace holdfast::panel {
 
-// The faults, in the order they run:
+// The faults, in the order they run by default:
 //   write-lock    ACCESS EXCLUSIVE on payments, held in an open transaction, 10 s
 //   read-lock     ACCESS EXCLUSIVE on games, 10 s
 //   terminate     every client backend terminated every 2 s, for 10 s
@@ -49,6 +49,17 @@ namespace holdfast::panel {
 //   pooler-pause  PAUSE on PgBouncer's admin console for 10 s, then RESUME (queries wait in
 //                 PgBouncer until its query_wait_timeout, 1 s in the drill); needs the
 //                 holdfast+pgbouncer strategy, and touches no other strategy
+// Failover (last: the old primary is not rebuilt, so no standby is left after it):
+//   failover      synchronous replication turned on (ALTER SYSTEM
+//                 synchronous_standby_names = '*', synchronous_commit = on, reload; waits
+//                 until the standby is sync), the primary frozen as in hang, the standby
+//                 promoted 3 s later (pg_promote()), PgBouncer repointed at it (RELOAD),
+//                 the old primary fenced 20 s after the promotion (SIGKILL to its frozen
+//                 processes); 25 s. The holdfast strategies' panels have both hosts in
+//                 --pg, primary first; the baselines only the primary.
+//   failover-async  the same with asynchronous replication (not in the default list)
+// A failover's entry has promoted_s, and per strategy first_payment_after_promotion_s
+// and confirmed_payments_lost (drill.hpp's StrategyResult).
 //
 // The report's figures per fault and strategy (drill.hpp's StrategyResult) include
 // `unanswered` (requests that got no HTTP answer: the connection closed or reset, or no
