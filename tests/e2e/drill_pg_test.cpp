@@ -206,6 +206,61 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
   fs::remove(out.string() + ".log");
 }
 
+// The failover fault (scaled: 10 s; the promotion 1.2 s after the freeze, the fence 8 s
+// after it): the drill promotes the standby, the holdfast panels (both hosts in --pg)
+// confirm payments on it, and no payment confirmed to a client is missing from it
+// (synchronous replication), none applied twice. The audit ran on the new primary.
+TEST(DrillPg, FailoverPromotesTheStandbyAndLosesNoConfirmedPayment) {
+  if (!have_postgres_server()) {
+    GTEST_SKIP() << "no PostgreSQL server binaries (install the Debian package 'postgresql', "
+                    "or set HOLDFAST_PG_BINDIR): the PostgreSQL drill needs a real cluster";
+  }
+  const std::string strategies =
+      have_pgbouncer() ? "none,holdfast,holdfast+pgbouncer" : "none,holdfast";
+  const fs::path out =
+      fs::temp_directory_path() / ("holdfast-drill-failover-test-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string cmd = fmt::format(
+      "{} drill --engine postgres --faults failover --processes 2 --strategies {} "
+      "--fault-scale 0.4 --workers 4 --warmup 3 --gap 2 --log-pause 1 --no-progress --out {} > "
+      "{} 2>&1",
+      HOLDFAST_EXE, strategies, out.string(), (out.string() + ".log"));
+  const int rc = std::system(cmd.c_str());
+  std::ifstream log(out.string() + ".log");
+  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << output;
+
+  std::ifstream in(out / "drill-report.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["payments_applied_twice"], 0) << output;
+  ASSERT_EQ(j["storms"].size(), 1u);
+  const auto& f = j["storms"][0];
+  EXPECT_EQ(f["kind"], "failover");
+  const std::string evidence = f["evidence"];
+  EXPECT_NE(evidence.find("synchronous replication"), std::string::npos) << evidence;
+  EXPECT_NE(evidence.find("standby promoted"), std::string::npos) << evidence;
+  EXPECT_NE(evidence.find("old primary fenced"), std::string::npos) << evidence;
+  ASSERT_TRUE(f.contains("promoted_s")) << f.dump();
+  EXPECT_GT(f["promoted_s"].get<double>(), f["start_s"].get<double>());
+  EXPECT_LT(f["promoted_s"].get<double>(), f["end_s"].get<double>());
+  for (const auto& s : f["strategies"]) {
+    const std::string name = s["name"];
+    ASSERT_TRUE(s.contains("confirmed_payments_lost")) << s.dump();
+    // Synchronous replication: every payment a client was told is applied is on the
+    // promoted standby, whichever strategy sent it.
+    EXPECT_EQ(s["confirmed_payments_lost"], 0) << name << " " << f.dump();
+    if (name.starts_with("holdfast")) {
+      // It found the new primary by itself (PgBouncer: once repointed) and paid there.
+      EXPECT_FALSE(s["first_payment_after_promotion_s"].is_null()) << name << " " << f.dump();
+      EXPECT_EQ(s["unanswered"], 0) << name << " " << f.dump();
+    }
+  }
+  // The drill removed its cluster, the fenced old primary included.
+  EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
+  fs::remove_all(out);
+  fs::remove(out.string() + ".log");
+}
+
 }  // namespace
 
 namespace holdfast::panel::drill {
