@@ -181,6 +181,7 @@ class FailoverFault final : public Fault {
                             "unanswered for {} ms",
                             sync, frozen_.processes(), frozen_.postmaster(),
                             kSilenceProof.count());
+    began_ = true;
     return Status();
   }
   void tick() override {
@@ -189,12 +190,22 @@ class FailoverFault final : public Fault {
     if (promoted_s_ >= 0 && !fenced_ && t >= promoted_s_ + fence_after_) fence();
   }
   Status end() override {
-    if (frozen_at_ < 0) {  // begin() failed before the freeze: nothing failed over
+    if (!promote_tried_ && (!began_ || run_.cancelled())) {
+      // begin() failed, or the drill was interrupted before the promotion: nothing failed
+      // over, so the primary is continued (not fenced) and replication is asynchronous
+      // again.
+      frozen_.thaw();
       if (sync_on_) turn_sync_off(drill_.cluster->primary_url("postgres"));
       sync_on_ = false;
       return Status();
     }
     if (!promote_tried_) promote();
+    if (promoted_s_ < 0) {  // the promotion failed: the old primary is all there is
+      frozen_.thaw();
+      if (sync_on_) turn_sync_off(drill_.cluster->primary_url("postgres"));
+      sync_on_ = false;
+      return promoted_;
+    }
     fence();
     return promoted_;
   }
@@ -213,7 +224,15 @@ class FailoverFault final : public Fault {
     return Status();
   }
   [[nodiscard]] double promoted_s() const override { return promoted_s_; }
-  ~FailoverFault() override { frozen_.fence(); }
+  // A frozen primary is fenced once the standby was promoted (two primaries must never
+  // both answer), else continued.
+  ~FailoverFault() override {
+    if (promoted_s_ >= 0) {
+      frozen_.fence();
+    } else {
+      frozen_.thaw();
+    }
+  }
 
  private:
   // Until pg_stat_replication reports a sync standby, at most 10 s: the milliseconds.
@@ -292,7 +311,7 @@ class FailoverFault final : public Fault {
   std::string old_dir_, standby_;
   bool sync_on_ = false;
   double frozen_at_ = -1, promoted_s_ = -1;
-  bool promote_tried_ = false, fenced_ = false;
+  bool began_ = false, promote_tried_ = false, fenced_ = false;
   Status promoted_;
   FrozenServer frozen_;
 };
