@@ -134,8 +134,8 @@ struct StormResult {
   // the proxy, PgBouncer). Empty and -1 for the other faults and storms.
   std::string evidence{};
   double answered_again_ms = -1;
-  // The PostgreSQL drill's failover: when the standby was promoted (seconds since the
-  // drill began, as start_s); -1 for the other faults.
+  // The PostgreSQL drill's failover and switchover: when the standby was promoted (seconds since
+  // the drill began, as start_s); -1 for the other faults.
   double promoted_s = -1;
   std::vector<StrategyResult> strategies;
 };

@@ -11,9 +11,9 @@ namespace holdfast::panel {
 
 const std::vector<std::string>& all_pg_faults() {
   static const std::vector<std::string> kAll = {
-      "write-lock",   "read-lock",   "terminate", "restart",   "stop",         "exhaust",     "cpu",
-      "standby-stop", "standby-lag", "hang",      "blackhole", "standby-hang", "pooler-pause",
-      "failover"};
+      "write-lock", "read-lock",    "terminate",    "restart",     "stop",
+      "exhaust",    "cpu",          "standby-stop", "standby-lag", "hang",
+      "blackhole",  "standby-hang", "pooler-pause", "failover"};
   return kAll;
 }
 
@@ -29,20 +29,23 @@ Result<std::vector<StormSpec>> fault_specs(const PgDrillOptions& options) {
       std::string known;
       for (const std::string& k : all_pg_faults())
         known += (known.empty() ? "" : ", ") + k;
-      known += ", failover-async";
+      known += ", failover-async, switchover";
       return Status(Code::kInvalidArgument, fmt::format("unknown fault '{}' ({})", f, known));
     }
-    if (f.starts_with("failover") && &f != &options.faults.back()) {
+    const bool changes_primary = f.starts_with("failover") || f == "switchover";
+    if (changes_primary && &f != &options.faults.back()) {
       // Without a standby to rebuild, the cluster has none after a failover.
       return Status(Code::kInvalidArgument,
                     fmt::format("the {} fault must be the last one (the drill does not yet "
                                 "rebuild the old primary as a standby)",
                                 f));
     }
-    if (f == "pooler-pause" && std::find(options.strategies.begin(), options.strategies.end(),
-                                         "holdfast+pgbouncer") == options.strategies.end()) {
-      return Status(Code::kInvalidArgument,
-                    "the pooler-pause fault needs the holdfast+pgbouncer strategy (PgBouncer)");
+    if ((f == "pooler-pause" || f == "switchover") &&
+        std::find(options.strategies.begin(), options.strategies.end(), "holdfast+pgbouncer") ==
+            options.strategies.end()) {
+      return Status(
+          Code::kInvalidArgument,
+          fmt::format("the {} fault needs the holdfast+pgbouncer strategy (PgBouncer)", f));
     }
     StormSpec spec;
     spec.fault = f;

@@ -159,7 +159,8 @@ Status PgCluster::start_bouncer(const std::string& server_url) {
 
 Status PgCluster::repoint_bouncer(int port) {
   if (bouncer_.empty()) return Status();
-  Result<std::string> r = run("pgbouncer-test.sh", {"repoint", std::to_string(port)}, bouncer_env());
+  Result<std::string> r =
+      run("pgbouncer-test.sh", {"repoint", std::to_string(port)}, bouncer_env());
   if (!r.ok()) return Status(r.status()).annotate("repointing PgBouncer");
   Result<double> reloaded = ask_within(bouncer_admin_url(), "RELOAD", seconds(5));
   return reloaded.ok() ? Status() : Status(reloaded.status()).annotate("PgBouncer's RELOAD");

@@ -136,9 +136,9 @@ class HangFault final : public Fault {
 // processes: it never answers again, so nothing it still held is confirmed to anyone).
 // The cluster then knows the promoted standby as its primary (the audit counts there)
 // and has no standby: a failover runs last. PgBouncer, when the drill runs one, is
-// repointed at the new primary right after the promotion (RELOAD of its ini). `failover` turns on synchronous replication
-// first (ALTER SYSTEM synchronous_standby_names = '*', synchronous_commit = on, reload,
-// and waits until the standby is reported sync), so a payment the client was told is
+// repointed at the new primary right after the promotion (RELOAD of its ini). `failover` turns on
+// synchronous replication first (ALTER SYSTEM synchronous_standby_names = '*', synchronous_commit =
+// on, reload, and waits until the standby is reported sync), so a payment the client was told is
 // applied is on the standby before the freeze; `failover-async` leaves replication
 // asynchronous, and the report counts what that loses.
 class FailoverFault final : public Fault {
@@ -161,15 +161,15 @@ class FailoverFault final : public Fault {
     std::string sync = "asynchronous replication";
     if (synchronous_) {
       sync_on_ = true;
-      for (const char* sql : {"ALTER SYSTEM SET synchronous_standby_names = '*'",
-                              "ALTER SYSTEM SET synchronous_commit = 'on'",
-                              "SELECT pg_reload_conf()"}) {
+      for (const char* sql :
+           {"ALTER SYSTEM SET synchronous_standby_names = '*'",
+            "ALTER SYSTEM SET synchronous_commit = 'on'", "SELECT pg_reload_conf()"}) {
         if (Status st = run_on(primary, sql); !st.ok()) return st.annotate(sql);
       }
       Result<double> ms = wait_for_sync(primary);
       if (!ms.ok()) return ms.status();
-      sync = fmt::format("synchronous replication (the standby sync {:.0f} ms after the reload)",
-                         *ms);
+      sync =
+          fmt::format("synchronous replication (the standby sync {:.0f} ms after the reload)", *ms);
     }
     const auto guard =
         std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds_ + 10.0));
@@ -177,10 +177,10 @@ class FailoverFault final : public Fault {
     frozen_at_ = run_.since();
     if (Status st = expect_silence(primary, "the frozen primary", kSilenceProof); !st.ok())
       return st;
-    evidence_ = fmt::format("{}; {} processes of the primary stopped (postmaster {}), SELECT 1 "
-                            "unanswered for {} ms",
-                            sync, frozen_.processes(), frozen_.postmaster(),
-                            kSilenceProof.count());
+    evidence_ = fmt::format(
+        "{}; {} processes of the primary stopped (postmaster {}), SELECT 1 "
+        "unanswered for {} ms",
+        sync, frozen_.processes(), frozen_.postmaster(), kSilenceProof.count());
     began_ = true;
     return Status();
   }
@@ -241,8 +241,8 @@ class FailoverFault final : public Fault {
     for (;;) {
       Result<pg::Connection> c = connect(primary, "holdfast-drill");
       if (c.ok()) {
-        Result<pg::Rows> r = c->query(
-            "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'");
+        Result<pg::Rows> r =
+            c->query("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'");
         if (r.ok() && !r->empty() && r->int64(0, 0).ok() && *r->int64(0, 0) > 0) {
           return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
               .count();
@@ -288,8 +288,7 @@ class FailoverFault final : public Fault {
       }
       evidence_ += fmt::format(
           "; PgBouncer repointed at it (RELOAD) {:.0f} ms later",
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0)
-              .count());
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r0).count());
     }
   }
   void fence() {
@@ -299,9 +298,10 @@ class FailoverFault final : public Fault {
     // Its stale pid file names processes that are gone; no cleanup may signal a pid that
     // was given to another process since.
     (void)::unlink((old_dir_ + "/postmaster.pid").c_str());
-    evidence_ += fmt::format("; the old primary fenced {:.1f} s after the promotion ({} "
-                             "processes killed)",
-                             promoted_s_ >= 0 ? run_.since() - promoted_s_ : -1.0, killed);
+    evidence_ += fmt::format(
+        "; the old primary fenced {:.1f} s after the promotion ({} "
+        "processes killed)",
+        promoted_s_ >= 0 ? run_.since() - promoted_s_ : -1.0, killed);
   }
 
   PgDrill& drill_;
@@ -314,6 +314,90 @@ class FailoverFault final : public Fault {
   bool began_ = false, promote_tried_ = false, fenced_ = false;
   Status promoted_;
   FrozenServer frozen_;
+};
+
+// switchover: a planned change of primary through PgBouncer: PAUSE (PgBouncer holds new
+// queries once those in flight are done), the primary stopped cleanly (pg_ctl stop -m
+// fast: its last WAL reaches the standby), the standby promoted (pg_promote()), PgBouncer
+// repointed at it (RELOAD of its ini), RESUME. The old primary stays stopped and the
+// cluster has no standby afterwards: a switchover runs last, and not with a failover.
+class SwitchoverFault final : public Fault {
+ public:
+  SwitchoverFault(PgDrill& drill, const DrillRun& run) : drill_(drill), run_(run) {}
+  Status begin() override {
+    using Clock = std::chrono::steady_clock;
+    const auto ms = [](Clock::time_point from) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - from).count();
+    };
+    const auto t0 = Clock::now();
+    const std::string admin = drill_.cluster->bouncer_admin_url();
+    paused_ = true;  // a PAUSE that times out leaves PgBouncer pausing: RESUME it anyway
+    Result<double> paused = ask_within(admin, "PAUSE", seconds(5));
+    if (!paused.ok()) return Status(paused.status()).annotate("PgBouncer's PAUSE");
+    const auto t1 = Clock::now();
+    if (Status st = drill_.cluster->script("down"); !st.ok())
+      return st.annotate("stopping the primary");
+    down_ = true;
+    const double stop_ms = ms(t1);
+    const auto t2 = Clock::now();
+    Result<pg::Connection> c =
+        connect(drill_.cluster->standby_url("postgres"), "holdfast-drill-promote");
+    if (!c.ok()) return Status(c.status()).annotate("promoting the standby");
+    Result<pg::Rows> r = c->query("SELECT pg_promote(true, 20)::int");
+    if (!r.ok() || r->empty() || !r->int64(0, 0).ok() || *r->int64(0, 0) != 1) {
+      return r.ok() ? Status(Code::kInternal, "pg_promote() did not promote within 20 s")
+                    : Status(r.status()).annotate("pg_promote()");
+    }
+    promoted_s_ = run_.since();
+    const double promote_ms = ms(t2);
+    down_ = false;  // the old primary stays down: the standby took its place
+    drill_.cluster->promoted_standby();
+    const auto t3 = Clock::now();
+    if (Status st = drill_.cluster->repoint_bouncer(drill_.cluster->primary_port()); !st.ok())
+      return st;
+    const double repoint_ms = ms(t3);
+    Result<double> resumed = ask_within(admin, "RESUME", seconds(5));
+    if (!resumed.ok()) return Status(resumed.status()).annotate("PgBouncer's RESUME");
+    paused_ = false;
+    evidence_ = fmt::format(
+        "PAUSE answered in {:.0f} ms; the primary stopped (pg_ctl stop -m fast) in {:.0f} ms; "
+        "the standby promoted in {:.0f} ms; PgBouncer repointed at it (RELOAD) in {:.0f} ms; "
+        "RESUME {:.0f} ms after the PAUSE was sent",
+        *paused, stop_ms, promote_ms, repoint_ms, ms(t0));
+    return Status();
+  }
+  Status end() override {
+    Status s;
+    if (down_) {  // the promotion failed: the old primary is all there is
+      down_ = false;
+      s = drill_.cluster->script("up");
+    }
+    if (paused_) {
+      paused_ = false;
+      Result<double> resumed =
+          ask_within(drill_.cluster->bouncer_admin_url(), "RESUME", seconds(5));
+      if (!resumed.ok() && s.ok()) s = Status(resumed.status()).annotate("PgBouncer's RESUME");
+    }
+    return s;
+  }
+  Status check_undone() override {
+    if (promoted_s_ < 0) return Status();
+    return expect_answer(drill_.cluster->bouncer_url("postgres"),
+                         "the new primary through PgBouncer");
+  }
+  [[nodiscard]] double promoted_s() const override { return promoted_s_; }
+  ~SwitchoverFault() override {
+    try {
+      (void)end();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor never throws
+    }
+  }
+
+ private:
+  PgDrill& drill_;
+  const DrillRun& run_;
+  bool paused_ = false, down_ = false;
+  double promoted_s_ = -1;
 };
 
 // blackhole: the proxy between the panels (and PgBouncer) and the primary forwards
@@ -643,6 +727,7 @@ std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill, const D
   if (f == "failover" || f == "failover-async") {
     return std::make_unique<FailoverFault>(drill, run, f == "failover", spec.seconds);
   }
+  if (f == "switchover") return std::make_unique<SwitchoverFault>(drill, run);
   if (f == "write-lock") return std::make_unique<LockFault>(drill, "payments");
   if (f == "read-lock") return std::make_unique<LockFault>(drill, "games");
   if (f == "terminate") return std::make_unique<TerminateFault>(drill);
@@ -706,6 +791,8 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "standby-stop") return 10;
   // The freeze, the promotion 3 s later, the fence 20 s after it, and a second.
   if (fault == "failover" || fault == "failover-async") return 25;
+  // The switchover at its start takes a second or two; then the new primary serves.
+  if (fault == "switchover") return 10;
   if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" || fault == "pooler-pause")
     return 10;
   return -1;

@@ -457,15 +457,16 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
       md += "\n\n";
     }
     if (s.promoted_s >= 0) {
-      md += "Failover, per strategy: the first payment confirmed after the promotion; the "
-            "confirmed payments (the whole drill's) whose key the new primary lacks.\n\n";
+      md +=
+          "The primary changed; per strategy: the first payment confirmed after the promotion; the "
+          "confirmed payments (the whole drill's) whose key the new primary lacks.\n\n";
       for (const StrategyResult& r : s.strategies) {
-        md += fmt::format("- {}: first payment {}; confirmed payments lost: {}\n", r.name,
-                          r.first_payment_after_promotion_s >= 0
-                              ? fmt::format("{:.2f} s after the promotion",
-                                            r.first_payment_after_promotion_s)
-                              : std::string("none after the promotion"),
-                          r.confirmed_payments_lost);
+        md += fmt::format(
+            "- {}: first payment {}; confirmed payments lost: {}\n", r.name,
+            r.first_payment_after_promotion_s >= 0
+                ? fmt::format("{:.2f} s after the promotion", r.first_payment_after_promotion_s)
+                : std::string("none after the promotion"),
+            r.confirmed_payments_lost);
       }
       md += "\n";
     }
