@@ -49,7 +49,8 @@ namespace holdfast::panel {
 //   pooler-pause  PAUSE on PgBouncer's admin console for 10 s, then RESUME (queries wait in
 //                 PgBouncer until its query_wait_timeout, 1 s in the drill); needs the
 //                 holdfast+pgbouncer strategy, and touches no other strategy
-// Failover (last: the old primary is not rebuilt, so no standby is left after it):
+// A change of primary (last: the old primary is not rebuilt, so no standby is left after
+// it; at most one per run):
 //   failover      synchronous replication turned on (ALTER SYSTEM
 //                 synchronous_standby_names = '*', synchronous_commit = on, reload; waits
 //                 until the standby is sync), the primary frozen as in hang, the standby
@@ -58,7 +59,11 @@ namespace holdfast::panel {
 //                 processes); 25 s. The holdfast strategies' panels have both hosts in
 //                 --pg, primary first; the baselines only the primary.
 //   failover-async  the same with asynchronous replication (not in the default list)
-// A failover's entry has promoted_s, and per strategy first_payment_after_promotion_s
+//   switchover    through PgBouncer: PAUSE, the primary stopped cleanly (pg_ctl stop -m
+//                 fast), the standby promoted, PgBouncer repointed (RELOAD), RESUME; then
+//                 10 s on the new primary. Needs holdfast+pgbouncer; not in the default
+//                 list; last only, so not with a failover
+// Their entries have promoted_s, and per strategy first_payment_after_promotion_s
 // and confirmed_payments_lost (drill.hpp's StrategyResult).
 //
 // The report's figures per fault and strategy (drill.hpp's StrategyResult) include
