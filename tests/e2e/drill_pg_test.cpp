@@ -261,6 +261,43 @@ TEST(DrillPg, FailoverPromotesTheStandbyAndLosesNoConfirmedPayment) {
   fs::remove(out.string() + ".log");
 }
 
+// The switchover fault through PgBouncer: PAUSE, the primary stopped cleanly, the standby
+// promoted, PgBouncer repointed, RESUME. holdfast+pgbouncer sees no error page and pays
+// on the new primary; nothing confirmed is lost, nothing applied twice.
+TEST(DrillPg, SwitchoverThroughPgBouncerShowsNoErrorPage) {
+  if (!have_postgres_server() || !have_pgbouncer()) {
+    GTEST_SKIP() << "the switchover needs PostgreSQL server binaries and PgBouncer";
+  }
+  const fs::path out =
+      fs::temp_directory_path() / ("holdfast-drill-switchover-test-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string cmd = fmt::format(
+      "{} drill --engine postgres --faults switchover --processes 2 --strategies "
+      "holdfast,holdfast+pgbouncer --fault-scale 0.5 --workers 4 --warmup 3 --gap 2 "
+      "--log-pause 1 --no-progress --out {} > {} 2>&1",
+      HOLDFAST_EXE, out.string(), (out.string() + ".log"));
+  const int rc = std::system(cmd.c_str());
+  std::ifstream log(out.string() + ".log");
+  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << output;
+  std::ifstream in(out / "drill-report.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["payments_applied_twice"], 0) << output;
+  ASSERT_EQ(j["storms"].size(), 1u);
+  const auto& f = j["storms"][0];
+  EXPECT_EQ(f["kind"], "switchover");
+  EXPECT_NE(f["evidence"].get<std::string>().find("RESUME"), std::string::npos) << f.dump();
+  ASSERT_TRUE(f.contains("promoted_s")) << f.dump();
+  for (const auto& s : f["strategies"]) {
+    EXPECT_EQ(s["confirmed_payments_lost"], 0) << f.dump();
+    EXPECT_FALSE(s["first_payment_after_promotion_s"].is_null()) << f.dump();
+    if (s["name"] == "holdfast+pgbouncer") EXPECT_EQ(s["error_pages"], 0) << f.dump();
+  }
+  EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
+  fs::remove_all(out);
+  fs::remove(out.string() + ".log");
+}
+
 }  // namespace
 
 namespace holdfast::panel::drill {
