@@ -308,6 +308,11 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
         [check](TimePoint deadline) { return ConnectionAccess::check_server(check, deadline); },
         [ep](bool silent) {
           ep->watch->set_silent(silent);
+          // Idle connections reach the host that went silent (or one of several that did):
+          // none is handed out again. When the silence ends, the next connects find the host
+          // that answers now (after a failover, another one).
+          ep->reads->drop_idle();
+          if (ep->writes != nullptr) ep->writes->drop_idle();
           if (silent) {
             ep->reads->wake_waiters();
             if (ep->writes != nullptr) ep->writes->wake_waiters();
