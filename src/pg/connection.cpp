@@ -620,17 +620,24 @@ Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOption
   Clock& clock = o.clock != nullptr ? *o.clock : Clock::system();
   const Hosts hosts = hosts_of(o);
   const std::size_t n = std::max<std::size_t>(1, hosts.count());
-  // Several hosts: the server is there when any of them answers; each gets its share of the
-  // time, so that a silent one cannot hide the others.
-  for (std::size_t i = 0; i < n; ++i) {
+  // Several hosts, each with its share of the time (a silent one cannot hide the others),
+  // the one in use first: the server is there when one of them gives a session that answers
+  // (it is then the one to use). A host that refuses (a standby, for target_session_attrs=
+  // read-write, before its promotion) serves nobody: when no host serves and one of them said
+  // nothing at all, the server is silent. When every host refused, the refusals are the
+  // answer (the pools' refusal paths take it from there), as on one host.
+  const std::size_t first = n > 1 ? host_memory().preferred(o.conninfo) % n : 0;
+  std::size_t refused = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (first + k) % n;
     const TimePoint now = clock.now();
     if (now >= deadline) break;
-    const TimePoint until = now + (deadline - now) / static_cast<long>(n - i);
+    const TimePoint until = now + (deadline - now) / static_cast<long>(n - k);
     bool timed_out = false;
     Result<Connection> conn =
         open_one(o, n > 1 ? hosts.pick(i) : HostKeywords{}, until, &timed_out);
     if (!conn.ok()) {
-      if (!timed_out) return Liveness::CheckResult::kAnswered;  // a refusal is an answer
+      if (!timed_out) ++refused;
       continue;
     }
     // The exchange's cancel grace comes on top of its deadline: leave room for it.
@@ -639,10 +646,11 @@ Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOption
     Result<Rows> r = conn->query("SELECT 1");
     if (r.ok() || !r.status().sqlstate().empty() || conn->is_open() ||
         r.status().code() != Code::kDeadlineExceeded) {
+      if (n > 1 && i != first) host_memory().remember(o.conninfo, i);
       return Liveness::CheckResult::kAnswered;
     }
   }
-  return Liveness::CheckResult::kSilent;
+  return refused == n ? Liveness::CheckResult::kAnswered : Liveness::CheckResult::kSilent;
 }
 
 // ---------------------------------------------------------------------------------------
