@@ -41,6 +41,7 @@ struct PanelArgs {
   std::string pg_logs;  // empty: args.pg
   std::string pg_pooling = "session";
   std::string host = "127.0.0.1";
+  std::vector<std::string> allowed_hosts;
   int port = 8080;
   std::string strategy = "holdfast";
   bool secure_cookies = false;
@@ -148,6 +149,7 @@ void run_panel(const PanelArgs& args) {
   panel::PanelServer::Options server_options;
   server_options.host = args.host;
   server_options.port = args.port;
+  server_options.allowed_hosts = args.allowed_hosts;
   server_options.store = store->get();
   server_options.logger = logging->logger.get();
   server_options.log_sink = logging->sink.get();
@@ -214,6 +216,11 @@ void add_panel_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to listen on")
       ->check(not_empty("--host"))
       ->capture_default_str();
+  cmd->add_option("--allow-host", args->allowed_hosts,
+                  "A name the panel answers for besides localhost, 127.0.0.1, [::1] and --host "
+                  "(NAME for any port, or NAME:PORT; repeat for several). Requests naming another "
+                  "Host get 421 (DNS rebinding)")
+      ->check(not_empty("--allow-host"));
   cmd->add_option("--port", args->port, "Port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

@@ -33,6 +33,8 @@ std::string_view reason_of(int status) {
       return "Length Required";
     case 413:
       return "Payload Too Large";
+    case 421:
+      return "Misdirected Request";
     case 431:
       return "Request Header Fields Too Large";
     case 502:
@@ -143,6 +145,32 @@ HttpFront::HttpFront(Options options)
 
 HttpFront::~HttpFront() {
   stop();
+}
+
+bool HttpFront::host_allowed(std::string_view host, const Options& options) noexcept {
+  // name[:port]; an IPv6 literal keeps its brackets ("[::1]:8080").
+  std::string_view name = host;
+  std::string_view port;
+  const std::size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
+    name = host.substr(0, colon);
+    port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+  }
+  if (name.empty()) return false;
+  // The port does not matter for rebinding (the page's own name gives it away) and may be
+  // a proxy's, so a name without a port allows any.
+  for (std::string_view loopback : {"localhost", "127.0.0.1", "[::1]"}) {
+    if (iequals(name, loopback)) return true;
+  }
+  if (iequals(name, options.host)) return true;
+  for (const std::string& allowed : options.allowed_hosts) {
+    if (iequals(host, allowed) || iequals(name, allowed)) return true;
+  }
+  return false;
 }
 
 bool HttpFront::is_light(std::string_view method, std::string_view path) noexcept {
@@ -392,6 +420,8 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
   bool has_length = false;
   bool form = false;
   std::size_t length = 0;
+  int hosts = 0;
+  std::string_view host;
   while (at != std::string_view::npos && at + 2 < head.size()) {
     const std::size_t next = head.find("\r\n", at + 2);
     const std::string_view field = head.substr(
@@ -424,6 +454,9 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
     } else if (iequals(name, "Expect")) {
       out.expect_continue = iequals(value, "100-continue");
       continue;
+    } else if (iequals(name, "Host")) {
+      ++hosts;
+      host = value;
     }
     if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
         iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client") ||
@@ -432,6 +465,10 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
     }
     out.rewritten.append(field);
     out.rewritten += "\r\n";
+  }
+  if (hosts != 1) return refuse(400, "bad request: send one Host field\n");
+  if (!host_allowed(host, options)) {
+    return refuse(421, "misdirected request: this server does not answer for that Host\n");
   }
   const std::size_t limit = form ? options.max_form_bytes : options.max_body_bytes;
   if (length > limit) {

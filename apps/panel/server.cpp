@@ -75,6 +75,7 @@ Status PanelServer::start() {
   HttpFront::Options fo;
   fo.host = options_.host;
   fo.port = options_.port;
+  fo.allowed_hosts = options_.allowed_hosts;
   fo.upstream_socket = upstream_socket_;
   fo.upstream_secret = front_secret_;
   fo.heavy_relays = options_.threads;

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "answers.hpp"
 #include "club_store.hpp"
@@ -64,6 +65,9 @@ class PanelServer {
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;  // database-bound requests served at once (the front's bulkhead)
+    // Names a request's Host may carry besides the loopback names and `host`
+    // (HttpFront::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
+    std::vector<std::string> allowed_hosts;
     // Mark the session cookie Secure (`holdfast panel --secure-cookies`, behind TLS).
     bool secure_cookies = false;
     // The logs table's sink (PanelLogging::sink), when there is one: /status shows whether

@@ -200,7 +200,8 @@ std::string shell_output(const std::string& cmd) {
 
 bool answers_healthz(int port) {
   return shell_output("timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) +
-                      " && printf \"GET /healthz HTTP/1.0\\r\\n\\r\\n\" >&3 && head -c 12 <&3' "
+                      " && printf \"GET /healthz HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n\" >&3 "
+                      "&& head -c 12 <&3' "
                       "2>/dev/null") == "HTTP/1.1 200";
 }
 
