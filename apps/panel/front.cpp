@@ -457,6 +457,11 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
     } else if (iequals(name, "Host")) {
       ++hosts;
       host = value;
+    } else if (iequals(name, "Range") || iequals(name, "If-Range")) {
+      // Every answer is whole (200): the server behind would answer a thousand overlapping
+      // ranges of one page with a thousand copies of it (range amplification), and no
+      // route's answer needs a part.
+      continue;
     }
     if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
         iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client") ||

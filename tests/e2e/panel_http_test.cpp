@@ -330,6 +330,20 @@ TEST_F(PanelHttpTest, ARequestNamingAnotherHostIs421AndOneWithoutAHost400BeforeA
   }
 }
 
+TEST_F(PanelHttpTest, AThousandRangesGetTheWholePageOnceNotAThousandCopies) {
+  const std::string plain =
+      request(server_->port(), "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  ASSERT_EQ(plain.rfind("HTTP/1.1 200", 0), 0u) << plain.substr(0, 200);
+  std::string ranges = "bytes=0-";
+  for (int i = 1; i < 1000; ++i)
+    ranges += ",0-";
+  const std::string r = request(
+      server_->port(), "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: " + ranges + "\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r.substr(0, 200);
+  EXPECT_LE(r.size(), 2 * plain.size());
+  EXPECT_EQ(r.find("multipart/byteranges"), std::string::npos);
+}
+
 TEST(HttpFront, AHostIsAllowedWhenItIsALoopbackNameTheBoundAddressOrANamedOne) {
   HttpFront::Options o;
   o.host = "192.0.2.7";
