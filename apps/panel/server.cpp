@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "housekeeper.hpp"
 #include "route_helpers.hpp"
 #include "session_toucher.hpp"
 #include "status_page.hpp"
@@ -87,6 +88,9 @@ Status PanelServer::start() {
     return s;
   }
   port_ = front_->port();
+  if (options_.housekeeping_every > std::chrono::milliseconds::zero()) {
+    housekeeper_ = std::make_unique<Housekeeper>(*options_.store, options_.housekeeping_every);
+  }
   return Status();
 }
 
@@ -97,6 +101,7 @@ void PanelServer::stop() noexcept {
     thread_.join();
   }
   toucher_.reset();
+  housekeeper_.reset();
   if (!upstream_dir_.empty()) {
     std::error_code ignored;
     std::filesystem::remove(upstream_socket_, ignored);

@@ -42,6 +42,7 @@ class DatabaseSink;
 
 namespace holdfast::panel {
 
+class Housekeeper;
 class SessionToucher;
 class TrafficRing;
 struct StatusView;
@@ -73,6 +74,9 @@ class PanelServer {
     // The logs table's sink (PanelLogging::sink), when there is one: /status shows whether
     // its overload pause is on. Outlives the server.
     const DatabaseSink* log_sink = nullptr;
+    // How often expired sessions and day-old idempotency keys are deleted, in small batches
+    // off the request path (housekeeper.hpp); the first time after one period. Zero: never.
+    std::chrono::milliseconds housekeeping_every = std::chrono::minutes(10);
   };
 
   explicit PanelServer(Options options);
@@ -235,6 +239,7 @@ class PanelServer {
   std::map<std::string, SignInLink> links_;
   // holdfast refreshes sessions off the request path (session_toucher.hpp).
   std::unique_ptr<SessionToucher> toucher_;
+  std::unique_ptr<Housekeeper> housekeeper_;  // retention of sessions and keys
 };
 
 }  // namespace holdfast::panel
