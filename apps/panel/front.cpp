@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -188,20 +190,38 @@ Status HttpFront::start() {
                   "HttpFront: the upstream socket's path is too long: " + options_.upstream_socket);
   }
   max_connections_ = fitted_connections(options_);
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return Status(Code::kInternal, "socket() failed");
-  const int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(options_.port));
-  if (::inet_pton(AF_INET, options_.host.c_str(), &addr.sin_addr) != 1 ||
-      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  if (::inet_pton(AF_INET, options_.host.c_str(), &addr.sin_addr) != 1) {
+    // A name ("localhost"): its first IPv4 address.
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(options_.host.c_str(), nullptr, &hints, &found);
+    if (rc != 0 || found == nullptr) {
+      return Status(Code::kInvalidArgument,
+                    "cannot listen on " + where + ": not an IPv4 address or a name of one (" +
+                        (rc != 0 ? ::gai_strerror(rc) : "no address") + ")");
+    }
+    addr.sin_addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+    ::freeaddrinfo(found);
+  }
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) {
+    return Status(Code::kInternal, std::string("socket() failed: ") + std::strerror(errno));
+  }
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::listen(listen_fd_, 512) != 0) {
+    const int error = errno;
     ::close(listen_fd_);
     listen_fd_ = -1;
-    return Status(Code::kUnavailable, "cannot listen on " + options_.host + ":" +
-                                          std::to_string(options_.port) + " (in use?)");
+    return Status(error == EADDRINUSE ? Code::kUnavailable : Code::kInvalidArgument,
+                  "cannot listen on " + where + ": " + std::strerror(error));
   }
   socklen_t len = sizeof(addr);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);

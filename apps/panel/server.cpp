@@ -72,7 +72,6 @@ Status PanelServer::start() {
     stop();
     return Status(Code::kUnavailable, "cannot listen on " + upstream_socket_);
   }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
   HttpFront::Options fo;
   fo.host = options_.host;
   fo.port = options_.port;
@@ -83,10 +82,17 @@ Status PanelServer::start() {
   fo.light_relays = kLightRelays;
   fo.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
   front_ = std::make_unique<HttpFront>(fo);
+  // The public socket first: when it cannot be had, the server behind never starts, and the
+  // caller hears why at once.
   if (Status s = front_->start(); !s.ok()) {
     stop();
     return s;
   }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() does nothing until its loop runs: stop() right after start() would
+  // otherwise wait on a server that never hears it.
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   port_ = front_->port();
   if (options_.housekeeping_every > std::chrono::milliseconds::zero()) {
     housekeeper_ = std::make_unique<Housekeeper>(*options_.store, options_.housekeeping_every);

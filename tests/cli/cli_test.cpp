@@ -1,7 +1,10 @@
 // The holdfast tool run as a process: every numeric flag is range-checked (one line on
 // stderr, exit status 2), and nothing aborts.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,12 +31,12 @@ struct CommandRun {
   std::string err;
 };
 
-// Runs `holdfast <args>` with a 60 s limit; stdout is discarded.
-CommandRun holdfast(const std::string& args) {
+// Runs `holdfast <args>` with a 60 s limit (`limit`: killed then); stdout is discarded.
+CommandRun holdfast(const std::string& args, const std::string& limit = "60") {
   const fs::path err =
       fs::temp_directory_path() / ("holdfast-cli-" + std::to_string(::getpid()) + ".err");
-  const std::string cmd =
-      "timeout 60 " + std::string(HOLDFAST_BIN) + " " + args + " >/dev/null 2>" + err.string();
+  const std::string cmd = "timeout -s KILL " + limit + " " + std::string(HOLDFAST_BIN) + " " +
+                          args + " >/dev/null 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   CommandRun r;
   r.exit_status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -179,6 +182,36 @@ TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
   EXPECT_EQ(r.exit_status, 1) << r.err;
   EXPECT_NE(r.err.find("quick_check"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not starting"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, APanelThatCannotListenExitsAtOnceNamingTheAddressAndTheReason) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-listen-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db = (dir / "club.db").string();
+  // A port another socket listens on.
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  // A panel that hangs instead is killed after 10 s (137), which fails the test.
+  const CommandRun in_use = holdfast("panel --db " + db + " --port " + port, "10");
+  EXPECT_EQ(in_use.exit_status, 1) << in_use.err;
+  EXPECT_NE(in_use.err.find("127.0.0.1:" + port), std::string::npos) << in_use.err;
+  EXPECT_NE(in_use.err.find(std::strerror(EADDRINUSE)), std::string::npos) << in_use.err;
+  ::close(taken);
+  const CommandRun bad_host = holdfast("panel --db " + db + " --port 0 --host 999.1.1.1", "10");
+  EXPECT_EQ(bad_host.exit_status, 1) << bad_host.err;
+  EXPECT_NE(bad_host.err.find("999.1.1.1:0"), std::string::npos) << bad_host.err;
+  EXPECT_NE(bad_host.err.find("not an IPv4 address"), std::string::npos) << bad_host.err;
   fs::remove_all(dir);
 }
 
