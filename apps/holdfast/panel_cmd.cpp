@@ -9,7 +9,7 @@
 // holdfast logs to the logs table of the same database (SQLite or PostgreSQL) through the
 // overload-aware DatabaseSink; on PostgreSQL the baselines log to the console only.
 //
-// Stops on Ctrl-C (SIGINT) or SIGTERM.
+// Stops on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit status 0.
 #include <fmt/core.h>
 #include <sys/stat.h>
 
@@ -106,11 +106,13 @@ void run_panel(const PanelArgs& args) {
       throw CLI::RuntimeError(2);
     }
   }
-  // Wait for SIGINT/SIGTERM on this thread; block them before the server's threads start.
+  // Wait for SIGINT/SIGTERM/SIGHUP on this thread; block them before the server's threads
+  // start. Each stops the panel cleanly (its private folder removed) with exit status 0.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   panel::ClubStore::Options store_options;

@@ -215,6 +215,73 @@ TEST(Cli, APanelThatCannotListenExitsAtOnceNamingTheAddressAndTheReason) {
   fs::remove_all(dir);
 }
 
+// The private folders (holdfast-panel-<pid>-...) in `tmp`.
+std::vector<std::string> private_folders(const fs::path& tmp) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(tmp))
+    if (e.path().filename().string().rfind("holdfast-panel-", 0) == 0)
+      out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(Cli, APanelClearsStaleFoldersAndStopsCleanlyOnSighupSigintAndSigterm) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-signals-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "tmp");
+  const std::string db = (dir / "club.db").string();
+  const std::string tmpdir = (dir / "tmp").string();
+  for (const int sig : {SIGHUP, SIGINT, SIGTERM}) {
+    SCOPED_TRACE(::strsignal(sig));
+    // A folder left by a panel that was killed: its process is gone.
+    const pid_t gone = ::fork();
+    ASSERT_GE(gone, 0);
+    if (gone == 0) ::_exit(0);
+    ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+    const fs::path stale = dir / "tmp" / ("holdfast-panel-" + std::to_string(gone) + "-AbCdEf");
+    fs::create_directories(stale);
+    std::ofstream(stale / "http.sock") << "";
+    int out[2];
+    ASSERT_EQ(::pipe(out), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::setenv("TMPDIR", tmpdir.c_str(), 1);
+      ::execl(HOLDFAST_BIN, HOLDFAST_BIN, "panel", "--db", db.c_str(), "--port", "0",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    // It has started once it printed its sign-in link.
+    std::string printed;
+    char chunk[512];
+    while (printed.find("or open") == std::string::npos) {
+      const ssize_t n = ::read(out[0], chunk, sizeof(chunk));
+      if (n <= 0) break;
+      printed.append(chunk, static_cast<std::size_t>(n));
+    }
+    EXPECT_NE(printed.find("or open"), std::string::npos) << printed;
+    EXPECT_FALSE(fs::exists(stale)) << "the stale folder is still there";
+    const std::vector<std::string> mine = private_folders(dir / "tmp");
+    EXPECT_EQ(mine.size(), 1u);
+    if (!mine.empty()) {
+      EXPECT_EQ(mine.front().rfind("holdfast-panel-" + std::to_string(pid) + "-", 0), 0u)
+          << mine.front();
+    }
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ::close(out[0]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    EXPECT_EQ(private_folders(dir / "tmp").size(), 0u);
+    fs::remove_all(stale);
+  }
+  fs::remove_all(dir);
+}
+
 // ---- two processes at once -----------------------------------------------------------------
 
 // Runs `cmd` in a shell and returns its standard output, trimmed.
