@@ -9,7 +9,7 @@
 // holdfast logs to the logs table of the same database (SQLite or PostgreSQL) through the
 // overload-aware DatabaseSink; on PostgreSQL the baselines log to the console only.
 //
-// Stops on Ctrl-C (SIGINT) or SIGTERM.
+// Stops on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit status 0.
 #include <fmt/core.h>
 #include <sys/stat.h>
 
@@ -41,6 +41,7 @@ struct PanelArgs {
   std::string pg_logs;  // empty: args.pg
   std::string pg_pooling = "session";
   std::string host = "127.0.0.1";
+  std::vector<std::string> allowed_hosts;
   int port = 8080;
   std::string strategy = "holdfast";
   bool secure_cookies = false;
@@ -105,11 +106,13 @@ void run_panel(const PanelArgs& args) {
       throw CLI::RuntimeError(2);
     }
   }
-  // Wait for SIGINT/SIGTERM on this thread; block them before the server's threads start.
+  // Wait for SIGINT/SIGTERM/SIGHUP on this thread; block them before the server's threads
+  // start. Each stops the panel cleanly (its private folder removed) with exit status 0.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   panel::ClubStore::Options store_options;
@@ -148,6 +151,7 @@ void run_panel(const PanelArgs& args) {
   panel::PanelServer::Options server_options;
   server_options.host = args.host;
   server_options.port = args.port;
+  server_options.allowed_hosts = args.allowed_hosts;
   server_options.store = store->get();
   server_options.logger = logging->logger.get();
   server_options.log_sink = logging->sink.get();
@@ -214,6 +218,11 @@ void add_panel_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to listen on")
       ->check(not_empty("--host"))
       ->capture_default_str();
+  cmd->add_option("--allow-host", args->allowed_hosts,
+                  "A name the panel answers for besides localhost, 127.0.0.1, [::1] and --host "
+                  "(NAME for any port, or NAME:PORT; repeat for several). Requests naming another "
+                  "Host get 421 (DNS rebinding)")
+      ->check(not_empty("--allow-host"));
   cmd->add_option("--port", args->port, "Port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();

@@ -23,6 +23,8 @@ constexpr std::string_view kSchema[] = {
     " token TEXT PRIMARY KEY, user_id BIGINT NOT NULL REFERENCES users(id),"
     " created_at TIMESTAMPTZ NOT NULL, last_seen TIMESTAMPTZ NOT NULL,"
     " expires_at TIMESTAMPTZ NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions(expires_at)",
     "CREATE TABLE IF NOT EXISTS courts ("
     " id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT NOT NULL, surface TEXT)",
     "CREATE TABLE IF NOT EXISTS activity_types ("
@@ -81,6 +83,10 @@ Status create_schema(pg::Transaction& tx) {
   if (auto r = tx.query(std::string("CREATE TABLE IF NOT EXISTS ") + kIdempotencyTable +
                         " (key text PRIMARY KEY, result text, "
                         "created_at timestamptz NOT NULL DEFAULT now())");
+      !r.ok())
+    return r.status();
+  if (auto r = tx.query(std::string("CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON ") +
+                        kIdempotencyTable + " (created_at)");
       !r.ok())
     return r.status();
   return Status();

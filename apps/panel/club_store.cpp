@@ -119,6 +119,25 @@ Status ClubStore::check_report(std::string_view path, std::string_view digest,
   return Status();
 }
 
+Result<std::int64_t> ClubStore::prune(std::string_view now_utc, int batch_size, Duration pause) {
+  if (batch_size < 1) return bad("prune: batch_size must be at least 1");
+  std::int64_t deleted = 0;
+  for (bool keys : {false, true}) {
+    for (;;) {
+      Result<int> batch = keys ? delete_old_idempotency_keys(now_utc, batch_size)
+                               : delete_expired_sessions(now_utc, batch_size);
+      if (!batch.ok()) {
+        Status s = batch.status();
+        return s.annotate("prune: deleted " + std::to_string(deleted) + " rows, then");
+      }
+      deleted += *batch;
+      if (*batch < batch_size) break;
+      if (pause > Duration::zero()) clock_->sleep_for(pause);
+    }
+  }
+  return deleted;
+}
+
 Result<std::string> ClubStore::login(std::string_view email, std::string_view password,
                                      std::string_view now_utc) {
   if (Status s = check_login(email, password); !s.ok()) return s;

@@ -130,6 +130,26 @@ class ClubStore {
   Status record_report(std::string_view path, std::string_view digest, std::string_view note,
                        std::string_view now_utc);
 
+  // --- retention (off the request path: the panel's Housekeeper) ---
+  // A session is valid for 30 days from its sign-in; a user keeps at most kSessionsPerUser
+  // (a sign-in deletes that user's expired sessions and the oldest beyond the newest
+  // kSessionsPerUser; should that delete fail, the sign-in still stands and the next one
+  // tries again). Idempotency keys are kept kIdempotencyKeyAge.
+  static constexpr int kSessionsPerUser = 20;
+  static constexpr std::chrono::hours kIdempotencyKeyAge{24};
+  // Deletes at most `limit` sessions expired at `now_utc` (ISO-8601, UTC): one short write.
+  // How many it deleted.
+  virtual Result<int> delete_expired_sessions(std::string_view now_utc, int limit) = 0;
+  // Deletes at most `limit` idempotency keys stored more than kIdempotencyKeyAge before
+  // `now_utc`: one short write. How many it deleted.
+  virtual Result<int> delete_old_idempotency_keys(std::string_view now_utc, int limit) = 0;
+  // Both, batch by batch as prune_logs() does (database_sink.hpp): each batch one short
+  // write of at most `batch_size` rows, `pause` on the store's clock between batches so
+  // that writers waiting for the lock get it, until a batch deletes fewer than batch_size.
+  // Rows deleted; a failed batch stops it (running again is safe).
+  Result<std::int64_t> prune(std::string_view now_utc, int batch_size = 500,
+                             Duration pause = std::chrono::milliseconds(10));
+
   // --- read-your-writes across processes ---
   // The position the current request's reads must see (its own writes included), as text
   // for the client to carry to its next request (the panel's hf_wal cookie), so that any

@@ -291,7 +291,48 @@ Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::stri
   });
   if (!inserted.ok()) return inserted.status();
   remember_write("session:" + token);
+  // The user's expired sessions and the oldest beyond the newest kSessionsPerUser: deleting
+  // down to a cap twice is deleting once. Its failure is not the sign-in's.
+  const Operation cap = Operation::idempotent_write("login.session_cap");
+  (void)run(cap, [&] {
+    return writes_->write(
+        "DELETE FROM sessions WHERE user_id = $1 AND (expires_at <= $2::timestamptz OR token "
+        "NOT IN (SELECT token FROM sessions WHERE user_id = $1 AND expires_at > $2::timestamptz "
+        "ORDER BY created_at DESC, token DESC LIMIT $3::bigint))",
+        {user_id, now_utc, std::int64_t{kSessionsPerUser}}, cap);
+  });
   return token;
+}
+
+Result<int> PgClubStore::delete_expired_sessions(std::string_view now_utc, int limit) {
+  const Operation op = Operation::idempotent_write("retention.sessions");
+  Result<pg::Rows> r = run(op, [&] {
+    return writes_->write(
+        "WITH gone AS (DELETE FROM sessions WHERE token IN (SELECT token FROM sessions "
+        "WHERE expires_at <= $1::timestamptz LIMIT $2::bigint) RETURNING 1) "
+        "SELECT count(*) FROM gone",
+        {now_utc, std::int64_t{limit}}, op);
+  });
+  if (!r.ok()) return r.status();
+  Result<std::int64_t> n = int_at(*r, 0, 0);
+  if (!n.ok()) return n.status();
+  return static_cast<int>(*n);
+}
+
+Result<int> PgClubStore::delete_old_idempotency_keys(std::string_view now_utc, int limit) {
+  const Operation op = Operation::idempotent_write("retention.idempotency_keys");
+  const std::string sql = std::string("WITH gone AS (DELETE FROM ") + kIdempotencyTable +
+                          " WHERE key IN (SELECT key FROM " + kIdempotencyTable +
+                          " WHERE created_at < $1::timestamptz - $2::bigint * interval '1 hour' "
+                          "LIMIT $3::bigint) RETURNING 1) SELECT count(*) FROM gone";
+  Result<pg::Rows> r = run(op, [&] {
+    return writes_->write(
+        sql, {now_utc, std::int64_t{kIdempotencyKeyAge.count()}, std::int64_t{limit}}, op);
+  });
+  if (!r.ok()) return r.status();
+  Result<std::int64_t> n = int_at(*r, 0, 0);
+  if (!n.ok()) return n.status();
+  return static_cast<int>(*n);
 }
 
 Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,

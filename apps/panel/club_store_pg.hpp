@@ -38,6 +38,8 @@ class PgClubStore final : public ClubStore {
   Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) override;
   Status end_session(std::string_view token) override;
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
+  Result<int> delete_expired_sessions(std::string_view now_utc, int limit) override;
+  Result<int> delete_old_idempotency_keys(std::string_view now_utc, int limit) override;
 
   [[nodiscard]] std::string write_position() const override {
     const pg::Lsn lsn = pg::request_lsn();

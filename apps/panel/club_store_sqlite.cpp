@@ -18,6 +18,8 @@ CREATE TABLE IF NOT EXISTS users (
 CREATE TABLE IF NOT EXISTS sessions (
   token TEXT PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id),
   created_at TEXT NOT NULL, last_seen TEXT NOT NULL, expires_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, created_at);
+CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions(expires_at);
 CREATE TABLE IF NOT EXISTS courts (id INTEGER PRIMARY KEY, name TEXT NOT NULL, surface TEXT);
 CREATE TABLE IF NOT EXISTS activity_types (
   id INTEGER PRIMARY KEY, name TEXT NOT NULL, color TEXT NOT NULL);
@@ -164,6 +166,11 @@ Status prepare_key_table(sqlite::ResilientDatabase& db) {
   Result<std::optional<std::int64_t>> aside = db.query_one<std::int64_t>(
       "SELECT count(*) FROM sqlite_master WHERE name = 'idempotency_keys_scoped'");
   if (!aside.ok()) return aside.status();
+  if (Status s = db.execute_script("CREATE INDEX IF NOT EXISTS idempotency_keys_by_age "
+                                   "ON idempotency_keys(created_at)");
+      !s.ok()) {
+    return s.annotate("indexing the idempotency-key table");
+  }
   if (aside->value_or(0) == 0) return Status();
   return db
       .execute_script(
@@ -396,7 +403,39 @@ Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,
         token, user_id, now_utc);
   });
   if (!inserted.ok()) return inserted.status();
+  // The user's expired sessions and the oldest beyond the newest kSessionsPerUser: deleting
+  // down to a cap twice is deleting once. Its failure is not the sign-in's.
+  (void)run(Operation::idempotent_write("login.session_cap"), [&] {
+    return db_.execute(
+        "DELETE FROM sessions WHERE user_id = ?1 AND (expires_at <= ?2 OR token NOT IN "
+        "(SELECT token FROM sessions WHERE user_id = ?1 AND expires_at > ?2 "
+        "ORDER BY created_at DESC, rowid DESC LIMIT ?3))",
+        user_id, now_utc, kSessionsPerUser);
+  });
   return token;
+}
+
+Result<int> SqliteClubStore::delete_expired_sessions(std::string_view now_utc, int limit) {
+  Result<sqlite::Exec> r = run(Operation::idempotent_write("retention.sessions"), [&] {
+    return db_.execute(
+        "DELETE FROM sessions WHERE rowid IN "
+        "(SELECT rowid FROM sessions WHERE expires_at <= ?1 LIMIT ?2)",
+        now_utc, limit);
+  });
+  if (!r.ok()) return r.status();
+  return static_cast<int>(r->changes);
+}
+
+Result<int> SqliteClubStore::delete_old_idempotency_keys(std::string_view now_utc, int limit) {
+  const std::string age = "-" + std::to_string(kIdempotencyKeyAge.count()) + " hours";
+  Result<sqlite::Exec> r = run(Operation::idempotent_write("retention.idempotency_keys"), [&] {
+    return db_.execute(
+        "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys "
+        "WHERE created_at < strftime('%Y-%m-%dT%H:%M:%fZ', ?1, ?2) LIMIT ?3)",
+        now_utc, age, limit);
+  });
+  if (!r.ok()) return r.status();
+  return static_cast<int>(r->changes);
 }
 
 Result<CreatedRow> SqliteClubStore::create_row(

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -33,6 +35,8 @@ std::string_view reason_of(int status) {
       return "Length Required";
     case 413:
       return "Payload Too Large";
+    case 421:
+      return "Misdirected Request";
     case 431:
       return "Request Header Fields Too Large";
     case 502:
@@ -145,6 +149,32 @@ HttpFront::~HttpFront() {
   stop();
 }
 
+bool HttpFront::host_allowed(std::string_view host, const Options& options) noexcept {
+  // name[:port]; an IPv6 literal keeps its brackets ("[::1]:8080").
+  std::string_view name = host;
+  std::string_view port;
+  const std::size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
+    name = host.substr(0, colon);
+    port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+  }
+  if (name.empty()) return false;
+  // The port does not matter for rebinding (the page's own name gives it away) and may be
+  // a proxy's, so a name without a port allows any.
+  for (std::string_view loopback : {"localhost", "127.0.0.1", "[::1]"}) {
+    if (iequals(name, loopback)) return true;
+  }
+  if (iequals(name, options.host)) return true;
+  for (const std::string& allowed : options.allowed_hosts) {
+    if (iequals(host, allowed) || iequals(name, allowed)) return true;
+  }
+  return false;
+}
+
 bool HttpFront::is_light(std::string_view method, std::string_view path) noexcept {
   if (method != "GET" && method != "HEAD") return false;
   const std::string_view p = path.substr(0, path.find('?'));
@@ -160,20 +190,38 @@ Status HttpFront::start() {
                   "HttpFront: the upstream socket's path is too long: " + options_.upstream_socket);
   }
   max_connections_ = fitted_connections(options_);
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return Status(Code::kInternal, "socket() failed");
-  const int one = 1;
-  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(options_.port));
-  if (::inet_pton(AF_INET, options_.host.c_str(), &addr.sin_addr) != 1 ||
-      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  if (::inet_pton(AF_INET, options_.host.c_str(), &addr.sin_addr) != 1) {
+    // A name ("localhost"): its first IPv4 address.
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(options_.host.c_str(), nullptr, &hints, &found);
+    if (rc != 0 || found == nullptr) {
+      return Status(Code::kInvalidArgument,
+                    "cannot listen on " + where + ": not an IPv4 address or a name of one (" +
+                        (rc != 0 ? ::gai_strerror(rc) : "no address") + ")");
+    }
+    addr.sin_addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+    ::freeaddrinfo(found);
+  }
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) {
+    return Status(Code::kInternal, std::string("socket() failed: ") + std::strerror(errno));
+  }
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::listen(listen_fd_, 512) != 0) {
+    const int error = errno;
     ::close(listen_fd_);
     listen_fd_ = -1;
-    return Status(Code::kUnavailable, "cannot listen on " + options_.host + ":" +
-                                          std::to_string(options_.port) + " (in use?)");
+    return Status(error == EADDRINUSE ? Code::kUnavailable : Code::kInvalidArgument,
+                  "cannot listen on " + where + ": " + std::strerror(error));
   }
   socklen_t len = sizeof(addr);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -392,6 +440,8 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
   bool has_length = false;
   bool form = false;
   std::size_t length = 0;
+  int hosts = 0;
+  std::string_view host;
   while (at != std::string_view::npos && at + 2 < head.size()) {
     const std::size_t next = head.find("\r\n", at + 2);
     const std::string_view field = head.substr(
@@ -424,6 +474,14 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
     } else if (iequals(name, "Expect")) {
       out.expect_continue = iequals(value, "100-continue");
       continue;
+    } else if (iequals(name, "Host")) {
+      ++hosts;
+      host = value;
+    } else if (iequals(name, "Range") || iequals(name, "If-Range")) {
+      // Every answer is whole (200): the server behind would answer a thousand overlapping
+      // ranges of one page with a thousand copies of it (range amplification), and no
+      // route's answer needs a part.
+      continue;
     }
     if (iequals(name, "Connection") || iequals(name, "Keep-Alive") ||
         iequals(name, "Proxy-Connection") || iequals(name, "X-Holdfast-Client") ||
@@ -432,6 +490,10 @@ HttpFront::Head HttpFront::parse_head(std::string_view head, std::string_view cl
     }
     out.rewritten.append(field);
     out.rewritten += "\r\n";
+  }
+  if (hosts != 1) return refuse(400, "bad request: send one Host field\n");
+  if (!host_allowed(host, options)) {
+    return refuse(421, "misdirected request: this server does not answer for that Host\n");
   }
   const std::size_t limit = form ? options.max_form_bytes : options.max_body_bytes;
   if (length > limit) {

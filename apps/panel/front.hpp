@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -44,6 +45,13 @@ class HttpFront {
   struct Options {
     std::string host = "127.0.0.1";
     int port = 0;  // 0: any free port (see port())
+    // The names a request's Host may carry besides the loopback names (localhost, 127.0.0.1,
+    // [::1]) and `host`, which are always allowed: a name ("panel.example", matching it with
+    // any port or none) or a name and port ("panel.example:8443", only that). A request with
+    // another Host gets 421, one without a Host (or with two) 400, before any work: a page
+    // from another site whose name was re-pointed at this address (DNS rebinding) still
+    // sends its own name.
+    std::vector<std::string> allowed_hosts;
     // REQUIRED, one of them: the httplib server behind the front, on a Unix socket (the
     // panel's: only its own user can connect) or on a port of 127.0.0.1.
     std::string upstream_socket;
@@ -102,6 +110,9 @@ class HttpFront {
 
   // True for a request that never touches the database: it has relays of its own.
   [[nodiscard]] static bool is_light(std::string_view method, std::string_view path) noexcept;
+
+  // True when a request's Host field `host` names this server (Options::allowed_hosts).
+  [[nodiscard]] static bool host_allowed(std::string_view host, const Options& options) noexcept;
 
   // A request head, read: what to send upstream, or why not.
   struct Head {

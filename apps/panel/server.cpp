@@ -1,14 +1,20 @@
 #include "server.hpp"
 
 #include <httplib.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <string_view>
 
+#include "housekeeper.hpp"
 #include "route_helpers.hpp"
 #include "session_toucher.hpp"
 #include "status_page.hpp"
@@ -44,13 +50,44 @@ PanelServer::~PanelServer() {
 
 namespace {
 
+constexpr std::string_view kPrivatePrefix = "holdfast-panel-";
+
+// The folders of panels that ended without stop() (killed, or a crash) in `base`: this
+// user's "holdfast-panel-<pid>-XXXXXX" directories whose process is gone. Another user's,
+// a live process's, and anything that is not a plain directory are left alone.
+void clear_stale_private_directories(const std::string& base) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrivatePrefix, 0) != 0) continue;
+    const std::string_view rest = std::string_view(name).substr(kPrivatePrefix.size());
+    long long pid = 0;
+    const auto [end, parsed] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (parsed != std::errc() || end == rest.data() || *end != '-' || pid <= 0 ||
+        pid > std::numeric_limits<pid_t>::max()) {
+      continue;
+    }
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    std::error_code ignored;
+    std::filesystem::remove_all(entry.path(), ignored);
+  }
+}
+
 // A new directory only this user can enter (mkdtemp makes it 0700), for the socket of the
-// server behind the front: another local user cannot reach that server at all.
+// server behind the front: another local user cannot reach that server at all. Its name
+// carries the process id, so the next panel can tell it is stale when this one is gone.
 Result<std::string> private_directory() {
   std::error_code ec;
   std::string base = std::filesystem::temp_directory_path(ec).string();
   if (ec || base.size() > 64) base = "/tmp";  // a socket's path is at most 107 bytes
-  std::string path = base + "/holdfast-panel-XXXXXX";
+  clear_stale_private_directories(base);
+  std::string path =
+      base + "/" + std::string(kPrivatePrefix) + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(path.data()) == nullptr) {
     return Status(Code::kUnavailable,
                   "cannot make a private directory in " + base + ": " + std::strerror(errno));
@@ -71,21 +108,31 @@ Status PanelServer::start() {
     stop();
     return Status(Code::kUnavailable, "cannot listen on " + upstream_socket_);
   }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
   HttpFront::Options fo;
   fo.host = options_.host;
   fo.port = options_.port;
+  fo.allowed_hosts = options_.allowed_hosts;
   fo.upstream_socket = upstream_socket_;
   fo.upstream_secret = front_secret_;
   fo.heavy_relays = options_.threads;
   fo.light_relays = kLightRelays;
   fo.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
   front_ = std::make_unique<HttpFront>(fo);
+  // The public socket first: when it cannot be had, the server behind never starts, and the
+  // caller hears why at once.
   if (Status s = front_->start(); !s.ok()) {
     stop();
     return s;
   }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() does nothing until its loop runs: stop() right after start() would
+  // otherwise wait on a server that never hears it.
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   port_ = front_->port();
+  if (options_.housekeeping_every > std::chrono::milliseconds::zero()) {
+    housekeeper_ = std::make_unique<Housekeeper>(*options_.store, options_.housekeeping_every);
+  }
   return Status();
 }
 
@@ -96,6 +143,7 @@ void PanelServer::stop() noexcept {
     thread_.join();
   }
   toucher_.reset();
+  housekeeper_.reset();
   if (!upstream_dir_.empty()) {
     std::error_code ignored;
     std::filesystem::remove(upstream_socket_, ignored);

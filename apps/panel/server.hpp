@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "answers.hpp"
 #include "club_store.hpp"
@@ -41,6 +42,7 @@ class DatabaseSink;
 
 namespace holdfast::panel {
 
+class Housekeeper;
 class SessionToucher;
 class TrafficRing;
 struct StatusView;
@@ -64,11 +66,17 @@ class PanelServer {
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;  // database-bound requests served at once (the front's bulkhead)
+    // Names a request's Host may carry besides the loopback names and `host`
+    // (HttpFront::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
+    std::vector<std::string> allowed_hosts;
     // Mark the session cookie Secure (`holdfast panel --secure-cookies`, behind TLS).
     bool secure_cookies = false;
     // The logs table's sink (PanelLogging::sink), when there is one: /status shows whether
     // its overload pause is on. Outlives the server.
     const DatabaseSink* log_sink = nullptr;
+    // How often expired sessions and day-old idempotency keys are deleted, in small batches
+    // off the request path (housekeeper.hpp); the first time after one period. Zero: never.
+    std::chrono::milliseconds housekeeping_every = std::chrono::minutes(10);
   };
 
   explicit PanelServer(Options options);
@@ -231,6 +239,7 @@ class PanelServer {
   std::map<std::string, SignInLink> links_;
   // holdfast refreshes sessions off the request path (session_toucher.hpp).
   std::unique_ptr<SessionToucher> toucher_;
+  std::unique_ptr<Housekeeper> housekeeper_;  // retention of sessions and keys
 };
 
 }  // namespace holdfast::panel

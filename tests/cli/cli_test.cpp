@@ -1,7 +1,10 @@
 // The holdfast tool run as a process: every numeric flag is range-checked (one line on
 // stderr, exit status 2), and nothing aborts.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,12 +31,12 @@ struct CommandRun {
   std::string err;
 };
 
-// Runs `holdfast <args>` with a 60 s limit; stdout is discarded.
-CommandRun holdfast(const std::string& args) {
+// Runs `holdfast <args>` with a 60 s limit (`limit`: killed then); stdout is discarded.
+CommandRun holdfast(const std::string& args, const std::string& limit = "60") {
   const fs::path err =
       fs::temp_directory_path() / ("holdfast-cli-" + std::to_string(::getpid()) + ".err");
-  const std::string cmd =
-      "timeout 60 " + std::string(HOLDFAST_BIN) + " " + args + " >/dev/null 2>" + err.string();
+  const std::string cmd = "timeout -s KILL " + limit + " " + std::string(HOLDFAST_BIN) + " " +
+                          args + " >/dev/null 2>" + err.string();
   const int raw = std::system(cmd.c_str());
   CommandRun r;
   r.exit_status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -182,6 +185,103 @@ TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, APanelThatCannotListenExitsAtOnceNamingTheAddressAndTheReason) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-listen-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db = (dir / "club.db").string();
+  // A port another socket listens on.
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  // A panel that hangs instead is killed after 10 s (137), which fails the test.
+  const CommandRun in_use = holdfast("panel --db " + db + " --port " + port, "10");
+  EXPECT_EQ(in_use.exit_status, 1) << in_use.err;
+  EXPECT_NE(in_use.err.find("127.0.0.1:" + port), std::string::npos) << in_use.err;
+  EXPECT_NE(in_use.err.find(std::strerror(EADDRINUSE)), std::string::npos) << in_use.err;
+  ::close(taken);
+  const CommandRun bad_host = holdfast("panel --db " + db + " --port 0 --host 999.1.1.1", "10");
+  EXPECT_EQ(bad_host.exit_status, 1) << bad_host.err;
+  EXPECT_NE(bad_host.err.find("999.1.1.1:0"), std::string::npos) << bad_host.err;
+  EXPECT_NE(bad_host.err.find("not an IPv4 address"), std::string::npos) << bad_host.err;
+  fs::remove_all(dir);
+}
+
+// The private folders (holdfast-panel-<pid>-...) in `tmp`.
+std::vector<std::string> private_folders(const fs::path& tmp) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(tmp))
+    if (e.path().filename().string().rfind("holdfast-panel-", 0) == 0)
+      out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(Cli, APanelClearsStaleFoldersAndStopsCleanlyOnSighupSigintAndSigterm) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-signals-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "tmp");
+  const std::string db = (dir / "club.db").string();
+  const std::string tmpdir = (dir / "tmp").string();
+  for (const int sig : {SIGHUP, SIGINT, SIGTERM}) {
+    SCOPED_TRACE(::strsignal(sig));
+    // A folder left by a panel that was killed: its process is gone.
+    const pid_t gone = ::fork();
+    ASSERT_GE(gone, 0);
+    if (gone == 0) ::_exit(0);
+    ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+    const fs::path stale = dir / "tmp" / ("holdfast-panel-" + std::to_string(gone) + "-AbCdEf");
+    fs::create_directories(stale);
+    std::ofstream(stale / "http.sock") << "";
+    int out[2];
+    ASSERT_EQ(::pipe(out), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::setenv("TMPDIR", tmpdir.c_str(), 1);
+      ::execl(HOLDFAST_BIN, HOLDFAST_BIN, "panel", "--db", db.c_str(), "--port", "0",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    // It has started once it printed its sign-in link.
+    std::string printed;
+    char chunk[512];
+    while (printed.find("or open") == std::string::npos) {
+      const ssize_t n = ::read(out[0], chunk, sizeof(chunk));
+      if (n <= 0) break;
+      printed.append(chunk, static_cast<std::size_t>(n));
+    }
+    EXPECT_NE(printed.find("or open"), std::string::npos) << printed;
+    EXPECT_FALSE(fs::exists(stale)) << "the stale folder is still there";
+    const std::vector<std::string> mine = private_folders(dir / "tmp");
+    EXPECT_EQ(mine.size(), 1u);
+    if (!mine.empty()) {
+      EXPECT_EQ(mine.front().rfind("holdfast-panel-" + std::to_string(pid) + "-", 0), 0u)
+          << mine.front();
+    }
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ::close(out[0]);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    EXPECT_EQ(private_folders(dir / "tmp").size(), 0u);
+    fs::remove_all(stale);
+  }
+  fs::remove_all(dir);
+}
+
 // ---- two processes at once -----------------------------------------------------------------
 
 // Runs `cmd` in a shell and returns its standard output, trimmed.
@@ -200,7 +300,8 @@ std::string shell_output(const std::string& cmd) {
 
 bool answers_healthz(int port) {
   return shell_output("timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) +
-                      " && printf \"GET /healthz HTTP/1.0\\r\\n\\r\\n\" >&3 && head -c 12 <&3' "
+                      " && printf \"GET /healthz HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n\" >&3 "
+                      "&& head -c 12 <&3' "
                       "2>/dev/null") == "HTTP/1.1 200";
 }
 

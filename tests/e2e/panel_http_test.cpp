@@ -105,7 +105,7 @@ std::string request_from(int port, const char* source, std::string_view text) {
   return out;
 }
 
-constexpr std::string_view kHealthz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+constexpr std::string_view kHealthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
 
 // Waits (up to 5 s) until the front has accepted `n` connections in all.
 void await_accepted(const HttpFront& front, std::uint64_t n) {
@@ -184,7 +184,7 @@ TEST_F(PanelHttpTest, HealthzAnswersWithin1sDuringSlowClientsBusyClientsAndALock
     std::vector<int> fds;
     for (int i = 0; i < 40; ++i) {
       const int fd = connect_to(port);
-      if (fd >= 0 && send_text(fd, "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n")) {
+      if (fd >= 0 && send_text(fd, "GET /dashboard/schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n")) {
         fds.push_back(fd);
       }
     }
@@ -213,7 +213,7 @@ TEST_F(PanelHttpTest, HealthzAnswersWithin1sDuringSlowClientsBusyClientsAndALock
   for (int i = 0; i < 12; ++i) {
     std::this_thread::sleep_for(milliseconds(250));
     const auto t0 = Steady::now();
-    const std::string r = request(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string r = request(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     const auto ms = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
     slowest_ms = std::max<long long>(slowest_ms, ms);
     answered += r.rfind("HTTP/1.1 200", 0) == 0 ? 1 : 0;
@@ -234,7 +234,7 @@ TEST_F(PanelHttpTest, HealthzAnswersWithin1sDuringSlowClientsBusyClientsAndALock
 TEST_F(PanelHttpTest, AClientThatNeverFinishesItsHeadIsCutOffWith408) {
   const int fd = connect_to(server_->port());
   ASSERT_GE(fd, 0);
-  send_text(fd, "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n");
+  send_text(fd, "GET /dashboard/schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n");
   const std::string r = read_until_closed(fd, milliseconds(8000));
   ::close(fd);
   EXPECT_EQ(r.rfind("HTTP/1.1 408", 0), 0u) << r;
@@ -246,7 +246,7 @@ TEST_F(PanelHttpTest, A200MegabyteUnauthenticatedBodyIsRefusedUnread) {
   const int fd = connect_to(server_->port());
   ASSERT_GE(fd, 0);
   send_text(fd,
-            "POST /payments HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-"
+            "POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-"
             "urlencoded\r\nContent-Length: 209715200\r\n\r\n");
   // Keep sending (as a real upload would) until the server has closed.
   const std::string chunk(1 << 20, 'a');
@@ -260,20 +260,20 @@ TEST_F(PanelHttpTest, A200MegabyteUnauthenticatedBodyIsRefusedUnread) {
     EXPECT_NE(r.find("request body too large"), std::string::npos);
   }
   // Nothing was stored, and the panel still answers.
-  EXPECT_EQ(
-      request(server_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").rfind("HTTP/1.1 200", 0),
-      0u);
+  EXPECT_EQ(request(server_->port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                .rfind("HTTP/1.1 200", 0),
+            0u);
 }
 
 TEST_F(PanelHttpTest, AHeaderFloodIsRefusedWith431AndAShortText) {
-  std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  std::string head = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   for (int i = 0; i < 1000; ++i)
     head += "X-Flood-" + std::to_string(i) + ": 1\r\n";
   head += "\r\n";
   const std::string r = request(server_->port(), head);
   EXPECT_EQ(r.rfind("HTTP/1.1 431", 0), 0u) << r.substr(0, 200);
   EXPECT_NE(r.find("request header fields"), std::string::npos);
-  std::string many = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  std::string many = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   for (int i = 0; i < 150; ++i)
     many += "A" + std::to_string(i) + ": 1\r\n";
   many += "\r\n";
@@ -285,38 +285,105 @@ TEST_F(PanelHttpTest, AHeaderFloodIsRefusedWith431AndAShortText) {
 TEST_F(PanelHttpTest, ANulOrBareLineBreakInAHeaderIsRefusedWith400NotCut) {
   // httplib alone would cut "cut\0here" to "cut"; an Idempotency-Key must not change so.
   const std::string nul =
-      std::string("POST /payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: cut") + '\0' +
+      std::string("POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: cut") + '\0' +
       "here\r\nContent-Length: 0\r\n\r\n";
   const std::string r = request(server_->port(), nul);
   EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r.substr(0, 200);
-  const std::string bare =
-      request(server_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\nX-Injected: 2\r\n\r\n");
+  const std::string bare = request(
+      server_->port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: 1\nX-Injected: 2\r\n\r\n");
   EXPECT_EQ(bare.rfind("HTTP/1.1 400", 0), 0u) << bare.substr(0, 200);
 }
 
 TEST_F(PanelHttpTest, AChunkedBodyIsRefusedWith411) {
-  const std::string r = request(
-      server_->port(),
-      "POST /payments HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+  const std::string r = request(server_->port(),
+                                "POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: "
+                                "chunked\r\n\r\n5\r\nhello\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 411", 0), 0u) << r.substr(0, 200);
+}
+
+TEST_F(PanelHttpTest, ARequestNamingAnotherHostIs421AndOneWithoutAHost400BeforeAnyWork) {
+  const int port = server_->port();
+  const std::string form = "email=Ada.Nowak%40club.example&password=demo";
+  const std::string sign_in =
+      "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " +
+      std::to_string(form.size()) + "\r\n\r\n" + form;
+  // A page of another site whose name now resolves to 127.0.0.1 (DNS rebinding) still
+  // sends its own name: refused before the sign-in is tried.
+  for (const std::string& host :
+       std::vector<std::string>{"evil.example", "evil.example:" + std::to_string(port),
+                                "localhost.evil.example", "127.0.0.1.evil.example"}) {
+    const std::string r = request(port, "POST /login HTTP/1.1\r\nHost: " + host + "\r\n" + sign_in);
+    EXPECT_EQ(r.rfind("HTTP/1.1 421", 0), 0u) << host << ": " << r.substr(0, 200);
+    EXPECT_EQ(r.find("Set-Cookie"), std::string::npos) << host;
+  }
+  const std::string none = request(port, "GET /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(none.rfind("HTTP/1.1 400", 0), 0u) << none.substr(0, 200);
+  const std::string two =
+      request(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n");
+  EXPECT_EQ(two.rfind("HTTP/1.1 400", 0), 0u) << two.substr(0, 200);
+  // The loopback names, with or without the port, are this panel.
+  for (const std::string& host : std::vector<std::string>{
+           "localhost", "LocalHost:" + std::to_string(port), "127.0.0.1",
+           "127.0.0.1:" + std::to_string(port), "[::1]", "[::1]:" + std::to_string(port)}) {
+    const std::string r = request(port, "POST /login HTTP/1.1\r\nHost: " + host + "\r\n" + sign_in);
+    EXPECT_EQ(r.rfind("HTTP/1.1 303", 0), 0u) << host << ": " << r.substr(0, 200);
+  }
+}
+
+TEST_F(PanelHttpTest, AThousandRangesGetTheWholePageOnceNotAThousandCopies) {
+  const std::string plain =
+      request(server_->port(), "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  ASSERT_EQ(plain.rfind("HTTP/1.1 200", 0), 0u) << plain.substr(0, 200);
+  std::string ranges = "bytes=0-";
+  for (int i = 1; i < 1000; ++i)
+    ranges += ",0-";
+  const std::string r = request(
+      server_->port(), "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: " + ranges + "\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r.substr(0, 200);
+  EXPECT_LE(r.size(), 2 * plain.size());
+  EXPECT_EQ(r.find("multipart/byteranges"), std::string::npos);
+}
+
+TEST(HttpFront, AHostIsAllowedWhenItIsALoopbackNameTheBoundAddressOrANamedOne) {
+  HttpFront::Options o;
+  o.host = "192.0.2.7";
+  o.allowed_hosts = {"panel.example", "proxy.example:8443"};
+  for (std::string_view ok :
+       {"localhost", "localhost:8080", "127.0.0.1", "[::1]:1", "192.0.2.7", "192.0.2.7:8080",
+        "PANEL.example", "panel.example:443", "proxy.example:8443"}) {
+    EXPECT_TRUE(HttpFront::host_allowed(ok, o)) << ok;
+  }
+  for (std::string_view bad : {"", ":8080", "evil.example", "proxy.example", "proxy.example:8444",
+                               "localhost:", "localhost:x", "localhost:123456", "[::1]x",
+                               "192.0.2.70", "panel.example.evil", "x"}) {
+    EXPECT_FALSE(HttpFront::host_allowed(bad, o)) << bad;
+  }
+  // In parse_head: 421 for another name, 400 without one.
+  EXPECT_EQ(HttpFront::parse_head("GET / HTTP/1.1\r\nHost: evil.example\r\n", "1.2.3.4", o).status,
+            421);
+  EXPECT_EQ(HttpFront::parse_head("GET / HTTP/1.1\r\nX: 1\r\n", "1.2.3.4", o).status, 400);
+  EXPECT_EQ(HttpFront::parse_head("GET / HTTP/1.1\r\nHost: panel.example\r\n", "1.2.3.4", o).status,
+            0);
 }
 
 TEST_F(PanelHttpTest, TheClientAddressCannotBeSpoofedThroughTheFront) {
   // Five failures from a forged X-Holdfast-Client still count against the real address.
   for (int i = 0; i < 5; ++i) {
     const std::string body = "email=Ada.Nowak%40club.example&password=wrong";
-    request(server_->port(), "POST /login HTTP/1.1\r\nHost: x\r\nX-Holdfast-Client: 10.0.0." +
-                                 std::to_string(i) +
-                                 "\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-                                 "Content-Length: " +
-                                 std::to_string(body.size()) + "\r\n\r\n" + body);
+    request(server_->port(),
+            "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Holdfast-Client: 10.0.0." +
+                std::to_string(i) +
+                "\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                "Content-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body);
   }
   const std::string body = "email=Bartek.Tran%40club.example&password=wrong";
-  const std::string r = request(server_->port(),
-                                "POST /login HTTP/1.1\r\nHost: x\r\nX-Holdfast-Client: 10.9.9.9"
-                                "\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-                                "Content-Length: " +
-                                    std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string r =
+      request(server_->port(),
+              "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Holdfast-Client: 10.9.9.9"
+              "\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+              "Content-Length: " +
+                  std::to_string(body.size()) + "\r\n\r\n" + body);
   EXPECT_EQ(r.rfind("HTTP/1.1 429", 0), 0u) << "the address limit holds: " << r.substr(0, 80);
 }
 
@@ -325,7 +392,7 @@ TEST_F(PanelHttpTest, ProblemReportsAreCappedForAllAddressesTogether) {
   // kReportsPerMinute.
   const std::string body = "path=%2Fdashboard&digest=abc&note=hello";
   const std::string report =
-      "POST /report HTTP/1.1\r\nHost: x\r\n"
+      "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\n"
       "Content-Type: application/x-www-form-urlencoded\r\n"
       "Content-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -369,18 +436,19 @@ TEST_F(PanelHttpTest, TheServerBehindTheFrontAnswersOnlyTheFront) {
     return out;
   };
   const std::string health =
-      direct("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      direct("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(health.rfind("HTTP/1.1 403", 0), 0u) << health.substr(0, 80);
   const std::string form = "email=Ada.Nowak%40club.example&password=x";
   const std::string login = direct(
-      "POST /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Holdfast-Front: guess\r\n"
+      "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Holdfast-Front: guess\r\n"
       "X-Holdfast-Client: 10.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
       "Content-Length: " +
       std::to_string(form.size()) + "\r\n\r\n" + form);
   EXPECT_EQ(login.rfind("HTTP/1.1 403", 0), 0u) << login.substr(0, 80);
   // Through the front, a client's own X-Holdfast-Front is replaced.
-  const std::string through = request(
-      server_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n\r\n");
+  const std::string through =
+      request(server_->port(),
+              "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Holdfast-Front: guess\r\n\r\n");
   EXPECT_EQ(through.rfind("HTTP/1.1 200", 0), 0u) << through.substr(0, 80);
 }
 
@@ -388,7 +456,7 @@ TEST(HttpFront, TheRewrittenHeadCarriesTheFrontsSecretAndNotTheClients) {
   HttpFront::Options o;
   o.upstream_secret = "s3cret";
   const HttpFront::Head h = HttpFront::parse_head(
-      "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Holdfast-Front: guess\r\n"
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Holdfast-Front: guess\r\n"
       "X-Holdfast-Received: 1\r\n",
       "192.0.2.7", o);
   ASSERT_EQ(h.status, 0) << h.text;
@@ -422,18 +490,19 @@ TEST(HttpFront, WhenTheDatabaseQueueIsFullTheAnswerIs503AtOnceAndHealthStillGoes
   std::vector<int> held;
   for (int i = 0; i < 2; ++i) {
     held.push_back(connect_to(front.port()));
-    send_text(held.back(), "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n\r\n");
+    send_text(held.back(), "GET /dashboard/schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     std::this_thread::sleep_for(milliseconds(200));  // the first reaches the server first
   }
   std::this_thread::sleep_for(milliseconds(200));
   const auto t0 = Steady::now();
   const std::string shed =
-      request(front.port(), "GET /dashboard/schedule HTTP/1.1\r\nHost: x\r\n\r\n");
+      request(front.port(), "GET /dashboard/schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   const auto shed_ms = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
   EXPECT_EQ(shed.rfind("HTTP/1.1 503", 0), 0u) << shed;
   EXPECT_NE(shed.find("Retry-After: 1"), std::string::npos);
   EXPECT_LE(shed_ms, 200);
-  const std::string health = request(front.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string health =
+      request(front.port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << "health does not queue behind the database";
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -499,7 +568,7 @@ TEST(HttpFront, APostWithoutContentLengthIsRelayedWithAnEmptyBodyAndHoldsNoRelay
   for (int i = 0; i < 3; ++i) {
     const auto t0 = Steady::now();
     const int fd = connect_to(front.port());
-    ASSERT_TRUE(send_text(fd, "POST /payments HTTP/1.1\r\nHost: x\r\n\r\n"));
+    ASSERT_TRUE(send_text(fd, "POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
     const std::string answer = read_until_closed(fd, milliseconds(8000));
     ::close(fd);
     const auto took = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
@@ -530,7 +599,7 @@ TEST(HttpFront, AClientReadingSlowlyIsCutOffAtTheSendDeadlineAndFreesTheRelay) {
   ASSERT_TRUE(front.start().ok());
 
   const int slow = connect_to(front.port());
-  ASSERT_TRUE(send_text(slow, "GET /dashboard/big HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(send_text(slow, "GET /dashboard/big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
   // 128 KB every 50 ms: each send() of the relay moves well within 2 s, but the whole
   // answer would take 13 s. It is larger than any socket buffer, so the relay cannot hand
   // it all to the kernel and leave.
@@ -556,7 +625,7 @@ TEST(HttpFront, AClientReadingSlowlyIsCutOffAtTheSendDeadlineAndFreesTheRelay) {
   EXPECT_LT(got, big.size());
   EXPECT_EQ(front.counters().answers_cut.load(), 1u);
   const std::string next =
-      request(front.port(), "GET /dashboard/small HTTP/1.1\r\nHost: x\r\n\r\n");
+      request(front.port(), "GET /dashboard/small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_EQ(next.rfind("HTTP/1.1 200", 0), 0u) << next.substr(0, 80);
   front.stop();
 }

@@ -21,6 +21,7 @@
 #include "holdfast/postgres_url.hpp"
 #include "pg_scratch_database.hpp"
 #include "pg_test_support.hpp"
+#include "retention_checks.hpp"
 #include "server.hpp"
 
 namespace holdfast::panel {
@@ -578,6 +579,14 @@ TEST_F(PanelPgRoleTest, AReadOnlyServerRefusesAPaymentWith503AndRetryAfter) {
     expect_fresh_schedule(schedule());
   }
   EXPECT_EQ(club.count("SELECT count(*) FROM payments"), before);
+}
+
+TEST_F(PanelPgTest, TwentyFiveSignInsOfOneUserLeaveTheNewestTwentyAndExpiredSessionsAreDeleted) {
+  retention::twenty_five_sign_ins_leave_the_newest_twenty(*store_);
+}
+
+TEST_F(PanelPgTest, IdempotencyKeysOlderThanADayArePrunedAndNewerOnesKept) {
+  retention::idempotency_keys_older_than_a_day_are_pruned_and_newer_ones_kept(*store_);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "panel_fixture.hpp"
+#include "retention_checks.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -336,6 +337,14 @@ TEST(PanelPolicy, HoldfastPolicyGivesTheShieldsTheirOptionsAndABadFileIsRefused)
     EXPECT_NE(message.find("/reads/max_attempt"), std::string::npos) << message;
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(PanelTest, TwentyFiveSignInsOfOneUserLeaveTheNewestTwentyAndExpiredSessionsAreDeleted) {
+  retention::twenty_five_sign_ins_leave_the_newest_twenty(*store_);
+}
+
+TEST_F(PanelTest, IdempotencyKeysOlderThanADayArePrunedAndNewerOnesKept) {
+  retention::idempotency_keys_older_than_a_day_are_pruned_and_newer_ones_kept(*store_);
 }
 
 }  // namespace
