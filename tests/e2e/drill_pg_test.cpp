@@ -291,7 +291,9 @@ TEST(DrillPg, SwitchoverThroughPgBouncerShowsNoErrorPage) {
   for (const auto& s : f["strategies"]) {
     EXPECT_EQ(s["confirmed_payments_lost"], 0) << f.dump();
     EXPECT_FALSE(s["first_payment_after_promotion_s"].is_null()) << f.dump();
-    if (s["name"] == "holdfast+pgbouncer") EXPECT_EQ(s["error_pages"], 0) << f.dump();
+    if (s["name"] == "holdfast+pgbouncer") {
+      EXPECT_EQ(s["error_pages"], 0) << f.dump();
+    }
   }
   EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
   fs::remove_all(out);
