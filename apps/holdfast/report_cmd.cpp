@@ -4,7 +4,8 @@
 //   $ holdfast report drill-out/drill-report.json             # every table, on stdout
 //   $ holdfast report --summary drill-out/drill-report.json   # the README's short table
 //   $ holdfast report --into docs/drill.md --into README.md drill-out/drill-report.json
-//   $ holdfast report --svg storm.svg --storm 5 --strategies none,holdfast drill-out/drill-report.json
+//   $ holdfast report --svg storm.svg --storm 5 --strategies none,holdfast
+//   drill-out/drill-report.json
 //
 // --into rewrites, in place, the generated blocks of each page for the report's engine
 // (between "<!-- begin drill tables (sqlite) ..." and "<!-- end drill tables (sqlite) -->",
@@ -112,9 +113,9 @@ std::string storm_svg(const nlohmann::json& report, const std::vector<CsvRequest
     c->x.min = from;
     c->x.max = to;
     c->height = 260;
-    c->spans.push_back({start, end,
-                        fmt::format("{} {}, {:g} s", kind, pg ? "fault" : "lock",
-                                    storm.value("seconds", 0.0))});
+    c->spans.push_back(
+        {start, end,
+         fmt::format("{} {}, {:g} s", kind, pg ? "fault" : "lock", storm.value("seconds", 0.0))});
   }
   constexpr const char* kColours[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd"};
   for (std::size_t i = 0; i < strategies.size(); ++i) {
@@ -155,8 +156,7 @@ void write_storm_svg(const ReportArgs& args, const nlohmann::json& report) {
       (std::filesystem::path(args.json_path).parent_path() / "drill-requests.csv").string();
   std::string csv;
   if (!read_whole(csv_path, csv)) {
-    fmt::print(stderr, "error: cannot read {} (the drill writes it beside the report)\n",
-               csv_path);
+    fmt::print(stderr, "error: cannot read {} (the drill writes it beside the report)\n", csv_path);
     throw CLI::RuntimeError(1);
   }
   std::ofstream(args.svg, std::ios::binary | std::ios::trunc)

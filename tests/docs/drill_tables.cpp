@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
     int blocks = 0;
     if (holdfast::cli::replace_generated_blocks(page, report, &blocks) != page || blocks == 0) {
       std::cerr << argv[i] << ": " << (blocks == 0 ? "no generated drill block" : "differs from")
-                << " " << argv[2] << "; run: holdfast report --into " << argv[i] << " "
-                << argv[2] << "\n";
+                << " " << argv[2] << "; run: holdfast report --into " << argv[i] << " " << argv[2]
+                << "\n";
       ++failed;
     }
   }
