@@ -1,0 +1,192 @@
+// Several hosts in one conninfo (DESIGN.md §9, ADR 0024): Connection::open() tries each in
+// turn with a deadline of its own, from the one that answered last; the liveness check of
+// such a server asks each. One host's connect is connection.cpp's (open_one()).
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "connection_impl.hpp"
+#include "holdfast/classify.hpp"
+#include "holdfast/postgres_connection.hpp"
+#include "pg_internal.hpp"
+
+namespace holdfast::pg {
+namespace {
+
+// The hosts a conninfo names: libpq's comma-separated host, hostaddr and port lists.
+struct Hosts {
+  std::vector<std::string> host;
+  std::vector<std::string> hostaddr;
+  std::vector<std::string> port;
+  [[nodiscard]] std::size_t count() const noexcept {
+    return std::max(host.size(), hostaddr.size());
+  }
+  // Keywords that make a connection reach host i only.
+  [[nodiscard]] detail::ConnectionAccess::HostKeywords pick(std::size_t i) const {
+    detail::ConnectionAccess::HostKeywords k;
+    if (i < host.size()) k.emplace_back("host", host[i]);
+    if (i < hostaddr.size()) k.emplace_back("hostaddr", hostaddr[i]);
+    if (!port.empty()) k.emplace_back("port", port.size() == 1 ? port[0] : port.at(i));
+    return k;
+  }
+  [[nodiscard]] std::string name(std::size_t i) const {
+    std::string n = i < host.size() ? host[i] : i < hostaddr.size() ? hostaddr[i] : "";
+    if (!port.empty()) n += ":" + (port.size() == 1 ? port[0] : port.at(i));
+    return n;
+  }
+};
+
+std::vector<std::string> split_list(const char* text) {
+  std::vector<std::string> out;
+  if (text == nullptr || *text == '\0') return out;
+  std::string_view rest(text);
+  for (;;) {
+    const std::size_t comma = rest.find(',');
+    out.emplace_back(rest.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// The hosts of `options` (its conninfo, then its keywords); one or none for a plain URL.
+Hosts hosts_of(const ConnectOptions& options) {
+  Hosts h;
+  char* err = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(options.conninfo.c_str(), &err);
+  if (err != nullptr) PQfreemem(err);
+  if (parsed == nullptr) return h;  // libpq reports the bad conninfo at connect
+  for (PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    const std::string_view key(o->keyword);
+    if (key == "host") h.host = split_list(o->val);
+    if (key == "hostaddr") h.hostaddr = split_list(o->val);
+    if (key == "port") h.port = split_list(o->val);
+  }
+  PQconninfoFree(parsed);
+  for (const auto& [key, value] : options.keywords) {
+    if (key == "host") h.host = split_list(value.c_str());
+    if (key == "hostaddr") h.hostaddr = split_list(value.c_str());
+    if (key == "port") h.port = split_list(value.c_str());
+  }
+  const std::size_t n = h.count();
+  // libpq's rule: as many ports as hosts, or one for all. Anything else is left to libpq.
+  if (n > 1 && h.port.size() > 1 && h.port.size() != n) return Hosts{};
+  if (n > 1 && !h.host.empty() && !h.hostaddr.empty() && h.host.size() != h.hostaddr.size()) {
+    return Hosts{};
+  }
+  return h;
+}
+
+// Which host of a multi-host conninfo answered last, so that later connects go there first
+// and do not wait on a silent one each time. Process-wide: every pool to those hosts learns.
+class HostMemory {
+ public:
+  std::size_t preferred(const std::string& conninfo) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = last_.find(conninfo);
+    return it != last_.end() ? it->second : 0;
+  }
+  void remember(const std::string& conninfo, std::size_t host) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (last_.size() >= 256 && last_.find(conninfo) == last_.end()) last_.clear();
+    last_[conninfo] = host;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::size_t> last_;
+};
+
+HostMemory& host_memory() {
+  static HostMemory* const memory = new HostMemory();  // used by detached threads at exit
+  return *memory;
+}
+
+}  // namespace
+
+Result<Connection> Connection::open(const ConnectOptions& options, TimePoint deadline) {
+  if (options.conninfo.empty()) {
+    return Status(Code::kInvalidArgument, "ConnectOptions::conninfo is empty");
+  }
+  Clock& clock = options.clock != nullptr ? *options.clock : Clock::system();
+  const TimePoint until = std::min(deadline, clock.now() + options.connect_timeout);
+  const Hosts hosts = hosts_of(options);
+  const std::size_t n = hosts.count();
+  if (n <= 1) return detail::ConnectionAccess::open_one(options, {}, until);
+  // Several hosts: each in turn, from the one that answered last, each with a deadline of
+  // its own (host_connect_timeout; the last one tried gets what is left), so that a host
+  // that accepts the connection and then says nothing is skipped.
+  const std::size_t first = host_memory().preferred(options.conninfo) % n;
+  Status last;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (first + k) % n;
+    const TimePoint now = clock.now();
+    if (now >= until) break;
+    const TimePoint host_until =
+        k + 1 == n ? until : std::min(until, now + options.host_connect_timeout);
+    Result<Connection> c = detail::ConnectionAccess::open_one(options, hosts.pick(i), host_until);
+    if (c.ok()) {
+      if (i != first) host_memory().remember(options.conninfo, i);
+      return c;
+    }
+    last = Status(c.status()).annotate("host " + hosts.name(i));
+  }
+  if (last.ok()) {
+    last = Status(Code::kUnavailable, "no host answered within the deadline",
+                  classify_pg_connect_failure().fault);
+    last.with_sqlstate("");
+  }
+  return last;
+}
+
+std::size_t detail::ConnectionAccess::host_count(const std::string& conninfo) {
+  ConnectOptions o;
+  o.conninfo = conninfo;
+  return hosts_of(o).count();
+}
+
+Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOptions& options,
+                                                             TimePoint deadline) {
+  ConnectOptions o = options;
+  o.watch = nullptr;  // neither counted in the liveness it feeds nor woken by its silence
+  Clock& clock = o.clock != nullptr ? *o.clock : Clock::system();
+  const Hosts hosts = hosts_of(o);
+  const std::size_t n = std::max<std::size_t>(1, hosts.count());
+  // Several hosts, each with its share of the time (a silent one cannot hide the others),
+  // the one in use first: the server is there when one of them gives a session that answers
+  // (it is then the one to use). A host that refuses (a standby, for target_session_attrs=
+  // read-write, before its promotion) serves nobody: when no host serves and one of them said
+  // nothing at all, the server is silent. When every host refused, the refusals are the
+  // answer (the pools' refusal paths take it from there), as on one host.
+  const std::size_t first = n > 1 ? host_memory().preferred(o.conninfo) % n : 0;
+  std::size_t refused = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (first + k) % n;
+    const TimePoint now = clock.now();
+    if (now >= deadline) break;
+    const TimePoint until = now + (deadline - now) / static_cast<long>(n - k);
+    bool timed_out = false;
+    Result<Connection> conn =
+        open_one(o, n > 1 ? hosts.pick(i) : HostKeywords{}, until, &timed_out);
+    if (!conn.ok()) {
+      if (!timed_out) ++refused;
+      continue;
+    }
+    // The exchange's cancel grace comes on top of its deadline: leave room for it.
+    constexpr Duration kGrace = std::chrono::milliseconds(250);
+    conn->set_deadline(std::max(clock.now() + std::chrono::milliseconds(50), until - kGrace));
+    Result<Rows> r = conn->query("SELECT 1");
+    if (r.ok() || !r.status().sqlstate().empty() || conn->is_open() ||
+        r.status().code() != Code::kDeadlineExceeded) {
+      if (n > 1 && i != first) host_memory().remember(o.conninfo, i);
+      return Liveness::CheckResult::kAnswered;
+    }
+  }
+  return refused == n ? Liveness::CheckResult::kAnswered : Liveness::CheckResult::kSilent;
+}
+
+}  // namespace holdfast::pg
