@@ -89,7 +89,12 @@ class Liveness {
   }
   // Something came back from the server at `now` (bytes, an error, the end of the stream).
   void answered(TimePoint now) noexcept {
-    quiet_since_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    // Stored only when it moved: exchanges on many threads answered within one (coarse)
+    // clock tick do not write the shared line again.
+    const std::int64_t ns = now.time_since_epoch().count();
+    if (quiet_since_ns_.load(std::memory_order_relaxed) != ns) {
+      quiet_since_ns_.store(ns, std::memory_order_relaxed);
+    }
     if (checks_answered_.load(std::memory_order_relaxed) != 0) {
       checks_answered_.store(0, std::memory_order_relaxed);
     }
