@@ -304,35 +304,31 @@ Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::stri
   return token;
 }
 
-Result<int> PgClubStore::delete_expired_sessions(std::string_view now_utc, int limit) {
-  const Operation op = Operation::idempotent_write("retention.sessions");
-  Result<pg::Rows> r = run(op, [&] {
-    return writes_->write(
-        "WITH gone AS (DELETE FROM sessions WHERE token IN (SELECT token FROM sessions "
-        "WHERE expires_at <= $1::timestamptz LIMIT $2::bigint) RETURNING 1) "
-        "SELECT count(*) FROM gone",
-        {now_utc, std::int64_t{limit}}, op);
-  });
+Result<int> PgClubStore::delete_batch(const char* label, std::string_view sql,
+                                      std::initializer_list<pg::Param> params) {
+  const Operation op = Operation::idempotent_write(label);
+  Result<pg::Rows> r = run(op, [&] { return writes_->write(sql, params, op); });
   if (!r.ok()) return r.status();
   Result<std::int64_t> n = int_at(*r, 0, 0);
   if (!n.ok()) return n.status();
   return static_cast<int>(*n);
 }
 
+Result<int> PgClubStore::delete_expired_sessions(std::string_view now_utc, int limit) {
+  return delete_batch("retention.sessions",
+                      "WITH gone AS (DELETE FROM sessions WHERE token IN (SELECT token FROM "
+                      "sessions WHERE expires_at <= $1::timestamptz LIMIT $2::bigint) "
+                      "RETURNING 1) SELECT count(*) FROM gone",
+                      {now_utc, std::int64_t{limit}});
+}
+
 Result<int> PgClubStore::delete_old_idempotency_keys(std::string_view now_utc, int limit) {
-  const Operation op = Operation::idempotent_write("retention.idempotency_keys");
   const std::string sql = std::string("WITH gone AS (DELETE FROM ") + kIdempotencyTable +
                           " WHERE key IN (SELECT key FROM " + kIdempotencyTable +
                           " WHERE created_at < $1::timestamptz - $2::bigint * interval '1 hour' "
                           "LIMIT $3::bigint) RETURNING 1) SELECT count(*) FROM gone";
-  Result<pg::Rows> r = run(op, [&] {
-    return writes_->write(
-        sql, {now_utc, std::int64_t{kIdempotencyKeyAge.count()}, std::int64_t{limit}}, op);
-  });
-  if (!r.ok()) return r.status();
-  Result<std::int64_t> n = int_at(*r, 0, 0);
-  if (!n.ok()) return n.status();
-  return static_cast<int>(*n);
+  return delete_batch("retention.idempotency_keys", sql,
+                      {now_utc, std::int64_t{kIdempotencyKeyAge.count()}, std::int64_t{limit}});
 }
 
 Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -105,6 +106,9 @@ class PgClubStore final : public ClubStore {
 
   // One panel operation: holdfast lets the driver's Shield retry it; a baseline wraps the
   // driver's single attempt in its own loop.
+  // One retention batch: a DELETE ... RETURNING wrapped in SELECT count(*); how many went.
+  Result<int> delete_batch(const char* label, std::string_view sql,
+                           std::initializer_list<pg::Param> params);
   template <class F>
   auto run(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
 
