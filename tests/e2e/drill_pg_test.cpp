@@ -64,6 +64,30 @@ std::map<std::string, std::vector<std::pair<double, int>>> requests_by_strategy(
   return out;
 }
 
+// One run of `holdfast drill --engine postgres ARGS` into a folder of its own (`name`),
+// with what it printed and, when it wrote one, its report.
+struct PgDrillRun {
+  fs::path out;
+  int rc = -1;
+  std::string output;
+  nlohmann::json report;
+};
+PgDrillRun run_pg_drill(const std::string& name, const std::string& args) {
+  PgDrillRun r;
+  r.out = fs::temp_directory_path() /
+          ("holdfast-drill-" + name + "-test-" + std::to_string(::getpid()));
+  fs::remove_all(r.out);
+  const std::string cmd =
+      fmt::format("{} drill --engine postgres {} --log-pause 1 --no-progress --out {} > {} 2>&1",
+                  HOLDFAST_EXE, args, r.out.string(), r.out.string() + ".log");
+  r.rc = std::system(cmd.c_str());
+  std::ifstream log(r.out.string() + ".log");
+  r.output.assign(std::istreambuf_iterator<char>(log), std::istreambuf_iterator<char>());
+  std::ifstream in(r.out / "drill-report.json");
+  if (in) r.report = nlohmann::json::parse(in, nullptr, false);
+  return r;
+}
+
 TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses) {
   if (!have_postgres_server()) {
     GTEST_SKIP() << "no PostgreSQL server binaries (install the Debian package 'postgresql', "
@@ -71,21 +95,14 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
   }
   const std::string strategies =
       have_pgbouncer() ? "none,holdfast,holdfast+pgbouncer" : "none,holdfast";
-  const fs::path out =
-      fs::temp_directory_path() / ("holdfast-drill-pg-test-" + std::to_string(::getpid()));
-  fs::remove_all(out);
-  const std::string cmd = fmt::format(
-      "{} drill --engine postgres --faults write-lock,stop,hang --processes 2 --strategies {} "
-      "--fault-scale 0.3 --workers 4 --warmup 1 --gap 2 --log-pause 1 --no-progress --out {} > "
-      "{} 2>&1",
-      HOLDFAST_EXE, strategies, out.string(), (out.string() + ".log"));
-  const int rc = std::system(cmd.c_str());
-  std::ifstream log(out.string() + ".log");
-  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << output;
-
-  std::ifstream in(out / "drill-report.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
+  const PgDrillRun run =
+      run_pg_drill("pg", fmt::format("--faults write-lock,stop,hang --processes 2 --strategies {} "
+                                     "--fault-scale 0.3 --workers 4 --warmup 1 --gap 2",
+                                     strategies));
+  const fs::path& out = run.out;
+  const std::string& output = run.output;
+  ASSERT_EQ(run.rc, 0) << output;
+  const nlohmann::json& j = run.report;
   EXPECT_EQ(j["engine"], "postgres");
   EXPECT_EQ(j["payments_applied_twice"], 0) << output;
   EXPECT_GT(j["payments_sent"].get<int>(), 0);
@@ -217,21 +234,15 @@ TEST(DrillPg, FailoverPromotesTheStandbyAndLosesNoConfirmedPayment) {
   }
   const std::string strategies =
       have_pgbouncer() ? "none,holdfast,holdfast+pgbouncer" : "none,holdfast";
-  const fs::path out =
-      fs::temp_directory_path() / ("holdfast-drill-failover-test-" + std::to_string(::getpid()));
-  fs::remove_all(out);
-  const std::string cmd = fmt::format(
-      "{} drill --engine postgres --faults failover --processes 2 --strategies {} "
-      "--fault-scale 0.4 --workers 4 --warmup 3 --gap 2 --log-pause 1 --no-progress --out {} > "
-      "{} 2>&1",
-      HOLDFAST_EXE, strategies, out.string(), (out.string() + ".log"));
-  const int rc = std::system(cmd.c_str());
-  std::ifstream log(out.string() + ".log");
-  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << output;
+  const PgDrillRun run =
+      run_pg_drill("failover", fmt::format("--faults failover --processes 2 --strategies {} "
+                                           "--fault-scale 0.4 --workers 4 --warmup 3 --gap 2",
+                                           strategies));
+  const fs::path& out = run.out;
+  const std::string& output = run.output;
+  ASSERT_EQ(run.rc, 0) << output;
+  const nlohmann::json& j = run.report;
 
-  std::ifstream in(out / "drill-report.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["payments_applied_twice"], 0) << output;
   ASSERT_EQ(j["storms"].size(), 1u);
   const auto& f = j["storms"][0];
@@ -268,20 +279,14 @@ TEST(DrillPg, SwitchoverThroughPgBouncerShowsNoErrorPage) {
   if (!have_postgres_server() || !have_pgbouncer()) {
     GTEST_SKIP() << "the switchover needs PostgreSQL server binaries and PgBouncer";
   }
-  const fs::path out =
-      fs::temp_directory_path() / ("holdfast-drill-switchover-test-" + std::to_string(::getpid()));
-  fs::remove_all(out);
-  const std::string cmd = fmt::format(
-      "{} drill --engine postgres --faults switchover --processes 2 --strategies "
-      "holdfast,holdfast+pgbouncer --fault-scale 0.5 --workers 4 --warmup 3 --gap 2 "
-      "--log-pause 1 --no-progress --out {} > {} 2>&1",
-      HOLDFAST_EXE, out.string(), (out.string() + ".log"));
-  const int rc = std::system(cmd.c_str());
-  std::ifstream log(out.string() + ".log");
-  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << output;
-  std::ifstream in(out / "drill-report.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
+  const PgDrillRun run =
+      run_pg_drill("switchover",
+                   "--faults switchover --processes 2 --strategies holdfast,holdfast+pgbouncer "
+                   "--fault-scale 0.5 --workers 4 --warmup 3 --gap 2");
+  const fs::path& out = run.out;
+  const std::string& output = run.output;
+  ASSERT_EQ(run.rc, 0) << output;
+  const nlohmann::json& j = run.report;
   EXPECT_EQ(j["payments_applied_twice"], 0) << output;
   ASSERT_EQ(j["storms"].size(), 1u);
   const auto& f = j["storms"][0];
