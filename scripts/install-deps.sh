@@ -14,6 +14,8 @@ packages=(
   libsodium-dev
   # the drivers people already use, for holdfast's adapters (include/holdfast/adapters/)
   libpqxx-dev libsqlitecpp-dev libasio-dev
+  # the panel's HTTP server (Beast on Asio C++20 coroutines); the Asio adapter is tested on it too
+  libboost1.81-dev
   # the PostgreSQL drill's connection pooler (transaction mode)
   pgbouncer
 )

@@ -1,10 +1,10 @@
 // `holdfast drill`: the origin's incident, replayed against real SQLite files, every
-// strategy side by side (see apps/panel/drill.hpp).
+// strategy side by side (see apps/drill/drill.hpp).
 //
 //   $ holdfast drill                       # 2, 5 and 20 s storms, write and read locks
 //   $ holdfast drill --storms 2 --kinds write --workers 4 --out /tmp/d
 //   $ holdfast drill --engine postgres     # primary + standby, 3 processes per strategy,
-//                                          # fourteen real faults (apps/panel/drill_pg.hpp)
+//                                          # fourteen real faults (apps/drill/drill_pg.hpp)
 #include <fmt/core.h>
 
 #include <pthread.h>

@@ -1,5 +1,5 @@
 // The drill's tables as Markdown, rendered from drill-report.json (what `holdfast drill`
-// writes; apps/panel/drill_report.cpp), so the docs' numbers are never typed by hand.
+// writes; apps/drill/drill_report.cpp), so the docs' numbers are never typed by hand.
 //
 //   nlohmann::json report = nlohmann::json::parse(file);
 //   std::string md = holdfast::cli::drill_tables_markdown(report);   // docs/drill.md

@@ -67,8 +67,8 @@ Result<std::string> find_scripts_dir(const std::string& configured, const std::s
   } else {
     if (const char* env = std::getenv("HOLDFAST_SCRIPTS_DIR"); env != nullptr && *env != '\0')
       candidates.emplace_back(env);
-#ifdef HOLDFAST_PANEL_SOURCE_DIR
-    candidates.emplace_back(HOLDFAST_PANEL_SOURCE_DIR "/scripts");
+#ifdef HOLDFAST_DRILL_SOURCE_DIR
+    candidates.emplace_back(HOLDFAST_DRILL_SOURCE_DIR "/scripts");
 #endif
     // build/<preset>/apps/holdfast/holdfast -> the source tree's scripts/.
     if (!exe.empty()) {
