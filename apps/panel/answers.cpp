@@ -1,6 +1,5 @@
 #include "answers.hpp"
 
-#include <httplib.h>
 
 #include <chrono>
 
@@ -73,7 +72,7 @@ std::string Answers::new_digest() {
       "{:010x}", ((now * 0x9e3779b97f4a7c15ULL) ^ digest_counter_.fetch_add(1)) & 0xffffffffffULL);
 }
 
-void Answers::client_error(httplib::Response& res, int status, std::string_view message,
+void Answers::client_error(http::Response& res, int status, std::string_view message,
                            bool as_json) const {
   counters_.bad_request++;
   res.status = status;
@@ -84,16 +83,16 @@ void Answers::client_error(httplib::Response& res, int status, std::string_view 
   }
 }
 
-void Answers::failure(httplib::Response& res, const Status& s, std::string_view path,
+void Answers::failure(http::Response& res, const Status& s, std::string_view path,
                       bool as_json) {
   answer(res, s, path, as_json, false);
 }
 
-void Answers::write_failure(httplib::Response& res, const Status& s, std::string_view path) {
+void Answers::write_failure(http::Response& res, const Status& s, std::string_view path) {
   answer(res, s, path, true, true);
 }
 
-void Answers::refused(httplib::Response& res, const Status& s, Refusal why, std::string_view path,
+void Answers::refused(http::Response& res, const Status& s, Refusal why, std::string_view path,
                       bool as_json, bool write) {
   const std::string digest = new_digest();
   const std::string detail = s.to_string();
@@ -147,7 +146,7 @@ void Answers::refused(httplib::Response& res, const Status& s, Refusal why, std:
       "text/html; charset=utf-8");
 }
 
-void Answers::answer(httplib::Response& res, const Status& s, std::string_view path, bool as_json,
+void Answers::answer(http::Response& res, const Status& s, std::string_view path, bool as_json,
                      bool write) {
   if (const Refusal why = database_refusal(s); why != Refusal::kNone) {
     return refused(res, s, why, path, as_json, write);
@@ -196,7 +195,7 @@ void Answers::answer(httplib::Response& res, const Status& s, std::string_view p
   }
 }
 
-void Answers::write_refusal(httplib::Response& res, const Status& s, std::string_view path) {
+void Answers::write_refusal(http::Response& res, const Status& s, std::string_view path) {
   if (is_key_reused(s)) return client_error(res, 422, kKeyReusedMessage, true);
   if (s.code() == Code::kAlreadyExists) {
     // The store checks first; a UNIQUE violation from the engine is the same refusal, with

@@ -12,7 +12,7 @@
 #include "holdfast/logger.hpp"
 #include "holdfast/status.hpp"
 
-namespace httplib {
+namespace holdfast::panel::http {
 struct Response;
 }
 
@@ -48,25 +48,24 @@ class Answers {
   std::string new_digest();
 
   // The client's mistake: `status` (4xx) with `message`, which must be written for the client.
-  void client_error(httplib::Response& res, int status, std::string_view message,
-                    bool as_json) const;
+  void client_error(http::Response& res, int status, std::string_view message, bool as_json) const;
   // A failure of the database or of the panel: logged with its detail under a digest, then
   // answered with the digest: 503 + Retry-After when the database is read-only (25006) or
   // busy (holdfast), 507 when its storage is full, 500 otherwise -- a permission the
   // database refused (42501) included: it is the server's configuration, not the client's
   // (a 403 would tell the client they may not, and nothing they do changes it). A refusal
   // (database_refusal()) is said for what it is and logged as ERROR with its SQLSTATE.
-  void failure(httplib::Response& res, const Status& s, std::string_view path, bool as_json);
+  void failure(http::Response& res, const Status& s, std::string_view path, bool as_json);
   // failure() for a write, as JSON: a 503 and a refusal also say whether anything was applied.
-  void write_failure(httplib::Response& res, const Status& s, std::string_view path);
+  void write_failure(http::Response& res, const Status& s, std::string_view path);
   // A write's refusal by the store (a domain rule, or a conflicting idempotency key): 404,
   // 409 or 422 with a fixed message; any other status goes to write_failure().
-  void write_refusal(httplib::Response& res, const Status& s, std::string_view path);
+  void write_refusal(http::Response& res, const Status& s, std::string_view path);
 
  private:
-  void answer(httplib::Response& res, const Status& s, std::string_view path, bool as_json,
+  void answer(http::Response& res, const Status& s, std::string_view path, bool as_json,
               bool write);
-  void refused(httplib::Response& res, const Status& s, Refusal why, std::string_view path,
+  void refused(http::Response& res, const Status& s, Refusal why, std::string_view path,
                bool as_json, bool write);
 
   Logger& log_;

@@ -1,6 +1,5 @@
 #include "route_helpers.hpp"
 
-#include <httplib.h>
 
 #include <fmt/format.h>
 
@@ -13,7 +12,7 @@ std::string now_utc() {
   return std::string(utc_stamp(WallClock::system().now()).view());
 }
 
-std::string cookie_value(const httplib::Request& req, std::string_view name) {
+std::string cookie_value(const http::Request& req, std::string_view name) {
   const std::string header = req.get_header_value("Cookie");
   std::string_view rest = header;
   while (!rest.empty()) {
@@ -30,13 +29,13 @@ std::string cookie_value(const httplib::Request& req, std::string_view name) {
   return {};
 }
 
-std::string session_token(const httplib::Request& req) {
+std::string session_token(const http::Request& req) {
   std::string token = cookie_value(req, "session");
   if (token.size() > 64 || !valid_utf8(token)) return {};
   return token;
 }
 
-void set_cookie(httplib::Response& res, std::string_view name, std::string_view value,
+void set_cookie(http::Response& res, std::string_view name, std::string_view value,
                 long max_age_seconds, bool secure) {
   res.set_header("Set-Cookie", fmt::format("{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
                                            name, value, max_age_seconds, secure ? "; Secure" : ""));

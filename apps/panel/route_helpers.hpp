@@ -6,10 +6,7 @@
 #include <string_view>
 #include <utility>
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "http_message.hpp"
 
 namespace holdfast::panel {
 
@@ -18,16 +15,16 @@ namespace holdfast::panel {
 [[nodiscard]] std::string now_utc();
 
 // The value of cookie `name` in `req`'s Cookie header, or "" when it has none.
-[[nodiscard]] std::string cookie_value(const httplib::Request& req, std::string_view name);
+[[nodiscard]] std::string cookie_value(const http::Request& req, std::string_view name);
 
 // The session cookie's token, or "" when there is none or it cannot be one (over 64 bytes,
 // not UTF-8): no database is asked about such a cookie.
-[[nodiscard]] std::string session_token(const httplib::Request& req);
+[[nodiscard]] std::string session_token(const http::Request& req);
 
 // Adds a Set-Cookie header for cookie `name`: Path=/, not readable by scripts (HttpOnly), not
 // sent on cross-site subrequests (SameSite=Lax), kept `max_age_seconds`; Secure (HTTPS only)
 // when `secure` (`--secure-cookies`). REQUIRES: `value` is a valid cookie value.
-void set_cookie(httplib::Response& res, std::string_view name, std::string_view value,
+void set_cookie(http::Response& res, std::string_view name, std::string_view value,
                 long max_age_seconds, bool secure);
 
 // Sets `map[key] = value`; past `capacity` entries, drops the one whose value `older` ranks

@@ -2,7 +2,6 @@
 // One render reads the session and two query groups, inside one request window (holdfast).
 // When that fails busy, holdfast answers the last good copy of the day, marked with
 // X-Holdfast-Stale and an "as of" banner; otherwise the failure is answered (answers.hpp).
-#include <httplib.h>
 
 #include <chrono>
 
@@ -56,7 +55,7 @@ json schedule_json(const Schedule& s, const std::optional<std::string>& stale_as
 }
 
 // No live session: the page redirects to the sign-in form, JSON answers 401.
-void send_to_sign_in(httplib::Response& res, bool as_json) {
+void send_to_sign_in(http::Response& res, bool as_json) {
   res.status = as_json ? 401 : 303;
   if (!as_json) res.set_header("Location", "/login");
 }
@@ -83,20 +82,20 @@ std::size_t PanelServer::stale_copies() const {
   return last_good_.size();
 }
 
-void PanelServer::get_schedule_page(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::get_schedule_page(const http::Request& req, http::Response& res) {
   if (auto failed = answer_schedule(req, res, false)) {
     answers_->failure(res, *failed, "/dashboard/schedule", false);
   }
 }
 
-void PanelServer::get_schedule_json(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::get_schedule_json(const http::Request& req, http::Response& res) {
   if (auto failed = answer_schedule(req, res, true)) {
     answers_->failure(res, *failed, "/api/schedule", true);
   }
 }
 
-std::optional<Status> PanelServer::answer_schedule(const httplib::Request& req,
-                                                   httplib::Response& res, bool as_json) {
+std::optional<Status> PanelServer::answer_schedule(const http::Request& req,
+                                                   http::Response& res, bool as_json) {
   counters_.requests++;
   const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
   if (!valid_date(date)) {
@@ -168,7 +167,7 @@ Status PanelServer::read_schedule(const std::string& token, const std::string& d
   return Status();
 }
 
-bool PanelServer::answer_stale_schedule(httplib::Response& res, const std::string& date,
+bool PanelServer::answer_stale_schedule(http::Response& res, const std::string& date,
                                         const User& user, const Status& failure, bool as_json) {
   std::shared_ptr<const StaleCopy> copy;
   if (holdfast() && options_.serve_stale && is_busy(failure)) {

@@ -1,6 +1,5 @@
 // The service's own routes: GET /healthz, GET /metrics, and POST /report (a user's report
 // of a problem, quoting the digest of the answer they got).
-#include <httplib.h>
 
 #include <fmt/format.h>
 
@@ -10,13 +9,13 @@
 
 namespace holdfast::panel {
 
-void PanelServer::get_healthz(const httplib::Request&, httplib::Response& res) {
+void PanelServer::get_healthz(const http::Request&, http::Response& res) {
   counters_.requests++;
   counters_.ok++;
   res.set_content("ok\n", "text/plain");
 }
 
-void PanelServer::get_metrics(const httplib::Request&, httplib::Response& res) {
+void PanelServer::get_metrics(const http::Request&, http::Response& res) {
   res.set_content(metrics_text(), "text/plain; version=0.0.4");
 }
 
@@ -74,7 +73,7 @@ std::string PanelServer::metrics_text() const {
 
 // The console always gets the report; the problem_reports table gets it when the database
 // takes it, and the answer says which.
-void PanelServer::post_report(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::post_report(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const RequestWindow scope = request_window(req);
   const std::string path = req.has_param("path") ? req.get_param_value("path") : "";

@@ -3,7 +3,6 @@
 // out: POST /logout.
 // Each success opens a session, sets its cookie (and, on PostgreSQL, the hf_wal cookie with
 // that write's position), hands out its CSRF token in X-CSRF-Token and redirects (303).
-#include <httplib.h>
 
 #include "html.hpp"
 #include "route_helpers.hpp"
@@ -16,12 +15,12 @@ constexpr const char* kHtml = "text/html; charset=utf-8";
 
 // The session cookie: not readable by scripts, not sent on cross-site subrequests, 30 days;
 // Secure (HTTPS only) with `--secure-cookies`.
-void set_session_cookie(httplib::Response& res, std::string_view token, bool secure) {
+void set_session_cookie(http::Response& res, std::string_view token, bool secure) {
   set_cookie(res, "session", token, 2'592'000, secure);
 }
 
 // The answer to a sign-in that opened `session`.
-void signed_in_redirect(httplib::Response& res, const std::string& session, bool secure_cookie,
+void signed_in_redirect(http::Response& res, const std::string& session, bool secure_cookie,
                         const std::string& next) {
   res.status = 303;
   set_session_cookie(res, session, secure_cookie);
@@ -47,13 +46,13 @@ std::string PanelServer::issue_sign_in_link(std::int64_t user_id, std::string_vi
   return "/login/link?token=" + token;
 }
 
-void PanelServer::get_login(const httplib::Request&, httplib::Response& res) {
+void PanelServer::get_login(const http::Request&, http::Response& res) {
   counters_.requests++;
   counters_.ok++;
   res.set_content(render_login(""), kHtml);
 }
 
-void PanelServer::post_login(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::post_login(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const std::string email = req.get_param_value("email");
   const std::string password = req.get_param_value("password");
@@ -104,7 +103,7 @@ void PanelServer::post_login(const httplib::Request& req, httplib::Response& res
   set_write_position_cookie(res);
 }
 
-void PanelServer::get_login_link(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::get_login_link(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const std::string token = req.get_param_value("token");
   std::optional<SignInLink> link;
@@ -130,7 +129,7 @@ void PanelServer::get_login_link(const httplib::Request& req, httplib::Response&
   set_write_position_cookie(res);
 }
 
-void PanelServer::post_logout(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::post_logout(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const std::string token = session_token(req);
   if (!token.empty()) {

@@ -1,14 +1,13 @@
 // The live status: GET /status (the page) and GET /status.svg (its chart alone), for
 // signed-in users only; and the count of every answer the panel gives, for their chart.
-#include <httplib.h>
 
 #include <functional>
 #include <map>
 #include <mutex>
 
 #include "answers.hpp"
-#include "front.hpp"
 #include "html.hpp"
+#include "http_server.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
 #include "status_page.hpp"
@@ -29,43 +28,39 @@ bool is_status_path(const std::string& path) {
 // the outage.
 constexpr Duration kSessionGrace = std::chrono::minutes(5);
 
-// What the chart shows: the panel's answers and the ones its front made itself (a 503 when
-// the queue is full, a refusal before any route runs), second by second.
-TrafficRing::Window chart_counts(const TrafficRing& panel, const HttpFront* front) noexcept {
+// What the chart shows: the panel's answers and the ones its HTTP server made itself (a 503
+// when a lane is full, a refusal before any route runs), second by second.
+TrafficRing::Window chart_counts(const TrafficRing& panel, const HttpServer* server) noexcept {
   TrafficRing::Window w = panel.window();
-  if (front != nullptr) w.add(front->own_answers().window_at(w.last));
+  if (server != nullptr) w.add(server->own_answers().window_at(w.last));
   return w;
 }
 
 }  // namespace
 
-void PanelServer::record_traffic(const httplib::Request& req,
-                                 const httplib::Response& res) noexcept {
-  // A static string: httplib takes the name as std::string, and this one is too long for
-  // the small-string buffer, so a literal would allocate on every request.
-  static const std::string kStaleHeader = "X-Holdfast-Stale";
+void PanelServer::record_traffic(const http::Request& req, const http::Response& res) noexcept {
   // Watching must not change what is watched: the status routes are not counted.
   if (is_status_path(req.path)) return;
-  traffic_->record(res.status, res.has_header(kStaleHeader));
+  traffic_->record(res.status, res.has_header("X-Holdfast-Stale"));
 }
 
-void PanelServer::get_status(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::get_status(const http::Request& req, http::Response& res) {
   counters_.requests++;
   if (!status_allowed(req, res, "/status", false)) return;
   counters_.ok++;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(render_status(status_view(), chart_counts(*traffic_, front_.get())), kHtml);
+  res.set_content(render_status(status_view(), chart_counts(*traffic_, http_.get())), kHtml);
 }
 
-void PanelServer::get_status_svg(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::get_status_svg(const http::Request& req, http::Response& res) {
   counters_.requests++;
   if (!status_allowed(req, res, "/status.svg", true)) return;
   counters_.ok++;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(render_traffic_svg(chart_counts(*traffic_, front_.get())), "image/svg+xml");
+  res.set_content(render_traffic_svg(chart_counts(*traffic_, http_.get())), "image/svg+xml");
 }
 
-bool PanelServer::status_allowed(const httplib::Request& req, httplib::Response& res,
+bool PanelServer::status_allowed(const http::Request& req, http::Response& res,
                                  std::string_view path, bool image) {
   // The same answers as the schedule's: the page redirects to the sign-in form, the image
   // (like the JSON API) answers 401.

@@ -1,7 +1,6 @@
 // The club's writes: POST /payments (amount_cents, method) and POST /signups (game_id), for
 // a signed-in user. Each is all or nothing; an Idempotency-Key makes a repeat answer the
 // first result (200 with "replayed": true) instead of writing again (201).
-#include <httplib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -30,8 +29,8 @@ struct PanelServer::WriteInput {
   std::int64_t value = 0;  // the route's positive whole number
 };
 
-std::optional<PanelServer::WriteInput> PanelServer::write_input(const httplib::Request& req,
-                                                                httplib::Response& res,
+std::optional<PanelServer::WriteInput> PanelServer::write_input(const http::Request& req,
+                                                                http::Response& res,
                                                                 std::string_view path,
                                                                 const std::string& field,
                                                                 std::string_view field_error) {
@@ -65,7 +64,7 @@ std::optional<PanelServer::WriteInput> PanelServer::write_input(const httplib::R
   return in;
 }
 
-void PanelServer::post_payment(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::post_payment(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const RequestWindow scope = request_window(req);
   const std::optional<WriteInput> in =
@@ -97,7 +96,7 @@ void PanelServer::post_payment(const httplib::Request& req, httplib::Response& r
                   "application/json");
 }
 
-void PanelServer::post_signup(const httplib::Request& req, httplib::Response& res) {
+void PanelServer::post_signup(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const RequestWindow scope = request_window(req);
   const std::optional<WriteInput> in =

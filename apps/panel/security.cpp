@@ -1,6 +1,5 @@
 #include "security.hpp"
 
-#include <httplib.h>
 #include <openssl/sha.h>
 
 #include <algorithm>
@@ -37,7 +36,7 @@ std::vector<std::pair<std::string, std::string>> security_headers() {
   };
 }
 
-std::string cross_site_refusal(const httplib::Request& req) {
+std::string cross_site_refusal(const http::Request& req) {
   if (req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS") return {};
   if (req.get_header_value("Sec-Fetch-Site") == "cross-site") {
     return "cross-site request refused (Sec-Fetch-Site: cross-site)";
@@ -63,7 +62,7 @@ std::string csrf_token(std::string_view session_token) {
   return hex;
 }
 
-bool csrf_ok(const httplib::Request& req, std::string_view session_token) {
+bool csrf_ok(const http::Request& req, std::string_view session_token) {
   if (starts_with_ci(req.get_header_value("Content-Type"), "application/json")) return true;
   const std::string expected = csrf_token(session_token);
   const std::string given = req.has_header("X-CSRF-Token") ? req.get_header_value("X-CSRF-Token")
@@ -79,7 +78,7 @@ bool same_secret(std::string_view given, std::string_view expected) noexcept {
   return diff == 0;
 }
 
-std::string request_field(const httplib::Request& req, const std::string& name) {
+std::string request_field(const http::Request& req, const std::string& name) {
   if (!starts_with_ci(req.get_header_value("Content-Type"), "application/json")) {
     return req.get_param_value(name);
   }
@@ -159,9 +158,8 @@ Duration AttemptLimiter::try_count(const std::string& key) {
   return Duration::zero();
 }
 
-std::string client_address(const httplib::Request& req) {
-  std::string forwarded = req.get_header_value("X-Holdfast-Client");
-  return forwarded.empty() ? req.remote_addr : forwarded;
+std::string client_address(const http::Request& req) {
+  return req.remote_addr;
 }
 
 int retry_after_header(Duration wait) {

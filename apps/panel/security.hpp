@@ -24,9 +24,7 @@
 
 #include "holdfast/clock.hpp"
 
-namespace httplib {
-struct Request;
-}
+#include "http_message.hpp"
 
 namespace holdfast::panel {
 
@@ -34,7 +32,7 @@ namespace holdfast::panel {
 [[nodiscard]] std::vector<std::pair<std::string, std::string>> security_headers();
 
 // Why `req` is refused as a cross-site state-changing request, or "" when it may proceed.
-[[nodiscard]] std::string cross_site_refusal(const httplib::Request& req);
+[[nodiscard]] std::string cross_site_refusal(const http::Request& req);
 
 // The CSRF token of a session: the hex SHA-256 of a domain tag and the session token.
 // Unguessable without the session cookie (HttpOnly), the same on every panel sharing the
@@ -42,7 +40,7 @@ namespace holdfast::panel {
 [[nodiscard]] std::string csrf_token(std::string_view session_token);
 
 // True when `req` carries `session_token`'s CSRF token or needs none (a JSON body).
-[[nodiscard]] bool csrf_ok(const httplib::Request& req, std::string_view session_token);
+[[nodiscard]] bool csrf_ok(const http::Request& req, std::string_view session_token);
 
 // Whether a secret a client sent is the expected one, in a time that does not depend on
 // how much of it matches.
@@ -50,7 +48,7 @@ namespace holdfast::panel {
 
 // The request's field `name`: from a JSON object body (Content-Type: application/json;
 // strings and numbers), else from the query or form.
-[[nodiscard]] std::string request_field(const httplib::Request& req, const std::string& name);
+[[nodiscard]] std::string request_field(const http::Request& req, const std::string& name);
 
 // `html` with a hidden csrf_token field in each <form method="post">.
 [[nodiscard]] std::string with_csrf_fields(std::string html, std::string_view token);
@@ -91,9 +89,8 @@ class AttemptLimiter {
   std::map<std::string, Events> events_;
 };
 
-// The client's address: X-Holdfast-Client, which the front (front.hpp) sets on every request
-// it relays (replacing any the client sent), else the peer's address.
-[[nodiscard]] std::string client_address(const httplib::Request& req);
+// The client's address: the peer's (the panel is not behind a proxy it trusts).
+[[nodiscard]] std::string client_address(const http::Request& req);
 
 // Whole seconds for Retry-After (at least 1).
 [[nodiscard]] int retry_after_header(Duration wait);

@@ -1,4 +1,4 @@
-// The demo panel's HTTP server (cpp-httplib) over a ClubStore.
+// The demo panel: its routes over a ClubStore, served by HttpServer (http_server.hpp).
 //
 // Routes: GET /login, POST /login, GET /login/link?token= (one-time sign-in links), POST /logout,
 // GET /dashboard/schedule?date=, GET /api/schedule?date=,
@@ -20,21 +20,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "answers.hpp"
 #include "club_store.hpp"
-#include "front.hpp"
 #include "holdfast/logger.hpp"
 #include "holdfast/window.hpp"
+#include "http_message.hpp"
+#include "http_server.hpp"
 #include "security.hpp"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace holdfast {
 class DatabaseSink;
@@ -65,9 +59,9 @@ class PanelServer {
     Logger* logger = nullptr;                   // REQUIRED; outlives the server
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
-    int threads = 16;  // database-bound requests served at once (the front's bulkhead)
+    int threads = 16;  // database-bound requests served at once (HttpServer's heavy workers)
     // Names a request's Host may carry besides the loopback names and `host`
-    // (HttpFront::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
+    // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;
     // Mark the session cookie Secure (`holdfast panel --secure-cookies`, behind TLS).
     bool secure_cookies = false;
@@ -84,14 +78,13 @@ class PanelServer {
   PanelServer(const PanelServer&) = delete;
   PanelServer& operator=(const PanelServer&) = delete;
 
-  // Binds and starts serving on a background thread. A port in use is a Status.
+  // Binds and starts serving on background threads. A port in use is a Status.
   Status start();
-  // Stops serving and joins the thread. Idempotent.
+  // Stops serving and joins the threads. Idempotent.
   void stop() noexcept;
   [[nodiscard]] int port() const noexcept { return port_; }
-  // The Unix socket of the server behind the front, in a directory only this user can
-  // enter; it answers only the front (403).
-  [[nodiscard]] const std::string& upstream_socket() const noexcept { return upstream_socket_; }
+  // The HTTP server, once started (its counters, for tests and /metrics); else null.
+  [[nodiscard]] const HttpServer* http_server() const noexcept { return http_.get(); }
 
   // A one-time sign-in link for `user_id`: the path and query to append to the server's
   // address ("/login/link?token=..."). Following it opens a session (the cookie POST /login
@@ -110,14 +103,15 @@ class PanelServer {
   static constexpr int kReportsPerMinute = 100;
 
  private:
-  // The largest request body taken (a form is at most 8 KiB: httplib's own limit).
-  static constexpr std::size_t kMaxBodyBytes = 64 * 1024;
-  // Relays (and httplib threads) kept for the routes that never touch the database.
-  static constexpr int kLightRelays = 4;
+  // Workers kept for the routes that never touch the database.
+  static constexpr int kLightWorkers = 4;
 
   void install_guards();
-  // Wires each path to its route; the routes live in routes_<resource>.cpp.
-  void install_routes();
+  // Every request: the guards, its route (by method and path; the routes live in
+  // routes_<resource>.cpp), then record_traffic(). On HttpServer's workers.
+  void handle(const http::Request& req, http::Response& res);
+  // What every request meets before its route (server_guards.cpp): true when it answered.
+  bool refused_by_guards(const http::Request& req, http::Response& res);
 
   [[nodiscard]] bool holdfast() const noexcept {
     return options_.store->strategy() == Strategy::kHoldfast;
@@ -128,40 +122,40 @@ class PanelServer {
   // (ClubStore::require_position(); a cookie that is not a position is ignored).
   class RequestWindow {
    public:
-    RequestWindow(const PanelServer& server, const httplib::Request& req);
+    RequestWindow(const PanelServer& server, const http::Request& req);
     RequestWindow(const RequestWindow&) = delete;
     RequestWindow& operator=(const RequestWindow&) = delete;
 
    private:
     std::optional<RequestScope> scope_;
   };
-  [[nodiscard]] RequestWindow request_window(const httplib::Request& req) const {
+  [[nodiscard]] RequestWindow request_window(const http::Request& req) const {
     return RequestWindow(*this, req);
   }
   // After a request that wrote: the hf_wal cookie with the position the client's next reads
   // must see, whichever process serves them (ClubStore::write_position()). Nothing when the
   // store has no position (SQLite, a baseline).
-  void set_write_position_cookie(httplib::Response& res) const;
+  void set_write_position_cookie(http::Response& res) const;
 
   // routes_service.cpp: the service's own routes.
-  void get_healthz(const httplib::Request& req, httplib::Response& res);
-  void get_metrics(const httplib::Request& req, httplib::Response& res);
-  void post_report(const httplib::Request& req, httplib::Response& res);
+  void get_healthz(const http::Request& req, http::Response& res);
+  void get_metrics(const http::Request& req, http::Response& res);
+  void post_report(const http::Request& req, http::Response& res);
   std::string metrics_text() const;
 
   // routes_session.cpp: signing in.
-  void get_login(const httplib::Request& req, httplib::Response& res);
-  void post_login(const httplib::Request& req, httplib::Response& res);
-  void get_login_link(const httplib::Request& req, httplib::Response& res);
+  void get_login(const http::Request& req, http::Response& res);
+  void post_login(const http::Request& req, http::Response& res);
+  void get_login_link(const http::Request& req, http::Response& res);
   // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
-  void post_logout(const httplib::Request& req, httplib::Response& res);
+  void post_logout(const http::Request& req, http::Response& res);
 
   // routes_schedule.cpp: the schedule, as a page and as JSON.
-  void get_schedule_page(const httplib::Request& req, httplib::Response& res);
-  void get_schedule_json(const httplib::Request& req, httplib::Response& res);
+  void get_schedule_page(const http::Request& req, http::Response& res);
+  void get_schedule_json(const http::Request& req, http::Response& res);
   // Answers the schedule, a redirect or 401 to sign in, a 400, or the last good copy; or
   // returns the failure for the caller to answer once the request's window is closed.
-  std::optional<Status> answer_schedule(const httplib::Request& req, httplib::Response& res,
+  std::optional<Status> answer_schedule(const http::Request& req, http::Response& res,
                                         bool as_json);
   // The session's user and the schedule of `date`. `signed_out` is set only when the
   // database answered that the session is not live (never for an error of the database).
@@ -169,40 +163,35 @@ class PanelServer {
                        Schedule& schedule, User& user, bool& signed_out);
   // Answers the last good copy of `date`'s schedule when `failure` allows it (holdfast,
   // serve_stale, busy) and there is one; false when it answered nothing.
-  bool answer_stale_schedule(httplib::Response& res, const std::string& date, const User& user,
+  bool answer_stale_schedule(http::Response& res, const std::string& date, const User& user,
                              const Status& failure, bool as_json);
 
   // routes_status.cpp: the live status page and its chart; every answer is counted for it.
-  void get_status(const httplib::Request& req, httplib::Response& res);
-  void get_status_svg(const httplib::Request& req, httplib::Response& res);
+  void get_status(const http::Request& req, http::Response& res);
+  void get_status_svg(const http::Request& req, http::Response& res);
   // True for a live session, or, while the database cannot say, for a session it confirmed
   // for /status within the last five minutes; otherwise answers (redirect, 401 or the failure)
   // and false.
-  bool status_allowed(const httplib::Request& req, httplib::Response& res, std::string_view path,
+  bool status_allowed(const http::Request& req, http::Response& res, std::string_view path,
                       bool image);
   [[nodiscard]] StatusView status_view() const;
   // After every route: counts the answer in traffic_ (lock-free, no allocation).
-  void record_traffic(const httplib::Request& req, const httplib::Response& res) noexcept;
+  void record_traffic(const http::Request& req, const http::Response& res) noexcept;
 
   // routes_writes.cpp: payments and signups, all or nothing; an Idempotency-Key makes a
   // repeat return the first result.
-  void post_payment(const httplib::Request& req, httplib::Response& res);
-  void post_signup(const httplib::Request& req, httplib::Response& res);
+  void post_payment(const http::Request& req, http::Response& res);
+  void post_signup(const http::Request& req, http::Response& res);
   struct WriteInput;
   // What every write starts with: a signed-in user (with the CSRF token a form needs) and
   // one positive whole number from `field`. nullopt after answering the request.
-  std::optional<WriteInput> write_input(const httplib::Request& req, httplib::Response& res,
+  std::optional<WriteInput> write_input(const http::Request& req, http::Response& res,
                                         std::string_view path, const std::string& field,
                                         std::string_view field_error);
 
   Options options_;
-  std::unique_ptr<httplib::Server> http_;
-  std::unique_ptr<HttpFront> front_;  // the public socket (front.hpp)
-  std::thread thread_;
+  std::unique_ptr<HttpServer> http_;
   int port_ = 0;
-  std::string upstream_dir_;     // made by start() (0700), removed by stop()
-  std::string upstream_socket_;  // in upstream_dir_
-  std::string front_secret_;     // X-Holdfast-Front: what the front adds to every request
   PanelCounters counters_;
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
   // Sessions the database confirmed lately (a sign-in, a schedule or /status read), by

@@ -5,7 +5,7 @@
 //   TrafficRing::Window w = ring.window();       // the last kSeconds seconds, oldest first
 //
 // The panel keeps two: its routes' answers (PanelServer, counted after each route) and the
-// answers its HTTP front makes itself before any route runs (front.hpp: 503 when the queue
+// answers its HTTP server makes itself before any route runs (http_server.hpp: 503 when a lane
 // is full, 408, 4xx); GET /status adds them up, so every answer is counted once.
 //
 // One slot per second of the window; slot s % kSeconds holds second s. Each counter is one

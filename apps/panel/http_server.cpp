@@ -1,0 +1,624 @@
+#include "http_server.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <limits>
+#include <list>
+#include <map>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace holdfast::panel {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using net::awaitable;
+constexpr auto kNothrow = net::as_tuple(net::use_awaitable);
+
+// Descriptors kept for the panel's databases, its logs and the workers.
+constexpr long long kReservedDescriptors = 128;
+// How long the accept loop rests after accept() ran out of descriptors or memory.
+constexpr std::chrono::milliseconds kAcceptPause{100};
+// How long a refusal waits for the client to take it, and then for the rest of what the
+// client was sending (read and dropped, so that closing does not reset the connection
+// before the client has read the refusal).
+constexpr std::chrono::milliseconds kRefusalSend{1000};
+constexpr std::chrono::milliseconds kRefusalDrain{500};
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x | 0x20) == (y | 0x20);
+         });
+}
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) noexcept {
+  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+using Parser = bhttp::request_parser<bhttp::string_body>;
+
+// A parser with the limits of `options` (the body's is raised or lowered by check_head()).
+void limit_parser(Parser& parser, const HttpServer::Options& options) {
+  parser.header_limit(static_cast<std::uint32_t>(
+      std::min<std::size_t>(options.max_head_bytes, std::numeric_limits<std::uint32_t>::max())));
+  parser.body_limit(options.max_body_bytes);
+}
+
+// What a request's head allows: its status is 0, or the refusal (400, 413, 421) with why.
+struct HeadCheck {
+  int status = 0;
+  std::string why;
+  bool form = false;           // application/x-www-form-urlencoded
+  std::size_t body_limit = 0;  // the most of a body this request may send
+};
+
+HeadCheck check_head(const Parser& parser, const HttpServer::Options& options) {
+  const auto& head = parser.get();
+  HeadCheck out;
+  const auto target = head.target();
+  if (target.empty() || target.front() != '/') {
+    out.status = 400;
+    out.why = "bad request: the target must be a path (\"/...\")\n";
+    return out;
+  }
+  // One Host, naming this server.
+  if (head.count(bhttp::field::host) != 1) {
+    out.status = 400;
+    out.why = "bad request: send one Host field\n";
+    return out;
+  }
+  const auto host = head[bhttp::field::host];
+  if (!HttpServer::host_allowed(std::string_view(host.data(), host.size()), options)) {
+    out.status = 421;
+    out.why = "misdirected request: this server does not answer for that Host\n";
+    return out;
+  }
+  const auto type = head[bhttp::field::content_type];
+  out.form = starts_with_ci(std::string_view(type.data(), type.size()),
+                            "application/x-www-form-urlencoded");
+  out.body_limit = out.form ? options.max_form_bytes : options.max_body_bytes;
+  if (parser.content_length() && *parser.content_length() > out.body_limit) out.status = 413;
+  return out;
+}
+
+// The Request a route sees, from what the parser read.
+void fill_request(bhttp::request<bhttp::string_body> message, bool form, std::string_view client,
+                  http::Request& r) {
+  r.method.assign(message.method_string().data(), message.method_string().size());
+  r.target.assign(message.target().data(), message.target().size());
+  const std::string_view target(r.target);
+  const std::size_t question = target.find('?');
+  r.path = http::percent_decode(target.substr(0, question), /*plus_is_space=*/false);
+  if (question != std::string_view::npos) http::parse_params(target.substr(question + 1), r.params);
+  for (const auto& field : message) {
+    r.headers.emplace(std::string(field.name_string()), std::string(field.value()));
+  }
+  r.body = std::move(message.body());
+  if (form) http::parse_params(r.body, r.params);
+  r.remote_addr.assign(client);
+}
+
+}  // namespace
+
+// One client connection. Lives as long as its session coroutine (and any timer handler)
+// holds it; touched only on the event-loop thread.
+struct Conn {
+  Conn(tcp::socket socket, net::io_context& io) : stream(std::move(socket)), timer(io) {}
+  beast::tcp_stream stream;
+  net::steady_timer timer;  // the head and body deadlines (a cancel, not a close: 408)
+  std::uint64_t timer_generation = 0;
+  std::string client;
+  bool timed_out = false;
+  bool evicted = false;
+  // Open and not being served: counted against max_connections (Impl::waiting).
+  bool waiting = false;
+  std::list<Conn*>::iterator waiting_at;
+  std::map<std::string, int>::iterator client_count;
+};
+
+struct HttpServer::Impl {
+  struct Lane {
+    Lane(int workers, std::size_t queue)
+        : pool(static_cast<std::size_t>(std::max(workers, 1))),
+          limit(static_cast<std::size_t>(std::max(workers, 1)) + queue) {}
+    net::thread_pool pool;
+    std::size_t pending = 0;  // being served or queued; the event loop's
+    std::size_t limit;
+  };
+  struct Exchange {
+    http::Request req;
+    http::Response res;
+  };
+
+  Impl(HttpServer& server, const Options& o)
+      : self(server),
+        options(o),
+        clock(o.clock != nullptr ? *o.clock : Clock::system()),
+        heavy(o.heavy_workers, o.heavy_queue),
+        light(o.light_workers, o.light_queue) {}
+
+  HttpServer& self;
+  const Options& options;
+  Clock& clock;
+  net::io_context io{1};
+  tcp::acceptor acceptor{io};
+  Lane heavy;
+  Lane light;
+  std::thread loop;
+  std::atomic<bool> stopping{false};
+  // Connections open and not being served, in the order they began to wait: the first of an
+  // address has waited longest.
+  std::list<Conn*> waiting;
+  std::map<std::string, int> waiting_by_client;
+  std::list<std::weak_ptr<Conn>> open;  // every connection, for stop()
+
+  awaitable<void> accept_loop();
+  awaitable<void> session(std::shared_ptr<Conn> c);
+  // Reads one request into `ex`; false when the connection is done with (refused, gone).
+  awaitable<bool> read_request(const std::shared_ptr<Conn>& c, beast::flat_buffer& buffer,
+                               Exchange& ex, bool& keep_alive, unsigned& version);
+  // Answers `status` with a short text and closes the connection.
+  awaitable<void> refuse(Conn& c, int status, std::string_view text, int retry_after_s = 0);
+  // The refusal for a request that could not be read (400, 408, 413, 431, 503).
+  awaitable<void> refuse_unread(Conn& c, int status);
+  awaitable<bool> answer(Conn& c, Exchange& ex, unsigned version, bool keep_alive, bool head);
+  void serve(Exchange& ex) noexcept;
+  // serve() as a coroutine, for co_spawn onto a worker pool (it holds `ex` meanwhile).
+  awaitable<void> serve_on_worker(std::shared_ptr<Exchange> ex) {
+    serve(*ex);
+    co_return;
+  }
+
+  void arm(const std::shared_ptr<Conn>& c, std::chrono::milliseconds d);
+  void disarm(Conn& c);
+  void start_waiting(Conn& c);
+  void stop_waiting(Conn& c);
+  void make_room(const Conn& newcomer);
+};
+
+void HttpServer::Impl::arm(const std::shared_ptr<Conn>& c, std::chrono::milliseconds d) {
+  const std::uint64_t generation = ++c->timer_generation;
+  c->timed_out = false;
+  c->timer.expires_after(d);
+  c->timer.async_wait([weak = std::weak_ptr<Conn>(c), generation](beast::error_code ec) {
+    const std::shared_ptr<Conn> conn = weak.lock();
+    if (ec || !conn || conn->timer_generation != generation) return;
+    conn->timed_out = true;
+    conn->stream.cancel();
+  });
+}
+
+void HttpServer::Impl::disarm(Conn& c) {
+  ++c.timer_generation;
+  c.timer.cancel();
+}
+
+void HttpServer::Impl::start_waiting(Conn& c) {
+  if (c.waiting) return;
+  c.waiting = true;
+  c.waiting_at = waiting.insert(waiting.end(), &c);
+  c.client_count = waiting_by_client.try_emplace(c.client, 0).first;
+  ++c.client_count->second;
+  if (static_cast<int>(waiting.size()) > self.max_connections_) make_room(c);
+}
+
+void HttpServer::Impl::stop_waiting(Conn& c) {
+  if (!c.waiting) return;
+  c.waiting = false;
+  waiting.erase(c.waiting_at);
+  if (--c.client_count->second == 0) waiting_by_client.erase(c.client_count);
+}
+
+void HttpServer::Impl::make_room(const Conn& newcomer) {
+  const auto heaviest =
+      std::max_element(waiting_by_client.begin(), waiting_by_client.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  Conn* victim = nullptr;
+  for (Conn* c : waiting) {
+    if (c == &newcomer) continue;
+    if (c->client_count == heaviest) {
+      victim = c;
+      break;
+    }
+    if (victim == nullptr) victim = c;  // the longest waiting of any address, failing that
+  }
+  if (victim == nullptr) return;
+  stop_waiting(*victim);
+  victim->evicted = true;
+  victim->stream.cancel();
+}
+
+awaitable<void> HttpServer::Impl::accept_loop() {
+  while (!stopping) {
+    auto [ec, socket] = co_await acceptor.async_accept(kNothrow);
+    if (stopping || ec == net::error::operation_aborted) co_return;
+    if (ec) {
+      // Out of descriptors or memory: rest rather than spin on a backlog we cannot take.
+      net::steady_timer pause(io, kAcceptPause);
+      co_await pause.async_wait(kNothrow);
+      continue;
+    }
+    ++self.counters_.accepted;
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto c = std::make_shared<Conn>(std::move(socket), io);
+    const tcp::endpoint peer = c->stream.socket().remote_endpoint(ignored);
+    c->client = ignored ? std::string() : peer.address().to_string();
+    open.remove_if([](const std::weak_ptr<Conn>& w) { return w.expired(); });
+    open.push_back(c);
+    net::co_spawn(io, session(std::move(c)), net::detached);
+  }
+}
+
+awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
+  beast::flat_buffer buffer;
+  for (;;) {
+    auto ex = std::make_shared<Exchange>();
+    bool keep_alive = false;
+    unsigned version = 11;
+    // (Each co_await's result is named before it is tested: g++ 12 mishandles a co_await
+    // inside a condition.)
+    const bool read = co_await read_request(c, buffer, *ex, keep_alive, version);
+    if (!read) break;
+    const bool head = ex->req.method == "HEAD";
+    Lane& lane = is_light(ex->req.method, ex->req.path) ? light : heavy;
+    if (lane.pending >= lane.limit) {
+      ++self.counters_.shed_503;
+      co_await refuse(*c, 503, "the panel is busy; try again in a second\n", 1);
+      break;
+    }
+    ++lane.pending;
+    ++self.counters_.served;
+    co_await net::co_spawn(lane.pool, serve_on_worker(ex), net::use_awaitable);
+    --lane.pending;
+    const bool sent = co_await answer(*c, *ex, version, keep_alive && !stopping, head);
+    if (!sent) break;
+    if (!keep_alive || stopping) break;
+  }
+  beast::error_code ignored;
+  c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  c->stream.socket().close(ignored);
+  disarm(*c);
+  stop_waiting(*c);
+}
+
+awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
+                                               beast::flat_buffer& buffer, Exchange& ex,
+                                               bool& keep_alive, unsigned& version) {
+  Parser parser;
+  limit_parser(parser, options);
+  start_waiting(*c);
+  c->stream.expires_never();
+  arm(c, options.head_deadline);
+  // What to answer when a read fails: nothing (-1) when the client went away, or was idle
+  // between requests and is let go; else a status.
+  const auto failure = [&](beast::error_code e) {
+    disarm(*c);
+    stop_waiting(*c);
+    const bool sent_some = parser.got_some() || buffer.size() > 0;
+    if (c->evicted) return sent_some ? 503 : -1;
+    if (c->timed_out) return sent_some ? 408 : -1;
+    if (stopping || e == bhttp::error::end_of_stream || e == net::error::eof ||
+        e == net::error::connection_reset || e == net::error::operation_aborted ||
+        e == net::error::bad_descriptor || e == net::error::broken_pipe) {
+      return -1;
+    }
+    if (e == bhttp::error::header_limit) return 431;
+    if (e == bhttp::error::body_limit) return 413;
+    return 400;
+  };
+  const auto [head_error, head_bytes] =
+      co_await bhttp::async_read_header(c->stream, buffer, parser, kNothrow);
+  if (head_error) {
+    const int status = failure(head_error);
+    if (status > 0) co_await refuse_unread(*c, status);
+    co_return false;
+  }
+  ex.req.received = clock.now();
+  const auto& head = parser.get();
+  version = head.version();
+  keep_alive = head.keep_alive();
+  const HeadCheck check = check_head(parser, options);
+  if (check.status != 0) {
+    disarm(*c);
+    stop_waiting(*c);
+    if (check.status == 413) {
+      co_await refuse_unread(*c, 413);
+    } else {
+      ++self.counters_.refused_4xx;
+      co_await refuse(*c, check.status, check.why);
+    }
+    co_return false;
+  }
+  const std::size_t limit = check.body_limit;
+  parser.body_limit(limit);  // a chunked body too
+  if (!parser.is_done()) {
+    const auto expect = head[bhttp::field::expect];
+    if (iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
+      bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, version};
+      c->stream.expires_after(options.send_deadline);
+      const auto [write_error, written] = co_await bhttp::async_write(c->stream, go_on, kNothrow);
+      if (write_error) {
+        disarm(*c);
+        stop_waiting(*c);
+        co_return false;
+      }
+      c->stream.expires_never();
+    }
+    arm(c, options.body_deadline);
+    const auto [body_error, body_bytes] =
+        co_await bhttp::async_read(c->stream, buffer, parser, kNothrow);
+    if (body_error) {
+      const int status = failure(body_error);
+      if (status > 0) co_await refuse_unread(*c, status);
+      co_return false;
+    }
+  }
+  disarm(*c);
+  stop_waiting(*c);
+
+  fill_request(parser.release(), check.form, c->client, ex.req);
+  co_return true;
+}
+
+awaitable<void> HttpServer::Impl::refuse_unread(Conn& c, int status) {
+  switch (status) {
+    case 408:
+      ++self.counters_.timed_out_408;
+      co_await refuse(c, 408, "the request did not arrive in time\n");
+      break;
+    case 413:
+      ++self.counters_.refused_4xx;
+      co_await refuse(c, 413,
+                      "request body too large: forms up to " +
+                          std::to_string(options.max_form_bytes / 1024) +
+                          " KiB, other bodies up to " +
+                          std::to_string(options.max_body_bytes / 1024) + " KiB\n");
+      break;
+    case 431:
+      ++self.counters_.refused_4xx;
+      co_await refuse(c, 431, "request header fields too large\n");
+      break;
+    case 503:
+      ++self.counters_.shed_503;
+      co_await refuse(c, 503, "too many connections; try again in a second\n", 1);
+      break;
+    default:
+      ++self.counters_.refused_4xx;
+      co_await refuse(c, 400, "bad request: the request could not be read\n");
+      break;
+  }
+}
+
+awaitable<void> HttpServer::Impl::refuse(Conn& c, int status, std::string_view text,
+                                         int retry_after_s) {
+  self.own_answers_.record(status, /*stale=*/false);
+  bhttp::response<bhttp::string_body> out;
+  out.version(11);
+  out.result(static_cast<unsigned>(status));
+  out.set(bhttp::field::content_type, "text/plain; charset=utf-8");
+  if (retry_after_s > 0) out.set(bhttp::field::retry_after, std::to_string(retry_after_s));
+  for (const auto& [name, value] : options.default_headers)
+    out.set(name, value);
+  out.keep_alive(false);
+  out.body().assign(text);
+  out.prepare_payload();
+  c.stream.expires_after(kRefusalSend);
+  auto [ec, n] = co_await bhttp::async_write(c.stream, out, kNothrow);
+  if (ec) co_return;
+  // Read and drop what the client still sends for a moment: closing with unread bytes
+  // would reset the connection, and the client could lose the answer.
+  beast::error_code ignored;
+  c.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  c.stream.expires_after(kRefusalDrain);
+  char sink[4096];
+  for (int i = 0; i < 64; ++i) {
+    auto [e, got] = co_await c.stream.async_read_some(net::buffer(sink), kNothrow);
+    if (e) break;
+  }
+}
+
+awaitable<bool> HttpServer::Impl::answer(Conn& c, Exchange& ex, unsigned version, bool keep_alive,
+                                         bool head) {
+  http::Response& res = ex.res;
+  bhttp::response<bhttp::string_body> out;
+  out.version(version);
+  out.result(static_cast<unsigned>(res.status));
+  for (const auto& [name, value] : res.headers)
+    out.insert(name, value);
+  for (const auto& [name, value] : options.default_headers) {
+    if (!res.has_header(name)) out.set(name, value);
+  }
+  out.keep_alive(keep_alive);
+  out.body() = std::move(res.body);
+  out.prepare_payload();
+  if (head) out.body().clear();  // HEAD: the length of the GET's answer, no body
+  c.stream.expires_after(options.send_deadline);
+  auto [ec, n] = co_await bhttp::async_write(c.stream, out, kNothrow);
+  c.stream.expires_never();
+  if (ec) {
+    ++self.counters_.answers_cut;
+    co_return false;
+  }
+  co_return true;
+}
+
+void HttpServer::Impl::serve(Exchange& ex) noexcept {
+  try {
+    self.handler_(ex.req, ex.res);
+  } catch (...) {
+    ex.res = http::Response{};
+    ex.res.status = 500;
+    ex.res.set_content("internal error\n", "text/plain; charset=utf-8");
+  }
+}
+
+HttpServer::HttpServer(Options options, Handler handler)
+    : options_(std::move(options)),
+      handler_(std::move(handler)),
+      own_answers_(options_.clock != nullptr ? *options_.clock : Clock::system()) {}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+bool HttpServer::host_allowed(std::string_view host, const Options& options) noexcept {
+  // name[:port]; an IPv6 literal keeps its brackets ("[::1]:8080").
+  std::string_view name = host;
+  const std::size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
+    name = host.substr(0, colon);
+    const std::string_view port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      return false;
+    }
+  }
+  if (name.empty()) return false;
+  // The port does not matter for rebinding (the page's own name gives it away) and may be
+  // a proxy's, so a name without a port allows any.
+  for (std::string_view loopback : {"localhost", "127.0.0.1", "[::1]"}) {
+    if (iequals(name, loopback)) return true;
+  }
+  if (iequals(name, options.host)) return true;
+  for (const std::string& allowed : options.allowed_hosts) {
+    if (iequals(host, allowed) || iequals(name, allowed)) return true;
+  }
+  return false;
+}
+
+int HttpServer::parse_request(std::string_view bytes, const Options& options, http::Request& out) {
+  Parser parser;
+  limit_parser(parser, options);
+  parser.eager(true);
+  beast::error_code ec;
+  std::size_t used = 0;
+  while (!ec && used < bytes.size() && !parser.is_header_done()) {
+    used += parser.put(net::buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec == bhttp::error::need_more) return 0;
+  }
+  if (ec == bhttp::error::header_limit) return 431;
+  if (ec) return 400;
+  if (!parser.is_header_done()) return 0;
+  const HeadCheck check = check_head(parser, options);
+  if (check.status != 0) return check.status;
+  parser.body_limit(check.body_limit);
+  while (!ec && !parser.is_done() && used < bytes.size()) {
+    used += parser.put(net::buffer(bytes.data() + used, bytes.size() - used), ec);
+  }
+  if (ec == bhttp::error::need_more) return 0;
+  if (ec == bhttp::error::body_limit) return 413;
+  if (ec) return 400;
+  if (!parser.is_done()) {
+    parser.put_eof(ec);
+    if (ec || !parser.is_done()) return 0;
+  }
+  fill_request(parser.release(), check.form, "127.0.0.1", out);
+  return 200;
+}
+
+bool HttpServer::is_light(std::string_view method, std::string_view path) noexcept {
+  if (method != "GET" && method != "HEAD") return false;
+  return path == "/healthz" || path == "/metrics" || path == "/login";
+}
+
+namespace {
+
+// Options::max_connections, lowered so that the connections, the workers' databases and the
+// reserve fit under the soft open-file limit; at least 16 (or max_connections).
+int fitted_connections(const HttpServer::Options& o) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return o.max_connections;
+  }
+  const long long taken = static_cast<long long>(o.heavy_workers + o.light_workers) +
+                          static_cast<long long>(o.heavy_queue + o.light_queue) +
+                          kReservedDescriptors;
+  const long long room = static_cast<long long>(limit.rlim_cur) - taken;
+  return static_cast<int>(std::min<long long>(o.max_connections, std::max(room, 16LL)));
+}
+
+}  // namespace
+
+Status HttpServer::start() {
+  if (impl_) return Status(Code::kFailedPrecondition, "HttpServer: already started");
+  if (options_.max_connections < 1) {
+    return Status(Code::kInvalidArgument, "HttpServer: max_connections must be at least 1");
+  }
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  auto impl = std::make_unique<Impl>(*this, options_);
+  beast::error_code ec;
+  net::ip::address address = net::ip::make_address(options_.host, ec);
+  if (ec) {
+    // A name ("localhost"): its first address.
+    tcp::resolver resolver(impl->io);
+    const auto found = resolver.resolve(options_.host, "", ec);
+    if (ec || found.empty()) {
+      return Status(Code::kInvalidArgument, "cannot listen on " + where +
+                                                ": not an address or a name of one (" +
+                                                (ec ? ec.message() : "no address") + ")");
+    }
+    address = found.begin()->endpoint().address();
+  }
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(options_.port));
+  tcp::acceptor& acceptor = impl->acceptor;
+  if (acceptor.open(endpoint.protocol(), ec); !ec) {
+    acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (acceptor.bind(endpoint, ec); !ec) acceptor.listen(512, ec);
+  }
+  if (ec) {
+    return Status(ec == net::error::address_in_use ? Code::kUnavailable : Code::kInvalidArgument,
+                  "cannot listen on " + where + ": " + ec.message());
+  }
+  port_ = acceptor.local_endpoint(ec).port();
+  max_connections_ = fitted_connections(options_);
+  impl_ = std::move(impl);
+  net::co_spawn(impl_->io, impl_->accept_loop(), net::detached);
+  impl_->loop = std::thread([io = &impl_->io] { io->run(); });
+  return Status();
+}
+
+void HttpServer::stop() noexcept {
+  if (!impl_) return;
+  Impl& impl = *impl_;
+  impl.stopping = true;
+  // Close the door and every connection on the loop's thread, then end the loop (when the
+  // loop has already ended, nothing runs the handler and the join returns at once).
+  net::post(impl.io, [&impl] {
+    beast::error_code ignored;
+    impl.acceptor.close(ignored);
+    for (const std::weak_ptr<Conn>& w : impl.open) {
+      if (const std::shared_ptr<Conn> c = w.lock()) c->stream.socket().close(ignored);
+    }
+    impl.io.stop();
+  });
+  if (impl.loop.joinable()) impl.loop.join();
+  // Requests being served finish; those queued are dropped with their connections.
+  for (Impl::Lane* lane : {&impl.heavy, &impl.light}) {
+    lane->pool.stop();
+    lane->pool.join();
+  }
+  impl_.reset();
+}
+
+}  // namespace holdfast::panel
