@@ -1,19 +1,24 @@
-// Backoff: a delay schedule plus jitter.
-//
-//   Backoff::steps({200ms, 600ms, 1500ms, 3000ms})          // the origin's read schedule,
-//                                                            // ±50% proportional jitter
-//   Backoff::exponential(1s, 2.0, 10s, Jitter::none())       // Tenacity's wait_exponential
-//
-// Retry n (n = 1 before the second attempt) has a nominal delay; jitter spreads it:
-//   none             exactly the nominal delay d
-//   proportional(r)  uniform in [d(1-r), d(1+r)]            (r in [0, 1])
-//   full             uniform in [0, d]
-//   equal            uniform in [d/2, d]
-//   decorrelated     uniform in [first, 3 * previous], capped at the largest nominal delay
-//                    (AWS "decorrelated jitter"; `previous` starts at the first delay)
-//
-// Configuration is validated at construction: std::invalid_argument names the field.
-// Backoff is a copyable value; computing a delay allocates nothing.
+/// @file
+/// Backoff: a delay schedule plus jitter.
+///
+/// @code
+///   Backoff::steps({200ms, 600ms, 1500ms, 3000ms})          // the origin's read schedule,
+///                                                            // ±50% proportional jitter
+///   Backoff::exponential(1s, 2.0, 10s, Jitter::none())       // Tenacity's wait_exponential
+/// @endcode
+///
+/// Retry n (n = 1 before the second attempt) has a nominal delay; jitter spreads it:
+/// @code
+///   none             exactly the nominal delay d
+///   proportional(r)  uniform in [d(1-r), d(1+r)]            (r in [0, 1])
+///   full             uniform in [0, d]
+///   equal            uniform in [d/2, d]
+///   decorrelated     uniform in [first, 3 * previous], capped at the largest nominal delay
+///                    (AWS "decorrelated jitter"; `previous` starts at the first delay)
+/// @endcode
+///
+/// Configuration is validated at construction: std::invalid_argument names the field.
+/// Backoff is a copyable value; computing a delay allocates nothing.
 #pragma once
 
 #include <initializer_list>
@@ -29,7 +34,7 @@ class Jitter {
   enum class Kind : std::uint8_t { kNone, kProportional, kFull, kEqual, kDecorrelated };
 
   static Jitter none() noexcept { return Jitter(Kind::kNone, 0.0); }
-  // REQUIRES: 0 <= ratio <= 1, else std::invalid_argument.
+  /// REQUIRES: 0 <= ratio <= 1, else std::invalid_argument.
   static Jitter proportional(double ratio);
   static Jitter full() noexcept { return Jitter(Kind::kFull, 0.0); }
   static Jitter equal() noexcept { return Jitter(Kind::kEqual, 0.0); }
@@ -46,29 +51,29 @@ class Jitter {
 
 class Backoff {
  public:
-  // The origin's read schedule: 200/600/1500/3000 ms, each ±50%.
+  /// The origin's read schedule: 200/600/1500/3000 ms, each ±50%.
   Backoff();
 
-  // Fixed steps; the last one repeats. REQUIRES: at least one step, none negative.
+  /// Fixed steps; the last one repeats. REQUIRES: at least one step, none negative.
   static Backoff steps(std::vector<Duration> delays, Jitter jitter = Jitter::proportional(0.5));
   static Backoff steps(std::initializer_list<Duration> delays,
                        Jitter jitter = Jitter::proportional(0.5)) {
     return steps(std::vector<Duration>(delays), jitter);
   }
-  // base * factor^(n-1), at most cap. REQUIRES: base >= 0, factor >= 1, cap >= base.
+  /// base * factor^(n-1), at most cap. REQUIRES: base >= 0, factor >= 1, cap >= base.
   static Backoff exponential(Duration base, double factor, Duration cap,
                              Jitter jitter = Jitter::full());
 
-  // The origin's schedules (seeds/, Polish page): reads and the session read.
-  static Backoff origin_reads();    // 200/600/1500/3000 ms ±50%
-  static Backoff origin_session();  // 150/500/1500/3000 ms ±50%
+  /// The origin's schedules (seeds/, Polish page): reads and the session read.
+  static Backoff origin_reads();    ///< 200/600/1500/3000 ms ±50%
+  static Backoff origin_session();  ///< 150/500/1500/3000 ms ±50%
 
-  // The un-jittered delay before retry n (n >= 1).
+  /// The un-jittered delay before retry n (n >= 1).
   [[nodiscard]] Duration nominal(int retry) const noexcept;
-  // The jittered delay before retry n. `previous` is the delay actually used before retry
-  // n-1 (zero before the first retry); only decorrelated jitter reads it.
+  /// The jittered delay before retry n. `previous` is the delay actually used before retry
+  /// n-1 (zero before the first retry); only decorrelated jitter reads it.
   [[nodiscard]] Duration delay(int retry, Duration previous, Random& rng) const noexcept;
-  // No delay() is ever larger than this.
+  /// No delay() is ever larger than this.
   [[nodiscard]] Duration max_delay() const noexcept;
 
   [[nodiscard]] const Jitter& jitter() const noexcept { return jitter_; }

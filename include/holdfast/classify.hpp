@@ -1,15 +1,18 @@
-// Fault classification: pure, table-driven functions from a native error to a Fault.
-//
-// They take codes and messages, never driver handles, so they are shared by the drivers,
-// the tests and the simulator, and every row is documented in docs/faults.md.
-//
-//   classify_sqlite(5)           -> UNAVAILABLE, statement / not applied / fast / overload
-//   classify_sqlstate("40001")   -> ABORTED, transaction / not applied / fast
-//   classify_sqlstate("")        -> connection lost without a SQLSTATE: reconnect / unknown
-//   classify_d1("D1 DB is overloaded. Requests queued for too long.")
-//
-// Unknown codes fall back to their primary code (SQLite) or class (PostgreSQL), and an
-// unknown class is permanent: a fault is only retried when we know retrying helps.
+/// @file
+/// Fault classification: pure, table-driven functions from a native error to a Fault.
+///
+/// They take codes and messages, never driver handles, so they are shared by the drivers,
+/// the tests and the simulator, and every row is documented in docs/faults.md.
+///
+/// @code
+///   classify_sqlite(5)           -> UNAVAILABLE, statement / not applied / fast / overload
+///   classify_sqlstate("40001")   -> ABORTED, transaction / not applied / fast
+///   classify_sqlstate("")        -> connection lost without a SQLSTATE: reconnect / unknown
+///   classify_d1("D1 DB is overloaded. Requests queued for too long.")
+/// @endcode
+///
+/// Unknown codes fall back to their primary code (SQLite) or class (PostgreSQL), and an
+/// unknown class is permanent: a fault is only retried when we know retrying helps.
 #pragma once
 
 #include <span>
@@ -23,31 +26,31 @@ namespace holdfast {
 struct Classification {
   Code code = Code::kUnknown;
   Fault fault;
-  std::string_view name;  // "SQLITE_BUSY_SNAPSHOT", "serialization_failure", ...
+  std::string_view name;  ///< "SQLITE_BUSY_SNAPSHOT", "serialization_failure", ...
 };
 
-// SQLite: any primary or extended result code.
+/// SQLite: any primary or extended result code.
 [[nodiscard]] Classification classify_sqlite(int extended_code) noexcept;
-// PostgreSQL: a five-character SQLSTATE; "" means the connection was lost and no SQLSTATE
-// was received.
+/// PostgreSQL: a five-character SQLSTATE; "" means the connection was lost and no SQLSTATE
+/// was received.
 [[nodiscard]] Classification classify_sqlstate(std::string_view sqlstate) noexcept;
-// PostgreSQL: a connection attempt that failed without a SQLSTATE (refused, unreachable).
+/// PostgreSQL: a connection attempt that failed without a SQLSTATE (refused, unreachable).
 [[nodiscard]] Classification classify_pg_connect_failure() noexcept;
-// Cloudflare D1: by the error message ("D1 DB is overloaded", "SQLITE_BUSY", ...).
+/// Cloudflare D1: by the error message ("D1 DB is overloaded", "SQLITE_BUSY", ...).
 [[nodiscard]] Classification classify_d1(std::string_view message) noexcept;
 
-// A Status for a native error, classified.
+/// A Status for a native error, classified.
 [[nodiscard]] Status sqlite_status(int extended_code, std::string_view message);
 [[nodiscard]] Status postgres_status(std::string_view sqlstate, std::string_view message);
-// True for a refusal PgBouncer sends itself because it cannot reach the server (SQLSTATE
-// 08P01 with "server login has been failing" or "pgbouncer cannot connect to server"):
-// the pooler answered, the server is away. postgres_status() classifies it like a refused
-// connect (08001); a driver behind a pooler treats it as one.
+/// True for a refusal PgBouncer sends itself because it cannot reach the server (SQLSTATE
+/// 08P01 with "server login has been failing" or "pgbouncer cannot connect to server"):
+/// the pooler answered, the server is away. postgres_status() classifies it like a refused
+/// connect (08001); a driver behind a pooler treats it as one.
 [[nodiscard]] bool pooler_cannot_reach_server(std::string_view sqlstate,
                                               std::string_view message) noexcept;
 [[nodiscard]] Status d1_status(std::string_view message);
 
-// The tables themselves (for documentation and tests).
+/// The tables themselves (for documentation and tests).
 struct SqliteFaultRow {
   int code;
   std::string_view name;
@@ -55,13 +58,13 @@ struct SqliteFaultRow {
   Fault fault;
 };
 struct SqlstateFaultRow {
-  std::string_view sqlstate;  // five characters for one state, two for a whole class
+  std::string_view sqlstate;  ///< five characters for one state, two for a whole class
   std::string_view name;
   Code canonical;
   Fault fault;
 };
 struct D1FaultRow {
-  std::string_view needle;  // matched case-insensitively anywhere in the message
+  std::string_view needle;  ///< matched case-insensitively anywhere in the message
   Code canonical;
   Fault fault;
 };

@@ -1,37 +1,40 @@
-// ConcurrencyLimit: how much work a Shield sends its database at once, learned from the
-// latency the database answers with.
-//
-//   holdfast::ConcurrencyLimit limit;
-//   const auto place = limit.try_acquire(/*retry=*/false);
-//   if (place == ConcurrencyLimit::Place::kRefused) return busy(limit.expected_wait(0));
-//   Status s = db.query(...);
-//   if (place == ConcurrencyLimit::Place::kCounted) limit.release();
-//   limit.record(latency, /*dropped=*/false);   // a sample; any subset of the calls will do
-//
-// The rule (docs/adr/0008-admission-by-learned-capacity.md) is Netflix's Gradient2: two
-// moving averages of the sampled latency, a short one (the last ~10 samples) and a long one
-// (~600). While the short one stays within `tolerance` times the long one the database is
-// answering at its normal pace and the limit grows by a small queue allowance per sample;
-// when the short one rises above, the limit shrinks in proportion (at most by half per
-// sample, smoothed). A dropped call (it timed out: the database kept the work but the caller
-// gave up) halves the target at once. The limit only grows while the work in flight is at
-// least half of it: a quiet service learns nothing about a larger load.
-//
-// First attempts may fill the limit; retries start only below `retry_share` of it, so that
-// under overload retries use spare capacity and nothing else.
-//
-// Cost: while the database answers at its normal pace and no caller is queued, the limit is
-// relaxed: an admission reads one flag and counts nothing (Place::kUncounted). It turns
-// tight when a sample shows the latency above tolerance x normal (or a caller queues);
-// then places are counted (a plain increment in the calling thread's own stripe), the
-// stripes are summed (one cache line each) and compared with the limit. It turns relaxed
-// again when the latency is normal and the counted work is below half the limit. Calls
-// admitted while relaxed are not counted: for about one latency after the turn the limit
-// may be exceeded by what was in flight then.
-//
-// Thread safety: every method may be called from any thread; none locks or allocates.
-// Samples from several threads may race: one of them is then lost, which a moving average
-// does not notice.
+/// @file
+/// ConcurrencyLimit: how much work a Shield sends its database at once, learned from the
+/// latency the database answers with.
+///
+/// @code
+///   holdfast::ConcurrencyLimit limit;
+///   const auto place = limit.try_acquire(/*retry=*/false);
+///   if (place == ConcurrencyLimit::Place::kRefused) return busy(limit.expected_wait(0));
+///   Status s = db.query(...);
+///   if (place == ConcurrencyLimit::Place::kCounted) limit.release();
+///   limit.record(latency, /*dropped=*/false);   // a sample; any subset of the calls will do
+/// @endcode
+///
+/// The rule (docs/adr/0008-admission-by-learned-capacity.md) is Netflix's Gradient2: two
+/// moving averages of the sampled latency, a short one (the last ~10 samples) and a long one
+/// (~600). While the short one stays within `tolerance` times the long one the database is
+/// answering at its normal pace and the limit grows by a small queue allowance per sample;
+/// when the short one rises above, the limit shrinks in proportion (at most by half per
+/// sample, smoothed). A dropped call (it timed out: the database kept the work but the caller
+/// gave up) halves the target at once. The limit only grows while the work in flight is at
+/// least half of it: a quiet service learns nothing about a larger load.
+///
+/// First attempts may fill the limit; retries start only below `retry_share` of it, so that
+/// under overload retries use spare capacity and nothing else.
+///
+/// Cost: while the database answers at its normal pace and no caller is queued, the limit is
+/// relaxed: an admission reads one flag and counts nothing (Place::kUncounted). It turns
+/// tight when a sample shows the latency above tolerance x normal (or a caller queues);
+/// then places are counted (a plain increment in the calling thread's own stripe), the
+/// stripes are summed (one cache line each) and compared with the limit. It turns relaxed
+/// again when the latency is normal and the counted work is below half the limit. Calls
+/// admitted while relaxed are not counted: for about one latency after the turn the limit
+/// may be exceeded by what was in flight then.
+///
+/// Thread safety: every method may be called from any thread; none locks or allocates.
+/// Samples from several threads may race: one of them is then lost, which a moving average
+/// does not notice.
 #pragma once
 
 #include <atomic>
@@ -44,61 +47,61 @@ namespace holdfast {
 
 class ConcurrencyLimit {
  public:
-  // Validated by the constructor: std::invalid_argument names the field.
+  /// Validated by the constructor: std::invalid_argument names the field.
   struct Options {
-    int initial = 20;  // in [min, max]; Netflix concurrency-limits' default
-    int min = 2;       // >= 1
-    int max = 1000;    // >= min
-    // How far the recent latency may rise above the long-run one before the limit
-    // shrinks: 2 = twice as slow. >= 1.
+    int initial = 20;  ///< in [min, max]; Netflix concurrency-limits' default
+    int min = 2;       ///< >= 1
+    int max = 1000;    ///< >= min
+    /// How far the recent latency may rise above the long-run one before the limit
+    /// shrinks: 2 = twice as slow. >= 1.
     double tolerance = 2.0;
-    double smoothing = 0.2;  // in (0, 1]: how much of each new estimate is taken
-    int short_samples = 10;  // >= 1: the short average's length
-    // > short_samples: the normal latency may rise by half in this many samples.
+    double smoothing = 0.2;  ///< in (0, 1]: how much of each new estimate is taken
+    int short_samples = 10;  ///< >= 1: the short average's length
+    /// > short_samples: the normal latency may rise by half in this many samples.
     int long_samples = 5000;
-    // Retries start only while the work in flight is below this share of the limit. In
-    // (0, 1].
+    /// Retries start only while the work in flight is below this share of the limit. In
+    /// (0, 1].
     double retry_share = 0.9;
   };
 
-  ConcurrencyLimit();  // default options
+  ConcurrencyLimit();  ///< default options
   explicit ConcurrencyLimit(Options options);
   ConcurrencyLimit(const ConcurrencyLimit&) = delete;
   ConcurrencyLimit& operator=(const ConcurrencyLimit&) = delete;
   ~ConcurrencyLimit();
 
   enum class Place : std::uint8_t {
-    kRefused,    // no room
-    kUncounted,  // go; the limit is relaxed and counts nothing: no release()
-    kCounted,    // go, and release() when the call ends
+    kRefused,    ///< no room
+    kUncounted,  ///< go; the limit is relaxed and counts nothing: no release()
+    kCounted,    ///< go, and release() when the call ends
   };
-  // A place for one call if there is room: below the limit for a first attempt, below
-  // retry_share of it for a retry.
+  /// A place for one call if there is room: below the limit for a first attempt, below
+  /// retry_share of it for a retry.
   [[nodiscard]] Place try_acquire(bool retry) noexcept {
     if (!tight_.load(std::memory_order_relaxed)) [[likely]] {
       return Place::kUncounted;
     }
     return try_acquire_tight(retry) ? Place::kCounted : Place::kRefused;
   }
-  // Callers queued for a place (kept by the Shield that owns this limit). While any are,
-  // try_acquire() refuses, so nobody overtakes them; places go to them as they free up.
+  /// Callers queued for a place (kept by the Shield that owns this limit). While any are,
+  /// try_acquire() refuses, so nobody overtakes them; places go to them as they free up.
   void queued(std::int64_t change) noexcept;
   [[nodiscard]] std::int64_t queued() const noexcept {
     return queued_.load(std::memory_order_relaxed);
   }
 
-  // Takes a counted place whatever the limit (a breaker's probe, a place handed from one
-  // waiter to the next); it needs one release().
+  /// Takes a counted place whatever the limit (a breaker's probe, a place handed from one
+  /// waiter to the next); it needs one release().
   void acquire() noexcept { count(kStarted); }
   void release() noexcept { count(kFinished); }
 
-  // One sample: a call that took `latency` to answer (dropped: it was given up on at
-  // `latency`, its work still on the database). Zero latency is no sample.
+  /// One sample: a call that took `latency` to answer (dropped: it was given up on at
+  /// `latency`, its work still on the database). Zero latency is no sample.
   void record(Duration latency, bool dropped) noexcept;
 
-  // True at most once per distinct `coarse_now` (a race may let two threads through):
-  // whether the call that starts now should be timed, so that a busy service times about
-  // one call per clock tick.
+  /// True at most once per distinct `coarse_now` (a race may let two threads through):
+  /// whether the call that starts now should be timed, so that a busy service times about
+  /// one call per clock tick.
   [[nodiscard]] bool wants_sample(TimePoint coarse_now) noexcept {
     const std::int64_t now = coarse_now.time_since_epoch().count();
     if (sampled_tick_.load(std::memory_order_relaxed) == now) return false;
@@ -107,21 +110,21 @@ class ConcurrencyLimit {
   }
 
   [[nodiscard]] double limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
-  // The calls in flight now (a sum of the stripes: a snapshot).
+  /// The calls in flight now (a sum of the stripes: a snapshot).
   [[nodiscard]] std::int64_t in_flight() const noexcept;
-  // True when there is room for one more retry now.
+  /// True when there is room for one more retry now.
   [[nodiscard]] bool has_room_for_retry() const noexcept;
-  // The recent latency (short average) and the normal one (long average); zero before the
-  // first sample.
+  /// The recent latency (short average) and the normal one (long average); zero before the
+  /// first sample.
   [[nodiscard]] Duration recent_latency() const noexcept;
   [[nodiscard]] Duration normal_latency() const noexcept;
-  // True while admissions are counted and checked (see above).
+  /// True while admissions are counted and checked (see above).
   [[nodiscard]] bool tight() const noexcept { return tight_.load(std::memory_order_relaxed); }
-  // True while tight with the counted work at half the limit or more, or callers queued (as
-  // of the last sample): the database has little room to spare.
+  /// True while tight with the counted work at half the limit or more, or callers queued (as
+  /// of the last sample): the database has little room to spare.
   [[nodiscard]] bool busy() const noexcept { return busy_.load(std::memory_order_relaxed); }
-  // How long a caller with `ahead` callers queued before it should expect to wait for a
-  // place: (ahead + 1) x recent latency / limit.
+  /// How long a caller with `ahead` callers queued before it should expect to wait for a
+  /// place: (ahead + 1) x recent latency / limit.
   [[nodiscard]] Duration expected_wait(std::int64_t ahead) const noexcept;
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 

@@ -1,10 +1,13 @@
-// The console: where every log line and every retry's DEBUG line goes (stderr).
-//
-// One line per entry, easy to grep and to parse:
-//   2026-11-30T11:40:21.123Z DEBUG [retry] schedule.games: attempt 2 failed ... key=value
-// The console never touches a database. The level comes from HOLDFAST_LOG_LEVEL
-// (debug, info, warn, error; default info) and can be changed at run time.
-// Writing never throws and never allocates for a filtered-out level.
+/// @file
+/// The console: where every log line and every retry's DEBUG line goes (stderr).
+///
+/// One line per entry, easy to grep and to parse:
+/// @code
+///   2026-11-30T11:40:21.123Z DEBUG [retry] schedule.games: attempt 2 failed ... key=value
+/// @endcode
+/// The console never touches a database. The level comes from HOLDFAST_LOG_LEVEL
+/// (debug, info, warn, error; default info) and can be changed at run time.
+/// Writing never throws and never allocates for a filtered-out level.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +18,7 @@ namespace holdfast {
 enum class Level : std::uint8_t { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 [[nodiscard]] std::string_view to_string(Level level) noexcept;
-// Parses "debug", "info", "warn"/"warning", "error" (any case). False when unknown.
+/// Parses "debug", "info", "warn"/"warning", "error" (any case). False when unknown.
 [[nodiscard]] bool parse_level(std::string_view text, Level& out) noexcept;
 
 namespace console {
@@ -24,7 +27,7 @@ void set_level(Level level) noexcept;
 [[nodiscard]] Level level() noexcept;
 [[nodiscard]] bool enabled(Level level) noexcept;
 
-// Writes one line (if `level` is enabled) with the wall-clock UTC time. Never throws.
+/// Writes one line (if `level` is enabled) with the wall-clock UTC time. Never throws.
 void write(Level level, std::string_view context, std::string_view message) noexcept;
 
 }  // namespace console

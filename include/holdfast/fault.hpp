@@ -1,15 +1,16 @@
-// Fault: what the classifier knows about one database error.
-//
-// A Fault is four facts, decided once per native error by a pure, table-driven classifier
-// (see classify.hpp and docs/faults.md):
-//   - scope:    what must be re-run for a retry to make sense (nothing, the statement, the
-//               whole transaction, or the statement after reconnecting);
-//   - outcome:  whether the failed attempt provably applied nothing, or may have applied;
-//   - pace:     fast (lock contention: the holder will let go soon) or slow (overload);
-//   - overload: whether the fault is evidence that the database is struggling, and so
-//               counts toward opening a circuit breaker.
-// Bad input (syntax, constraint) has scope kNone and never counts as overload. Our own
-// shedding (breaker open, window spent, throttled) never counts as overload either.
+/// @file
+/// Fault: what the classifier knows about one database error.
+///
+/// A Fault is four facts, decided once per native error by a pure, table-driven classifier
+/// (see classify.hpp and docs/faults.md):
+///   - scope:    what must be re-run for a retry to make sense (nothing, the statement, the
+///               whole transaction, or the statement after reconnecting);
+///   - outcome:  whether the failed attempt provably applied nothing, or may have applied;
+///   - pace:     fast (lock contention: the holder will let go soon) or slow (overload);
+///   - overload: whether the fault is evidence that the database is struggling, and so
+///               counts toward opening a circuit breaker.
+/// Bad input (syntax, constraint) has scope kNone and never counts as overload. Our own
+/// shedding (breaker open, window spent, throttled) never counts as overload either.
 #pragma once
 
 #include <cstdint>
@@ -18,20 +19,20 @@
 namespace holdfast {
 
 enum class RetryScope : std::uint8_t {
-  kNone,         // permanent: retrying cannot help
-  kStatement,    // re-running the same statement may succeed
-  kTransaction,  // the whole transaction was (or must be) rolled back: re-run all of it
-  kReconnect,    // the connection is gone: re-run on a new connection
+  kNone,         ///< permanent: retrying cannot help
+  kStatement,    ///< re-running the same statement may succeed
+  kTransaction,  ///< the whole transaction was (or must be) rolled back: re-run all of it
+  kReconnect,    ///< the connection is gone: re-run on a new connection
 };
 
 enum class Outcome : std::uint8_t {
-  kNotApplied,  // the failed attempt changed nothing
-  kUnknown,     // the attempt may have been applied (e.g. connection lost during COMMIT)
+  kNotApplied,  ///< the failed attempt changed nothing
+  kUnknown,     ///< the attempt may have been applied (e.g. connection lost during COMMIT)
 };
 
 enum class Pace : std::uint8_t {
-  kFast,  // lock contention: worth retrying soon
-  kSlow,  // overload or restart: back off
+  kFast,  ///< lock contention: worth retrying soon
+  kSlow,  ///< overload or restart: back off
 };
 
 struct Fault {
@@ -40,7 +41,7 @@ struct Fault {
   Pace pace = Pace::kFast;
   bool overload = false;
 
-  // True when some retry (of the statement, the transaction or after a reconnect) may help.
+  /// True when some retry (of the statement, the transaction or after a reconnect) may help.
   [[nodiscard]] constexpr bool transient() const noexcept { return scope != RetryScope::kNone; }
 
   friend constexpr bool operator==(const Fault&, const Fault&) = default;

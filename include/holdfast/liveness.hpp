@@ -1,38 +1,41 @@
-// Liveness: tells a server that is slow from one that is silent, and trips the Shield's
-// breaker the moment it is sure the server went silent (DESIGN.md §10,
-// docs/adr/0023-silence-is-a-fault.md).
-//
-//   holdfast::Liveness live(shield, check);     // one per server; `check` asks it "are you
-//                                               // there?" (a fresh connection and SELECT 1)
-//   // the driver, around every wait for the server (one exchange):
-//   live.waiting(now);  ...  live.answered(now) whenever bytes come back  ...  live.done();
-//
-// A frozen process or VM, a blackholed network or a paused pooler refuses nothing: calls
-// simply never come back, so no breaker rule fires until they time out a window later.
-// Liveness watches for that:
-//   - Suspicion: work has waited on the server for `suspect_after` and nothing at all came
-//     back from it meanwhile (no answer to any exchange). A slow server that still works (a
-//     brownout, a long lock, a long query) answers something, or answers the check.
-//   - Confirmation: the driver's check (bounded by check_timeout) gets no answer. Then the
-//     server is silent: the Shield's breaker trips (opens at once, see
-//     CircuitBreaker::trip()), the driver is told (on_change(true): it wakes its exchanges
-//     and pool waits, which give up at once instead of at the end of their window), and
-//     requests are answered in milliseconds (a stale copy, another copy, or 503 with
-//     Retry-After) for as long as the silence lasts.
-//   - Back: while silent the check runs again every `recheck`; the first one answered ends
-//     the silence (on_change(false)) and closes the breaker as a health probe would: the
-//     first fresh page comes within about recheck + one round trip of the thaw.
-//   - Cost to a slow-but-working server: one check per suspicion. A check that was answered
-//     while work still waits doubles the quiet time needed for the next suspicion (up to
-//     `suspect_max`); any ordinary answer resets it.
-//
-// With `background` (the default) a thread of its own looks every `tick` and runs the
-// checks; tick(now) does the same on the caller's thread (tests, the simulator).
-//
-// Thread safety: waiting(), answered() and done() are the hot path: relaxed atomics, no
-// lock, no allocation. Everything may be called from any thread. At most one check runs at
-// a time. The destructor stops and joins the thread (waiting for a check in progress,
-// which check_timeout bounds).
+/// @file
+/// Liveness: tells a server that is slow from one that is silent, and trips the Shield's
+/// breaker the moment it is sure the server went silent (DESIGN.md §10,
+/// docs/adr/0023-silence-is-a-fault.md).
+///
+/// @code
+///   holdfast::Liveness live(shield, check);     // one per server; `check` asks it "are you
+///                                               // there?" (a fresh connection and SELECT 1)
+///   // the driver, around every wait for the server (one exchange):
+///   live.waiting(now);  ...  live.answered(now) whenever bytes come back  ...  live.done();
+/// @endcode
+///
+/// A frozen process or VM, a blackholed network or a paused pooler refuses nothing: calls
+/// simply never come back, so no breaker rule fires until they time out a window later.
+/// Liveness watches for that:
+///   - Suspicion: work has waited on the server for `suspect_after` and nothing at all came
+///     back from it meanwhile (no answer to any exchange). A slow server that still works (a
+///     brownout, a long lock, a long query) answers something, or answers the check.
+///   - Confirmation: the driver's check (bounded by check_timeout) gets no answer. Then the
+///     server is silent: the Shield's breaker trips (opens at once, see
+///     CircuitBreaker::trip()), the driver is told (on_change(true): it wakes its exchanges
+///     and pool waits, which give up at once instead of at the end of their window), and
+///     requests are answered in milliseconds (a stale copy, another copy, or 503 with
+///     Retry-After) for as long as the silence lasts.
+///   - Back: while silent the check runs again every `recheck`; the first one answered ends
+///     the silence (on_change(false)) and closes the breaker as a health probe would: the
+///     first fresh page comes within about recheck + one round trip of the thaw.
+///   - Cost to a slow-but-working server: one check per suspicion. A check that was answered
+///     while work still waits doubles the quiet time needed for the next suspicion (up to
+///     `suspect_max`); any ordinary answer resets it.
+///
+/// With `background` (the default) a thread of its own looks every `tick` and runs the
+/// checks; tick(now) does the same on the caller's thread (tests, the simulator).
+///
+/// Thread safety: waiting(), answered() and done() are the hot path: relaxed atomics, no
+/// lock, no allocation. Everything may be called from any thread. At most one check runs at
+/// a time. The destructor stops and joins the thread (waiting for a check in progress,
+/// which check_timeout bounds).
 #pragma once
 
 #include <atomic>
@@ -49,45 +52,45 @@ class Shield;
 class Liveness {
  public:
   struct Options {
-    // Work waiting this long with nothing heard from the server makes it suspect. > 0.
+    /// Work waiting this long with nothing heard from the server makes it suspect. > 0.
     Duration suspect_after = std::chrono::milliseconds(500);
-    // The longest quiet time a suspicion can need after answered checks. >= suspect_after.
+    /// The longest quiet time a suspicion can need after answered checks. >= suspect_after.
     Duration suspect_max = std::chrono::seconds(2);
-    // What the check may take; the driver bounds its check by it. > 0.
+    /// What the check may take; the driver bounds its check by it. > 0.
     Duration check_timeout = std::chrono::milliseconds(500);
-    // While silent, the pause between the end of one check and the start of the next. > 0.
+    /// While silent, the pause between the end of one check and the start of the next. > 0.
     Duration recheck = std::chrono::milliseconds(100);
-    // How often the background thread looks. > 0.
+    /// How often the background thread looks. > 0.
     Duration tick = std::chrono::milliseconds(50);
     bool background = true;
   };
 
-  // What one check found.
+  /// What one check found.
   enum class CheckResult : std::uint8_t {
-    kAnswered,  // the server answered (whatever it said: a refusal is an answer too)
-    kSilent,    // nothing came back within check_timeout
+    kAnswered,  ///< the server answered (whatever it said: a refusal is an answer too)
+    kSilent,    ///< nothing came back within check_timeout
   };
-  // Asks the server once, within `deadline`. Exceptions count as kAnswered (no evidence).
+  /// Asks the server once, within `deadline`. Exceptions count as kAnswered (no evidence).
   using CheckFn = std::function<CheckResult(TimePoint deadline)>;
-  // Called (on the thread that noticed) when the server turns silent (true) and when it
-  // answers again (false). Must not throw.
+  /// Called (on the thread that noticed) when the server turns silent (true) and when it
+  /// answers again (false). Must not throw.
   using ChangeFn = std::function<void(bool silent)>;
 
-  // REQUIRES: `shield` outlives this object; `check` is not empty (else
-  // std::invalid_argument, as are options out of range).
+  /// REQUIRES: `shield` outlives this object; `check` is not empty (else
+  /// std::invalid_argument, as are options out of range).
   Liveness(Shield& shield, CheckFn check, ChangeFn on_change = {});
   Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options options);
   ~Liveness();
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;
 
-  // An exchange starts waiting for the server at `now`.
+  /// An exchange starts waiting for the server at `now`.
   void waiting(TimePoint now) noexcept {
     if (waiting_.fetch_add(1, std::memory_order_relaxed) == 0) {
       quiet_since_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     }
   }
-  // Something came back from the server at `now` (bytes, an error, the end of the stream).
+  /// Something came back from the server at `now` (bytes, an error, the end of the stream).
   void answered(TimePoint now) noexcept {
     // Stored only when it moved: exchanges on many threads answered within one (coarse)
     // clock tick do not write the shared line again.
@@ -99,19 +102,19 @@ class Liveness {
       checks_answered_.store(0, std::memory_order_relaxed);
     }
   }
-  // The exchange stopped waiting (answered or given up).
+  /// The exchange stopped waiting (answered or given up).
   void done() noexcept { waiting_.fetch_sub(1, std::memory_order_relaxed); }
 
-  // True from a check that got no answer until one that did.
+  /// True from a check that got no answer until one that did.
   [[nodiscard]] bool silent() const noexcept { return silent_.load(std::memory_order_acquire); }
-  // How long work has waited with nothing heard from the server (zero when nothing waits).
+  /// How long work has waited with nothing heard from the server (zero when nothing waits).
   [[nodiscard]] Duration quiet_for(TimePoint now) const noexcept;
 
-  // One look at `now`: runs a check when one is due (suspicion, or a recheck while silent),
-  // on this thread. True when a check ran.
+  /// One look at `now`: runs a check when one is due (suspicion, or a recheck while silent),
+  /// on this thread. True when a check ran.
   bool tick(TimePoint now);
 
-  // Stops the background thread (idempotent; the destructor calls it).
+  /// Stops the background thread (idempotent; the destructor calls it).
   void stop() noexcept;
 
   [[nodiscard]] std::uint64_t checks() const noexcept {

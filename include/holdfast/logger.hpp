@@ -1,26 +1,31 @@
-// Logger: levels, a context tag, a message and key/values, fanned out to sinks.
-//
-//   holdfast::Logger log;                                   // console sink included
-//   log.add_sink(database_sink);                            // the logs table (database_sink.hpp)
-//   log.info("payments", "charged", {{"user", user_id}, {"amount_cents", 1250}});
-//   log.error("schedule", "render failed: " + status.to_string());
-//
-// Each entry carries two times: `time` from the injected Clock (steady; what timed decisions
-// use) and `created_at`, UTC wall time from the injected WallClock (what people read and the
-// logs table stores). Tests inject ManualClock and a FollowingWallClock, so both are exact.
-//
-// The console always receives everything at or above the console level (HOLDFAST_LOG_LEVEL,
-// console::set_level), one line per entry in console::write's layout:
-//   2026-11-30T11:40:21.123Z INFO  [payments] charged user=42 amount_cents=1250
-// Control characters in the message are escaped (a newline becomes the two characters \n)
-// so one entry is always one line; a value with a space, '"', '=' or a control character is
-// quoted ("a b", with \" and \\ inside quotes).
-//
-// Logging never throws and never waits on a database: a sink that throws is counted and
-// skipped; DatabaseSink hands entries to a background writer.
-//
-// Thread safety: add_sink() only before the Logger is shared; everything else from any
-// thread.
+/// @file
+/// Logger: levels, a context tag, a message and key/values, fanned out to sinks.
+///
+/// @code
+///   holdfast::Logger log;                                   // console sink included
+///   log.add_sink(database_sink);                            // the logs table (database_sink.hpp)
+///   log.info("payments", "charged", {{"user", user_id}, {"amount_cents", 1250}});
+///   log.error("schedule", "render failed: " + status.to_string());
+/// @endcode
+///
+/// Each entry carries two times: `time` from the injected Clock (steady; what timed decisions
+/// use) and `created_at`, UTC wall time from the injected WallClock (what people read and the
+/// logs table stores). Tests inject ManualClock and a FollowingWallClock, so both are exact.
+///
+/// The console always receives everything at or above the console level (HOLDFAST_LOG_LEVEL,
+/// console::set_level), one line per entry in console::write's layout:
+/// @code
+///   2026-11-30T11:40:21.123Z INFO  [payments] charged user=42 amount_cents=1250
+/// @endcode
+/// Control characters in the message are escaped (a newline becomes the two characters \n)
+/// so one entry is always one line; a value with a space, '"', '=' or a control character is
+/// quoted ("a b", with \" and \\ inside quotes).
+///
+/// Logging never throws and never waits on a database: a sink that throws is counted and
+/// skipped; DatabaseSink hands entries to a background writer.
+///
+/// Thread safety: add_sink() only before the Logger is shared; everything else from any
+/// thread.
 #pragma once
 
 #include <atomic>
@@ -43,20 +48,20 @@
 
 namespace holdfast {
 
-// UTC wall time with millisecond precision (the precision of created_at).
+/// UTC wall time with millisecond precision (the precision of created_at).
 using WallTime = std::chrono::sys_time<std::chrono::milliseconds>;
 
 class WallClock {
  public:
   virtual ~WallClock() = default;
   [[nodiscard]] virtual WallTime now() const noexcept = 0;
-  // std::chrono::system_clock, truncated to milliseconds.
+  /// std::chrono::system_clock, truncated to milliseconds.
   static const WallClock& system() noexcept;
 };
 
-// Wall time that moves with a Clock: `origin` at the instant of construction, then
-// origin + (clock.now() - that instant). Pair it with ManualClock for exact created_at in
-// tests. REQUIRES: `clock` outlives this.
+/// Wall time that moves with a Clock: `origin` at the instant of construction, then
+/// origin + (clock.now() - that instant). Pair it with ManualClock for exact created_at in
+/// tests. REQUIRES: `clock` outlives this.
 class FollowingWallClock final : public WallClock {
  public:
   FollowingWallClock(const Clock& clock, WallTime origin) noexcept;
@@ -68,8 +73,8 @@ class FollowingWallClock final : public WallClock {
   WallTime origin_;
 };
 
-// "2026-11-30T11:40:21.123Z": ISO-8601 UTC with milliseconds. Fixed width for years 0..9999,
-// so the text sorts like the time (the logs table compares created_at as text).
+/// "2026-11-30T11:40:21.123Z": ISO-8601 UTC with milliseconds. Fixed width for years 0..9999,
+/// so the text sorts like the time (the logs table compares created_at as text).
 struct UtcStamp {
   char text[32] = {};
   std::uint8_t size = 0;
@@ -77,8 +82,8 @@ struct UtcStamp {
 };
 [[nodiscard]] UtcStamp utc_stamp(WallTime t) noexcept;
 
-// One key=value pair. The value is a view of the caller's text, or for a number or bool
-// formatted into the field itself (no allocation).
+/// One key=value pair. The value is a view of the caller's text, or for a number or bool
+/// formatted into the field itself (no allocation).
 class LogField {
  public:
   LogField(std::string_view key, std::string_view value) noexcept
@@ -113,34 +118,34 @@ class LogField {
   char buffer_[32] = {};
 };
 
-// What a sink receives. The views are valid only during Sink::write().
+/// What a sink receives. The views are valid only during Sink::write().
 struct LogEntry {
   Level level = Level::kInfo;
   std::string_view context;
   std::string_view message;
   std::span<const LogField> fields;
-  TimePoint time{};       // from the Logger's Clock
-  WallTime created_at{};  // from the Logger's WallClock
+  TimePoint time{};       ///< from the Logger's Clock
+  WallTime created_at{};  ///< from the Logger's WallClock
 };
 
 class Sink {
  public:
   virtual ~Sink() = default;
-  // Whether write() wants entries of `level`; the Logger builds no entry nobody wants.
+  /// Whether write() wants entries of `level`; the Logger builds no entry nobody wants.
   [[nodiscard]] virtual bool accepts(Level level) const noexcept = 0;
-  // Receives one entry on the caller's thread. Must not wait on a database or the network.
-  // May throw: the Logger catches and counts it.
+  /// Receives one entry on the caller's thread. Must not wait on a database or the network.
+  /// May throw: the Logger catches and counts it.
   virtual void write(const LogEntry& entry) = 0;
 };
 
-// One line per entry on a stdio stream (stderr by default), in console::write's layout, with
-// the entry's own created_at. A line is written with the stream locked (flockfile), so lines
-// from other threads and from console::write never interleave; nothing is allocated.
+/// One line per entry on a stdio stream (stderr by default), in console::write's layout, with
+/// the entry's own created_at. A line is written with the stream locked (flockfile), so lines
+/// from other threads and from console::write never interleave; nothing is allocated.
 class ConsoleSink final : public Sink {
  public:
   struct Options {
-    std::FILE* stream = nullptr;  // nullptr: stderr
-    // The lowest level written; unset: console::level() at each call (HOLDFAST_LOG_LEVEL).
+    std::FILE* stream = nullptr;  ///< nullptr: stderr
+    /// The lowest level written; unset: console::level() at each call (HOLDFAST_LOG_LEVEL).
     std::optional<Level> level;
   };
 
@@ -154,16 +159,16 @@ class ConsoleSink final : public Sink {
   Options options_;
 };
 
-// Formats `entry` as one console line (without the newline) into `out`. The same text
-// ConsoleSink writes; for sinks of your own and tests.
+/// Formats `entry` as one console line (without the newline) into `out`. The same text
+/// ConsoleSink writes; for sinks of your own and tests.
 void format_console_line(const LogEntry& entry, std::string& out);
 
 class Logger {
  public:
   struct Options {
-    Clock* clock = nullptr;           // nullptr: Clock::system()
-    const WallClock* wall = nullptr;  // nullptr: WallClock::system()
-    bool console = true;              // start with a ConsoleSink
+    Clock* clock = nullptr;           ///< nullptr: Clock::system()
+    const WallClock* wall = nullptr;  ///< nullptr: WallClock::system()
+    bool console = true;              ///< start with a ConsoleSink
     ConsoleSink::Options console_options;
   };
 
@@ -172,12 +177,12 @@ class Logger {
   Logger(const Logger&) = delete;
   Logger& operator=(const Logger&) = delete;
 
-  // Adds a sink. REQUIRES: `sink` is not null; called before the Logger is shared between
-  // threads (std::invalid_argument for a null sink).
+  /// Adds a sink. REQUIRES: `sink` is not null; called before the Logger is shared between
+  /// threads (std::invalid_argument for a null sink).
   Logger& add_sink(std::shared_ptr<Sink> sink);
 
-  // Sends one entry to every sink that accepts `level`. Never throws; a sink that throws is
-  // skipped (sink_failures() counts it).
+  /// Sends one entry to every sink that accepts `level`. Never throws; a sink that throws is
+  /// skipped (sink_failures() counts it).
   void log(Level level, std::string_view context, std::string_view message,
            std::span<const LogField> fields = {}) noexcept;
   void log(Level level, std::string_view context, std::string_view message,
@@ -202,10 +207,10 @@ class Logger {
     log(Level::kError, context, message, fields);
   }
 
-  // Whether some sink would take an entry of `level` (skip building an expensive message).
+  /// Whether some sink would take an entry of `level` (skip building an expensive message).
   [[nodiscard]] bool enabled(Level level) const noexcept;
 
-  // How many times a sink threw from write().
+  /// How many times a sink threw from write().
   [[nodiscard]] std::uint64_t sink_failures() const noexcept {
     return sink_failures_.load(std::memory_order_relaxed);
   }

@@ -1,31 +1,36 @@
-// Metrics: counters and gauges of one Shield, exposed as Prometheus text.
-//
-// Counters are relaxed atomics, incremented lock-free; the success counter (touched by
-// every request) is spread over cache lines by thread, each written by one thread only, so
-// counting a success needs no locked instruction and concurrent requests do not fight over
-// one line. Gauges are read from the breaker and throttle when the text is rendered.
-//
-//   # TYPE holdfast_attempts_total counter
-//   holdfast_attempts_total{db="main"} 1234
-//
-// Families (all with a db="<shield name>" label):
-//   holdfast_attempts_total                      attempts that reached the database
-//   holdfast_successes_total                     attempts that succeeded
-//   holdfast_faults_total{scope,overload}        failed attempts by the fault's class
-//   holdfast_retries_total                       retries started after a failed attempt
-//   holdfast_windows_spent_total                 requests that gave up: window spent
-//   holdfast_throttled_total                     requests that gave up: retry throttle
-//   holdfast_breaker_rejected_total              requests failed at once by the breaker
-//   holdfast_breaker_waits_total                 waits for a probe inside the window
-//   holdfast_at_capacity_total                   requests failed at once: concurrency limit
-//   holdfast_silences_total                      times the server was found silent (Liveness)
-//   holdfast_breaker_transitions_total{to}       breaker state changes by target state
-//   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
-//   holdfast_retry_tokens                        gauge: the throttle's tokens
-//   holdfast_concurrency_limit                   gauge: the learned concurrency limit
-//   holdfast_in_flight                           gauge: calls in flight
-//
-// Thread safety: every method may be called from any thread.
+/// @file
+/// Metrics: counters and gauges of one Shield, exposed as Prometheus text.
+///
+/// Counters are relaxed atomics, incremented lock-free; the success counter (touched by
+/// every request) is spread over cache lines by thread, each written by one thread only, so
+/// counting a success needs no locked instruction and concurrent requests do not fight over
+/// one line. Gauges are read from the breaker and throttle when the text is rendered.
+///
+/// @code
+///   # TYPE holdfast_attempts_total counter
+///   holdfast_attempts_total{db="main"} 1234
+/// @endcode
+///
+/// Families (all with a db="<shield name>" label):
+/// @code
+///   holdfast_attempts_total                      attempts that reached the database
+///   holdfast_successes_total                     attempts that succeeded
+///   holdfast_faults_total{scope,overload}        failed attempts by the fault's class
+///   holdfast_retries_total                       retries started after a failed attempt
+///   holdfast_windows_spent_total                 requests that gave up: window spent
+///   holdfast_throttled_total                     requests that gave up: retry throttle
+///   holdfast_breaker_rejected_total              requests failed at once by the breaker
+///   holdfast_breaker_waits_total                 waits for a probe inside the window
+///   holdfast_at_capacity_total                   requests failed at once: concurrency limit
+///   holdfast_silences_total                      times the server was found silent (Liveness)
+///   holdfast_breaker_transitions_total{to}       breaker state changes by target state
+///   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
+///   holdfast_retry_tokens                        gauge: the throttle's tokens
+///   holdfast_concurrency_limit                   gauge: the learned concurrency limit
+///   holdfast_in_flight                           gauge: calls in flight
+/// @endcode
+///
+/// Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <array>
@@ -45,11 +50,11 @@ namespace holdfast {
 
 class Metrics {
  public:
-  static constexpr std::size_t kScopes = 4;  // RetryScope values
-  static constexpr std::size_t kStates = 4;  // BreakerState values
+  static constexpr std::size_t kScopes = 4;  ///< RetryScope values
+  static constexpr std::size_t kStates = 4;  ///< BreakerState values
 
   struct Snapshot {
-    std::uint64_t attempts = 0;  // successes + every fault
+    std::uint64_t attempts = 0;  ///< successes + every fault
     std::uint64_t successes = 0;
     std::uint64_t retries = 0;
     std::uint64_t windows_spent = 0;
@@ -58,9 +63,9 @@ class Metrics {
     std::uint64_t breaker_waits = 0;
     std::uint64_t at_capacity = 0;
     std::uint64_t silences = 0;
-    // [RetryScope][overload ? 1 : 0]
+    /// [RetryScope][overload ? 1 : 0]
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
-    // [BreakerState]: transitions into that state
+    /// [BreakerState]: transitions into that state
     std::array<std::uint64_t, kStates> transitions{};
 
     [[nodiscard]] std::uint64_t faults_total() const noexcept;
@@ -70,7 +75,7 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // On every success: a plain store to this thread's own cell (no locked instruction).
+  /// On every success: a plain store to this thread's own cell (no locked instruction).
   void count_success() noexcept {
     static_assert(kCells == detail::kStripes);
     const unsigned stripe = detail::thread_stripe();
@@ -90,8 +95,8 @@ class Metrics {
     transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
   }
 
-  // Where the gauges come from (either may be null: that gauge is left out). REQUIRES: the
-  // objects outlive every later call of prometheus_text().
+  /// Where the gauges come from (either may be null: that gauge is left out). REQUIRES: the
+  /// objects outlive every later call of prometheus_text().
   void attach(const CircuitBreaker* breaker, const RetryThrottle* throttle,
               const ConcurrencyLimit* limit = nullptr) noexcept {
     breaker_.store(breaker, std::memory_order_release);
@@ -99,15 +104,15 @@ class Metrics {
     limit_.store(limit, std::memory_order_release);
   }
 
-  // A consistent-enough copy of the counters (each read on its own, relaxed).
+  /// A consistent-enough copy of the counters (each read on its own, relaxed).
   [[nodiscard]] Snapshot snapshot() const noexcept;
 
-  // Every family in the Prometheus text exposition format (version 0.0.4): HELP and TYPE
-  // lines, then the samples, each labelled db="<shield_name>" (escaped as the format asks).
+  /// Every family in the Prometheus text exposition format (version 0.0.4): HELP and TYPE
+  /// lines, then the samples, each labelled db="<shield_name>" (escaped as the format asks).
   [[nodiscard]] std::string prometheus_text(std::string_view shield_name) const;
 
-  // Several Shields' metrics in one exposition (a page must not repeat a family's HELP and
-  // TYPE lines): each family once, with every shield's samples under it.
+  /// Several Shields' metrics in one exposition (a page must not repeat a family's HELP and
+  /// TYPE lines): each family once, with every shield's samples under it.
   struct Labelled {
     const Metrics* metrics;
     std::string_view name;

@@ -1,63 +1,66 @@
-// holdfast::pg::Database: PostgreSQL with classified errors, a retry window per request,
-// reads retried, writes never doubled, a circuit breaker per endpoint, reads on replicas
-// that have replayed the request's own writes, and commits in doubt resolved instead of
-// guessed.
-//
-//   holdfast::pg::DatabaseOptions options;
-//   options.url = "postgresql://app@127.0.0.1:5432/app";
-//   options.replica_urls = {"postgresql://app@127.0.0.1:5433/app"};
-//   holdfast::pg::Database db(options);
-//   {
-//     holdfast::RequestScope scope;                            // one 6 s window
-//     auto games = db.read("SELECT * FROM game WHERE day = $1", {day});
-//     auto paid = db.transaction(
-//         [&](holdfast::pg::Transaction& tx) -> holdfast::Status {
-//           auto r = tx.query("UPDATE account SET balance = balance - $1 WHERE id = $2",
-//                             {amount, account});
-//           return r.status();
-//         },
-//         {.operation = holdfast::Operation::transaction(/*rerunnable=*/true)});
-//   }
-//
-// Every call is one transaction of its own that leaves nothing behind on its connection:
-// its read-only mode and statement_timeout are set inside it (SET LOCAL), so it works
-// through PgBouncer in transaction mode too (Pooling::kTransaction). A call's statements
-// travel in one round trip (a libpq pipeline).
-//
-// Read path (read()): the SQL must classify as a read (classify_sql); it runs in a READ ONLY
-// transaction, so a statement misjudged as a read -- SELECT f() where f inserts -- is
-// refused with 25006 and never applied; it is then sent once more on the write path (the
-// second attempt shows in RetryStats). Transient faults are retried within the request's
-// window. Reads prefer a replica that has replayed the request's own writes (see
-// postgres_lsn.hpp) and fall back to the primary while the replica's breaker is open, it
-// just failed, it is behind those writes, or it lags more than max_replica_lag (which also
-// counts against its breaker). Once a replica has been found behind a request's writes, reads
-// that need later writes go straight to the primary for a while (50 ms, doubling up to 1 s
-// while its replay stays where it was), so a standby that stopped replaying -- after the
-// primary restarted, until it streams again -- costs no second attempt per read.
-//
-// Write path (write()): one attempt, unless the fault proves nothing was applied (lock
-// timeout, statement timeout, refused connection, a serialization failure of the
-// statement's own transaction). A lost connection means the outcome is unknown: not
-// retried unless the caller passes an idempotent Operation.
-//
-// Transactions (transaction()): BEGIN, the transaction id (pg_current_xact_id()), the
-// function, COMMIT. Any error rolls the whole transaction back; 40001/40P01 (and any other
-// fault that a re-run can help) re-run the whole function when the caller declared it
-// re-runnable (Operation::transaction(true)). A connection lost during COMMIT is resolved
-// with pg_xact_status() on a new connection: committed -> success; aborted -> rolled back
-// (and re-run if re-runnable); no answer -> Status with txn_state kUnknown. Never guessed.
-//
-// Idempotency keys (once()): the write and the key's row commit in one transaction, so a
-// call repeated with the same key -- after any failure, an unknown outcome included --
-// returns the first call's result and never applies the write twice.
-//
-// Every call goes RequestScope -> Shield (retry loop, throttle, breaker) -> pool -> libpq.
-// The remaining window caps the pool wait, the server's statement_timeout and the client's
-// wait on the socket.
-//
-// Thread safety: a Database may be used from any number of threads. A Transaction belongs
-// to the function it is passed to.
+/// @file
+/// holdfast::pg::Database: PostgreSQL with classified errors, a retry window per request,
+/// reads retried, writes never doubled, a circuit breaker per endpoint, reads on replicas
+/// that have replayed the request's own writes, and commits in doubt resolved instead of
+/// guessed.
+///
+/// @code
+///   holdfast::pg::DatabaseOptions options;
+///   options.url = "postgresql://app@127.0.0.1:5432/app";
+///   options.replica_urls = {"postgresql://app@127.0.0.1:5433/app"};
+///   holdfast::pg::Database db(options);
+///   {
+///     holdfast::RequestScope scope;                            // one 6 s window
+///     auto games = db.read("SELECT * FROM game WHERE day = $1", {day});
+///     auto paid = db.transaction(
+///         [&](holdfast::pg::Transaction& tx) -> holdfast::Status {
+///           auto r = tx.query("UPDATE account SET balance = balance - $1 WHERE id = $2",
+///                             {amount, account});
+///           return r.status();
+///         },
+///         {.operation = holdfast::Operation::transaction(/*rerunnable=*/true)});
+///   }
+/// @endcode
+///
+/// Every call is one transaction of its own that leaves nothing behind on its connection:
+/// its read-only mode and statement_timeout are set inside it (SET LOCAL), so it works
+/// through PgBouncer in transaction mode too (Pooling::kTransaction). A call's statements
+/// travel in one round trip (a libpq pipeline).
+///
+/// Read path (read()): the SQL must classify as a read (classify_sql); it runs in a READ ONLY
+/// transaction, so a statement misjudged as a read -- SELECT f() where f inserts -- is
+/// refused with 25006 and never applied; it is then sent once more on the write path (the
+/// second attempt shows in RetryStats). Transient faults are retried within the request's
+/// window. Reads prefer a replica that has replayed the request's own writes (see
+/// postgres_lsn.hpp) and fall back to the primary while the replica's breaker is open, it
+/// just failed, it is behind those writes, or it lags more than max_replica_lag (which also
+/// counts against its breaker). Once a replica has been found behind a request's writes, reads
+/// that need later writes go straight to the primary for a while (50 ms, doubling up to 1 s
+/// while its replay stays where it was), so a standby that stopped replaying -- after the
+/// primary restarted, until it streams again -- costs no second attempt per read.
+///
+/// Write path (write()): one attempt, unless the fault proves nothing was applied (lock
+/// timeout, statement timeout, refused connection, a serialization failure of the
+/// statement's own transaction). A lost connection means the outcome is unknown: not
+/// retried unless the caller passes an idempotent Operation.
+///
+/// Transactions (transaction()): BEGIN, the transaction id (pg_current_xact_id()), the
+/// function, COMMIT. Any error rolls the whole transaction back; 40001/40P01 (and any other
+/// fault that a re-run can help) re-run the whole function when the caller declared it
+/// re-runnable (Operation::transaction(true)). A connection lost during COMMIT is resolved
+/// with pg_xact_status() on a new connection: committed -> success; aborted -> rolled back
+/// (and re-run if re-runnable); no answer -> Status with txn_state kUnknown. Never guessed.
+///
+/// Idempotency keys (once()): the write and the key's row commit in one transaction, so a
+/// call repeated with the same key -- after any failure, an unknown outcome included --
+/// returns the first call's result and never applies the write twice.
+///
+/// Every call goes RequestScope -> Shield (retry loop, throttle, breaker) -> pool -> libpq.
+/// The remaining window caps the pool wait, the server's statement_timeout and the client's
+/// wait on the socket.
+///
+/// Thread safety: a Database may be used from any number of threads. A Transaction belongs
+/// to the function it is passed to.
 #pragma once
 
 #include <atomic>
@@ -87,105 +90,105 @@
 
 namespace holdfast::pg {
 
-// What each pooled connection of a Database reaches.
+/// What each pooled connection of a Database reaches.
 enum class Pooling : std::uint8_t {
-  // One server session per connection: PostgreSQL itself, or a pooler in session mode.
-  // Statements are prepared once per connection under a name; `settings` are sent at
-  // connect.
+  /// One server session per connection: PostgreSQL itself, or a pooler in session mode.
+  /// Statements are prepared once per connection under a name; `settings` are sent at
+  /// connect.
   kSession,
-  // A pooler in transaction mode (PgBouncer's pool_mode = transaction), which may run each
-  // transaction on another server session. Statements and the driver's own are sent
-  // unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
-  // instead of at connect, which such a pooler refuses.
+  /// A pooler in transaction mode (PgBouncer's pool_mode = transaction), which may run each
+  /// transaction on another server session. Statements and the driver's own are sent
+  /// unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
+  /// instead of at connect, which such a pooler refuses.
   kTransaction,
 };
 
 struct DatabaseOptions {
-  // The primary: a connection URL or key=value keywords. REQUIRES: not empty.
+  /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
   std::string url{};
-  // Read replicas, preferred for reads in this order.
+  /// Read replicas, preferred for reads in this order.
   std::vector<std::string> replica_urls{};
-  // Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
+  /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
   std::string name = "pg";
-  // Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
+  /// Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
   int read_connections = 4;
   int write_connections = 4;
-  // pg_stat_activity.application_name of every connection.
+  /// pg_stat_activity.application_name of every connection.
   std::string application_name = "holdfast";
-  // More settings for every call ({"lock_timeout", "2s"}): sent at connect, or with
-  // Pooling::kTransaction set inside each transaction.
+  /// More settings for every call ({"lock_timeout", "2s"}): sent at connect, or with
+  /// Pooling::kTransaction set inside each transaction.
   std::vector<std::pair<std::string, std::string>> settings{};
-  // What the URLs reach. The replicas' too.
+  /// What the URLs reach. The replicas' too.
   Pooling pooling = Pooling::kSession;
-  // A replica that has not replayed WAL it received this long ago (replay paused, or too
-  // slow) is unhealthy: its reads go to the primary and count as failures for its breaker.
-  // Measured from what the replica reports with each read. REQUIRES: > 0.
+  /// A replica that has not replayed WAL it received this long ago (replay paused, or too
+  /// slow) is unhealthy: its reads go to the primary and count as failures for its breaker.
+  /// Measured from what the replica reports with each read. REQUIRES: > 0.
   Duration max_replica_lag = std::chrono::seconds(1);
-  // Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
+  /// Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
   Shield::Options shield{};
-  // Cap on one connection attempt (the window may shorten it).
+  /// Cap on one connection attempt (the window may shorten it).
   Duration connect_timeout = std::chrono::seconds(5);
-  // Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
+  /// Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
   Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
-  // > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
-  // SELECT 1 on the primary; on a replica its replay positions, healthy only within
-  // max_replica_lag. 0: none (requests probe when the open period ends).
+  /// > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
+  /// SELECT 1 on the primary; on a replica its replay positions, healthy only within
+  /// max_replica_lag. 0: none (requests probe when the open period ends).
   Duration health_probe_interval = Duration::zero();
-  // Silence (DESIGN.md §10, holdfast/liveness.hpp, ADR 0023): when work has waited on a
-  // server for `silence_after` with nothing heard from it, a check (a connection of its own
-  // and SELECT 1) that gets no answer within `silence_check_timeout` finds it silent: its
-  // breaker opens at once, the calls waiting on it give up at once (a read's outcome does not
-  // matter; a write's is unknown, as at its deadline), and until a check is answered again
-  // its requests are answered in milliseconds. A slow server that still answers anything
-  // (a long lock, a brownout) is never found silent. Zero turns the watch off.
-  // REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
+  /// Silence (DESIGN.md §10, holdfast/liveness.hpp, ADR 0023): when work has waited on a
+  /// server for `silence_after` with nothing heard from it, a check (a connection of its own
+  /// and SELECT 1) that gets no answer within `silence_check_timeout` finds it silent: its
+  /// breaker opens at once, the calls waiting on it give up at once (a read's outcome does not
+  /// matter; a write's is unknown, as at its deadline), and until a check is answered again
+  /// its requests are answered in milliseconds. A slow server that still answers anything
+  /// (a long lock, a brownout) is never found silent. Zero turns the watch off.
+  /// REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
   Duration silence_after = std::chrono::milliseconds(500);
   Duration silence_check_timeout = std::chrono::milliseconds(500);
-  // The idempotency-key table used by once(). A plain or schema-qualified identifier.
+  /// The idempotency-key table used by once(). A plain or schema-qualified identifier.
   std::string idempotency_table = "holdfast_idempotency";
-  // The clock of the pools and Shields. nullptr: Clock::system().
+  /// The clock of the pools and Shields. nullptr: Clock::system().
   Clock* clock = nullptr;
 };
 
-// The same name as the SQLite driver's: holdfast::pg::Options.
+/// The same name as the SQLite driver's: holdfast::pg::Options.
 using Options = DatabaseOptions;
 
 enum class Isolation : std::uint8_t { kDefault, kReadCommitted, kRepeatableRead, kSerializable };
 
-// What happened inside one transaction() call (for callers and tests that want to know).
+/// What happened inside one transaction() call (for callers and tests that want to know).
 struct TransactionReport {
-  int runs = 0;              // times the function was called
-  int commits_in_doubt = 0;  // COMMITs that lost their connection
-  // What the last doubt resolved to: kCommitted, kRolledBack or kUnknown
-  // (kNotInTransaction while no COMMIT was in doubt).
+  int runs = 0;              ///< times the function was called
+  int commits_in_doubt = 0;  ///< COMMITs that lost their connection
+  /// What the last doubt resolved to: kCommitted, kRolledBack or kUnknown
+  /// (kNotInTransaction while no COMMIT was in doubt).
   TxnState resolution = TxnState::kNotInTransaction;
   RetryStats retry;
 };
 
 struct TransactionOptions {
-  // Operation::transaction(true): the function may be called again after a rollback.
+  /// Operation::transaction(true): the function may be called again after a rollback.
   Operation operation = Operation::transaction(false, "pg.transaction");
   Isolation isolation = Isolation::kDefault;
-  // BEGIN ... READ ONLY, on a read-only session of the primary.
+  /// BEGIN ... READ ONLY, on a read-only session of the primary.
   bool read_only = false;
-  // Filled in when not null.
+  /// Filled in when not null.
   TransactionReport* report = nullptr;
 };
 
-// How one read() runs; the defaults are the Database's.
+/// How one read() runs; the defaults are the Database's.
 struct ReadOptions {
-  // Names the read (retry lines); a read is idempotent, whatever `operation` says.
+  /// Names the read (retry lines); a read is idempotent, whatever `operation` says.
   Operation operation = Operation::read("pg.read");
-  // The retry schedule instead of DatabaseOptions::shield.reads, for instance
-  // RetryPolicy::origin_session() for a session lookup. Its window applies only outside a
-  // RequestScope. REQUIRES: outlives the call.
+  /// The retry schedule instead of DatabaseOptions::shield.reads, for instance
+  /// RetryPolicy::origin_session() for a session lookup. Its window applies only outside a
+  /// RequestScope. REQUIRES: outlives the call.
   const RetryPolicy* policy = nullptr;
-  // Filled in when not null: attempts on every endpoint (a read refused with 25006 and sent
-  // once more on the write path counts both), time slept, why it stopped.
+  /// Filled in when not null: attempts on every endpoint (a read refused with 25006 and sent
+  /// once more on the write path counts both), time slept, why it stopped.
   RetryStats* stats = nullptr;
 };
 
-// A statement prepared (lazily, once per connection) under a name of its own.
+/// A statement prepared (lazily, once per connection) under a name of its own.
 class Statement {
  public:
   Statement() = default;
@@ -204,8 +207,8 @@ class Statement {
   bool changes_session_ = false;
 };
 
-// The result of once(): what the keyed write returned, and whether it was stored by an
-// earlier call with the same key (and so not run again).
+/// The result of once(): what the keyed write returned, and whether it was stored by an
+/// earlier call with the same key (and so not run again).
 struct KeyedResult {
   std::string result;
   bool replayed = false;
@@ -216,16 +219,16 @@ namespace detail {
 struct CallPipeline;
 }  // namespace detail
 
-// The transaction a transaction() function runs in. Statements may be anything but the
-// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
-// returns OK and rolls back otherwise). After a failed statement the transaction is
-// aborted; the function should return that Status.
+/// The transaction a transaction() function runs in. Statements may be anything but the
+/// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
+/// returns OK and rolls back otherwise). After a failed statement the transaction is
+/// aborted; the function should return that Status.
 class Transaction {
  public:
   Transaction(Transaction&&) noexcept = default;
   Transaction& operator=(Transaction&&) noexcept = default;
-  // A transaction still open here (an exception left the function) is ended by closing
-  // its connection, which makes the server roll it back.
+  /// A transaction still open here (an exception left the function) is ended by closing
+  /// its connection, which makes the server roll it back.
   ~Transaction();
 
   Result<Rows> query(std::string_view sql, std::span<const Param> params);
@@ -237,9 +240,9 @@ class Transaction {
     return query(stmt, std::span<const Param>(params.begin(), params.size()));
   }
 
-  // The transaction id recorded at BEGIN (pg_current_xact_id()); empty for READ ONLY.
+  /// The transaction id recorded at BEGIN (pg_current_xact_id()); empty for READ ONLY.
   [[nodiscard]] std::string_view xid() const noexcept { return xid_; }
-  // 1 for the first run of the function, 2 for its first re-run, ...
+  /// 1 for the first run of the function, 2 for its first re-run, ...
   [[nodiscard]] int run_number() const noexcept { return run_; }
   [[nodiscard]] Connection& connection() noexcept { return *conn_; }
 
@@ -258,15 +261,15 @@ class Transaction {
 
 class Database {
  public:
-  // Validates `options` (std::invalid_argument naming the field). Connects lazily.
+  /// Validates `options` (std::invalid_argument naming the field). Connects lazily.
   explicit Database(DatabaseOptions options);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
-  // The read path. REQUIRES: the SQL classifies as a read (else INVALID_ARGUMENT, nothing
-  // is sent). Retried within the window; runs in a READ ONLY transaction; may run on a
-  // replica; refused with 25006, sent once more on the write path.
+  /// The read path. REQUIRES: the SQL classifies as a read (else INVALID_ARGUMENT, nothing
+  /// is sent). Retried within the window; runs in a READ ONLY transaction; may run on a
+  /// replica; refused with 25006, sent once more on the write path.
   Result<Rows> read(std::string_view sql, std::span<const Param> params,
                     const ReadOptions& options = {});
   Result<Rows> read(std::string_view sql, std::initializer_list<Param> params = {},
@@ -280,10 +283,10 @@ class Database {
     return read(stmt, std::span<const Param>(params.begin(), params.size()), options);
   }
 
-  // The write path, on the primary, in autocommit. Retried only when the fault proves
-  // nothing was applied, or, with an idempotent `op`, on any transient fault. Transaction,
-  // session, cursor and prepared-statement control are refused (they would leave state on
-  // a pooled connection): use transaction(), DatabaseOptions::settings or prepare().
+  /// The write path, on the primary, in autocommit. Retried only when the fault proves
+  /// nothing was applied, or, with an idempotent `op`, on any transient fault. Transaction,
+  /// session, cursor and prepared-statement control are refused (they would leave state on
+  /// a pooled connection): use transaction(), DatabaseOptions::settings or prepare().
   Result<Rows> write(std::string_view sql, std::span<const Param> params,
                      Operation op = Operation::write("pg.write"));
   Result<Rows> write(std::string_view sql, std::initializer_list<Param> params = {},
@@ -297,35 +300,37 @@ class Database {
     return write(stmt, std::span<const Param>(params.begin(), params.size()), op);
   }
 
-  // read() for a read, write() for anything else.
+  /// read() for a read, write() for anything else.
   Result<Rows> query(std::string_view sql, std::span<const Param> params);
   Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
     return query(sql, std::span<const Param>(params.begin(), params.size()));
   }
 
-  // Classifies `sql` once; each connection prepares it the first time it runs it.
-  // INVALID_ARGUMENT when the SQL cannot run (empty, unterminated, several statements).
+  /// Classifies `sql` once; each connection prepares it the first time it runs it.
+  /// INVALID_ARGUMENT when the SQL cannot run (empty, unterminated, several statements).
   Result<Statement> prepare(std::string_view sql);
 
-  // Runs `fn(Transaction&)` (returning Status or Result<T>) in a transaction on the
-  // primary and commits it; see the header comment for rollbacks, re-runs and commits in
-  // doubt. The returned failure's txn_state() says what became of the transaction.
+  /// Runs `fn(Transaction&)` (returning Status or Result<T>) in a transaction on the
+  /// primary and commits it; see the header comment for rollbacks, re-runs and commits in
+  /// doubt. The returned failure's txn_state() says what became of the transaction.
   template <class F>
   auto transaction(F&& fn, TransactionOptions options = {})
       -> std::invoke_result_t<F&, Transaction&>;
 
-  // Creates the idempotency-key table if it does not exist:
-  //   (key text PRIMARY KEY, result text, created_at timestamptz NOT NULL DEFAULT now()).
+  /// Creates the idempotency-key table if it does not exist:
+  /// @code
+  ///   (key text PRIMARY KEY, result text, created_at timestamptz NOT NULL DEFAULT now()).
+  /// @endcode
   Status create_idempotency_table();
-  // Runs `fn(Transaction&)` -- returning Result<std::string> (the result to remember) or
-  // Status -- and records `key` with its result in the same transaction. If `key` is
-  // recorded already, returns the recorded result (replayed = true) without running `fn`.
-  // Safe to call again with the same key after any failure: it is run as an idempotent,
-  // re-runnable transaction. REQUIRES: create_idempotency_table() was called (once).
+  /// Runs `fn(Transaction&)` -- returning Result<std::string> (the result to remember) or
+  /// Status -- and records `key` with its result in the same transaction. If `key` is
+  /// recorded already, returns the recorded result (replayed = true) without running `fn`.
+  /// Safe to call again with the same key after any failure: it is run as an idempotent,
+  /// re-runnable transaction. REQUIRES: create_idempotency_table() was called (once).
   template <class F>
   Result<KeyedResult> once(std::string_view key, F&& fn, TransactionOptions options = {});
 
-  // Whether the primary (or replica i) is silent now (see silence_after).
+  /// Whether the primary (or replica i) is silent now (see silence_after).
   [[nodiscard]] bool silent() const noexcept {
     return primary_->liveness != nullptr && primary_->liveness->silent();
   }
@@ -334,7 +339,7 @@ class Database {
     return e.liveness != nullptr && e.liveness->silent();
   }
 
-  // The primary's Shield (breaker, throttle, metrics), and each replica's.
+  /// The primary's Shield (breaker, throttle, metrics), and each replica's.
   [[nodiscard]] Shield& shield() noexcept { return *primary_->shield; }
   [[nodiscard]] Shield& replica_shield(std::size_t i) { return *replicas_.at(i)->shield; }
   [[nodiscard]] Pool& read_pool() noexcept { return *primary_->reads; }
@@ -347,8 +352,8 @@ class Database {
   // How far a replica's replay trails the WAL it has received, from what its reads report.
   class ReplayLag {
    public:
-    // The replica had received WAL up to `received` and replayed it up to `replayed` at
-    // `now`: how long it has been behind WAL it had already received (zero when it is not).
+    /// The replica had received WAL up to `received` and replayed it up to `replayed` at
+    /// `now`: how long it has been behind WAL it had already received (zero when it is not).
     Duration observe(std::uint64_t replayed, std::uint64_t received, TimePoint now) noexcept;
     void forget() noexcept;
 
@@ -361,13 +366,13 @@ class Database {
   // for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
   class CatchUp {
    public:
-    // A read reported the replica at `replayed`.
+    /// A read reported the replica at `replayed`.
     void saw(std::uint64_t replayed) noexcept;
-    // A read that needed more found the replica at `replayed` at `now`.
+    /// A read that needed more found the replica at `replayed` at `now`.
     void behind(std::uint64_t replayed, TimePoint now) noexcept;
-    // Whether a read that needs `need` should not try the replica at `now`.
+    /// Whether a read that needs `need` should not try the replica at `now`.
     [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
-    // Whether a read has reported the replica at or past `need`.
+    /// Whether a read has reported the replica at or past `need`.
     [[nodiscard]] bool reached(std::uint64_t need) const noexcept {
       return known_.load(std::memory_order_relaxed) >= need;
     }
@@ -382,13 +387,13 @@ class Database {
     std::string name;
     std::unique_ptr<Shield> shield;
     std::unique_ptr<Pool> reads;
-    std::unique_ptr<Pool> writes;  // primary only
-    ReplayLag lag;                 // replicas only
-    CatchUp catch_up;              // replicas only
-    // The server's liveness watch (silence_after > 0): shared with every connection.
+    std::unique_ptr<Pool> writes;  ///< primary only
+    ReplayLag lag;                 ///< replicas only
+    CatchUp catch_up;              ///< replicas only
+    /// The server's liveness watch (silence_after > 0): shared with every connection.
     std::shared_ptr<detail::ServerWatch> watch;
-    std::unique_ptr<HealthProbe> probe;  // its thread reads the members above
-    std::unique_ptr<Liveness> liveness;  // last: its thread reads the members above
+    std::unique_ptr<HealthProbe> probe;  ///< its thread reads the members above
+    std::unique_ptr<Liveness> liveness;  ///< last: its thread reads the members above
   };
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {
@@ -411,7 +416,7 @@ class Database {
   struct ReplicaView {
     std::uint64_t replayed = 0;
     std::uint64_t received = 0;
-    bool read_committed = false;  // the read's snapshot came after the replay position
+    bool read_committed = false;  ///< the read's snapshot came after the replay position
   };
 
   // The one place every retried operation goes through: the endpoint's Shield (retry
@@ -440,9 +445,9 @@ class Database {
   Result<Rows> write_once(const Work& work);
   // What a replica made of a read.
   enum class ReplicaAnswer : std::uint8_t {
-    kAnswered,  // the result is the read's (rows, or a failure the primary would meet too)
-    kFailed,    // it could not answer (breaker open, busy, down, lagging): the primary answers
-    kBehind,    // it has not replayed the request's own writes yet: the primary answers
+    kAnswered,  ///< the result is the read's (rows, or a failure the primary would meet too)
+    kFailed,    ///< it could not answer (breaker open, busy, down, lagging): the primary answers
+    kBehind,    ///< it has not replayed the request's own writes yet: the primary answers
   };
   // One admitted read on a replica (counted in `stats`). A replica found behind the
   // request's writes moments ago is not asked again until its hold ends, unless

@@ -1,25 +1,28 @@
-// holdfast::pg::Connection: a thin RAII wrapper over one libpq connection.
-//
-//   auto conn = holdfast::pg::Connection::open("postgresql://app@127.0.0.1:5432/app");
-//   if (!conn) return conn.status();
-//   auto rows = conn->query("SELECT name FROM court WHERE id = $1", {court_id});
-//   if (rows) std::string_view name = rows->text(0, 0);
-//
-// - Extended protocol only: every statement is sent with its parameters apart from the SQL
-//   (PQsendQueryParams / PQsendPrepare / PQsendQueryPrepared). A string with more than one
-//   statement is refused before anything is sent.
-// - Parameters are typed C++ values (Param); results are read as text or typed values (Rows).
-// - Notices (and a FATAL that arrives while the connection is idle) are captured on the
-//   connection, never printed to stderr.
-// - A lost connection is detected from the connection status, not only from a SQLSTATE; the
-//   FATAL behind it is read by draining every result, so a terminated backend reports 57P01
-//   rather than a bare "server closed the connection". Errors become Status values through
-//   holdfast::postgres_status(), connection failures through classify_pg_connect_failure().
-// - Every wait on the server is bounded by the connection's deadline (set_deadline()): past
-//   it the statement is cancelled, and if the server does not answer the cancel either, the
-//   connection is closed and the Status says the outcome is unknown.
-//
-// Thread safety: a Connection is used by one thread at a time. Move-only.
+/// @file
+/// holdfast::pg::Connection: a thin RAII wrapper over one libpq connection.
+///
+/// @code
+///   auto conn = holdfast::pg::Connection::open("postgresql://app@127.0.0.1:5432/app");
+///   if (!conn) return conn.status();
+///   auto rows = conn->query("SELECT name FROM court WHERE id = $1", {court_id});
+///   if (rows) std::string_view name = rows->text(0, 0);
+/// @endcode
+///
+/// - Extended protocol only: every statement is sent with its parameters apart from the SQL
+///   (PQsendQueryParams / PQsendPrepare / PQsendQueryPrepared). A string with more than one
+///   statement is refused before anything is sent.
+/// - Parameters are typed C++ values (Param); results are read as text or typed values (Rows).
+/// - Notices (and a FATAL that arrives while the connection is idle) are captured on the
+///   connection, never printed to stderr.
+/// - A lost connection is detected from the connection status, not only from a SQLSTATE; the
+///   FATAL behind it is read by draining every result, so a terminated backend reports 57P01
+///   rather than a bare "server closed the connection". Errors become Status values through
+///   holdfast::postgres_status(), connection failures through classify_pg_connect_failure().
+/// - Every wait on the server is bounded by the connection's deadline (set_deadline()): past
+///   it the statement is cancelled, and if the server does not answer the cancel either, the
+///   connection is closed and the Status says the outcome is unknown.
+///
+/// Thread safety: a Connection is used by one thread at a time. Move-only.
 #pragma once
 
 #include <chrono>
@@ -38,7 +41,7 @@
 #include "holdfast/result.hpp"
 #include "holdfast/status.hpp"
 
-struct pg_result;  // libpq's PGresult
+struct pg_result;  ///< libpq's PGresult
 
 namespace holdfast::pg {
 
@@ -46,20 +49,20 @@ namespace detail {
 struct ConnectionAccess;
 }
 
-// Type OIDs of the parameters we type ourselves (pg_type.dat).
-inline constexpr std::uint32_t kOidUnknown = 0;  // the server infers the type, like a literal
+/// Type OIDs of the parameters we type ourselves (pg_type.dat).
+inline constexpr std::uint32_t kOidUnknown = 0;  ///< the server infers the type, like a literal
 inline constexpr std::uint32_t kOidBool = 16;
 inline constexpr std::uint32_t kOidInt8 = 20;
 inline constexpr std::uint32_t kOidInt4 = 23;
 inline constexpr std::uint32_t kOidText = 25;
 inline constexpr std::uint32_t kOidFloat8 = 701;
 
-// One statement parameter: NULL, a bool, an integer, a double or text. Numbers are sent in
-// text form with their type; text is sent untyped so the server infers its type from the
-// statement (like a quoted literal), unless built with Param::typed().
-//
-// A Param refers to the text it was built from: that text must outlive the call it is
-// passed to (the usual `conn.query(sql, {a, b})` does).
+/// One statement parameter: NULL, a bool, an integer, a double or text. Numbers are sent in
+/// text form with their type; text is sent untyped so the server infers its type from the
+/// statement (like a quoted literal), unless built with Param::typed().
+///
+/// A Param refers to the text it was built from: that text must outlive the call it is
+/// passed to (the usual `conn.query(sql, {a, b})` does).
 class Param {
  public:
   Param(std::nullptr_t) noexcept : null_(true) {}  // NOLINT(google-explicit-constructor)
@@ -81,12 +84,12 @@ class Param {
   Param(const std::optional<T>& v) noexcept  // NOLINT(google-explicit-constructor)
       : Param(v ? Param(*v) : Param(nullptr)) {}
 
-  // Text with an explicit type ("{\"a\":1}" as json, a transaction id as xid8, ...).
+  /// Text with an explicit type ("{\"a\":1}" as json, a transaction id as xid8, ...).
   static Param typed(std::string_view text, std::uint32_t oid) noexcept;
 
   [[nodiscard]] bool is_null() const noexcept { return null_; }
   [[nodiscard]] std::uint32_t oid() const noexcept { return oid_; }
-  // The text form. NUL-terminated when terminated() is true.
+  /// The text form. NUL-terminated when terminated() is true.
   [[nodiscard]] std::string_view text() const noexcept {
     return inline_ ? std::string_view(buf_, length_) : std::string_view(ext_, length_);
   }
@@ -105,20 +108,20 @@ class Param {
   char buf_[32] = {};
 };
 
-// The rows (or command result) of one statement. Move-only; owns the libpq result.
-// Row and column indexes are 0-based. Text accessors never fail (NULL reads as "");
-// typed accessors return a Status naming the column when the value is NULL, does not
-// parse, or is out of range.
+/// The rows (or command result) of one statement. Move-only; owns the libpq result.
+/// Row and column indexes are 0-based. Text accessors never fail (NULL reads as "");
+/// typed accessors return a Status naming the column when the value is NULL, does not
+/// parse, or is out of range.
 class Rows {
  public:
   Rows() noexcept = default;
   explicit Rows(pg_result* result) noexcept : result_(result) {}
 
-  [[nodiscard]] int size() const noexcept;  // number of rows
+  [[nodiscard]] int size() const noexcept;  ///< number of rows
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
-  [[nodiscard]] int columns() const noexcept;  // number of columns
+  [[nodiscard]] int columns() const noexcept;  ///< number of columns
   [[nodiscard]] std::string_view column_name(int col) const noexcept;
-  // The column's index, or -1.
+  /// The column's index, or -1.
   [[nodiscard]] int column(std::string_view name) const noexcept;
 
   [[nodiscard]] bool is_null(int row, int col) const noexcept;
@@ -130,9 +133,9 @@ class Rows {
   [[nodiscard]] Result<bool> boolean(int row, int col) const;
   [[nodiscard]] Result<std::string> string(int row, int col) const;
 
-  // Rows inserted, updated or deleted by the statement (0 for a query without a count).
+  /// Rows inserted, updated or deleted by the statement (0 for a query without a count).
   [[nodiscard]] long long affected() const noexcept;
-  // The command tag: "SELECT 1", "INSERT 0 1", "UPDATE 3", ...
+  /// The command tag: "SELECT 1", "INSERT 0 1", "UPDATE 3", ...
   [[nodiscard]] std::string_view command() const noexcept;
 
   [[nodiscard]] pg_result* native() const noexcept { return result_.get(); }
@@ -145,20 +148,20 @@ class Rows {
   std::unique_ptr<pg_result, Clear> result_;
 };
 
-// A message the server sent besides results (NOTICE, WARNING, ..., or a FATAL that arrived
-// while the connection was idle).
+/// A message the server sent besides results (NOTICE, WARNING, ..., or a FATAL that arrived
+/// while the connection was idle).
 struct Notice {
-  std::string severity;  // "NOTICE", "WARNING", "FATAL", ... (not localized)
+  std::string severity;  ///< "NOTICE", "WARNING", "FATAL", ... (not localized)
   std::string sqlstate;
   std::string message;
 };
 
 enum class TxnStatus : std::uint8_t {
-  kIdle,           // no transaction open
-  kActive,         // a statement is running
-  kInTransaction,  // inside a transaction block
-  kInError,        // inside a failed transaction block: only ROLLBACK helps
-  kUnknown,        // the connection is bad
+  kIdle,           ///< no transaction open
+  kActive,         ///< a statement is running
+  kInTransaction,  ///< inside a transaction block
+  kInError,        ///< inside a failed transaction block: only ROLLBACK helps
+  kUnknown,        ///< the connection is bad
 };
 
 namespace detail {
@@ -166,41 +169,41 @@ struct ServerWatch;  // src/pg/server_watch.hpp
 }  // namespace detail
 
 struct ConnectOptions {
-  // A connection URL ("postgresql://app@127.0.0.1:5432/app?sslmode=disable") or key=value
-  // keywords ("host=127.0.0.1 port=5432 dbname=app").
+  /// A connection URL ("postgresql://app@127.0.0.1:5432/app?sslmode=disable") or key=value
+  /// keywords ("host=127.0.0.1 port=5432 dbname=app").
   std::string conninfo;
-  // More keywords; they override the conninfo's ({"sslmode", "disable"}).
+  /// More keywords; they override the conninfo's ({"sslmode", "disable"}).
   std::vector<std::pair<std::string, std::string>> keywords;
-  // Shown in pg_stat_activity. Empty: whatever the conninfo says.
+  /// Shown in pg_stat_activity. Empty: whatever the conninfo says.
   std::string application_name;
-  // Server settings for the session, sent with the startup packet so they cost no round
-  // trip ({"lock_timeout", "2s"}). They replace an `options` keyword of the conninfo.
+  /// Server settings for the session, sent with the startup packet so they cost no round
+  /// trip ({"lock_timeout", "2s"}). They replace an `options` keyword of the conninfo.
   std::vector<std::pair<std::string, std::string>> settings;
-  // Cap on one connection attempt; the caller's deadline may shorten it.
+  /// Cap on one connection attempt; the caller's deadline may shorten it.
   Duration connect_timeout = std::chrono::seconds(5);
-  // With several hosts (a multi-host URL, "postgresql://h1:5432,h2:5432/app?
-  // target_session_attrs=read-write"): the most one host may take before the next is tried
-  // (the last one tried gets whatever is left), so that a host that accepts connections and
-  // never answers (a frozen primary) is skipped. The host that answered last is tried first.
+  /// With several hosts (a multi-host URL, "postgresql://h1:5432,h2:5432/app?
+  /// target_session_attrs=read-write"): the most one host may take before the next is tried
+  /// (the last one tried gets whatever is left), so that a host that accepts connections and
+  /// never answers (a frozen primary) is skipped. The host that answered last is tried first.
   Duration host_connect_timeout = std::chrono::seconds(1);
-  // Reads the deadlines. nullptr: Clock::system().
+  /// Reads the deadlines. nullptr: Clock::system().
   Clock* clock = nullptr;
-  // TCP keepalives and tcp_user_timeout, so that the kernel notices a peer that died or a
-  // network that dropped (not only our deadlines): keepalives after `keepalive_idle`
-  // without traffic, every `keepalive_interval`, `keepalive_count` unanswered ones end the
-  // connection; data unacknowledged for `tcp_user_timeout` ends it too. The conninfo's own
-  // keepalives* / tcp_user_timeout keywords win. Zero idle: libpq's defaults (the kernel's).
+  /// TCP keepalives and tcp_user_timeout, so that the kernel notices a peer that died or a
+  /// network that dropped (not only our deadlines): keepalives after `keepalive_idle`
+  /// without traffic, every `keepalive_interval`, `keepalive_count` unanswered ones end the
+  /// connection; data unacknowledged for `tcp_user_timeout` ends it too. The conninfo's own
+  /// keepalives* / tcp_user_timeout keywords win. Zero idle: libpq's defaults (the kernel's).
   Duration keepalive_idle = std::chrono::seconds(10);
   Duration keepalive_interval = std::chrono::seconds(2);
   int keepalive_count = 3;
   Duration tcp_user_timeout = std::chrono::seconds(10);
-  // Set by pg::Database: the server's liveness watch (DESIGN.md §10). Leave it empty.
+  /// Set by pg::Database: the server's liveness watch (DESIGN.md §10). Leave it empty.
   std::shared_ptr<detail::ServerWatch> watch;
 };
 
 class Connection {
  public:
-  // A closed connection.
+  /// A closed connection.
   Connection() noexcept;
   Connection(Connection&&) noexcept;
   Connection& operator=(Connection&&) noexcept;
@@ -208,61 +211,61 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
   ~Connection();
 
-  // Connects, waiting no later than `deadline` nor longer than options.connect_timeout.
-  // On failure the Status carries the server's SQLSTATE when it sent one (53300 too many
-  // connections, 57P03 starting up, 28P01 authentication, ...), otherwise it is classified
-  // by classify_pg_connect_failure() (refused, unreachable, timed out).
+  /// Connects, waiting no later than `deadline` nor longer than options.connect_timeout.
+  /// On failure the Status carries the server's SQLSTATE when it sent one (53300 too many
+  /// connections, 57P03 starting up, 28P01 authentication, ...), otherwise it is classified
+  /// by classify_pg_connect_failure() (refused, unreachable, timed out).
   static Result<Connection> open(const ConnectOptions& options,
                                  TimePoint deadline = TimePoint::max());
   static Result<Connection> open(std::string_view conninfo);
 
-  // True while the connection is up as far as libpq knows (no I/O).
+  /// True while the connection is up as far as libpq knows (no I/O).
   [[nodiscard]] bool is_open() const noexcept;
 
-  // Runs one statement. REQUIRES: `sql` holds exactly one statement (else
-  // INVALID_ARGUMENT, nothing is sent).
+  /// Runs one statement. REQUIRES: `sql` holds exactly one statement (else
+  /// INVALID_ARGUMENT, nothing is sent).
   Result<Rows> query(std::string_view sql, std::span<const Param> params = {});
   Result<Rows> query(std::string_view sql, std::initializer_list<Param> params) {
     return query(sql, std::span<const Param>(params.begin(), params.size()));
   }
-  // Prepares `sql` under `name` on this connection. `params` give the parameter types
-  // (their values are ignored); fewer than the statement needs leaves the rest inferred.
+  /// Prepares `sql` under `name` on this connection. `params` give the parameter types
+  /// (their values are ignored); fewer than the statement needs leaves the rest inferred.
   Status prepare(std::string_view name, std::string_view sql, std::span<const Param> params = {});
-  // Runs a statement prepared on this connection.
+  /// Runs a statement prepared on this connection.
   Result<Rows> query_prepared(std::string_view name, std::span<const Param> params = {});
   Result<Rows> query_prepared(std::string_view name, std::initializer_list<Param> params) {
     return query_prepared(name, std::span<const Param>(params.begin(), params.size()));
   }
 
-  // A cheap health check for an idle connection (no round trip): reads whatever the server
-  // sent while it was idle. False when the connection is gone, the server sent a FATAL
-  // (a terminated backend), or a transaction is left open.
+  /// A cheap health check for an idle connection (no round trip): reads whatever the server
+  /// sent while it was idle. False when the connection is gone, the server sent a FATAL
+  /// (a terminated backend), or a transaction is left open.
   [[nodiscard]] bool check() noexcept;
 
-  // Statements sent after this wait on the server no later than `deadline` (plus a short
-  // grace for the cancel). TimePoint::max(): no deadline.
+  /// Statements sent after this wait on the server no later than `deadline` (plus a short
+  /// grace for the cancel). TimePoint::max(): no deadline.
   void set_deadline(TimePoint deadline) noexcept;
-  // SET statement_timeout for the session (at least 1 ms: 0 would mean "none").
+  /// SET statement_timeout for the session (at least 1 ms: 0 would mean "none").
   Status set_statement_timeout(Duration timeout);
-  // Same, but only when the session's value differs from `timeout` by more than
-  // max(20 ms, 10%): a call per statement costs nothing while the window is steady.
+  /// Same, but only when the session's value differs from `timeout` by more than
+  /// max(20 ms, 10%): a call per statement costs nothing while the window is steady.
   Status ensure_statement_timeout(Duration timeout);
-  // The session's statement_timeout as far as this object knows; negative when unknown.
+  /// The session's statement_timeout as far as this object knows; negative when unknown.
   [[nodiscard]] Duration statement_timeout() const noexcept;
 
   [[nodiscard]] TxnStatus txn_status() const noexcept;
   [[nodiscard]] int backend_pid() const noexcept;
-  // A setting the server reports (GUC_REPORT): "server_version", "application_name",
-  // "default_transaction_read_only", ... Empty when unknown.
+  /// A setting the server reports (GUC_REPORT): "server_version", "application_name",
+  /// "default_transaction_read_only", ... Empty when unknown.
   [[nodiscard]] std::string_view server_parameter(const char* name) const noexcept;
   [[nodiscard]] bool standard_conforming_strings() const noexcept;
 
-  // Notices received and not yet taken (the last 32 at most), oldest first.
+  /// Notices received and not yet taken (the last 32 at most), oldest first.
   std::vector<Notice> take_notices();
-  // How many notices this connection has received in all.
+  /// How many notices this connection has received in all.
   [[nodiscard]] std::uint64_t notices_received() const noexcept;
 
-  // Closes now (also done by the destructor).
+  /// Closes now (also done by the destructor).
   void close() noexcept;
 
  private:

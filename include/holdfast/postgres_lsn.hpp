@@ -1,29 +1,32 @@
-// Read-your-writes on PostgreSQL replicas: a WAL position (Lsn) and the one the current
-// request's reads must see.
-//
-//   {
-//     holdfast::RequestScope scope;
-//     holdfast::pg::require_lsn(session.last_write);        // carried by a signed-in session
-//     db.write("UPDATE profile SET name = $1 WHERE id = $2", {name, id});
-//     auto me = db.read("SELECT name FROM profile WHERE id = $1", {id});  // sees the UPDATE
-//     session.last_write = holdfast::pg::request_lsn();
-//   }
-//
-// A Database records, after every write, transaction() and once() it commits on the
-// primary, the primary's WAL insert position after the COMMIT (at or past the end of the
-// commit record) as the request's position. A read goes to a standby only if the standby
-// has replayed at least that far (pg_last_wal_replay_lsn(), read in the read's own round
-// trip); otherwise the primary answers it. See
-// docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
-//
-// The position lives with the request: with the window of the innermost RequestScope on
-// this thread, which nested scopes share. A RequestScope adopted on another thread starts
-// without it (call require_lsn() there). Outside any RequestScope there is none: each call
-// stands alone. It is kept on the thread, keyed by the window, and a window never closes
-// once open, so the next request starts afresh once this one has reached the database;
-// a request that called require_lsn() and never reached the database may pass that
-// position on to the next request on its thread whose RequestScope sits at the same
-// address (which can only send some of that request's reads to the primary).
+/// @file
+/// Read-your-writes on PostgreSQL replicas: a WAL position (Lsn) and the one the current
+/// request's reads must see.
+///
+/// @code
+///   {
+///     holdfast::RequestScope scope;
+///     holdfast::pg::require_lsn(session.last_write);        // carried by a signed-in session
+///     db.write("UPDATE profile SET name = $1 WHERE id = $2", {name, id});
+///     auto me = db.read("SELECT name FROM profile WHERE id = $1", {id});  // sees the UPDATE
+///     session.last_write = holdfast::pg::request_lsn();
+///   }
+/// @endcode
+///
+/// A Database records, after every write, transaction() and once() it commits on the
+/// primary, the primary's WAL insert position after the COMMIT (at or past the end of the
+/// commit record) as the request's position. A read goes to a standby only if the standby
+/// has replayed at least that far (pg_last_wal_replay_lsn(), read in the read's own round
+/// trip); otherwise the primary answers it. See
+/// docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
+///
+/// The position lives with the request: with the window of the innermost RequestScope on
+/// this thread, which nested scopes share. A RequestScope adopted on another thread starts
+/// without it (call require_lsn() there). Outside any RequestScope there is none: each call
+/// stands alone. It is kept on the thread, keyed by the window, and a window never closes
+/// once open, so the next request starts afresh once this one has reached the database;
+/// a request that called require_lsn() and never reached the database may pass that
+/// position on to the next request on its thread whose RequestScope sits at the same
+/// address (which can only send some of that request's reads to the primary).
 #pragma once
 
 #include <compare>
@@ -35,24 +38,24 @@
 
 namespace holdfast::pg {
 
-// A PostgreSQL WAL position (pg_lsn). Zero is "none".
+/// A PostgreSQL WAL position (pg_lsn). Zero is "none".
 struct Lsn {
   std::uint64_t value = 0;
 
-  // "16/B374D848" (pg_lsn's text form). INVALID_ARGUMENT for anything else.
+  /// "16/B374D848" (pg_lsn's text form). INVALID_ARGUMENT for anything else.
   static Result<Lsn> parse(std::string_view text);
-  // pg_lsn's text form: "16/B374D848", "0/0" for none.
+  /// pg_lsn's text form: "16/B374D848", "0/0" for none.
   [[nodiscard]] std::string to_string() const;
   [[nodiscard]] bool empty() const noexcept { return value == 0; }
   friend auto operator<=>(const Lsn&, const Lsn&) = default;
 };
 
-// The position the current request's reads must see: the latest of its writes' commits and
-// of what require_lsn() was given. Empty outside a RequestScope and before either.
+/// The position the current request's reads must see: the latest of its writes' commits and
+/// of what require_lsn() was given. Empty outside a RequestScope and before either.
 [[nodiscard]] Lsn request_lsn() noexcept;
 
-// Raises the current request's position to at least `lsn` (for instance the last write of
-// a signed-in session, carried from request to request). No-op outside a RequestScope.
+/// Raises the current request's position to at least `lsn` (for instance the last write of
+/// a signed-in session, carried from request to request). No-op outside a RequestScope.
 void require_lsn(Lsn lsn) noexcept;
 
 }  // namespace holdfast::pg

@@ -1,44 +1,47 @@
-// holdfast::pg::Pool: a bounded pool of libpq connections.
-//
-//   holdfast::pg::PoolOptions options;
-//   options.connect.conninfo = "postgresql://app@127.0.0.1:5432/app";
-//   options.size = 8;
-//   holdfast::pg::Pool pool(options);
-//   auto conn = pool.acquire();                 // waits no longer than the request's window
-//   if (!conn) return conn.status();
-//   auto rows = (*conn)->query("SELECT 1");     // returned to the pool when `conn` goes
-//
-// - At most `size` connections are open (or being opened) at once.
-// - acquire() hands out an idle connection after a cheap health check (no round trip): a
-//   backend terminated while idle has sent its FATAL, and such a connection is replaced
-//   instead of failing the caller's next statement.
-// - When no connection is idle and the pool is full, acquire() waits for one, no longer
-//   than the current RequestScope's window (which it opens: waiting for a connection is
-//   time the request spends), or `window` outside any scope. It never waits forever.
-// - Connections are opened in one place, connect(). After a failed connect the next one
-//   waits for a backoff delay, and while connects fail only one at a time is tried: a
-//   restarting server sees no reconnect storm. A request that comes during the backoff
-//   is answered at once with the last connect error, stop_reason kBreakerOpen and
-//   retry_after() (the rest of the backoff). After it, the request that comes first
-//   starts the next connect on a thread of the pool's own, so no request waits on a
-//   server that may not answer: it and every request that comes while that connect is
-//   tried wait for its result at most 50 ms (a connection, or its failure for the request
-//   that started it), then are answered as during the backoff. The first failed
-//   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
-//   loop may try again once it passed (RetryState::on_failure). A connect that fails while
-//   connects fail (the pool's probe of the server) is answered with stop_reason
-//   kProbeFailed and retry_after(): its request is not retried, as during the backoff,
-//   and breakers count it as the server's refusal (ADR 0022). A failure that no connect
-//   followed within a second of its backoff's end is forgotten: requests connect side by
-//   side again, each on its own thread.
-// - While pg::Database finds the server silent (ConnectOptions::watch; DESIGN.md §10), a
-//   request is answered at once instead of waiting for a connection or a connect; waiters
-//   are woken when the silence is found (wake_waiters()).
-// - A connection returned inside a transaction, broken, or (read-only pools) with its
-//   read-only default switched off is closed instead of being reused.
-//
-// Thread safety: all methods may be called from any thread. The pool must outlive every
-// PooledConnection it handed out.
+/// @file
+/// holdfast::pg::Pool: a bounded pool of libpq connections.
+///
+/// @code
+///   holdfast::pg::PoolOptions options;
+///   options.connect.conninfo = "postgresql://app@127.0.0.1:5432/app";
+///   options.size = 8;
+///   holdfast::pg::Pool pool(options);
+///   auto conn = pool.acquire();                 // waits no longer than the request's window
+///   if (!conn) return conn.status();
+///   auto rows = (*conn)->query("SELECT 1");     // returned to the pool when `conn` goes
+/// @endcode
+///
+/// - At most `size` connections are open (or being opened) at once.
+/// - acquire() hands out an idle connection after a cheap health check (no round trip): a
+///   backend terminated while idle has sent its FATAL, and such a connection is replaced
+///   instead of failing the caller's next statement.
+/// - When no connection is idle and the pool is full, acquire() waits for one, no longer
+///   than the current RequestScope's window (which it opens: waiting for a connection is
+///   time the request spends), or `window` outside any scope. It never waits forever.
+/// - Connections are opened in one place, connect(). After a failed connect the next one
+///   waits for a backoff delay, and while connects fail only one at a time is tried: a
+///   restarting server sees no reconnect storm. A request that comes during the backoff
+///   is answered at once with the last connect error, stop_reason kBreakerOpen and
+///   retry_after() (the rest of the backoff). After it, the request that comes first
+///   starts the next connect on a thread of the pool's own, so no request waits on a
+///   server that may not answer: it and every request that comes while that connect is
+///   tried wait for its result at most 50 ms (a connection, or its failure for the request
+///   that started it), then are answered as during the backoff. The first failed
+///   connect's own error carries retry_after() (the backoff) with no stop reason: a retry
+///   loop may try again once it passed (RetryState::on_failure). A connect that fails while
+///   connects fail (the pool's probe of the server) is answered with stop_reason
+///   kProbeFailed and retry_after(): its request is not retried, as during the backoff,
+///   and breakers count it as the server's refusal (ADR 0022). A failure that no connect
+///   followed within a second of its backoff's end is forgotten: requests connect side by
+///   side again, each on its own thread.
+/// - While pg::Database finds the server silent (ConnectOptions::watch; DESIGN.md §10), a
+///   request is answered at once instead of waiting for a connection or a connect; waiters
+///   are woken when the silence is found (wake_waiters()).
+/// - A connection returned inside a transaction, broken, or (read-only pools) with its
+///   read-only default switched off is closed instead of being reused.
+///
+/// Thread safety: all methods may be called from any thread. The pool must outlive every
+/// PooledConnection it handed out.
 #pragma once
 
 #include <chrono>
@@ -57,41 +60,41 @@
 namespace holdfast::pg {
 
 struct PoolOptions {
-  // How to connect. connect.clock is also the pool's clock.
+  /// How to connect. connect.clock is also the pool's clock.
   ConnectOptions connect;
-  // Most connections open at once. REQUIRES: >= 1.
+  /// Most connections open at once. REQUIRES: >= 1.
   int size = 4;
-  // Every session starts with default_transaction_read_only=on, so each statement runs in
-  // a READ ONLY transaction and a write fails with 25006. A setting sent at connect: not
-  // through a transaction pooler (pg::Database sets READ ONLY per call instead).
+  /// Every session starts with default_transaction_read_only=on, so each statement runs in
+  /// a READ ONLY transaction and a write fails with 25006. A setting sent at connect: not
+  /// through a transaction pooler (pg::Database sets READ ONLY per call instead).
   bool read_only = false;
-  // Delay before the next connect after n consecutive failed ones: 50 ms doubling to 1 s,
-  // "equal" jitter (half fixed, half random) so restarting clients spread out. The cap
-  // bounds how long a restarted server waits for its clients to notice (about a second).
+  /// Delay before the next connect after n consecutive failed ones: 50 ms doubling to 1 s,
+  /// "equal" jitter (half fixed, half random) so restarting clients spread out. The cap
+  /// bounds how long a restarted server waits for its clients to notice (about a second).
   Backoff reconnect_backoff = Backoff::exponential(std::chrono::milliseconds(50), 2.0,
                                                    std::chrono::seconds(1), Jitter::equal());
-  // Longest wait for a connection outside any RequestScope. REQUIRES: > 0.
+  /// Longest wait for a connection outside any RequestScope. REQUIRES: > 0.
   Duration window = RetryWindow::kDefaultLength;
 };
 
 struct PoolStats {
-  int open = 0;  // connections open or being opened
+  int open = 0;  ///< connections open or being opened
   int idle = 0;
-  std::uint64_t connects = 0;          // successful connects
-  std::uint64_t connect_failures = 0;  // failed connects
-  std::uint64_t discarded = 0;         // found broken at hand-out, or returned unusable
-  std::uint64_t waits = 0;             // acquisitions that had to wait
-  std::uint64_t timeouts = 0;          // acquisitions that gave up at their deadline
+  std::uint64_t connects = 0;          ///< successful connects
+  std::uint64_t connect_failures = 0;  ///< failed connects
+  std::uint64_t discarded = 0;         ///< found broken at hand-out, or returned unusable
+  std::uint64_t waits = 0;             ///< acquisitions that had to wait
+  std::uint64_t timeouts = 0;          ///< acquisitions that gave up at their deadline
   int consecutive_connect_failures = 0;
-  // While consecutive_connect_failures > 0: when the next connect may start. Until then a
-  // request that finds no idle connection is answered at once (the pool's breaker on
-  // connects).
+  /// While consecutive_connect_failures > 0: when the next connect may start. Until then a
+  /// request that finds no idle connection is answered at once (the pool's breaker on
+  /// connects).
   TimePoint next_connect_at{};
 };
 
 class Pool;
 
-// A connection lent by a Pool; goes back to it when destroyed. Move-only.
+/// A connection lent by a Pool; goes back to it when destroyed. Move-only.
 class PooledConnection {
  public:
   PooledConnection() noexcept = default;
@@ -103,15 +106,15 @@ class PooledConnection {
 
   Connection& operator*() noexcept { return conn_; }
   Connection* operator->() noexcept { return &conn_; }
-  // Closes the connection instead of returning it.
+  /// Closes the connection instead of returning it.
   void discard() noexcept;
-  // Closes the connection because a pooler in front of the server (PgBouncer) said, on it,
-  // that it cannot reach the server (pooler_cannot_reach_server()). The pool counts this as
-  // a failed connect: it closes its idle connections (the pooler would refuse them too),
-  // backs off its connects, and checks each new connection with a query until one passes.
-  // Returns `why` with Status::retry_after() set to when the pool connects again.
+  /// Closes the connection because a pooler in front of the server (PgBouncer) said, on it,
+  /// that it cannot reach the server (pooler_cannot_reach_server()). The pool counts this as
+  /// a failed connect: it closes its idle connections (the pooler would refuse them too),
+  /// backs off its connects, and checks each new connection with a query until one passes.
+  /// Returns `why` with Status::retry_after() set to when the pool connects again.
   Status server_unreachable(Status why);
-  // True when acquire() opened this connection (rather than reusing an idle one).
+  /// True when acquire() opened this connection (rather than reusing an idle one).
   [[nodiscard]] bool fresh() const noexcept { return fresh_; }
 
  private:
@@ -127,47 +130,47 @@ class PooledConnection {
 
 class Pool {
  public:
-  // Validates `options` (std::invalid_argument naming the field). Opens nothing yet.
+  /// Validates `options` (std::invalid_argument naming the field). Opens nothing yet.
   explicit Pool(PoolOptions options);
-  // REQUIRES: every PooledConnection has been returned. Waits for a connect under way on
-  // the pool's thread (bounded by connect.connect_timeout).
+  /// REQUIRES: every PooledConnection has been returned. Waits for a connect under way on
+  /// the pool's thread (bounded by connect.connect_timeout).
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
-  // A healthy connection, waiting no later than the current RequestScope's window (opened
-  // if we must wait) or options().window outside any scope. On failure: the connect
-  // failure, or UNAVAILABLE / RESOURCE_EXHAUSTED naming why no connection came in time.
+  /// A healthy connection, waiting no later than the current RequestScope's window (opened
+  /// if we must wait) or options().window outside any scope. On failure: the connect
+  /// failure, or UNAVAILABLE / RESOURCE_EXHAUSTED naming why no connection came in time.
   Result<PooledConnection> acquire();
-  // Same, with an explicit deadline.
+  /// Same, with an explicit deadline.
   Result<PooledConnection> acquire(TimePoint deadline);
-  // Never waits for a busy pool or for the reconnect backoff: an idle connection, a new one
-  // (connecting no later than `connect_deadline`), or UNAVAILABLE at once. While connects
-  // fail, a connect it starts is waited for as acquire() waits for one (at most 50 ms).
-  // For callers that have somewhere else to go (a read that can fall back from a replica
-  // to the primary).
+  /// Never waits for a busy pool or for the reconnect backoff: an idle connection, a new one
+  /// (connecting no later than `connect_deadline`), or UNAVAILABLE at once. While connects
+  /// fail, a connect it starts is waited for as acquire() waits for one (at most 50 ms).
+  /// For callers that have somewhere else to go (a read that can fall back from a replica
+  /// to the primary).
   Result<PooledConnection> try_acquire(TimePoint connect_deadline);
-  // For a health probe: as try_acquire(), but while connects fail it connects at once,
-  // whatever the backoff (the probe is itself paced). When that connect works the pool
-  // serves again, so a server that is back is found within one probe interval.
+  /// For a health probe: as try_acquire(), but while connects fail it connects at once,
+  /// whatever the backoff (the probe is itself paced). When that connect works the pool
+  /// serves again, so a server that is back is found within one probe interval.
   Result<PooledConnection> acquire_for_probe(TimePoint connect_deadline);
 
-  // Wakes every acquire() waiting for a connection so that it looks again: the server was
-  // found silent (ConnectOptions::watch), and while it is, acquire() and try_acquire()
-  // answer at once (UNAVAILABLE, stop_reason kBreakerOpen, retry_after()) instead of
-  // waiting for connections stuck on it. acquire_for_probe() still connects.
+  /// Wakes every acquire() waiting for a connection so that it looks again: the server was
+  /// found silent (ConnectOptions::watch), and while it is, acquire() and try_acquire()
+  /// answer at once (UNAVAILABLE, stop_reason kBreakerOpen, retry_after()) instead of
+  /// waiting for connections stuck on it. acquire_for_probe() still connects.
   void wake_waiters();
 
-  // Closes every idle connection: they reach a server that can no longer serve this pool
-  // (a demoted primary answers writes with 25006). The next acquire() connects anew.
+  /// Closes every idle connection: they reach a server that can no longer serve this pool
+  /// (a demoted primary answers writes with 25006). The next acquire() connects anew.
   void drop_idle();
 
-  // A connect to the same server (a health probe's) just worked and answered: while connects
-  // fail, the next one need not wait for the backoff. Changes nothing while a connect is
-  // under way (its result will tell).
+  /// A connect to the same server (a health probe's) just worked and answered: while connects
+  /// fail, the next one need not wait for the backoff. Changes nothing while a connect is
+  /// under way (its result will tell).
   void server_answered();
-  // Opens one connection for this pool (its settings, its application_name): the only
-  // place the pool connects. Does not count against size() (acquire() does that).
+  /// Opens one connection for this pool (its settings, its application_name): the only
+  /// place the pool connects. Does not count against size() (acquire() does that).
   Result<Connection> connect(TimePoint deadline);
 
   [[nodiscard]] PoolStats stats() const;
@@ -177,9 +180,9 @@ class Pool {
  private:
   friend class PooledConnection;
   enum class Mode : std::uint8_t {
-    kWait,    // for an idle connection, a connect, or the backoff, until the deadline
-    kNoWait,  // an idle connection or a connect that may start now, else an answer at once
-    kProbe,   // kNoWait, and a connect even while the backoff lasts
+    kWait,    ///< for an idle connection, a connect, or the backoff, until the deadline
+    kNoWait,  ///< an idle connection or a connect that may start now, else an answer at once
+    kProbe,   ///< kNoWait, and a connect even while the backoff lasts
   };
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, Mode mode);
   // connect(), then, when a pooler could not reach the server (`verify`), a query.

@@ -1,8 +1,9 @@
-// Random: a small, seedable, copyable random source (xoshiro256++ seeded by SplitMix64).
-//
-// Backoff jitter draws from one of these. Each retry operation owns its own copy, so no
-// random state is shared between threads; tests and the simulator seed it for exact
-// reproducibility.
+/// @file
+/// Random: a small, seedable, copyable random source (xoshiro256++ seeded by SplitMix64).
+///
+/// Backoff jitter draws from one of these. Each retry operation owns its own copy, so no
+/// random state is shared between threads; tests and the simulator seed it for exact
+/// reproducibility.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +14,14 @@ class Random {
  public:
   explicit Random(std::uint64_t seed) noexcept;
 
-  // A generator seeded from the thread's own entropy-seeded sequence (no lock, no syscall
-  // after the first call on a thread).
+  /// A generator seeded from the thread's own entropy-seeded sequence (no lock, no syscall
+  /// after the first call on a thread).
   static Random from_thread() noexcept;
 
   std::uint64_t next() noexcept;
-  // Uniform in [0, 1).
+  /// Uniform in [0, 1).
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // Uniform in [lo, hi].
+  /// Uniform in [lo, hi].
   double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
 
  private:

@@ -1,8 +1,9 @@
-// Result<T>: a T or the Status that explains why there is none.
-//
-// Accessors follow std::expected: ok(), operator bool, operator*, operator-> (REQUIRES:
-// ok()), value() which throws holdfast::Error when there is no value, status(), value_or().
-// Result<void> carries only a Status.
+/// @file
+/// Result<T>: a T or the Status that explains why there is none.
+///
+/// Accessors follow std::expected: ok(), operator bool, operator*, operator-> (REQUIRES:
+/// ok()), value() which throws holdfast::Error when there is no value, status(), value_or().
+/// Result<void> carries only a Status.
 #pragma once
 
 #include <optional>
@@ -14,8 +15,8 @@
 
 namespace holdfast {
 
-// Thrown only at the edges: by Result::value() on an error, and by adapters that turn a
-// Status into an exception for callers that want one.
+/// Thrown only at the edges: by Result::value() on an error, and by adapters that turn a
+/// Status into an exception for callers that want one.
 class Error : public std::runtime_error {
  public:
   explicit Error(Status status);
@@ -116,7 +117,7 @@ struct AsResult<Result<U>> {
 };
 }  // namespace detail
 
-// The Status of a Status or a Result (the retry loop accepts callables returning either).
+/// The Status of a Status or a Result (the retry loop accepts callables returning either).
 inline const Status& status_of(const Status& s) noexcept {
   return s;
 }

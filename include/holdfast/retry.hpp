@@ -1,29 +1,32 @@
-// RetryPolicy and the retry loop.
-//
-// Three independent inputs decide a retry (as in google-cloud-cpp): how much to retry and
-// how long to wait (RetryPolicy), whether the operation may be repeated (Operation), and
-// what the failure was (the Fault inside the Status). Policies decide; the loop acts.
-//
-//   holdfast::RetryPolicy reads;                             // the origin's schedule
-//   auto rows = holdfast::retry(reads, holdfast::Operation::read("schedule.games"),
-//                               [&] { return db.query(sql); });
-//
-// The loop
-//   - retries only transient faults, and a fault whose outcome is unknown only when the
-//     operation is idempotent; a fault that needs the whole transaction re-run only when
-//     the callable re-runs the whole transaction;
-//   - draws every wait from the RetryWindow of the current RequestScope (or a window of
-//     its own outside any scope), opened at the first transient fault;
-//   - never starts a sleep that would end past the window: a delay that would is shortened
-//     so one last attempt lands inside the window;
-//   - never retries a Status that a retry loop already gave up on (see
-//     docs/adr/0001-nested-retry-loops.md): nested loops never multiply attempts;
-//   - when it stops, returns the last underlying error with StopReason and attempts set.
-//
-// For callers that cannot block (event loops, async servers, the simulator), RetryState
-// answers the same question the loop asks: "may I retry, and after how long?".
-//
-// The success path reads no clock, takes no lock and allocates nothing.
+/// @file
+/// RetryPolicy and the retry loop.
+///
+/// Three independent inputs decide a retry (as in google-cloud-cpp): how much to retry and
+/// how long to wait (RetryPolicy), whether the operation may be repeated (Operation), and
+/// what the failure was (the Fault inside the Status). Policies decide; the loop acts.
+///
+/// @code
+///   holdfast::RetryPolicy reads;                             // the origin's schedule
+///   auto rows = holdfast::retry(reads, holdfast::Operation::read("schedule.games"),
+///                               [&] { return db.query(sql); });
+/// @endcode
+///
+/// The loop
+///   - retries only transient faults, and a fault whose outcome is unknown only when the
+///     operation is idempotent; a fault that needs the whole transaction re-run only when
+///     the callable re-runs the whole transaction;
+///   - draws every wait from the RetryWindow of the current RequestScope (or a window of
+///     its own outside any scope), opened at the first transient fault;
+///   - never starts a sleep that would end past the window: a delay that would is shortened
+///     so one last attempt lands inside the window;
+///   - never retries a Status that a retry loop already gave up on (see
+///     docs/adr/0001-nested-retry-loops.md): nested loops never multiply attempts;
+///   - when it stops, returns the last underlying error with StopReason and attempts set.
+///
+/// For callers that cannot block (event loops, async servers, the simulator), RetryState
+/// answers the same question the loop asks: "may I retry, and after how long?".
+///
+/// The success path reads no clock, takes no lock and allocates nothing.
 #pragma once
 
 #include <cstdint>
@@ -43,17 +46,17 @@
 namespace holdfast {
 
 enum class Idempotency : std::uint8_t {
-  kNonIdempotent,  // repeat only when the failed attempt provably applied nothing
-  kIdempotent,     // repeating is harmless even if a failed attempt was applied
+  kNonIdempotent,  ///< repeat only when the failed attempt provably applied nothing
+  kIdempotent,     ///< repeating is harmless even if a failed attempt was applied
 };
 
-// What the callable handed to the loop is.
+/// What the callable handed to the loop is.
 struct Operation {
   Idempotency idempotency = Idempotency::kNonIdempotent;
-  // The callable runs a whole transaction from its start, so faults that roll the
-  // transaction back (scope kTransaction) may be retried by calling it again.
+  /// The callable runs a whole transaction from its start, so faults that roll the
+  /// transaction back (scope kTransaction) may be retried by calling it again.
   bool reruns_transaction = false;
-  // Names the operation in the DEBUG line ("schedule.games").
+  /// Names the operation in the DEBUG line ("schedule.games").
   std::string_view label = {};
 
   static constexpr Operation read(std::string_view label = "read") noexcept {
@@ -65,49 +68,49 @@ struct Operation {
   static constexpr Operation idempotent_write(std::string_view label = "write") noexcept {
     return {Idempotency::kIdempotent, false, label};
   }
-  // A transaction function. `rerunnable`: calling it again after a rollback is safe.
+  /// A transaction function. `rerunnable`: calling it again after a rollback is safe.
   static constexpr Operation transaction(bool rerunnable,
                                          std::string_view label = "transaction") noexcept {
     return {Idempotency::kNonIdempotent, rerunnable, label};
   }
 };
 
-// Passed to the on_retry hook before each wait.
+/// Passed to the on_retry hook before each wait.
 struct RetryEvent {
   std::string_view label;
-  int attempt;                // the attempt that just failed (1-based)
-  Duration delay;             // the wait before the next attempt
-  Duration window_remaining;  // window time left before the wait
-  const Status& status;       // the failure
+  int attempt;                ///< the attempt that just failed (1-based)
+  Duration delay;             ///< the wait before the next attempt
+  Duration window_remaining;  ///< window time left before the wait
+  const Status& status;       ///< the failure
 };
 using RetryHook = std::function<void(const RetryEvent&)>;
 
-// Statistics of one call, returned to the caller (never kept in shared state).
+/// Statistics of one call, returned to the caller (never kept in shared state).
 struct RetryStats {
   int attempts = 0;
   Duration slept{};
-  StopReason stop = StopReason::kNone;  // kNone when the call succeeded
+  StopReason stop = StopReason::kNone;  ///< kNone when the call succeeded
 };
 
 class RetryPolicy {
  public:
-  // The origin's read policy: 5 attempts, 200/600/1500/3000 ms ±50%, 6 s window.
+  /// The origin's read policy: 5 attempts, 200/600/1500/3000 ms ±50%, 6 s window.
   RetryPolicy();
 
   static RetryPolicy origin_reads() { return RetryPolicy(); }
-  // The origin's session read: 150/500/1500/3000 ms ±50%, 5 attempts, 6 s window.
+  /// The origin's session read: 150/500/1500/3000 ms ±50%, 5 attempts, 6 s window.
   static RetryPolicy origin_session();
-  // One attempt, no retry.
+  /// One attempt, no retry.
   static RetryPolicy no_retry();
 
-  // Setters validate at once and throw std::invalid_argument naming the field.
-  RetryPolicy& max_attempts(int n);  // n >= 1
+  /// Setters validate at once and throw std::invalid_argument naming the field.
+  RetryPolicy& max_attempts(int n);  ///< n >= 1
   RetryPolicy& backoff(Backoff b);
-  RetryPolicy& window(Duration length);        // > 0; used outside any RequestScope
-  RetryPolicy& last_attempt_time(Duration d);  // >= 0; window time a last attempt needs
+  RetryPolicy& window(Duration length);        ///< > 0; used outside any RequestScope
+  RetryPolicy& last_attempt_time(Duration d);  ///< >= 0; window time a last attempt needs
   RetryPolicy& clock(Clock& c) noexcept;
-  RetryPolicy& seed(std::uint64_t seed) noexcept;  // reproducible jitter (tests)
-  RetryPolicy& on_retry(RetryHook hook);           // empty: the default DEBUG console line
+  RetryPolicy& seed(std::uint64_t seed) noexcept;  ///< reproducible jitter (tests)
+  RetryPolicy& on_retry(RetryHook hook);           ///< empty: the default DEBUG console line
 
   [[nodiscard]] int max_attempts() const noexcept { return max_attempts_; }
   [[nodiscard]] const Backoff& backoff() const noexcept { return backoff_; }
@@ -116,7 +119,7 @@ class RetryPolicy {
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
   [[nodiscard]] const std::optional<std::uint64_t>& seed() const noexcept { return seed_; }
 
-  // Calls the hook, or writes the default DEBUG line. Never throws.
+  /// Calls the hook, or writes the default DEBUG line. Never throws.
   void notify_retry(const RetryEvent& event) const noexcept;
 
  private:
@@ -129,14 +132,14 @@ class RetryPolicy {
   RetryHook on_retry_;
 };
 
-// What to do after a failed attempt: the one decision type of every retry loop
-// (holdfast::retry(), Shield::run() and Shield::Call::failed()).
+/// What to do after a failed attempt: the one decision type of every retry loop
+/// (holdfast::retry(), Shield::run() and Shield::Call::failed()).
 struct RetryDecision {
   bool retry = false;
-  Duration delay{};                       // when retry: wait this long, then try again
-  StopReason reason = StopReason::kNone;  // when not: why
-  // When not, from Shield::Call::failed(): the failure to return, marked with `reason`.
-  // (RetryState::on_failure() leaves it OK: its caller builds it with give_up().)
+  Duration delay{};                       ///< when retry: wait this long, then try again
+  StopReason reason = StopReason::kNone;  ///< when not: why
+  /// When not, from Shield::Call::failed(): the failure to return, marked with `reason`.
+  /// (RetryState::on_failure() leaves it OK: its caller builds it with give_up().)
   Status status;
 
   static RetryDecision retry_after(Duration delay) {
@@ -152,30 +155,30 @@ struct RetryDecision {
   }
 };
 
-// The state of one retrying operation, built fresh from a policy for each call.
-// Not thread-safe: one operation, one owner.
+/// The state of one retrying operation, built fresh from a policy for each call.
+/// Not thread-safe: one operation, one owner.
 class RetryState {
  public:
-  // `window`: the window to draw from; by default the current RequestScope's, or one of
-  // its own (policy.window() long) outside any scope. REQUIRES: `policy` outlives this.
+  /// `window`: the window to draw from; by default the current RequestScope's, or one of
+  /// its own (policy.window() long) outside any scope. REQUIRES: `policy` outlives this.
   explicit RetryState(const RetryPolicy& policy, Operation op = {},
                       RetryWindow* window = RequestScope::current_window());
   RetryState(const RetryPolicy& policy, Operation op, RetryWindow* window, Random rng);
   RetryState(const RetryState&) = delete;
   RetryState& operator=(const RetryState&) = delete;
 
-  // Call after each failed attempt (REQUIRES: !status.ok()), at time `now`. A failure that
-  // names when another attempt can be served (Status::retry_after(), set without a stop
-  // reason: a pool backing off its connects) stops the loop at once with kBreakerOpen when
-  // that comes after the planned wait, since a sooner attempt would only be refused.
+  /// Call after each failed attempt (REQUIRES: !status.ok()), at time `now`. A failure that
+  /// names when another attempt can be served (Status::retry_after(), set without a stop
+  /// reason: a pool backing off its connects) stops the loop at once with kBreakerOpen when
+  /// that comes after the planned wait, since a sooner attempt would only be refused.
   RetryDecision on_failure(const Status& status, TimePoint now);
-  // Call after each successful attempt.
+  /// Call after each successful attempt.
   void on_success() noexcept { ++attempts_; }
-  // Records time actually waited (stats only).
+  /// Records time actually waited (stats only).
   void add_slept(Duration d) noexcept { slept_ += d; }
 
-  // `last` marked as given up for `reason` after attempts() attempts, keeping its
-  // retry_after(). A status some inner loop already gave up on is returned as it is.
+  /// `last` marked as given up for `reason` after attempts() attempts, keeping its
+  /// retry_after(). A status some inner loop already gave up on is returned as it is.
   [[nodiscard]] Status give_up(Status last, StopReason reason) const;
 
   [[nodiscard]] int attempts() const noexcept { return attempts_; }
@@ -289,7 +292,7 @@ template <class F, class R>
 }
 }  // namespace detail
 
-// Calls `attempt` (returning Status or Result<T>) until it succeeds or the policy stops.
+/// Calls `attempt` (returning Status or Result<T>) until it succeeds or the policy stops.
 template <class F>
 auto retry(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* stats = nullptr)
     -> std::invoke_result_t<F&> {
@@ -310,9 +313,9 @@ auto retry(const RetryPolicy& policy, F&& attempt) -> std::invoke_result_t<F&> {
   return retry(policy, Operation{}, std::forward<F>(attempt));
 }
 
-// The adapter for a callable that throws (a user's own driver): exceptions of type E are
-// turned into a Status by `classify(const E&)` and retried by its Fault; any other
-// exception propagates unchanged. Returns Result<T> for a callable returning T.
+/// The adapter for a callable that throws (a user's own driver): exceptions of type E are
+/// turned into a Status by `classify(const E&)` and retried by its Fault; any other
+/// exception propagates unchanged. Returns Result<T> for a callable returning T.
 template <class E, class F, class Classify>
 auto retry_throwing(const RetryPolicy& policy, Operation op, F&& fn, Classify&& classify,
                     RetryStats* stats = nullptr) -> Result<std::invoke_result_t<F&>> {

@@ -1,46 +1,49 @@
-// Shield: what an application holds per database — circuit breaker, concurrency limit,
-// retry throttle, default retry policies and metrics, composed in one place.
-//
-//   holdfast::Shield shield("main");
-//   {
-//     holdfast::RequestScope scope;                       // one 6 s window per request
-//     auto rows = shield.run(holdfast::Operation::read("schedule.games"),
-//                            [&] { return db.query(sql); });
-//   }
-//
-// A request goes RequestScope -> retry loop -> breaker -> concurrency limit -> attempt
-// (docs/adr/0008-admission-by-learned-capacity.md):
-//   - every attempt asks the breaker first. Refused while open: the request waits for the
-//     next probe only when that pays — the breaker opened on lock contention (a holder that
-//     will let go), the probe is due within probe_wait, and the window covers the probe and
-//     one more attempt. Otherwise it fails at once with kUnavailable, stop_reason
-//     kBreakerOpen and retry_after() set (HTTP 503 + Retry-After). Shedding never counts as
-//     an overload fault.
-//   - then the ConcurrencyLimit: the work this Shield has in flight stays within what the
-//     database answers at its normal latency (learned, Gradient2). A first attempt that
-//     finds it full queues, first come first served, if its expected wait fits within
-//     queue_wait and its window; otherwise it fails at once with stop_reason kAtCapacity
-//     and retry_after(). Every place that frees up is handed to the first waiter, and only
-//     to it. When a probe succeeds, as many waiters go as the limit has room for.
-//   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
-//     may be repeated). A retry starts only where the limit has room for retries (below
-//     retry_share of it) and, while the database answers slower than normal, the throttle
-//     allows it: retries use spare capacity and nothing else.
-//   - results: success -> breaker, throttle and limit (a latency sample); overload fault
-//     -> breaker failure; a timed-out attempt -> a dropped sample; a probe that ran out of
-//     its caller's window -> nothing (no evidence against the database).
-// Reads (idempotent operations) use the reads policy (the origin's: 5 attempts,
-// 200/600/1500/3000 ms ±50%, 6 s window); everything else uses the writes policy, whose
-// schedule is the same: the Operation already limits a write's retries to faults that prove
-// nothing was applied.
-//
-// The same decisions are available without blocking, for event loops and the simulator:
-// Shield::Call (admit -> attempt -> succeeded/failed) is what run() itself is built on.
-//
-// Thread safety: a Shield may be used from any number of threads. A Call belongs to one
-// request and is not thread-safe. The success path of run() takes no lock and allocates
-// nothing; on the system clock it reads the coarse clock once and times one call per
-// clock tick and thread.
+/// @file
+/// Shield: what an application holds per database — circuit breaker, concurrency limit,
+/// retry throttle, default retry policies and metrics, composed in one place.
+///
+/// @code
+///   holdfast::Shield shield("main");
+///   {
+///     holdfast::RequestScope scope;                       // one 6 s window per request
+///     auto rows = shield.run(holdfast::Operation::read("schedule.games"),
+///                            [&] { return db.query(sql); });
+///   }
+/// @endcode
+///
+/// A request goes RequestScope -> retry loop -> breaker -> concurrency limit -> attempt
+/// (docs/adr/0008-admission-by-learned-capacity.md):
+///   - every attempt asks the breaker first. Refused while open: the request waits for the
+///     next probe only when that pays — the breaker opened on lock contention (a holder that
+///     will let go), the probe is due within probe_wait, and the window covers the probe and
+///     one more attempt. Otherwise it fails at once with kUnavailable, stop_reason
+///     kBreakerOpen and retry_after() set (HTTP 503 + Retry-After). Shedding never counts as
+///     an overload fault.
+///   - then the ConcurrencyLimit: the work this Shield has in flight stays within what the
+///     database answers at its normal latency (learned, Gradient2). A first attempt that
+///     finds it full queues, first come first served, if its expected wait fits within
+///     queue_wait and its window; otherwise it fails at once with stop_reason kAtCapacity
+///     and retry_after(). Every place that frees up is handed to the first waiter, and only
+///     to it. When a probe succeeds, as many waiters go as the limit has room for.
+///   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
+///     may be repeated). A retry starts only where the limit has room for retries (below
+///     retry_share of it) and, while the database answers slower than normal, the throttle
+///     allows it: retries use spare capacity and nothing else.
+///   - results: success -> breaker, throttle and limit (a latency sample); overload fault
+///     -> breaker failure; a timed-out attempt -> a dropped sample; a probe that ran out of
+///     its caller's window -> nothing (no evidence against the database).
+/// Reads (idempotent operations) use the reads policy (the origin's: 5 attempts,
+/// 200/600/1500/3000 ms ±50%, 6 s window); everything else uses the writes policy, whose
+/// schedule is the same: the Operation already limits a write's retries to faults that prove
+/// nothing was applied.
+///
+/// The same decisions are available without blocking, for event loops and the simulator:
+/// Shield::Call (admit -> attempt -> succeeded/failed) is what run() itself is built on.
+///
+/// Thread safety: a Shield may be used from any number of threads. A Call belongs to one
+/// request and is not thread-safe. The success path of run() takes no lock and allocates
+/// nothing; on the system clock it reads the coarse clock once and times one call per
+/// clock tick and thread.
 #pragma once
 
 #include <atomic>
@@ -66,7 +69,7 @@ namespace holdfast {
 
 class Shield {
  public:
-  // A Shield's breaker options: CircuitBreaker's, with the open period below.
+  /// A Shield's breaker options: CircuitBreaker's, with the open period below.
   static CircuitBreaker::Options shield_breaker() {
     CircuitBreaker::Options o;
     o.open_initial = std::chrono::milliseconds(250);
@@ -74,51 +77,51 @@ class Shield {
     return o;
   }
 
-  // Copyable configuration, validated by the constructor (std::invalid_argument).
+  /// Copyable configuration, validated by the constructor (std::invalid_argument).
   struct Options {
-    // The breaker's open period is 250 ms, doubling on each probe that fails for the
-    // database's own reasons, to at most 800 ms: the first probe after an outage comes
-    // within 800 ms of its end, and its answer within a second (ADR 0008). The concurrency limit
-    // and the throttle keep the load down meanwhile; the origin's 30 s kept a page failing 28 s
-    // after the lock.
+    /// The breaker's open period is 250 ms, doubling on each probe that fails for the
+    /// database's own reasons, to at most 800 ms: the first probe after an outage comes
+    /// within 800 ms of its end, and its answer within a second (ADR 0008). The concurrency limit
+    /// and the throttle keep the load down meanwhile; the origin's 30 s kept a page failing 28 s
+    /// after the lock.
     CircuitBreaker::Options breaker = shield_breaker();
     RetryThrottle::Options throttle;
     ConcurrencyLimit::Options limit;
     RetryPolicy reads = RetryPolicy::origin_reads();
     RetryPolicy writes = RetryPolicy::origin_reads();
-    // The longest a first attempt queues for a place under the concurrency limit; one
-    // whose expected wait is longer is answered kAtCapacity at once. >= 0.
+    /// The longest a first attempt queues for a place under the concurrency limit; one
+    /// whose expected wait is longer is answered kAtCapacity at once. >= 0.
     Duration queue_wait = std::chrono::milliseconds(500);
-    // The longest a request waits for the breaker's next probe (and only after lock
-    // contention: see above). >= 0; zero never waits.
+    /// The longest a request waits for the breaker's next probe (and only after lock
+    /// contention: see above). >= 0; zero never waits.
     Duration probe_wait = std::chrono::seconds(1);
 
-    // holdfast switched off, for callers that retry on their own and for comparisons: one
-    // attempt per call, a breaker that never opens, no concurrency limit to speak of, and a
-    // window of an hour (only the driver's own timeouts bound an attempt).
+    /// holdfast switched off, for callers that retry on their own and for comparisons: one
+    /// attempt per call, a breaker that never opens, no concurrency limit to speak of, and a
+    /// window of an hour (only the driver's own timeouts bound an attempt).
     static Options single_attempt();
   };
   class Call;
   struct Admission;
 
-  // `name` labels the metrics (db="name"). Every timed decision uses `clock`; the clocks of
-  // the two policies are set to it.
+  /// `name` labels the metrics (db="name"). Every timed decision uses `clock`; the clocks of
+  /// the two policies are set to it.
   explicit Shield(std::string name, Clock& clock = Clock::system());
   Shield(std::string name, Options options, Clock& clock = Clock::system());
   Shield(const Shield&) = delete;
   Shield& operator=(const Shield&) = delete;
   ~Shield();
 
-  // Runs `attempt` (returning Status or Result<T>) under the policy for `op` (reads for an
-  // idempotent operation, writes otherwise) until it succeeds or the Shield stops it; the
-  // returned failure says why (stop_reason). Blocks (on the Shield's clock) for backoff and
-  // for the breaker's probe. If `attempt` throws, the exception propagates and the attempt
-  // counts as neutral.
+  /// Runs `attempt` (returning Status or Result<T>) under the policy for `op` (reads for an
+  /// idempotent operation, writes otherwise) until it succeeds or the Shield stops it; the
+  /// returned failure says why (stop_reason). Blocks (on the Shield's clock) for backoff and
+  /// for the breaker's probe. If `attempt` throws, the exception propagates and the attempt
+  /// counts as neutral.
   template <class F>
   auto run(Operation op, F&& attempt, RetryStats* stats = nullptr) -> std::invoke_result_t<F&> {
     return run(policy_for(op), op, std::forward<F>(attempt), stats);
   }
-  // The same with the caller's policy. REQUIRES: `policy` outlives the call.
+  /// The same with the caller's policy. REQUIRES: `policy` outlives the call.
   template <class F>
   auto run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* stats = nullptr)
       -> std::invoke_result_t<F&>;
@@ -140,24 +143,24 @@ class Shield {
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
   [[nodiscard]] const Options& options() const noexcept { return options_; }
-  // Moved by every breaker state change that may let requests through.
+  /// Moved by every breaker state change that may let requests through.
   [[nodiscard]] const Signal& signal() const noexcept { return breaker_.signal(); }
-  // Moved whenever a waiting Call is woken (handed a place, or told to decide again): an
-  // event loop that keeps its waiters in the order admit() said kWait to them finds the
-  // woken ones at the front (Call::woken()).
+  /// Moved whenever a waiting Call is woken (handed a place, or told to decide again): an
+  /// event loop that keeps its waiters in the order admit() said kWait to them finds the
+  /// woken ones at the front (Call::woken()).
   [[nodiscard]] const Signal& wakes() const noexcept { return wakes_; }
-  // Requests waiting for a place or for a probe.
+  /// Requests waiting for a place or for a probe.
   [[nodiscard]] std::int64_t waiting() const noexcept { return limit_.queued(); }
 
-  // metrics().prometheus_text(name()).
+  /// metrics().prometheus_text(name()).
   [[nodiscard]] std::string metrics_text() const;
 
-  // The server was found silent at `now` (holdfast/liveness.hpp): the breaker trips, and
-  // the requests it refuses are answered at once (no waiting for a probe: a silent server
-  // is not a lock holder about to let go). Counted in metrics().
+  /// The server was found silent at `now` (holdfast/liveness.hpp): the breaker trips, and
+  /// the requests it refuses are answered at once (no waiting for a probe: a silent server
+  /// is not a lock holder about to let go). Counted in metrics().
   void server_silent(TimePoint now);
-  // The server answered again after a silence: the breaker closes as after a health probe
-  // (a no-op unless it is open or half-open).
+  /// The server answered again after a silence: the breaker closes as after a health probe
+  /// (a no-op unless it is open or half-open).
   void server_back(TimePoint now, Duration latency);
 
  private:
@@ -197,42 +200,44 @@ class Shield {
   Call* tail_ = nullptr;  // guarded by wait_mutex_
 };
 
-// What to do next, before an attempt.
+/// What to do next, before an attempt.
 struct Shield::Admission {
   enum class Kind : std::uint8_t {
-    kAttempt,  // make the attempt now, then report it with the permit
-    kWait,     // wait until `until` or until `wake` moves past `seen`, then admit() again
-    kStop,     // give up with `status`
+    kAttempt,  ///< make the attempt now, then report it with the permit
+    kWait,     ///< wait until `until` or until `wake` moves past `seen`, then admit() again
+    kStop,     ///< give up with `status`
   };
   Kind kind = Kind::kStop;
-  CircuitBreaker::Permit permit;  // kAttempt
-  TimePoint until{};              // kWait
-  const Signal* wake = nullptr;   // kWait
-  std::uint64_t seen = 0;         // kWait
-  Status status;                  // kStop
+  CircuitBreaker::Permit permit;  ///< kAttempt
+  TimePoint until{};              ///< kWait
+  const Signal* wake = nullptr;   ///< kWait
+  std::uint64_t seen = 0;         ///< kWait
+  Status status;                  ///< kStop
 };
 
-// One request's way through the Shield, step by step, without blocking:
-//
-//   Shield::Call call(shield, shield.reads(), op, &request_window);
-//   for (;;) {
-//     Shield::Admission a = call.admit(now);
-//     kAttempt: run it; call.succeeded(std::move(a.permit), latency) -> done, or
-//               RetryDecision d = call.failed(std::move(a.permit), status, now, latency):
-//               d.retry -> come back after d.delay; otherwise fail with d.status
-//     kWait:    come back at a.until, or when a.wake moves past a.seen
-//     kStop:    fail with a.status
-//   }
-//
-// Not thread-safe; not movable. REQUIRES: the Shield, the policy and the window outlive it.
+/// One request's way through the Shield, step by step, without blocking:
+///
+/// @code
+///   Shield::Call call(shield, shield.reads(), op, &request_window);
+///   for (;;) {
+///     Shield::Admission a = call.admit(now);
+///     kAttempt: run it; call.succeeded(std::move(a.permit), latency) -> done, or
+///               RetryDecision d = call.failed(std::move(a.permit), status, now, latency):
+///               d.retry -> come back after d.delay; otherwise fail with d.status
+///     kWait:    come back at a.until, or when a.wake moves past a.seen
+///     kStop:    fail with a.status
+///   }
+/// @endcode
+///
+/// Not thread-safe; not movable. REQUIRES: the Shield, the policy and the window outlive it.
 class Shield::Call {
  public:
-  // `window`: the retry window to draw from; by default the current RequestScope's, or one
-  // of the Call's own (policy.window() long) outside any scope.
+  /// `window`: the retry window to draw from; by default the current RequestScope's, or one
+  /// of the Call's own (policy.window() long) outside any scope.
   Call(Shield& shield, const RetryPolicy& policy, Operation op,
        RetryWindow* window = RequestScope::current_window()) noexcept
       : shield_(&shield), policy_(&policy), op_(op), window_(window) {}
-  // The same with a given random source (backoff), for reproducible runs.
+  /// The same with a given random source (backoff), for reproducible runs.
   Call(Shield& shield, const RetryPolicy& policy, Operation op, RetryWindow* window,
        Random rng) noexcept
       : shield_(&shield), policy_(&policy), op_(op), window_(window), rng_(rng) {}
@@ -243,8 +248,8 @@ class Shield::Call {
       abandon();
   }
 
-  // May the next attempt start at `now`? Asks the breaker, then the concurrency limit;
-  // never blocks.
+  /// May the next attempt start at `now`? Asks the breaker, then the concurrency limit;
+  /// never blocks.
   [[nodiscard]] Admission admit(TimePoint now) {
     if (queued_) [[unlikely]]
       return admit_after_wait(now);
@@ -261,29 +266,29 @@ class Shield::Call {
     return refused(permit, now);
   }
 
-  // The attempt admitted with `permit` succeeded after `latency` (zero when not measured:
-  // then it is no latency sample).
+  /// The attempt admitted with `permit` succeeded after `latency` (zero when not measured:
+  /// then it is no latency sample).
   void succeeded(CircuitBreaker::Permit&& permit, Duration latency = Duration::zero()) noexcept;
 
-  // The attempt admitted with `permit` failed with `status` (REQUIRES: !status.ok()) at
-  // `now`, after `latency`. Records it and decides: retry after a delay, or stop.
+  /// The attempt admitted with `permit` failed with `status` (REQUIRES: !status.ok()) at
+  /// `now`, after `latency`. Records it and decides: retry after a delay, or stop.
   [[nodiscard]] RetryDecision failed(CircuitBreaker::Permit&& permit, const Status& status,
                                      TimePoint now, Duration latency);
 
-  // For a blocking caller (Shield::run): the attempt admitted with `permit` and started at
-  // `t0` failed with `status`. Records it and decides (failed() at the Shield clock's now);
-  // to retry, sleeps the backoff, sets `start` to the time it woke and returns true;
-  // otherwise sets `stop` to the failure to return and returns false.
+  /// For a blocking caller (Shield::run): the attempt admitted with `permit` and started at
+  /// `t0` failed with `status`. Records it and decides (failed() at the Shield clock's now);
+  /// to retry, sleeps the backoff, sets `start` to the time it woke and returns true;
+  /// otherwise sets `stop` to the failure to return and returns false.
   [[nodiscard]] bool after_failure(CircuitBreaker::Permit&& permit, const Status& status,
                                    TimePoint t0, TimePoint& start, Status& stop);
 
-  // Time spent waiting (backoff and breaker), for stats().
+  /// Time spent waiting (backoff and breaker), for stats().
   void add_slept(Duration d) noexcept { slept_ += d; }
 
   [[nodiscard]] int attempts() const noexcept { return attempts_; }
   [[nodiscard]] RetryStats stats() const noexcept { return {attempts_, slept_, stop_}; }
-  // After kWait: true once the Shield has woken this call (for single-threaded event loops;
-  // see Shield::wakes()).
+  /// After kWait: true once the Shield has woken this call (for single-threaded event loops;
+  /// see Shield::wakes()).
   [[nodiscard]] bool woken() const noexcept { return woken_; }
 
  private:
@@ -333,8 +338,8 @@ class Shield::Call {
   bool woken_ = false;
 };
 
-// Shield::run()'s steps of the retry loop (detail::retry_loop in retry.hpp): a Call,
-// blocking on the Shield's clock for backoff and waits.
+/// Shield::run()'s steps of the retry loop (detail::retry_loop in retry.hpp): a Call,
+/// blocking on the Shield's clock for backoff and waits.
 class Shield::Steps {
  public:
   using Step = Admission;
@@ -343,7 +348,7 @@ class Shield::Steps {
 
   Admission admit(TimePoint start) { return call_->admit(start); }
   static bool admitted(const Admission& a) noexcept { return a.kind == Admission::Kind::kAttempt; }
-  // One call per clock tick and thread is timed, as the limit's latency sample.
+  /// One call per clock tick and thread is timed, as the limit's latency sample.
   TimePoint attempt_start(TimePoint start) {
     timed_ = shield_->breaker_.measures_latency() || shield_->limit_.wants_sample(start);
     return timed_ ? shield_->clock_->now() : start;

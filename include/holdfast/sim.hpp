@@ -1,31 +1,34 @@
-// holdfast::sim — retry storms and metastable failure, simulated with the real policy code.
-//
-// A discrete-event simulation of many client processes reading from one database:
-//
-//   - user requests arrive open-loop (Poisson, `offered_rps` per second);
-//   - the database is a pool of `workers` with one FIFO queue and a service-time
-//     distribution; a full queue refuses at once ("too many connections", SQLSTATE 53300);
-//   - every attempt has a client timeout; a client that times out abandons its attempt,
-//     but the database still does the work (queued or running) — the mechanism that keeps
-//     a database saturated with dead work after the cause is gone (metastable failure);
-//   - a trigger disturbs the system for a while: capacity drop (service time x factor),
-//     load spike (offered load x factor), hard outage (every attempt refused at once),
-//     hang (the database goes silent: nothing is answered or refused, every attempt waits
-//     out its client timeout) or brownout (a fraction of attempts refused at random).
-//
-// The clients decide with holdfast's own objects on one ManualClock: RetryPolicy and
-// RetryState for the strategies without a breaker (no retry, naive immediate retry,
-// Tenacity-style exponential backoff), and for the holdfast strategy a real Shield per
-// client process (or one shared) — its CircuitBreaker, RetryThrottle and retry loop,
-// driven through the non-blocking Shield::Call — with one RetryWindow per request.
-// Faults are built by the real classifier (classify.hpp).
-//
-// Everything is deterministic for a given seed; the simulation is single-threaded.
-//
-//   namespace sim = holdfast::sim;
-//   sim::Scenario s = *sim::builtin_scenario("capacity-drop");
-//   holdfast::Result<sim::Report> r = sim::run(s, sim::Strategy::holdfast());
-//   if (r.ok() && r->metastable) ...
+/// @file
+/// holdfast::sim — retry storms and metastable failure, simulated with the real policy code.
+///
+/// A discrete-event simulation of many client processes reading from one database:
+///
+///   - user requests arrive open-loop (Poisson, `offered_rps` per second);
+///   - the database is a pool of `workers` with one FIFO queue and a service-time
+///     distribution; a full queue refuses at once ("too many connections", SQLSTATE 53300);
+///   - every attempt has a client timeout; a client that times out abandons its attempt,
+///     but the database still does the work (queued or running) — the mechanism that keeps
+///     a database saturated with dead work after the cause is gone (metastable failure);
+///   - a trigger disturbs the system for a while: capacity drop (service time x factor),
+///     load spike (offered load x factor), hard outage (every attempt refused at once),
+///     hang (the database goes silent: nothing is answered or refused, every attempt waits
+///     out its client timeout) or brownout (a fraction of attempts refused at random).
+///
+/// The clients decide with holdfast's own objects on one ManualClock: RetryPolicy and
+/// RetryState for the strategies without a breaker (no retry, naive immediate retry,
+/// Tenacity-style exponential backoff), and for the holdfast strategy a real Shield per
+/// client process (or one shared) — its CircuitBreaker, RetryThrottle and retry loop,
+/// driven through the non-blocking Shield::Call — with one RetryWindow per request.
+/// Faults are built by the real classifier (classify.hpp).
+///
+/// Everything is deterministic for a given seed; the simulation is single-threaded.
+///
+/// @code
+///   namespace sim = holdfast::sim;
+///   sim::Scenario s = *sim::builtin_scenario("capacity-drop");
+///   holdfast::Result<sim::Report> r = sim::run(s, sim::Strategy::holdfast());
+///   if (r.ok() && r->metastable) ...
+/// @endcode
 #pragma once
 
 #include <array>
@@ -46,47 +49,47 @@
 namespace holdfast::sim {
 
 enum class ServiceDistribution : std::uint8_t {
-  kExponential,  // memoryless; the M/M/c textbook case
-  kLognormal,    // a long right tail, as measured query times usually have
-  kFixed,        // every query takes exactly the mean
+  kExponential,  ///< memoryless; the M/M/c textbook case
+  kLognormal,    ///< a long right tail, as measured query times usually have
+  kFixed,        ///< every query takes exactly the mean
 };
 
 enum class TriggerKind : std::uint8_t {
   kNone,
-  kCapacityDrop,  // service time x factor (a slow disk, a vacuum, a noisy neighbour)
-  kLoadSpike,     // offered load x factor
-  kOutage,        // every attempt is refused at once (server restarting)
-  kBrownout,      // failure_ratio of attempts are refused at random
-  // The database goes silent (a frozen VM, a blackholed network): no query starts or
-  // finishes and nothing is refused, so every attempt ends at its client timeout. Queries
-  // running at the start resume at the end; attempts sent meanwhile join the queue while
-  // it has room (otherwise they are never taken in) and are served after the thaw, the
-  // abandoned ones too unless DatabaseModel::drop_abandoned.
+  kCapacityDrop,  ///< service time x factor (a slow disk, a vacuum, a noisy neighbour)
+  kLoadSpike,     ///< offered load x factor
+  kOutage,        ///< every attempt is refused at once (server restarting)
+  kBrownout,      ///< failure_ratio of attempts are refused at random
+  /// The database goes silent (a frozen VM, a blackholed network): no query starts or
+  /// finishes and nothing is refused, so every attempt ends at its client timeout. Queries
+  /// running at the start resume at the end; attempts sent meanwhile join the queue while
+  /// it has room (otherwise they are never taken in) and are served after the thaw, the
+  /// abandoned ones too unless DatabaseModel::drop_abandoned.
   kHang,
 };
 
 [[nodiscard]] std::string_view to_string(ServiceDistribution d) noexcept;
 [[nodiscard]] std::string_view to_string(TriggerKind k) noexcept;
-// "exponential", "lognormal", "fixed". False when unknown.
+/// "exponential", "lognormal", "fixed". False when unknown.
 [[nodiscard]] bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept;
-// "none", "capacity-drop", "spike", "outage", "brownout", "hang". False when unknown.
+/// "none", "capacity-drop", "spike", "outage", "brownout", "hang". False when unknown.
 [[nodiscard]] bool parse_trigger(std::string_view text, TriggerKind& out) noexcept;
 
-// The database: `workers` queries run at once, the rest wait in one FIFO queue.
+/// The database: `workers` queries run at once, the rest wait in one FIFO queue.
 struct DatabaseModel {
   int workers = 8;
-  // 8 workers x 5 ms: a capacity of 1600 queries/s.
+  /// 8 workers x 5 ms: a capacity of 1600 queries/s.
   Duration mean_service = std::chrono::milliseconds(5);
   ServiceDistribution distribution = ServiceDistribution::kExponential;
-  double lognormal_sigma = 0.5;  // shape of the lognormal (its mean stays mean_service)
-  // Attempts waiting beyond this are refused at once (53300 "too many clients"). It bounds
-  // memory, and a queue longer than capacity x timeout is what lets dead work pile up.
+  double lognormal_sigma = 0.5;  ///< shape of the lognormal (its mean stays mean_service)
+  /// Attempts waiting beyond this are refused at once (53300 "too many clients"). It bounds
+  /// memory, and a queue longer than capacity x timeout is what lets dead work pile up.
   int queue_limit = 10000;
-  // How long a refusal (queue full, outage, brownout) takes to reach the client.
+  /// How long a refusal (queue full, outage, brownout) takes to reach the client.
   Duration reject_latency = std::chrono::milliseconds(1);
-  // false (default): work abandoned by a timed-out client is still done when its turn
-  // comes (the server does not know the client left). true: queued work whose client left
-  // is skipped (a pooler that notices the closed socket); running work always finishes.
+  /// false (default): work abandoned by a timed-out client is still done when its turn
+  /// comes (the server does not know the client left). true: queued work whose client left
+  /// is skipped (a pooler that notices the closed socket); running work always finishes.
   bool drop_abandoned = false;
 };
 
@@ -94,8 +97,8 @@ struct Trigger {
   TriggerKind kind = TriggerKind::kNone;
   Duration start = std::chrono::seconds(20);
   Duration length = std::chrono::seconds(10);
-  double factor = 2.0;         // capacity drop: service time x factor; spike: load x factor
-  double failure_ratio = 0.2;  // brownout: fraction of attempts refused
+  double factor = 2.0;         ///< capacity drop: service time x factor; spike: load x factor
+  double failure_ratio = 0.2;  ///< brownout: fraction of attempts refused
   [[nodiscard]] Duration end() const noexcept { return start + length; }
 };
 
@@ -105,35 +108,35 @@ struct Scenario {
   Duration duration = std::chrono::seconds(150);
   DatabaseModel database;
   Trigger trigger;
-  // Client processes. Requests are spread over them at random; each has its own retry
-  // throttle and circuit breaker unless `shared_policies`.
+  /// Client processes. Requests are spread over them at random; each has its own retry
+  /// throttle and circuit breaker unless `shared_policies`.
   int clients = 8;
   bool shared_policies = false;
   Duration attempt_timeout = std::chrono::seconds(1);
   std::uint64_t seed = 1;
-  // Recovered: goodput >= recovery_goodput x offered load for recovery_hold consecutive
-  // seconds, starting at most metastable_after after the trigger ends.
+  /// Recovered: goodput >= recovery_goodput x offered load for recovery_hold consecutive
+  /// seconds, starting at most metastable_after after the trigger ends.
   double recovery_goodput = 0.95;
   Duration recovery_hold = std::chrono::seconds(10);
   Duration metastable_after = std::chrono::seconds(100);
-  // Stop admitting new requests after this many (0: no limit). For scale measurements.
+  /// Stop admitting new requests after this many (0: no limit). For scale measurements.
   std::uint64_t max_requests = 0;
 
-  // OK, or InvalidArgument naming the first field that is out of range.
+  /// OK, or InvalidArgument naming the first field that is out of range.
   [[nodiscard]] Status validate() const;
 };
 
-// The built-in scenarios: "capacity-drop", "spike", "outage", "hang", "brownout",
-// "many-clients".
+/// The built-in scenarios: "capacity-drop", "spike", "outage", "hang", "brownout",
+/// "many-clients".
 [[nodiscard]] std::span<const std::string_view> builtin_scenario_names() noexcept;
-// NotFound naming the known scenarios when `name` is not one of them.
+/// NotFound naming the known scenarios when `name` is not one of them.
 [[nodiscard]] Result<Scenario> builtin_scenario(std::string_view name);
 
 enum class StrategyKind : std::uint8_t {
-  kNone,      // one attempt
-  kNaive,     // immediate retry
-  kBackoff,   // Tenacity-style: wait_exponential(multiplier=1, min=1, max=10), no window
-  kHoldfast,  // origin read schedule, one window per request, throttle, breaker
+  kNone,      ///< one attempt
+  kNaive,     ///< immediate retry
+  kBackoff,   ///< Tenacity-style: wait_exponential(multiplier=1, min=1, max=10), no window
+  kHoldfast,  ///< origin read schedule, one window per request, throttle, breaker
 };
 
 [[nodiscard]] std::string_view to_string(StrategyKind k) noexcept;
@@ -142,102 +145,104 @@ struct Strategy {
   std::string name;
   StrategyKind kind = StrategyKind::kNone;
   int max_attempts = 1;
-  // The retry window per request (holdfast); for the other kinds an effectively unlimited
-  // window (they stop on attempts only, as Tenacity's stop_after_attempt does).
+  /// The retry window per request (holdfast); for the other kinds an effectively unlimited
+  /// window (they stop on attempts only, as Tenacity's stop_after_attempt does).
   Duration window = std::chrono::seconds(6);
-  // holdfast only (a Shield per client process, or one shared):
-  // false: the throttle's floor is raised to its maximum (10^6 retries/s), so it never
-  // refuses at these rates.
+  /// holdfast only (a Shield per client process, or one shared):
+  /// false: the throttle's floor is raised to its maximum (10^6 retries/s), so it never
+  /// refuses at these rates.
   bool throttle = true;
-  // false: the breaker is configured never to open (no consecutive rule, an unreachable
-  // minimum number of calls).
+  /// false: the breaker is configured never to open (no consecutive rule, an unreachable
+  /// minimum number of calls).
   bool breaker = true;
-  // Consecutive overload faults that open the breaker at low traffic (0: its default, 5).
+  /// Consecutive overload faults that open the breaker at low traffic (0: its default, 5).
   int breaker_threshold = 0;
-  // > 0: each Shield's breaker also has a HealthProbe ("SELECT 1") run every this long
-  // while the breaker is open. Its answer is what an attempt sent at that moment would
-  // get (refused, 53300, or a wait longer than the timeout judged from the queue); the
-  // probe itself takes no database capacity. Zero: no health probe (the Shield default).
+  /// > 0: each Shield's breaker also has a HealthProbe ("SELECT 1") run every this long
+  /// while the breaker is open. Its answer is what an attempt sent at that moment would
+  /// get (refused, 53300, or a wait longer than the timeout judged from the queue); the
+  /// probe itself takes no database capacity. Zero: no health probe (the Shield default).
   Duration health_interval = Duration::zero();
-  // > 0: each Shield has a Liveness watch (holdfast/liveness.hpp), as pg::Database gives
-  // every server: attempts waiting this long with no answer of any kind make the database
-  // suspect, and a check (what "SELECT 1" sent then would get: no answer during a hang)
-  // confirms it; then the breaker opens and the attempts in flight give up at once. The
-  // check's own time is not modelled: its answer is known at once. Zero: no watch.
-  // The driver's default (DatabaseOptions::silence_after).
+  /// > 0: each Shield has a Liveness watch (holdfast/liveness.hpp), as pg::Database gives
+  /// every server: attempts waiting this long with no answer of any kind make the database
+  /// suspect, and a check (what "SELECT 1" sent then would get: no answer during a hang)
+  /// confirms it; then the breaker opens and the attempts in flight give up at once. The
+  /// check's own time is not modelled: its answer is known at once. Zero: no watch.
+  /// The driver's default (DatabaseOptions::silence_after).
   Duration silence_after = std::chrono::milliseconds(500);
-  // holdfast only: when set, the Shield options to start from (a policy file,
-  // policy_file.hpp) instead of the library defaults. The reads policy's schedule and
-  // jitter are used as they are; its attempts and window are max_attempts and window above
-  // (set them from options->reads); the breaker and throttle settings above still apply.
+  /// holdfast only: when set, the Shield options to start from (a policy file,
+  /// policy_file.hpp) instead of the library defaults. The reads policy's schedule and
+  /// jitter are used as they are; its attempts and window are max_attempts and window above
+  /// (set them from options->reads); the breaker and throttle settings above still apply.
   std::optional<Shield::Options> options;
 
-  // kInvalidArgument naming the first setting out of range: attempts within [1, 1000], a
-  // window > 0, a threshold within [0, 10^6], a health interval and a silence_after of 0 or
-  // within [1 ms, 1 h] (each probe is an event of the run: a shorter one would never let it
-  // end).
+  /// kInvalidArgument naming the first setting out of range: attempts within [1, 1000], a
+  /// window > 0, a threshold within [0, 10^6], a health interval and a silence_after of 0 or
+  /// within [1 ms, 1 h] (each probe is an event of the run: a shorter one would never let it
+  /// end).
   [[nodiscard]] Status validate() const;
 
   static Strategy none();
-  static Strategy naive();    // 4 attempts, no wait between them
-  static Strategy backoff();  // stop after 4 attempts; waits 1 s, 2 s, 4 s (cap 10 s)
+  static Strategy naive();    ///< 4 attempts, no wait between them
+  static Strategy backoff();  ///< stop after 4 attempts; waits 1 s, 2 s, 4 s (cap 10 s)
   static Strategy holdfast();
 };
 
-// Parses one strategy: a kind, then optional ":key=value" or ":flag" settings:
-//   none | naive[:attempts=N] | backoff[:attempts=N]
-//   holdfast[:attempts=N][:window=6s][:threshold=N][:health=D]
-//            [:no-throttle][:no-breaker]
-// Durations take ms or s ("250ms", "6s", "1.5s"). The strategy is named after the text.
-// `base_holdfast` supplies the defaults of every holdfast entry (command-line options).
+/// Parses one strategy: a kind, then optional ":key=value" or ":flag" settings:
+/// @code
+///   none | naive[:attempts=N] | backoff[:attempts=N]
+///   holdfast[:attempts=N][:window=6s][:threshold=N][:health=D]
+///            [:no-throttle][:no-breaker]
+/// @endcode
+/// Durations take ms or s ("250ms", "6s", "1.5s"). The strategy is named after the text.
+/// `base_holdfast` supplies the defaults of every holdfast entry (command-line options).
 [[nodiscard]] Result<Strategy> parse_strategy(std::string_view text,
                                               const Strategy& base_holdfast = Strategy::holdfast());
-// A comma-separated list of strategies.
+/// A comma-separated list of strategies.
 [[nodiscard]] Result<std::vector<Strategy>> parse_strategies(
     std::string_view list, const Strategy& base_holdfast = Strategy::holdfast());
-// "250ms", "6s", "1.5s", "2m"; a bare number is seconds. InvalidArgument when malformed.
+/// "250ms", "6s", "1.5s", "2m"; a bare number is seconds. InvalidArgument when malformed.
 [[nodiscard]] Result<Duration> parse_duration(std::string_view text);
 
-// One simulated second. Counts of events that happened during [t, t+1 s), except
-// `amplification`, which belongs to the requests that *arrived* in that second.
+/// One simulated second. Counts of events that happened during [t, t+1 s), except
+/// `amplification`, which belongs to the requests that *arrived* in that second.
 struct Second {
-  std::uint32_t arrivals = 0;     // user requests offered
-  std::uint32_t db_attempts = 0;  // attempts that reached the database (refused ones too)
-  std::uint32_t successes = 0;    // user requests answered (goodput)
-  std::uint32_t errors = 0;       // user requests that ended in an error
-  // Database attempts made by the requests that arrived in this second, per request
-  // (0 when none arrived). Partial when some of them were still unfinished at the end.
+  std::uint32_t arrivals = 0;     ///< user requests offered
+  std::uint32_t db_attempts = 0;  ///< attempts that reached the database (refused ones too)
+  std::uint32_t successes = 0;    ///< user requests answered (goodput)
+  std::uint32_t errors = 0;       ///< user requests that ended in an error
+  /// Database attempts made by the requests that arrived in this second, per request
+  /// (0 when none arrived). Partial when some of them were still unfinished at the end.
   double amplification = 0.0;
-  std::uint32_t unfinished = 0;  // requests of this second still in flight when the run ended
-  double p99_ms = 0.0;           // of the user-visible latency of successes; 0 when none
-  double breaker_open = 0.0;     // fraction of client breakers not closed at the end
-  std::uint32_t queue = 0;       // database queue length at the end of the second
+  std::uint32_t unfinished = 0;  ///< requests of this second still in flight when the run ended
+  double p99_ms = 0.0;           ///< of the user-visible latency of successes; 0 when none
+  double breaker_open = 0.0;     ///< fraction of client breakers not closed at the end
+  std::uint32_t queue = 0;       ///< database queue length at the end of the second
   std::uint32_t busy_workers = 0;
 };
 
-// Why user requests failed (indexed by StopReason).
+/// Why user requests failed (indexed by StopReason).
 using ErrorsByReason = std::array<std::uint64_t, 9>;
 
 struct Report {
   std::string strategy;
   std::vector<Second> seconds;
-  // Seconds from the trigger's end to the start of the first run of recovery_hold good
-  // seconds; empty when there is none starting within metastable_after (metastable), or
-  // when the run ended too early to see one.
+  /// Seconds from the trigger's end to the start of the first run of recovery_hold good
+  /// seconds; empty when there is none starting within metastable_after (metastable), or
+  /// when the run ended too early to see one.
   std::optional<double> recovery_s;
   bool metastable = false;
-  // The highest per-second amplification (over seconds whose requests all finished).
+  /// The highest per-second amplification (over seconds whose requests all finished).
   double amplification_max = 0.0;
-  // Database attempts per request, over the requests that arrived during the trigger.
+  /// Database attempts per request, over the requests that arrived during the trigger.
   double amplification_during_trigger = 0.0;
-  // Fraction of the requests offered during the trigger that were answered during it.
+  /// Fraction of the requests offered during the trigger that were answered during it.
   double goodput_during_trigger = 0.0;
-  // The most a perfect client could get: capacity during the trigger / offered load,
-  // capped at 1 (0 in an outage or a hang, where there is no capacity).
+  /// The most a perfect client could get: capacity during the trigger / offered load,
+  /// capped at 1 (0 in an outage or a hang, where there is no capacity).
   double goodput_limit_during_trigger = 0.0;
-  // goodput_during_trigger / goodput_limit_during_trigger (0 when the limit is 0).
+  /// goodput_during_trigger / goodput_limit_during_trigger (0 when the limit is 0).
   double efficiency = 0.0;
-  // Latency of the requests that failed, from arrival to the error.
+  /// Latency of the requests that failed, from arrival to the error.
   double failed_p50_ms = 0.0;
   double failed_p99_ms = 0.0;
   std::uint64_t requests = 0;
@@ -245,71 +250,71 @@ struct Report {
   std::uint64_t errors = 0;
   std::uint64_t in_flight_at_end = 0;
   std::uint64_t db_attempts = 0;
-  std::uint64_t breaker_rejections = 0;  // requests failed at once by an open breaker
-  std::uint64_t breaker_waits = 0;       // times a request waited for a breaker's probe
-  // holdfast: the client breakers (one per Shield), and for each that opened at or after
-  // the trigger's start, the seconds from that start to its first opening, ascending. How
-  // soon the Shields notice the trigger (a hang: how long silence goes unnoticed).
+  std::uint64_t breaker_rejections = 0;  ///< requests failed at once by an open breaker
+  std::uint64_t breaker_waits = 0;       ///< times a request waited for a breaker's probe
+  /// holdfast: the client breakers (one per Shield), and for each that opened at or after
+  /// the trigger's start, the seconds from that start to its first opening, ascending. How
+  /// soon the Shields notice the trigger (a hang: how long silence goes unnoticed).
   std::uint32_t breakers = 0;
   std::vector<double> breaker_open_after_s;
   ErrorsByReason errors_by_reason{};
-  double p99_ms = 0.0;  // of all successes
-  // Engine statistics (deterministic): events processed, peak live requests and pending
-  // events. Memory follows the peaks, not the number of requests.
+  double p99_ms = 0.0;  ///< of all successes
+  /// Engine statistics (deterministic): events processed, peak live requests and pending
+  /// events. Memory follows the peaks, not the number of requests.
   std::uint64_t events = 0;
   std::uint64_t peak_in_flight = 0;
   std::uint64_t peak_event_queue = 0;
 };
 
-// What the simulator asked the library and what it answered, in order. For tests that
-// replay the same inputs through stand-alone objects (see tests/sim).
+/// What the simulator asked the library and what it answered, in order. For tests that
+/// replay the same inputs through stand-alone objects (see tests/sim).
 struct TraceEvent {
   enum class Kind : std::uint8_t {
-    kArrival,      // request `request` arrived and goes to client process `client`
-    kAdmit,        // holdfast: Shield::Call::admit(at) answered `admission`
-    kSucceeded,    // the attempt succeeded after `latency` (reported at `at`)
-    kFailed,       // the attempt failed with *status after `latency`; the decision follows
-    kHealthProbe,  // HealthProbe::probe_now() of Shield `client` at `at` (see below)
+    kArrival,      ///< request `request` arrived and goes to client process `client`
+    kAdmit,        ///< holdfast: Shield::Call::admit(at) answered `admission`
+    kSucceeded,    ///< the attempt succeeded after `latency` (reported at `at`)
+    kFailed,       ///< the attempt failed with *status after `latency`; the decision follows
+    kHealthProbe,  ///< HealthProbe::probe_now() of Shield `client` at `at` (see below)
   };
   Kind kind = Kind::kArrival;
   std::uint64_t request = 0;
   std::uint32_t client = 0;
   TimePoint at{};
-  // kAdmit:
+  /// kAdmit:
   Shield::Admission::Kind admission = Shield::Admission::Kind::kAttempt;
-  TimePoint until{};  // kWait
-  // kSucceeded, kFailed:
+  TimePoint until{};  ///< kWait
+  /// kSucceeded, kFailed:
   Duration latency{};
-  const Status* status = nullptr;  // kFailed: the fault; kAdmit kStop: why
-  // kFailed: retry after `delay`, or stop for `stop`.
+  const Status* status = nullptr;  ///< kFailed: the fault; kAdmit kStop: why
+  /// kFailed: retry after `delay`, or stop for `stop`.
   bool retry = false;
   Duration delay{};
   StopReason stop = StopReason::kNone;
-  // kHealthProbe: whether it ran, its answer (*status) and whether it closed the breaker;
-  // afterwards the next run was announced for `until`.
+  /// kHealthProbe: whether it ran, its answer (*status) and whether it closed the breaker;
+  /// afterwards the next run was announced for `until`.
   bool ran = false;
   bool closed = false;
 };
 using Tracer = std::function<void(const TraceEvent&)>;
 
-// Runs one strategy through one scenario; `trace`, when set, sees every decision.
-// InvalidArgument when the scenario or strategy is invalid.
+/// Runs one strategy through one scenario; `trace`, when set, sees every decision.
+/// InvalidArgument when the scenario or strategy is invalid.
 [[nodiscard]] Result<Report> run(const Scenario& scenario, const Strategy& strategy,
                                  const Tracer& trace = {});
 
-// The exact configuration the simulator gives the library (for replaying its decisions):
-// the retry policy of `strategy` on `clock` (for holdfast, the Shield's reads policy),
+/// The exact configuration the simulator gives the library (for replaying its decisions):
+/// the retry policy of `strategy` on `clock` (for holdfast, the Shield's reads policy),
 [[nodiscard]] RetryPolicy retry_policy(const Strategy& strategy, Clock& clock);
-// the Shield options of a holdfast strategy,
+/// the Shield options of a holdfast strategy,
 [[nodiscard]] Shield::Options shield_options(const Strategy& strategy, Clock& clock);
-// and the seed of request number `request` (0-based arrival order) of a run with `seed`.
+/// and the seed of request number `request` (0-based arrival order) of a run with `seed`.
 [[nodiscard]] std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept;
 
-// Capacity during the trigger / offered load, capped at 1 (see Report).
+/// Capacity during the trigger / offered load, capped at 1 (see Report).
 [[nodiscard]] double goodput_limit(const Scenario& scenario) noexcept;
 
-// The recovery rule (see Scenario), applied to per-second results. Sets recovery_s and
-// metastable in `report` from report.seconds.
+/// The recovery rule (see Scenario), applied to per-second results. Sets recovery_s and
+/// metastable in `report` from report.seconds.
 void judge_recovery(const Scenario& scenario, Report& report);
 
 }  // namespace holdfast::sim

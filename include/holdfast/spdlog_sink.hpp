@@ -1,19 +1,22 @@
-// SpdlogSink: an spdlog (1.10) sink that hands every message to a holdfast Sink, typically a
-// DatabaseSink, so spdlog users get the logs table with the same overload pause.
-//
-//   auto db = std::make_shared<holdfast::DatabaseSink>(store);
-//   auto logger = std::make_shared<spdlog::logger>("payments", spdlog::sinks_init_list{
-//       std::make_shared<spdlog::sinks::stderr_color_sink_mt>(),   // the console, as before
-//       std::make_shared<holdfast::SpdlogSinkMt>(db)});           // the logs table
-//
-// Levels: trace and debug become DEBUG (never stored), info INFO, warn WARN, err and
-// critical ERROR. The context is the spdlog logger's name ("spdlog" when it has none), the
-// message is the unformatted payload, created_at is spdlog's own timestamp.
-//
-// flush() does not wait for the database: spdlog calls it on the logging thread (flush_on),
-// and logging must never wait on a database. Call DatabaseSink::flush() at shutdown instead.
-//
-// Header-only: include it only where spdlog is available and link spdlog::spdlog.
+/// @file
+/// SpdlogSink: an spdlog (1.10) sink that hands every message to a holdfast Sink, typically a
+/// DatabaseSink, so spdlog users get the logs table with the same overload pause.
+///
+/// @code
+///   auto db = std::make_shared<holdfast::DatabaseSink>(store);
+///   auto logger = std::make_shared<spdlog::logger>("payments", spdlog::sinks_init_list{
+///       std::make_shared<spdlog::sinks::stderr_color_sink_mt>(),   // the console, as before
+///       std::make_shared<holdfast::SpdlogSinkMt>(db)});           // the logs table
+/// @endcode
+///
+/// Levels: trace and debug become DEBUG (never stored), info INFO, warn WARN, err and
+/// critical ERROR. The context is the spdlog logger's name ("spdlog" when it has none), the
+/// message is the unformatted payload, created_at is spdlog's own timestamp.
+///
+/// flush() does not wait for the database: spdlog calls it on the logging thread (flush_on),
+/// and logging must never wait on a database. Call DatabaseSink::flush() at shutdown instead.
+///
+/// Header-only: include it only where spdlog is available and link spdlog::spdlog.
 #pragma once
 
 #include <spdlog/details/null_mutex.h>
@@ -31,7 +34,7 @@
 
 namespace holdfast {
 
-// The holdfast Level of an spdlog level; false for `off` (and anything unknown).
+/// The holdfast Level of an spdlog level; false for `off` (and anything unknown).
 inline bool level_from_spdlog(spdlog::level::level_enum level, Level& out) noexcept {
   switch (level) {
     case spdlog::level::trace:
@@ -56,8 +59,8 @@ inline bool level_from_spdlog(spdlog::level::level_enum level, Level& out) noexc
 template <class Mutex>
 class SpdlogSink final : public spdlog::sinks::base_sink<Mutex> {
  public:
-  // `target` receives every message it accepts. `clock` stamps LogEntry::time.
-  // REQUIRES: `target` is not null (std::invalid_argument), `clock` outlives this sink.
+  /// `target` receives every message it accepts. `clock` stamps LogEntry::time.
+  /// REQUIRES: `target` is not null (std::invalid_argument), `clock` outlives this sink.
   explicit SpdlogSink(std::shared_ptr<Sink> target, Clock& clock = Clock::system())
       : target_(std::move(target)), clock_(&clock) {
     if (!target_) throw std::invalid_argument("SpdlogSink: target must not be null");
@@ -90,8 +93,8 @@ class SpdlogSink final : public spdlog::sinks::base_sink<Mutex> {
   Clock* clock_;
 };
 
-// spdlog's naming: _mt locks a mutex per message (spdlog's base_sink does), _st does not.
-// DatabaseSink is thread-safe itself, so the _st form is safe with it from many threads too.
+/// spdlog's naming: _mt locks a mutex per message (spdlog's base_sink does), _st does not.
+/// DatabaseSink is thread-safe itself, so the _st form is safe with it from many threads too.
 using SpdlogSinkMt = SpdlogSink<std::mutex>;
 using SpdlogSinkSt = SpdlogSink<spdlog::details::null_mutex>;
 

@@ -1,20 +1,23 @@
-// holdfast::sqlite: the SQLite driver and its resilient read/write paths.
-//
-// A thin RAII layer over the sqlite3 C API (no sqlite3.h in these headers):
-//   sqlite_options.hpp    Options: path, WAL, synchronous, foreign_keys, busy_timeout,
-//                         read connections, statement cache
-//   sqlite_statement.hpp  Statement (bind by index or name, step, reset) and Row (typed,
-//                         checked column access)
-//   sqlite_query.hpp      Query (prepared once, classified read or write by the engine),
-//                         the query helpers execute / query_one / query / for_each
-//   sqlite_database.hpp   Database (read connections with PRAGMA query_only=1, one writer
-//                         served first come first served) and Transaction (BEGIN
-//                         IMMEDIATE, rolled back when destroyed)
-//   sqlite_resilient.hpp  ResilientDatabase: the same API, reads retried within the
-//                         request's window, writes never doubled
-//
-// Every error is a Status built by holdfast::sqlite_status(): it carries the SQLite
-// extended result code and the Fault that decides whether and how it may be retried.
+/// @file
+/// holdfast::sqlite: the SQLite driver and its resilient read/write paths.
+///
+/// A thin RAII layer over the sqlite3 C API (no sqlite3.h in these headers):
+/// @code
+///   sqlite_options.hpp    Options: path, WAL, synchronous, foreign_keys, busy_timeout,
+///                         read connections, statement cache
+///   sqlite_statement.hpp  Statement (bind by index or name, step, reset) and Row (typed,
+///                         checked column access)
+///   sqlite_query.hpp      Query (prepared once, classified read or write by the engine),
+///                         the query helpers execute / query_one / query / for_each
+///   sqlite_database.hpp   Database (read connections with PRAGMA query_only=1, one writer
+///                         served first come first served) and Transaction (BEGIN
+///                         IMMEDIATE, rolled back when destroyed)
+///   sqlite_resilient.hpp  ResilientDatabase: the same API, reads retried within the
+///                         request's window, writes never doubled
+/// @endcode
+///
+/// Every error is a Status built by holdfast::sqlite_status(): it carries the SQLite
+/// extended result code and the Fault that decides whether and how it may be retried.
 #pragma once
 
 #include "holdfast/sqlite_database.hpp"

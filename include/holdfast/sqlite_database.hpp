@@ -1,34 +1,37 @@
-// holdfast::sqlite::Database and Transaction: SQLite with a read pool and one fair writer.
-//
-//   auto db = holdfast::sqlite::Database::open({.path = "club.db"});
-//   if (!db.ok()) return db.status();         // names the problem: missing, not a database...
-//   auto n = db->query_one<std::int64_t>("SELECT count(*) FROM games WHERE day = ?", day);
-//   Status paid = db->transaction([&](Transaction& tx) -> Status {
-//     if (auto r = tx.execute("INSERT INTO payments(user, cents) VALUES (?, ?)", u, c); !r.ok())
-//       return r.status();
-//     return tx.execute("UPDATE users SET paid = 1 WHERE id = ?", u).status();
-//   });
-//
-// Reads (see sqlite_query.hpp for what counts as one) run on up to
-// Options::read_connections connections opened with PRAGMA query_only=1. Checking one out
-// takes no lock: an atomic flag per connection; a caller waits only when all are busy.
-// Everything else runs on the one writer connection. Writers queue for it first come,
-// first served (SQLite's busy handler polls and lets a back-to-back writer starve the
-// others); write transactions begin with BEGIN IMMEDIATE.
-//
-// Every wait is bounded the same way: a lock held by another connection, a free read
-// connection, this process's writer queue - each is waited for at most
-// Options::busy_timeout per attempt, and never longer than the current RequestScope's
-// retry window has left (its whole length until a fault opens it). Running out is
-// SQLITE_BUSY: the Status carries code 5 and the lock-contention Fault, and a retrying
-// caller opens the window then. So a request gives up no later than its window plus one
-// busy_timeout slice.
-//
-// Database itself never retries: ResilientDatabase (sqlite_resilient.hpp) has the same API
-// and retries what is safe to retry.
-//
-// Thread safety: a Database may be used from many threads at once. A Transaction and the
-// Statements it hands out belong to one thread and must not outlive the Database.
+/// @file
+/// holdfast::sqlite::Database and Transaction: SQLite with a read pool and one fair writer.
+///
+/// @code
+///   auto db = holdfast::sqlite::Database::open({.path = "club.db"});
+///   if (!db.ok()) return db.status();         // names the problem: missing, not a database...
+///   auto n = db->query_one<std::int64_t>("SELECT count(*) FROM games WHERE day = ?", day);
+///   Status paid = db->transaction([&](Transaction& tx) -> Status {
+///     if (auto r = tx.execute("INSERT INTO payments(user, cents) VALUES (?, ?)", u, c); !r.ok())
+///       return r.status();
+///     return tx.execute("UPDATE users SET paid = 1 WHERE id = ?", u).status();
+///   });
+/// @endcode
+///
+/// Reads (see sqlite_query.hpp for what counts as one) run on up to
+/// Options::read_connections connections opened with PRAGMA query_only=1. Checking one out
+/// takes no lock: an atomic flag per connection; a caller waits only when all are busy.
+/// Everything else runs on the one writer connection. Writers queue for it first come,
+/// first served (SQLite's busy handler polls and lets a back-to-back writer starve the
+/// others); write transactions begin with BEGIN IMMEDIATE.
+///
+/// Every wait is bounded the same way: a lock held by another connection, a free read
+/// connection, this process's writer queue - each is waited for at most
+/// Options::busy_timeout per attempt, and never longer than the current RequestScope's
+/// retry window has left (its whole length until a fault opens it). Running out is
+/// SQLITE_BUSY: the Status carries code 5 and the lock-contention Fault, and a retrying
+/// caller opens the window then. So a request gives up no later than its window plus one
+/// busy_timeout slice.
+///
+/// Database itself never retries: ResilientDatabase (sqlite_resilient.hpp) has the same API
+/// and retries what is safe to retry.
+///
+/// Thread safety: a Database may be used from many threads at once. A Transaction and the
+/// Statements it hands out belong to one thread and must not outlive the Database.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +56,8 @@ namespace holdfast::sqlite {
 class Database;
 class Transaction;
 
-// A write transaction on the writer connection, holding it until commit() or rollback().
-// Move-only. Destroying an open Transaction rolls it back.
+/// A write transaction on the writer connection, holding it until commit() or rollback().
+/// Move-only. Destroying an open Transaction rolls it back.
 class Transaction : public QueryApi<Transaction> {
  public:
   Transaction(Transaction&& other) noexcept;
@@ -63,22 +66,22 @@ class Transaction : public QueryApi<Transaction> {
   Transaction& operator=(const Transaction&) = delete;
   ~Transaction();
 
-  // True until commit() succeeds, rollback() runs, or SQLite rolled it back after an error.
+  /// True until commit() succeeds, rollback() runs, or SQLite rolled it back after an error.
   [[nodiscard]] bool is_open() const noexcept;
   [[nodiscard]] TxnMode mode() const noexcept { return mode_; }
 
-  // On success the transaction is committed and the writer is free for others.
-  // On SQLITE_BUSY (rollback journal: a reader still holds its lock) the transaction stays
-  // open (TxnState::kStillOpen) and commit() may be called again. On another error the
-  // Status says whether SQLite rolled it back.
+  /// On success the transaction is committed and the writer is free for others.
+  /// On SQLITE_BUSY (rollback journal: a reader still holds its lock) the transaction stays
+  /// open (TxnState::kStillOpen) and commit() may be called again. On another error the
+  /// Status says whether SQLite rolled it back.
   Status commit();
-  // Rolls back (if still open) and frees the writer. Never fails in practice; a failure is
-  // returned and the writer is rolled back again before its next use.
+  /// Rolls back (if still open) and frees the writer. Never fails in practice; a failure is
+  /// returned and the writer is rolled back again before its next use.
   Status rollback();
 
-  // A statement on the writer connection, borrowed from its cache. Transaction control
-  // (BEGIN/COMMIT/ROLLBACK) is refused here; SAVEPOINT/RELEASE are allowed.
-  // REQUIRES: the Statement is destroyed before this Transaction ends.
+  /// A statement on the writer connection, borrowed from its cache. Transaction control
+  /// (BEGIN/COMMIT/ROLLBACK) is refused here; SAVEPOINT/RELEASE are allowed.
+  /// REQUIRES: the Statement is destroyed before this Transaction ends.
   Result<Statement> statement(QueryRef q);
 
   template <class Body>
@@ -107,11 +110,11 @@ class Transaction : public QueryApi<Transaction> {
 
 class Database : public QueryApi<Database> {
  public:
-  // Opens `options.path` and checks that it is a writable SQLite database (readable, with
-  // read_only), switching it to options.journal_mode. Bad configuration throws
-  // std::invalid_argument naming the field; a file that is missing (with create=false),
-  // cannot be opened or written, or is not a database gives a Status naming the file and
-  // the problem.
+  /// Opens `options.path` and checks that it is a writable SQLite database (readable, with
+  /// read_only), switching it to options.journal_mode. Bad configuration throws
+  /// std::invalid_argument naming the field; a file that is missing (with create=false),
+  /// cannot be opened or written, or is not a database gives a Status naming the file and
+  /// the problem.
   static Result<Database> open(Options options);
 
   Database(Database&& other) noexcept;
@@ -120,42 +123,44 @@ class Database : public QueryApi<Database> {
   Database& operator=(const Database&) = delete;
   ~Database();
 
-  // Prepares and judges `sql` (one statement; see sqlite_query.hpp), keeping it in
-  // the statement cache. Bad SQL is a Status with the engine's message.
+  /// Prepares and judges `sql` (one statement; see sqlite_query.hpp), keeping it in
+  /// the statement cache. Bad SQL is a Status with the engine's message.
   Result<Query> prepare(std::string_view sql);
-  // The read/write verdict for `sql`, without keeping it. Preparing a PRAGMA that sets
-  // something is refused while judging, so judging never changes a connection.
+  /// The read/write verdict for `sql`, without keeping it. Preparing a PRAGMA that sets
+  /// something is refused while judging, so judging never changes a connection.
   Result<AccessVerdict> judge_access(std::string_view sql);
 
-  // Waits for the writer (first come, first served) and begins a transaction.
+  /// Waits for the writer (first come, first served) and begins a transaction.
   Result<Transaction> begin(TxnMode mode = TxnMode::kImmediate);
 
-  // Runs fn(Transaction&) -> Status or Result<T> inside a transaction and commits it. When
-  // fn fails or COMMIT fails, the transaction is rolled back and the Status says so
-  // (TxnState::kRolledBack): nothing of it is applied. `op` names the operation; a
-  // Database never retries (ResilientDatabase does, as `op` allows).
+  /// Runs fn(Transaction&) -> Status or Result<T> inside a transaction and commits it. When
+  /// fn fails or COMMIT fails, the transaction is rolled back and the Status says so
+  /// (TxnState::kRolledBack): nothing of it is applied. `op` names the operation; a
+  /// Database never retries (ResilientDatabase does, as `op` allows).
   template <class Fn>
   auto transaction(Fn&& fn, Operation op = Operation::transaction(false),
                    TxnMode mode = TxnMode::kImmediate) -> std::invoke_result_t<Fn&, Transaction&>;
 
-  // Runs every statement of `sql` in one transaction (BEGIN IMMEDIATE ... COMMIT): all or
-  // nothing. For schemas and migrations. Transaction control inside `sql` is refused.
+  /// Runs every statement of `sql` in one transaction (BEGIN IMMEDIATE ... COMMIT): all or
+  /// nothing. For schemas and migrations. Transaction control inside `sql` is refused.
   Status execute_script(std::string_view sql);
 
-  // Creates Options::idempotency_table if it does not exist:
-  //   (key TEXT PRIMARY KEY, result TEXT, created_at TEXT NOT NULL)   -- UTC, ISO-8601
+  /// Creates Options::idempotency_table if it does not exist:
+  /// @code
+  ///   (key TEXT PRIMARY KEY, result TEXT, created_at TEXT NOT NULL)   -- UTC, ISO-8601
+  /// @endcode
   Status create_idempotency_table();
-  // Runs fn(Transaction&) -> Status or Result<std::string> in a transaction and records `key`
-  // with its result there; a key recorded already returns its result (replayed) without
-  // running fn (idempotency.hpp). A Database runs it once; ResilientDatabase retries it.
-  // REQUIRES: create_idempotency_table() was called.
+  /// Runs fn(Transaction&) -> Status or Result<std::string> in a transaction and records `key`
+  /// with its result there; a key recorded already returns its result (replayed) without
+  /// running fn (idempotency.hpp). A Database runs it once; ResilientDatabase retries it.
+  /// REQUIRES: create_idempotency_table() was called.
   template <class Fn>
   Result<KeyedResult> once(std::string_view key, Fn&& fn, TxnMode mode = TxnMode::kImmediate);
 
-  // Runs body(Statement&) on a statement of `q` bound to the right connection (a read
-  // connection for a read, the writer for a write) and returns what body returns. The
-  // statement is reset and the connection given back afterwards. Transaction control is
-  // refused (use begin()/transaction()), and so is SAVEPOINT outside a transaction.
+  /// Runs body(Statement&) on a statement of `q` bound to the right connection (a read
+  /// connection for a read, the writer for a write) and returns what body returns. The
+  /// statement is reset and the connection given back afterwards. Transaction control is
+  /// refused (use begin()/transaction()), and so is SAVEPOINT outside a transaction.
   template <class Body>
   auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&> {
     using R = std::invoke_result_t<Body&, Statement&>;
@@ -166,10 +171,10 @@ class Database : public QueryApi<Database> {
     return body(st);
   }
 
-  // Closes every connection nobody is using; they reopen on next use. A connection that has
-  // read a WAL database keeps a lock that stops another process from taking the
-  // exclusive-locking-mode lock (see FAULTS.md). Keeps an in-memory database alive.
-  // Returns how many connections were closed.
+  /// Closes every connection nobody is using; they reopen on next use. A connection that has
+  /// read a WAL database keeps a lock that stops another process from taking the
+  /// exclusive-locking-mode lock (see FAULTS.md). Keeps an in-memory database alive.
+  /// Returns how many connections were closed.
   int close_idle_connections() noexcept;
 
   [[nodiscard]] const Options& options() const noexcept;

@@ -1,15 +1,18 @@
-// holdfast::sqlite::LogStore: the logs table in a SQLite file, for DatabaseSink.
-//
-//   auto store = holdfast::sqlite::SqliteLogStore::open({.path = "club.db"});
-//   auto sink = std::make_shared<holdfast::DatabaseSink>(std::move(*store));
-//   logger.add_sink(sink);
-//
-// It opens a Database of its own on the file (so log batches never queue behind the
-// application's writes inside the process), creates the logs table and its index, and
-// writes each batch as one short BEGIN IMMEDIATE transaction. A batch is never retried
-// here and waits at most Options::busy_timeout for the write lock: when the database is
-// busy the batch fails with SQLITE_BUSY (an overload fault) and the sink's 30 s pause is
-// the backoff — logging never adds load to a database that is refusing writes.
+/// @file
+/// holdfast::sqlite::LogStore: the logs table in a SQLite file, for DatabaseSink.
+///
+/// @code
+///   auto store = holdfast::sqlite::SqliteLogStore::open({.path = "club.db"});
+///   auto sink = std::make_shared<holdfast::DatabaseSink>(std::move(*store));
+///   logger.add_sink(sink);
+/// @endcode
+///
+/// It opens a Database of its own on the file (so log batches never queue behind the
+/// application's writes inside the process), creates the logs table and its index, and
+/// writes each batch as one short BEGIN IMMEDIATE transaction. A batch is never retried
+/// here and waits at most Options::busy_timeout for the write lock: when the database is
+/// busy the batch fails with SQLITE_BUSY (an overload fault) and the sink's 30 s pause is
+/// the backoff — logging never adds load to a database that is refusing writes.
 #pragma once
 
 #include <array>
@@ -31,15 +34,15 @@ inline constexpr std::string_view kCreateTable =
 inline constexpr std::string_view kCreateIndex =
     "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
 inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreateIndex};
-// Parameters: level, context, message, created_at.
+/// Parameters: level, context, message, created_at.
 inline constexpr std::string_view kInsert =
     "INSERT INTO logs (level, context, message, created_at) VALUES (?1, ?2, ?3, ?4)";
-// Parameters: cutoff (utc_stamp text), limit.
+/// Parameters: cutoff (utc_stamp text), limit.
 inline constexpr std::string_view kDeleteOlderThan =
     "DELETE FROM logs WHERE id IN "
     "(SELECT id FROM logs WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)";
-// The origin's diagnostic query. Parameter: since (utc_stamp text, or a prefix of one such
-// as "2026-09-11T06:20").
+/// The origin's diagnostic query. Parameter: since (utc_stamp text, or a prefix of one such
+/// as "2026-09-11T06:20").
 inline constexpr std::string_view kRecent =
     "SELECT level, context, message, created_at FROM logs WHERE created_at >= ?1 "
     "ORDER BY created_at DESC LIMIT 50";
@@ -49,12 +52,12 @@ class SqliteLogStore final : public LogStore {
  public:
   struct Options {
     std::string path;
-    // The longest a batch waits for the write lock. Short on purpose (see above).
+    /// The longest a batch waits for the write lock. Short on purpose (see above).
     Duration busy_timeout = std::chrono::milliseconds(50);
     Clock* clock = &Clock::system();
   };
 
-  // Opens the file (creating the table if needed). A bad path is a Status naming it.
+  /// Opens the file (creating the table if needed). A bad path is a Status naming it.
   static Result<std::unique_ptr<SqliteLogStore>> open(Options options);
 
   Status write_batch(std::span<const LogRecord> records) override;

@@ -1,23 +1,26 @@
-// holdfast::sqlite::Query, the read/write AccessVerdict, and QueryApi: the query helpers shared
-// by Database, Transaction and ResilientDatabase.
-//
-// A Query is SQL prepared once and judged once. The engine decides whether it is a read
-// (docs/adr/0002-sqlite-read-classification.md): a read is a single statement that
-// sqlite3_stmt_readonly() calls read-only and that controls neither the transaction nor
-// the connection (no BEGIN/COMMIT/ROLLBACK, SAVEPOINT/RELEASE, ATTACH/DETACH, or PRAGMA
-// with an argument). EXPLAIN never runs its statement, so it is a read. Everything else is
-// a write. Reads run on read connections opened with PRAGMA query_only=1, so a statement
-// misjudged as a read (a user function that writes, PRAGMA optimize) is refused by the
-// engine with SQLITE_READONLY and never applied.
-//
-//   Result<Query> games = db.prepare("SELECT id, court FROM games WHERE day = ?");
-//   auto rows = db.query<std::int64_t, std::string>(*games, day);   // vector<tuple<...>>
-//   auto n    = db.query_one<std::int64_t>("SELECT count(*) FROM games");
-//   auto done = db.execute("INSERT INTO payments(user, cents) VALUES (?, ?)", user, cents);
-//
-// Every helper takes a Query or SQL text (QueryRef). SQL text is looked up in the
-// Database's statement cache, so repeating the same text costs a hash lookup under a lock;
-// a prepared Query costs nothing extra.
+/// @file
+/// holdfast::sqlite::Query, the read/write AccessVerdict, and QueryApi: the query helpers shared
+/// by Database, Transaction and ResilientDatabase.
+///
+/// A Query is SQL prepared once and judged once. The engine decides whether it is a read
+/// (docs/adr/0002-sqlite-read-classification.md): a read is a single statement that
+/// sqlite3_stmt_readonly() calls read-only and that controls neither the transaction nor
+/// the connection (no BEGIN/COMMIT/ROLLBACK, SAVEPOINT/RELEASE, ATTACH/DETACH, or PRAGMA
+/// with an argument). EXPLAIN never runs its statement, so it is a read. Everything else is
+/// a write. Reads run on read connections opened with PRAGMA query_only=1, so a statement
+/// misjudged as a read (a user function that writes, PRAGMA optimize) is refused by the
+/// engine with SQLITE_READONLY and never applied.
+///
+/// @code
+///   Result<Query> games = db.prepare("SELECT id, court FROM games WHERE day = ?");
+///   auto rows = db.query<std::int64_t, std::string>(*games, day);   // vector<tuple<...>>
+///   auto n    = db.query_one<std::int64_t>("SELECT count(*) FROM games");
+///   auto done = db.execute("INSERT INTO payments(user, cents) VALUES (?, ?)", user, cents);
+/// @endcode
+///
+/// Every helper takes a Query or SQL text (QueryRef). SQL text is looked up in the
+/// Database's statement cache, so repeating the same text costs a hash lookup under a lock;
+/// a prepared Query costs nothing extra.
 #pragma once
 
 #include <cstddef>
@@ -39,22 +42,22 @@ namespace holdfast::sqlite {
 
 enum class Access : std::uint8_t { kRead, kWrite };
 
-// Why a statement is a read or a write.
+/// Why a statement is a read or a write.
 enum class Effect : std::uint8_t {
-  kRead,                // one statement, read-only by the engine's verdict
-  kExplain,             // EXPLAIN: describes a statement without running it
-  kWrite,               // the engine says it may change the database
-  kTransactionControl,  // BEGIN, COMMIT, END, ROLLBACK
-  kSavepoint,           // SAVEPOINT, RELEASE, ROLLBACK TO
-  kConnectionState,     // ATTACH, DETACH
-  kPragmaSetting,       // a PRAGMA with an argument: may change the connection
-  kMultipleStatements,  // more SQL follows the first statement
-  kPragmaThatWrites,    // a PRAGMA the engine calls read-only that writes (optimize: ANALYZE)
+  kRead,                ///< one statement, read-only by the engine's verdict
+  kExplain,             ///< EXPLAIN: describes a statement without running it
+  kWrite,               ///< the engine says it may change the database
+  kTransactionControl,  ///< BEGIN, COMMIT, END, ROLLBACK
+  kSavepoint,           ///< SAVEPOINT, RELEASE, ROLLBACK TO
+  kConnectionState,     ///< ATTACH, DETACH
+  kPragmaSetting,       ///< a PRAGMA with an argument: may change the connection
+  kMultipleStatements,  ///< more SQL follows the first statement
+  kPragmaThatWrites,    ///< a PRAGMA the engine calls read-only that writes (optimize: ANALYZE)
 };
 
 [[nodiscard]] std::string_view to_string(Access access) noexcept;
 [[nodiscard]] std::string_view to_string(Effect effect) noexcept;
-// One sentence saying why a statement with this effect is a read or a write.
+/// One sentence saying why a statement with this effect is a read or a write.
 [[nodiscard]] std::string_view describe(Effect effect) noexcept;
 
 struct AccessVerdict {
@@ -69,19 +72,19 @@ struct QueryInfo;  // what the Database knows of the SQL (src/sqlite/query_info.
 struct QueryAccess;
 }  // namespace detail
 
-// SQL prepared and judged by one Database. Cheap to copy; valid as long as you keep
-// it (using it with another Database is an error Status).
+/// SQL prepared and judged by one Database. Cheap to copy; valid as long as you keep
+/// it (using it with another Database is an error Status).
 class Query {
  public:
   Query() noexcept = default;
 
   [[nodiscard]] bool valid() const noexcept { return info_ != nullptr; }
-  // The SQL text (empty when not valid()).
+  /// The SQL text (empty when not valid()).
   [[nodiscard]] std::string_view sql() const noexcept { return sql_; }
-  // The engine's read/write verdict (a write when not valid()).
+  /// The engine's read/write verdict (a write when not valid()).
   [[nodiscard]] const AccessVerdict& verdict() const noexcept { return verdict_; }
   [[nodiscard]] Access access() const noexcept { return verdict_.access; }
-  // False when the statement cache was full: the statement is prepared on every use.
+  /// False when the statement cache was full: the statement is prepared on every use.
   [[nodiscard]] bool cached() const noexcept;
 
  private:
@@ -92,8 +95,8 @@ class Query {
   AccessVerdict verdict_;
 };
 
-// A Query or SQL text, as the helpers take them. Holds a reference: pass it straight on.
-// Two words, so it travels in registers.
+/// A Query or SQL text, as the helpers take them. Holds a reference: pass it straight on.
+/// Two words, so it travels in registers.
 class QueryRef {
  public:
   QueryRef(const Query& query) noexcept  // NOLINT(google-explicit-constructor)
@@ -105,7 +108,7 @@ class QueryRef {
   QueryRef(const std::string& sql) noexcept  // NOLINT(google-explicit-constructor)
       : QueryRef(std::string_view(sql)) {}
 
-  // The Query, or nullptr for SQL text.
+  /// The Query, or nullptr for SQL text.
   [[nodiscard]] const Query* query() const noexcept {
     return size_ == kQuery ? static_cast<const Query*>(ptr_) : nullptr;
   }
@@ -164,16 +167,18 @@ Result<row_t<Ts...>> read_row(const Row& row) {
 }
 }  // namespace detail
 
-// The query helpers. Derived provides
-//   template <class Body> auto with_statement(QueryRef, Body&&)
-// which runs body(Statement&) on a statement of the right connection and returns what it
-// returns. Each helper's body can be run again from the start, so a retrying Derived may
-// repeat it.
+/// The query helpers. Derived provides
+/// @code
+///   template <class Body> auto with_statement(QueryRef, Body&&)
+/// @endcode
+/// which runs body(Statement&) on a statement of the right connection and returns what it
+/// returns. Each helper's body can be run again from the start, so a retrying Derived may
+/// repeat it.
 template <class Derived>
 class QueryApi {
  public:
-  // Runs the statement to its end with `args` bound (values by position; named(":x", v)
-  // by name). Rows, if any, are ignored.
+  /// Runs the statement to its end with `args` bound (values by position; named(":x", v)
+  /// by name). Rows, if any, are ignored.
   template <class... Args>
   Result<Exec> execute(QueryRef q, const Args&... args) {
     return self().with_statement(q, [&](Statement& st) -> Result<Exec> {
@@ -182,8 +187,8 @@ class QueryApi {
     });
   }
 
-  // The first column of the first row as T (checked, see Row::read), or std::nullopt when
-  // there is no row.
+  /// The first column of the first row as T (checked, see Row::read), or std::nullopt when
+  /// there is no row.
   template <class T, class... Args>
   Result<std::optional<T>> query_one(QueryRef q, const Args&... args) {
     return self().with_statement(q, [&](Statement& st) -> Result<std::optional<T>> {
@@ -198,8 +203,8 @@ class QueryApi {
     });
   }
 
-  // Every row, its first sizeof...(Ts) columns read as Ts (checked): a vector of T for one
-  // type, of std::tuple<Ts...> for several.
+  /// Every row, its first sizeof...(Ts) columns read as Ts (checked): a vector of T for one
+  /// type, of std::tuple<Ts...> for several.
   template <class... Ts, class... Args>
   Result<std::vector<detail::row_t<Ts...>>> query(QueryRef q, const Args&... args) {
     static_assert(sizeof...(Ts) > 0, "name the column types: query<std::int64_t, std::string>");
@@ -219,9 +224,9 @@ class QueryApi {
     });
   }
 
-  // Calls fn(const Row&) for every row; fn returns void, or a Status that stops the walk
-  // when it is an error. A failure after the first row reached fn is not retried (fn would
-  // see the rows again): it comes back with StopReason::kNotSafeToRepeat.
+  /// Calls fn(const Row&) for every row; fn returns void, or a Status that stops the walk
+  /// when it is an error. A failure after the first row reached fn is not retried (fn would
+  /// see the rows again): it comes back with StopReason::kNotSafeToRepeat.
   template <class Fn, class... Args>
   Status for_each(QueryRef q, Fn&& fn, const Args&... args) {
     return self().with_statement(q, [&](Statement& st) -> Status {

@@ -1,28 +1,31 @@
-// holdfast::sqlite::ResilientDatabase: a Database that retries what is safe to retry.
-//
-// The origin's getRetryingDb() with the same API as Database, so swapping the handle is one
-// line:
-//
-//   auto db = holdfast::sqlite::ResilientDatabase::open({.path = "club.db"});
-//   holdfast::RequestScope request;                      // one 6 s window per page render
-//   auto games = db->query<std::int64_t, std::string>(schedule, day);   // retried reads
-//
-// What is retried, and when (the Fault of each error decides; see docs/faults.md):
-//   - reads: any transient fault, within the request's window (Operation::read);
-//   - an autocommit write: only when it provably applied nothing, i.e. SQLITE_BUSY
-//     (Operation::write). It is never repeated after an error that may have applied it;
-//   - a transaction: waiting for the writer and BEGIN are retried (nothing ran yet); a
-//     COMMIT that returns SQLITE_BUSY is retried as a COMMIT (the transaction is still
-//     open); SQLITE_BUSY_SNAPSHOT, ABORT_ROLLBACK or any transient fault inside the
-//     function re-run the whole function only when the caller declared it re-runnable:
-//       db->transaction(fn, holdfast::Operation::transaction(/*rerunnable=*/true));
-//   - preparing SQL text (reading the schema can meet a lock): as a read;
-//   - once(key, fn): as a re-runnable, idempotent transaction (the key makes it so).
-// Every wait draws from the current RequestScope's window, or from a window of the
-// policy's length outside any scope; the window also caps SQLite's busy wait per attempt.
-//
-// Thread safety: as Database. The policy is copied in; each operation builds fresh retry
-// state from it. Copies (with_policy()) share the Database and the Shields.
+/// @file
+/// holdfast::sqlite::ResilientDatabase: a Database that retries what is safe to retry.
+///
+/// The origin's getRetryingDb() with the same API as Database, so swapping the handle is one
+/// line:
+///
+/// @code
+///   auto db = holdfast::sqlite::ResilientDatabase::open({.path = "club.db"});
+///   holdfast::RequestScope request;                      // one 6 s window per page render
+///   auto games = db->query<std::int64_t, std::string>(schedule, day);   // retried reads
+/// @endcode
+///
+/// What is retried, and when (the Fault of each error decides; see docs/faults.md):
+///   - reads: any transient fault, within the request's window (Operation::read);
+///   - an autocommit write: only when it provably applied nothing, i.e. SQLITE_BUSY
+///     (Operation::write). It is never repeated after an error that may have applied it;
+///   - a transaction: waiting for the writer and BEGIN are retried (nothing ran yet); a
+///     COMMIT that returns SQLITE_BUSY is retried as a COMMIT (the transaction is still
+///     open); SQLITE_BUSY_SNAPSHOT, ABORT_ROLLBACK or any transient fault inside the
+///     function re-run the whole function only when the caller declared it re-runnable:
+///       db->transaction(fn, holdfast::Operation::transaction(/*rerunnable=*/true));
+///   - preparing SQL text (reading the schema can meet a lock): as a read;
+///   - once(key, fn): as a re-runnable, idempotent transaction (the key makes it so).
+/// Every wait draws from the current RequestScope's window, or from a window of the
+/// policy's length outside any scope; the window also caps SQLite's busy wait per attempt.
+///
+/// Thread safety: as Database. The policy is copied in; each operation builds fresh retry
+/// state from it. Copies (with_policy()) share the Database and the Shields.
 #pragma once
 
 #include <memory>
@@ -44,66 +47,66 @@ namespace holdfast::sqlite {
 
 class ResilientDatabase : public QueryApi<ResilientDatabase> {
  public:
-  // Opens as Database::open() (not retried: it happens once, at start-up).
+  /// Opens as Database::open() (not retried: it happens once, at start-up).
   static Result<ResilientDatabase> open(Options options,
                                         RetryPolicy policy = RetryPolicy::origin_reads());
-  // Takes over an open Database.
+  /// Takes over an open Database.
   explicit ResilientDatabase(Database db, RetryPolicy policy = RetryPolicy::origin_reads());
-  // With a Shield (one per database): every operation also goes through its circuit
-  // breaker and retry throttle, so while the database stays locked only probes reach it
-  // and requests get "breaker open, retry after N" instead of waiting out their windows.
-  // REQUIRES: `shield` outlives this object; its clock is the policy's clock.
+  /// With a Shield (one per database): every operation also goes through its circuit
+  /// breaker and retry throttle, so while the database stays locked only probes reach it
+  /// and requests get "breaker open, retry after N" instead of waiting out their windows.
+  /// REQUIRES: `shield` outlives this object; its clock is the policy's clock.
   static Result<ResilientDatabase> open(Options options, Shield& shield,
                                         RetryPolicy policy = RetryPolicy::origin_reads());
   ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::origin_reads());
-  // With one Shield for reads and one for writes (docs/adr/0006): a batch job holding the
-  // write lock opens the writes' breaker only, and WAL reads, which it does not block, go on.
-  // Statements SQLite proves read-only (and preparing SQL) go through `reads`; writes,
-  // BEGIN, transactions and COMMIT through `writes`. REQUIRES: both outlive this object.
+  /// With one Shield for reads and one for writes (docs/adr/0006): a batch job holding the
+  /// write lock opens the writes' breaker only, and WAL reads, which it does not block, go on.
+  /// Statements SQLite proves read-only (and preparing SQL) go through `reads`; writes,
+  /// BEGIN, transactions and COMMIT through `writes`. REQUIRES: both outlive this object.
   static Result<ResilientDatabase> open(Options options, Shield& reads, Shield& writes,
                                         RetryPolicy policy = RetryPolicy::origin_reads());
   ResilientDatabase(Database db, Shield& reads, Shield& writes,
                     RetryPolicy policy = RetryPolicy::origin_reads());
 
-  // As Database::prepare(), retried as a read.
+  /// As Database::prepare(), retried as a read.
   Result<Query> prepare(std::string_view sql);
-  // As Database::judge_access(), retried as a read.
+  /// As Database::judge_access(), retried as a read.
   Result<AccessVerdict> judge_access(std::string_view sql);
-  // As Database::begin(); waiting for the writer and BEGIN are retried.
+  /// As Database::begin(); waiting for the writer and BEGIN are retried.
   Result<Transaction> begin(TxnMode mode = TxnMode::kImmediate);
 
-  // As Database::transaction(), retried as described above. `op` says whether fn may be
-  // run again after a rollback (Operation::transaction(rerunnable)).
+  /// As Database::transaction(), retried as described above. `op` says whether fn may be
+  /// run again after a rollback (Operation::transaction(rerunnable)).
   template <class Fn>
   auto transaction(Fn&& fn, Operation op = Operation::transaction(false),
                    TxnMode mode = TxnMode::kImmediate) -> std::invoke_result_t<Fn&, Transaction&>;
 
-  // As Database::execute_script(); the script runs as one transaction, so it is re-run
-  // whole after a rollback.
+  /// As Database::execute_script(); the script runs as one transaction, so it is re-run
+  /// whole after a rollback.
   Status execute_script(std::string_view sql);
 
-  // As Database::create_idempotency_table(), retried.
+  /// As Database::create_idempotency_table(), retried.
   Status create_idempotency_table();
-  // As Database::once(), retried as a re-runnable, idempotent transaction: whatever went
-  // wrong before, a repeat with the same key applies fn at most once.
+  /// As Database::once(), retried as a re-runnable, idempotent transaction: whatever went
+  /// wrong before, a repeat with the same key applies fn at most once.
   template <class Fn>
   Result<KeyedResult> once(std::string_view key, Fn&& fn, TxnMode mode = TxnMode::kImmediate);
 
-  // This database with another retry policy, sharing the connections and the Shields: for
-  // calls that follow their own schedule, such as the origin's session reads
-  //   auto sessions = db.with_policy(holdfast::RetryPolicy::origin_session());
+  /// This database with another retry policy, sharing the connections and the Shields: for
+  /// calls that follow their own schedule, such as the origin's session reads
+  ///   auto sessions = db.with_policy(holdfast::RetryPolicy::origin_session());
   [[nodiscard]] ResilientDatabase with_policy(RetryPolicy policy) const;
 
-  // As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
+  /// As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
   template <class Body>
   auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&>;
 
   int close_idle_connections() noexcept { return db_->close_idle_connections(); }
   [[nodiscard]] Database& database() noexcept { return *db_; }
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
-  // The Shield reads go through, or nullptr.
+  /// The Shield reads go through, or nullptr.
   [[nodiscard]] Shield* shield() const noexcept { return shield_; }
-  // The Shield writes go through (the same as shield() unless two were given), or nullptr.
+  /// The Shield writes go through (the same as shield() unless two were given), or nullptr.
   [[nodiscard]] Shield* write_shield() const noexcept { return write_shield_; }
 
  private:

@@ -1,20 +1,23 @@
-// holdfast::sqlite::Statement and Row: a prepared statement and the row it points at.
-//
-//   Result<Statement> st = tx.statement("INSERT INTO payments(user, cents) VALUES (?, :cents)");
-//   st->bind(1, user_id);                  // by index (1-based, as in SQLite)
-//   st->bind(":cents", 1250);              // by name
-//   Result<bool> row = st->step();         // true: a row is ready in st->row()
-//
-// Errors are values: every failure is a Status built by holdfast::sqlite_status(), so it
-// carries the SQLite extended result code and its Fault. A Status from a statement inside a
-// transaction also says whether SQLite rolled the transaction back (TxnState).
-//
-// Text and blobs are bound without copying: they must stay valid until the statement is
-// reset or bound again (binding a temporary std::string does not compile).
-//
-// Thread safety: a Statement belongs to one connection; use it from one thread at a time.
-// A Statement handed out by a Database or Transaction is borrowed from a per-connection
-// cache: it is reset when destroyed and must not outlive what handed it out.
+/// @file
+/// holdfast::sqlite::Statement and Row: a prepared statement and the row it points at.
+///
+/// @code
+///   Result<Statement> st = tx.statement("INSERT INTO payments(user, cents) VALUES (?, :cents)");
+///   st->bind(1, user_id);                  // by index (1-based, as in SQLite)
+///   st->bind(":cents", 1250);              // by name
+///   Result<bool> row = st->step();         // true: a row is ready in st->row()
+/// @endcode
+///
+/// Errors are values: every failure is a Status built by holdfast::sqlite_status(), so it
+/// carries the SQLite extended result code and its Fault. A Status from a statement inside a
+/// transaction also says whether SQLite rolled the transaction back (TxnState).
+///
+/// Text and blobs are bound without copying: they must stay valid until the statement is
+/// reset or bound again (binding a temporary std::string does not compile).
+///
+/// Thread safety: a Statement belongs to one connection; use it from one thread at a time.
+/// A Statement handed out by a Database or Transaction is borrowed from a per-connection
+/// cache: it is reset when destroyed and must not outlive what handed it out.
 #pragma once
 
 #include <cstddef>
@@ -36,20 +39,20 @@ struct sqlite3_stmt;
 
 namespace holdfast::sqlite {
 
-// SQLite's storage classes (the values of SQLITE_INTEGER ... SQLITE_NULL).
+/// SQLite's storage classes (the values of SQLITE_INTEGER ... SQLITE_NULL).
 enum class Type : std::uint8_t { kInteger = 1, kFloat = 2, kText = 3, kBlob = 4, kNull = 5 };
 [[nodiscard]] std::string_view to_string(Type type) noexcept;
 
-// Binds SQL NULL.
+/// Binds SQL NULL.
 struct Null {};
 inline constexpr Null null{};
 
-// Bytes, bound as a BLOB and read from one.
+/// Bytes, bound as a BLOB and read from one.
 struct Blob {
   std::span<const std::byte> bytes;
 };
 
-// A value bound to a named parameter (":name", "@name", "$name") by the query helpers.
+/// A value bound to a named parameter (":name", "@name", "$name") by the query helpers.
 template <class T>
 struct Named {
   std::string_view name;
@@ -60,10 +63,10 @@ Named<T> named(std::string_view name, const T& value) noexcept {
   return {name, value};
 }
 
-// What a statement that ran to completion did.
+/// What a statement that ran to completion did.
 struct Exec {
-  std::int64_t changes = 0;            // rows inserted, updated or deleted (0 for a read)
-  std::int64_t last_insert_rowid = 0;  // of the connection, after the statement
+  std::int64_t changes = 0;            ///< rows inserted, updated or deleted (0 for a read)
+  std::int64_t last_insert_rowid = 0;  ///< of the connection, after the statement
 };
 
 template <class Derived>
@@ -83,8 +86,8 @@ inline constexpr bool kUnsupported = false;
 struct StatementAccess;
 }  // namespace detail
 
-// A view of the current row of a statement. Valid until the statement steps or resets;
-// text and blob views too.
+/// A view of the current row of a statement. Valid until the statement steps or resets;
+/// text and blob views too.
 class Row {
  public:
   [[nodiscard]] int size() const noexcept;
@@ -96,17 +99,17 @@ class Row {
   [[nodiscard]] std::string_view text(int column) const noexcept;
   [[nodiscard]] std::span<const std::byte> blob(int column) const noexcept;
 
-  // The column as T with SQLite's own conversions (NULL reads as 0, "" or std::nullopt).
-  // T: bool, an integer, a floating-point type, std::string(_view), Blob,
-  // std::vector<std::byte>, or std::optional of one.
+  /// The column as T with SQLite's own conversions (NULL reads as 0, "" or std::nullopt).
+  /// T: bool, an integer, a floating-point type, std::string(_view), Blob,
+  /// std::vector<std::byte>, or std::optional of one.
   template <class T>
   [[nodiscard]] T get(int column) const;
 
-  // The column as T, checked: a storage class that does not fit T, NULL for a T that is not
-  // std::optional, or an integer out of T's range gives a Status naming the column.
+  /// The column as T, checked: a storage class that does not fit T, NULL for a T that is not
+  /// std::optional, or an integer out of T's range gives a Status naming the column.
   template <class T>
   [[nodiscard]] Result<T> read(int column) const;
-  // The same into `out` (left as it was on failure).
+  /// The same into `out` (left as it was on failure).
   template <class T>
   Status read(int column, T& out) const;
 
@@ -131,12 +134,12 @@ class Row {
 
 class Statement {
  public:
-  Statement() noexcept = default;  // empty; valid() is false
+  Statement() noexcept = default;  ///< empty; valid() is false
   Statement(Statement&& other) noexcept;
   Statement& operator=(Statement&& other) noexcept;
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
-  // Finalizes a statement it owns; resets (and unbinds text) one borrowed from a cache.
+  /// Finalizes a statement it owns; resets (and unbinds text) one borrowed from a cache.
   ~Statement();
 
   [[nodiscard]] bool valid() const noexcept { return row_.stmt_ != nullptr; }
@@ -144,32 +147,32 @@ class Statement {
   [[nodiscard]] int parameter_count() const noexcept {
     return parameter_count_ >= 0 ? parameter_count_ : count_parameters();
   }
-  // 1-based index of a named parameter (":id"), 0 when there is none.
+  /// 1-based index of a named parameter (":id"), 0 when there is none.
   [[nodiscard]] int parameter_index(std::string_view name) const;
-  // The engine's verdict: the statement makes no direct change to the database file.
+  /// The engine's verdict: the statement makes no direct change to the database file.
   [[nodiscard]] bool readonly() const noexcept;
 
-  // Binds `value` to parameter `index` (1-based). On failure (index out of range, integer
-  // that does not fit SQLite's 64 bits) returns a Status naming the parameter.
+  /// Binds `value` to parameter `index` (1-based). On failure (index out of range, integer
+  /// that does not fit SQLite's 64 bits) returns a Status naming the parameter.
   template <class T>
   Status bind(int index, const T& value);
-  // Binds by name. An unknown name is a Status naming it.
+  /// Binds by name. An unknown name is a Status naming it.
   template <class T>
   Status bind(std::string_view name, const T& value);
-  Status bind(int index, std::string&&) = delete;  // would dangle: bind an lvalue
+  Status bind(int index, std::string&&) = delete;  ///< would dangle: bind an lvalue
   Status bind(std::string_view name, std::string&&) = delete;
 
-  // Binds every parameter: plain values by position, Named values by name. The number of
-  // values must equal parameter_count(), else a Status says how many were expected.
+  /// Binds every parameter: plain values by position, Named values by name. The number of
+  /// values must equal parameter_count(), else a Status says how many were expected.
   template <class... Args>
   Status bind_all(const Args&... args);
 
-  // Runs the statement up to its next row. true: a row is ready in row(); false: done.
+  /// Runs the statement up to its next row. true: a row is ready in row(); false: done.
   Result<bool> step();
-  // Steps to the end, ignoring rows.
+  /// Steps to the end, ignoring rows.
   Result<Exec> run();
-  // Makes the statement ready to run again; bindings stay. Never fails (step() reported
-  // any error already).
+  /// Makes the statement ready to run again; bindings stay. Never fails (step() reported
+  /// any error already).
   void reset() noexcept;
   void clear_bindings() noexcept;
 

@@ -1,16 +1,17 @@
-// Status: errors are values.
-//
-// A Status is either OK (no allocation: a null pointer) or an error with
-//   - a canonical Code (absl-style: kUnavailable means retry the call, kAborted means
-//     retry the transaction, kFailedPrecondition means don't retry until fixed),
-//   - a message for people,
-//   - the native code: a SQLite extended result code or a PostgreSQL SQLSTATE,
-//   - the Fault facts the classifier derived from it,
-//   - when a retry loop gave up: why (StopReason), how many attempts it made, and for a
-//     rejection by a circuit breaker, how long until it is worth trying again,
-//   - for an error inside a transaction: whether the transaction was rolled back.
-//
-// Thread safety: a Status is a value; distinct objects may be used from distinct threads.
+/// @file
+/// Status: errors are values.
+///
+/// A Status is either OK (no allocation: a null pointer) or an error with
+///   - a canonical Code (absl-style: kUnavailable means retry the call, kAborted means
+///     retry the transaction, kFailedPrecondition means don't retry until fixed),
+///   - a message for people,
+///   - the native code: a SQLite extended result code or a PostgreSQL SQLSTATE,
+///   - the Fault facts the classifier derived from it,
+///   - when a retry loop gave up: why (StopReason), how many attempts it made, and for a
+///     rejection by a circuit breaker, how long until it is worth trying again,
+///   - for an error inside a transaction: whether the transaction was rolled back.
+///
+/// Thread safety: a Status is a value; distinct objects may be used from distinct threads.
 #pragma once
 
 #include <cstdint>
@@ -42,34 +43,34 @@ enum class Code : std::uint8_t {
   kDataLoss,
 };
 
-// Which database produced the native code.
+/// Which database produced the native code.
 enum class Backend : std::uint8_t { kNone, kSqlite, kPostgres, kD1 };
 
-// Why a retry loop stopped. kNone: no loop gave up on this status (yet).
+/// Why a retry loop stopped. kNone: no loop gave up on this status (yet).
 enum class StopReason : std::uint8_t {
   kNone,
-  kPermanent,          // the fault cannot be helped by retrying
-  kNotSafeToRepeat,    // the attempt may have been applied, or only a whole-transaction
-                       // re-run could help and the caller did not declare one safe
-  kAttemptsExhausted,  // the policy's maximum number of attempts was made
-  kWindowSpent,        // the request's retry window has no time left
-  kThrottled,          // the retry throttle refused (too many retries process-wide)
-  kBreakerOpen,        // the circuit breaker refused the attempt
-  kCancelled,          // the caller cancelled
-  kAtCapacity,         // the database is at the concurrency the Shield learned it answers
-  kProbeFailed,        // the server refused again the connect that probed it after refused
-                       // connects (a pool's probe): trying before retry_after() would be
+  kPermanent,          ///< the fault cannot be helped by retrying
+  kNotSafeToRepeat,    ///< the attempt may have been applied, or only a whole-transaction
+                       ///< re-run could help and the caller did not declare one safe
+  kAttemptsExhausted,  ///< the policy's maximum number of attempts was made
+  kWindowSpent,        ///< the request's retry window has no time left
+  kThrottled,          ///< the retry throttle refused (too many retries process-wide)
+  kBreakerOpen,        ///< the circuit breaker refused the attempt
+  kCancelled,          ///< the caller cancelled
+  kAtCapacity,         ///< the database is at the concurrency the Shield learned it answers
+  kProbeFailed,        ///< the server refused again the connect that probed it after refused
+                       ///< connects (a pool's probe): trying before retry_after() would be
                        // refused too. A refusal by the server, not our shedding: breakers
                        // count it.
 };
 
-// What an error inside a transaction left behind.
+/// What an error inside a transaction left behind.
 enum class TxnState : std::uint8_t {
-  kNotInTransaction,  // autocommit, or not applicable
-  kStillOpen,         // the transaction is still open (e.g. COMMIT returned SQLITE_BUSY)
-  kRolledBack,        // the database rolled the transaction back: nothing was applied
-  kCommitted,         // resolved after the fact: the transaction did commit
-  kUnknown,           // nobody can tell (connection lost during COMMIT, not resolved)
+  kNotInTransaction,  ///< autocommit, or not applicable
+  kStillOpen,         ///< the transaction is still open (e.g. COMMIT returned SQLITE_BUSY)
+  kRolledBack,        ///< the database rolled the transaction back: nothing was applied
+  kCommitted,         ///< resolved after the fact: the transaction did commit
+  kUnknown,           ///< nobody can tell (connection lost during COMMIT, not resolved)
 };
 
 [[nodiscard]] std::string_view to_string(Code code) noexcept;
@@ -79,9 +80,9 @@ enum class TxnState : std::uint8_t {
 
 class [[nodiscard]] Status {
  public:
-  // OK.
+  /// OK.
   Status() noexcept = default;
-  // An error. `code` must not be kOk (an error built with kOk becomes kUnknown).
+  /// An error. `code` must not be kOk (an error built with kOk becomes kUnknown).
   Status(Code code, std::string message, Fault fault = {});
 
   Status(const Status& other);
@@ -95,19 +96,19 @@ class [[nodiscard]] Status {
   [[nodiscard]] std::string_view message() const noexcept;
   [[nodiscard]] const Fault& fault() const noexcept;
   [[nodiscard]] Backend backend() const noexcept { return rep_ ? rep_->backend : Backend::kNone; }
-  // SQLite extended result code (0 when none).
+  /// SQLite extended result code (0 when none).
   [[nodiscard]] int sqlite_code() const noexcept { return rep_ ? rep_->sqlite_code : 0; }
-  // PostgreSQL SQLSTATE ("" when none, e.g. a lost connection).
+  /// PostgreSQL SQLSTATE ("" when none, e.g. a lost connection).
   [[nodiscard]] std::string_view sqlstate() const noexcept;
   [[nodiscard]] StopReason stop_reason() const noexcept {
     return rep_ ? rep_->stop : StopReason::kNone;
   }
-  // Attempts made by the retry loop that gave up (0 when no loop gave up).
+  /// Attempts made by the retry loop that gave up (0 when no loop gave up).
   [[nodiscard]] int attempts() const noexcept { return rep_ ? rep_->attempts : 0; }
-  // For kBreakerOpen/kThrottled/kAtCapacity/kProbeFailed: how long until trying again is
-  // worth it (HTTP Retry-After). On a failure no loop gave up on (kNone): how long until
-  // another attempt can be served (a pool's failed connect: its backoff), which retry
-  // loops respect.
+  /// For kBreakerOpen/kThrottled/kAtCapacity/kProbeFailed: how long until trying again is
+  /// worth it (HTTP Retry-After). On a failure no loop gave up on (kNone): how long until
+  /// another attempt can be served (a pool's failed connect: its backoff), which retry
+  /// loops respect.
   [[nodiscard]] Duration retry_after() const noexcept {
     return rep_ ? rep_->retry_after : Duration::zero();
   }
@@ -115,18 +116,18 @@ class [[nodiscard]] Status {
     return rep_ ? rep_->txn : TxnState::kNotInTransaction;
   }
 
-  // Builders; each is a no-op on an OK status.
+  /// Builders; each is a no-op on an OK status.
   Status& with_sqlite(int extended_code) noexcept;
   Status& with_sqlstate(std::string_view sqlstate) noexcept;
   Status& with_backend(Backend backend) noexcept;
   Status& with_stop(StopReason reason, int attempts, Duration retry_after = {}) noexcept;
   Status& with_txn_state(TxnState state) noexcept;
   Status& with_fault(Fault fault) noexcept;
-  // Prefixes the message with `context` and ": ".
+  /// Prefixes the message with `context` and ": ".
   Status& annotate(std::string_view context);
 
-  // "UNAVAILABLE: database is locked [sqlite 5; statement/not_applied/fast/overload]
-  //  (gave up: window spent after 4 attempts)". "OK" for OK.
+  /// "UNAVAILABLE: database is locked [sqlite 5; statement/not_applied/fast/overload]
+  ///  (gave up: window spent after 4 attempts)". "OK" for OK.
   [[nodiscard]] std::string to_string() const;
 
  private:

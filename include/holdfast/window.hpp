@@ -1,30 +1,33 @@
-// RetryWindow and RequestScope: one retry budget per request.
-//
-// The origin's shared retry window (RETRY_BUDGET_MS = 6 s): every retry inside one page
-// render draws from one window, opened by the first transient fault, so a page that runs
-// three groups of queries waits at most ~6 s instead of 3 x 6 s.
-//
-//   {
-//     holdfast::RequestScope scope;              // 6 s, opened at the first transient fault
-//     auto games = db.query(...);                // every retry loop below shares the window
-//     auto user  = sessions.read(...);
-//   }
-//
-// Scopes nest: an inner RequestScope shares the outer window (it never extends or resets
-// it). The current scope is thread-local; to hand the window to work on another thread,
-// adopt it there with RequestScope(RetryWindow&) while the owner is alive. Outside any
-// scope (a cron job) each retry loop gets a window of its own.
-//
-// The one rule for opening a window (docs/adr/0011-one-rule-for-the-request-window.md): a
-// server that knows when a request arrived opens it then (RequestScope(length, clock,
-// arrived): queue time counts, ADR 0023); otherwise it opens when the request first waits
-// on the database -- for a lock, the writer, a pooled
-// connection, a place under the concurrency limit, a probe, or the backoff after a transient
-// fault -- and every such wait is bounded by what the window has left. Where a driver cannot
-// see a wait begin (a PostgreSQL statement waits for locks inside the server), the wait is
-// taken to begin when the statement is sent. Components open a window only with open() (a
-// wait bounded by the window alone: a backoff, a queue, a probe) or begin_wait() (a wait with
-// a bound of its own, such as busy_timeout); none re-derives the rule.
+/// @file
+/// RetryWindow and RequestScope: one retry budget per request.
+///
+/// The origin's shared retry window (RETRY_BUDGET_MS = 6 s): every retry inside one page
+/// render draws from one window, opened by the first transient fault, so a page that runs
+/// three groups of queries waits at most ~6 s instead of 3 x 6 s.
+///
+/// @code
+///   {
+///     holdfast::RequestScope scope;              // 6 s, opened at the first transient fault
+///     auto games = db.query(...);                // every retry loop below shares the window
+///     auto user  = sessions.read(...);
+///   }
+/// @endcode
+///
+/// Scopes nest: an inner RequestScope shares the outer window (it never extends or resets
+/// it). The current scope is thread-local; to hand the window to work on another thread,
+/// adopt it there with RequestScope(RetryWindow&) while the owner is alive. Outside any
+/// scope (a cron job) each retry loop gets a window of its own.
+///
+/// The one rule for opening a window (docs/adr/0011-one-rule-for-the-request-window.md): a
+/// server that knows when a request arrived opens it then (RequestScope(length, clock,
+/// arrived): queue time counts, ADR 0023); otherwise it opens when the request first waits
+/// on the database -- for a lock, the writer, a pooled
+/// connection, a place under the concurrency limit, a probe, or the backoff after a transient
+/// fault -- and every such wait is bounded by what the window has left. Where a driver cannot
+/// see a wait begin (a PostgreSQL statement waits for locks inside the server), the wait is
+/// taken to begin when the statement is sent. Components open a window only with open() (a
+/// wait bounded by the window alone: a backoff, a queue, a probe) or begin_wait() (a wait with
+/// a bound of its own, such as busy_timeout); none re-derives the rule.
 #pragma once
 
 #include <atomic>
@@ -37,27 +40,27 @@ class RetryWindow {
  public:
   static constexpr Duration kDefaultLength = std::chrono::seconds(6);
 
-  // REQUIRES: length > 0, else std::invalid_argument.
+  /// REQUIRES: length > 0, else std::invalid_argument.
   explicit RetryWindow(Duration length = kDefaultLength, Clock& clock = Clock::system());
   RetryWindow(const RetryWindow&) = delete;
   RetryWindow& operator=(const RetryWindow&) = delete;
 
-  // Opens the window at `now` unless it is already open. Thread-safe: the first call wins.
+  /// Opens the window at `now` unless it is already open. Thread-safe: the first call wins.
   void open(TimePoint now) noexcept;
   [[nodiscard]] bool is_open() const noexcept {
     return deadline_ns_.load(std::memory_order_acquire) != kClosed;
   }
-  // The rule above, where a wait of at most `limit` begins at `now`: opens the window (the
-  // first call wins) and returns `limit` capped by the time left.
+  /// The rule above, where a wait of at most `limit` begins at `now`: opens the window (the
+  /// first call wins) and returns `limit` capped by the time left.
   [[nodiscard]] Duration begin_wait(TimePoint now, Duration limit) noexcept {
     open(now);
     const Duration left = remaining(now);
     return limit < left ? limit : left;
   }
-  // TimePoint::max() until the window opens.
+  /// TimePoint::max() until the window opens.
   [[nodiscard]] TimePoint deadline() const noexcept;
-  // The whole length before the window opens; afterwards the time to the deadline, never
-  // negative.
+  /// The whole length before the window opens; afterwards the time to the deadline, never
+  /// negative.
   [[nodiscard]] Duration remaining(TimePoint now) const noexcept;
   [[nodiscard]] Duration remaining() const noexcept { return remaining(clock_->now()); }
   [[nodiscard]] bool spent(TimePoint now) const noexcept {
@@ -76,16 +79,16 @@ class RetryWindow {
 
 class RequestScope {
  public:
-  // Starts a scope with a window of `length` on `clock`; inside an active scope on this
-  // thread, joins that scope's window instead.
+  /// Starts a scope with a window of `length` on `clock`; inside an active scope on this
+  /// thread, joins that scope's window instead.
   explicit RequestScope(Duration length = RetryWindow::kDefaultLength,
                         Clock& clock = Clock::system());
-  // The same for a request that arrived at `arrived` (a server's accept, before it queued):
-  // its window is open from then, so the time it queued counts (DESIGN.md §10: the window is
-  // a promise to whoever sent the request). Inside an active scope it joins that window.
+  /// The same for a request that arrived at `arrived` (a server's accept, before it queued):
+  /// its window is open from then, so the time it queued counts (DESIGN.md §10: the window is
+  /// a promise to whoever sent the request). Inside an active scope it joins that window.
   RequestScope(Duration length, Clock& clock, TimePoint arrived);
-  // Adopts `shared` (typically another thread's scope window). REQUIRES: `shared` outlives
-  // this scope.
+  /// Adopts `shared` (typically another thread's scope window). REQUIRES: `shared` outlives
+  /// this scope.
   explicit RequestScope(RetryWindow& shared) noexcept;
   ~RequestScope();
   RequestScope(const RequestScope&) = delete;
@@ -93,11 +96,11 @@ class RequestScope {
 
   [[nodiscard]] RetryWindow& window() noexcept { return *window_; }
 
-  // The innermost active scope on this thread, or nullptr.
+  /// The innermost active scope on this thread, or nullptr.
   [[nodiscard]] static RequestScope* current() noexcept;
-  // Its window, or nullptr outside any scope.
+  /// Its window, or nullptr outside any scope.
   [[nodiscard]] static RetryWindow* current_window() noexcept;
-  // RetryWindow::begin_wait() on the current window; `limit` outside any scope.
+  /// RetryWindow::begin_wait() on the current window; `limit` outside any scope.
   [[nodiscard]] static Duration begin_wait(TimePoint now, Duration limit) noexcept {
     RetryWindow* w = current_window();
     return w != nullptr ? w->begin_wait(now, limit) : limit;

@@ -1,63 +1,66 @@
-// holdfast over Asio: the Shield's retry loop for asynchronous code. Header-only; needs
-// standalone Asio 1.19 or later (tested with Debian's libasio-dev, 1.22), or Boost.Asio when
-// HOLDFAST_ASIO_BOOST is defined before this header is included. That switch only renames the
-// namespace and the headers, and needs Boost 1.77 or later (per-operation cancellation;
-// Debian 12's Boost is 1.74): it is not tested here, the tests and the example use
-// standalone Asio.
-//
-// The caller gives an asynchronous attempt: a callable that starts one try of the work and
-// calls the Done<R> it is handed, once, with the outcome (R is Status or Result<T>).
-// async_run() drives a Shield::Call with it on an executor: the same admission, backoff,
-// window, throttle and breaker decisions as the synchronous Shield::run() (it is the same
-// Call), with every wait -- a backoff, a place under the concurrency limit, the breaker's
-// next probe -- an asio timer wait that holds no thread.
-//
-//   asio::io_context io;
-//   holdfast::Shield shield("main");
-//   auto query = [&](holdfast::asio::Done<holdfast::Result<int>> done) {
-//     my_driver.async_query("SELECT count(*) FROM games",
-//                           [done = std::move(done)](holdfast::Result<int> r) mutable {
-//                             done(std::move(r));
-//                           });
-//   };
-//   // The completion-token form, in a coroutine:
-//   holdfast::Result<int> n = co_await holdfast::asio::async_run<holdfast::Result<int>>(
-//       io.get_executor(), shield, holdfast::Operation::read("games.count"), query,
-//       asio::use_awaitable);
-//   // The callback form: any callable void(R) is a completion token too.
-//   holdfast::asio::async_run<holdfast::Result<int>>(
-//       io.get_executor(), shield, holdfast::Operation::read("games.count"), query,
-//       [](holdfast::Result<int> n) { /* ... */ });
-//
-// It completes with what Shield::run() would return: the attempt's success, or a failure
-// whose stop_reason() says why the loop gave up (and retry_after() for kBreakerOpen,
-// kThrottled, kAtCapacity). A failure of the attempt is retried by its Status's Fault, as
-// everywhere in holdfast; the attempt classifies its driver's errors (classify.hpp).
-//
-// Cancellation: through the completion handler's cancellation slot (asio::bind_cancellation_slot
-// with an asio::cancellation_signal, or a parallel group / awaitable_operators). Any type of
-// cancellation (terminal, partial, total) ends the loop. During a wait it ends at once; during
-// an attempt it takes effect when the attempt calls Done (the attempt is not interrupted; a
-// success that arrives then is delivered as a success, so a write that was applied is never
-// reported as cancelled). Either way the operation completes with Code::kCancelled and
-// StopReason kCancelled, and its place in the Shield (queued, or under the concurrency limit)
-// is released before the handler runs.
-//
-// Waking: a request that waits for a place or a probe goes the moment the Shield hands it
-// one (a probe succeeded, a place came free), when the attempt that caused it ran through
-// async_run in this process: no timer has to fire first. A wake caused elsewhere (a
-// synchronous Shield::run on another thread, a HealthProbe) is seen within
-// RunOptions::wake_poll.
-//
-// Requirements: the Shield (and RunOptions' policy and window) outlive the operation; destroy
-// the io_context before the Shield, since an operation it destroys unfinished gives back its
-// place in the Shield then. The Shield should run on the system clock: its waits are real
-// timer waits. The executor runs one handler at a time for this operation: an io_context run
-// by one thread, or a strand. The attempt is called on the executor and must call Done
-// exactly once, from any thread (the result is dispatched back to the executor); a Done
-// dropped uncalled leaves the operation without completion. An exception thrown by the
-// attempt propagates out of the handler that called it (the io_context's run()), and the
-// operation ends without completion, its place in the Shield given back.
+/// @file
+/// holdfast over Asio: the Shield's retry loop for asynchronous code. Header-only; needs
+/// standalone Asio 1.19 or later (tested with Debian's libasio-dev, 1.22), or Boost.Asio when
+/// HOLDFAST_ASIO_BOOST is defined before this header is included. That switch only renames the
+/// namespace and the headers, and needs Boost 1.77 or later (per-operation cancellation;
+/// Debian 12's Boost is 1.74): it is not tested here, the tests and the example use
+/// standalone Asio.
+///
+/// The caller gives an asynchronous attempt: a callable that starts one try of the work and
+/// calls the Done<R> it is handed, once, with the outcome (R is Status or Result<T>).
+/// async_run() drives a Shield::Call with it on an executor: the same admission, backoff,
+/// window, throttle and breaker decisions as the synchronous Shield::run() (it is the same
+/// Call), with every wait -- a backoff, a place under the concurrency limit, the breaker's
+/// next probe -- an asio timer wait that holds no thread.
+///
+/// @code
+///   asio::io_context io;
+///   holdfast::Shield shield("main");
+///   auto query = [&](holdfast::asio::Done<holdfast::Result<int>> done) {
+///     my_driver.async_query("SELECT count(*) FROM games",
+///                           [done = std::move(done)](holdfast::Result<int> r) mutable {
+///                             done(std::move(r));
+///                           });
+///   };
+///   // The completion-token form, in a coroutine:
+///   holdfast::Result<int> n = co_await holdfast::asio::async_run<holdfast::Result<int>>(
+///       io.get_executor(), shield, holdfast::Operation::read("games.count"), query,
+///       asio::use_awaitable);
+///   // The callback form: any callable void(R) is a completion token too.
+///   holdfast::asio::async_run<holdfast::Result<int>>(
+///       io.get_executor(), shield, holdfast::Operation::read("games.count"), query,
+///       [](holdfast::Result<int> n) { /* ... */ });
+/// @endcode
+///
+/// It completes with what Shield::run() would return: the attempt's success, or a failure
+/// whose stop_reason() says why the loop gave up (and retry_after() for kBreakerOpen,
+/// kThrottled, kAtCapacity). A failure of the attempt is retried by its Status's Fault, as
+/// everywhere in holdfast; the attempt classifies its driver's errors (classify.hpp).
+///
+/// Cancellation: through the completion handler's cancellation slot (asio::bind_cancellation_slot
+/// with an asio::cancellation_signal, or a parallel group / awaitable_operators). Any type of
+/// cancellation (terminal, partial, total) ends the loop. During a wait it ends at once; during
+/// an attempt it takes effect when the attempt calls Done (the attempt is not interrupted; a
+/// success that arrives then is delivered as a success, so a write that was applied is never
+/// reported as cancelled). Either way the operation completes with Code::kCancelled and
+/// StopReason kCancelled, and its place in the Shield (queued, or under the concurrency limit)
+/// is released before the handler runs.
+///
+/// Waking: a request that waits for a place or a probe goes the moment the Shield hands it
+/// one (a probe succeeded, a place came free), when the attempt that caused it ran through
+/// async_run in this process: no timer has to fire first. A wake caused elsewhere (a
+/// synchronous Shield::run on another thread, a HealthProbe) is seen within
+/// RunOptions::wake_poll.
+///
+/// Requirements: the Shield (and RunOptions' policy and window) outlive the operation; destroy
+/// the io_context before the Shield, since an operation it destroys unfinished gives back its
+/// place in the Shield then. The Shield should run on the system clock: its waits are real
+/// timer waits. The executor runs one handler at a time for this operation: an io_context run
+/// by one thread, or a strand. The attempt is called on the executor and must call Done
+/// exactly once, from any thread (the result is dispatched back to the executor); a Done
+/// dropped uncalled leaves the operation without completion. An exception thrown by the
+/// attempt propagates out of the handler that called it (the io_context's run()), and the
+/// operation ends without completion, its place in the Shield given back.
 #pragma once
 
 #include <algorithm>
@@ -149,15 +152,15 @@ class Done {
 
 // Optional settings of one async_run.
 struct RunOptions {
-  // The policy; null: shield.policy_for(op).
+  /// The policy; null: shield.policy_for(op).
   const RetryPolicy* policy = nullptr;
-  // The retry window to draw from, e.g. one shared by every call of one request; null: a
-  // window of the operation's own (policy->window() long). Not the RequestScope's: a scope
-  // is per thread, and an asynchronous request is not.
+  /// The retry window to draw from, e.g. one shared by every call of one request; null: a
+  /// window of the operation's own (policy->window() long). Not the RequestScope's: a scope
+  /// is per thread, and an asynchronous request is not.
   RetryWindow* window = nullptr;
-  // How often a waiter looks for a wake that did not come through async_run (see above).
+  /// How often a waiter looks for a wake that did not come through async_run (see above).
   Duration wake_poll = std::chrono::milliseconds(20);
-  // When set, receives the call's RetryStats before the handler runs.
+  /// When set, receives the call's RetryStats before the handler runs.
   RetryStats* stats = nullptr;
 };
 

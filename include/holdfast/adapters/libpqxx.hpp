@@ -1,45 +1,48 @@
-// holdfast over libpqxx: classified errors and retried transactions for code that already
-// uses pqxx::connection and pqxx::work. Header-only; include it only where libpqxx is
-// linked (pkg-config libpqxx). Tested with libpqxx 6.4 (Debian's libpqxx-dev).
-//
-//   pqxx::connection conn(url);
-//   holdfast::RequestScope request;                   // one 6 s window per request
-//   holdfast::Result<long> n = holdfast::libpqxx::run(
-//       shield, holdfast::Operation::transaction(/*rerunnable=*/true, "orders.pay"), conn,
-//       [&](pqxx::work& w) { return w.exec1("UPDATE ... RETURNING id")[0].as<long>(); });
-//
-// Errors become Status values (to_status):
-//   - pqxx::sql_error: its sqlstate() through postgres_status() (docs/faults.md);
-//   - libpqxx 6's transaction_rollback family, which carries no SQLSTATE: by its type
-//     (serialization_failure 40001, deadlock_detected 40P01, statement_completion_unknown
-//     40003, transaction_rollback 40000);
-//   - pqxx::broken_connection: the connection was lost and no SQLSTATE arrived (scope
-//     reconnect, outcome unknown); too_many_connections: 53300 (refused, nothing applied);
-//   - pqxx::in_doubt_error (the connection was lost during COMMIT): 08007
-//     transaction_resolution_unknown, outcome unknown, TxnState::kUnknown;
-//   - any other pqxx::failure: kUnknown, permanent; libpqxx's logic errors (usage,
-//     conversion, argument, range, internal): permanent, never retried.
-//
-// retry() and run() run `fn(Txn&)` in a fresh transaction (pqxx::work unless Txn is given)
-// on the caller's connection for each attempt, and commit it when fn returns. fn returns a
-// value, void, Status or Result<U>; a Status or Result that is not OK aborts the transaction
-// and is retried by its own Fault. The whole transaction is re-run only as the Operation
-// allows: a serialization failure or deadlock (scope kTransaction) only for
-// Operation::transaction(true); an outcome in doubt only for an idempotent operation.
-//
-// The connection is the caller's, and these functions never reconnect it. When it is lost
-// (scope kReconnect: broken_connection, in_doubt_error, admin_shutdown, ...) the loop stops
-// at once -- StopReason kNotSafeToRepeat when the outcome is unknown and the operation is not
-// idempotent, else kPermanent -- and returns the Status with that Fault, so the caller knows
-// to reconnect (a new pqxx::connection; libpqxx 6 also reopens a broken connection by itself
-// at its next use unless inhibit_reactivation(true) was called) and may call again. Session
-// state (SET, prepared statements, temporary tables) does not survive a reconnect.
-//
-// Exceptions other than libpqxx's propagate unchanged, after the transaction is aborted; the
-// attempt counts as neutral. Failed attempts leave TxnState kRolledBack while the connection
-// is open, kUnknown when it is lost.
-//
-// Thread safety: as libpqxx's: one connection, one thread at a time.
+/// @file
+/// holdfast over libpqxx: classified errors and retried transactions for code that already
+/// uses pqxx::connection and pqxx::work. Header-only; include it only where libpqxx is
+/// linked (pkg-config libpqxx). Tested with libpqxx 6.4 (Debian's libpqxx-dev).
+///
+/// @code
+///   pqxx::connection conn(url);
+///   holdfast::RequestScope request;                   // one 6 s window per request
+///   holdfast::Result<long> n = holdfast::libpqxx::run(
+///       shield, holdfast::Operation::transaction(/*rerunnable=*/true, "orders.pay"), conn,
+///       [&](pqxx::work& w) { return w.exec1("UPDATE ... RETURNING id")[0].as<long>(); });
+/// @endcode
+///
+/// Errors become Status values (to_status):
+///   - pqxx::sql_error: its sqlstate() through postgres_status() (docs/faults.md);
+///   - libpqxx 6's transaction_rollback family, which carries no SQLSTATE: by its type
+///     (serialization_failure 40001, deadlock_detected 40P01, statement_completion_unknown
+///     40003, transaction_rollback 40000);
+///   - pqxx::broken_connection: the connection was lost and no SQLSTATE arrived (scope
+///     reconnect, outcome unknown); too_many_connections: 53300 (refused, nothing applied);
+///   - pqxx::in_doubt_error (the connection was lost during COMMIT): 08007
+///     transaction_resolution_unknown, outcome unknown, TxnState::kUnknown;
+///   - any other pqxx::failure: kUnknown, permanent; libpqxx's logic errors (usage,
+///     conversion, argument, range, internal): permanent, never retried.
+///
+/// retry() and run() run `fn(Txn&)` in a fresh transaction (pqxx::work unless Txn is given)
+/// on the caller's connection for each attempt, and commit it when fn returns. fn returns a
+/// value, void, Status or `Result<U>`; a Status or Result that is not OK aborts the transaction
+/// and is retried by its own Fault. The whole transaction is re-run only as the Operation
+/// allows: a serialization failure or deadlock (scope kTransaction) only for
+/// Operation::transaction(true); an outcome in doubt only for an idempotent operation.
+///
+/// The connection is the caller's, and these functions never reconnect it. When it is lost
+/// (scope kReconnect: broken_connection, in_doubt_error, admin_shutdown, ...) the loop stops
+/// at once -- StopReason kNotSafeToRepeat when the outcome is unknown and the operation is not
+/// idempotent, else kPermanent -- and returns the Status with that Fault, so the caller knows
+/// to reconnect (a new pqxx::connection; libpqxx 6 also reopens a broken connection by itself
+/// at its next use unless inhibit_reactivation(true) was called) and may call again. Session
+/// state (SET, prepared statements, temporary tables) does not survive a reconnect.
+///
+/// Exceptions other than libpqxx's propagate unchanged, after the transaction is aborted; the
+/// attempt counts as neutral. Failed attempts leave TxnState kRolledBack while the connection
+/// is open, kUnknown when it is lost.
+///
+/// Thread safety: as libpqxx's: one connection, one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -71,7 +74,7 @@ inline Status permanent(Code code, const std::exception& e) {
 }
 }  // namespace detail
 
-// The Status for an exception thrown by libpqxx (see above); OK when `e` is not libpqxx's.
+/// The Status for an exception thrown by libpqxx (see above); OK when `e` is not libpqxx's.
 [[nodiscard]] inline Status to_status(const std::exception& e) {
   const std::string_view msg = detail::trimmed(e.what());
   if (dynamic_cast<const pqxx::in_doubt_error*>(&e) != nullptr) {
@@ -185,8 +188,8 @@ class TxnAttempt {
 
 }  // namespace detail
 
-// Runs fn(Txn&) in a fresh Txn on `conn`, committed, and re-runs it as `policy` and `op`
-// allow (see above). REQUIRES: no transaction open on `conn`.
+/// Runs fn(Txn&) in a fresh Txn on `conn`, committed, and re-runs it as `policy` and `op`
+/// allow (see above). REQUIRES: no transaction open on `conn`.
 template <class Txn = pqxx::work, class Connection, class F>
 auto retry(const RetryPolicy& policy, Operation op, Connection& conn, F&& fn,
            RetryStats* stats = nullptr) ->
@@ -195,7 +198,7 @@ auto retry(const RetryPolicy& policy, Operation op, Connection& conn, F&& fn,
   return holdfast::retry(policy, op, attempt, stats);
 }
 
-// The same under `shield` (breaker, concurrency limit, throttle; the Shield's policy for op).
+/// The same under `shield` (breaker, concurrency limit, throttle; the Shield's policy for op).
 template <class Txn = pqxx::work, class Connection, class F>
 auto run(Shield& shield, Operation op, Connection& conn, F&& fn, RetryStats* stats = nullptr) ->
     typename detail::TxnAttempt<Txn, Connection, std::remove_reference_t<F>>::Out {

@@ -1,37 +1,40 @@
-// holdfast over SQLiteCpp: classified errors, reads judged by SQLite itself, and retried
-// statements and transactions for code that already uses SQLite::Database. Header-only;
-// include it only where SQLiteCpp is linked (find_package(SQLiteCpp)). Tested with
-// SQLiteCpp 3.2 (Debian's libsqlitecpp-dev).
-//
-//   SQLite::Database db("club.db", SQLite::OPEN_READWRITE);
-//   SQLite::Statement q(db, "SELECT v FROM kv WHERE id = ?");
-//   q.bind(1, 1);
-//   holdfast::RequestScope request;                    // one 6 s window per request
-//   holdfast::Result<int> v = holdfast::sqlitecpp::run(shield, db, q, [](SQLite::Statement& s) {
-//     return s.executeStep() ? s.getColumn(0).getInt() : -1;
-//   });
-//
-// Errors become Status values (to_status): a SQLite::Exception's getExtendedErrorCode() (or
-// getErrorCode() when it has no extended code) through sqlite_status() (docs/faults.md).
-// SQLiteCpp's own errors, which carry no SQLite code ("no row", "column index out of range"),
-// are kFailedPrecondition and permanent.
-//
-// Which retries are safe is decided by the Operation (retry.hpp):
-//   - run(shield, op, fn): any SQLiteCpp code, as `op` says (without a Shield:
-//     holdfast::retry_throwing<SQLite::Exception>(policy, op, fn, sqlitecpp::to_status));
-//   - retry(policy, db, stmt, fn), run(shield, db, stmt, fn): one statement, judged by
-//     is_read() -- a read is retried as Operation::read, anything else as
-//     Operation::write (only when the failed attempt provably applied nothing, such as
-//     SQLITE_BUSY in autocommit). The statement is reset (bindings kept) before each retry.
-//   - retry_transaction(policy, op, db, fn), run_transaction(shield, op, db, fn): fn(db) in
-//     a SQLite::Transaction (BEGIN IMMEDIATE by default), committed when fn returns. A failed
-//     attempt is rolled back, so a fault that re-running its statement would help re-runs
-//     the whole transaction instead (scope kTransaction, TxnState kRolledBack): only for
-//     Operation::transaction(true).
-// fn returns a value, void, Status or Result<U>; the result is Result<T>. Exceptions other
-// than SQLite::Exception propagate unchanged (the attempt counts as neutral).
-//
-// Thread safety: as SQLiteCpp's: one Database, one thread at a time.
+/// @file
+/// holdfast over SQLiteCpp: classified errors, reads judged by SQLite itself, and retried
+/// statements and transactions for code that already uses SQLite::Database. Header-only;
+/// include it only where SQLiteCpp is linked (find_package(SQLiteCpp)). Tested with
+/// SQLiteCpp 3.2 (Debian's libsqlitecpp-dev).
+///
+/// @code
+///   SQLite::Database db("club.db", SQLite::OPEN_READWRITE);
+///   SQLite::Statement q(db, "SELECT v FROM kv WHERE id = ?");
+///   q.bind(1, 1);
+///   holdfast::RequestScope request;                    // one 6 s window per request
+///   holdfast::Result<int> v = holdfast::sqlitecpp::run(shield, db, q, [](SQLite::Statement& s) {
+///     return s.executeStep() ? s.getColumn(0).getInt() : -1;
+///   });
+/// @endcode
+///
+/// Errors become Status values (to_status): a SQLite::Exception's getExtendedErrorCode() (or
+/// getErrorCode() when it has no extended code) through sqlite_status() (docs/faults.md).
+/// SQLiteCpp's own errors, which carry no SQLite code ("no row", "column index out of range"),
+/// are kFailedPrecondition and permanent.
+///
+/// Which retries are safe is decided by the Operation (retry.hpp):
+///   - run(shield, op, fn): any SQLiteCpp code, as `op` says (without a Shield:
+///     holdfast::retry_throwing<SQLite::Exception>(policy, op, fn, sqlitecpp::to_status));
+///   - retry(policy, db, stmt, fn), run(shield, db, stmt, fn): one statement, judged by
+///     is_read() -- a read is retried as Operation::read, anything else as
+///     Operation::write (only when the failed attempt provably applied nothing, such as
+///     SQLITE_BUSY in autocommit). The statement is reset (bindings kept) before each retry.
+///   - retry_transaction(policy, op, db, fn), run_transaction(shield, op, db, fn): fn(db) in
+///     a SQLite::Transaction (BEGIN IMMEDIATE by default), committed when fn returns. A failed
+///     attempt is rolled back, so a fault that re-running its statement would help re-runs
+///     the whole transaction instead (scope kTransaction, TxnState kRolledBack): only for
+///     Operation::transaction(true).
+/// fn returns a value, void, Status or `Result<U>`; the result is Result<T>. Exceptions other
+/// than SQLite::Exception propagate unchanged (the attempt counts as neutral).
+///
+/// Thread safety: as SQLiteCpp's: one Database, one thread at a time.
 #pragma once
 
 #include <sqlite3.h>
@@ -52,7 +55,7 @@
 
 namespace holdfast::sqlitecpp {
 
-// The Status for a SQLiteCpp exception (see above).
+/// The Status for a SQLiteCpp exception (see above).
 [[nodiscard]] inline Status to_status(const SQLite::Exception& e) {
   const int code = e.getExtendedErrorCode() > 0 ? e.getExtendedErrorCode() : e.getErrorCode();
   if (code <= 0) {
@@ -61,11 +64,11 @@ namespace holdfast::sqlitecpp {
   return sqlite_status(code, e.what());
 }
 
-// True when SQLite judges `stmt` (prepared on `db`) read-only: sqlite3_stmt_readonly() on
-// its handle. SQLiteCpp 3.2 keeps that handle private, so it is found among `db`'s prepared
-// statements by its SQL text (statements with the same text are judged alike); should it
-// not be found, the text is prepared once more to be judged. A statement SQLite cannot
-// prepare is not a read.
+/// True when SQLite judges `stmt` (prepared on `db`) read-only: sqlite3_stmt_readonly() on
+/// its handle. SQLiteCpp 3.2 keeps that handle private, so it is found among `db`'s prepared
+/// statements by its SQL text (statements with the same text are judged alike); should it
+/// not be found, the text is prepared once more to be judged. A statement SQLite cannot
+/// prepare is not a read.
 [[nodiscard]] inline bool is_read(const SQLite::Database& db, const SQLite::Statement& stmt) {
   sqlite3* handle = db.getHandle();
   const std::string& sql = stmt.getQuery();
@@ -85,7 +88,7 @@ namespace holdfast::sqlitecpp {
   return read;
 }
 
-// Operation::read or Operation::write, by is_read(), labelled with the statement's SQL.
+/// Operation::read or Operation::write, by is_read(), labelled with the statement's SQL.
 [[nodiscard]] inline Operation operation_for(const SQLite::Database& db,
                                              const SQLite::Statement& stmt) {
   return is_read(db, stmt) ? Operation::read(stmt.getQuery()) : Operation::write(stmt.getQuery());
@@ -128,8 +131,8 @@ inline void nothing() noexcept {}
 
 }  // namespace detail
 
-// fn() (any SQLiteCpp code) under `shield`, as `op` says. (Without a Shield:
-// holdfast::retry_throwing<SQLite::Exception>(policy, op, fn, sqlitecpp::to_status).)
+/// fn() (any SQLiteCpp code) under `shield`, as `op` says. (Without a Shield:
+/// holdfast::retry_throwing<SQLite::Exception>(policy, op, fn, sqlitecpp::to_status).)
 template <class F>
 auto run(Shield& shield, Operation op, F&& fn, RetryStats* stats = nullptr) ->
     typename detail::AsResult<std::invoke_result_t<F&>>::type {
@@ -144,8 +147,8 @@ auto run(Shield& shield, Operation op, F&& fn, RetryStats* stats = nullptr) ->
       stats);
 }
 
-// One statement: fn(stmt) steps it; retried as a read or a write by is_read(). The statement
-// is reset (bindings kept) before every attempt.
+/// One statement: fn(stmt) steps it; retried as a read or a write by is_read(). The statement
+/// is reset (bindings kept) before every attempt.
 template <class F>
 auto retry(const RetryPolicy& policy, SQLite::Database& db, SQLite::Statement& stmt, F&& fn,
            RetryStats* stats = nullptr) ->
@@ -162,7 +165,7 @@ auto retry(const RetryPolicy& policy, SQLite::Database& db, SQLite::Statement& s
       stats);
 }
 
-// The same under `shield`.
+/// The same under `shield`.
 template <class F>
 auto run(Shield& shield, SQLite::Database& db, SQLite::Statement& stmt, F&& fn,
          RetryStats* stats = nullptr) ->
@@ -214,9 +217,9 @@ auto transaction_attempt(SQLite::Database& db, F& fn, SQLite::TransactionBehavio
 
 }  // namespace detail
 
-// fn(db) in a transaction of its own per attempt, committed when fn returns; re-run only as
-// `op` allows (Operation::transaction(true) for a whole re-run). REQUIRES: no transaction
-// open on `db`.
+/// fn(db) in a transaction of its own per attempt, committed when fn returns; re-run only as
+/// `op` allows (Operation::transaction(true) for a whole re-run). REQUIRES: no transaction
+/// open on `db`.
 template <class F>
 auto retry_transaction(
     const RetryPolicy& policy, Operation op, SQLite::Database& db, F&& fn,
@@ -227,7 +230,7 @@ auto retry_transaction(
       policy, op, [&] { return detail::transaction_attempt(db, fn, behavior); }, stats);
 }
 
-// The same under `shield`.
+/// The same under `shield`.
 template <class F>
 auto run_transaction(Shield& shield, Operation op, SQLite::Database& db, F&& fn,
                      RetryStats* stats = nullptr,
