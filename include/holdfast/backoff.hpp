@@ -29,18 +29,35 @@
 
 namespace holdfast {
 
+/// How a Backoff spreads its nominal delay d (see the table at the top of this file). A
+/// copyable value.
 class Jitter {
  public:
-  enum class Kind : std::uint8_t { kNone, kProportional, kFull, kEqual, kDecorrelated };
+  /// Which spread a Jitter applies.
+  enum class Kind : std::uint8_t {
+    kNone,          ///< exactly d
+    kProportional,  ///< uniform in [d(1-r), d(1+r)], r = ratio()
+    kFull,          ///< uniform in [0, d]
+    kEqual,         ///< uniform in [d/2, d]
+    kDecorrelated   ///< uniform in [first, 3 * previous], capped at the largest nominal delay
+  };
 
+  /// No jitter: every delay is exactly the nominal one.
   static Jitter none() noexcept { return Jitter(Kind::kNone, 0.0); }
-  /// REQUIRES: 0 <= ratio <= 1, else std::invalid_argument.
+  /// Uniform in [d(1-ratio), d(1+ratio)]. REQUIRES: 0 <= ratio <= 1, else
+  /// std::invalid_argument.
   static Jitter proportional(double ratio);
+  /// Uniform in [0, d].
   static Jitter full() noexcept { return Jitter(Kind::kFull, 0.0); }
+  /// Uniform in [d/2, d].
   static Jitter equal() noexcept { return Jitter(Kind::kEqual, 0.0); }
+  /// AWS "decorrelated jitter": uniform in [first, 3 * previous], capped at the largest
+  /// nominal delay.
   static Jitter decorrelated() noexcept { return Jitter(Kind::kDecorrelated, 0.0); }
 
+  /// Which spread this is.
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  /// The ratio of proportional jitter; 0 for the other kinds.
   [[nodiscard]] double ratio() const noexcept { return ratio_; }
 
  private:
@@ -49,6 +66,8 @@ class Jitter {
   double ratio_;
 };
 
+/// A delay schedule plus jitter: the wait before each retry. A copyable value; computing a
+/// delay allocates nothing.
 class Backoff {
  public:
   /// The origin's read schedule: 200/600/1500/3000 ms, each ±50%.
@@ -56,6 +75,7 @@ class Backoff {
 
   /// Fixed steps; the last one repeats. REQUIRES: at least one step, none negative.
   static Backoff steps(std::vector<Duration> delays, Jitter jitter = Jitter::proportional(0.5));
+  /// The same, from a braced list of delays.
   static Backoff steps(std::initializer_list<Duration> delays,
                        Jitter jitter = Jitter::proportional(0.5)) {
     return steps(std::vector<Duration>(delays), jitter);
@@ -64,9 +84,10 @@ class Backoff {
   static Backoff exponential(Duration base, double factor, Duration cap,
                              Jitter jitter = Jitter::full());
 
-  /// The origin's schedules (seeds/, Polish page): reads and the session read.
-  static Backoff origin_reads();    ///< 200/600/1500/3000 ms ±50%
-  static Backoff origin_session();  ///< 150/500/1500/3000 ms ±50%
+  /// The origin's read schedule (seeds/, Polish page): 200/600/1500/3000 ms ±50%.
+  static Backoff origin_reads();
+  /// The origin's session-read schedule: 150/500/1500/3000 ms ±50%.
+  static Backoff origin_session();
 
   /// The un-jittered delay before retry n (n >= 1).
   [[nodiscard]] Duration nominal(int retry) const noexcept;
@@ -76,6 +97,7 @@ class Backoff {
   /// No delay() is ever larger than this.
   [[nodiscard]] Duration max_delay() const noexcept;
 
+  /// The jitter this schedule applies.
   [[nodiscard]] const Jitter& jitter() const noexcept { return jitter_; }
 
  private:

@@ -23,8 +23,11 @@
 
 namespace holdfast {
 
+/// What the classifier decided for one native error.
 struct Classification {
+  /// The canonical code of the error.
   Code code = Code::kUnknown;
+  /// The facts that drive retries and breakers.
   Fault fault;
   std::string_view name;  ///< "SQLITE_BUSY_SNAPSHOT", "serialization_failure", ...
 };
@@ -39,8 +42,10 @@ struct Classification {
 /// Cloudflare D1: by the error message ("D1 DB is overloaded", "SQLITE_BUSY", ...).
 [[nodiscard]] Classification classify_d1(std::string_view message) noexcept;
 
-/// A Status for a native error, classified.
+/// A Status for a SQLite error, classified, carrying its extended result code.
 [[nodiscard]] Status sqlite_status(int extended_code, std::string_view message);
+/// A Status for a PostgreSQL error, classified, carrying its SQLSTATE (see
+/// pooler_cannot_reach_server()).
 [[nodiscard]] Status postgres_status(std::string_view sqlstate, std::string_view message);
 /// True for a refusal PgBouncer sends itself because it cannot reach the server (SQLSTATE
 /// 08P01 with "server login has been failing" or "pgbouncer cannot connect to server"):
@@ -48,28 +53,43 @@ struct Classification {
 /// connect (08001); a driver behind a pooler treats it as one.
 [[nodiscard]] bool pooler_cannot_reach_server(std::string_view sqlstate,
                                               std::string_view message) noexcept;
+/// A Status for a Cloudflare D1 error message, classified.
 [[nodiscard]] Status d1_status(std::string_view message);
 
-/// The tables themselves (for documentation and tests).
+/// One row of the SQLite table (sqlite_fault_table()).
 struct SqliteFaultRow {
+  /// The primary or extended result code.
   int code;
+  /// Its name in sqlite3.h ("SQLITE_BUSY_SNAPSHOT").
   std::string_view name;
+  /// The canonical code it maps to.
   Code canonical;
+  /// What it means for retries and breakers.
   Fault fault;
 };
+/// One row of the PostgreSQL table (sqlstate_fault_table()).
 struct SqlstateFaultRow {
   std::string_view sqlstate;  ///< five characters for one state, two for a whole class
+  /// The condition name ("serialization_failure").
   std::string_view name;
+  /// The canonical code it maps to.
   Code canonical;
+  /// What it means for retries and breakers.
   Fault fault;
 };
+/// One row of the D1 table (d1_fault_table()).
 struct D1FaultRow {
   std::string_view needle;  ///< matched case-insensitively anywhere in the message
+  /// The canonical code it maps to.
   Code canonical;
+  /// What it means for retries and breakers.
   Fault fault;
 };
+/// The tables themselves (for documentation and tests): the SQLite result codes.
 [[nodiscard]] std::span<const SqliteFaultRow> sqlite_fault_table() noexcept;
+/// The PostgreSQL SQLSTATEs and classes.
 [[nodiscard]] std::span<const SqlstateFaultRow> sqlstate_fault_table() noexcept;
+/// The D1 message fragments.
 [[nodiscard]] std::span<const D1FaultRow> d1_fault_table() noexcept;
 
 }  // namespace holdfast

@@ -19,7 +19,9 @@
 
 namespace holdfast {
 
+/// Every duration in holdfast: nanoseconds.
 using Duration = std::chrono::nanoseconds;
+/// An instant on the steady clock (a Clock's now()), in nanoseconds.
 using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
 
 /// Something sleepers can be woken by before their deadline (a breaker waking the requests
@@ -27,6 +29,7 @@ using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
 /// once the generation has moved on.
 class Signal {
  public:
+  /// How many times the signal was notified; a sleeper compares it with what it saw before.
   [[nodiscard]] std::uint64_t generation() const noexcept {
     return generation_.load(std::memory_order_acquire);
   }
@@ -41,10 +44,13 @@ class Signal {
   mutable std::condition_variable changed_;
 };
 
+/// The source of time for every timed decision: reading it and sleeping on it. Abstract:
+/// SystemClock is the real one, ManualClock keeps virtual time.
 class Clock {
  public:
   virtual ~Clock() = default;
 
+  /// The current time.
   [[nodiscard]] virtual TimePoint now() const noexcept = 0;
   /// now(), or a cheaper reading of the same clock that may lag it by a clock tick (on
   /// Linux's system clock up to 4 ms): for bookkeeping that tolerates it on a hot path.
@@ -55,12 +61,15 @@ class Clock {
   virtual bool sleep_until(TimePoint deadline, const Signal* wake = nullptr,
                            std::uint64_t seen = 0) = 0;
 
+  /// sleep_until(now() + d), without a wake signal. Returns false.
   bool sleep_for(Duration d) { return sleep_until(now() + d); }
 
   /// The process-wide steady clock.
   static Clock& system() noexcept;
 };
 
+/// The real clock: std::chrono::steady_clock, with real sleeps. Clock::system() is the
+/// process's instance.
 class SystemClock final : public Clock {
  public:
   [[nodiscard]] TimePoint now() const noexcept override;
@@ -91,11 +100,16 @@ class SystemClock final : public Clock {
 /// wakes, so several sleeping threads are woken deterministically.
 class ManualClock final : public Clock {
  public:
-  enum class Mode { kAutoAdvance, kBlocking };
+  /// How sleep_until() moves virtual time (see above).
+  enum class Mode {
+    kAutoAdvance,  ///< sleep_until() moves time to the deadline and returns at once
+    kBlocking      ///< sleep_until() blocks until another thread advances time past the deadline
+  };
 
   /// Virtual time starts at an arbitrary positive instant, so `now() - 1 h` is still valid.
   static constexpr TimePoint kStart = TimePoint{std::chrono::hours(1000)};
 
+  /// Virtual time starting at `start`.
   explicit ManualClock(Mode mode = Mode::kAutoAdvance, TimePoint start = kStart);
   ~ManualClock() override;
 
@@ -103,7 +117,10 @@ class ManualClock final : public Clock {
   bool sleep_until(TimePoint deadline, const Signal* wake = nullptr,
                    std::uint64_t seen = 0) override;
 
+  /// advance_to(now() + d).
   void advance(Duration d);
+  /// Releases every sleeper due by `t`, one at a time in deadline order (time moves to each
+  /// one's deadline as it goes), then moves time to `t`. Time never moves backwards.
   void advance_to(TimePoint t);
 
   /// kBlocking: moves time to the earliest sleeper's deadline and releases it. Returns false
@@ -112,6 +129,7 @@ class ManualClock final : public Clock {
 
   /// kBlocking: blocks (in real time) until at least `n` threads sleep on this clock.
   void wait_for_sleepers(std::size_t n) const;
+  /// How many threads sleep on this clock now (released ones not counted).
   [[nodiscard]] std::size_t sleepers() const;
 
   /// Total virtual time spent in sleep_until() by all callers (tests assert waits with it).

@@ -19,6 +19,7 @@
 
 namespace holdfast {
 
+/// What once(key, fn) returns: fn's recorded result, and whether it was replayed.
 struct KeyedResult {
   /// What fn returned (empty when fn returns Status).
   std::string result;

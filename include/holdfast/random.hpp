@@ -10,14 +10,18 @@
 
 namespace holdfast {
 
+/// A small, seedable, copyable random source (xoshiro256++). Not thread-safe: each user
+/// owns its copy.
 class Random {
  public:
+  /// Seeded from `seed` (through SplitMix64): equal seeds give equal sequences.
   explicit Random(std::uint64_t seed) noexcept;
 
   /// A generator seeded from the thread's own entropy-seeded sequence (no lock, no syscall
   /// after the first call on a thread).
   static Random from_thread() noexcept;
 
+  /// The next 64 random bits.
   std::uint64_t next() noexcept;
   /// Uniform in [0, 1).
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }

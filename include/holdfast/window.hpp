@@ -36,8 +36,12 @@
 
 namespace holdfast {
 
+/// One retry budget: a length of time that starts running when the window opens (see the
+/// top of this file). Shared by reference, never copied; its methods may be called from any
+/// thread.
 class RetryWindow {
  public:
+  /// The origin's window: 6 s.
   static constexpr Duration kDefaultLength = std::chrono::seconds(6);
 
   /// REQUIRES: length > 0, else std::invalid_argument.
@@ -47,6 +51,7 @@ class RetryWindow {
 
   /// Opens the window at `now` unless it is already open. Thread-safe: the first call wins.
   void open(TimePoint now) noexcept;
+  /// True once open() was called.
   [[nodiscard]] bool is_open() const noexcept {
     return deadline_ns_.load(std::memory_order_acquire) != kClosed;
   }
@@ -62,12 +67,16 @@ class RetryWindow {
   /// The whole length before the window opens; afterwards the time to the deadline, never
   /// negative.
   [[nodiscard]] Duration remaining(TimePoint now) const noexcept;
+  /// remaining() at the window clock's now.
   [[nodiscard]] Duration remaining() const noexcept { return remaining(clock_->now()); }
+  /// True when no time is left.
   [[nodiscard]] bool spent(TimePoint now) const noexcept {
     return remaining(now) <= Duration::zero();
   }
 
+  /// The window's length.
   [[nodiscard]] Duration length() const noexcept { return length_; }
+  /// The clock the window is measured on.
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
 
  private:
@@ -77,6 +86,8 @@ class RetryWindow {
   std::atomic<std::int64_t> deadline_ns_{kClosed};
 };
 
+/// Makes a RetryWindow the current one on this thread while the scope lives (see the top of
+/// this file). Scopes nest; destroy them in reverse order, on the thread that made them.
 class RequestScope {
  public:
   /// Starts a scope with a window of `length` on `clock`; inside an active scope on this
@@ -94,6 +105,7 @@ class RequestScope {
   RequestScope(const RequestScope&) = delete;
   RequestScope& operator=(const RequestScope&) = delete;
 
+  /// The window this scope uses: its own, or the one it joined or adopted.
   [[nodiscard]] RetryWindow& window() noexcept { return *window_; }
 
   /// The innermost active scope on this thread, or nullptr.
