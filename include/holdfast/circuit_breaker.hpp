@@ -69,15 +69,27 @@
 
 namespace holdfast {
 
-enum class BreakerState : std::uint8_t { kClosed = 0, kOpen = 1, kHalfOpen = 2, kIsolated = 3 };
+/// The states of a breaker (see the top of this file).
+enum class BreakerState : std::uint8_t {
+  kClosed = 0,    ///< every call goes through
+  kOpen = 1,      ///< every call is refused until the open period ends
+  kHalfOpen = 2,  ///< probes are admitted
+  kIsolated = 3   ///< forced open by isolate() until reset()
+};
 
+/// "closed", "open", "half_open", "isolated".
 [[nodiscard]] std::string_view to_string(BreakerState state) noexcept;
 
 /// How one finished call counts for a breaker. kRefused is a failure in which the server
 /// took no call at all: a connect it refused, or a pooler in front of it that cannot reach
 /// it (a failure that names when another attempt can be served: Status::retry_after() with
 /// no stop reason, or with kProbeFailed when it refused a pool's probe connect once more).
-enum class CallResult : std::uint8_t { kSuccess, kFailure, kNeutral, kRefused };
+enum class CallResult : std::uint8_t {
+  kSuccess,  ///< the call succeeded
+  kFailure,  ///< the call failed from overload
+  kNeutral,  ///< counts as nothing
+  kRefused   ///< the server took no call at all (see above)
+};
 
 namespace detail {
 CallResult breaker_result_of_error(const Status& status) noexcept;
@@ -93,6 +105,7 @@ CallResult breaker_result_of_error(const Status& status) noexcept;
 /// True for a Status that is our own shedding rather than the database's answer.
 [[nodiscard]] bool is_own_shedding(const Status& status) noexcept;
 
+/// Why a breaker changed state.
 enum class TransitionReason : std::uint8_t {
   kFailureRatio,          ///< closed -> open: the failure ratio over the window
   kConsecutiveFailures,   ///< closed -> open: N overload faults in a row (see Options)
@@ -106,21 +119,23 @@ enum class TransitionReason : std::uint8_t {
   kReset,                 ///< any -> closed (manual)
 };
 
+/// A few words for the reason ("failure ratio", "probe due", ...).
 [[nodiscard]] std::string_view to_string(TransitionReason reason) noexcept;
 
+/// One state change of a breaker, as its listeners receive it.
 struct BreakerTransition {
-  BreakerState from;
-  BreakerState to;
-  TransitionReason reason;
-  TimePoint at;
+  BreakerState from;         ///< the state it left
+  BreakerState to;           ///< the state it entered
+  TransitionReason reason;   ///< why
+  TimePoint at;              ///< when (on the breaker's clock)
   std::uint64_t generation;  ///< the generation of the new state
   Duration open_for;         ///< to == kOpen: the length of this open period; else zero
 };
 
 /// Calls and overload failures counted in the breaker's sliding window.
 struct WindowCounts {
-  std::uint64_t calls = 0;
-  std::uint64_t failures = 0;
+  std::uint64_t calls = 0;     ///< calls recorded
+  std::uint64_t failures = 0;  ///< of them, overload failures
 };
 
 namespace detail {
@@ -155,6 +170,8 @@ class StripedWindow {
 
 }  // namespace detail
 
+/// Stops sending work to a database that fails from overload (see the top of this file).
+/// Not copyable; every method may be called from any thread.
 class CircuitBreaker {
  public:
   /// Plain configuration; validated by the constructor (std::invalid_argument names the
@@ -164,29 +181,35 @@ class CircuitBreaker {
   /// docs/adr/0003-breaker-and-throttle.md; for busy_consecutive_failures, ADR 0007; for the open
   /// period, ADR 0008.
   struct Options {
-    double failure_ratio = 0.5;  ///< in (0, 1]
+    double failure_ratio = 0.5;  ///< the failed share of the window that opens it; in (0, 1]
     int minimum_calls = 20;      ///< >= 1: the ratio rule needs this many calls in the window
-    Duration window = std::chrono::seconds(10);  ///< > 0
-    int window_buckets = 10;       ///< in [1, 64]; window / window_buckets >= 1 microsecond
-    int consecutive_failures = 5;  ///< >= 0; 0 turns the low-traffic rule off
+    Duration window = std::chrono::seconds(10);  ///< the sliding window's length; > 0
+    int window_buckets = 10;  ///< in [1, 64]; window / window_buckets >= 1 microsecond
+    /// Overload faults in a row that open it at low traffic (and refusals at any traffic);
+    /// >= 0; 0 turns the low-traffic rule off.
+    int consecutive_failures = 5;
     /// >= 0; 0 turns it off. Once the window holds minimum_calls calls, this many overload
     /// faults in a row open the breaker too: a whole ratio sample that failed, without
     /// waiting for the failures to outweigh up to 10 s of earlier successes.
     int busy_consecutive_failures = 20;
-    Duration slow_call_threshold = Duration::zero();  ///< >= 0; 0: latency never counts
-    /// A Shield's breaker opens for 250 ms to 1 s instead (Shield::Options, ADR 0008).
-    Duration open_initial = std::chrono::milliseconds(500);  ///< > 0
-    Duration open_max = std::chrono::seconds(30);            ///< >= open_initial
+    /// A success slower than this counts as a failure; >= 0; 0: latency never counts.
+    Duration slow_call_threshold = Duration::zero();
+    /// The first open period; > 0. A Shield's breaker opens for 250 ms to 1 s instead
+    /// (Shield::Options, ADR 0008).
+    Duration open_initial = std::chrono::milliseconds(500);
+    Duration open_max = std::chrono::seconds(30);    ///< the longest open period; >= open_initial
     int half_open_probes = 1;                        ///< in [1, 64]: probes admitted at a time
-    int probe_successes_to_close = 1;                ///< >= 1
-    Duration probe_lease = std::chrono::seconds(5);  ///< > 0
+    int probe_successes_to_close = 1;                ///< successful probes that close it; >= 1
+    Duration probe_lease = std::chrono::seconds(5);  ///< how long a probe may hold its lease; > 0
   };
 
   class Permit;
+  /// Called after every state change (see add_listener()).
   using Listener = std::function<void(const BreakerTransition&)>;
 
   /// Default options on the system clock.
   CircuitBreaker();
+  /// With `options` (std::invalid_argument names a field out of range), on `clock`.
   explicit CircuitBreaker(Options options, Clock& clock = Clock::system());
   ~CircuitBreaker();
   CircuitBreaker(const CircuitBreaker&) = delete;
@@ -197,6 +220,7 @@ class CircuitBreaker {
   /// permit that says when to come back. Open after its period ends, or half-open with a
   /// free lease: a probe permit. Never throws, never allocates.
   [[nodiscard]] Permit acquire(TimePoint now) noexcept;
+  /// acquire() at the breaker clock's now.
   [[nodiscard]] Permit acquire() noexcept;
   /// acquire(now) while closed; otherwise a refused permit, and nothing changes (no probe
   /// lease is taken, no transition made): the caller asks acquire() next.
@@ -208,6 +232,7 @@ class CircuitBreaker {
   /// failure changes nothing.
   [[nodiscard]] Permit acquire_health_probe(TimePoint now) noexcept;
 
+  /// The current state.
   [[nodiscard]] BreakerState state() const noexcept;
   /// Bumped by every state change.
   [[nodiscard]] std::uint64_t generation() const noexcept;
@@ -253,7 +278,9 @@ class CircuitBreaker {
 
   /// True when recording needs the call's latency (slow_call_threshold is set).
   [[nodiscard]] bool measures_latency() const noexcept { return slow_ns_ > 0; }
+  /// The options it was built with.
   [[nodiscard]] const Options& options() const noexcept { return options_; }
+  /// The clock it reads.
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
 
  private:
@@ -318,10 +345,17 @@ class CircuitBreaker {
 /// records a neutral result, so it can never leave a probe lease taken.
 class CircuitBreaker::Permit {
  public:
-  enum class Kind : std::uint8_t { kRefused, kCall, kProbe, kHealthProbe };
+  /// What a permit allows.
+  enum class Kind : std::uint8_t {
+    kRefused,     ///< the call may not be made
+    kCall,        ///< an ordinary call, while closed
+    kProbe,       ///< a half-open probe
+    kHealthProbe  ///< a background health probe (acquire_health_probe())
+  };
 
   /// A refused permit that refers to no breaker.
   Permit() noexcept = default;
+  /// Takes over `other`'s permit; `other` is left refused and recorded.
   Permit(Permit&& other) noexcept
       : breaker_(std::exchange(other.breaker_, nullptr)),
         word_(other.word_),
@@ -329,6 +363,7 @@ class CircuitBreaker::Permit {
         kind_(other.kind_),
         state_(other.state_),
         lease_(other.lease_) {}
+  /// Records this permit as neutral if still pending, then takes over `other`'s.
   Permit& operator=(Permit&& other) noexcept {
     if (this != &other) {
       if (breaker_ != nullptr) record(CallResult::kNeutral);
@@ -349,8 +384,11 @@ class CircuitBreaker::Permit {
 
   /// True when the call may be made (even after it was recorded).
   [[nodiscard]] bool admitted() const noexcept { return kind_ != Kind::kRefused; }
+  /// admitted().
   explicit operator bool() const noexcept { return admitted(); }
+  /// What this permit allows.
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  /// True for a probe (a half-open probe or a health probe).
   [[nodiscard]] bool is_probe() const noexcept {
     return kind_ == Kind::kProbe || kind_ == Kind::kHealthProbe;
   }
@@ -375,6 +413,7 @@ class CircuitBreaker::Permit {
   void record(const Status& status, Duration latency = Duration::zero()) noexcept {
     record(breaker_result(status), latency);
   }
+  /// Records the call's result as the breaker counts it (see breaker_result()).
   void record(CallResult result, Duration latency = Duration::zero()) noexcept {
     CircuitBreaker* b = std::exchange(breaker_, nullptr);
     if (b == nullptr) return;
@@ -384,9 +423,11 @@ class CircuitBreaker::Permit {
       b->finish_probe(*this, result, latency);
     }
   }
+  /// record(CallResult::kSuccess, latency).
   void record_success(Duration latency = Duration::zero()) noexcept {
     record(CallResult::kSuccess, latency);
   }
+  /// record(CallResult::kFailure, latency).
   void record_failure(Duration latency = Duration::zero()) noexcept {
     record(CallResult::kFailure, latency);
   }

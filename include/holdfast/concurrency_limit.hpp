@@ -45,6 +45,8 @@
 
 namespace holdfast {
 
+/// The learned concurrency limit of one database (Gradient2; see the top of this file). Not
+/// copyable; every method may be called from any thread, without a lock.
 class ConcurrencyLimit {
  public:
   /// Validated by the constructor: std::invalid_argument names the field.
@@ -65,11 +67,13 @@ class ConcurrencyLimit {
   };
 
   ConcurrencyLimit();  ///< default options
+  /// With `options`; std::invalid_argument names a field out of range.
   explicit ConcurrencyLimit(Options options);
   ConcurrencyLimit(const ConcurrencyLimit&) = delete;
   ConcurrencyLimit& operator=(const ConcurrencyLimit&) = delete;
   ~ConcurrencyLimit();
 
+  /// What try_acquire() gave a call.
   enum class Place : std::uint8_t {
     kRefused,    ///< no room
     kUncounted,  ///< go; the limit is relaxed and counts nothing: no release()
@@ -86,6 +90,7 @@ class ConcurrencyLimit {
   /// Callers queued for a place (kept by the Shield that owns this limit). While any are,
   /// try_acquire() refuses, so nobody overtakes them; places go to them as they free up.
   void queued(std::int64_t change) noexcept;
+  /// How many callers are queued for a place now.
   [[nodiscard]] std::int64_t queued() const noexcept {
     return queued_.load(std::memory_order_relaxed);
   }
@@ -93,6 +98,7 @@ class ConcurrencyLimit {
   /// Takes a counted place whatever the limit (a breaker's probe, a place handed from one
   /// waiter to the next); it needs one release().
   void acquire() noexcept { count(kStarted); }
+  /// Gives back a counted place (Place::kCounted, or one taken with acquire()).
   void release() noexcept { count(kFinished); }
 
   /// One sample: a call that took `latency` to answer (dropped: it was given up on at
@@ -109,14 +115,15 @@ class ConcurrencyLimit {
     return true;
   }
 
+  /// The current limit: how many calls may be in flight at once (fractional, learned).
   [[nodiscard]] double limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
   /// The calls in flight now (a sum of the stripes: a snapshot).
   [[nodiscard]] std::int64_t in_flight() const noexcept;
   /// True when there is room for one more retry now.
   [[nodiscard]] bool has_room_for_retry() const noexcept;
-  /// The recent latency (short average) and the normal one (long average); zero before the
-  /// first sample.
+  /// The recent latency (short average); zero before the first sample.
   [[nodiscard]] Duration recent_latency() const noexcept;
+  /// The normal latency (long average); zero before the first sample.
   [[nodiscard]] Duration normal_latency() const noexcept;
   /// True while admissions are counted and checked (see above).
   [[nodiscard]] bool tight() const noexcept { return tight_.load(std::memory_order_relaxed); }
@@ -126,6 +133,7 @@ class ConcurrencyLimit {
   /// How long a caller with `ahead` callers queued before it should expect to wait for a
   /// place: (ahead + 1) x recent latency / limit.
   [[nodiscard]] Duration expected_wait(std::int64_t ahead) const noexcept;
+  /// The options it was built with.
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 
  private:

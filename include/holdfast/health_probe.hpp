@@ -36,16 +36,21 @@
 
 namespace holdfast {
 
+/// Runs a cheap probe while a breaker is open or half-open, and closes it when the
+/// database answers (see the top of this file). Not copyable.
 class HealthProbe {
  public:
+  /// How often to probe, and on which thread.
   struct Options {
-    Duration interval = std::chrono::milliseconds(500);  ///< > 0
-    bool background = true;
+    /// Between runs, on the breaker's clock; > 0.
+    Duration interval = std::chrono::milliseconds(500);
+    bool background = true;  ///< a thread of its own runs the probes; false: only probe_now()
   };
   /// Returns OK when the database answered. Should bound its own time (a short timeout): a
   /// probe that hangs delays the next one. Exceptions count as a failed probe.
   using ProbeFn = std::function<Status()>;
 
+  /// What one probe_now() did.
   struct ProbeReport {
     bool ran = false;     ///< false: the breaker was not open, or another probe was out
     Status status;        ///< the probe's answer when it ran
@@ -55,6 +60,7 @@ class HealthProbe {
   /// REQUIRES: `breaker` outlives this object; `probe` is not empty (else
   /// std::invalid_argument, as is a non-positive interval).
   HealthProbe(CircuitBreaker& breaker, ProbeFn probe);
+  /// The same with `options`.
   HealthProbe(CircuitBreaker& breaker, ProbeFn probe, Options options);
   ~HealthProbe();
   HealthProbe(const HealthProbe&) = delete;
@@ -66,9 +72,11 @@ class HealthProbe {
   /// Stops the background thread (idempotent; the destructor calls it).
   void stop() noexcept;
 
+  /// Probes run so far.
   [[nodiscard]] std::uint64_t runs() const noexcept {
     return runs_.load(std::memory_order_relaxed);
   }
+  /// Of them, the ones that returned OK.
   [[nodiscard]] std::uint64_t successes() const noexcept {
     return successes_.load(std::memory_order_relaxed);
   }

@@ -49,8 +49,11 @@ namespace holdfast {
 
 class Shield;
 
+/// Watches one server's exchanges, checks a suspected silence and trips the Shield's breaker
+/// when it is confirmed (see the top of this file). Not copyable.
 class Liveness {
  public:
+  /// The thresholds; the constructor checks them.
   struct Options {
     /// Work waiting this long with nothing heard from the server makes it suspect. > 0.
     Duration suspect_after = std::chrono::milliseconds(500);
@@ -62,7 +65,7 @@ class Liveness {
     Duration recheck = std::chrono::milliseconds(100);
     /// How often the background thread looks. > 0.
     Duration tick = std::chrono::milliseconds(50);
-    bool background = true;
+    bool background = true;  ///< a thread of its own looks every `tick`; false: only tick()
   };
 
   /// What one check found.
@@ -79,6 +82,7 @@ class Liveness {
   /// REQUIRES: `shield` outlives this object; `check` is not empty (else
   /// std::invalid_argument, as are options out of range).
   Liveness(Shield& shield, CheckFn check, ChangeFn on_change = {});
+  /// The same with `options`.
   Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options options);
   ~Liveness();
   Liveness(const Liveness&) = delete;
@@ -117,12 +121,15 @@ class Liveness {
   /// Stops the background thread (idempotent; the destructor calls it).
   void stop() noexcept;
 
+  /// Checks run so far.
   [[nodiscard]] std::uint64_t checks() const noexcept {
     return checks_.load(std::memory_order_relaxed);
   }
+  /// Silences found so far (a check that got no answer while not already silent).
   [[nodiscard]] std::uint64_t silences() const noexcept {
     return silences_.load(std::memory_order_relaxed);
   }
+  /// The options it was built with.
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 
  private:

@@ -48,26 +48,30 @@
 
 namespace holdfast {
 
+/// The counters of one Shield, and its gauges rendered as Prometheus text (see the top of
+/// this file). Not copyable; every method may be called from any thread.
 class Metrics {
  public:
   static constexpr std::size_t kScopes = 4;  ///< RetryScope values
   static constexpr std::size_t kStates = 4;  ///< BreakerState values
 
+  /// A copy of the counters at one moment (see snapshot()).
   struct Snapshot {
-    std::uint64_t attempts = 0;  ///< successes + every fault
-    std::uint64_t successes = 0;
-    std::uint64_t retries = 0;
-    std::uint64_t windows_spent = 0;
-    std::uint64_t throttled = 0;
-    std::uint64_t breaker_rejected = 0;
-    std::uint64_t breaker_waits = 0;
-    std::uint64_t at_capacity = 0;
-    std::uint64_t silences = 0;
-    /// [RetryScope][overload ? 1 : 0]
+    std::uint64_t attempts = 0;          ///< successes + every fault
+    std::uint64_t successes = 0;         ///< attempts that succeeded
+    std::uint64_t retries = 0;           ///< retries started after a failed attempt
+    std::uint64_t windows_spent = 0;     ///< requests that gave up: window spent
+    std::uint64_t throttled = 0;         ///< requests that gave up: retry throttle
+    std::uint64_t breaker_rejected = 0;  ///< requests failed at once by the breaker
+    std::uint64_t breaker_waits = 0;     ///< waits for a probe inside the window
+    std::uint64_t at_capacity = 0;       ///< requests failed at once: concurrency limit
+    std::uint64_t silences = 0;          ///< times the server was found silent (Liveness)
+    /// Failed attempts, indexed `[RetryScope][overload ? 1 : 0]`.
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
-    /// [BreakerState]: transitions into that state
+    /// Transitions into each state, indexed `[BreakerState]`.
     std::array<std::uint64_t, kStates> transitions{};
 
+    /// Every fault counted, all scopes.
     [[nodiscard]] std::uint64_t faults_total() const noexcept;
   };
 
@@ -81,16 +85,25 @@ class Metrics {
     const unsigned stripe = detail::thread_stripe();
     detail::stripe_add(successes_[stripe].value, stripe, 1);
   }
+  /// Counts a failed attempt by its fault's scope and overload.
   void count_fault(const Fault& fault) noexcept;
+  /// Counts a retry started after a failed attempt.
   void count_retry() noexcept { retries_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a request that gave up because its window was spent.
   void count_window_spent() noexcept { windows_spent_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a request that gave up because the retry throttle refused.
   void count_throttled() noexcept { throttled_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a request failed at once by the breaker.
   void count_breaker_rejected() noexcept {
     breaker_rejected_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// Counts a wait for a probe inside the window.
   void count_breaker_wait() noexcept { breaker_waits_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a request failed at once by the concurrency limit.
   void count_at_capacity() noexcept { at_capacity_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a time the server was found silent.
   void count_silence() noexcept { silences_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a breaker transition into `to`.
   void count_transition(BreakerState to) noexcept {
     transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
   }
@@ -111,12 +124,13 @@ class Metrics {
   /// lines, then the samples, each labelled db="<shield_name>" (escaped as the format asks).
   [[nodiscard]] std::string prometheus_text(std::string_view shield_name) const;
 
+  /// One Shield's metrics and the name that labels them (db="name").
+  struct Labelled {
+    const Metrics* metrics;  ///< the Shield's metrics
+    std::string_view name;   ///< the Shield's name
+  };
   /// Several Shields' metrics in one exposition (a page must not repeat a family's HELP and
   /// TYPE lines): each family once, with every shield's samples under it.
-  struct Labelled {
-    const Metrics* metrics;
-    std::string_view name;
-  };
   [[nodiscard]] static std::string prometheus_text(std::span<const Labelled> shields);
 
  private:

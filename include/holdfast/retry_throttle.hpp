@@ -30,6 +30,8 @@
 
 namespace holdfast {
 
+/// The retry token bucket with a floor (see the top of this file). Not copyable; every
+/// method may be called from any thread, lock-free.
 class RetryThrottle {
  public:
   /// Validated by the constructor: std::invalid_argument names the field.
@@ -40,6 +42,7 @@ class RetryThrottle {
   };
 
   RetryThrottle();  ///< default options
+  /// With `options`; std::invalid_argument names a field out of range.
   explicit RetryThrottle(Options options);
   RetryThrottle(const RetryThrottle&) = delete;
   RetryThrottle& operator=(const RetryThrottle&) = delete;
@@ -63,9 +66,11 @@ class RetryThrottle {
   /// bucket, and nobody can say when).
   [[nodiscard]] Duration retry_after(TimePoint now) const noexcept;
 
+  /// The tokens in the bucket now.
   [[nodiscard]] double tokens() const noexcept;
   /// True while retries are allowed without the floor.
   [[nodiscard]] bool above_half() const noexcept;
+  /// The options it was built with.
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 
  private:
