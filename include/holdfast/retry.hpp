@@ -45,6 +45,7 @@
 
 namespace holdfast {
 
+/// Whether repeating an operation is harmless even when a failed attempt was applied.
 enum class Idempotency : std::uint8_t {
   kNonIdempotent,  ///< repeat only when the failed attempt provably applied nothing
   kIdempotent,     ///< repeating is harmless even if a failed attempt was applied
@@ -52,6 +53,7 @@ enum class Idempotency : std::uint8_t {
 
 /// What the callable handed to the loop is.
 struct Operation {
+  /// Whether it may be repeated after an attempt that may have been applied.
   Idempotency idempotency = Idempotency::kNonIdempotent;
   /// The callable runs a whole transaction from its start, so faults that roll the
   /// transaction back (scope kTransaction) may be retried by calling it again.
@@ -59,12 +61,15 @@ struct Operation {
   /// Names the operation in the DEBUG line ("schedule.games").
   std::string_view label = {};
 
+  /// A read: idempotent, so repeated even after an attempt that may have been applied.
   static constexpr Operation read(std::string_view label = "read") noexcept {
     return {Idempotency::kIdempotent, false, label};
   }
+  /// A write: repeated only when the failed attempt provably applied nothing.
   static constexpr Operation write(std::string_view label = "write") noexcept {
     return {Idempotency::kNonIdempotent, false, label};
   }
+  /// A write that is harmless to repeat (an upsert, a keyed insert): idempotent.
   static constexpr Operation idempotent_write(std::string_view label = "write") noexcept {
     return {Idempotency::kIdempotent, false, label};
   }
@@ -77,26 +82,30 @@ struct Operation {
 
 /// Passed to the on_retry hook before each wait.
 struct RetryEvent {
-  std::string_view label;
+  std::string_view label;     ///< the operation's label
   int attempt;                ///< the attempt that just failed (1-based)
   Duration delay;             ///< the wait before the next attempt
   Duration window_remaining;  ///< window time left before the wait
   const Status& status;       ///< the failure
 };
+/// Called before each wait of a retry loop, instead of the default DEBUG line.
 using RetryHook = std::function<void(const RetryEvent&)>;
 
 /// Statistics of one call, returned to the caller (never kept in shared state).
 struct RetryStats {
-  int attempts = 0;
-  Duration slept{};
+  int attempts = 0;  ///< attempts made
+  Duration slept{};  ///< time spent waiting (backoff, and for a Shield the breaker and the queue)
   StopReason stop = StopReason::kNone;  ///< kNone when the call succeeded
 };
 
+/// How one call is retried: attempts, backoff, window and clock. A copyable value; its
+/// setters validate at once and chain.
 class RetryPolicy {
  public:
   /// The origin's read policy: 5 attempts, 200/600/1500/3000 ms ±50%, 6 s window.
   RetryPolicy();
 
+  /// The origin's read policy (the same as RetryPolicy()).
   static RetryPolicy origin_reads() { return RetryPolicy(); }
   /// The origin's session read: 150/500/1500/3000 ms ±50%, 5 attempts, 6 s window.
   static RetryPolicy origin_session();
@@ -105,18 +114,26 @@ class RetryPolicy {
 
   /// Setters validate at once and throw std::invalid_argument naming the field.
   RetryPolicy& max_attempts(int n);  ///< n >= 1
+  /// The delay schedule between attempts.
   RetryPolicy& backoff(Backoff b);
   RetryPolicy& window(Duration length);        ///< > 0; used outside any RequestScope
   RetryPolicy& last_attempt_time(Duration d);  ///< >= 0; window time a last attempt needs
+  /// The clock the loop reads and sleeps on. REQUIRES: `c` outlives the policy's use.
   RetryPolicy& clock(Clock& c) noexcept;
   RetryPolicy& seed(std::uint64_t seed) noexcept;  ///< reproducible jitter (tests)
   RetryPolicy& on_retry(RetryHook hook);           ///< empty: the default DEBUG console line
 
+  /// The most attempts one call makes.
   [[nodiscard]] int max_attempts() const noexcept { return max_attempts_; }
+  /// The delay schedule.
   [[nodiscard]] const Backoff& backoff() const noexcept { return backoff_; }
+  /// The window used outside any RequestScope.
   [[nodiscard]] Duration window() const noexcept { return window_; }
+  /// Window time a last attempt needs: no retry starts with less left.
   [[nodiscard]] Duration last_attempt_time() const noexcept { return last_attempt_time_; }
+  /// The clock the loop reads and sleeps on.
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+  /// The jitter seed; unset: each call seeds from Random::from_thread().
   [[nodiscard]] const std::optional<std::uint64_t>& seed() const noexcept { return seed_; }
 
   /// Calls the hook, or writes the default DEBUG line. Never throws.
@@ -135,19 +152,21 @@ class RetryPolicy {
 /// What to do after a failed attempt: the one decision type of every retry loop
 /// (holdfast::retry(), Shield::run() and Shield::Call::failed()).
 struct RetryDecision {
-  bool retry = false;
+  bool retry = false;                     ///< true: try again after `delay`; false: stop
   Duration delay{};                       ///< when retry: wait this long, then try again
   StopReason reason = StopReason::kNone;  ///< when not: why
   /// When not, from Shield::Call::failed(): the failure to return, marked with `reason`.
   /// (RetryState::on_failure() leaves it OK: its caller builds it with give_up().)
   Status status;
 
+  /// A decision to retry after `delay`.
   static RetryDecision retry_after(Duration delay) {
     RetryDecision d;
     d.retry = true;
     d.delay = delay;
     return d;
   }
+  /// A decision to stop, for `why`.
   static RetryDecision stop(StopReason why) {
     RetryDecision d;
     d.reason = why;
@@ -163,6 +182,7 @@ class RetryState {
   /// its own (policy.window() long) outside any scope. REQUIRES: `policy` outlives this.
   explicit RetryState(const RetryPolicy& policy, Operation op = {},
                       RetryWindow* window = RequestScope::current_window());
+  /// The same with a given random source (backoff jitter), for reproducible runs.
   RetryState(const RetryPolicy& policy, Operation op, RetryWindow* window, Random rng);
   RetryState(const RetryState&) = delete;
   RetryState& operator=(const RetryState&) = delete;
@@ -181,10 +201,15 @@ class RetryState {
   /// retry_after(). A status some inner loop already gave up on is returned as it is.
   [[nodiscard]] Status give_up(Status last, StopReason reason) const;
 
+  /// Attempts made so far.
   [[nodiscard]] int attempts() const noexcept { return attempts_; }
+  /// Time waited so far, as recorded with add_slept().
   [[nodiscard]] Duration slept() const noexcept { return slept_; }
+  /// The window it draws from.
   [[nodiscard]] RetryWindow& window() noexcept { return *window_; }
+  /// The policy it follows.
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return *policy_; }
+  /// The operation it retries.
   [[nodiscard]] const Operation& operation() const noexcept { return op_; }
 
  private:
@@ -308,6 +333,7 @@ auto retry(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* sta
   return r;  // one named result on every path: returned without a copy
 }
 
+/// retry() for an Operation{} (a non-idempotent write), without stats.
 template <class F>
 auto retry(const RetryPolicy& policy, F&& attempt) -> std::invoke_result_t<F&> {
   return retry(policy, Operation{}, std::forward<F>(attempt));

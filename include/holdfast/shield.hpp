@@ -67,6 +67,9 @@
 
 namespace holdfast {
 
+/// What an application holds per database: breaker, concurrency limit, retry throttle, retry
+/// policies and metrics, composed (see the top of this file). Not copyable; may be used from
+/// any number of threads.
 class Shield {
  public:
   /// A Shield's breaker options: CircuitBreaker's, with the open period below.
@@ -85,10 +88,10 @@ class Shield {
     /// and the throttle keep the load down meanwhile; the origin's 30 s kept a page failing 28 s
     /// after the lock.
     CircuitBreaker::Options breaker = shield_breaker();
-    RetryThrottle::Options throttle;
-    ConcurrencyLimit::Options limit;
-    RetryPolicy reads = RetryPolicy::origin_reads();
-    RetryPolicy writes = RetryPolicy::origin_reads();
+    RetryThrottle::Options throttle;                   ///< the retry throttle's bucket and floor
+    ConcurrencyLimit::Options limit;                   ///< the concurrency limit's learning
+    RetryPolicy reads = RetryPolicy::origin_reads();   ///< the policy of idempotent operations
+    RetryPolicy writes = RetryPolicy::origin_reads();  ///< the policy of everything else
     /// The longest a first attempt queues for a place under the concurrency limit; one
     /// whose expected wait is longer is answered kAtCapacity at once. >= 0.
     Duration queue_wait = std::chrono::milliseconds(500);
@@ -107,6 +110,7 @@ class Shield {
   /// `name` labels the metrics (db="name"). Every timed decision uses `clock`; the clocks of
   /// the two policies are set to it.
   explicit Shield(std::string name, Clock& clock = Clock::system());
+  /// The same with `options` (std::invalid_argument names a field out of range).
   Shield(std::string name, Options options, Clock& clock = Clock::system());
   Shield(const Shield&) = delete;
   Shield& operator=(const Shield&) = delete;
@@ -126,22 +130,36 @@ class Shield {
   auto run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* stats = nullptr)
       -> std::invoke_result_t<F&>;
 
+  /// The policy run() uses for `op`: reads() for an idempotent operation, writes() otherwise.
   [[nodiscard]] const RetryPolicy& policy_for(Operation op) const noexcept {
     return op.idempotency == Idempotency::kIdempotent ? options_.reads : options_.writes;
   }
+  /// The policy of idempotent operations.
   [[nodiscard]] const RetryPolicy& reads() const noexcept { return options_.reads; }
+  /// The policy of everything else.
   [[nodiscard]] const RetryPolicy& writes() const noexcept { return options_.writes; }
 
+  /// The circuit breaker.
   [[nodiscard]] CircuitBreaker& breaker() noexcept { return breaker_; }
+  /// The circuit breaker.
   [[nodiscard]] const CircuitBreaker& breaker() const noexcept { return breaker_; }
+  /// The concurrency limit.
   [[nodiscard]] ConcurrencyLimit& limit() noexcept { return limit_; }
+  /// The concurrency limit.
   [[nodiscard]] const ConcurrencyLimit& limit() const noexcept { return limit_; }
+  /// The retry throttle.
   [[nodiscard]] RetryThrottle& throttle() noexcept { return throttle_; }
+  /// The retry throttle.
   [[nodiscard]] const RetryThrottle& throttle() const noexcept { return throttle_; }
+  /// The counters of this Shield.
   [[nodiscard]] Metrics& metrics() noexcept { return metrics_; }
+  /// The counters of this Shield.
   [[nodiscard]] const Metrics& metrics() const noexcept { return metrics_; }
+  /// The name that labels the metrics.
   [[nodiscard]] std::string_view name() const noexcept { return name_; }
+  /// The clock of every timed decision.
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+  /// The options it was built with (their policies on the Shield's clock).
   [[nodiscard]] const Options& options() const noexcept { return options_; }
   /// Moved by every breaker state change that may let requests through.
   [[nodiscard]] const Signal& signal() const noexcept { return breaker_.signal(); }
@@ -202,11 +220,13 @@ class Shield {
 
 /// What to do next, before an attempt.
 struct Shield::Admission {
+  /// What the caller does next.
   enum class Kind : std::uint8_t {
     kAttempt,  ///< make the attempt now, then report it with the permit
     kWait,     ///< wait until `until` or until `wake` moves past `seen`, then admit() again
     kStop,     ///< give up with `status`
   };
+  /// Which of the three; the members marked with it are set.
   Kind kind = Kind::kStop;
   CircuitBreaker::Permit permit;  ///< kAttempt
   TimePoint until{};              ///< kWait
@@ -285,7 +305,9 @@ class Shield::Call {
   /// Time spent waiting (backoff and breaker), for stats().
   void add_slept(Duration d) noexcept { slept_ += d; }
 
+  /// Attempts made so far.
   [[nodiscard]] int attempts() const noexcept { return attempts_; }
+  /// The call's statistics so far.
   [[nodiscard]] RetryStats stats() const noexcept { return {attempts_, slept_, stop_}; }
   /// After kWait: true once the Shield has woken this call (for single-threaded event loops;
   /// see Shield::wakes()).
@@ -338,8 +360,8 @@ class Shield::Call {
   bool woken_ = false;
 };
 
-/// Shield::run()'s steps of the retry loop (detail::retry_loop in retry.hpp): a Call,
-/// blocking on the Shield's clock for backoff and waits.
+// Shield::run()'s steps of the retry loop (detail::retry_loop in retry.hpp): a Call,
+// blocking on the Shield's clock for backoff and waits.
 class Shield::Steps {
  public:
   using Step = Admission;
@@ -348,7 +370,7 @@ class Shield::Steps {
 
   Admission admit(TimePoint start) { return call_->admit(start); }
   static bool admitted(const Admission& a) noexcept { return a.kind == Admission::Kind::kAttempt; }
-  /// One call per clock tick and thread is timed, as the limit's latency sample.
+  // One call per clock tick and thread is timed, as the limit's latency sample.
   TimePoint attempt_start(TimePoint start) {
     timed_ = shield_->breaker_.measures_latency() || shield_->limit_.wants_sample(start);
     return timed_ ? shield_->clock_->now() : start;
