@@ -50,11 +50,15 @@
 namespace holdfast {
 
 /// One row of the logs table.
+///
+/// The logs table (id, level, context, message, created_at) is each driver's: its SQL is in
+/// sqlite_log_store.hpp and postgres_log_store.hpp. created_at is ISO-8601 UTC text with
+/// milliseconds and 'Z' (utc_stamp), so comparing text compares time.
 struct LogRecord {
   Level level = Level::kInfo;  ///< stored as to_string(level): "INFO", "WARN", "ERROR"
-  std::string context;
-  std::string message;    ///< key=value pairs already appended, as on the console
-  WallTime created_at{};  ///< stored as utc_stamp(created_at): "2026-11-30T11:40:21.123Z"
+  std::string context;         ///< the context tag
+  std::string message;         ///< key=value pairs already appended, as on the console
+  WallTime created_at{};       ///< stored as utc_stamp(created_at): "2026-11-30T11:40:21.123Z"
 };
 
 /// Where DatabaseSink writes and retention deletes. Implemented per database (SQLite,
@@ -79,22 +83,23 @@ class LogStore {
   virtual Result<int> delete_older_than(WallTime cutoff, int limit) = 0;
 };
 
-/// The logs table (id, level, context, message, created_at) is each driver's: its SQL is in
-/// sqlite_log_store.hpp and postgres_log_store.hpp. created_at is ISO-8601 UTC text with
-/// milliseconds and 'Z' (utc_stamp), so comparing text compares time.
 /// Counts by level, indexed by Level.
 struct LevelCounts {
-  std::array<std::uint64_t, 4> by_level{};
+  std::array<std::uint64_t, 4> by_level{};  ///< indexed by Level
 
+  /// The count for `level`.
   [[nodiscard]] std::uint64_t operator[](Level level) const noexcept {
     return by_level[static_cast<std::size_t>(level)];
   }
+  /// All levels together.
   [[nodiscard]] std::uint64_t total() const noexcept {
     return by_level[0] + by_level[1] + by_level[2] + by_level[3];
   }
+  /// Equal when every count is.
   friend bool operator==(const LevelCounts&, const LevelCounts&) = default;
 };
 
+/// What a DatabaseSink did so far (DatabaseSink::stats()).
 struct DatabaseSinkStats {
   std::uint64_t accepted = 0;       ///< entries that went into the queue
   std::uint64_t stored = 0;         ///< entries written to the store (report lines excluded)
@@ -108,8 +113,12 @@ struct DatabaseSinkStats {
   std::size_t queued = 0;           ///< entries waiting for the writer
 };
 
+/// The logs table as a Sink: a bounded queue and a background writer, so that logging never
+/// adds load to a failing database (see the top of this file). Not copyable; write() may be
+/// called from any thread.
 class DatabaseSink final : public Sink {
  public:
+  /// The queue, the batches and the overload pause; the constructor checks them.
   struct Options {
     /// Entries waiting for the writer. Preallocated twice at construction: callers fill one
     /// buffer while the writer stores the other (it takes the whole queue in one O(1) swap).
@@ -138,11 +147,13 @@ class DatabaseSink final : public Sink {
   /// capacity or batch, batch_size > queue_capacity, min_level DEBUG, a negative duration,
   /// a zero linger, max_message_bytes < 64) throw std::invalid_argument naming the field.
   explicit DatabaseSink(LogStore& store) : DatabaseSink(store, Options{}) {}
+  /// The same with `options`.
   DatabaseSink(LogStore& store, Options options);
   /// The same, owning the store (destroyed after the writer has stopped). A null store is
   /// std::invalid_argument.
   explicit DatabaseSink(std::unique_ptr<LogStore> store)
       : DatabaseSink(std::move(store), Options{}) {}
+  /// The same with `options`, owning the store.
   DatabaseSink(std::unique_ptr<LogStore> store, Options options);
   /// Gives the writer up to shutdown_drain to store what is queued, then counts what is
   /// left as lost, stops the writer and writes a console summary of anything that never
@@ -162,8 +173,11 @@ class DatabaseSink final : public Sink {
   /// stored, skipped or lost. True when it has. For tests and shutdown.
   bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(10)) noexcept;
 
+  /// A copy of the counters now.
   [[nodiscard]] DatabaseSinkStats stats() const noexcept;
+  /// True while an overload pause is in force (on the sink's Clock).
   [[nodiscard]] bool paused() const noexcept;
+  /// The options it was built with.
   [[nodiscard]] const Options& options() const noexcept;
 
  private:
@@ -177,6 +191,7 @@ inline constexpr std::chrono::days kLogRetention{90};
 /// now - keep.
 [[nodiscard]] WallTime retention_cutoff(WallTime now, std::chrono::days keep = kLogRetention);
 
+/// How prune_logs() deletes.
 struct PruneOptions {
   /// Rows per delete_older_than() call: each call is one short transaction, so the write
   /// lock is never held for long.

@@ -17,9 +17,9 @@
 /// @code
 ///   2026-11-30T11:40:21.123Z INFO  [payments] charged user=42 amount_cents=1250
 /// @endcode
-/// Control characters in the message are escaped (a newline becomes the two characters \n)
+/// Control characters in the message are escaped (a newline becomes the two characters `\n`)
 /// so one entry is always one line; a value with a space, '"', '=' or a control character is
-/// quoted ("a b", with \" and \\ inside quotes).
+/// quoted ("a b", with `\"` and `\\` inside quotes).
 ///
 /// Logging never throws and never waits on a database: a sink that throws is counted and
 /// skipped; DatabaseSink hands entries to a background writer.
@@ -51,9 +51,12 @@ namespace holdfast {
 /// UTC wall time with millisecond precision (the precision of created_at).
 using WallTime = std::chrono::sys_time<std::chrono::milliseconds>;
 
+/// The source of UTC wall time for log entries (created_at). Abstract; WallClock::system() is
+/// the real one.
 class WallClock {
  public:
   virtual ~WallClock() = default;
+  /// The current UTC time, to the millisecond.
   [[nodiscard]] virtual WallTime now() const noexcept = 0;
   /// std::chrono::system_clock, truncated to milliseconds.
   static const WallClock& system() noexcept;
@@ -64,6 +67,7 @@ class WallClock {
 /// tests. REQUIRES: `clock` outlives this.
 class FollowingWallClock final : public WallClock {
  public:
+  /// Starts at `origin` now.
   FollowingWallClock(const Clock& clock, WallTime origin) noexcept;
   [[nodiscard]] WallTime now() const noexcept override;
 
@@ -76,22 +80,28 @@ class FollowingWallClock final : public WallClock {
 /// "2026-11-30T11:40:21.123Z": ISO-8601 UTC with milliseconds. Fixed width for years 0..9999,
 /// so the text sorts like the time (the logs table compares created_at as text).
 struct UtcStamp {
-  char text[32] = {};
-  std::uint8_t size = 0;
+  char text[32] = {};     ///< the text: its first `size` characters
+  std::uint8_t size = 0;  ///< its length
+  /// The text as a view.
   [[nodiscard]] std::string_view view() const noexcept { return {text, size}; }
 };
+/// `t` as a UtcStamp.
 [[nodiscard]] UtcStamp utc_stamp(WallTime t) noexcept;
 
 /// One key=value pair. The value is a view of the caller's text, or for a number or bool
 /// formatted into the field itself (no allocation).
 class LogField {
  public:
+  /// `value` is the caller's text: it must outlive the field.
   LogField(std::string_view key, std::string_view value) noexcept
       : key_(key), text_(value.data()), size_(value.size()) {}
+  /// A C string (nullptr: empty); it must outlive the field.
   LogField(std::string_view key, const char* value) noexcept
       : LogField(key, std::string_view(value ? value : "")) {}
+  /// "true" or "false".
   LogField(std::string_view key, bool value) noexcept
       : LogField(key, value ? std::string_view("true") : std::string_view("false")) {}
+  /// An integer, formatted into the field.
   template <std::integral T>
   requires(!std::same_as<T, bool> && !std::same_as<T, char>) LogField(std::string_view key, T value)
   noexcept : key_(key) {
@@ -101,9 +111,12 @@ class LogField {
       format_unsigned(static_cast<unsigned long long>(value));
     }
   }
+  /// A double, formatted into the field (shortest round-trip form).
   LogField(std::string_view key, double value) noexcept;
 
+  /// The key.
   [[nodiscard]] std::string_view key() const noexcept { return key_; }
+  /// The value's text.
   [[nodiscard]] std::string_view value() const noexcept {
     return text_ ? std::string_view(text_, size_) : std::string_view(buffer_, size_);
   }
@@ -120,14 +133,16 @@ class LogField {
 
 /// What a sink receives. The views are valid only during Sink::write().
 struct LogEntry {
-  Level level = Level::kInfo;
-  std::string_view context;
-  std::string_view message;
-  std::span<const LogField> fields;
-  TimePoint time{};       ///< from the Logger's Clock
-  WallTime created_at{};  ///< from the Logger's WallClock
+  Level level = Level::kInfo;        ///< the entry's level
+  std::string_view context;          ///< the context tag ("payments", "retry")
+  std::string_view message;          ///< the message
+  std::span<const LogField> fields;  ///< the key=value pairs
+  TimePoint time{};                  ///< from the Logger's Clock
+  WallTime created_at{};             ///< from the Logger's WallClock
 };
 
+/// Where log entries go: the console, the logs table, spdlog, ... Implement accepts() and
+/// write().
 class Sink {
  public:
   virtual ~Sink() = default;
@@ -143,13 +158,16 @@ class Sink {
 /// from other threads and from console::write never interleave; nothing is allocated.
 class ConsoleSink final : public Sink {
  public:
+  /// Where and what it writes.
   struct Options {
     std::FILE* stream = nullptr;  ///< nullptr: stderr
     /// The lowest level written; unset: console::level() at each call (HOLDFAST_LOG_LEVEL).
     std::optional<Level> level;
   };
 
+  /// stderr, at the console level.
   ConsoleSink() noexcept : ConsoleSink(Options{}) {}
+  /// With `options`.
   explicit ConsoleSink(Options options) noexcept;
 
   [[nodiscard]] bool accepts(Level level) const noexcept override;
@@ -163,16 +181,20 @@ class ConsoleSink final : public Sink {
 /// ConsoleSink writes; for sinks of your own and tests.
 void format_console_line(const LogEntry& entry, std::string& out);
 
+/// Levels, a context tag, a message and key/values, fanned out to sinks (see the top of this
+/// file). Not copyable; add sinks before sharing it, then use it from any thread.
 class Logger {
  public:
+  /// The clocks, and whether to start with a console sink.
   struct Options {
-    Clock* clock = nullptr;           ///< nullptr: Clock::system()
-    const WallClock* wall = nullptr;  ///< nullptr: WallClock::system()
-    bool console = true;              ///< start with a ConsoleSink
-    ConsoleSink::Options console_options;
+    Clock* clock = nullptr;                ///< nullptr: Clock::system()
+    const WallClock* wall = nullptr;       ///< nullptr: WallClock::system()
+    bool console = true;                   ///< start with a ConsoleSink
+    ConsoleSink::Options console_options;  ///< the console sink's options
   };
 
   Logger() : Logger(Options{}) {}
+  /// With `options`.
   explicit Logger(Options options);
   Logger(const Logger&) = delete;
   Logger& operator=(const Logger&) = delete;
@@ -185,23 +207,28 @@ class Logger {
   /// skipped (sink_failures() counts it).
   void log(Level level, std::string_view context, std::string_view message,
            std::span<const LogField> fields = {}) noexcept;
+  /// log() with a braced list of fields.
   void log(Level level, std::string_view context, std::string_view message,
            std::initializer_list<LogField> fields) noexcept {
     log(level, context, message, std::span<const LogField>(fields.begin(), fields.size()));
   }
 
+  /// log(Level::kDebug, ...).
   void debug(std::string_view context, std::string_view message,
              std::initializer_list<LogField> fields = {}) noexcept {
     log(Level::kDebug, context, message, fields);
   }
+  /// log(Level::kInfo, ...).
   void info(std::string_view context, std::string_view message,
             std::initializer_list<LogField> fields = {}) noexcept {
     log(Level::kInfo, context, message, fields);
   }
+  /// log(Level::kWarn, ...).
   void warn(std::string_view context, std::string_view message,
             std::initializer_list<LogField> fields = {}) noexcept {
     log(Level::kWarn, context, message, fields);
   }
+  /// log(Level::kError, ...).
   void error(std::string_view context, std::string_view message,
              std::initializer_list<LogField> fields = {}) noexcept {
     log(Level::kError, context, message, fields);
@@ -215,7 +242,9 @@ class Logger {
     return sink_failures_.load(std::memory_order_relaxed);
   }
 
+  /// The clock that stamps LogEntry::time.
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
+  /// The wall clock that stamps LogEntry::created_at.
   [[nodiscard]] const WallClock& wall_clock() const noexcept { return *wall_; }
 
  private:

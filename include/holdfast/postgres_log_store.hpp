@@ -15,7 +15,7 @@
 ///     INSERT INTO logs (...) SELECT ... FROM unnest($1::text[], $2::text[], $3::text[],
 ///                                                  $4::text[]) WITH ORDINALITY ... ORDER BY n
 ///   The four columns travel as array literals in which every element is double-quoted and
-///   '"' and '\' are backslash-escaped -- the whole of PostgreSQL's array quoting rule, so
+///   `'"'` and `'\'` are backslash-escaped -- the whole of PostgreSQL's array quoting rule, so
 ///   any text arrives intact. Rows get their ids in the order of the batch.
 /// - Text PostgreSQL cannot store is made storable instead of failing the batch forever:
 ///   NUL bytes are dropped and invalid UTF-8 becomes U+FFFD (one per maximal invalid

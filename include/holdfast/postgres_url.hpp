@@ -8,7 +8,7 @@
 ///
 /// Both forms libpq takes are read: a URL (postgresql:// or postgres://, with a user-info
 /// password and `password` query parameters) and key=value keywords (a value bare or
-/// single-quoted with \' and \\ escapes). Malformed input is read as far as it goes; a
+/// single-quoted with `\'` and `\\` escapes). Malformed input is read as far as it goes; a
 /// password is never left in the output because the text around it did not parse.
 #pragma once
 

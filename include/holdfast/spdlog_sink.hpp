@@ -56,6 +56,8 @@ inline bool level_from_spdlog(spdlog::level::level_enum level, Level& out) noexc
   }
 }
 
+/// An spdlog sink that hands every message to a holdfast Sink (see the top of this file).
+/// `Mutex` is spdlog's: std::mutex or spdlog::details::null_mutex.
 template <class Mutex>
 class SpdlogSink final : public spdlog::sinks::base_sink<Mutex> {
  public:
@@ -66,9 +68,11 @@ class SpdlogSink final : public spdlog::sinks::base_sink<Mutex> {
     if (!target_) throw std::invalid_argument("SpdlogSink: target must not be null");
   }
 
+  /// The Sink messages go to.
   [[nodiscard]] const std::shared_ptr<Sink>& target() const noexcept { return target_; }
 
  protected:
+  /// spdlog's hook: turns one message into a LogEntry for the target. Never throws.
   void sink_it_(const spdlog::details::log_msg& msg) override {
     try {
       Level level;
@@ -86,6 +90,7 @@ class SpdlogSink final : public spdlog::sinks::base_sink<Mutex> {
     }
   }
 
+  /// Does nothing: logging never waits on a database (see the top of this file).
   void flush_() override {}
 
  private:
@@ -96,6 +101,7 @@ class SpdlogSink final : public spdlog::sinks::base_sink<Mutex> {
 /// spdlog's naming: _mt locks a mutex per message (spdlog's base_sink does), _st does not.
 /// DatabaseSink is thread-safe itself, so the _st form is safe with it from many threads too.
 using SpdlogSinkMt = SpdlogSink<std::mutex>;
+/// The same without a mutex (see SpdlogSinkMt).
 using SpdlogSinkSt = SpdlogSink<spdlog::details::null_mutex>;
 
 }  // namespace holdfast
