@@ -46,16 +46,20 @@
 #include "holdfast/shield.hpp"
 #include "holdfast/status.hpp"
 
+/// The simulator: open-loop load against a modelled database, run through a retry strategy
+/// (see the top of sim.hpp).
 namespace holdfast::sim {
 
+/// How long one query's service takes, around DatabaseModel::mean_service.
 enum class ServiceDistribution : std::uint8_t {
   kExponential,  ///< memoryless; the M/M/c textbook case
   kLognormal,    ///< a long right tail, as measured query times usually have
   kFixed,        ///< every query takes exactly the mean
 };
 
+/// What happens to the database during a scenario's trigger.
 enum class TriggerKind : std::uint8_t {
-  kNone,
+  kNone,          ///< nothing happens
   kCapacityDrop,  ///< service time x factor (a slow disk, a vacuum, a noisy neighbour)
   kLoadSpike,     ///< offered load x factor
   kOutage,        ///< every attempt is refused at once (server restarting)
@@ -68,7 +72,9 @@ enum class TriggerKind : std::uint8_t {
   kHang,
 };
 
+/// "exponential", "lognormal", "fixed".
 [[nodiscard]] std::string_view to_string(ServiceDistribution d) noexcept;
+/// "none", "capacity-drop", "spike", "outage", "brownout", "hang".
 [[nodiscard]] std::string_view to_string(TriggerKind k) noexcept;
 /// "exponential", "lognormal", "fixed". False when unknown.
 [[nodiscard]] bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept;
@@ -77,9 +83,10 @@ enum class TriggerKind : std::uint8_t {
 
 /// The database: `workers` queries run at once, the rest wait in one FIFO queue.
 struct DatabaseModel {
-  int workers = 8;
+  int workers = 8;  ///< queries served at once
   /// 8 workers x 5 ms: a capacity of 1600 queries/s.
   Duration mean_service = std::chrono::milliseconds(5);
+  /// how service times spread around the mean
   ServiceDistribution distribution = ServiceDistribution::kExponential;
   double lognormal_sigma = 0.5;  ///< shape of the lognormal (its mean stays mean_service)
   /// Attempts waiting beyond this are refused at once (53300 "too many clients"). It bounds
@@ -93,31 +100,38 @@ struct DatabaseModel {
   bool drop_abandoned = false;
 };
 
+/// The event of a scenario: what happens to the database, when and for how long.
 struct Trigger {
-  TriggerKind kind = TriggerKind::kNone;
-  Duration start = std::chrono::seconds(20);
-  Duration length = std::chrono::seconds(10);
+  TriggerKind kind = TriggerKind::kNone;       ///< what happens
+  Duration start = std::chrono::seconds(20);   ///< when it starts, from the start of the run
+  Duration length = std::chrono::seconds(10);  ///< how long it lasts
   double factor = 2.0;         ///< capacity drop: service time x factor; spike: load x factor
   double failure_ratio = 0.2;  ///< brownout: fraction of attempts refused
+  /// When it ends: start + length.
   [[nodiscard]] Duration end() const noexcept { return start + length; }
 };
 
+/// One simulated run's load, database, trigger and recovery rule.
 struct Scenario {
-  std::string name = "custom";
-  double offered_rps = 1000.0;
-  Duration duration = std::chrono::seconds(150);
-  DatabaseModel database;
-  Trigger trigger;
+  std::string name = "custom";  ///< the scenario's name in reports
+  double offered_rps = 1000.0;  ///< user requests offered per second (Poisson arrivals)
+  Duration duration = std::chrono::seconds(150);  ///< how long the run lasts (simulated time)
+  DatabaseModel database;                         ///< the database model
+  Trigger trigger;                                ///< the event during the run
   /// Client processes. Requests are spread over them at random; each has its own retry
   /// throttle and circuit breaker unless `shared_policies`.
   int clients = 8;
-  bool shared_policies = false;
+  bool shared_policies =
+      false;  ///< one retry throttle and circuit breaker for every client process
+  /// a client gives up on an attempt after this long
   Duration attempt_timeout = std::chrono::seconds(1);
-  std::uint64_t seed = 1;
+  std::uint64_t seed = 1;  ///< the seed of every random draw: equal seeds give equal runs
   /// Recovered: goodput >= recovery_goodput x offered load for recovery_hold consecutive
   /// seconds, starting at most metastable_after after the trigger ends.
   double recovery_goodput = 0.95;
+  /// the good seconds in a row that make a recovery
   Duration recovery_hold = std::chrono::seconds(10);
+  /// the latest a recovery may start after the trigger ends
   Duration metastable_after = std::chrono::seconds(100);
   /// Stop admitting new requests after this many (0: no limit). For scale measurements.
   std::uint64_t max_requests = 0;
@@ -132,6 +146,7 @@ struct Scenario {
 /// NotFound naming the known scenarios when `name` is not one of them.
 [[nodiscard]] Result<Scenario> builtin_scenario(std::string_view name);
 
+/// Which retry strategy a client runs.
 enum class StrategyKind : std::uint8_t {
   kNone,      ///< one attempt
   kNaive,     ///< immediate retry
@@ -139,12 +154,14 @@ enum class StrategyKind : std::uint8_t {
   kHoldfast,  ///< origin read schedule, one window per request, throttle, breaker
 };
 
+/// "none", "naive", "backoff", "holdfast".
 [[nodiscard]] std::string_view to_string(StrategyKind k) noexcept;
 
+/// A retry strategy and its settings, as the simulator's clients run it.
 struct Strategy {
-  std::string name;
-  StrategyKind kind = StrategyKind::kNone;
-  int max_attempts = 1;
+  std::string name;  ///< the name in reports (parse_strategy() uses the text)
+  StrategyKind kind = StrategyKind::kNone;  ///< which kind of strategy
+  int max_attempts = 1;                     ///< the most attempts per request
   /// The retry window per request (holdfast); for the other kinds an effectively unlimited
   /// window (they stop on attempts only, as Tenacity's stop_after_attempt does).
   Duration window = std::chrono::seconds(6);
@@ -181,9 +198,11 @@ struct Strategy {
   /// end).
   [[nodiscard]] Status validate() const;
 
+  /// One attempt per request, no retry.
   static Strategy none();
   static Strategy naive();    ///< 4 attempts, no wait between them
   static Strategy backoff();  ///< stop after 4 attempts; waits 1 s, 2 s, 4 s (cap 10 s)
+  /// The origin's read policy under a Shield: 5 attempts, 6 s window, throttle and breaker.
   static Strategy holdfast();
 };
 
@@ -213,24 +232,25 @@ struct Second {
   /// Database attempts made by the requests that arrived in this second, per request
   /// (0 when none arrived). Partial when some of them were still unfinished at the end.
   double amplification = 0.0;
-  std::uint32_t unfinished = 0;  ///< requests of this second still in flight when the run ended
-  double p99_ms = 0.0;           ///< of the user-visible latency of successes; 0 when none
-  double breaker_open = 0.0;     ///< fraction of client breakers not closed at the end
-  std::uint32_t queue = 0;       ///< database queue length at the end of the second
-  std::uint32_t busy_workers = 0;
+  std::uint32_t unfinished = 0;    ///< requests of this second still in flight when the run ended
+  double p99_ms = 0.0;             ///< of the user-visible latency of successes; 0 when none
+  double breaker_open = 0.0;       ///< fraction of client breakers not closed at the end
+  std::uint32_t queue = 0;         ///< database queue length at the end of the second
+  std::uint32_t busy_workers = 0;  ///< database workers busy at the end of the second
 };
 
 /// Why user requests failed (indexed by StopReason).
 using ErrorsByReason = std::array<std::uint64_t, 9>;
 
+/// What one run measured: per second and in total.
 struct Report {
-  std::string strategy;
-  std::vector<Second> seconds;
+  std::string strategy;         ///< the strategy's name
+  std::vector<Second> seconds;  ///< one entry per simulated second
   /// Seconds from the trigger's end to the start of the first run of recovery_hold good
   /// seconds; empty when there is none starting within metastable_after (metastable), or
   /// when the run ended too early to see one.
   std::optional<double> recovery_s;
-  bool metastable = false;
+  bool metastable = false;  ///< no recovery started within metastable_after of the trigger's end
   /// The highest per-second amplification (over seconds whose requests all finished).
   double amplification_max = 0.0;
   /// Database attempts per request, over the requests that arrived during the trigger.
@@ -244,31 +264,35 @@ struct Report {
   double efficiency = 0.0;
   /// Latency of the requests that failed, from arrival to the error.
   double failed_p50_ms = 0.0;
+  /// Latency of the requests that failed, 99th percentile.
   double failed_p99_ms = 0.0;
-  std::uint64_t requests = 0;
-  std::uint64_t successes = 0;
-  std::uint64_t errors = 0;
-  std::uint64_t in_flight_at_end = 0;
-  std::uint64_t db_attempts = 0;
+  std::uint64_t requests = 0;            ///< user requests offered
+  std::uint64_t successes = 0;           ///< user requests answered
+  std::uint64_t errors = 0;              ///< user requests that ended in an error
+  std::uint64_t in_flight_at_end = 0;    ///< requests still in flight when the run ended
+  std::uint64_t db_attempts = 0;         ///< attempts that reached the database (refused ones too)
   std::uint64_t breaker_rejections = 0;  ///< requests failed at once by an open breaker
   std::uint64_t breaker_waits = 0;       ///< times a request waited for a breaker's probe
   /// holdfast: the client breakers (one per Shield), and for each that opened at or after
   /// the trigger's start, the seconds from that start to its first opening, ascending. How
   /// soon the Shields notice the trigger (a hang: how long silence goes unnoticed).
   std::uint32_t breakers = 0;
+  /// holdfast: per breaker that opened at or after the trigger's start, the seconds from that
+  /// start to its first opening, ascending.
   std::vector<double> breaker_open_after_s;
-  ErrorsByReason errors_by_reason{};
-  double p99_ms = 0.0;  ///< of all successes
+  ErrorsByReason errors_by_reason{};  ///< user requests that failed, by StopReason
+  double p99_ms = 0.0;                ///< of all successes
   /// Engine statistics (deterministic): events processed, peak live requests and pending
   /// events. Memory follows the peaks, not the number of requests.
   std::uint64_t events = 0;
-  std::uint64_t peak_in_flight = 0;
-  std::uint64_t peak_event_queue = 0;
+  std::uint64_t peak_in_flight = 0;    ///< the most requests in flight at once
+  std::uint64_t peak_event_queue = 0;  ///< the most events pending at once
 };
 
 /// What the simulator asked the library and what it answered, in order. For tests that
 /// replay the same inputs through stand-alone objects (see tests/sim).
 struct TraceEvent {
+  /// What happened.
   enum class Kind : std::uint8_t {
     kArrival,      ///< request `request` arrived and goes to client process `client`
     kAdmit,        ///< holdfast: Shield::Call::admit(at) answered `admission`
@@ -276,25 +300,26 @@ struct TraceEvent {
     kFailed,       ///< the attempt failed with *status after `latency`; the decision follows
     kHealthProbe,  ///< HealthProbe::probe_now() of Shield `client` at `at` (see below)
   };
-  Kind kind = Kind::kArrival;
-  std::uint64_t request = 0;
-  std::uint32_t client = 0;
-  TimePoint at{};
-  /// kAdmit:
+  Kind kind = Kind::kArrival;  ///< which event this is
+  std::uint64_t request = 0;   ///< the request's number (0-based arrival order)
+  std::uint32_t client = 0;    ///< the client process (the Shield)
+  TimePoint at{};              ///< when it happened (simulated time)
+  /// kAdmit: what admit() answered.
   Shield::Admission::Kind admission = Shield::Admission::Kind::kAttempt;
   TimePoint until{};  ///< kWait
-  /// kSucceeded, kFailed:
+  /// kSucceeded, kFailed: how long the attempt took.
   Duration latency{};
   const Status* status = nullptr;  ///< kFailed: the fault; kAdmit kStop: why
-  /// kFailed: retry after `delay`, or stop for `stop`.
+  /// kFailed: true to retry after `delay`, false to stop for `stop`.
   bool retry = false;
-  Duration delay{};
-  StopReason stop = StopReason::kNone;
-  /// kHealthProbe: whether it ran, its answer (*status) and whether it closed the breaker;
+  Duration delay{};                     ///< kFailed: the wait before the retry
+  StopReason stop = StopReason::kNone;  ///< kFailed: why it stopped
+  /// kHealthProbe: whether it ran, its answer (*status), whether it closed the breaker (`closed`);
   /// afterwards the next run was announced for `until`.
   bool ran = false;
-  bool closed = false;
+  bool closed = false;  ///< kHealthProbe: whether its success closed the breaker
 };
+/// Receives every TraceEvent of a run, in order.
 using Tracer = std::function<void(const TraceEvent&)>;
 
 /// Runs one strategy through one scenario; `trace`, when set, sees every decision.
@@ -303,11 +328,12 @@ using Tracer = std::function<void(const TraceEvent&)>;
                                  const Tracer& trace = {});
 
 /// The exact configuration the simulator gives the library (for replaying its decisions):
-/// the retry policy of `strategy` on `clock` (for holdfast, the Shield's reads policy),
+/// the retry policy of `strategy` on `clock` (for holdfast, the Shield's reads policy).
 [[nodiscard]] RetryPolicy retry_policy(const Strategy& strategy, Clock& clock);
-/// the Shield options of a holdfast strategy,
+/// The Shield options of a holdfast strategy on `clock` (see retry_policy()).
 [[nodiscard]] Shield::Options shield_options(const Strategy& strategy, Clock& clock);
-/// and the seed of request number `request` (0-based arrival order) of a run with `seed`.
+/// The seed of request number `request` (0-based arrival order) of a run with `seed` (see
+/// retry_policy()).
 [[nodiscard]] std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept;
 
 /// Capacity during the trigger / offered load, capped at 1 (see Report).
