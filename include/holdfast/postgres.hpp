@@ -103,6 +103,8 @@ enum class Pooling : std::uint8_t {
   kTransaction,
 };
 
+/// How a Database reaches its servers, and how it answers while they are away. Validated
+/// by the Database's constructor.
 struct DatabaseOptions {
   /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
   std::string url{};
@@ -112,7 +114,7 @@ struct DatabaseOptions {
   std::string name = "pg";
   /// Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
   int read_connections = 4;
-  int write_connections = 4;
+  int write_connections = 4;  ///< the primary's write pool; REQUIRES: >= 1
   /// pg_stat_activity.application_name of every connection.
   std::string application_name = "holdfast";
   /// More settings for every call ({"lock_timeout", "2s"}): sent at connect, or with
@@ -143,6 +145,7 @@ struct DatabaseOptions {
   /// (a long lock, a brownout) is never found silent. Zero turns the watch off.
   /// REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
   Duration silence_after = std::chrono::milliseconds(500);
+  /// what the silence check may take; > 0 when silence_after > 0
   Duration silence_check_timeout = std::chrono::milliseconds(500);
   /// The idempotency-key table used by once(). A plain or schema-qualified identifier.
   std::string idempotency_table = "holdfast_idempotency";
@@ -153,7 +156,13 @@ struct DatabaseOptions {
 /// The same name as the SQLite driver's: holdfast::pg::Options.
 using Options = DatabaseOptions;
 
-enum class Isolation : std::uint8_t { kDefault, kReadCommitted, kRepeatableRead, kSerializable };
+/// The isolation level of a transaction() (BEGIN ISOLATION LEVEL ...).
+enum class Isolation : std::uint8_t {
+  kDefault,         ///< the session's default
+  kReadCommitted,   ///< READ COMMITTED
+  kRepeatableRead,  ///< REPEATABLE READ
+  kSerializable     ///< SERIALIZABLE
+};
 
 /// What happened inside one transaction() call (for callers and tests that want to know).
 struct TransactionReport {
@@ -162,13 +171,14 @@ struct TransactionReport {
   /// What the last doubt resolved to: kCommitted, kRolledBack or kUnknown
   /// (kNotInTransaction while no COMMIT was in doubt).
   TxnState resolution = TxnState::kNotInTransaction;
-  RetryStats retry;
+  RetryStats retry;  ///< attempts, time slept and why the retry loop stopped
 };
 
+/// How one transaction() runs.
 struct TransactionOptions {
   /// Operation::transaction(true): the function may be called again after a rollback.
   Operation operation = Operation::transaction(false, "pg.transaction");
-  Isolation isolation = Isolation::kDefault;
+  Isolation isolation = Isolation::kDefault;  ///< the transaction's isolation level
   /// BEGIN ... READ ONLY, on a read-only session of the primary.
   bool read_only = false;
   /// Filled in when not null.
@@ -192,8 +202,11 @@ struct ReadOptions {
 class Statement {
  public:
   Statement() = default;
+  /// The SQL text.
   [[nodiscard]] std::string_view sql() const noexcept { return sql_; }
+  /// How the SQL was classified (read or write).
   [[nodiscard]] SqlKind kind() const noexcept { return kind_; }
+  /// Why it was classified so, in a few words.
   [[nodiscard]] std::string_view reason() const noexcept { return reason_; }
 
  private:
@@ -210,8 +223,8 @@ class Statement {
 /// The result of once(): what the keyed write returned, and whether it was stored by an
 /// earlier call with the same key (and so not run again).
 struct KeyedResult {
-  std::string result;
-  bool replayed = false;
+  std::string result;     ///< what the keyed write returned
+  bool replayed = false;  ///< true: stored by an earlier call with the same key; fn did not run
 };
 
 class Database;
@@ -225,17 +238,23 @@ struct CallPipeline;
 /// aborted; the function should return that Status.
 class Transaction {
  public:
+  /// Move-only.
   Transaction(Transaction&&) noexcept = default;
+  /// Move-only.
   Transaction& operator=(Transaction&&) noexcept = default;
   /// A transaction still open here (an exception left the function) is ended by closing
   /// its connection, which makes the server roll it back.
   ~Transaction();
 
+  /// Runs one statement in the transaction.
   Result<Rows> query(std::string_view sql, std::span<const Param> params);
+  /// query() with a braced list of parameters.
   Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
     return query(sql, std::span<const Param>(params.begin(), params.size()));
   }
+  /// Runs a prepared Statement in the transaction.
   Result<Rows> query(const Statement& stmt, std::span<const Param> params);
+  /// query() of a Statement with a braced list of parameters.
   Result<Rows> query(const Statement& stmt, std::initializer_list<Param> params = {}) {
     return query(stmt, std::span<const Param>(params.begin(), params.size()));
   }
@@ -244,6 +263,7 @@ class Transaction {
   [[nodiscard]] std::string_view xid() const noexcept { return xid_; }
   /// 1 for the first run of the function, 2 for its first re-run, ...
   [[nodiscard]] int run_number() const noexcept { return run_; }
+  /// The connection the transaction runs on (for what the Transaction does not offer).
   [[nodiscard]] Connection& connection() noexcept { return *conn_; }
 
  private:
@@ -259,6 +279,9 @@ class Transaction {
   bool named_statements_ = true;  // false through a transaction pooler
 };
 
+/// A PostgreSQL database behind Shields: a primary with read and write pools, optional
+/// replicas, retried reads, safe writes and transactions (see the top of this file). Not
+/// copyable; every method may be called from any thread.
 class Database {
  public:
   /// Validates `options` (std::invalid_argument naming the field). Connects lazily.
@@ -272,12 +295,15 @@ class Database {
   /// replica; refused with 25006, sent once more on the write path.
   Result<Rows> read(std::string_view sql, std::span<const Param> params,
                     const ReadOptions& options = {});
+  /// read() with a braced list of parameters.
   Result<Rows> read(std::string_view sql, std::initializer_list<Param> params = {},
                     const ReadOptions& options = {}) {
     return read(sql, std::span<const Param>(params.begin(), params.size()), options);
   }
+  /// read() of a prepared Statement.
   Result<Rows> read(const Statement& stmt, std::span<const Param> params,
                     const ReadOptions& options = {});
+  /// read() of a prepared Statement with a braced list of parameters.
   Result<Rows> read(const Statement& stmt, std::initializer_list<Param> params = {},
                     const ReadOptions& options = {}) {
     return read(stmt, std::span<const Param>(params.begin(), params.size()), options);
@@ -289,12 +315,15 @@ class Database {
   /// a pooled connection): use transaction(), DatabaseOptions::settings or prepare().
   Result<Rows> write(std::string_view sql, std::span<const Param> params,
                      Operation op = Operation::write("pg.write"));
+  /// write() with a braced list of parameters.
   Result<Rows> write(std::string_view sql, std::initializer_list<Param> params = {},
                      Operation op = Operation::write("pg.write")) {
     return write(sql, std::span<const Param>(params.begin(), params.size()), op);
   }
+  /// write() of a prepared Statement.
   Result<Rows> write(const Statement& stmt, std::span<const Param> params,
                      Operation op = Operation::write("pg.write"));
+  /// write() of a prepared Statement with a braced list of parameters.
   Result<Rows> write(const Statement& stmt, std::initializer_list<Param> params = {},
                      Operation op = Operation::write("pg.write")) {
     return write(stmt, std::span<const Param>(params.begin(), params.size()), op);
@@ -302,6 +331,7 @@ class Database {
 
   /// read() for a read, write() for anything else.
   Result<Rows> query(std::string_view sql, std::span<const Param> params);
+  /// query() with a braced list of parameters.
   Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
     return query(sql, std::span<const Param>(params.begin(), params.size()));
   }
@@ -334,6 +364,7 @@ class Database {
   [[nodiscard]] bool silent() const noexcept {
     return primary_->liveness != nullptr && primary_->liveness->silent();
   }
+  /// Whether replica `i` is silent now (std::out_of_range for a bad index).
   [[nodiscard]] bool replica_silent(std::size_t i) const {
     const Endpoint& e = *replicas_.at(i);
     return e.liveness != nullptr && e.liveness->silent();
@@ -341,11 +372,17 @@ class Database {
 
   /// The primary's Shield (breaker, throttle, metrics), and each replica's.
   [[nodiscard]] Shield& shield() noexcept { return *primary_->shield; }
+  /// Replica `i`'s Shield (std::out_of_range for a bad index).
   [[nodiscard]] Shield& replica_shield(std::size_t i) { return *replicas_.at(i)->shield; }
+  /// The primary's pool for reads.
   [[nodiscard]] Pool& read_pool() noexcept { return *primary_->reads; }
+  /// The primary's pool for writes and transactions.
   [[nodiscard]] Pool& write_pool() noexcept { return *primary_->writes; }
+  /// Replica `i`'s read pool (std::out_of_range for a bad index).
   [[nodiscard]] Pool& replica_pool(std::size_t i) { return *replicas_.at(i)->reads; }
+  /// How many replicas there are.
   [[nodiscard]] std::size_t replica_count() const noexcept { return replicas_.size(); }
+  /// The options it was built with.
   [[nodiscard]] const DatabaseOptions& options() const noexcept { return options_; }
 
  private:

@@ -41,8 +41,10 @@
 #include "holdfast/result.hpp"
 #include "holdfast/status.hpp"
 
-struct pg_result;  ///< libpq's PGresult
+struct pg_result;  // libpq's PGresult
 
+/// The PostgreSQL driver: connections, a pool, the database with its read and write paths,
+/// and the logs table (see postgres.hpp).
 namespace holdfast::pg {
 
 namespace detail {
@@ -50,12 +52,12 @@ struct ConnectionAccess;
 }
 
 /// Type OIDs of the parameters we type ourselves (pg_type.dat).
-inline constexpr std::uint32_t kOidUnknown = 0;  ///< the server infers the type, like a literal
-inline constexpr std::uint32_t kOidBool = 16;
-inline constexpr std::uint32_t kOidInt8 = 20;
-inline constexpr std::uint32_t kOidInt4 = 23;
-inline constexpr std::uint32_t kOidText = 25;
-inline constexpr std::uint32_t kOidFloat8 = 701;
+inline constexpr std::uint32_t kOidUnknown = 0;   ///< the server infers the type, like a literal
+inline constexpr std::uint32_t kOidBool = 16;     ///< bool
+inline constexpr std::uint32_t kOidInt8 = 20;     ///< int8 (bigint)
+inline constexpr std::uint32_t kOidInt4 = 23;     ///< int4 (integer)
+inline constexpr std::uint32_t kOidText = 25;     ///< text
+inline constexpr std::uint32_t kOidFloat8 = 701;  ///< float8 (double precision)
 
 /// One statement parameter: NULL, a bool, an integer, a double or text. Numbers are sent in
 /// text form with their type; text is sent untyped so the server infers its type from the
@@ -65,8 +67,11 @@ inline constexpr std::uint32_t kOidFloat8 = 701;
 /// passed to (the usual `conn.query(sql, {a, b})` does).
 class Param {
  public:
+  /// NULL.
   Param(std::nullptr_t) noexcept : null_(true) {}  // NOLINT(google-explicit-constructor)
-  Param(bool v) noexcept;                          // NOLINT(google-explicit-constructor)
+  /// A bool ('t' or 'f', typed bool).
+  Param(bool v) noexcept;  // NOLINT(google-explicit-constructor)
+  /// An integer: int4 for a signed type of at most 4 bytes, otherwise int8.
   template <class I>
   requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>) Param(I v)
   noexcept {  // NOLINT(google-explicit-constructor)
@@ -76,10 +81,15 @@ class Param {
       set_int(static_cast<long long>(v), kOidInt8);
     }
   }
-  Param(double v) noexcept;                 // NOLINT(google-explicit-constructor)
-  Param(const char* text) noexcept;         // NOLINT(google-explicit-constructor)
+  /// A double (typed float8).
+  Param(double v) noexcept;  // NOLINT(google-explicit-constructor)
+  /// Text, untyped; nullptr is NULL.
+  Param(const char* text) noexcept;  // NOLINT(google-explicit-constructor)
+  /// Text, untyped.
   Param(const std::string& text) noexcept;  // NOLINT(google-explicit-constructor)
-  Param(std::string_view text) noexcept;    // NOLINT(google-explicit-constructor)
+  /// Text, untyped.
+  Param(std::string_view text) noexcept;  // NOLINT(google-explicit-constructor)
+  /// The optional's value, or NULL when it has none.
   template <class T>
   Param(const std::optional<T>& v) noexcept  // NOLINT(google-explicit-constructor)
       : Param(v ? Param(*v) : Param(nullptr)) {}
@@ -87,12 +97,15 @@ class Param {
   /// Text with an explicit type ("{\"a\":1}" as json, a transaction id as xid8, ...).
   static Param typed(std::string_view text, std::uint32_t oid) noexcept;
 
+  /// True for NULL.
   [[nodiscard]] bool is_null() const noexcept { return null_; }
+  /// The type sent with the value; kOidUnknown for untyped text.
   [[nodiscard]] std::uint32_t oid() const noexcept { return oid_; }
   /// The text form. NUL-terminated when terminated() is true.
   [[nodiscard]] std::string_view text() const noexcept {
     return inline_ ? std::string_view(buf_, length_) : std::string_view(ext_, length_);
   }
+  /// True when text() is followed by a NUL.
   [[nodiscard]] bool terminated() const noexcept { return terminated_; }
 
  private:
@@ -114,23 +127,34 @@ class Param {
 /// parse, or is out of range.
 class Rows {
  public:
+  /// An empty result: no rows, no columns.
   Rows() noexcept = default;
+  /// Takes ownership of a libpq result (null: empty).
   explicit Rows(pg_result* result) noexcept : result_(result) {}
 
   [[nodiscard]] int size() const noexcept;  ///< number of rows
+  /// True when there are no rows.
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] int columns() const noexcept;  ///< number of columns
+  /// The column's name; empty when out of range.
   [[nodiscard]] std::string_view column_name(int col) const noexcept;
   /// The column's index, or -1.
   [[nodiscard]] int column(std::string_view name) const noexcept;
 
+  /// True for NULL, and for a cell out of range.
   [[nodiscard]] bool is_null(int row, int col) const noexcept;
+  /// The cell's text; empty for NULL or out of range.
   [[nodiscard]] std::string_view text(int row, int col) const noexcept;
 
+  /// The cell as a 64-bit integer.
   [[nodiscard]] Result<long long> int64(int row, int col) const;
+  /// The cell as a 32-bit integer.
   [[nodiscard]] Result<int> int32(int row, int col) const;
+  /// The cell as a double (NaN and Infinity included).
   [[nodiscard]] Result<double> float64(int row, int col) const;
+  /// The cell as a bool ('t' or 'f').
   [[nodiscard]] Result<bool> boolean(int row, int col) const;
+  /// The cell's text, copied; an error for NULL.
   [[nodiscard]] Result<std::string> string(int row, int col) const;
 
   /// Rows inserted, updated or deleted by the statement (0 for a query without a count).
@@ -138,6 +162,7 @@ class Rows {
   /// The command tag: "SELECT 1", "INSERT 0 1", "UPDATE 3", ...
   [[nodiscard]] std::string_view command() const noexcept;
 
+  /// The libpq result, still owned by this object.
   [[nodiscard]] pg_result* native() const noexcept { return result_.get(); }
 
  private:
@@ -152,10 +177,11 @@ class Rows {
 /// while the connection was idle).
 struct Notice {
   std::string severity;  ///< "NOTICE", "WARNING", "FATAL", ... (not localized)
-  std::string sqlstate;
-  std::string message;
+  std::string sqlstate;  ///< the SQLSTATE, e.g. "01000" for a warning
+  std::string message;   ///< the primary message
 };
 
+/// What libpq says of the session's transaction.
 enum class TxnStatus : std::uint8_t {
   kIdle,           ///< no transaction open
   kActive,         ///< a statement is running
@@ -168,6 +194,7 @@ namespace detail {
 struct ServerWatch;  // src/pg/server_watch.hpp
 }  // namespace detail
 
+/// How Connection::open() connects.
 struct ConnectOptions {
   /// A connection URL ("postgresql://app@127.0.0.1:5432/app?sslmode=disable") or key=value
   /// keywords ("host=127.0.0.1 port=5432 dbname=app").
@@ -194,18 +221,23 @@ struct ConnectOptions {
   /// connection; data unacknowledged for `tcp_user_timeout` ends it too. The conninfo's own
   /// keepalives* / tcp_user_timeout keywords win. Zero idle: libpq's defaults (the kernel's).
   Duration keepalive_idle = std::chrono::seconds(10);
+  /// between keepalives (see keepalive_idle)
   Duration keepalive_interval = std::chrono::seconds(2);
-  int keepalive_count = 3;
+  int keepalive_count = 3;  ///< unanswered keepalives that end the connection
+  /// unacknowledged data this long ends the connection
   Duration tcp_user_timeout = std::chrono::seconds(10);
   /// Set by pg::Database: the server's liveness watch (DESIGN.md §10). Leave it empty.
   std::shared_ptr<detail::ServerWatch> watch;
 };
 
+/// One libpq connection (see the top of this file). Move-only; used by one thread at a time.
 class Connection {
  public:
   /// A closed connection.
   Connection() noexcept;
+  /// Takes over the connection; the moved-from one is closed.
   Connection(Connection&&) noexcept;
+  /// Closes this connection, then takes over `other`'s.
   Connection& operator=(Connection&&) noexcept;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -217,6 +249,7 @@ class Connection {
   /// by classify_pg_connect_failure() (refused, unreachable, timed out).
   static Result<Connection> open(const ConnectOptions& options,
                                  TimePoint deadline = TimePoint::max());
+  /// open() with just a conninfo and the default options, no deadline.
   static Result<Connection> open(std::string_view conninfo);
 
   /// True while the connection is up as far as libpq knows (no I/O).
@@ -225,6 +258,7 @@ class Connection {
   /// Runs one statement. REQUIRES: `sql` holds exactly one statement (else
   /// INVALID_ARGUMENT, nothing is sent).
   Result<Rows> query(std::string_view sql, std::span<const Param> params = {});
+  /// query() with a braced list of parameters.
   Result<Rows> query(std::string_view sql, std::initializer_list<Param> params) {
     return query(sql, std::span<const Param>(params.begin(), params.size()));
   }
@@ -233,6 +267,7 @@ class Connection {
   Status prepare(std::string_view name, std::string_view sql, std::span<const Param> params = {});
   /// Runs a statement prepared on this connection.
   Result<Rows> query_prepared(std::string_view name, std::span<const Param> params = {});
+  /// query_prepared() with a braced list of parameters.
   Result<Rows> query_prepared(std::string_view name, std::initializer_list<Param> params) {
     return query_prepared(name, std::span<const Param>(params.begin(), params.size()));
   }
@@ -253,11 +288,14 @@ class Connection {
   /// The session's statement_timeout as far as this object knows; negative when unknown.
   [[nodiscard]] Duration statement_timeout() const noexcept;
 
+  /// The session's transaction status; kUnknown without a connection.
   [[nodiscard]] TxnStatus txn_status() const noexcept;
+  /// The server process id of the session; 0 without a connection.
   [[nodiscard]] int backend_pid() const noexcept;
   /// A setting the server reports (GUC_REPORT): "server_version", "application_name",
   /// "default_transaction_read_only", ... Empty when unknown.
   [[nodiscard]] std::string_view server_parameter(const char* name) const noexcept;
+  /// Whether the server reports standard_conforming_strings on (anything but "off").
   [[nodiscard]] bool standard_conforming_strings() const noexcept;
 
   /// Notices received and not yet taken (the last 32 at most), oldest first.
