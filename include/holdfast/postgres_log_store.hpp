@@ -52,15 +52,18 @@
 
 namespace holdfast::pg {
 
-// The logs table on PostgreSQL (one statement per string: the extended protocol takes one
-// at a time). created_at is utc_stamp text (database_sink.hpp).
+/// The logs table on PostgreSQL (one statement per string: the extended protocol takes one
+/// at a time). created_at is utc_stamp text (database_sink.hpp).
 namespace logs_table {
+/// Creates the table if it does not exist.
 inline constexpr std::string_view kCreateTable =
     "CREATE TABLE IF NOT EXISTS logs (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
     "level TEXT NOT NULL, context TEXT NOT NULL, message TEXT NOT NULL, "
     "created_at TEXT NOT NULL)";
+/// Creates the index on created_at if it does not exist.
 inline constexpr std::string_view kCreateIndex =
     "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
+/// Both, in order: what PgLogStore::open() runs.
 inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreateIndex};
 /// Parameters: cutoff (utc_stamp text), limit.
 inline constexpr std::string_view kDeleteOlderThan =
@@ -72,6 +75,7 @@ inline constexpr std::string_view kRecent =
     "ORDER BY created_at DESC LIMIT 50";
 }  // namespace logs_table
 
+/// What a PgLogStore did so far (PgLogStore::stats()).
 struct PgLogStoreStats {
   std::uint64_t connects = 0;          ///< successful connects (both connections, open() too)
   std::uint64_t connect_failures = 0;  ///< failed connect attempts
@@ -80,8 +84,11 @@ struct PgLogStoreStats {
   std::uint64_t sanitized = 0;         ///< values changed to be storable (NUL, bad UTF-8)
 };
 
+/// The logs table on PostgreSQL: the LogStore a DatabaseSink writes to (see the top of this
+/// file). Not copyable; write_batch() and delete_older_than() use a connection each.
 class PgLogStore final : public LogStore {
  public:
+  /// Where and how the store connects; open() checks them.
   struct Options {
     /// A connection URL or key=value keywords. REQUIRES: not empty.
     std::string url;
@@ -120,7 +127,9 @@ class PgLogStore final : public LogStore {
   /// statement on the store's second connection. Returns how many it deleted. Never throws.
   Result<int> delete_older_than(WallTime cutoff, int limit) override;
 
+  /// A copy of the counters now.
   [[nodiscard]] PgLogStoreStats stats() const noexcept;
+  /// The options it was opened with.
   [[nodiscard]] const Options& options() const noexcept { return options_; }
   /// The URL as open() names it in a Status: without its password.
   [[nodiscard]] const std::string& display_url() const noexcept { return display_url_; }

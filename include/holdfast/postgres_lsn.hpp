@@ -40,13 +40,15 @@ namespace holdfast::pg {
 
 /// A PostgreSQL WAL position (pg_lsn). Zero is "none".
 struct Lsn {
-  std::uint64_t value = 0;
+  std::uint64_t value = 0;  ///< the position as a 64-bit number
 
   /// "16/B374D848" (pg_lsn's text form). INVALID_ARGUMENT for anything else.
   static Result<Lsn> parse(std::string_view text);
   /// pg_lsn's text form: "16/B374D848", "0/0" for none.
   [[nodiscard]] std::string to_string() const;
+  /// True for "none" (zero).
   [[nodiscard]] bool empty() const noexcept { return value == 0; }
+  /// Positions compare in WAL order.
   friend auto operator<=>(const Lsn&, const Lsn&) = default;
 };
 

@@ -59,6 +59,8 @@
 
 namespace holdfast::pg {
 
+/// How a Pool connects and how many connections it keeps. Validated by the Pool's
+/// constructor.
 struct PoolOptions {
   /// How to connect. connect.clock is also the pool's clock.
   ConnectOptions connect;
@@ -77,15 +79,16 @@ struct PoolOptions {
   Duration window = RetryWindow::kDefaultLength;
 };
 
+/// A Pool's counters and state (Pool::stats()).
 struct PoolStats {
-  int open = 0;  ///< connections open or being opened
-  int idle = 0;
-  std::uint64_t connects = 0;          ///< successful connects
-  std::uint64_t connect_failures = 0;  ///< failed connects
-  std::uint64_t discarded = 0;         ///< found broken at hand-out, or returned unusable
-  std::uint64_t waits = 0;             ///< acquisitions that had to wait
-  std::uint64_t timeouts = 0;          ///< acquisitions that gave up at their deadline
-  int consecutive_connect_failures = 0;
+  int open = 0;                          ///< connections open or being opened
+  int idle = 0;                          ///< connections open and not lent
+  std::uint64_t connects = 0;            ///< successful connects
+  std::uint64_t connect_failures = 0;    ///< failed connects
+  std::uint64_t discarded = 0;           ///< found broken at hand-out, or returned unusable
+  std::uint64_t waits = 0;               ///< acquisitions that had to wait
+  std::uint64_t timeouts = 0;            ///< acquisitions that gave up at their deadline
+  int consecutive_connect_failures = 0;  ///< connects that failed in a row (0 after a success)
   /// While consecutive_connect_failures > 0: when the next connect may start. Until then a
   /// request that finds no idle connection is answered at once (the pool's breaker on
   /// connects).
@@ -98,13 +101,17 @@ class Pool;
 class PooledConnection {
  public:
   PooledConnection() noexcept = default;
+  /// Takes over `other`'s connection; `other` is left empty.
   PooledConnection(PooledConnection&& other) noexcept;
+  /// Gives back this connection, then takes over `other`'s.
   PooledConnection& operator=(PooledConnection&& other) noexcept;
   PooledConnection(const PooledConnection&) = delete;
   PooledConnection& operator=(const PooledConnection&) = delete;
   ~PooledConnection();
 
+  /// The connection.
   Connection& operator*() noexcept { return conn_; }
+  /// The connection's members.
   Connection* operator->() noexcept { return &conn_; }
   /// Closes the connection instead of returning it.
   void discard() noexcept;
@@ -128,6 +135,8 @@ class PooledConnection {
   bool fresh_ = false;
 };
 
+/// A bounded pool of libpq connections (see the top of this file). Not copyable; every
+/// method may be called from any thread.
 class Pool {
  public:
   /// Validates `options` (std::invalid_argument naming the field). Opens nothing yet.
@@ -173,8 +182,11 @@ class Pool {
   /// place the pool connects. Does not count against size() (acquire() does that).
   Result<Connection> connect(TimePoint deadline);
 
+  /// A copy of the counters and state now.
   [[nodiscard]] PoolStats stats() const;
+  /// The options it was built with.
   [[nodiscard]] const PoolOptions& options() const noexcept { return options_; }
+  /// The pool's clock (connect.clock, or Clock::system()).
   [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
 
  private:

@@ -29,16 +29,19 @@
 
 namespace holdfast::pg {
 
+/// Which path a SQL text may run on.
 enum class SqlKind : std::uint8_t {
   kRead,     ///< may run on the read path (and be retried there)
   kWrite,    ///< must run on the write path
   kInvalid,  ///< cannot run: empty, unterminated literal or comment, more than one statement
 };
 
+/// "read", "write", "invalid".
 [[nodiscard]] std::string_view to_string(SqlKind kind) noexcept;
 
+/// What classify_sql() found in one SQL text.
 struct SqlClass {
-  SqlKind kind = SqlKind::kInvalid;
+  SqlKind kind = SqlKind::kInvalid;  ///< read, write or invalid
   /// Why, in a few words ("data-modifying statement in WITH"). Static text.
   std::string_view reason;
   /// The word of the SQL that decided it ("DELETE"), a view into the classified text; may
@@ -48,6 +51,7 @@ struct SqlClass {
   /// behind on its connection (so a pool must not run it outside a transaction() of ours).
   bool changes_session = false;
 
+  /// True when it may run on the read path.
   [[nodiscard]] bool is_read() const noexcept { return kind == SqlKind::kRead; }
   /// "data-modifying statement in WITH (DELETE)".
   [[nodiscard]] std::string explain() const;

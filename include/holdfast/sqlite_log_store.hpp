@@ -25,14 +25,17 @@
 
 namespace holdfast::sqlite {
 
-// The logs table on SQLite. created_at is utc_stamp text (database_sink.hpp), so comparing
-// text compares time and the index serves the origin's diagnostic query (kRecent).
+/// The logs table on SQLite. created_at is utc_stamp text (database_sink.hpp), so comparing
+/// text compares time and the index serves the origin's diagnostic query (kRecent).
 namespace logs_table {
+/// Creates the table if it does not exist.
 inline constexpr std::string_view kCreateTable =
     "CREATE TABLE IF NOT EXISTS logs (id INTEGER PRIMARY KEY, level TEXT NOT NULL, "
     "context TEXT NOT NULL, message TEXT NOT NULL, created_at TEXT NOT NULL)";
+/// Creates the index on created_at if it does not exist.
 inline constexpr std::string_view kCreateIndex =
     "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
+/// Both, in order: what SqliteLogStore::open() runs.
 inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreateIndex};
 /// Parameters: level, context, message, created_at.
 inline constexpr std::string_view kInsert =
@@ -48,13 +51,16 @@ inline constexpr std::string_view kRecent =
     "ORDER BY created_at DESC LIMIT 50";
 }  // namespace logs_table
 
+/// The logs table on SQLite: the LogStore a DatabaseSink writes to (see the top of this
+/// file).
 class SqliteLogStore final : public LogStore {
  public:
+  /// Where the store lives; open() checks it.
   struct Options {
-    std::string path;
+    std::string path;  ///< the database file
     /// The longest a batch waits for the write lock. Short on purpose (see above).
     Duration busy_timeout = std::chrono::milliseconds(50);
-    Clock* clock = &Clock::system();
+    Clock* clock = &Clock::system();  ///< the clock of the store's Database
   };
 
   /// Opens the file (creating the table if needed). A bad path is a Status naming it.
@@ -63,6 +69,7 @@ class SqliteLogStore final : public LogStore {
   Status write_batch(std::span<const LogRecord> records) override;
   Result<int> delete_older_than(WallTime cutoff, int limit) override;
 
+  /// The Database the store writes through.
   [[nodiscard]] Database& database() noexcept { return db_; }
 
  private:
