@@ -23,31 +23,46 @@
 #include "holdfast/clock.hpp"
 #include "holdfast/status.hpp"
 
-struct sqlite3;  ///< the C handle, for Options::on_connect (no sqlite3.h here)
+struct sqlite3;  // the C handle, for Options::on_connect (no sqlite3.h here)
 
 namespace holdfast::sqlite {
 
+/// SQLite's journal mode (PRAGMA journal_mode), set when the database is opened.
 enum class JournalMode : std::uint8_t {
   kWal,     ///< write-ahead log: readers never wait for a writer (the default)
   kDelete,  ///< rollback journal: readers and writers block each other (tests, legacy files)
   kKeep,    ///< leave the file's journal mode as it is (tools that must not change the file)
 };
 
-enum class Synchronous : std::uint8_t { kOff, kNormal, kFull, kExtra };
+/// SQLite's PRAGMA synchronous: how often it waits for the disk.
+enum class Synchronous : std::uint8_t {
+  kOff,     ///< OFF
+  kNormal,  ///< NORMAL: in WAL mode, safe against corruption; the last commits may be lost
+  kFull,    ///< FULL
+  kExtra    ///< EXTRA
+};
 
 /// How a write transaction begins. kImmediate takes the write lock at BEGIN, so in WAL mode
 /// no statement of the transaction, COMMIT included, meets SQLITE_BUSY; a deferred
 /// transaction that upgrades to a write gets SQLITE_BUSY_SNAPSHOT without waiting when
 /// another connection wrote in between. kExclusive is the rollback-journal equivalent of
 /// kImmediate's guarantee.
-enum class TxnMode : std::uint8_t { kImmediate, kExclusive, kDeferred };
+enum class TxnMode : std::uint8_t {
+  kImmediate,  ///< BEGIN IMMEDIATE
+  kExclusive,  ///< BEGIN EXCLUSIVE
+  kDeferred    ///< BEGIN DEFERRED
+};
 
 /// Which kind of connection Options::on_connect is called for.
-enum class Role : std::uint8_t { kWriter, kReader };
+enum class Role : std::uint8_t {
+  kWriter,  ///< the connection that writes
+  kReader   ///< a read connection (PRAGMA query_only=1)
+};
 
 /// The size of the fixed array of read connections.
 inline constexpr int kMaxReadConnections = 16;
 
+/// How a Database opens its file and connections. Validated when the Database opens.
 struct Options {
   /// A file path; "file:" URIs are accepted. ":memory:" is one in-memory database shared by
   /// all connections of this Database (SQLite's memdb VFS), gone when the Database closes.
@@ -55,8 +70,8 @@ struct Options {
 
   /// Set when the database is opened (it is persistent in the file). Ignored in memory.
   JournalMode journal_mode = JournalMode::kWal;
-  Synchronous synchronous = Synchronous::kNormal;
-  bool foreign_keys = true;
+  Synchronous synchronous = Synchronous::kNormal;  ///< PRAGMA synchronous of every connection
+  bool foreign_keys = true;                        ///< PRAGMA foreign_keys of every connection
 
   /// The longest one attempt waits for a lock held by another connection (SQLite's
   /// busy_timeout; 5 s is the origin's value), for a free read connection, or for this

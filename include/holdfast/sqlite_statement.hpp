@@ -40,24 +40,33 @@ struct sqlite3_stmt;
 namespace holdfast::sqlite {
 
 /// SQLite's storage classes (the values of SQLITE_INTEGER ... SQLITE_NULL).
-enum class Type : std::uint8_t { kInteger = 1, kFloat = 2, kText = 3, kBlob = 4, kNull = 5 };
+enum class Type : std::uint8_t {
+  kInteger = 1,  ///< a 64-bit integer
+  kFloat = 2,    ///< an 8-byte IEEE float
+  kText = 3,     ///< UTF-8 text
+  kBlob = 4,     ///< bytes
+  kNull = 5      ///< NULL
+};
+/// The storage class's name.
 [[nodiscard]] std::string_view to_string(Type type) noexcept;
 
 /// Binds SQL NULL.
 struct Null {};
+/// The value that binds SQL NULL: `st.bind(1, sqlite::null)`.
 inline constexpr Null null{};
 
 /// Bytes, bound as a BLOB and read from one.
 struct Blob {
-  std::span<const std::byte> bytes;
+  std::span<const std::byte> bytes;  ///< the bytes; they must outlive the binding
 };
 
 /// A value bound to a named parameter (":name", "@name", "$name") by the query helpers.
 template <class T>
 struct Named {
-  std::string_view name;
-  const T& value;
+  std::string_view name;  ///< the parameter's name, with its prefix (":id")
+  const T& value;         ///< the value, by reference
 };
+/// A Named value for `name`, for bind_all() and the query helpers.
 template <class T>
 Named<T> named(std::string_view name, const T& value) noexcept {
   return {name, value};
@@ -90,13 +99,21 @@ struct StatementAccess;
 /// text and blob views too.
 class Row {
  public:
+  /// The number of columns.
   [[nodiscard]] int size() const noexcept;
+  /// The column's name.
   [[nodiscard]] std::string_view name(int column) const noexcept;
+  /// The column's storage class in this row.
   [[nodiscard]] Type type(int column) const noexcept;
+  /// True when the column is NULL in this row.
   [[nodiscard]] bool is_null(int column) const noexcept { return type(column) == Type::kNull; }
+  /// The column as a 64-bit integer, with SQLite's conversions (NULL reads as 0).
   [[nodiscard]] std::int64_t int64(int column) const noexcept;
+  /// The column as a double, with SQLite's conversions (NULL reads as 0).
   [[nodiscard]] double real(int column) const noexcept;
+  /// The column as text, with SQLite's conversions (NULL reads as "").
   [[nodiscard]] std::string_view text(int column) const noexcept;
+  /// The column as bytes (NULL reads as empty).
   [[nodiscard]] std::span<const std::byte> blob(int column) const noexcept;
 
   /// The column as T with SQLite's own conversions (NULL reads as 0, "" or std::nullopt).
@@ -132,18 +149,25 @@ class Row {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+/// One prepared SQLite statement, owned or borrowed from a connection's cache (see the top
+/// of this file). Move-only; used by one thread at a time.
 class Statement {
  public:
   Statement() noexcept = default;  ///< empty; valid() is false
+  /// Takes over `other`'s statement; `other` is left empty.
   Statement(Statement&& other) noexcept;
+  /// Releases this statement, then takes over `other`'s.
   Statement& operator=(Statement&& other) noexcept;
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
   /// Finalizes a statement it owns; resets (and unbinds text) one borrowed from a cache.
   ~Statement();
 
+  /// True when it holds a statement.
   [[nodiscard]] bool valid() const noexcept { return row_.stmt_ != nullptr; }
+  /// The SQL text it was prepared from.
   [[nodiscard]] std::string_view sql() const noexcept;
+  /// The number of parameters.
   [[nodiscard]] int parameter_count() const noexcept {
     return parameter_count_ >= 0 ? parameter_count_ : count_parameters();
   }
@@ -174,9 +198,12 @@ class Statement {
   /// Makes the statement ready to run again; bindings stay. Never fails (step() reported
   /// any error already).
   void reset() noexcept;
+  /// Unbinds every parameter (they read as NULL).
   void clear_bindings() noexcept;
 
+  /// The current row, after step() returned true.
   [[nodiscard]] const Row& row() const noexcept { return row_; }
+  /// row().get<T>(index).
   template <class T>
   [[nodiscard]] T column(int index) const {
     return row_.get<T>(index);
