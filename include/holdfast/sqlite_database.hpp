@@ -60,7 +60,9 @@ class Transaction;
 /// Move-only. Destroying an open Transaction rolls it back.
 class Transaction : public QueryApi<Transaction> {
  public:
+  /// Takes over `other`'s transaction; `other` is left ended.
   Transaction(Transaction&& other) noexcept;
+  /// Rolls this transaction back if open, then takes over `other`'s.
   Transaction& operator=(Transaction&& other) noexcept;
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
@@ -68,6 +70,7 @@ class Transaction : public QueryApi<Transaction> {
 
   /// True until commit() succeeds, rollback() runs, or SQLite rolled it back after an error.
   [[nodiscard]] bool is_open() const noexcept;
+  /// How the transaction began.
   [[nodiscard]] TxnMode mode() const noexcept { return mode_; }
 
   /// On success the transaction is committed and the writer is free for others.
@@ -84,6 +87,8 @@ class Transaction : public QueryApi<Transaction> {
   /// REQUIRES: the Statement is destroyed before this Transaction ends.
   Result<Statement> statement(QueryRef q);
 
+  /// Runs body(Statement&) on a statement of `q` on the writer connection and returns what
+  /// body returns (the query helpers are built on it).
   template <class Body>
   auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&> {
     using R = std::invoke_result_t<Body&, Statement&>;
@@ -108,6 +113,8 @@ class Transaction : public QueryApi<Transaction> {
   TxnMode mode_ = TxnMode::kImmediate;
 };
 
+/// One SQLite database file: a writer connection and read connections, with the query
+/// helpers (see the top of this file). Move-only; may be used from many threads at once.
 class Database : public QueryApi<Database> {
  public:
   /// Opens `options.path` and checks that it is a writable SQLite database (readable, with
@@ -117,7 +124,9 @@ class Database : public QueryApi<Database> {
   /// the problem.
   static Result<Database> open(Options options);
 
+  /// Takes over `other`'s database; `other` is left empty.
   Database(Database&& other) noexcept;
+  /// Closes this database, then takes over `other`'s.
   Database& operator=(Database&& other) noexcept;
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
@@ -177,6 +186,7 @@ class Database : public QueryApi<Database> {
   /// Returns how many connections were closed.
   int close_idle_connections() noexcept;
 
+  /// The options it was opened with.
   [[nodiscard]] const Options& options() const noexcept;
 
  private:

@@ -38,9 +38,15 @@
 #include "holdfast/sqlite_statement.hpp"
 #include "holdfast/status.hpp"
 
+/// The SQLite driver: options, statements, queries, the Database and its resilient form
+/// (see sqlite.hpp).
 namespace holdfast::sqlite {
 
-enum class Access : std::uint8_t { kRead, kWrite };
+/// Whether a statement runs as a read (on a read connection) or a write (on the writer).
+enum class Access : std::uint8_t {
+  kRead,  ///< a read: runs on a read connection
+  kWrite  ///< a write: runs on the writer connection
+};
 
 /// Why a statement is a read or a write.
 enum class Effect : std::uint8_t {
@@ -55,15 +61,20 @@ enum class Effect : std::uint8_t {
   kPragmaThatWrites,    ///< a PRAGMA the engine calls read-only that writes (optimize: ANALYZE)
 };
 
+/// "read" or "write".
 [[nodiscard]] std::string_view to_string(Access access) noexcept;
+/// The effect's short name ("read", "explain", ...).
 [[nodiscard]] std::string_view to_string(Effect effect) noexcept;
 /// One sentence saying why a statement with this effect is a read or a write.
 [[nodiscard]] std::string_view describe(Effect effect) noexcept;
 
+/// The engine's read/write verdict on one statement, and why.
 struct AccessVerdict {
-  Access access = Access::kWrite;
-  Effect effect = Effect::kWrite;
+  Access access = Access::kWrite;  ///< read or write
+  Effect effect = Effect::kWrite;  ///< why
+  /// One sentence saying why (describe(effect)).
   [[nodiscard]] std::string_view reason() const noexcept { return describe(effect); }
+  /// Equal when access and effect are.
   friend bool operator==(const AccessVerdict&, const AccessVerdict&) = default;
 };
 
@@ -78,11 +89,13 @@ class Query {
  public:
   Query() noexcept = default;
 
+  /// True for a Query a Database prepared (false for a default-constructed one).
   [[nodiscard]] bool valid() const noexcept { return info_ != nullptr; }
   /// The SQL text (empty when not valid()).
   [[nodiscard]] std::string_view sql() const noexcept { return sql_; }
   /// The engine's read/write verdict (a write when not valid()).
   [[nodiscard]] const AccessVerdict& verdict() const noexcept { return verdict_; }
+  /// verdict().access.
   [[nodiscard]] Access access() const noexcept { return verdict_.access; }
   /// False when the statement cache was full: the statement is prepared on every use.
   [[nodiscard]] bool cached() const noexcept;
@@ -99,12 +112,16 @@ class Query {
 /// Two words, so it travels in registers.
 class QueryRef {
  public:
+  /// A prepared Query; it must outlive the QueryRef.
   QueryRef(const Query& query) noexcept  // NOLINT(google-explicit-constructor)
       : ptr_(&query), size_(kQuery) {}
+  /// SQL text; it must outlive the QueryRef.
   QueryRef(std::string_view sql) noexcept  // NOLINT(google-explicit-constructor)
       : ptr_(sql.data()), size_(sql.size()) {}
+  /// SQL text (a C string); it must outlive the QueryRef.
   QueryRef(const char* sql) noexcept  // NOLINT(google-explicit-constructor)
       : QueryRef(std::string_view(sql)) {}
+  /// SQL text; it must outlive the QueryRef.
   QueryRef(const std::string& sql) noexcept  // NOLINT(google-explicit-constructor)
       : QueryRef(std::string_view(sql)) {}
 
@@ -112,6 +129,7 @@ class QueryRef {
   [[nodiscard]] const Query* query() const noexcept {
     return size_ == kQuery ? static_cast<const Query*>(ptr_) : nullptr;
   }
+  /// The SQL text, of the Query or as given.
   [[nodiscard]] std::string_view sql() const noexcept {
     if (size_ == kQuery) return static_cast<const Query*>(ptr_)->sql();
     return {static_cast<const char*>(ptr_), size_};

@@ -45,6 +45,8 @@
 
 namespace holdfast::sqlite {
 
+/// A Database whose reads are retried within the request's window and whose writes are
+/// never doubled, optionally behind Shields (see the top of this file).
 class ResilientDatabase : public QueryApi<ResilientDatabase> {
  public:
   /// Opens as Database::open() (not retried: it happens once, at start-up).
@@ -58,6 +60,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   /// REQUIRES: `shield` outlives this object; its clock is the policy's clock.
   static Result<ResilientDatabase> open(Options options, Shield& shield,
                                         RetryPolicy policy = RetryPolicy::origin_reads());
+  /// The same, taking over an open Database.
   ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::origin_reads());
   /// With one Shield for reads and one for writes (docs/adr/0006): a batch job holding the
   /// write lock opens the writes' breaker only, and WAL reads, which it does not block, go on.
@@ -65,6 +68,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   /// BEGIN, transactions and COMMIT through `writes`. REQUIRES: both outlive this object.
   static Result<ResilientDatabase> open(Options options, Shield& reads, Shield& writes,
                                         RetryPolicy policy = RetryPolicy::origin_reads());
+  /// The same, taking over an open Database.
   ResilientDatabase(Database db, Shield& reads, Shield& writes,
                     RetryPolicy policy = RetryPolicy::origin_reads());
 
@@ -94,15 +98,20 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
 
   /// This database with another retry policy, sharing the connections and the Shields: for
   /// calls that follow their own schedule, such as the origin's session reads
+  /// @code
   ///   auto sessions = db.with_policy(holdfast::RetryPolicy::origin_session());
+  /// @endcode
   [[nodiscard]] ResilientDatabase with_policy(RetryPolicy policy) const;
 
   /// As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
   template <class Body>
   auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&>;
 
+  /// As Database::close_idle_connections() (not retried).
   int close_idle_connections() noexcept { return db_->close_idle_connections(); }
+  /// The Database underneath, shared by every copy made with with_policy().
   [[nodiscard]] Database& database() noexcept { return *db_; }
+  /// The retry policy of this object.
   [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
   /// The Shield reads go through, or nullptr.
   [[nodiscard]] Shield* shield() const noexcept { return shield_; }
