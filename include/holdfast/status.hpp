@@ -22,6 +22,7 @@
 #include "holdfast/clock.hpp"
 #include "holdfast/fault.hpp"
 
+/// holdfast: keeps a service answering while its database is locked, overloaded or restarting.
 namespace holdfast {
 
 /// The canonical error codes (absl's and gRPC's): what kind of failure a Status reports.

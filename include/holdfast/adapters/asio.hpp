@@ -106,6 +106,7 @@
 #include "holdfast/shield.hpp"
 #include "holdfast/status.hpp"
 
+/// holdfast's Shield retry loop for asynchronous code on Asio (see the top of asio.hpp).
 namespace holdfast::asio {
 
 namespace detail {
@@ -118,22 +119,26 @@ using error_code = ::asio::error_code;
 #endif
 }  // namespace detail
 
-// The completion an attempt calls, once, with its outcome. Move-only; calling it a second
-// time, or on a moved-from Done, does nothing.
+/// The completion an attempt calls, once, with its outcome. Move-only; calling it a second
+/// time, or on a moved-from Done, does nothing.
 template <class R>
 class Done {
   static_assert(std::is_same_v<R, Status> || is_result<R>::value,
                 "holdfast::asio::Done<R>: R must be holdfast::Status or holdfast::Result<T>");
 
  public:
+  /// An empty Done: calling it does nothing.
   Done() = default;
+  /// Wraps `f`, a callable void(R).
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, Done>>>
   explicit Done(F&& f) : fn_(std::make_unique<Fn<std::decay_t<F>>>(std::forward<F>(f))) {}
 
+  /// Delivers the outcome (the first call only; later calls do nothing).
   void operator()(R result) {
     std::unique_ptr<Base> fn = std::move(fn_);
     if (fn) fn->call(std::move(result));
   }
+  /// True until it was called or moved from.
   [[nodiscard]] explicit operator bool() const noexcept { return fn_ != nullptr; }
 
  private:
@@ -150,7 +155,7 @@ class Done {
   std::unique_ptr<Base> fn_;
 };
 
-// Optional settings of one async_run.
+/// Optional settings of one async_run.
 struct RunOptions {
   /// The policy; null: shield.policy_for(op).
   const RetryPolicy* policy = nullptr;
@@ -422,9 +427,9 @@ class RunOp {
 
 }  // namespace detail
 
-// Runs `attempt` under `shield` for `op` until it succeeds or the Shield stops it, waiting on
-// `ex` (see the top of this file). Completion signature: void(R). R defaults to Status;
-// Result<T> for an attempt that yields a value.
+/// Runs `attempt` under `shield` for `op` until it succeeds or the Shield stops it, waiting on
+/// `ex` (see the top of this file). Completion signature: void(R). R defaults to Status;
+/// Result<T> for an attempt that yields a value.
 template <class R = Status, class Executor, class Attempt, class CompletionToken>
 auto async_run(const Executor& ex, Shield& shield, Operation op, const RunOptions& options,
                Attempt&& attempt, CompletionToken&& token) {
@@ -439,7 +444,7 @@ auto async_run(const Executor& ex, Shield& shield, Operation op, const RunOption
       detail::RunOp<R, Executor, A>(std::move(state)), token, ex);
 }
 
-// The same with the default RunOptions.
+/// The same with the default RunOptions.
 template <class R = Status, class Executor, class Attempt, class CompletionToken>
 auto async_run(const Executor& ex, Shield& shield, Operation op, Attempt&& attempt,
                CompletionToken&& token) {

@@ -58,6 +58,7 @@
 #include "holdfast/shield.hpp"
 #include "holdfast/status.hpp"
 
+/// holdfast over libpqxx: classified errors and retried transactions (see libpqxx.hpp).
 namespace holdfast::libpqxx {
 
 namespace detail {

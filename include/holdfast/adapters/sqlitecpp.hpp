@@ -53,6 +53,8 @@
 #include "holdfast/shield.hpp"
 #include "holdfast/status.hpp"
 
+/// holdfast over SQLiteCpp: classified errors and retried statements and transactions (see
+/// sqlitecpp.hpp).
 namespace holdfast::sqlitecpp {
 
 /// The Status for a SQLiteCpp exception (see above).
