@@ -56,9 +56,11 @@ fuzz: deps
 	  tail -n 6 build/fuzz/$$t.log; [ $$rc -eq 0 ] || exit $$rc; done
 
 # The API reference with the README and docs/ as its pages (Doxygen, installed if missing):
-# build/docs/html/index.html.
+# build/docs/html/index.html. Any Doxygen warning (an undocumented public name, a broken
+# comment or link) fails it.
 docs: deps
 	@HOLDFAST_EXTRA_PACKAGES="doxygen" scripts/install-deps.sh
+	@mkdir -p build/docs
 	@doxygen docs/Doxyfile
 	@echo "docs: build/docs/html/index.html"
 
