@@ -19,8 +19,14 @@ SessionToucher::~SessionToucher() {
 }
 
 void SessionToucher::touch(const std::string& token) {
+  const TimePoint now = store_.clock().coarse_now();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (pending_.size() < 1024) pending_.insert(token);
+  const auto it = refreshed_.find(token);
+  if (it != refreshed_.end() && now - it->second < kEvery) return;
+  if (pending_.size() >= 1024) return;
+  if (refreshed_.size() >= kRemembered) refreshed_.clear();
+  refreshed_[token] = now;
+  pending_.insert(token);
   wake_.notify_one();
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "club_store.hpp"
 
@@ -22,9 +23,14 @@ class SessionToucher {
   SessionToucher(const SessionToucher&) = delete;
   SessionToucher& operator=(const SessionToucher&) = delete;
 
-  // Queues `token` for a refresh by the writer thread. At most 1024 distinct tokens wait;
-  // more are dropped. Thread-safe.
+  // Queues `token` for a refresh by the writer thread, unless it was refreshed within the
+  // last kEvery (the store moves last_seen at most once a minute anyway: a busy page must
+  // not become a write per render). At most 1024 distinct tokens wait; more are dropped.
+  // Thread-safe.
   void touch(const std::string& token);
+  static constexpr Duration kEvery = std::chrono::minutes(1);
+  // Tokens whose last refresh is remembered; past this the memory starts afresh.
+  static constexpr std::size_t kRemembered = 4096;
 
  private:
   void loop();
@@ -33,6 +39,7 @@ class SessionToucher {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::set<std::string> pending_;
+  std::unordered_map<std::string, TimePoint> refreshed_;  // token -> when it was queued
   bool stop_ = false;
   std::thread thread_;
 };
