@@ -18,6 +18,8 @@ packages=(
   libboost1.81-dev
   # the PostgreSQL drill's connection pooler (transaction mode)
   pgbouncer
+  # the API reference (make docs; a test checks it builds without a warning)
+  doxygen
 )
 # Extra packages a part of the project asks for (the browser test adds chromium).
 if [[ -f "$(dirname "$0")/extra-packages.txt" ]]; then
