@@ -5,7 +5,18 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
+// Built twice: on standalone Asio, and on Boost.Asio (Boost 1.81) with HOLDFAST_ASIO_BOOST.
+#if defined(HOLDFAST_ASIO_BOOST)
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+namespace net = ::boost::asio;
+#else
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
@@ -14,6 +25,10 @@
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
+namespace net = ::asio;
+#endif
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -54,14 +69,14 @@ Shield::Options roomy_options() {
 // An asynchronous attempt that fails `failures` times, then succeeds with `value`; each
 // answer comes from a handler posted to the io_context, as a driver's would.
 struct FlakyQuery {
-  ::asio::io_context* io;
+  net::io_context* io;
   int failures;
   int value;
   std::shared_ptr<int> calls = std::make_shared<int>(0);
 
   void operator()(Done<Result<int>> done) const {
     const int n = ++*calls;
-    ::asio::post(*io, [n, f = failures, v = value, done = std::move(done)]() mutable {
+    net::post(*io, [n, f = failures, v = value, done = std::move(done)]() mutable {
       if (n <= f) {
         done(busy());
       } else {
@@ -73,7 +88,7 @@ struct FlakyQuery {
 
 TEST(AsioAdapter, TwoHundredConcurrentRetriesOnOneThreadAllSucceed) {
   Shield shield("asio", roomy_options());
-  ::asio::io_context io;
+  net::io_context io;
   constexpr int kOps = 200;
   std::vector<std::optional<Result<int>>> results(kOps);
   std::vector<RetryStats> stats(kOps);
@@ -105,9 +120,9 @@ TEST(AsioAdapter, TwoHundredConcurrentRetriesOnOneThreadAllSucceed) {
 // answers from a third thread (a driver's own), through Done.
 TEST(AsioAdapter, OnStrandsOfAContextRunByTwoThreadsWithAnswersFromAnotherThread) {
   Shield shield("asio", roomy_options());
-  ::asio::io_context io;
-  ::asio::io_context driver;  // the driver's own thread
-  auto driver_work = ::asio::make_work_guard(driver);
+  net::io_context io;
+  net::io_context driver;  // the driver's own thread
+  auto driver_work = net::make_work_guard(driver);
   std::thread driver_thread([&] { driver.run(); });
   constexpr int kOps = 100;
   std::atomic<int> ok{0};
@@ -116,9 +131,9 @@ TEST(AsioAdapter, OnStrandsOfAContextRunByTwoThreadsWithAnswersFromAnotherThread
     auto attempt = [&, n = std::make_shared<int>(0)](Done<Status> d) {
       ++calls;
       const bool fail = ++*n <= 2;
-      ::asio::post(driver, [fail, d = std::move(d)]() mutable { d(fail ? busy() : Status()); });
+      net::post(driver, [fail, d = std::move(d)]() mutable { d(fail ? busy() : Status()); });
     };
-    async_run(::asio::make_strand(io), shield, Operation::read("q"), attempt, [&](Status s) {
+    async_run(net::make_strand(io), shield, Operation::read("q"), attempt, [&](Status s) {
       EXPECT_TRUE(s.ok()) << s.to_string();
       if (s.ok()) ++ok;
     });
@@ -135,20 +150,20 @@ TEST(AsioAdapter, OnStrandsOfAContextRunByTwoThreadsWithAnswersFromAnotherThread
 
 TEST(AsioAdapter, CoAwaitWithUseAwaitableReturnsTheResult) {
   Shield shield("asio", roomy_options());
-  ::asio::io_context io;
+  net::io_context io;
   FlakyQuery q{&io, 1, 42};
   std::optional<Result<int>> got;
   RetryStats stats;
-  ::asio::co_spawn(
+  net::co_spawn(
       io,
-      [&]() -> ::asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         RunOptions opts;
         opts.stats = &stats;
         Result<int> r = co_await async_run<Result<int>>(
-            io.get_executor(), shield, Operation::read("q"), opts, q, ::asio::use_awaitable);
+            io.get_executor(), shield, Operation::read("q"), opts, q, net::use_awaitable);
         got.emplace(std::move(r));
       },
-      ::asio::detached);
+      net::detached);
   io.run();
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->ok()) << got->status().to_string();
@@ -159,7 +174,7 @@ TEST(AsioAdapter, CoAwaitWithUseAwaitableReturnsTheResult) {
 
 TEST(AsioAdapter, APermanentFaultIsNotRetried) {
   Shield shield("asio", roomy_options());
-  ::asio::io_context io;
+  net::io_context io;
   int calls = 0;
   auto attempt = [&](Done<Status> d) {
     ++calls;
@@ -177,7 +192,7 @@ TEST(AsioAdapter, APermanentFaultIsNotRetried) {
 
 TEST(AsioAdapter, AttemptsExhaustedGivesUpWithTheLastFailure) {
   Shield shield("asio", roomy_options());
-  ::asio::io_context io;
+  net::io_context io;
   FlakyQuery q{&io, 100, 0};
   std::optional<Result<int>> got;
   async_run<Result<int>>(io.get_executor(), shield, Operation::read("q"), q,
@@ -193,21 +208,21 @@ TEST(AsioAdapter, CancelledInItsBackoffCompletesCancelledAndReleasesItsPlace) {
   Shield::Options o = roomy_options();
   o.reads = quick_policy(seconds(30));  // a backoff the test never waits out
   Shield shield("asio", o);
-  ::asio::io_context io;
-  ::asio::cancellation_signal cancel;
+  net::io_context io;
+  net::cancellation_signal cancel;
   int calls = 0;
   auto attempt = [&](Done<Status> d) {
     ++calls;
-    ::asio::post(io, [&, d = std::move(d)]() mutable {
+    net::post(io, [&, d = std::move(d)]() mutable {
       d(busy());
       // The operation is in its backoff now: cancel it from the event loop.
-      ::asio::post(io, [&] { cancel.emit(::asio::cancellation_type::terminal); });
+      net::post(io, [&] { cancel.emit(net::cancellation_type::terminal); });
     });
   };
   std::optional<Status> got;
   async_run(
       io.get_executor(), shield, Operation::read("q"), attempt,
-      ::asio::bind_cancellation_slot(cancel.slot(), [&](Status s) { got.emplace(std::move(s)); }));
+      net::bind_cancellation_slot(cancel.slot(), [&](Status s) { got.emplace(std::move(s)); }));
   io.run();
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->code(), Code::kCancelled);
@@ -261,14 +276,14 @@ class AsioProbeWait : public ::testing::Test {
         return;
       }
       ++served_;
-      ::asio::post(io_, [d = std::move(d)]() mutable { d(Status()); });
+      net::post(io_, [d = std::move(d)]() mutable { d(Status()); });
     };
   }
 
   // Starts `n` requests, and runs the loop until one of them is the held probe and the
   // others wait for it.
   void start_waiters(int n, std::vector<std::optional<Status>>& results,
-                     std::vector<::asio::cancellation_signal>* cancels = nullptr) {
+                     std::vector<net::cancellation_signal>* cancels = nullptr) {
     RunOptions patient;
     patient.wake_poll = seconds(600);
     for (int i = 0; i < n; ++i) {
@@ -278,7 +293,7 @@ class AsioProbeWait : public ::testing::Test {
       if (cancels != nullptr) {
         async_run(
             io_.get_executor(), shield_, Operation::read("page"), patient, database(),
-            ::asio::bind_cancellation_slot((*cancels)[static_cast<std::size_t>(i)].slot(), done));
+            net::bind_cancellation_slot((*cancels)[static_cast<std::size_t>(i)].slot(), done));
       } else {
         async_run(io_.get_executor(), shield_, Operation::read("page"), patient, database(), done);
       }
@@ -301,7 +316,7 @@ class AsioProbeWait : public ::testing::Test {
 
   RetryPolicy single_ = quick_policy(milliseconds(1), 1);
   Shield shield_;
-  ::asio::io_context io_;  // after the Shield: pending operations hold Calls of it
+  net::io_context io_;  // after the Shield: pending operations hold Calls of it
   std::vector<Done<Status>> held_;
   int served_ = 0;
 };
@@ -330,14 +345,14 @@ TEST_F(AsioProbeWait, WaitersAreReleasedByTheProbeThatSucceedsNotByTheirTimers) 
 TEST_F(AsioProbeWait, CancelledWhileWaitingForTheProbeLeavesTheQueueAtOnce) {
   trip();
   std::vector<std::optional<Status>> results(3);
-  std::vector<::asio::cancellation_signal> cancels(3);
+  std::vector<net::cancellation_signal> cancels(3);
   start_waiters(3, results, &cancels);
   ASSERT_EQ(held_.size(), 1u);
   ASSERT_EQ(shield_.waiting(), 2);
   // The probe is one of the three; cancel a waiter.
   int waiter = -1;
   for (int i = 0; i < 3 && waiter < 0; ++i) {
-    cancels[static_cast<std::size_t>(i)].emit(::asio::cancellation_type::terminal);
+    cancels[static_cast<std::size_t>(i)].emit(net::cancellation_type::terminal);
     poll_all();
     if (results[static_cast<std::size_t>(i)].has_value()) waiter = i;
   }
@@ -359,7 +374,7 @@ TEST_F(AsioProbeWait, CancelledWhileWaitingForTheProbeLeavesTheQueueAtOnce) {
 
 TEST(AsioAdapter, AnOpenBreakerFailsFastWithRetryAfter) {
   Shield shield("asio", roomy_options());
-  ::asio::io_context io;
+  net::io_context io;
   shield.breaker().isolate();
   int calls = 0;
   auto attempt = [&](Done<Status> d) {
@@ -382,13 +397,13 @@ TEST(AsioAdapter, OverloadOpensTheBreakerAndLaterCallsFailFast) {
   o.breaker.consecutive_failures = 3;
   o.breaker.open_initial = o.breaker.open_max = seconds(60);
   Shield shield("asio", o);
-  ::asio::io_context io;
+  net::io_context io;
   const Status overload(Code::kUnavailable, "too many connections",
                         Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
   int calls = 0;
   auto attempt = [&](Done<Status> d) {
     ++calls;
-    ::asio::post(io, [&, d = std::move(d)]() mutable { d(overload); });
+    net::post(io, [&, d = std::move(d)]() mutable { d(overload); });
   };
   std::vector<Status> got;
   for (int i = 0; i < 3; ++i) {

@@ -3,8 +3,8 @@
 /// standalone Asio 1.19 or later (tested with Debian's libasio-dev, 1.22), or Boost.Asio when
 /// HOLDFAST_ASIO_BOOST is defined before this header is included. That switch only renames the
 /// namespace and the headers, and needs Boost 1.77 or later (per-operation cancellation;
-/// Debian 12's Boost is 1.74): it is not tested here, the tests and the example use
-/// standalone Asio.
+/// Debian 12 ships 1.81 as libboost1.81-dev besides its default 1.74). Both are tested: the
+/// same tests run on standalone Asio and on Boost 1.81's Asio.
 ///
 /// The caller gives an asynchronous attempt: a callable that starts one try of the work and
 /// calls the Done<R> it is handed, once, with the outcome (R is Status or Result<T>).
