@@ -150,46 +150,21 @@ inline int DatabaseImpl::try_acquire_reader() noexcept {
 Status DatabaseImpl::wait_for_reader(int& slot) {
   const TimePoint start = clock->now();
   const TimePoint deadline = wait_deadline();
-  ReaderWaiter self;
   reader_waiters_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::lock_guard<std::mutex> lock(reader_line_mutex_);
-    // Nobody ahead: a connection given back since the caller looked may be free already.
-    if (reader_line_.empty()) slot = try_acquire_reader();
-    if (slot < 0) reader_line_.push_back(&self);
-  }
-  while (slot < 0) {
+  for (;;) {
     const std::uint64_t seen = reader_returned_.generation();
-    {
-      std::lock_guard<std::mutex> lock(reader_line_mutex_);
-      if (self.slot >= 0) {
-        slot = self.slot;  // handed over (and already taken off the line)
-        break;
-      }
-      // First in line: a connection given back without a hand-off (its thread saw no
-      // waiter yet) is this one's.
-      if (reader_line_.front() == &self) {
-        slot = try_acquire_reader();
-        if (slot >= 0) {
-          reader_line_.pop_front();
-          break;
-        }
-      }
-      if (clock->now() >= deadline) {
-        reader_line_.erase(std::find(reader_line_.begin(), reader_line_.end(), &self));
-        reader_waiters_.fetch_sub(1, std::memory_order_relaxed);
-        // The next in line may be first now.
-        reader_returned_.notify_all();
-        return busy(
-            cat({"all ", std::to_string(reader_count_), " read connections were in use; waited"}),
-            start);
-      }
+    slot = try_acquire_reader();
+    if (slot >= 0) break;
+    const TimePoint now = clock->now();
+    if (now >= deadline) {
+      reader_waiters_.fetch_sub(1, std::memory_order_relaxed);
+      return busy(
+          cat({"all ", std::to_string(reader_count_), " read connections were in use; waited"}),
+          start);
     }
-    clock->sleep_until(std::min(deadline, clock->now() + kReaderRecheck), &reader_returned_, seen);
+    clock->sleep_until(std::min(deadline, now + kReaderRecheck), &reader_returned_, seen);
   }
   reader_waiters_.fetch_sub(1, std::memory_order_relaxed);
-  // The next in line may be first now, and a connection may be free for it.
-  reader_returned_.notify_all();
   return Status();
 }
 
@@ -201,8 +176,7 @@ Status DatabaseImpl::open_reader(ReaderSlot& slot) {
 }
 
 inline Status DatabaseImpl::acquire_reader(Lease& lease) {
-  // While others wait, a newcomer joins the line instead of taking a connection first.
-  int slot = reader_waiters_.load(std::memory_order_relaxed) == 0 ? try_acquire_reader() : -1;
+  int slot = try_acquire_reader();
   if (slot < 0) [[unlikely]] {
     if (Status s = wait_for_reader(slot); !s.ok()) return s;
   }
@@ -250,20 +224,8 @@ inline void DatabaseImpl::release(Lease& lease) noexcept {
     writer_lock_.unlock();
     return;
   }
-  if (reader_waiters_.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
-    // Someone waits: the connection goes to the first in line, still marked busy.
-    std::unique_lock<std::mutex> lock(reader_line_mutex_);
-    if (!reader_line_.empty()) {
-      reader_line_.front()->slot = lease.slot_;
-      reader_line_.pop_front();
-      lock.unlock();
-      reader_returned_.notify_all();
-      return;
-    }
-  }
-  readers_[static_cast<std::size_t>(lease.slot_)].busy.store(false, std::memory_order_seq_cst);
-  // A waiter that joined the line after the look above finds it at its next look.
-  if (reader_waiters_.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
+  readers_[static_cast<std::size_t>(lease.slot_)].busy.store(false, std::memory_order_release);
+  if (reader_waiters_.load(std::memory_order_relaxed) != 0) [[unlikely]] {
     reader_returned_.notify_all();
   }
 }

@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -105,17 +104,7 @@ class DatabaseImpl {
 
   int reader_count_;
   std::array<ReaderSlot, kMaxReadConnections> readers_;
-  // Threads waiting for a read connection, served in the order they came: a connection
-  // given back while someone waits goes to the first in line (hand-off), and a newcomer
-  // joins the line rather than take it. Without the line, a waiter that wakes to find the
-  // connection taken again could wait for hundreds of milliseconds behind newcomers on a
-  // busy machine (measured on the panel: p99 370 ms at 16 threads for 4 connections).
-  struct ReaderWaiter {
-    int slot = -1;  // set by the thread that hands it a connection
-  };
   std::atomic<int> reader_waiters_{0};
-  std::mutex reader_line_mutex_;
-  std::deque<ReaderWaiter*> reader_line_;  // guarded by reader_line_mutex_
   Signal reader_returned_;
 
   std::mutex registry_mutex_;

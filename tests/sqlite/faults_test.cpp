@@ -217,53 +217,6 @@ TEST_F(Faults, AReadWaitsForAFreeReadConnectionNoLongerThanItsWindow) {
   EXPECT_EQ(db.query_one<std::int64_t>("SELECT v FROM kv")->value_or(0), 10);
 }
 
-TEST_F(Faults, ReadsWaitingForAReadConnectionAreServedInTheOrderTheyCame) {
-  // A read connection given back while reads wait goes to the one that waited longest, not
-  // to whichever thread looks first: on a busy machine the unlucky one could otherwise wait
-  // out its window behind newcomers.
-  create(JournalMode::kWal);
-  Options options;
-  options.path = path;
-  options.read_connections = 1;
-  Database db = Database::open(options).value();
-  std::atomic<bool> holding{false};
-  std::atomic<bool> let_go{false};
-  std::thread owner([&] {
-    (void)db.with_statement("SELECT v FROM kv", [&](Statement&) {
-      holding = true;
-      while (!let_go)
-        std::this_thread::yield();
-      return Status();
-    });
-  });
-  while (!holding)
-    std::this_thread::yield();
-  std::mutex order_mutex;
-  std::vector<int> order;
-  const auto reader = [&](int id) {
-    return std::thread([&, id] {
-      RequestScope request(seconds(20));
-      (void)db.with_statement("SELECT v FROM kv", [&](Statement&) {
-        std::lock_guard<std::mutex> lock(order_mutex);
-        order.push_back(id);
-        return Status();
-      });
-    });
-  };
-  // Each joins the line before the next comes (a settle of real time: the order, not the
-  // time, is what is checked).
-  std::vector<std::thread> readers;
-  for (int id = 1; id <= 4; ++id) {
-    readers.push_back(reader(id));
-    std::this_thread::sleep_for(milliseconds(100));
-  }
-  let_go = true;
-  owner.join();
-  for (std::thread& t : readers)
-    t.join();
-  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4}));
-}
-
 // --- Writes --------------------------------------------------------------------------
 
 TEST_F(Faults, AnAutocommitWriteThatMetTheWriteLockIsRetriedAndAppliedOnce) {
