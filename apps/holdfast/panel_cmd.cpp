@@ -43,6 +43,7 @@ struct PanelArgs {
   std::string host = "127.0.0.1";
   std::vector<std::string> allowed_hosts;
   int port = 8080;
+  int workers = 16;  // database-bound requests served at once
   std::string strategy = "holdfast";
   bool secure_cookies = false;
   bool check = false;
@@ -156,6 +157,7 @@ void run_panel(const PanelArgs& args) {
   server_options.logger = logging->logger.get();
   server_options.log_sink = logging->sink.get();
   server_options.secure_cookies = args.secure_cookies;
+  server_options.threads = args.workers;
   panel::PanelServer server(server_options);
   if (Status s = server.start(); !s.ok()) {
     fmt::print(stderr, "error: {}\n", s.to_string());
@@ -225,6 +227,11 @@ void add_panel_command(CLI::App& app) {
       ->check(not_empty("--allow-host"));
   cmd->add_option("--port", args->port, "Port (0: any free port)")
       ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--workers", args->workers,
+                  "Threads that serve database-bound requests at once (light routes such as "
+                  "/healthz have 4 of their own); more wait in a queue of 64, then get 503")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_flag("--secure-cookies", args->secure_cookies,
                 "Mark the session cookie Secure (behind TLS: a proxy that terminates HTTPS)");

@@ -246,12 +246,18 @@ Shield::Admission Shield::Call::admit_slow(CircuitBreaker::Permit&& permit, Time
 }
 
 Shield::Admission Shield::Call::wait(TimePoint until) {
+  // What the signal said before joining the line: a place handed to this call during
+  // enqueue(), or by another thread right after it, notifies the signal, and a sleeper that
+  // had read the generation after that notice would sleep until `until` (queue_wait, 500 ms
+  // by default) with its place granted.
+  if (!signal_) signal_.emplace();
+  const std::uint64_t seen = signal_->generation();
   shield_->enqueue(*this);
   Admission a;
   a.kind = Admission::Kind::kWait;
   a.until = until;
   a.wake = &*signal_;
-  a.seen = signal_->generation();
+  a.seen = seen;
   return a;
 }
 
