@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The panel's HTTP throughput beside nginx's, in one run on this machine (make bench runs it).
+#
+#   scripts/bench-http.sh [HOLDFAST_EXE]
+#
+# Starts `holdfast panel` on a throwaway SQLite file, signs in, and has wrk fetch the
+# schedule page (a signed-in page: four SQLite reads and a render) over 16 keep-alive
+# connections; then nginx serves the very same bytes as a static file and wrk fetches that.
+# Prints both rates, their ratio and each p99. The machine is shared and noisy: only the
+# ratio within one run means anything. Needs wrk and nginx (Debian: wrk, nginx-light; make
+# bench installs them). Env: SECONDS_EACH (default 10), CONNECTIONS (16), WORKERS (the
+# panel's --workers, default its own).
+set -euo pipefail
+
+exe="${1:-build/release/apps/holdfast/holdfast}"
+seconds_each="${SECONDS_EACH:-10}"
+connections="${CONNECTIONS:-16}"
+for tool in wrk nginx curl; do
+  command -v "$tool" >/dev/null || { echo "bench-http: $tool not found (Debian: wrk, nginx-light, curl)" >&2; exit 1; }
+done
+[[ -x "$exe" ]] || { echo "bench-http: $exe is not built (make bench builds it)" >&2; exit 1; }
+
+dir="$(mktemp -d /tmp/holdfast-bench-http.XXXXXX)"
+panel_pid=""
+nginx_pid_file="$dir/nginx.pid"
+cleanup() {
+  if [[ -n "$panel_pid" ]]; then kill "$panel_pid" 2>/dev/null || true; wait "$panel_pid" 2>/dev/null || true; fi
+  if [[ -f "$nginx_pid_file" ]]; then kill "$(cat "$nginx_pid_file")" 2>/dev/null || true; fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+panel_port="$(free_port)"
+nginx_port="$(free_port)"
+
+workers_arg=()
+[[ -n "${WORKERS:-}" ]] && workers_arg=(--workers "$WORKERS")
+"$exe" panel --db "$dir/club.db" --port "$panel_port" "${workers_arg[@]}" >"$dir/panel.log" 2>&1 &
+panel_pid=$!
+for _ in $(seq 100); do
+  curl -fs "http://127.0.0.1:$panel_port/healthz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+cookie="$(curl -fsi -X POST -d 'email=Ada.Nowak@club.example&password=demo' \
+  "http://127.0.0.1:$panel_port/login" | tr -d '\r' | sed -n 's/^[Ss]et-[Cc]ookie: \(session=[^;]*\).*/\1/p' | head -1)"
+[[ -n "$cookie" ]] || { echo "bench-http: could not sign in" >&2; cat "$dir/panel.log" >&2; exit 1; }
+page="http://127.0.0.1:$panel_port/dashboard/schedule"
+mkdir -p "$dir/www" "$dir/tmp"
+curl -fs -H "Cookie: $cookie" "$page" -o "$dir/www/schedule.html"
+
+cat >"$dir/nginx.conf" <<EOF
+worker_processes 2;
+pid $nginx_pid_file;
+error_log $dir/nginx-error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp;
+  uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;
+  server { listen 127.0.0.1:$nginx_port; root $dir/www; location / { default_type text/html; } }
+}
+EOF
+nginx -c "$dir/nginx.conf" -p "$dir" 2>/dev/null
+
+# rate and p99 (ms) of one wrk run
+measure() {
+  local out
+  out="$(wrk -t2 -c"$connections" -d"${seconds_each}s" --latency "$@")"
+  local rate p99 non2xx
+  rate="$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' <<<"$out")"
+  p99="$(awk '$1=="99%"{v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' <<<"$out")"
+  non2xx="$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p' <<<"$out")"
+  echo "$rate $p99 ${non2xx:-0}"
+}
+read -r panel_rate panel_p99 panel_bad < <(measure -H "Cookie: $cookie" "$page")
+read -r nginx_rate nginx_p99 _ < <(measure "http://127.0.0.1:$nginx_port/schedule.html")
+bytes="$(wc -c <"$dir/www/schedule.html")"
+echo "schedule page ($bytes bytes), $connections keep-alive connections, ${seconds_each} s each, $(nproc) cores:"
+printf '  holdfast panel  %9.0f requests/s  p99 %7.2f ms  (%s answers not 2xx)\n' "$panel_rate" "$panel_p99" "$panel_bad"
+printf '  nginx, static   %9.0f requests/s  p99 %7.2f ms\n' "$nginx_rate" "$nginx_p99"
+awk -v a="$panel_rate" -v b="$nginx_rate" 'BEGIN { printf "  ratio (panel / nginx): %.3f\n", a / b }'
