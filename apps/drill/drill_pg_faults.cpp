@@ -349,9 +349,12 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "stop" || fault == "standby-lag") return 15;
   if (fault == "exhaust" || fault == "cpu") return 20;
   if (fault == "standby-stop") return 10;
-  // The freeze, the promotion 3 s later, the fence 20 s after it, and a second.
+  // The freeze, the promotion 3 s later, the fence 20 s after it, and two seconds for the
+  // old primary's rebuild (about 0.5-1.5 s on the drill's small cluster), which may run
+  // past the end: the fault ends once the rebuilt standby streams.
   if (fault == "failover" || fault == "failover-async") return 25;
-  // The switchover at its start takes a second or two; then the new primary serves.
+  // The switchover at its start takes a second or two; then the new primary serves; the
+  // rebuild of the old primary comes after these 10 s.
   if (fault == "switchover") return 10;
   if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" || fault == "pooler-pause")
     return 10;

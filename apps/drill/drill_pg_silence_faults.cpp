@@ -92,8 +92,8 @@ Result<std::string> rebuild_old_primary(PgDrill& drill, bool sync) {
       !st.ok())
     return st;
   std::string evidence = fmt::format(
-      "; the old primary rebuilt as the standby (port {}) of the new primary (port {}) "
-      "(pg_basebackup -R, started) in {:.0f} ms, streaming {:.0f} ms later",
+      "; the old primary rebuilt as the standby (port {}) of the new primary (port {}) in "
+      "{:.0f} ms (pg_basebackup -R, then started), streaming {:.0f} ms later",
       drill.cluster->standby_port(), drill.cluster->primary_port(), rebuild_ms, *streaming);
   if (sync) {
     Status on = turn_sync_on(primary);
