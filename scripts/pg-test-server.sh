@@ -12,6 +12,23 @@
 #   scripts/pg-test-server.sh standby-url   prints the URL of the standby
 #   scripts/pg-test-server.sh standby-down  stops the standby (keeps its folder and port)
 #   scripts/pg-test-server.sh standby-up    starts it again after standby-down
+#   scripts/pg-test-server.sh promoted      records that the standby was promoted (the
+#                                           caller promoted it, e.g. with pg_promote()):
+#                                           it is the primary from now on, and the old
+#                                           primary (stopped, frozen or fenced: the caller
+#                                           sees to it that it never answers again) the
+#                                           standby, to rebuild
+#   scripts/pg-test-server.sh rebuild-standby  after `promoted`: the old primary's folder
+#                                           replaced by a fresh `pg_basebackup -R` from
+#                                           the new primary, started as its streaming
+#                                           standby on the old primary's port; prints the
+#                                           standby's URL
+#
+# The verbs act by role, not by folder: the state file records which folder and port are
+# the primary's and which the standby's, and `promoted` swaps them. After a failover
+# (promoted, then rebuild-standby) `down` stops the new primary, `standby-down` the rebuilt
+# standby, and `url` and `standby-url` print theirs. Each folder keeps its log file
+# (server.log for the first primary's, standby.log for the first standby's).
 #
 # The standby is made with `pg_basebackup -R -X stream` from the running primary (a fast
 # checkpoint, no fsync: well under a second on a fresh cluster) and started with
@@ -91,13 +108,33 @@ standby_options() {
 }
 
 pg_start() {
-  as_server_user "$bindir/pg_ctl" -D "$data_dir" -l "$root/server.log" -w -t 30 \
+  as_server_user "$bindir/pg_ctl" -D "$data_dir" -l "${log:-$root/server.log}" -w -t 30 \
     -o "$(server_options)" start >/dev/null
 }
 
 standby_start() {
-  as_server_user "$bindir/pg_ctl" -D "$standby_dir" -l "$root/standby.log" -w -t 30 \
-    -o "$(standby_options)" start >/dev/null
+  as_server_user "$bindir/pg_ctl" -D "$standby_dir" -l "${standby_log:-$root/standby.log}" \
+    -w -t 30 -o "$(standby_options)" start >/dev/null
+}
+
+# Writes the state file from the variables, by role: data_dir, port, url and log are the
+# primary's, standby_* the standby's.
+write_state() {
+  cat >"$state_file.tmp" <<EOF
+root='$root'
+data_dir='$data_dir'
+port='$port'
+pid_file='$data_dir/postmaster.pid'
+bindir='$bindir'
+max_connections='$max_connections'
+url='$url'
+log='$log'
+standby_dir='$standby_dir'
+standby_port='$standby_port'
+standby_url='$standby_url'
+standby_log='$standby_log'
+EOF
+  mv "$state_file.tmp" "$state_file"
 }
 
 free_port() {
@@ -141,7 +178,7 @@ make_standby() {
     tries=$((tries + 1))
     if standby_start; then break; fi
     if [[ $tries -ge 8 ]]; then
-      tail -n 20 "$root/standby.log" >&2 || true
+      tail -n 20 "$standby_log" >&2 || true
       die "the standby did not start (see the log above)"
     fi
     note "port $standby_port did not work for the standby; trying another"
@@ -183,6 +220,8 @@ cmd_start() {
   as_server_user test -w "$root" ||
     die "the server user cannot write $root (is ${TMPDIR:-/tmp} reachable by 'postgres'?)"
   data_dir="$root/data"
+  log="$root/server.log"
+  standby_log="$root/standby.log"
   if ! as_server_user "$bindir/initdb" -D "$data_dir" -U postgres -A trust -E UTF8 \
     --no-sync --locale=C >"$root/initdb.log" 2>&1; then
     cat "$root/initdb.log" >&2
@@ -196,7 +235,7 @@ cmd_start() {
     tries=$((tries + 1))
     if pg_start; then break; fi
     if [[ $tries -ge 8 ]]; then
-      tail -n 20 "$root/server.log" >&2 || true
+      tail -n 20 "$log" >&2 || true
       die "the server did not start (see the log above)"
     fi
     note "port $port did not work; trying another"
@@ -204,18 +243,7 @@ cmd_start() {
   if [[ "${HOLDFAST_PG_STANDBY:-0}" == "1" ]]; then make_standby; fi
 
   url="postgresql://postgres@127.0.0.1:$port/postgres"
-  cat >"$state_file" <<EOF
-root='$root'
-data_dir='$data_dir'
-port='$port'
-pid_file='$data_dir/postmaster.pid'
-bindir='$bindir'
-max_connections='$max_connections'
-url='$url'
-standby_dir='$standby_dir'
-standby_port='$standby_port'
-standby_url='$standby_url'
-EOF
+  write_state
   starting_root=""
   trap - EXIT
   echo "$url"
@@ -243,7 +271,7 @@ cmd_down() {
 
 cmd_up() {
   load_state || die "no test server recorded in $state_file"
-  pg_start || die "the server did not start again (see $root/server.log)"
+  pg_start || die "the server did not start again (see ${log:-$root/server.log})"
 }
 
 cmd_url() {
@@ -269,7 +297,55 @@ cmd_standby_down() {
 
 cmd_standby_up() {
   load_standby
-  standby_start || die "the standby did not start again (see $root/standby.log)"
+  standby_start ||
+    die "the standby did not start again (see ${standby_log:-$root/standby.log})"
+}
+
+# True while a postmaster runs in folder $1.
+running_in() {
+  as_server_user "$bindir/pg_ctl" -D "$1" status >/dev/null 2>&1
+}
+
+cmd_promoted() {
+  load_standby
+  if [[ -x "$bindir/psql" ]]; then
+    local recovery
+    recovery="$("$bindir/psql" -X -q -A -t -h 127.0.0.1 -p "$standby_port" -U postgres \
+      -d postgres -c 'SELECT pg_is_in_recovery()' 2>&1)" ||
+      die "the standby on port $standby_port did not answer: $recovery"
+    [[ "$recovery" == "f" ]] ||
+      die "the standby on port $standby_port is still in recovery: promote it first"
+  fi
+  local d="$data_dir" p="$port" u="$url" l="${log:-$root/server.log}"
+  data_dir="$standby_dir" port="$standby_port" url="$standby_url"
+  log="${standby_log:-$root/standby.log}"
+  standby_dir="$d" standby_port="$p" standby_url="$u" standby_log="$l"
+  write_state
+}
+
+cmd_rebuild_standby() {
+  load_standby
+  if running_in "$standby_dir"; then
+    die "the standby's folder ($standby_dir) has a running server: stop it first"
+  fi
+  if port_in_use "$standby_port"; then
+    die "port $standby_port is taken: the old primary's processes may still run" \
+      "(a frozen one has no pid file left; fence or stop it first)"
+  fi
+  # A fenced (SIGKILLed) postmaster leaves its Unix socket and its lock file, which names
+  # a pid that may since be another process's.
+  rm -f "$root/.s.PGSQL.$standby_port" "$root/.s.PGSQL.$standby_port.lock"
+  rm -rf "$standby_dir"
+  if ! as_server_user "$bindir/pg_basebackup" -h 127.0.0.1 -p "$port" -U postgres \
+    -D "$standby_dir" -R -X stream -c fast --no-sync >"$root/basebackup.log" 2>&1; then
+    cat "$root/basebackup.log" >&2
+    die "pg_basebackup from the primary on port $port failed"
+  fi
+  if ! standby_start; then
+    tail -n 20 "${standby_log:-$root/standby.log}" >&2 || true
+    die "the rebuilt standby did not start on port $standby_port (see the log above)"
+  fi
+  echo "$standby_url"
 }
 
 case "${1:-}" in
@@ -281,8 +357,11 @@ case "${1:-}" in
   standby-url) cmd_standby_url ;;
   standby-down) cmd_standby_down ;;
   standby-up) cmd_standby_up ;;
+  promoted) cmd_promoted ;;
+  rebuild-standby) cmd_rebuild_standby ;;
   *)
-    echo "usage: $0 start|stop|down|up|url|standby-url|standby-down|standby-up" >&2
+    echo "usage: $0 start|stop|down|up|url|standby-url|standby-down|standby-up|promoted|" \
+      "rebuild-standby" >&2
     exit 2
     ;;
 esac

@@ -32,14 +32,6 @@ Result<std::vector<StormSpec>> fault_specs(const PgDrillOptions& options) {
       known += ", failover-async, switchover";
       return Status(Code::kInvalidArgument, fmt::format("unknown fault '{}' ({})", f, known));
     }
-    const bool changes_primary = f.starts_with("failover") || f == "switchover";
-    if (changes_primary && &f != &options.faults.back()) {
-      // Without a standby to rebuild, the cluster has none after a failover.
-      return Status(Code::kInvalidArgument,
-                    fmt::format("the {} fault must be the last one (the drill does not yet "
-                                "rebuild the old primary as a standby)",
-                                f));
-    }
     if ((f == "pooler-pause" || f == "switchover") &&
         std::find(options.strategies.begin(), options.strategies.end(), "holdfast+pgbouncer") ==
             options.strategies.end()) {

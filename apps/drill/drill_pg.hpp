@@ -49,20 +49,29 @@ namespace holdfast::panel {
 //   pooler-pause  PAUSE on PgBouncer's admin console for 10 s, then RESUME (queries wait in
 //                 PgBouncer until its query_wait_timeout, 1 s in the drill); needs the
 //                 holdfast+pgbouncer strategy, and touches no other strategy
-// A change of primary (last: the old primary is not rebuilt, so no standby is left after
-// it; at most one per run):
+// A change of primary. Each ends with the old primary rebuilt as the new primary's
+// streaming standby (a fresh pg_basebackup -R into its folder, started on its old port;
+// the fault ends once it streams), so the cluster is a pair again with the roles swapped,
+// and every later fault acts on the new primary and the new standby. Any may follow
+// another, in any number. `failover` is last in the default list all the same: the
+// baselines know one host, the primary as started, so after a failover they reach the
+// rebuilt standby and refuse every payment (25006) in every later fault:
 //   failover      synchronous replication turned on (ALTER SYSTEM
 //                 synchronous_standby_names = '*', synchronous_commit = on, reload; waits
 //                 until the standby is sync), the primary frozen as in hang, the standby
 //                 promoted 3 s later (pg_promote()), PgBouncer repointed at it (RELOAD),
 //                 the old primary fenced 20 s after the promotion (SIGKILL to its frozen
-//                 processes); 25 s. The holdfast strategies' panels have both hosts in
-//                 --pg, primary first; the baselines only the primary.
+//                 processes), then rebuilt; once it streams, synchronous replication is
+//                 turned on on the new primary until the rebuilt standby is sync, then off
+//                 again; 25 s and the rebuild. The holdfast strategies' panels have both
+//                 servers in --pg (each through its proxy), the primary first, and both in
+//                 --pg-replica with target_session_attrs=standby; the baselines only the
+//                 primary as started.
 //   failover-async  the same with asynchronous replication (not in the default list)
 //   switchover    through PgBouncer: PAUSE, the primary stopped cleanly (pg_ctl stop -m
 //                 fast), the standby promoted, PgBouncer repointed (RELOAD), RESUME; then
-//                 10 s on the new primary. Needs holdfast+pgbouncer; not in the default
-//                 list; last only, so not with a failover
+//                 10 s on the new primary, and the rebuild. Needs holdfast+pgbouncer; not
+//                 in the default list
 // Their entries have promoted_s, and per strategy first_payment_after_promotion_s
 // and confirmed_payments_lost (drill.hpp's StrategyResult).
 //

@@ -207,10 +207,23 @@ int PgCluster::standby_port() const {
   return at == std::string::npos ? -1 : std::atoi(standby_.c_str() + at + 11);
 }
 
-void PgCluster::promoted_standby() {
+Status PgCluster::promoted_standby() {
+  if (Status s = script("promoted"); !s.ok()) return s.annotate("recording the promotion");
   std::swap(primary_, standby_);
   std::swap(primary_dir_, standby_dir_);
-  failed_over_ = !failed_over_;
+  ++changes_;
+  return Status();
+}
+
+Status PgCluster::rebuild_standby() {
+  Result<std::string> url = run("pg-test-server.sh", {"rebuild-standby"}, server_env());
+  if (!url.ok()) return Status(url.status()).annotate("rebuilding the old primary as the standby");
+  if (*url != standby_) {
+    return Status(
+        Code::kInternal,
+        fmt::format("the rebuilt standby is at {}, the drill expected {}", *url, standby_));
+  }
+  return Status();
 }
 
 }  // namespace holdfast::panel::drill

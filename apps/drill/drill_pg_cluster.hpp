@@ -3,6 +3,11 @@
 // demand a PgBouncer in transaction mode (scripts/pgbouncer-test.sh) in front of the
 // primary. Owning the object owns the servers: its destructor stops them and the scripts
 // remove their folders, whatever happened in between.
+//
+// Roles, not servers: primary_*() and standby_*() name the primary and the standby of the
+// moment. A change of primary (promoted_standby(), then rebuild_standby()) swaps them here
+// and in the script's state file, whose verbs act by role too, so every later fault finds
+// the new primary and the rebuilt standby. The two servers keep their ports throughout.
 #pragma once
 
 #include <memory>
@@ -52,17 +57,25 @@ class PgCluster {
   // answers on it.
   Status create_database(const std::string& name);
 
-  // pg-test-server.sh's down, up, standby-down, standby-up.
+  // pg-test-server.sh's down, up, standby-down, standby-up: on the primary or the
+  // standby of the moment.
   Status script(const std::string& verb);
 
-  // After a failover (the standby promoted, the old primary fenced): the standby is the
-  // primary from now on, and the old primary, dead, takes the standby's place. URLs,
-  // ports and folders follow; the scripts' up, down, standby-up and standby-down still
-  // act on the servers as started, so no fault that uses them may follow a failover.
-  void promoted_standby();
-  [[nodiscard]] bool failed_over() const { return failed_over_; }
+  // After a change of primary (the standby promoted, the old primary stopped or fenced:
+  // the script refuses while it runs or while the standby is still in recovery): the
+  // standby is the primary from now on, and the old primary, not running, takes the
+  // standby's place. URLs, ports and folders follow, here and in the script's state.
+  Status promoted_standby();
+  // After promoted_standby(): the old primary's folder replaced by a fresh
+  // `pg_basebackup -R` from the new primary and started, on its old port, as the new
+  // primary's streaming standby (pg-test-server.sh rebuild-standby). Returns once it runs;
+  // whether it streams yet is the caller's to wait for. The changes of primary so far
+  // count the rebuilds.
+  Status rebuild_standby();
+  [[nodiscard]] int changes_of_primary() const { return changes_; }
 
-  // URLs of database `db` on the primary, the standby and through PgBouncer.
+  // URLs of database `db` on the primary, the standby and through PgBouncer; the
+  // primary's and the standby's change with promoted_standby().
   [[nodiscard]] std::string primary_url(const std::string& db) const;
   [[nodiscard]] std::string standby_url(const std::string& db) const;
   [[nodiscard]] std::string bouncer_url(const std::string& db) const;
@@ -87,7 +100,7 @@ class PgCluster {
   std::string bouncer_;
   std::string primary_dir_, standby_dir_;
   bool started_ = false;
-  bool failed_over_ = false;
+  int changes_ = 0;
   int runs_ = 0;  // numbers the scripts' output files
 };
 

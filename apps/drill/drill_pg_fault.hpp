@@ -32,6 +32,30 @@ inline Status run_on(const std::string& url, const char* sql) {
   return r.ok() ? Status() : r.status();
 }
 
+// Whether the server at `url` is a standby (pg_is_in_recovery()).
+inline Result<bool> in_recovery(const std::string& url) {
+  Result<pg::Connection> conn = connect(url, "holdfast-drill");
+  if (!conn.ok()) return conn.status();
+  Result<pg::Rows> r = conn->query("SELECT pg_is_in_recovery()::int");
+  if (!r.ok()) return r.status();
+  if (r->empty() || !r->int64(0, 0).ok()) return Status(Code::kInternal, "no pg_is_in_recovery()");
+  return *r->int64(0, 0) != 0;
+}
+
+// Before a fault acts on `url` as the primary (`standby` false) or the standby: the server
+// there has that role. The drill tracks roles across changes of primary (PgCluster); this
+// makes a fault that would hit the wrong server fail instead.
+inline Status expect_role(const std::string& url, bool standby, const char* what) {
+  Result<bool> r = in_recovery(url);
+  if (!r.ok()) return Status(r.status()).annotate(fmt::format("asking {} its role", what));
+  if (*r != standby) {
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("{} ({}) is {}", what, url,
+                              *r ? "a standby (in recovery)" : "a primary (not in recovery)"));
+  }
+  return Status();
+}
+
 // Every client backend of the drill's databases (the panels' and PgBouncer's connections).
 constexpr const char* kTerminateDrillBackends =
     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> "
@@ -41,7 +65,8 @@ constexpr const char* kTerminateDrillBackends =
 // (also after a failed begin(); idempotent). The destructor lets go of what is left.
 // A silence fault also says how it proved it was caused (evidence) and how long after
 // end() the path it cut answered SELECT 1 again (check_undone(); answered_again_ms; -1:
-// not checked).
+// not checked). A fault that acts on one server names it in its evidence by role and port
+// ("the primary (port P)"), so a report shows which server each fault hit.
 class Fault {
  public:
   virtual ~Fault() = default;

@@ -16,6 +16,7 @@ namespace holdfast::panel::drill {
 namespace {
 
 using faults::connect;
+using faults::expect_role;
 using faults::Fault;
 using faults::kTerminateDrillBackends;
 using faults::make_silence_fault;
@@ -76,15 +77,28 @@ class TerminateFault final : public Fault {
 };
 
 // stop, restart, standby-stop: pg-test-server.sh's `down` (pg_ctl stop -m fast) at the
-// start, `up` at the end.
+// start, `up` at the end; or its standby-down and standby-up. The script acts on the
+// primary or the standby of the moment, as the drill does (PgCluster).
 class ServerDownFault final : public Fault {
  public:
-  ServerDownFault(PgDrill& drill, std::string down, std::string up)
-      : drill_(drill), down_(std::move(down)), up_(std::move(up)) {}
+  ServerDownFault(PgDrill& drill, bool standby)
+      : drill_(drill),
+        standby_(standby),
+        down_(standby ? "standby-down" : "down"),
+        up_(standby ? "standby-up" : "up") {}
   Status begin() override {
+    const char* role = standby_ ? "standby" : "primary";
+    const int port = standby_ ? drill_.cluster->standby_port() : drill_.cluster->primary_port();
+    const std::string url = standby_ ? drill_.cluster->standby_url("postgres")
+                                     : drill_.cluster->primary_url("postgres");
+    if (Status s = expect_role(url, standby_, standby_ ? "the standby" : "the primary"); !s.ok())
+      return s;
     Status s = drill_.cluster->script(down_);
-    if (s.ok()) down_done_ = true;
-    return s;
+    if (!s.ok()) return s;
+    down_done_ = true;
+    evidence_ = fmt::format(
+        "the {} (port {}) stopped (pg_ctl stop -m fast), started again at the end", role, port);
+    return Status();
   }
   Status end() override {
     if (!down_done_) return Status();
@@ -100,6 +114,7 @@ class ServerDownFault final : public Fault {
 
  private:
   PgDrill& drill_;
+  bool standby_;
   std::string down_, up_;
   bool down_done_ = false;
 };
@@ -109,8 +124,13 @@ class ReplayPauseFault final : public Fault {
  public:
   explicit ReplayPauseFault(const PgDrill& drill) : drill_(drill) {}
   Status begin() override {
+    // On a primary pg_wal_replay_pause() fails ("recovery is not in progress").
     Status s = run_on(drill_.cluster->standby_url("postgres"), "SELECT pg_wal_replay_pause()");
     paused_ = s.ok();
+    if (paused_) {
+      evidence_ =
+          fmt::format("replay paused on the standby (port {})", drill_.cluster->standby_port());
+    }
     return s;
   }
   Status end() override {
@@ -277,12 +297,10 @@ std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill, const D
   if (f == "write-lock") return std::make_unique<LockFault>(drill, "payments");
   if (f == "read-lock") return std::make_unique<LockFault>(drill, "games");
   if (f == "terminate") return std::make_unique<TerminateFault>(drill);
-  if (f == "restart" || f == "stop") return std::make_unique<ServerDownFault>(drill, "down", "up");
+  if (f == "restart" || f == "stop") return std::make_unique<ServerDownFault>(drill, false);
   if (f == "exhaust") return std::make_unique<ExhaustFault>(drill);
   if (f == "cpu") return std::make_unique<CpuFault>(drill, spec.seconds);
-  if (f == "standby-stop") {
-    return std::make_unique<ServerDownFault>(drill, "standby-down", "standby-up");
-  }
+  if (f == "standby-stop") return std::make_unique<ServerDownFault>(drill, true);
   if (f == "standby-lag") return std::make_unique<ReplayPauseFault>(drill);
   return nullptr;
 }
@@ -331,9 +349,12 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "stop" || fault == "standby-lag") return 15;
   if (fault == "exhaust" || fault == "cpu") return 20;
   if (fault == "standby-stop") return 10;
-  // The freeze, the promotion 3 s later, the fence 20 s after it, and a second.
+  // The freeze, the promotion 3 s later, the fence 20 s after it, and two seconds for the
+  // old primary's rebuild (about 0.5-1.5 s on the drill's small cluster), which may run
+  // past the end: the fault ends once the rebuilt standby streams.
   if (fault == "failover" || fault == "failover-async") return 25;
-  // The switchover at its start takes a second or two; then the new primary serves.
+  // The switchover at its start takes a second or two; then the new primary serves; the
+  // rebuild of the old primary comes after these 10 s.
   if (fault == "switchover") return 10;
   if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" || fault == "pooler-pause")
     return 10;

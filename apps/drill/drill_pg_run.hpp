@@ -5,7 +5,9 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drill_pg.hpp"
@@ -17,15 +19,19 @@
 namespace holdfast::panel::drill {
 
 // What the drill started. Destroyed in reverse: the panel processes stop (by their pids)
-// before the cluster does, and the proxy last.
+// before the cluster does, and the proxies last.
 //
-// The panels reach the primary only through `proxy` (the blackhole fault's switch), for
-// the whole drill: their --pg URL (and --pg-logs), and PgBouncer's server connections, so
-// holdfast+pgbouncer meets the same blackhole between the pooler and the primary. The
-// standby's replication, the panels' --pg-replica URL and the drill's own connections
-// (faults, audit) go to the servers directly.
+// Each server has a TCP proxy in front of it for the whole drill (the blackhole fault's
+// switch: it blackholes the proxy of the primary of the moment), and the panels reach a
+// server's writes only through its proxy: their --pg URL (and --pg-logs), and PgBouncer's
+// server connections, so holdfast+pgbouncer meets the same blackhole between the pooler
+// and the primary. A change of primary keeps every port (the rebuilt standby takes the
+// old primary's), so the proxies and the URLs the panels were started with stay right;
+// which server is the primary is the roles' business (PgCluster). The standby's
+// replication, the panels' --pg-replica URL and the drill's own connections (faults,
+// audit) go to the servers directly.
 struct PgDrill {
-  std::unique_ptr<TcpProxy> proxy;
+  std::vector<std::pair<int, std::unique_ptr<TcpProxy>>> proxies;  // server port, its proxy
   std::unique_ptr<PgCluster> cluster;
   std::vector<ChildProcess> panels;
   std::vector<std::string> databases;  // one per strategy, as run.instances
@@ -35,14 +41,44 @@ struct PgDrill {
   PgDrill& operator=(const PgDrill&) = delete;
   ~PgDrill() { panels.clear(); }
 
-  // Database `db` on the primary as the panels and PgBouncer reach it: through the proxy.
-  [[nodiscard]] std::string app_primary_url(const std::string& db) const {
-    return with_port(cluster->primary_url(db), proxy->port());
+  // A proxy in front of each server (the cluster is started).
+  Status start_proxies() {
+    for (const int port : {cluster->primary_port(), cluster->standby_port()}) {
+      Result<std::unique_ptr<TcpProxy>> p = TcpProxy::start(port);
+      if (!p.ok()) return p.status();
+      proxies.emplace_back(port, std::move(*p));
+    }
+    return Status();
   }
-  // The holdfast strategies' URL of database `db`: `first` (the primary through the proxy,
-  // or PgBouncer), then the standby, which a failover promotes (ADR 0024).
+  // The proxy in front of the server on `server_port`. REQUIRES: one of the two.
+  [[nodiscard]] TcpProxy& proxy_of(int server_port) const {
+    for (const auto& [port, proxy] : proxies) {
+      if (port == server_port) return *proxy;
+    }
+    throw std::logic_error("no proxy in front of port " + std::to_string(server_port));
+  }
+  // The proxy in front of the primary of the moment.
+  [[nodiscard]] TcpProxy& primary_proxy() const { return proxy_of(cluster->primary_port()); }
+
+  // Database `db` on the primary as the panels and PgBouncer reach it: through its proxy.
+  [[nodiscard]] std::string app_primary_url(const std::string& db) const {
+    return with_port(cluster->primary_url(db), primary_proxy().port());
+  }
+  // The holdfast strategies' URL: `first` (the primary through its proxy, or PgBouncer),
+  // then the standby through its proxy, which a failover promotes (ADR 0024). Both
+  // servers, so whichever is the primary after any number of changes is found.
   [[nodiscard]] std::string app_hosts_url(const std::string& first) const {
-    return with_second_host(first, cluster->standby_port());
+    return with_second_host(first, proxy_of(cluster->standby_port()).port());
+  }
+  // The URL the holdfast panels read database `db` from (--pg-replica): both servers,
+  // directly, the standby first, with target_session_attrs=standby (libpq 14+): a connect
+  // takes whichever is in recovery, so after a change of primary the reads' new
+  // connections reach the rebuilt standby and never the promoted one. (`prefer-standby`
+  // would not do: the library connects to one host at a time, and libpq falls back to
+  // any server when the one host it was given is not a standby.)
+  [[nodiscard]] std::string app_standby_url(const std::string& db) const {
+    return with_second_host(cluster->standby_url(db), cluster->primary_port()) +
+           "?target_session_attrs=standby";
   }
 };
 

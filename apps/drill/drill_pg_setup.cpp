@@ -163,7 +163,7 @@ std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill
       fmt::format("{}", options.base.log_pause_s)};
   if (s.replica) {
     argv.emplace_back("--pg-replica");
-    argv.push_back(drill.cluster->standby_url(db));
+    argv.push_back(drill.app_standby_url(db));
   }
   if (s.bouncer) {
     argv.emplace_back("--pg-pooling");
@@ -252,9 +252,7 @@ Status open_pg_instances(DrillRun& run, PgDrill& drill, const PgDrillOptions& op
   Result<std::unique_ptr<PgCluster>> cluster = PgCluster::start(co);
   if (!cluster.ok()) return cluster.status();
   drill.cluster = std::move(*cluster);
-  Result<std::unique_ptr<TcpProxy>> proxy = TcpProxy::start(drill.cluster->primary_port());
-  if (!proxy.ok()) return proxy.status();
-  drill.proxy = std::move(*proxy);
+  if (Status st = drill.start_proxies(); !st.ok()) return st;
   if (bouncer) {
     const std::string server = drill.app_primary_url("postgres");
     if (Status st = drill.cluster->start_bouncer(server); !st.ok()) return st;

@@ -178,8 +178,8 @@ void add_drill_command(CLI::App& app) {
   cmd->add_option("--faults", args->faults,
                   "postgres: write-lock, read-lock, terminate, restart, stop, exhaust, cpu, "
                   "standby-stop, standby-lag, hang, blackhole, standby-hang, pooler-pause, "
-                  "failover (default: all, in this order); also failover-async and switchover. "
-                  "A failover or switchover must come last")
+                  "failover (default: all, in this order); also failover-async and switchover, "
+                  "which rebuild the old primary as the standby: any fault may follow them")
       ->delimiter(',');
   cmd->add_option("--processes", args->processes, "postgres: panel processes per strategy")
       ->check(CLI::Range(1, 16))

@@ -1,7 +1,7 @@
 // The scale-out drill on a real PostgreSQL primary + hot standby, short: three faults (a
 // lock, a stopped primary and a frozen one), two panel processes per strategy, run as a
 // user runs it (`holdfast drill --engine postgres`), asserting on its JSON report what a
-// user relies on.
+// user relies on; a failover with faults after it, and a switchover.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -223,34 +224,54 @@ TEST(DrillPg, HoldfastShowsNoErrorPagesAndAppliesEachPaymentOnceAcrossProcesses)
   fs::remove(out.string() + ".log");
 }
 
+// The port a fault's evidence names after `before` ("... (port " follows): -1 when absent.
+int port_after(const std::string& evidence, const std::string& before) {
+  const std::regex pattern(before + R"( \(port (\d+)\))");
+  std::smatch m;
+  return std::regex_search(evidence, m, pattern) ? std::stoi(m[1].str()) : -1;
+}
+
 // The failover fault (scaled: 10 s; the promotion 1.2 s after the freeze, the fence 8 s
-// after it): the drill promotes the standby, the holdfast panels (both hosts in --pg)
-// confirm payments on it, and no payment confirmed to a client is missing from it
-// (synchronous replication), none applied twice. The audit ran on the new primary.
-TEST(DrillPg, FailoverPromotesTheStandbyAndLosesNoConfirmedPayment) {
+// after it, then the rebuild), followed by two faults on the swapped pair: the drill
+// promotes the standby, the holdfast panels (both hosts in --pg) confirm payments on it,
+// and no payment confirmed to a client is missing from it (synchronous replication), none
+// applied twice. The old primary is rebuilt as the new standby and streams (sync, once
+// turned on) before the fault ends; standby-lag then pauses replay on the rebuilt standby,
+// and stop stops the new primary, while holdfast reads from the rebuilt standby and shows
+// no error page. The audit ran on the new primary.
+TEST(DrillPg, FailoverRebuildsTheOldPrimaryAsStandbyAndLaterFaultsHitTheNewRoles) {
   if (!have_postgres_server()) {
     GTEST_SKIP() << "no PostgreSQL server binaries (install the Debian package 'postgresql', "
                     "or set HOLDFAST_PG_BINDIR): the PostgreSQL drill needs a real cluster";
   }
   const std::string strategies =
       have_pgbouncer() ? "none,holdfast,holdfast+pgbouncer" : "none,holdfast";
-  const PgDrillRun run =
-      run_pg_drill("failover", fmt::format("--faults failover --processes 2 --strategies {} "
-                                           "--fault-scale 0.4 --workers 4 --warmup 3 --gap 2",
-                                           strategies));
+  const PgDrillRun run = run_pg_drill(
+      "failover", fmt::format("--faults failover,standby-lag,stop --processes 2 --strategies {} "
+                              "--fault-scale 0.4 --workers 4 --warmup 3 --gap 2",
+                              strategies));
   const fs::path& out = run.out;
   const std::string& output = run.output;
   ASSERT_EQ(run.rc, 0) << output;
   const nlohmann::json& j = run.report;
 
   EXPECT_EQ(j["payments_applied_twice"], 0) << output;
-  ASSERT_EQ(j["storms"].size(), 1u);
+  ASSERT_EQ(j["storms"].size(), 3u);
   const auto& f = j["storms"][0];
   EXPECT_EQ(f["kind"], "failover");
   const std::string evidence = f["evidence"];
   EXPECT_NE(evidence.find("synchronous replication"), std::string::npos) << evidence;
-  EXPECT_NE(evidence.find("standby promoted"), std::string::npos) << evidence;
   EXPECT_NE(evidence.find("old primary fenced"), std::string::npos) << evidence;
+  const int old_primary = port_after(evidence, "processes of the primary");
+  const int new_primary = port_after(evidence, "the standby");
+  ASSERT_GT(old_primary, 0) << evidence;
+  ASSERT_GT(new_primary, 0) << evidence;
+  EXPECT_NE(old_primary, new_primary);
+  // Rebuilt on its old port, as the standby of the promoted one, streaming and then sync.
+  EXPECT_EQ(port_after(evidence, "rebuilt as the standby"), old_primary) << evidence;
+  EXPECT_EQ(port_after(evidence, "of the new primary"), new_primary) << evidence;
+  EXPECT_NE(evidence.find("streaming"), std::string::npos) << evidence;
+  EXPECT_NE(evidence.find(", sync "), std::string::npos) << evidence;
   ASSERT_TRUE(f.contains("promoted_s")) << f.dump();
   EXPECT_GT(f["promoted_s"].get<double>(), f["start_s"].get<double>());
   EXPECT_LT(f["promoted_s"].get<double>(), f["end_s"].get<double>());
@@ -258,7 +279,8 @@ TEST(DrillPg, FailoverPromotesTheStandbyAndLosesNoConfirmedPayment) {
     const std::string name = s["name"];
     ASSERT_TRUE(s.contains("confirmed_payments_lost")) << s.dump();
     // Synchronous replication: every payment a client was told is applied is on the
-    // promoted standby, whichever strategy sent it.
+    // promoted standby, whichever strategy sent it (and the audit, at the drill's end, ran
+    // on the primary of the moment).
     EXPECT_EQ(s["confirmed_payments_lost"], 0) << name << " " << f.dump();
     if (name.starts_with("holdfast")) {
       // It found the new primary by itself (PgBouncer: once repointed) and paid there.
@@ -266,15 +288,37 @@ TEST(DrillPg, FailoverPromotesTheStandbyAndLosesNoConfirmedPayment) {
       EXPECT_EQ(s["unanswered"], 0) << name << " " << f.dump();
     }
   }
-  // The drill removed its cluster, the fenced old primary included.
+  // The faults after it act on the new roles: replay paused on the rebuilt standby (it
+  // fails on a primary), the new primary stopped (the drill checks each role first).
+  const auto& lag = j["storms"][1];
+  EXPECT_EQ(lag["kind"], "standby-lag");
+  EXPECT_EQ(port_after(lag["evidence"].get<std::string>(), "on the standby"), old_primary)
+      << lag.dump();
+  const auto& stop = j["storms"][2];
+  EXPECT_EQ(stop["kind"], "stop");
+  EXPECT_EQ(port_after(stop["evidence"].get<std::string>(), "the primary"), new_primary)
+      << stop.dump();
+  for (const auto& storm : {lag, stop}) {
+    for (const auto& s : storm["strategies"]) {
+      if (!s["name"].get<std::string>().starts_with("holdfast")) continue;
+      EXPECT_EQ(s["error_pages"], 0) << storm.dump();
+      // While the new primary is stopped, holdfast's pages read from the rebuilt standby
+      // (--pg-replica names both servers, target_session_attrs=standby).
+      if (storm["kind"] == "stop") {
+        EXPECT_GT(s["standby_attempts_per_request"].get<double>(), 0.0) << storm.dump();
+      }
+    }
+  }
+  // The drill removed its cluster, the rebuilt standby included.
   EXPECT_FALSE(fs::exists(out / "cluster" / "pg-state" / "server.env"));
   fs::remove_all(out);
   fs::remove(out.string() + ".log");
 }
 
 // The switchover fault through PgBouncer: PAUSE, the primary stopped cleanly, the standby
-// promoted, PgBouncer repointed, RESUME. holdfast+pgbouncer sees no error page and pays
-// on the new primary; nothing confirmed is lost, nothing applied twice.
+// promoted, PgBouncer repointed, RESUME, and at its end the old primary rebuilt as the
+// standby. holdfast+pgbouncer sees no error page and pays on the new primary; nothing
+// confirmed is lost, nothing applied twice.
 TEST(DrillPg, SwitchoverThroughPgBouncerShowsNoErrorPage) {
   if (!have_postgres_server() || !have_pgbouncer()) {
     GTEST_SKIP() << "the switchover needs PostgreSQL server binaries and PgBouncer";
@@ -292,6 +336,8 @@ TEST(DrillPg, SwitchoverThroughPgBouncerShowsNoErrorPage) {
   const auto& f = j["storms"][0];
   EXPECT_EQ(f["kind"], "switchover");
   EXPECT_NE(f["evidence"].get<std::string>().find("RESUME"), std::string::npos) << f.dump();
+  // The old primary, stopped cleanly, was rebuilt as the new primary's standby.
+  EXPECT_NE(f["evidence"].get<std::string>().find("streaming"), std::string::npos) << f.dump();
   ASSERT_TRUE(f.contains("promoted_s")) << f.dump();
   for (const auto& s : f["strategies"]) {
     EXPECT_EQ(s["confirmed_payments_lost"], 0) << f.dump();
