@@ -3,7 +3,8 @@
 // with crypto_pwhash_str_verify. Hashes of the demo panel's first form ("fnv1a:...", an
 // unsalted-per-user 64-bit FNV-1a, legacy_password_hash()) still sign in, and the store
 // replaces them with Argon2id at that successful sign-in; so does a hash made with a lower
-// cost than the store's.
+// cost than the store's. At most two hashes are computed at once in the process (each holds
+// its memlimit, 64 MiB by default); more callers wait their turn.
 #pragma once
 
 #include <cstddef>
