@@ -25,7 +25,8 @@
 //     (the server closed it meanwhile, so it never got the whole request) the request is
 //     sent once more on a new one. A request that was all written is never sent again,
 //     nor one that failed on a new connection: it may have reached the server.
-//   - Answers up to 64 MiB of body are read whole; a larger one fails with Error::Read.
+//   - An answer's head up to 64 KiB and body up to 64 MiB are read whole; a larger one fails
+//     with Error::Read.
 //
 // Thread safety: one Client serves one call at a time; use a Client per thread.
 #pragma once
