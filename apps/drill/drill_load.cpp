@@ -1,7 +1,6 @@
 // The drill's load, identical for every strategy: K virtual workers per panel that sign in,
 // load the schedule page and now and then pay (with an Idempotency-Key); a cron-like batch
 // writer per database; and a sampler of attempts, calls and breaker state per strategy.
-#include <httplib.h>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "drill_run.hpp"
 #include "holdfast/random.hpp"
+#include "http_client.hpp"
 
 namespace holdfast::panel::drill {
 namespace {
@@ -30,7 +30,7 @@ std::string demo_email(int i) {
 // client's last write is), as every answer's Set-Cookie left them.
 class CookieJar {
  public:
-  void take(const httplib::Response& r) {
+  void take(const http_client::Response& r) {
     for (auto [it, end] = r.headers.equal_range("Set-Cookie"); it != end; ++it) {
       const std::string& set = it->second;
       const std::size_t eq = set.find('=');
@@ -63,9 +63,10 @@ class CookieJar {
 
 // Signs in as demo user `w`: up to 50 tries, 100 ms apart. Returns the CSRF token; the jar
 // has no session cookie when all failed or the load stopped.
-std::string sign_in(httplib::Client& http, int w, const std::atomic<bool>& stop, CookieJar& jar) {
+std::string sign_in(http_client::Client& http, int w, const std::atomic<bool>& stop,
+                    CookieJar& jar) {
   for (int tries = 0; tries < 50 && !stop; ++tries) {
-    httplib::Params form{{"email", demo_email(w)}, {"password", "demo"}};
+    http_client::Params form{{"email", demo_email(w)}, {"password", "demo"}};
     if (auto r = http.Post("/login", form); r && r->status == 303) {
       jar.take(*r);
       if (jar.has("session")) return r->get_header_value("X-CSRF-Token");
@@ -112,10 +113,10 @@ class OwnWrites {
 // key. Its records join inst.records at the end.
 void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
   const DrillOptions& options = run.options;
-  std::vector<std::unique_ptr<httplib::Client>> clients;  // one per panel process
+  std::vector<std::unique_ptr<http_client::Client>> clients;  // one per panel process
   for (int p = 0; p < inst.processes(); ++p) {
     auto& http =
-        clients.emplace_back(std::make_unique<httplib::Client>("127.0.0.1", inst.port_of(p)));
+        clients.emplace_back(std::make_unique<http_client::Client>("127.0.0.1", inst.port_of(p)));
     // A request without a byte of answer for kNoAnswerAfter is given up and recorded as
     // unanswered (status 0), never dropped.
     http->set_read_timeout(kNoAnswerAfter);
@@ -137,17 +138,18 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
     const double start = run.since();
     const bool pay = options.pay_every > 0 && n % options.pay_every == 0;
     const int process = inst.process_for(w, n);
-    httplib::Client& http = *clients[static_cast<std::size_t>(process)];
-    httplib::Result r(nullptr, httplib::Error::Unknown);
+    http_client::Client& http = *clients[static_cast<std::size_t>(process)];
+    http_client::Result r;
     if (pay) {
       if (pending_key.empty()) {
         pending_key = fmt::format("{}-{}-{}", inst.name, w, n);
         inst.payments_sent++;
         own.paying();
       }
-      httplib::Headers h{
+      http_client::Headers h{
           {"Cookie", jar.header()}, {"X-CSRF-Token", csrf}, {"Idempotency-Key", pending_key}};
-      r = http.Post("/payments", h, httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
+      r = http.Post("/payments", h,
+                    http_client::Params{{"amount_cents", "1250"}, {"method", "card"}});
       if (r && (r->status == 200 || r->status == 201)) {
         confirmed.push_back(pending_key);
         pending_key.clear();

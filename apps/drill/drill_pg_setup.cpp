@@ -1,7 +1,5 @@
 // The PostgreSQL drill's setup: the cluster, then per strategy a database, its panel
 // processes (`holdfast panel --pg ...`) and the instance the load and the report use.
-#include <httplib.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <memory>
@@ -12,6 +10,7 @@
 
 #include "drill_pg_run.hpp"
 #include "holdfast/postgres_connection.hpp"
+#include "http_client.hpp"
 
 namespace holdfast::panel::drill {
 namespace {
@@ -87,7 +86,7 @@ std::function<Sample()> metrics_probe(std::vector<int> ports) {
     Sample s;
     for (std::size_t i = 0; i < ports.size(); ++i) {
       Last& l = (*last)[i];
-      httplib::Client http("127.0.0.1", ports[i]);
+      http_client::Client http("127.0.0.1", ports[i]);
       http.set_connection_timeout(std::chrono::seconds(1));
       http.set_read_timeout(std::chrono::seconds(1));
       if (auto r = http.Get("/metrics"); r && r->status == 200) {

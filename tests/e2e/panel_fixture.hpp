@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +12,7 @@
 
 #include "club_store.hpp"
 #include "holdfast/sqlite_log_store.hpp"
+#include "http_client.hpp"
 #include "logging.hpp"
 #include "server.hpp"
 #include "storm.hpp"
@@ -52,10 +52,10 @@ class PanelFixture : public ::testing::Test {
     po.serve_stale = serve_stale_;
     server_ = std::make_unique<PanelServer>(po);
     ASSERT_TRUE(server_->start().ok());
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    http_ = std::make_unique<http_client::Client>("127.0.0.1", server_->port());
     http_->set_read_timeout(seconds(30));
     auto r = http_->Post(
-        "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+        "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 303);
     const std::string set = r->get_header_value("Set-Cookie");
@@ -70,7 +70,9 @@ class PanelFixture : public ::testing::Test {
     store_.reset();
     fs::remove_all(dir_);
   }
-  httplib::Result schedule() { return http_->Get("/dashboard/schedule?date=" + today(), cookie_); }
+  http_client::Result schedule() {
+    return http_->Get("/dashboard/schedule?date=" + today(), cookie_);
+  }
   std::unique_ptr<LockStorm> storm(StormKind kind) {
     auto s = std::make_unique<LockStorm>(path_, kind, [this] {
       store_->database().close_idle_connections();
@@ -90,8 +92,8 @@ class PanelFixture : public ::testing::Test {
   std::unique_ptr<ClubStore> store_;
   PanelLogging logging_;
   std::unique_ptr<PanelServer> server_;
-  std::unique_ptr<httplib::Client> http_;
-  httplib::Headers cookie_;
+  std::unique_ptr<http_client::Client> http_;
+  http_client::Headers cookie_;
 };
 
 }  // namespace holdfast::panel

@@ -38,12 +38,12 @@ class PanelHardeningTest : public PanelFixture {
     std::vector<std::thread> clients;
     for (int i = 0; i < n; ++i) {
       clients.emplace_back([&, i] {
-        httplib::Client client("127.0.0.1", server_->port());
+        http_client::Client client("127.0.0.1", server_->port());
         ready++;
         while (ready.load() < n)
           std::this_thread::yield();
-        auto r = client.Post("/login", httplib::Params{{"email", "Bartek.Tran@club.example"},
-                                                       {"password", password}});
+        auto r = client.Post("/login", http_client::Params{{"email", "Bartek.Tran@club.example"},
+                                                           {"password", password}});
         if (r)
           got[static_cast<std::size_t>(i)] = {r->status, r->get_header_value("Retry-After"),
                                               r->body};
@@ -148,9 +148,9 @@ TEST_F(PanelHardeningTest, AnOldUnscopedKeyTableIsReplacedAndCreationIsIdempoten
 }
 
 TEST_F(PanelHardeningTest, KeysOfTheScopedTableOfAnOlderFileStillReplayTheirPayment) {
-  httplib::Headers h = cookie_;
+  http_client::Headers h = cookie_;
   h.emplace("Idempotency-Key", "before-upgrade");
-  const httplib::Params form{{"amount_cents", "700"}, {"method", "card"}};
+  const http_client::Params form{{"amount_cents", "700"}, {"method", "card"}};
   // A payment, and then its key as a panel of an older version stored it.
   auto first = http_->Post("/payments", h, form);
   ASSERT_TRUE(first);
@@ -175,21 +175,21 @@ TEST_F(PanelHardeningTest, KeysOfTheScopedTableOfAnOlderFileStillReplayTheirPaym
 }
 
 TEST_F(PanelHardeningTest, CrossSiteWritesAreRefusedWith403AndApplyNothing) {
-  const httplib::Params pay{{"amount_cents", "100"}, {"method", "card"}};
+  const http_client::Params pay{{"amount_cents", "100"}, {"method", "card"}};
   const long long before = payments();
-  httplib::Headers evil = cookie_;
+  http_client::Headers evil = cookie_;
   evil.emplace("Origin", "https://evil.example");
   auto r = http_->Post("/payments", evil, pay);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403);
   EXPECT_NE(r->body.find("cross-site"), std::string::npos) << r->body;
-  httplib::Headers fetch = cookie_;
+  http_client::Headers fetch = cookie_;
   fetch.emplace("Sec-Fetch-Site", "cross-site");
   auto f = http_->Post("/payments", fetch, pay);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->status, 403);
   EXPECT_EQ(payments(), before);
-  httplib::Headers same = cookie_;
+  http_client::Headers same = cookie_;
   same.emplace("Origin", "http://127.0.0.1:" + std::to_string(server_->port()));
   same.emplace("Sec-Fetch-Site", "same-origin");
   auto ok = http_->Post("/payments", same, pay);
@@ -198,21 +198,21 @@ TEST_F(PanelHardeningTest, CrossSiteWritesAreRefusedWith403AndApplyNothing) {
 }
 
 TEST_F(PanelHardeningTest, AFormPostNeedsTheSessionsCsrfTokenAndJsonNeedsNone) {
-  const httplib::Headers cookie_only{{"Cookie", cookie_.find("Cookie")->second}};
+  const http_client::Headers cookie_only{{"Cookie", cookie_.find("Cookie")->second}};
   const long long before = payments();
-  auto bare = http_->Post("/payments", cookie_only, httplib::Params{{"amount_cents", "100"}});
+  auto bare = http_->Post("/payments", cookie_only, http_client::Params{{"amount_cents", "100"}});
   ASSERT_TRUE(bare);
   EXPECT_EQ(bare->status, 403) << bare->body;
   EXPECT_NE(bare->body.find("CSRF"), std::string::npos) << bare->body;
   auto wrong = http_->Post("/payments", cookie_only,
-                           httplib::Params{{"amount_cents", "100"}, {"csrf_token", "0123"}});
+                           http_client::Params{{"amount_cents", "100"}, {"csrf_token", "0123"}});
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 403);
   EXPECT_EQ(payments(), before);
   const std::string token = cookie_.find("X-CSRF-Token")->second;
   ASSERT_EQ(token.size(), 32u);
   auto field = http_->Post("/payments", cookie_only,
-                           httplib::Params{{"amount_cents", "100"}, {"csrf_token", token}});
+                           http_client::Params{{"amount_cents", "100"}, {"csrf_token", token}});
   ASSERT_TRUE(field);
   EXPECT_EQ(field->status, 201) << field->body;
   auto as_json = http_->Post("/payments", cookie_only, R"({"amount_cents": 250, "method": "cash"})",
@@ -245,26 +245,26 @@ TEST_F(PanelHardeningTest, WithSecureCookiesTheSessionCookieIsSecure) {
   po.secure_cookies = true;
   PanelServer secure(po);
   ASSERT_TRUE(secure.start().ok());
-  httplib::Client c("127.0.0.1", secure.port());
-  auto r =
-      c.Post("/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  http_client::Client c("127.0.0.1", secure.port());
+  auto r = c.Post("/login",
+                  http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(r);
   EXPECT_NE(r->get_header_value("Set-Cookie").find("; Secure"), std::string::npos);
   auto plain = http_->Post(
-      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->get_header_value("Set-Cookie").find("Secure"), std::string::npos);
 }
 
 TEST_F(PanelHardeningTest, FiveWrongPasswordsAMinuteThrottleTheAccountWith429) {
-  const httplib::Params wrong{{"email", "Bartek.Tran@club.example"}, {"password", "nope"}};
+  const http_client::Params wrong{{"email", "Bartek.Tran@club.example"}, {"password", "nope"}};
   for (int i = 0; i < 5; ++i) {
     auto r = http_->Post("/login", wrong);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
   }
   auto blocked = http_->Post(
-      "/login", httplib::Params{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}});
+      "/login", http_client::Params{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(blocked);
   EXPECT_EQ(blocked->status, 429);
   EXPECT_FALSE(blocked->get_header_value("Retry-After").empty());
@@ -298,7 +298,7 @@ TEST_F(PanelHardeningTest, SignInsAtOnceBeyondTheLimitAreToldToComeBackInASecond
   EXPECT_GE(signed_in, 1);
   // Nothing was counted against the account: the next sign-in goes through.
   auto again = http_->Post(
-      "/login", httplib::Params{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}});
+      "/login", http_client::Params{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 303);
 }
@@ -330,7 +330,7 @@ TEST(AttemptLimiter, AttemptsInFlightHoldPlacesAndOnlyCountedOnesStayForTheWindo
 }
 
 TEST_F(PanelHardeningTest, ASuccessfulSignInDoesNotCountAgainstTheLimit) {
-  const httplib::Params right{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}};
+  const http_client::Params right{{"email", "Bartek.Tran@club.example"}, {"password", "demo"}};
   for (int i = 0; i < 7; ++i) {
     auto r = http_->Post("/login", right);
     ASSERT_TRUE(r);
@@ -339,13 +339,13 @@ TEST_F(PanelHardeningTest, ASuccessfulSignInDoesNotCountAgainstTheLimit) {
 }
 
 TEST_F(PanelHardeningTest, ReportsAreSizeCappedAndRateLimited) {
-  auto big = http_->Post("/report", httplib::Params{{"note", std::string(3000, 'n')}});
+  auto big = http_->Post("/report", http_client::Params{{"note", std::string(3000, 'n')}});
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 400);
   int accepted = 0;
   int limited = 0;
   for (int i = 0; i < 15; ++i) {
-    auto r = http_->Post("/report", httplib::Params{{"note", "hello"}});
+    auto r = http_->Post("/report", http_client::Params{{"note", "hello"}});
     ASSERT_TRUE(r);
     if (r->status == 202) ++accepted;
     if (r->status == 429) {
@@ -358,8 +358,9 @@ TEST_F(PanelHardeningTest, ReportsAreSizeCappedAndRateLimited) {
 }
 
 TEST_F(PanelHardeningTest, OversizedBodiesGet413WithAShortMessage) {
-  auto form = http_->Post("/payments", cookie_,
-                          httplib::Params{{"amount_cents", "1"}, {"pad", std::string(9000, 'x')}});
+  auto form =
+      http_->Post("/payments", cookie_,
+                  http_client::Params{{"amount_cents", "1"}, {"pad", std::string(9000, 'x')}});
   ASSERT_TRUE(form);
   EXPECT_EQ(form->status, 413);
   EXPECT_NE(form->body.find("too large"), std::string::npos) << form->body;

@@ -22,6 +22,10 @@
 #include <thread>
 #include <vector>
 
+// The old front's own tests (HttpFront) relay to a cpp-httplib server of their own: they
+// go with the front, and so does this include (and tests/e2e's link to cpp-httplib).
+#include <httplib.h>
+
 #include "front.hpp"
 #include "panel_fixture.hpp"
 
@@ -200,7 +204,7 @@ TEST_F(PanelHttpTest, HealthzAnswersWithin1sDuringSlowClientsBusyClientsAndALock
   std::vector<std::thread> busy;
   for (int i = 0; i < 64; ++i) {
     busy.emplace_back([&] {
-      httplib::Client c("127.0.0.1", port);
+      http_client::Client c("127.0.0.1", port);
       c.set_keep_alive(true);
       c.set_read_timeout(std::chrono::seconds(15));
       while (!stop.load())

@@ -5,7 +5,6 @@
 // read the client's page from the primary, while a client without the cookie may still get
 // the standby's older page.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "holdfast/logger.hpp"
 #include "holdfast/postgres_lsn.hpp"
 #include "holdfast/window.hpp"
+#include "http_client.hpp"
 #include "pg_scratch_database.hpp"
 #include "pg_test_support.hpp"
 #include "server.hpp"
@@ -95,7 +95,7 @@ testing::AssertionResult standby_caught_up(Admin& primary, Admin& standby) {
 }
 
 // The whole Set-Cookie line `r` sets for cookie `name`, or "".
-std::string set_cookie_line(const httplib::Response& r, const std::string& name) {
+std::string set_cookie_line(const http_client::Response& r, const std::string& name) {
   const auto [from, to] = r.headers.equal_range("Set-Cookie");
   for (auto it = from; it != to; ++it) {
     if (it->second.rfind(name + "=", 0) == 0) return it->second;
@@ -110,7 +110,7 @@ std::string cookie_pair(const std::string& line) {
 
 // "Today's payments" on a fresh schedule page loaded with `cookie`; -1 when the answer is
 // not a fresh page.
-long long payments_on_page(httplib::Client& http, const std::string& cookie) {
+long long payments_on_page(http_client::Client& http, const std::string& cookie) {
   auto r = http.Get("/dashboard/schedule?date=" + today(), {{"Cookie", cookie}});
   if (!r) {
     ADD_FAILURE() << "no answer";
@@ -137,13 +137,13 @@ TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOw
   ASSERT_GT(a.port(), 0);
   PanelProcess b(db.url(), replica, dir / "b.log");
   ASSERT_GT(b.port(), 0);
-  httplib::Client via_a("127.0.0.1", a.port());
-  httplib::Client via_b("127.0.0.1", b.port());
+  http_client::Client via_a("127.0.0.1", a.port());
+  http_client::Client via_b("127.0.0.1", b.port());
   via_a.set_read_timeout(seconds(30));
   via_b.set_read_timeout(seconds(30));
 
   auto login = via_a.Post(
-      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(login);
   ASSERT_EQ(login->status, 303) << login->body;
   const std::string session = cookie_pair(set_cookie_line(*login, "session"));
@@ -162,7 +162,7 @@ TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOw
   auto paid = via_a.Post("/payments",
                          {{"Cookie", session + "; " + cookie_pair(signed_in)},
                           {"X-CSRF-Token", login->get_header_value("X-CSRF-Token")}},
-                         httplib::Params{{"amount_cents", "1250"}, {"method", "card"}});
+                         http_client::Params{{"amount_cents", "1250"}, {"method", "card"}});
   ASSERT_TRUE(paid);
   ASSERT_EQ(paid->status, 201) << paid->body;
   const std::string wal = cookie_pair(set_cookie_line(*paid, "hf_wal"));
@@ -220,9 +220,9 @@ TEST(PanelPgWritePosition, WithSecureCookiesTheWritePositionCookieIsSecureToo) {
   po.secure_cookies = true;
   PanelServer server(po);
   ASSERT_TRUE(server.start().ok());
-  httplib::Client http("127.0.0.1", server.port());
+  http_client::Client http("127.0.0.1", server.port());
   auto login = http.Post(
-      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(login);
   ASSERT_EQ(login->status, 303) << login->body;
   const std::string wal = set_cookie_line(*login, "hf_wal");

@@ -2,7 +2,6 @@
 // server of scripts/pg-test-server.sh (HOLDFAST_TEST_PG_URL; skipped without it), and real
 // faults: backends terminated under the panel, a table locked while a page loads.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "hardening_checks.hpp"
 #include "holdfast/logger.hpp"
 #include "holdfast/postgres_url.hpp"
+#include "http_client.hpp"
 #include "pg_scratch_database.hpp"
 #include "pg_test_support.hpp"
 #include "retention_checks.hpp"
@@ -72,10 +72,10 @@ class PanelPgTest : public ::testing::Test {
     po.serve_stale = serve_stale;
     server_ = std::make_unique<PanelServer>(po);
     ASSERT_TRUE(server_->start().ok());
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    http_ = std::make_unique<http_client::Client>("127.0.0.1", server_->port());
     http_->set_read_timeout(seconds(30));
     auto r = http_->Post(
-        "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+        "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 303) << r->body;
     const std::string set = r->get_header_value("Set-Cookie");
@@ -84,9 +84,11 @@ class PanelPgTest : public ::testing::Test {
                {"X-CSRF-Token", r->get_header_value("X-CSRF-Token")}};
   }
 
-  httplib::Result schedule() { return http_->Get("/dashboard/schedule?date=" + today(), cookie_); }
+  http_client::Result schedule() {
+    return http_->Get("/dashboard/schedule?date=" + today(), cookie_);
+  }
   // Asserts that `r` is the schedule, fresh from the database.
-  static void expect_fresh_schedule(const httplib::Result& r) {
+  static void expect_fresh_schedule(const http_client::Result& r) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body.substr(0, 300);
     EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));
@@ -98,8 +100,8 @@ class PanelPgTest : public ::testing::Test {
   std::unique_ptr<ClubStore> store_;
   std::unique_ptr<Logger> logger_;
   std::unique_ptr<PanelServer> server_;
-  std::unique_ptr<httplib::Client> http_;
-  httplib::Headers cookie_;
+  std::unique_ptr<http_client::Client> http_;
+  http_client::Headers cookie_;
 };
 
 TEST_F(PanelPgTest, TheScheduleRendersWithTheDemoData) {
@@ -166,9 +168,9 @@ TEST_F(PanelPgTest, ItShowsTheSameClubAsTheSqliteStore) {
 TEST_F(PanelPgTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
   Admin club(db_->url());
   const long long before = club.count("SELECT count(*) FROM payments");
-  httplib::Headers h = cookie_;
+  http_client::Headers h = cookie_;
   h.emplace("Idempotency-Key", "order-42");
-  const httplib::Params form{{"amount_cents", "1250"}, {"method", "card"}};
+  const http_client::Params form{{"amount_cents", "1250"}, {"method", "card"}};
   auto first = http_->Post("/payments", h, form);
   auto second = http_->Post("/payments", h, form);
   ASSERT_TRUE(first && second);
@@ -188,9 +190,9 @@ TEST_F(PanelPgTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
       "AND NOT EXISTS (SELECT 1 FROM signups s WHERE "
       "s.game_id = g.id AND s.user_id = 1) AND starts_at > now() AT TIME ZONE 'UTC'");
   ASSERT_GT(game, 0);
-  httplib::Headers k = cookie_;
+  http_client::Headers k = cookie_;
   k.emplace("Idempotency-Key", "join-7");
-  const httplib::Params join{{"game_id", std::to_string(game)}};
+  const http_client::Params join{{"game_id", std::to_string(game)}};
   auto a = http_->Post("/signups", k, join);
   auto b = http_->Post("/signups", k, join);
   auto c = http_->Post("/signups", cookie_, join);
@@ -207,19 +209,19 @@ TEST_F(PanelPgTest, BadInputGets400WithAClearMessage) {
   ASSERT_TRUE(bad_date);
   EXPECT_EQ(bad_date->status, 400);
   EXPECT_NE(bad_date->body.find("YYYY-MM-DD"), std::string::npos);
-  auto bad_amount = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "-5"}});
+  auto bad_amount = http_->Post("/payments", cookie_, http_client::Params{{"amount_cents", "-5"}});
   ASSERT_TRUE(bad_amount);
   EXPECT_EQ(bad_amount->status, 400);
   EXPECT_NE(bad_amount->body.find("amount_cents"), std::string::npos);
   auto bad_method = http_->Post("/payments", cookie_,
-                                httplib::Params{{"amount_cents", "100"}, {"method", "gold"}});
+                                http_client::Params{{"amount_cents", "100"}, {"method", "gold"}});
   ASSERT_TRUE(bad_method);
   EXPECT_EQ(bad_method->status, 400);
   EXPECT_NE(bad_method->body.find("method"), std::string::npos);
-  auto bad_game = http_->Post("/signups", cookie_, httplib::Params{{"game_id", "abc"}});
+  auto bad_game = http_->Post("/signups", cookie_, http_client::Params{{"game_id", "abc"}});
   ASSERT_TRUE(bad_game);
   EXPECT_EQ(bad_game->status, 400);
-  auto no_game = http_->Post("/signups", cookie_, httplib::Params{{"game_id", "99999999"}});
+  auto no_game = http_->Post("/signups", cookie_, http_client::Params{{"game_id", "99999999"}});
   ASSERT_TRUE(no_game);
   EXPECT_EQ(no_game->status, 404);
 }
@@ -522,7 +524,7 @@ TEST_F(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAWriteSaysSoAndNothingIsA
   Admin club(db_->url());
   club.exec("REVOKE INSERT ON payments FROM " + role_);
   const long long before = club.count("SELECT count(*) FROM payments");
-  auto paid = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "700"}});
+  auto paid = http_->Post("/payments", cookie_, http_client::Params{{"amount_cents", "700"}});
   ASSERT_TRUE(paid);
   EXPECT_EQ(paid->status, 500) << paid->body;
   const json j = json::parse(paid->body, nullptr, /*allow_exceptions=*/false);
@@ -561,9 +563,9 @@ TEST_F(PanelPgRoleTest, AReadOnlyServerRefusesAPaymentWith503AndRetryAfter) {
     const ReadOnlyServer read_only(server);
     ASSERT_TRUE(pgtest::eventually(
         [&] { return watcher.exec("SHOW default_transaction_read_only").text(0, 0) == "on"; }));
-    httplib::Headers h = cookie_;
+    http_client::Headers h = cookie_;
     h.emplace("Idempotency-Key", "read-only-1");
-    auto paid = http_->Post("/payments", h, httplib::Params{{"amount_cents", "900"}});
+    auto paid = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
     ASSERT_TRUE(paid);
     EXPECT_EQ(paid->status, 503) << paid->body;
     EXPECT_EQ(paid->get_header_value("Retry-After"), std::to_string(kReadOnlyRetryAfterSeconds));

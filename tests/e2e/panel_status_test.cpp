@@ -36,7 +36,7 @@ class PanelStatusTest : public PanelFixture {
     po.log_sink = logging_.sink.get();
     server_ = std::make_unique<PanelServer>(po);
     ASSERT_TRUE(server_->start().ok());
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    http_ = std::make_unique<http_client::Client>("127.0.0.1", server_->port());
     http_->set_read_timeout(seconds(30));
   }
   // The <tr> of the Shield named `name` on a status page, or "".
@@ -94,9 +94,9 @@ TEST_F(PanelStatusTest, SignedInThePageShowsEachShieldsBreakerLimitAndTheLogPaus
 TEST_F(PanelStatusTest, AfterAWriteLockStormTheWritesBreakerShowsOpenAndTheChartCounts503s) {
   auto lock = storm(StormKind::kWrite);
   // One refused payment over HTTP for the chart...
-  httplib::Headers h = cookie_;
+  http_client::Headers h = cookie_;
   h.emplace("Idempotency-Key", "status-storm");
-  auto paid = http_->Post("/payments", h, httplib::Params{{"amount_cents", "900"}});
+  auto paid = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
   ASSERT_TRUE(paid);
   EXPECT_EQ(paid->status, 503);
   // ...and, while the lock holds, the writes breaker open on the page (a probe may be
@@ -229,7 +229,7 @@ TEST_F(PanelStatusTest, TheFrontsOwn503sAreOnTheChartAndEveryAnswerCountsOnce) {
   po.threads = 1;
   server_ = std::make_unique<PanelServer>(po);
   ASSERT_TRUE(server_->start().ok());
-  http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  http_ = std::make_unique<http_client::Client>("127.0.0.1", server_->port());
   http_->set_read_timeout(seconds(30));
   auto chart = http_->Get("/status.svg", cookie_);
   ASSERT_TRUE(chart);
@@ -295,9 +295,9 @@ TEST(PanelStatusBaseline, ABaselinePanelSaysItHasNoShield) {
   po.logger = logging->logger.get();
   auto server = std::make_unique<PanelServer>(po);
   ASSERT_TRUE(server->start().ok());
-  httplib::Client http("127.0.0.1", server->port());
+  http_client::Client http("127.0.0.1", server->port());
   auto login = http.Post(
-      "/login", httplib::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
   ASSERT_TRUE(login);
   ASSERT_EQ(login->status, 303);
   const std::string set = login->get_header_value("Set-Cookie");

@@ -28,7 +28,7 @@ TEST_F(PanelTest, TheScheduleRenders) {
 }
 
 TEST_F(PanelTest, WithoutASessionThePageSendsYouToLogin) {
-  httplib::Client anon("127.0.0.1", server_->port());
+  http_client::Client anon("127.0.0.1", server_->port());
   auto r = anon.Get("/dashboard/schedule");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 303);
@@ -39,7 +39,7 @@ TEST_F(PanelTest, ASignInLinkWorksOnceAndOnlyRedirectsOnThisServer) {
   auto user = store_->user_id_by_email("Ada.Nowak@club.example");
   ASSERT_TRUE(user.ok() && user->has_value());
   const std::string link = server_->issue_sign_in_link(**user, "/api/schedule?date=" + today());
-  httplib::Client browser("127.0.0.1", server_->port());
+  http_client::Client browser("127.0.0.1", server_->port());
   auto first = browser.Get(link);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->status, 303);
@@ -47,7 +47,7 @@ TEST_F(PanelTest, ASignInLinkWorksOnceAndOnlyRedirectsOnThisServer) {
   const std::string set = first->get_header_value("Set-Cookie");
   EXPECT_NE(set.find("HttpOnly"), std::string::npos);
   auto page = browser.Get("/api/schedule?date=" + today(),
-                          httplib::Headers{{"Cookie", set.substr(0, set.find(';'))}});
+                          http_client::Headers{{"Cookie", set.substr(0, set.find(';'))}});
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);
 
@@ -151,12 +151,12 @@ TEST_F(PanelTest, DuringAReadLockTheLastGoodScheduleGoesOnlyToSessionsTheDatabas
   auto lock = storm(StormKind::kRead);
   // While the database cannot check a cookie, a made-up one must not pass for a session.
   // (Both at once: each waits out its window.)
-  httplib::Result forged(nullptr, httplib::Error::Unknown);
+  http_client::Result forged;
   std::thread attacker([&] {
-    httplib::Client other("127.0.0.1", server_->port());
+    http_client::Client other("127.0.0.1", server_->port());
     other.set_read_timeout(seconds(30));
     forged = other.Get("/api/schedule?date=" + today(),
-                       httplib::Headers{{"Cookie", "session=made-up-by-an-attacker"}});
+                       http_client::Headers{{"Cookie", "session=made-up-by-an-attacker"}});
   });
   auto mine = http_->Get("/api/schedule?date=" + today(), cookie_);
   attacker.join();
@@ -197,10 +197,10 @@ TEST_F(PanelTest, StaleCopiesAreBoundedWhateverDatesClientsAskForAndTheLatestIsK
 
 TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAndNotApplied) {
   auto lock = storm(StormKind::kWrite);
-  httplib::Headers h = cookie_;
+  http_client::Headers h = cookie_;
   h.emplace("Idempotency-Key", "during-lock");
   const auto start = Steady::now();
-  auto r = http_->Post("/payments", h, httplib::Params{{"amount_cents", "900"}});
+  auto r = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
   const auto took = Steady::now() - start;
   lock->end();
   ASSERT_TRUE(r);
@@ -231,9 +231,9 @@ TEST_F(PanelTest, TheNaiveBaselineStillRetriesWhatTheDriverGaveUpOn) {
 }
 
 TEST_F(PanelTest, TwoPaymentsWithTheSameIdempotencyKeyAreAppliedOnce) {
-  httplib::Headers h = cookie_;
+  http_client::Headers h = cookie_;
   h.emplace("Idempotency-Key", "order-42");
-  const httplib::Params form{{"amount_cents", "1250"}, {"method", "card"}};
+  const http_client::Params form{{"amount_cents", "1250"}, {"method", "card"}};
   auto first = http_->Post("/payments", h, form);
   auto second = http_->Post("/payments", h, form);
   ASSERT_TRUE(first && second);
@@ -251,15 +251,15 @@ TEST_F(PanelTest, BadInputGets400WithAClearMessage) {
   ASSERT_TRUE(bad_date);
   EXPECT_EQ(bad_date->status, 400);
   EXPECT_NE(bad_date->body.find("YYYY-MM-DD"), std::string::npos);
-  auto bad_amount = http_->Post("/payments", cookie_, httplib::Params{{"amount_cents", "-5"}});
+  auto bad_amount = http_->Post("/payments", cookie_, http_client::Params{{"amount_cents", "-5"}});
   ASSERT_TRUE(bad_amount);
   EXPECT_EQ(bad_amount->status, 400);
   EXPECT_NE(bad_amount->body.find("amount_cents"), std::string::npos);
   auto bad_method = http_->Post("/payments", cookie_,
-                                httplib::Params{{"amount_cents", "100"}, {"method", "gold"}});
+                                http_client::Params{{"amount_cents", "100"}, {"method", "gold"}});
   ASSERT_TRUE(bad_method);
   EXPECT_EQ(bad_method->status, 400);
-  auto bad_game = http_->Post("/signups", cookie_, httplib::Params{{"game_id", "abc"}});
+  auto bad_game = http_->Post("/signups", cookie_, http_client::Params{{"game_id", "abc"}});
   ASSERT_TRUE(bad_game);
   EXPECT_EQ(bad_game->status, 400);
 }
