@@ -112,10 +112,11 @@ enum class Pooling : std::uint8_t {
 struct DatabaseOptions {
   /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
   std::string url{};
-  /// Read replicas, preferred for reads in this order. A replica URL may name several hosts
-  /// with target_session_attrs=standby ("postgresql://app@db2,db1/club?target_session_attrs=
-  /// standby"): a server found not in recovery (promoted) is left, and the next connect takes
-  /// whichever host is a standby then.
+  /// Read replicas, preferred for reads in this order: streaming standbys (a server found
+  /// not in recovery serves no replica read). A replica URL may name several hosts with
+  /// target_session_attrs=standby ("postgresql://app@db2,db1/club?target_session_attrs=
+  /// standby"): a standby that was promoted is left, and the next connect takes whichever
+  /// host is a standby then.
   std::vector<std::string> replica_urls{};
   /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
   std::string name = "pg";
