@@ -209,11 +209,16 @@ Database::Database(DatabaseOptions options)
 }
 
 Database::~Database() {
-  // The watches go first: their threads use the pools and Shields.
+  // The driver's own threads go first, while everything they use is still there: the health
+  // probe's (it connects through the pools, and a connect reports to the Liveness), the
+  // Liveness's (it uses the pools and Shields), then the pools' connect threads (their
+  // connects report to the Liveness too). Only then may the Liveness go.
   auto stop = [](Endpoint& e) {
-    if (e.liveness == nullptr) return;
-    e.liveness->stop();
-    e.watch->liveness.store(nullptr, std::memory_order_release);
+    e.probe.reset();
+    if (e.liveness != nullptr) e.liveness->stop();
+    e.reads.reset();
+    e.writes.reset();
+    if (e.watch != nullptr) e.watch->liveness.store(nullptr, std::memory_order_release);
   };
   for (auto& r : replicas_)
     stop(*r);
