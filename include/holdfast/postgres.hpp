@@ -33,8 +33,12 @@
 /// second attempt shows in RetryStats). Transient faults are retried within the request's
 /// window. Reads prefer a replica that has replayed the request's own writes (see
 /// postgres_lsn.hpp) and fall back to the primary while the replica's breaker is open, it
-/// just failed, it is behind those writes, or it lags more than max_replica_lag (which also
-/// counts against its breaker). Once a replica has been found behind a request's writes, reads
+/// just failed, it is behind those writes, it lags more than max_replica_lag (which also
+/// counts against its breaker), or it is not in recovery at all: a standby that was promoted
+/// is no replica (its frozen replay position says nothing), so that read counts against its
+/// breaker too and the replica pool closes its sessions to that host, and the next connect
+/// goes through the replica URL's hosts (with target_session_attrs=standby, to the standby
+/// of the moment; ADR 0025). Once a replica has been found behind a request's writes, reads
 /// that need later writes go straight to the primary for a while (50 ms, doubling up to 1 s
 /// while its replay stays where it was), so a standby that stopped replaying -- after the
 /// primary restarted, until it streams again -- costs no second attempt per read.
@@ -108,7 +112,11 @@ enum class Pooling : std::uint8_t {
 struct DatabaseOptions {
   /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
   std::string url{};
-  /// Read replicas, preferred for reads in this order.
+  /// Read replicas, preferred for reads in this order: streaming standbys (a server found
+  /// not in recovery serves no replica read). A replica URL may name several hosts with
+  /// target_session_attrs=standby ("postgresql://app@db2,db1/club?target_session_attrs=
+  /// standby"): a standby that was promoted is left, and the next connect takes whichever
+  /// host is a standby then.
   std::vector<std::string> replica_urls{};
   /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
   std::string name = "pg";
@@ -134,7 +142,8 @@ struct DatabaseOptions {
   Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
   /// > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
   /// SELECT 1 on the primary; on a replica its replay positions, healthy only within
-  /// max_replica_lag. 0: none (requests probe when the open period ends).
+  /// max_replica_lag and while it is in recovery. 0: none (requests probe when the open
+  /// period ends).
   Duration health_probe_interval = Duration::zero();
   /// Silence (DESIGN.md §10, holdfast/liveness.hpp, ADR 0023): when work has waited on a
   /// server for `silence_after` with nothing heard from it, a check (a connection of its own
@@ -454,6 +463,7 @@ class Database {
     std::uint64_t replayed = 0;
     std::uint64_t received = 0;
     bool read_committed = false;  ///< the read's snapshot came after the replay position
+    bool in_recovery = true;      ///< false: not a standby (promoted), so no replica
   };
 
   // The one place every retried operation goes through: the endpoint's Shield (retry
@@ -476,7 +486,8 @@ class Database {
   Result<Rows> write_work(const Work& work, Operation op, RetryStats* stats = nullptr);
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
-  // a replica.
+  // a replica, and closes the session and its idle siblings to its host when the replica
+  // is not in recovery.
   Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view);
   // One write on the primary, in a transaction of its own, and its commit's position.
   Result<Rows> write_once(const Work& work);

@@ -173,6 +173,11 @@ class Pool {
   /// Closes every idle connection: they reach a server that can no longer serve this pool
   /// (a demoted primary answers writes with 25006). The next acquire() connects anew.
   void drop_idle();
+  /// Closes every idle connection that reaches the same host and port as `like` (as libpq
+  /// reports them; `like` itself is not touched): that server can no longer serve this
+  /// pool (a replica's standby that was promoted), the others still can. The next
+  /// acquire() that finds none idle connects anew, through the conninfo's host list.
+  void drop_idle_to(const Connection& like);
 
   /// A connect to the same server (a health probe's) just worked and answered: while connects
   /// fail, the next one need not wait for the backoff. Changes nothing while a connect is

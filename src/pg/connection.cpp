@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
@@ -497,6 +498,14 @@ void detail::ConnectionAccess::mark_prepared(Connection& c, std::uint32_t id) {
 
 pg_conn* detail::ConnectionAccess::native(const Connection& c) noexcept {
   return c.impl_ ? c.impl_->conn : nullptr;
+}
+
+bool detail::ConnectionAccess::same_server(const Connection& a, const Connection& b) noexcept {
+  PGconn* x = native(a);
+  PGconn* y = native(b);
+  if (x == nullptr || y == nullptr) return false;
+  return std::strcmp(or_empty(PQhost(x)), or_empty(PQhost(y))) == 0 &&
+         std::strcmp(or_empty(PQport(x)), or_empty(PQport(y))) == 0;
 }
 
 }  // namespace holdfast::pg

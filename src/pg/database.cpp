@@ -49,15 +49,19 @@ constexpr std::string_view kReadHead =
     "pg_catalog.set_config('statement_timeout', $1, true)";
 // Columns 2-4: the replay and receive positions, and whether the statement after this one
 // takes a snapshot of its own (read committed), so that it sees everything replayed by now.
+// Column 5: whether the server is in recovery at all: a standby that was promoted keeps the
+// replay position it had then, and is no replica (ADR 0025).
 constexpr std::string_view kReplicaHead =
     "SELECT pg_catalog.set_config('transaction_read_only', 'on', true), "
     "pg_catalog.set_config('statement_timeout', $1, true), "
     "pg_catalog.pg_last_wal_replay_lsn()::text, pg_catalog.pg_last_wal_receive_lsn()::text, "
-    "pg_catalog.current_setting('transaction_isolation') = 'read committed'";
-// A replica's health probe: its replay and receive positions (its lag, as reads judge it).
+    "pg_catalog.current_setting('transaction_isolation') = 'read committed', "
+    "pg_catalog.pg_is_in_recovery()";
+// A replica's health probe: its replay and receive positions (its lag, as reads judge it),
+// and whether it is in recovery (a replica at all).
 constexpr const char* kReplicaProbe =
     "SELECT pg_catalog.pg_last_wal_replay_lsn()::text, "
-    "pg_catalog.pg_last_wal_receive_lsn()::text";
+    "pg_catalog.pg_last_wal_receive_lsn()::text, pg_catalog.pg_is_in_recovery()";
 constexpr std::string_view kWriteHead =
     "SELECT pg_catalog.set_config('statement_timeout', $1, true)";
 // Column 1: the transaction id, recorded so that a COMMIT in doubt can be resolved.
@@ -205,11 +209,16 @@ Database::Database(DatabaseOptions options)
 }
 
 Database::~Database() {
-  // The watches go first: their threads use the pools and Shields.
+  // The driver's own threads go first, while everything they use is still there: the health
+  // probe's (it connects through the pools, and a connect reports to the Liveness), the
+  // Liveness's (it uses the pools and Shields), then the pools' connect threads (their
+  // connects report to the Liveness too). Only then may the Liveness go.
   auto stop = [](Endpoint& e) {
-    if (e.liveness == nullptr) return;
-    e.liveness->stop();
-    e.watch->liveness.store(nullptr, std::memory_order_release);
+    e.probe.reset();
+    if (e.liveness != nullptr) e.liveness->stop();
+    e.reads.reset();
+    e.writes.reset();
+    if (e.watch != nullptr) e.watch->liveness.store(nullptr, std::memory_order_release);
   };
   for (auto& r : replicas_)
     stop(*r);
@@ -288,6 +297,13 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
             // A connect to the server worked: the writes pool's may go ahead, too.
             if (lease->fresh() && ep->writes != nullptr) ep->writes->server_answered();
             return Status();
+          }
+          if (r->text(0, 2) != "t") {
+            // Not in recovery: no replica (a promoted standby). This session and its idle
+            // siblings to that host go, so the next probe connects through the host list.
+            ep->reads->drop_idle_to(**lease);
+            lease->discard();
+            return detail::not_a_replica(ep->name);
           }
           // A replica is healthy only when its replay keeps up, judged as its reads judge it.
           return replay_lag_status(*ep, detail::wal_position(*r, 0), detail::wal_position(*r, 1),
@@ -405,6 +421,14 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
     view->replayed = detail::wal_position(out[head], 2);
     view->received = detail::wal_position(out[head], 3);
     view->read_committed = out[head].text(0, 4) == "t";
+    view->in_recovery = out[head].text(0, 5) == "t";
+    if (!view->in_recovery) [[unlikely]] {
+      // The server is not in recovery: a standby that was promoted (libpq checks
+      // target_session_attrs only at connect, so its sessions stayed). No session to it
+      // serves this pool again; the next connect goes through the replica URL's hosts.
+      endpoint.reads->drop_idle_to(conn);
+      lease->discard();
+    }
   }
   return std::move(out[main]);
 }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -64,5 +65,24 @@ bool pooler_refused(PooledConnection& lease, Status& s);
 Status refused(std::string_view what, const SqlClass& c);
 // The WAL position in `rows` (row 0), or 0 when there is none.
 std::uint64_t wal_position(const Rows& rows, int col) noexcept;
+
+// What a replica's read said about the replica (its prefix's columns), for a request whose
+// writes are at `need` (0: it has none): whether the replica's answer is the read's.
+enum class ReplicaVerdict : std::uint8_t {
+  kServes,         // its answer is the read's
+  kNotAReplica,    // not in recovery (a promoted standby): the primary answers (ADR 0025)
+  kBehind,         // it has not replayed `need` yet: the primary answers
+  kEarlySnapshot,  // replayed it, but the read's snapshot may be older: the primary answers
+};
+// `in_recovery`, `replayed`, `read_committed`: what the replica reported. A server not in
+// recovery is no replica whatever the rest says: its replay position stopped at its
+// promotion and says nothing of what it holds.
+ReplicaVerdict replica_verdict(bool in_recovery, std::uint64_t replayed, bool read_committed,
+                               std::uint64_t need) noexcept;
+// The answer of replica `name` found not in recovery (by a read or its health probe): an
+// overload failure for its breaker, so that a replica URL that keeps reaching that server
+// (one host, no target_session_attrs=standby) is tried once per open period, not by every
+// read; scope kReconnect: another connection may reach a real standby.
+Status not_a_replica(const std::string& name);
 
 }  // namespace holdfast::pg::detail

@@ -65,6 +65,9 @@ struct ConnectionAccess {
   static bool is_prepared(const Connection& c, std::uint32_t id) noexcept;
   static void mark_prepared(Connection& c, std::uint32_t id);
   static pg_conn* native(const Connection& c) noexcept;
+  // Whether `a` and `b` reach the same host and port, as libpq reports them (PQhost(),
+  // PQport()); false when either is closed. No I/O.
+  static bool same_server(const Connection& a, const Connection& b) noexcept;
   // How many hosts `conninfo` names (0 or 1 for a plain one).
   static std::size_t host_count(const std::string& conninfo);
   // Keywords that pick one host of several ({"host", "h2"}, {"port", "5433"}).

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "holdfast/postgres_pool.hpp"
+#include "pg_internal.hpp"
 #include "server_watch.hpp"
 
 namespace holdfast::pg {
@@ -300,6 +301,28 @@ void Pool::drop_idle() {
     open_ -= static_cast<int>(idle.size());
     stats_.discarded += idle.size();
     if (waiters_ > 0) returned_.notify_all();
+  }
+  // Closed outside the lock (PQfinish sends a Terminate message).
+}
+
+void Pool::drop_idle_to(const Connection& like) {
+  std::vector<Connection> gone;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The others keep their order (the warmest last).
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < idle_.size(); ++i) {
+      if (detail::ConnectionAccess::same_server(idle_[i], like)) {
+        gone.push_back(std::move(idle_[i]));
+      } else {
+        if (kept != i) idle_[kept] = std::move(idle_[i]);
+        ++kept;
+      }
+    }
+    idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(kept), idle_.end());
+    open_ -= static_cast<int>(gone.size());
+    stats_.discarded += gone.size();
+    if (waiters_ > 0 && !gone.empty()) returned_.notify_all();
   }
   // Closed outside the lock (PQfinish sends a Terminate message).
 }

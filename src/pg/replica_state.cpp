@@ -1,7 +1,9 @@
 // Reads routed to replicas: which replica may answer a request's read (try_replica,
 // read_routed), how long a replica's replay has trailed the WAL it received (ReplayLag),
-// whether it can have replayed a request's writes (CatchUp), and when its lag makes it
-// unhealthy (replay_lag_status). One read on one server is database.cpp's read_once().
+// whether it can have replayed a request's writes (CatchUp), when its lag makes it
+// unhealthy (replay_lag_status), and whether what a read reported makes its answer the
+// read's (replica_verdict: a server not in recovery never does). One read on one server is
+// database.cpp's read_once().
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -88,6 +90,24 @@ bool Database::CatchUp::skip(std::uint64_t need, TimePoint now) const noexcept {
          ns_of(now) < until_ns_.load(std::memory_order_relaxed);
 }
 
+detail::ReplicaVerdict detail::replica_verdict(bool in_recovery, std::uint64_t replayed,
+                                               bool read_committed, std::uint64_t need) noexcept {
+  if (!in_recovery) return ReplicaVerdict::kNotAReplica;
+  if (need != 0 && replayed < need) return ReplicaVerdict::kBehind;
+  if (need != 0 && !read_committed) return ReplicaVerdict::kEarlySnapshot;
+  return ReplicaVerdict::kServes;
+}
+
+Status detail::not_a_replica(const std::string& name) {
+  Status s(Code::kUnavailable,
+           name +
+               " is not in recovery (a promoted standby?): no replica; its sessions to that "
+               "host are closed and the next connect looks for a standby again",
+           Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+  s.with_sqlstate("");
+  return s;
+}
+
 Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool past_hold,
                                    ReplicaAnswer& answer, RetryStats& stats) {
   Shield& shield = *replica.shield;
@@ -124,6 +144,16 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
     if (!r.status().fault().transient()) answer = ReplicaAnswer::kAnswered;
     return r;
   }
+  const detail::ReplicaVerdict verdict =
+      detail::replica_verdict(view.in_recovery, view.replayed, view.read_committed, need);
+  if (verdict == detail::ReplicaVerdict::kNotAReplica) [[unlikely]] {
+    // A promoted standby (read_once() closed its sessions): the primary answers, as for a
+    // replica behind the request's writes, and its breaker counts a failure.
+    replica.lag.forget();
+    Status s = detail::not_a_replica(replica.name);
+    (void)call.failed(std::move(a.permit), s, end, end - start);
+    return s;
+  }
   if (Status s =
           replay_lag_status(replica, view.replayed, view.received, end, options_.max_replica_lag);
       !s.ok()) {
@@ -133,13 +163,13 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   call.succeeded(std::move(a.permit),
                  shield.breaker().measures_latency() ? end - start : Duration::zero());
   answer = ReplicaAnswer::kBehind;
-  if (need != 0 && view.replayed < need) {
+  if (verdict == detail::ReplicaVerdict::kBehind) {
     // Healthy, but behind the request's own writes: the primary answers.
     replica.catch_up.behind(view.replayed, end);
     return not_replayed(replica.name);
   }
   replica.catch_up.saw(view.replayed);
-  if (need != 0 && !view.read_committed) {
+  if (verdict == detail::ReplicaVerdict::kEarlySnapshot) {
     // Replayed them, but the read's snapshot was taken before: the primary answers.
     return not_replayed(replica.name);
   }

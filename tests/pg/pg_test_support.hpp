@@ -22,6 +22,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "holdfast/postgres.hpp"
 
@@ -188,15 +189,18 @@ class PrivateServer {
   [[nodiscard]] const std::string& url() const { return url_; }
   // "" unless made with_standby (and it started).
   [[nodiscard]] const std::string& standby_url() const { return standby_url_; }
-  // The primary's postmaster, from its postmaster.pid; 0 when unknown.
+  // The primary's postmaster (after promoted(): the promoted standby's), from its
+  // postmaster.pid; 0 when unknown.
   [[nodiscard]] pid_t postmaster_pid() const {
     std::ifstream env(state_dir_ + "/server.env");
     std::string line;
-    std::string root;
+    std::string data_dir;
     while (std::getline(env, line)) {
-      if (line.rfind("root='", 0) == 0 && line.size() > 7) root = line.substr(6, line.size() - 7);
+      if (line.rfind("data_dir='", 0) == 0 && line.size() > 11) {
+        data_dir = line.substr(10, line.size() - 11);
+      }
     }
-    std::ifstream pid_file(root + "/data/postmaster.pid");
+    std::ifstream pid_file(data_dir + "/postmaster.pid");
     long pid = 0;
     pid_file >> pid;
     return static_cast<pid_t>(pid);
@@ -205,6 +209,22 @@ class PrivateServer {
   bool up() { return run("up", 0) != "error"; }
   bool standby_down() { return run("standby-down", 0) != "error"; }
   bool standby_up() { return run("standby-up", 0) != "error"; }
+  // The caller promoted the standby (pg_promote()) and stopped the primary for good: the
+  // roles swap (url() is the promoted standby's, standby_url() the old primary's, to
+  // rebuild).
+  bool promoted() {
+    if (run("promoted", 0) == "error") return false;
+    std::swap(url_, standby_url_);
+    return true;
+  }
+  // After promoted(): the old primary's folder becomes a fresh streaming standby of the new
+  // primary, on the old primary's port (standby_url()).
+  bool rebuild_standby() {
+    const std::string out = run("rebuild-standby", 0);
+    if (out.rfind("postgresql://", 0) != 0) return false;
+    standby_url_ = out;
+    return true;
+  }
 
  private:
   std::string run(const char* verb, int max_connections) {

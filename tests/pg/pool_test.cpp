@@ -348,6 +348,38 @@ TEST(PgPool, AnOldConnectFailureLetsRequestsConnectSideBySide) {
   EXPECT_EQ(pool.stats().connect_failures, 3u);
 }
 
+TEST(PgPool, DropIdleToClosesTheIdleConnectionsToOneHostOnly) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  const std::string url = server_url();
+  const std::size_t loopback = url.find("@127.0.0.1:");
+  if (loopback == std::string::npos) GTEST_SKIP() << "the test server is not on 127.0.0.1";
+  Pool pool(pool_options(unique("hf_pool"), 3));
+  {
+    auto a = pool.acquire();
+    auto b = pool.acquire();
+    ASSERT_TRUE(a.ok() && b.ok());
+  }
+  ASSERT_EQ(pool.stats().idle, 2);
+  // The same server under another host name is another host for libpq: nothing goes.
+  std::string by_name = url;
+  by_name.replace(loopback + 1, 9, "localhost");
+  auto other = Connection::open(by_name);
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  pool.drop_idle_to(*other);
+  EXPECT_EQ(pool.stats().idle, 2);
+  // A connection to the pool's host: both idle ones go, the one lent out stays.
+  auto lent = pool.acquire();
+  ASSERT_TRUE(lent.ok());
+  auto same = Connection::open(url);
+  ASSERT_TRUE(same.ok()) << same.status().to_string();
+  pool.drop_idle_to(*same);
+  PoolStats s = pool.stats();
+  EXPECT_EQ(s.idle, 0);
+  EXPECT_EQ(s.open, 1);
+  EXPECT_EQ(s.discarded, 1u);
+  EXPECT_TRUE((*lent)->query("SELECT 1").ok());
+}
+
 TEST(PgPool, RejectsABadConfiguration) {
   PoolOptions o;
   EXPECT_THROW(Pool{o}, std::invalid_argument);  // no conninfo
