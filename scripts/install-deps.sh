@@ -9,7 +9,7 @@ packages=(
   libsqlite3-dev sqlite3
   libpq-dev postgresql
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   # Argon2id for the panel's passwords (crypto_pwhash)
   libsodium-dev
   # the drivers people already use, for holdfast's adapters (include/holdfast/adapters/)

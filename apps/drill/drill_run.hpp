@@ -29,7 +29,7 @@ using Progress = std::function<void(double, double, const std::string&)>;
 constexpr double kServedWithinMs = 6000.0;
 
 // The load client gives a request up when no byte of its answer came for this long
-// (httplib's read timeout); it is then counted as unanswered.
+// (the client's read timeout); it is then counted as unanswered.
 constexpr std::chrono::seconds kNoAnswerAfter{30};
 
 // An answer this fast is what a silence fault's requests should get once the fault's

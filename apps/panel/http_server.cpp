@@ -1,6 +1,11 @@
 #include "http_server.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <limits>
@@ -173,6 +178,10 @@ struct HttpServer::Impl {
   std::list<std::weak_ptr<Conn>> open;  // every connection, for stop()
 
   awaitable<void> accept_loop();
+  // Closes the spare descriptor, accepts one waiting client with it, answers 503 and closes
+  // it, then opens the spare again.
+  void refuse_with_spare() noexcept;
+  int spare_fd = -1;  // /dev/null, kept to be given up when descriptors run out
   awaitable<void> session(std::shared_ptr<Conn> c);
   // Reads one request into `ex`; false when the connection is done with (refused, gone).
   awaitable<bool> read_request(const std::shared_ptr<Conn>& c, beast::flat_buffer& buffer,
@@ -253,7 +262,10 @@ awaitable<void> HttpServer::Impl::accept_loop() {
     auto [ec, socket] = co_await acceptor.async_accept(kNothrow);
     if (stopping || ec == net::error::operation_aborted) co_return;
     if (ec) {
-      // Out of descriptors or memory: rest rather than spin on a backlog we cannot take.
+      // Out of descriptors or memory: answer the client at the head of the backlog through
+      // the spare descriptor, so that it learns to come back instead of waiting, and rest
+      // rather than spin on a backlog we cannot take.
+      if (ec == net::error::no_descriptors || ec.value() == ENFILE) refuse_with_spare();
       net::steady_timer pause(io, kAcceptPause);
       co_await pause.async_wait(kNothrow);
       continue;
@@ -268,6 +280,25 @@ awaitable<void> HttpServer::Impl::accept_loop() {
     open.push_back(c);
     net::co_spawn(io, session(std::move(c)), net::detached);
   }
+}
+
+void HttpServer::Impl::refuse_with_spare() noexcept {
+  if (spare_fd < 0) return;
+  ::close(spare_fd);
+  const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    ++self.counters_.accepted;
+    ++self.counters_.shed_503;
+    self.own_answers_.record(503, /*stale=*/false);
+    static constexpr std::string_view kFull =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "Content-Length: 68\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        "the panel has no room for another connection; try again in a second\n";
+    // Best effort, without blocking the loop: a client that does not read loses the text.
+    (void)!::send(fd, kFull.data(), kFull.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+  }
+  spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
@@ -592,6 +623,7 @@ Status HttpServer::start() {
   }
   port_ = acceptor.local_endpoint(ec).port();
   max_connections_ = fitted_connections(options_);
+  impl->spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   impl_ = std::move(impl);
   net::co_spawn(impl_->io, impl_->accept_loop(), net::detached);
   impl_->loop = std::thread([io = &impl_->io] { io->run(); });
@@ -618,6 +650,7 @@ void HttpServer::stop() noexcept {
     lane->pool.stop();
     lane->pool.join();
   }
+  if (impl.spare_fd >= 0) ::close(impl.spare_fd);
   impl_.reset();
 }
 
