@@ -285,7 +285,8 @@ awaitable<void> HttpServer::Impl::accept_loop() {
 void HttpServer::Impl::refuse_with_spare() noexcept {
   if (spare_fd < 0) return;
   ::close(spare_fd);
-  const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  const int fd =
+      ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) {
     ++self.counters_.accepted;
     ++self.counters_.shed_503;

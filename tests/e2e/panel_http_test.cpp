@@ -89,10 +89,21 @@ std::string read_until_closed(int fd, milliseconds limit) {
   return out;
 }
 
+// `text` with "Connection: close" after its request line (unless it names a Connection), so
+// that the server closes once it has answered: the helpers below read until it does.
+std::string closing(std::string_view text) {
+  std::string out(text);
+  const std::size_t line_end = out.find("\r\n");
+  if (line_end != std::string::npos && out.find("Connection:") == std::string::npos) {
+    out.insert(line_end + 2, "Connection: close\r\n");
+  }
+  return out;
+}
+
 std::string request(int port, std::string_view text, milliseconds limit = milliseconds(5000)) {
   const int fd = connect_to(port);
   if (fd < 0) return "";
-  send_text(fd, text);
+  send_text(fd, closing(text));
   std::string out = read_until_closed(fd, limit);
   ::close(fd);
   return out;
@@ -101,7 +112,7 @@ std::string request(int port, std::string_view text, milliseconds limit = millis
 std::string request_from(int port, const char* source, std::string_view text) {
   const int fd = connect_from(port, source);
   if (fd < 0) return "";
-  send_text(fd, text);
+  send_text(fd, closing(text));
   std::string out = read_until_closed(fd, milliseconds(5000));
   ::close(fd);
   return out;
@@ -275,9 +286,10 @@ TEST_F(PanelHttpTest, AHeaderFloodIsRefusedWith431AndAShortText) {
   // One header line of 9,000 bytes (over the 8 KiB head) is refused as soon as 8 KiB have
   // come, not after a deadline.
   const auto t0 = Steady::now();
-  const std::string r2 = request(server_->port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                                  "X-Long: " +
-                                                      std::string(9000, 'a') + "\r\n\r\n");
+  const std::string r2 = request(server_->port(),
+                                 "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 "X-Long: " +
+                                     std::string(9000, 'a') + "\r\n\r\n");
   const auto took = std::chrono::duration_cast<milliseconds>(Steady::now() - t0).count();
   EXPECT_EQ(r2.rfind("HTTP/1.1 431", 0), 0u) << r2.substr(0, 200);
   std::printf("[ info ] a 9,000-byte header line answered 431 in %lld ms\n",
@@ -298,8 +310,9 @@ TEST_F(PanelHttpTest, ANulOrBareLineBreakInAHeaderIsRefusedWith400NotCut) {
 
 TEST_F(PanelHttpTest, AChunkedBodyMeetsTheSameLimitAsOneWithALength) {
   // A chunked form is read like any other (Beast's parser) and limited to 8 KiB as it comes.
-  std::string big = "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                    "application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n";
+  std::string big =
+      "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n";
   for (int i = 0; i < 3; ++i)
     big += "1000\r\n" + std::string(4096, 'a') + "\r\n";
   big += "0\r\n\r\n";
@@ -375,8 +388,7 @@ TEST(HttpServer, AHostIsAllowedWhenItIsALoopbackNameTheBoundAddressOrANamedOne) 
   http::Request r;
   EXPECT_EQ(HttpServer::parse_request("GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n", o, r), 421);
   EXPECT_EQ(HttpServer::parse_request("GET / HTTP/1.1\r\nX: 1\r\n\r\n", o, r), 400);
-  EXPECT_EQ(HttpServer::parse_request("GET / HTTP/1.1\r\nHost: panel.example\r\n\r\n", o, r),
-            200);
+  EXPECT_EQ(HttpServer::parse_request("GET / HTTP/1.1\r\nHost: panel.example\r\n\r\n", o, r), 200);
 }
 
 TEST(HttpServer, ARequestIsReadIntoPathQueryFormAndHeaders) {
@@ -485,8 +497,8 @@ TEST(HttpServer, WhenTheDatabaseQueueIsFullTheAnswerIs503AtOnceAndHealthStillGoe
   EXPECT_EQ(shed.rfind("HTTP/1.1 503", 0), 0u) << shed;
   EXPECT_NE(shed.find("Retry-After: 1"), std::string::npos);
   std::printf("[ info ] shed with 503 in %lld ms\n", static_cast<long long>(shed_ms));
-  const std::string health =
-      request(server.port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", milliseconds(2000));
+  const std::string health = request(
+      server.port(), "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", milliseconds(2000));
   EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << "health does not queue behind the database";
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -546,8 +558,8 @@ TEST(HttpServer, APostWithoutContentLengthHasAnEmptyBodyAndHoldsNoWorker) {
   ASSERT_TRUE(server.start().ok());
   for (int i = 0; i < 3; ++i) {
     const int fd = connect_to(server.port());
-    ASSERT_TRUE(send_text(
-        fd, "POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+    ASSERT_TRUE(
+        send_text(fd, "POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
     const std::string answer = read_until_closed(fd, milliseconds(8000));
     ::close(fd);
     EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer.substr(0, 80);
