@@ -35,11 +35,14 @@ drill-pg: deps
 	@cmake --build --preset release --target holdfast
 	@build/release/apps/holdfast/holdfast drill --engine postgres --out drill-pg-out $(DRILL_ARGS)
 
-# Benchmarks always build optimized; each prints bare and holdfast side by side.
+# Benchmarks always build optimized; each prints bare and holdfast side by side. Then the
+# panel's schedule page beside nginx serving the same bytes (wrk; scripts/bench-http.sh).
 bench: deps
+	@HOLDFAST_EXTRA_PACKAGES="wrk nginx-light" scripts/install-deps.sh
 	@cmake --preset release >/dev/null
 	@cmake --build --preset release
 	@for b in build/release/bench/bench_*; do echo "== $$b"; $$b --benchmark_min_time=0.2; done
+	@echo "== scripts/bench-http.sh"; scripts/bench-http.sh build/release/apps/holdfast/holdfast
 
 # Fuzzing with libFuzzer (clang): each target for FUZZ_SECONDS, new inputs kept in
 # build/fuzz/corpus/<name> (copy the interesting ones to fuzz/corpus/<name>).
