@@ -474,7 +474,10 @@ awaitable<bool> HttpServer::Impl::answer(Conn& c, Exchange& ex, unsigned version
                                          bool head) {
   http::Response& res = ex.res;
   bhttp::response<bhttp::string_body> out;
-  out.version(version);
+  // HTTP/1.1 whatever the client spoke (RFC 9110 6.2: the highest minor version the server
+  // conforms to); a 1.0 client gets Connection: close, as it did not ask to keep it open.
+  (void)version;
+  out.version(11);
   out.result(static_cast<unsigned>(res.status));
   for (const auto& [name, value] : res.headers)
     out.insert(name, value);

@@ -211,7 +211,7 @@ TEST(Cli, APanelThatCannotListenExitsAtOnceNamingTheAddressAndTheReason) {
   const CommandRun bad_host = holdfast("panel --db " + db + " --port 0 --host 999.1.1.1", "10");
   EXPECT_EQ(bad_host.exit_status, 1) << bad_host.err;
   EXPECT_NE(bad_host.err.find("999.1.1.1:0"), std::string::npos) << bad_host.err;
-  EXPECT_NE(bad_host.err.find("not an IPv4 address"), std::string::npos) << bad_host.err;
+  EXPECT_NE(bad_host.err.find("not an address"), std::string::npos) << bad_host.err;
   fs::remove_all(dir);
 }
 
@@ -224,7 +224,7 @@ std::vector<std::string> private_folders(const fs::path& tmp) {
   return out;
 }
 
-TEST(Cli, APanelClearsStaleFoldersAndStopsCleanlyOnSighupSigintAndSigterm) {
+TEST(Cli, APanelStopsCleanlyOnSighupSigintAndSigtermAndLeavesNothingInTheTempFolder) {
   const fs::path dir =
       fs::temp_directory_path() / ("holdfast-cli-signals-" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -233,14 +233,6 @@ TEST(Cli, APanelClearsStaleFoldersAndStopsCleanlyOnSighupSigintAndSigterm) {
   const std::string tmpdir = (dir / "tmp").string();
   for (const int sig : {SIGHUP, SIGINT, SIGTERM}) {
     SCOPED_TRACE(::strsignal(sig));
-    // A folder left by a panel that was killed: its process is gone.
-    const pid_t gone = ::fork();
-    ASSERT_GE(gone, 0);
-    if (gone == 0) ::_exit(0);
-    ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
-    const fs::path stale = dir / "tmp" / ("holdfast-panel-" + std::to_string(gone) + "-AbCdEf");
-    fs::create_directories(stale);
-    std::ofstream(stale / "http.sock") << "";
     int out[2];
     ASSERT_EQ(::pipe(out), 0);
     const pid_t pid = ::fork();
@@ -264,20 +256,15 @@ TEST(Cli, APanelClearsStaleFoldersAndStopsCleanlyOnSighupSigintAndSigterm) {
       printed.append(chunk, static_cast<std::size_t>(n));
     }
     EXPECT_NE(printed.find("or open"), std::string::npos) << printed;
-    EXPECT_FALSE(fs::exists(stale)) << "the stale folder is still there";
-    const std::vector<std::string> mine = private_folders(dir / "tmp");
-    EXPECT_EQ(mine.size(), 1u);
-    if (!mine.empty()) {
-      EXPECT_EQ(mine.front().rfind("holdfast-panel-" + std::to_string(pid) + "-", 0), 0u)
-          << mine.front();
-    }
+    // One server, nothing behind it: no private socket folder (the front's, before
+    // ADR 0026).
+    EXPECT_EQ(private_folders(dir / "tmp").size(), 0u);
     ::kill(pid, sig);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ::close(out[0]);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
     EXPECT_EQ(private_folders(dir / "tmp").size(), 0u);
-    fs::remove_all(stale);
   }
   fs::remove_all(dir);
 }
