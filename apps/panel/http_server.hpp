@@ -1,4 +1,4 @@
-// HttpServer: the panel's one HTTP/1.1 server (DESIGN §8; docs/adr/0025-one-http-server.md).
+// HttpServer: the panel's one HTTP/1.1 server (DESIGN §8; docs/adr/0026-one-http-server.md).
 //
 // Boost.Beast on Asio C++20 coroutines. One event-loop thread owns every connection: it
 // accepts, reads each request with Beast's parser against the panel's limits, and writes
@@ -56,7 +56,7 @@ class HttpServer {
     // from another site whose name was re-pointed at this address (DNS rebinding) still
     // sends its own name.
     std::vector<std::string> allowed_hosts;
-    int heavy_workers = 12;        // database-bound requests served at once
+    int heavy_workers = 16;        // database-bound requests served at once
     int light_workers = 4;         // light requests served at once
     std::size_t heavy_queue = 64;  // database-bound requests waiting for a worker
     std::size_t light_queue = 64;

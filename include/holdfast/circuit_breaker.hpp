@@ -194,8 +194,8 @@ class CircuitBreaker {
     int busy_consecutive_failures = 20;
     /// A success slower than this counts as a failure; >= 0; 0: latency never counts.
     Duration slow_call_threshold = Duration::zero();
-    /// The first open period; > 0. A Shield's breaker opens for 250 ms to 1 s instead
-    /// (Shield::Options, ADR 0008).
+    /// The first open period; > 0. A Shield's breaker opens for 250 to 800 ms instead
+    /// (Shield::Options::shield_breaker(), ADR 0008).
     Duration open_initial = std::chrono::milliseconds(500);
     Duration open_max = std::chrono::seconds(30);    ///< the longest open period; >= open_initial
     int half_open_probes = 1;                        ///< in [1, 64]: probes admitted at a time

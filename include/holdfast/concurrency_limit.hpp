@@ -11,9 +11,11 @@
 ///   limit.record(latency, /*dropped=*/false);   // a sample; any subset of the calls will do
 /// @endcode
 ///
-/// The rule (docs/adr/0008-admission-by-learned-capacity.md) is Netflix's Gradient2: two
-/// moving averages of the sampled latency, a short one (the last ~10 samples) and a long one
-/// (~600). While the short one stays within `tolerance` times the long one the database is
+/// The rule (docs/adr/0008-admission-by-learned-capacity.md) follows Netflix's Gradient2: a
+/// short moving average of the sampled latency (the last ~10 samples) against the normal
+/// latency, the low end of that average: it follows lower latencies at once and higher ones
+/// only by creeping up by half every `long_samples` (5000) samples, so a long queue does not
+/// become normal. While the short one stays within `tolerance` times the normal one the database is
 /// answering at its normal pace and the limit grows by a small queue allowance per sample;
 /// when the short one rises above, the limit shrinks in proportion (at most by half per
 /// sample, smoothed). A dropped call (it timed out: the database kept the work but the caller
