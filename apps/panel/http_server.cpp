@@ -30,6 +30,8 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "http_reading.hpp"
+
 namespace holdfast::panel {
 namespace {
 
@@ -50,78 +52,7 @@ constexpr std::chrono::milliseconds kAcceptPause{100};
 constexpr std::chrono::milliseconds kRefusalSend{1000};
 constexpr std::chrono::milliseconds kRefusalDrain{500};
 
-bool iequals(std::string_view a, std::string_view b) noexcept {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return (x | 0x20) == (y | 0x20);
-         });
-}
-
-bool starts_with_ci(std::string_view s, std::string_view prefix) noexcept {
-  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
-}
-
-using Parser = bhttp::request_parser<bhttp::string_body>;
-
-// A parser with the limits of `options` (the body's is raised or lowered by check_head()).
-void limit_parser(Parser& parser, const HttpServer::Options& options) {
-  parser.header_limit(static_cast<std::uint32_t>(
-      std::min<std::size_t>(options.max_head_bytes, std::numeric_limits<std::uint32_t>::max())));
-  parser.body_limit(options.max_body_bytes);
-}
-
-// What a request's head allows: its status is 0, or the refusal (400, 413, 421) with why.
-struct HeadCheck {
-  int status = 0;
-  std::string why;
-  bool form = false;           // application/x-www-form-urlencoded
-  std::size_t body_limit = 0;  // the most of a body this request may send
-};
-
-HeadCheck check_head(const Parser& parser, const HttpServer::Options& options) {
-  const auto& head = parser.get();
-  HeadCheck out;
-  const auto target = head.target();
-  if (target.empty() || target.front() != '/') {
-    out.status = 400;
-    out.why = "bad request: the target must be a path (\"/...\")\n";
-    return out;
-  }
-  // One Host, naming this server.
-  if (head.count(bhttp::field::host) != 1) {
-    out.status = 400;
-    out.why = "bad request: send one Host field\n";
-    return out;
-  }
-  const auto host = head[bhttp::field::host];
-  if (!HttpServer::host_allowed(std::string_view(host.data(), host.size()), options)) {
-    out.status = 421;
-    out.why = "misdirected request: this server does not answer for that Host\n";
-    return out;
-  }
-  const auto type = head[bhttp::field::content_type];
-  out.form = starts_with_ci(std::string_view(type.data(), type.size()),
-                            "application/x-www-form-urlencoded");
-  out.body_limit = out.form ? options.max_form_bytes : options.max_body_bytes;
-  if (parser.content_length() && *parser.content_length() > out.body_limit) out.status = 413;
-  return out;
-}
-
-// The Request a route sees, from what the parser read.
-void fill_request(bhttp::request<bhttp::string_body> message, bool form, std::string_view client,
-                  http::Request& r) {
-  r.method.assign(message.method_string().data(), message.method_string().size());
-  r.target.assign(message.target().data(), message.target().size());
-  const std::string_view target(r.target);
-  const std::size_t question = target.find('?');
-  r.path = http::percent_decode(target.substr(0, question), /*plus_is_space=*/false);
-  if (question != std::string_view::npos) http::parse_params(target.substr(question + 1), r.params);
-  for (const auto& field : message) {
-    r.headers.emplace(std::string(field.name_string()), std::string(field.value()));
-  }
-  r.body = std::move(message.body());
-  if (form) http::parse_params(r.body, r.params);
-  r.remote_addr.assign(client);
-}
+using reading::Parser;
 
 }  // namespace
 
@@ -338,7 +269,7 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
                                                beast::flat_buffer& buffer, Exchange& ex,
                                                bool& keep_alive, unsigned& version) {
   Parser parser;
-  limit_parser(parser, options);
+  reading::limit_parser(parser, options);
   start_waiting(*c);
   c->stream.expires_never();
   arm(c, options.head_deadline);
@@ -370,7 +301,7 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   const auto& head = parser.get();
   version = head.version();
   keep_alive = head.keep_alive();
-  const HeadCheck check = check_head(parser, options);
+  const reading::HeadCheck check = reading::check_head(parser, options);
   if (check.status != 0) {
     disarm(*c);
     stop_waiting(*c);
@@ -386,7 +317,7 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   parser.body_limit(limit);  // a chunked body too
   if (!parser.is_done()) {
     const auto expect = head[bhttp::field::expect];
-    if (iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
+    if (reading::iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
       bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, version};
       c->stream.expires_after(options.send_deadline);
       const auto [write_error, written] = co_await bhttp::async_write(c->stream, go_on, kNothrow);
@@ -409,7 +340,7 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   disarm(*c);
   stop_waiting(*c);
 
-  fill_request(parser.release(), check.form, c->client, ex.req);
+  reading::fill_request(parser.release(), check.form, c->client, ex.req);
   co_return true;
 }
 
@@ -515,66 +446,6 @@ HttpServer::HttpServer(Options options, Handler handler)
 
 HttpServer::~HttpServer() {
   stop();
-}
-
-bool HttpServer::host_allowed(std::string_view host, const Options& options) noexcept {
-  // name[:port]; an IPv6 literal keeps its brackets ("[::1]:8080").
-  std::string_view name = host;
-  const std::size_t colon = host.rfind(':');
-  if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
-    name = host.substr(0, colon);
-    const std::string_view port = host.substr(colon + 1);
-    if (port.empty() || port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      return false;
-    }
-  }
-  if (name.empty()) return false;
-  // The port does not matter for rebinding (the page's own name gives it away) and may be
-  // a proxy's, so a name without a port allows any.
-  for (std::string_view loopback : {"localhost", "127.0.0.1", "[::1]"}) {
-    if (iequals(name, loopback)) return true;
-  }
-  if (iequals(name, options.host)) return true;
-  for (const std::string& allowed : options.allowed_hosts) {
-    if (iequals(host, allowed) || iequals(name, allowed)) return true;
-  }
-  return false;
-}
-
-int HttpServer::parse_request(std::string_view bytes, const Options& options, http::Request& out) {
-  Parser parser;
-  limit_parser(parser, options);
-  parser.eager(true);
-  beast::error_code ec;
-  std::size_t used = 0;
-  while (!ec && used < bytes.size() && !parser.is_header_done()) {
-    used += parser.put(net::buffer(bytes.data() + used, bytes.size() - used), ec);
-    if (ec == bhttp::error::need_more) return 0;
-  }
-  if (ec == bhttp::error::header_limit) return 431;
-  if (ec) return 400;
-  if (!parser.is_header_done()) return 0;
-  const HeadCheck check = check_head(parser, options);
-  if (check.status != 0) return check.status;
-  parser.body_limit(check.body_limit);
-  while (!ec && !parser.is_done() && used < bytes.size()) {
-    used += parser.put(net::buffer(bytes.data() + used, bytes.size() - used), ec);
-  }
-  if (ec == bhttp::error::need_more) return 0;
-  if (ec == bhttp::error::body_limit) return 413;
-  if (ec) return 400;
-  if (!parser.is_done()) {
-    parser.put_eof(ec);
-    if (ec || !parser.is_done()) return 0;
-  }
-  fill_request(parser.release(), check.form, "127.0.0.1", out);
-  return 200;
-}
-
-bool HttpServer::is_light(std::string_view method, std::string_view path) noexcept {
-  if (method != "GET" && method != "HEAD") return false;
-  return path == "/healthz" || path == "/metrics" || path == "/login";
 }
 
 namespace {

@@ -147,11 +147,19 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   const detail::ReplicaVerdict verdict =
       detail::replica_verdict(view.in_recovery, view.replayed, view.read_committed, need);
   if (verdict == detail::ReplicaVerdict::kNotAReplica) [[unlikely]] {
-    // A promoted standby (read_once() closed its sessions): the primary answers, as for a
-    // replica behind the request's writes, and its breaker counts a failure.
+    // A promoted standby (read_once() closed its sessions, so the next connect looks for a
+    // standby again), and its breaker counts a failure. A read with no writes of its own to
+    // see keeps the answer: the promoted server holds all a standby did, and in a failover
+    // the primary's own pools may still be waiting on the old, frozen primary (measured:
+    // without this, pages right after a promotion waited out their 6 s window). A read that
+    // must see its writes goes to the primary, as for a replica behind them.
     replica.lag.forget();
     Status s = detail::not_a_replica(replica.name);
     (void)call.failed(std::move(a.permit), s, end, end - start);
+    if (need == 0) {
+      answer = ReplicaAnswer::kAnswered;
+      return r;
+    }
     return s;
   }
   if (Status s =

@@ -1,0 +1,144 @@
+#include "http_reading.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+
+namespace holdfast::panel {
+namespace reading {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) noexcept {
+  return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+}  // namespace
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return (x | 0x20) == (y | 0x20);
+         });
+}
+
+void limit_parser(Parser& parser, const HttpServer::Options& options) {
+  parser.header_limit(static_cast<std::uint32_t>(
+      std::min<std::size_t>(options.max_head_bytes, std::numeric_limits<std::uint32_t>::max())));
+  parser.body_limit(options.max_body_bytes);
+}
+
+HeadCheck check_head(const Parser& parser, const HttpServer::Options& options) {
+  const auto& head = parser.get();
+  HeadCheck out;
+  const auto target = head.target();
+  if (target.empty() || target.front() != '/') {
+    out.status = 400;
+    out.why = "bad request: the target must be a path (\"/...\")\n";
+    return out;
+  }
+  // One Host, naming this server.
+  if (head.count(bhttp::field::host) != 1) {
+    out.status = 400;
+    out.why = "bad request: send one Host field\n";
+    return out;
+  }
+  const auto host = head[bhttp::field::host];
+  if (!HttpServer::host_allowed(std::string_view(host.data(), host.size()), options)) {
+    out.status = 421;
+    out.why = "misdirected request: this server does not answer for that Host\n";
+    return out;
+  }
+  const auto type = head[bhttp::field::content_type];
+  out.form = starts_with_ci(std::string_view(type.data(), type.size()),
+                            "application/x-www-form-urlencoded");
+  out.body_limit = out.form ? options.max_form_bytes : options.max_body_bytes;
+  if (parser.content_length() && *parser.content_length() > out.body_limit) out.status = 413;
+  return out;
+}
+
+void fill_request(bhttp::request<bhttp::string_body> message, bool form, std::string_view client,
+                  http::Request& r) {
+  r.method.assign(message.method_string().data(), message.method_string().size());
+  r.target.assign(message.target().data(), message.target().size());
+  const std::string_view target(r.target);
+  const std::size_t question = target.find('?');
+  r.path = http::percent_decode(target.substr(0, question), /*plus_is_space=*/false);
+  if (question != std::string_view::npos) http::parse_params(target.substr(question + 1), r.params);
+  for (const auto& field : message) {
+    r.headers.emplace(std::string(field.name_string()), std::string(field.value()));
+  }
+  r.body = std::move(message.body());
+  if (form) http::parse_params(r.body, r.params);
+  r.remote_addr.assign(client);
+}
+
+}  // namespace reading
+
+using reading::Parser;
+namespace bhttp = boost::beast::http;
+
+bool HttpServer::host_allowed(std::string_view host, const Options& options) noexcept {
+  // name[:port]; an IPv6 literal keeps its brackets ("[::1]:8080").
+  std::string_view name = host;
+  const std::size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos) {
+    name = host.substr(0, colon);
+    const std::string_view port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      return false;
+    }
+  }
+  if (name.empty()) return false;
+  // The port does not matter for rebinding (the page's own name gives it away) and may be
+  // a proxy's, so a name without a port allows any.
+  for (std::string_view loopback : {"localhost", "127.0.0.1", "[::1]"}) {
+    if (reading::iequals(name, loopback)) return true;
+  }
+  if (reading::iequals(name, options.host)) return true;
+  for (const std::string& allowed : options.allowed_hosts) {
+    if (reading::iequals(host, allowed) || reading::iequals(name, allowed)) return true;
+  }
+  return false;
+}
+
+int HttpServer::parse_request(std::string_view bytes, const Options& options, http::Request& out) {
+  Parser parser;
+  reading::limit_parser(parser, options);
+  parser.eager(true);
+  boost::beast::error_code ec;
+  std::size_t used = 0;
+  while (!ec && used < bytes.size() && !parser.is_header_done()) {
+    used += parser.put(boost::asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+    if (ec == bhttp::error::need_more) return 0;
+  }
+  if (ec == bhttp::error::header_limit) return 431;
+  if (ec) return 400;
+  if (!parser.is_header_done()) return 0;
+  const reading::HeadCheck check = reading::check_head(parser, options);
+  if (check.status != 0) return check.status;
+  parser.body_limit(check.body_limit);
+  while (!ec && !parser.is_done() && used < bytes.size()) {
+    used += parser.put(boost::asio::buffer(bytes.data() + used, bytes.size() - used), ec);
+  }
+  if (ec == bhttp::error::need_more) return 0;
+  if (ec == bhttp::error::body_limit) return 413;
+  if (ec) return 400;
+  if (!parser.is_done()) {
+    parser.put_eof(ec);
+    if (ec || !parser.is_done()) return 0;
+  }
+  reading::fill_request(parser.release(), check.form, "127.0.0.1", out);
+  return 200;
+}
+
+bool HttpServer::is_light(std::string_view method, std::string_view path) noexcept {
+  if (method != "GET" && method != "HEAD") return false;
+  return path == "/healthz" || path == "/metrics" || path == "/login";
+}
+
+}  // namespace holdfast::panel
