@@ -14,21 +14,10 @@ namespace holdfast {
 namespace {
 
 using pgtest::Admin;
+using pgtest::host_port;
 using pgtest::PrivateServer;
+using pgtest::two_hosts;
 using std::chrono::seconds;
-
-// "postgresql://user@127.0.0.1:P/db" -> its "127.0.0.1:P".
-std::string host_port(const std::string& url) {
-  const std::size_t at = url.find('@');
-  const std::size_t slash = url.find('/', at);
-  return url.substr(at + 1, slash - at - 1);
-}
-
-// `first` and then the hosts of `url`, as one multi-host URL.
-std::string two_hosts(const std::string& first, const std::string& url) {
-  const std::size_t at = url.find('@');
-  return url.substr(0, at + 1) + first + "," + url.substr(at + 1);
-}
 
 TEST(PgHosts, AHostThatAcceptsAndSaysNothingIsSkippedAndThenAvoided) {
   HOLDFAST_REQUIRE_PG_SERVER();

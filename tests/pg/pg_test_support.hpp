@@ -62,6 +62,19 @@ inline std::string standby_url() {
     }                                                                                      \
   } while (0)
 
+// "postgresql://user@127.0.0.1:P/db" -> its "127.0.0.1:P".
+inline std::string host_port(const std::string& url) {
+  const std::size_t at = url.find('@');
+  const std::size_t slash = url.find('/', at);
+  return url.substr(at + 1, slash - at - 1);
+}
+
+// `first` ("host:port") and then the hosts of `url`, as one multi-host URL.
+inline std::string two_hosts(const std::string& first, const std::string& url) {
+  const std::size_t at = url.find('@');
+  return url.substr(0, at + 1) + first + "," + url.substr(at + 1);
+}
+
 // A name no other test process uses: "<prefix>_<pid>_<n>".
 inline std::string unique(std::string_view prefix) {
   static std::atomic<int> n{0};

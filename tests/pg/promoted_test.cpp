@@ -20,7 +20,9 @@ namespace {
 
 using detail::ReplicaVerdict;
 using pgtest::Admin;
+using pgtest::host_port;
 using pgtest::PrivateServer;
+using pgtest::two_hosts;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -38,19 +40,6 @@ TEST(PgReplicaVerdict, AServerNotInRecoveryIsNoReplicaWhateverItsReplayPositionS
   EXPECT_EQ(detail::replica_verdict(true, 0x5000, true, 0x5000), ReplicaVerdict::kServes);
   EXPECT_EQ(detail::replica_verdict(true, 0x4fff, true, 0x5000), ReplicaVerdict::kBehind);
   EXPECT_EQ(detail::replica_verdict(true, 0x5000, false, 0x5000), ReplicaVerdict::kEarlySnapshot);
-}
-
-// "postgresql://user@127.0.0.1:P/db" -> "127.0.0.1:P".
-std::string host_port(const std::string& url) {
-  const std::size_t at = url.find('@');
-  const std::size_t slash = url.find('/', at);
-  return url.substr(at + 1, slash - at - 1);
-}
-
-// `first` and then the host of `url`, as one multi-host URL.
-std::string two_hosts(const std::string& first, const std::string& url) {
-  const std::size_t at = url.find('@');
-  return url.substr(0, at + 1) + first + "," + url.substr(at + 1);
 }
 
 // Who answered a read in a request of its own ("standby", "primary", "error"), and how many
