@@ -5,11 +5,11 @@
 // a private state folder; removed afterwards, also on failure). Every strategy gets its own
 // database of that cluster and runs as N `holdfast panel --pg` processes, under the SQLite
 // drill's load model (drill_load.cpp): each worker sends each request to the next process
-// (process_for(), drill_run.hpp), as a round-robin balancer would. holdfast reads from the standby (read-your-writes by LSN); `holdfast+pgbouncer` is
-// holdfast through a PgBouncer in transaction mode that the drill also starts. At the same
-// instants, every strategy meets each fault (kinds below), with quiet gaps between them.
-// Attempts are the panels' own counters (GET /metrics); payments are audited by key in
-// each database afterwards.
+// (process_for(), drill_run.hpp), as a round-robin balancer would. holdfast reads from the standby
+// (read-your-writes by LSN); `holdfast+pgbouncer` is holdfast through a PgBouncer in transaction
+// mode that the drill also starts. At the same instants, every strategy meets each fault (kinds
+// below), with quiet gaps between them. Attempts are the panels' own counters (GET /metrics);
+// payments are audited by key in each database afterwards.
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,5 @@
 #include "answers.hpp"
 
-
 #include <chrono>
 
 #include <fmt/format.h>
@@ -83,8 +82,7 @@ void Answers::client_error(http::Response& res, int status, std::string_view mes
   }
 }
 
-void Answers::failure(http::Response& res, const Status& s, std::string_view path,
-                      bool as_json) {
+void Answers::failure(http::Response& res, const Status& s, std::string_view path, bool as_json) {
   answer(res, s, path, as_json, false);
 }
 

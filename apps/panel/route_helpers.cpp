@@ -1,6 +1,5 @@
 #include "route_helpers.hpp"
 
-
 #include <fmt/format.h>
 
 #include "holdfast/logger.hpp"

@@ -94,8 +94,8 @@ void PanelServer::get_schedule_json(const http::Request& req, http::Response& re
   }
 }
 
-std::optional<Status> PanelServer::answer_schedule(const http::Request& req,
-                                                   http::Response& res, bool as_json) {
+std::optional<Status> PanelServer::answer_schedule(const http::Request& req, http::Response& res,
+                                                   bool as_json) {
   counters_.requests++;
   const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
   if (!valid_date(date)) {
