@@ -116,12 +116,12 @@ struct HttpServer::Impl {
   awaitable<void> session(std::shared_ptr<Conn> c);
   // Reads one request into `ex`; false when the connection is done with (refused, gone).
   awaitable<bool> read_request(const std::shared_ptr<Conn>& c, beast::flat_buffer& buffer,
-                               Exchange& ex, bool& keep_alive, unsigned& version);
+                               Exchange& ex, bool& keep_alive);
   // Answers `status` with a short text and closes the connection.
   awaitable<void> refuse(Conn& c, int status, std::string_view text, int retry_after_s = 0);
   // The refusal for a request that could not be read (400, 408, 413, 431, 503).
   awaitable<void> refuse_unread(Conn& c, int status);
-  awaitable<bool> answer(Conn& c, Exchange& ex, unsigned version, bool keep_alive, bool head);
+  awaitable<bool> answer(Conn& c, Exchange& ex, bool keep_alive, bool head);
   void serve(Exchange& ex) noexcept;
   // serve() as a coroutine, for co_spawn onto a worker pool (it holds `ex` meanwhile).
   awaitable<void> serve_on_worker(std::shared_ptr<Exchange> ex) {
@@ -133,6 +133,11 @@ struct HttpServer::Impl {
   void disarm(Conn& c);
   void start_waiting(Conn& c);
   void stop_waiting(Conn& c);
+  // The request is read (or given up): no deadline on it, and it no longer waits.
+  void done_reading(Conn& c) {
+    disarm(c);
+    stop_waiting(c);
+  }
   void make_room(const Conn& newcomer);
 };
 
@@ -238,10 +243,9 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
   for (;;) {
     auto ex = std::make_shared<Exchange>();
     bool keep_alive = false;
-    unsigned version = 11;
     // (Each co_await's result is named before it is tested: g++ 12 mishandles a co_await
     // inside a condition.)
-    const bool read = co_await read_request(c, buffer, *ex, keep_alive, version);
+    const bool read = co_await read_request(c, buffer, *ex, keep_alive);
     if (!read) break;
     const bool head = ex->req.method == "HEAD";
     Lane& lane = is_light(ex->req.method, ex->req.path) ? light : heavy;
@@ -254,20 +258,19 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     ++self.counters_.served;
     co_await net::co_spawn(lane.pool, serve_on_worker(ex), net::use_awaitable);
     --lane.pending;
-    const bool sent = co_await answer(*c, *ex, version, keep_alive && !stopping, head);
+    const bool sent = co_await answer(*c, *ex, keep_alive && !stopping, head);
     if (!sent) break;
     if (!keep_alive || stopping) break;
   }
   beast::error_code ignored;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   c->stream.socket().close(ignored);
-  disarm(*c);
-  stop_waiting(*c);
+  done_reading(*c);
 }
 
 awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
                                                beast::flat_buffer& buffer, Exchange& ex,
-                                               bool& keep_alive, unsigned& version) {
+                                               bool& keep_alive) {
   Parser parser;
   reading::limit_parser(parser, options);
   start_waiting(*c);
@@ -276,8 +279,7 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   // What to answer when a read fails: nothing (-1) when the client went away, or was idle
   // between requests and is let go; else a status.
   const auto failure = [&](beast::error_code e) {
-    disarm(*c);
-    stop_waiting(*c);
+    done_reading(*c);
     const bool sent_some = parser.got_some() || buffer.size() > 0;
     if (c->evicted) return sent_some ? 503 : -1;
     if (c->timed_out) return sent_some ? 408 : -1;
@@ -299,12 +301,10 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   }
   ex.req.received = clock.now();
   const auto& head = parser.get();
-  version = head.version();
   keep_alive = head.keep_alive();
   const reading::HeadCheck check = reading::check_head(parser, options);
   if (check.status != 0) {
-    disarm(*c);
-    stop_waiting(*c);
+    done_reading(*c);
     if (check.status == 413) {
       co_await refuse_unread(*c, 413);
     } else {
@@ -318,12 +318,11 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   if (!parser.is_done()) {
     const auto expect = head[bhttp::field::expect];
     if (reading::iequals(std::string_view(expect.data(), expect.size()), "100-continue")) {
-      bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, version};
+      bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, 11};
       c->stream.expires_after(options.send_deadline);
       const auto [write_error, written] = co_await bhttp::async_write(c->stream, go_on, kNothrow);
       if (write_error) {
-        disarm(*c);
-        stop_waiting(*c);
+        done_reading(*c);
         co_return false;
       }
       c->stream.expires_never();
@@ -337,9 +336,7 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
       co_return false;
     }
   }
-  disarm(*c);
-  stop_waiting(*c);
-
+  done_reading(*c);
   reading::fill_request(parser.release(), check.form, c->client, ex.req);
   co_return true;
 }
@@ -401,13 +398,11 @@ awaitable<void> HttpServer::Impl::refuse(Conn& c, int status, std::string_view t
   }
 }
 
-awaitable<bool> HttpServer::Impl::answer(Conn& c, Exchange& ex, unsigned version, bool keep_alive,
-                                         bool head) {
+awaitable<bool> HttpServer::Impl::answer(Conn& c, Exchange& ex, bool keep_alive, bool head) {
   http::Response& res = ex.res;
   bhttp::response<bhttp::string_body> out;
   // HTTP/1.1 whatever the client spoke (RFC 9110 6.2: the highest minor version the server
   // conforms to); a 1.0 client gets Connection: close, as it did not ask to keep it open.
-  (void)version;
   out.version(11);
   out.result(static_cast<unsigned>(res.status));
   for (const auto& [name, value] : res.headers)
