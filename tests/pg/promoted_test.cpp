@@ -1,6 +1,7 @@
 // A standby that was promoted is no replica (ADR 0025): a replica session that finds its
-// server not in recovery is not used as one (the primary answers that read), it and the
-// replica pool's idle sessions to that host are closed, and the next connect goes through
+// server not in recovery is not used as one (a read that must see its own writes goes to the
+// primary; one that needs none keeps the answer), it and the replica pool's idle sessions to
+// that host are closed, and the next connect goes through
 // the replica URL's hosts, so reads return to a real standby once there is one. Real
 // servers: a private primary and streaming standby, the standby promoted with pg_promote()
 // and the old primary rebuilt as its standby (scripts/pg-test-server.sh `promoted`,
@@ -55,6 +56,13 @@ std::string who(Database& db, int* attempts = nullptr) {
   return r.ok() ? std::string(r->text(0, 0)) : std::string("error");
 }
 
+// The failover: the primary goes for good, and the standby at `standby` is promoted.
+void fail_over(PrivateServer& servers, const std::string& standby) {
+  ASSERT_TRUE(servers.down());
+  ASSERT_EQ(Admin(standby).exec("SELECT pg_promote()").text(0, 0), "t");
+  ASSERT_TRUE(servers.promoted());
+}
+
 std::uint64_t not_a_replica_faults(Database& db) {
   // detail::not_a_replica(): scope reconnect, overload.
   return db.replica_shield(0).metrics().snapshot().faults[static_cast<std::size_t>(
@@ -96,13 +104,7 @@ TEST(PgPromotedStandby, ItsReplicaSessionsAreClosedAndReadsReturnToTheRebuiltSta
   ASSERT_EQ(db.replica_pool(0).stats().idle, 3);
   EXPECT_EQ(Admin(second).backends(replica_app), 3);
 
-  // The failover: the primary goes for good, the standby is promoted.
-  ASSERT_TRUE(servers.down());
-  {
-    Admin on_second(second);
-    ASSERT_EQ(on_second.exec("SELECT pg_promote()").text(0, 0), "t");
-  }
-  ASSERT_TRUE(servers.promoted());
+  ASSERT_NO_FATAL_FAILURE(fail_over(servers, second));
 
   // A read that needs no write of its own: a replica session reaches the promoted server and
   // finds it not in recovery. Its answer stands (the promoted server holds all a standby
@@ -162,12 +164,7 @@ TEST(PgPromotedStandby, AReplicaURLThatKeepsReachingThePromotedServerIsNotTriedB
   Database db(o);
   EXPECT_EQ(who(db), "standby");
 
-  ASSERT_TRUE(servers.down());
-  {
-    Admin on_standby(standby);
-    ASSERT_EQ(on_standby.exec("SELECT pg_promote()").text(0, 0), "t");
-  }
-  ASSERT_TRUE(servers.promoted());
+  ASSERT_NO_FATAL_FAILURE(fail_over(servers, standby));
 
   for (int i = 0; i < 20; ++i)
     EXPECT_EQ(who(db), "primary");
@@ -194,12 +191,7 @@ TEST(PgPromotedStandby, TheHealthProbeKeepsAPromotedReplicasBreakerOpen) {
   Database db(o);
   EXPECT_EQ(who(db), "standby");
 
-  ASSERT_TRUE(servers.down());
-  {
-    Admin on_standby(standby);
-    ASSERT_EQ(on_standby.exec("SELECT pg_promote()").text(0, 0), "t");
-  }
-  ASSERT_TRUE(servers.promoted());
+  ASSERT_NO_FATAL_FAILURE(fail_over(servers, standby));
   EXPECT_EQ(who(db), "primary");
   EXPECT_EQ(who(db), "primary");
   ASSERT_EQ(db.replica_shield(0).breaker().state(), BreakerState::kOpen);
