@@ -274,7 +274,8 @@ class Connection {
 
   /// A cheap health check for an idle connection (no round trip): reads whatever the server
   /// sent while it was idle. False when the connection is gone, the server sent a FATAL
-  /// (a terminated backend), or a transaction is left open.
+  /// (a terminated backend), a transaction is left open, or (a host of several) a check
+  /// found its host silent while another host answered.
   [[nodiscard]] bool check() noexcept;
 
   /// Statements sent after this wait on the server no later than `deadline` (plus a short

@@ -373,6 +373,7 @@ Result<Rows> Connection::query_prepared(std::string_view name, std::span<const P
 
 bool Connection::check() noexcept {
   if (!is_open() || impl_->fatal_seen) return false;
+  if (impl_->host != nullptr && impl_->host->silent()) return false;
   PGconn* conn = impl_->conn;
   // Read whatever arrived while idle: notifications, parameter changes, or the FATAL and
   // end-of-file of a terminated backend (which the notice receiver records).

@@ -65,13 +65,14 @@ Status Connection::Impl::ready() const {
   return Status();
 }
 
-// Waits until the socket is readable, `until` passed, or the server was found silent (the
-// watch's descriptor turned readable). What comes back is the server's answer: its liveness
-// hears of it.
+// Waits until the socket is readable, `until` passed, or the server (or this host of several)
+// was found silent (a watch's descriptor turned readable). What comes back is the server's answer:
+// its liveness hears of it.
 Connection::Impl::Readable Connection::Impl::wait_readable(TimePoint until) const noexcept {
   const int fd = PQsocket(conn);
   if (fd < 0) return Readable::kYes;  // let libpq report the broken connection
   const int wake = watch != nullptr && abandon_on_silence ? watch->wake_fd : -1;
+  const int host_wake = host != nullptr && abandon_on_silence ? host->wake_fd : -1;
   for (;;) {
     int timeout_ms = -1;
     if (until != TimePoint::max()) {
@@ -80,8 +81,9 @@ Connection::Impl::Readable Connection::Impl::wait_readable(TimePoint until) cons
       timeout_ms = static_cast<int>(
           std::min<long long>(std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
     }
-    pollfd p[2] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}};
-    const int r = ::poll(p, wake >= 0 ? 2 : 1, timeout_ms);
+    // poll() skips the entries whose descriptor is negative.
+    pollfd p[3] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}, {host_wake, POLLIN, 0}};
+    const int r = ::poll(p, host_wake >= 0 ? 3 : wake >= 0 ? 2 : 1, timeout_ms);
     if (r > 0 && p[0].revents != 0) {
       if (watch != nullptr) {
         if (Liveness* live = watch->liveness.load(std::memory_order_acquire)) {
@@ -90,7 +92,7 @@ Connection::Impl::Readable Connection::Impl::wait_readable(TimePoint until) cons
       }
       return Readable::kYes;
     }
-    if (r > 0) return Readable::kSilent;  // only the watch's descriptor
+    if (r > 0) return Readable::kSilent;  // only a watch's descriptor
     if (r < 0 && errno != EINTR) return Readable::kYes;
   }
 }
@@ -126,7 +128,7 @@ PGresult* Connection::Impl::next_result(Wait& w) noexcept {
     // is known to be silent: then it will not act on it either.
     cancel();
     w.cancelled = true;
-    if (watch != nullptr && watch->silent()) {
+    if ((watch != nullptr && watch->silent()) || (host != nullptr && host->silent())) {
       w.stuck = true;
       return nullptr;
     }
@@ -321,6 +323,10 @@ Result<Rows> detail::ConnectionAccess::query_unchecked(Connection& c, std::strin
 
 void detail::ConnectionAccess::abandon_on_silence(Connection& c, bool abandon) noexcept {
   if (c.impl_) c.impl_->abandon_on_silence = abandon;
+}
+
+void detail::ConnectionAccess::set_host(Connection& c, std::shared_ptr<ServerWatch> host) noexcept {
+  if (c.impl_) c.impl_->host = std::move(host);
 }
 
 Status detail::ConnectionAccess::pipeline(Connection& c, std::span<const Step> steps,

@@ -106,6 +106,27 @@ HostMemory& host_memory() {
   return *memory;
 }
 
+// What one host said to a liveness check: a session that answers SELECT 1 (or any answer
+// to it but silence), a refusal of the session, or nothing within `until`.
+enum class HostAnswer : std::uint8_t { kServed, kRefused, kSilent };
+
+HostAnswer check_host(const ConnectOptions& o, const detail::ConnectionAccess::HostKeywords& host,
+                      TimePoint until) {
+  Clock& clock = o.clock != nullptr ? *o.clock : Clock::system();
+  bool timed_out = false;
+  Result<Connection> conn = detail::ConnectionAccess::open_one(o, host, until, &timed_out);
+  if (!conn.ok()) return timed_out ? HostAnswer::kSilent : HostAnswer::kRefused;
+  // The exchange's cancel grace comes on top of its deadline: leave room for it.
+  constexpr Duration kGrace = std::chrono::milliseconds(250);
+  conn->set_deadline(std::max(clock.now() + std::chrono::milliseconds(50), until - kGrace));
+  Result<Rows> r = conn->query("SELECT 1");
+  if (r.ok() || !r.status().sqlstate().empty() || conn->is_open() ||
+      r.status().code() != Code::kDeadlineExceeded) {
+    return HostAnswer::kServed;
+  }
+  return HostAnswer::kSilent;
+}
+
 }  // namespace
 
 Result<Connection> Connection::open(const ConnectOptions& options, TimePoint deadline) {
@@ -119,18 +140,32 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   if (n <= 1) return detail::ConnectionAccess::open_one(options, {}, until);
   // Several hosts: each in turn, from the one that answered last, each with a deadline of
   // its own (host_connect_timeout; the last one tried gets what is left), so that a host
-  // that accepts the connection and then says nothing is skipped.
+  // that accepts the connection and then says nothing is skipped. Hosts a check found silent
+  // come last, and never get more than host_connect_timeout.
   const std::size_t first = host_memory().preferred(options.conninfo) % n;
+  std::vector<std::size_t> order;
+  std::vector<std::shared_ptr<detail::ServerWatch>> watches(n);
+  order.reserve(n);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (first + k) % n;
+      if (pass == 0) watches[i] = detail::host_watch(hosts.name(i));
+      if (watches[i]->silent() == (pass == 1)) order.push_back(i);
+    }
+  }
   Status last;
   for (std::size_t k = 0; k < n; ++k) {
-    const std::size_t i = (first + k) % n;
+    const std::size_t i = order[k];
     const TimePoint now = clock.now();
     if (now >= until) break;
+    const bool silent = watches[i]->silent();
     const TimePoint host_until =
-        k + 1 == n ? until : std::min(until, now + options.host_connect_timeout);
+        k + 1 == n && !silent ? until : std::min(until, now + options.host_connect_timeout);
     Result<Connection> c = detail::ConnectionAccess::open_one(options, hosts.pick(i), host_until);
     if (c.ok()) {
       if (i != first) host_memory().remember(options.conninfo, i);
+      watches[i]->set_silent(false);  // it answered
+      detail::ConnectionAccess::set_host(*c, std::move(watches[i]));
       return c;
     }
     last = Status(c.status()).annotate("host " + hosts.name(i));
@@ -161,32 +196,28 @@ Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOption
   // (it is then the one to use). A host that refuses (a standby, for target_session_attrs=
   // read-write, before its promotion) serves nobody: when no host serves and one of them said
   // nothing at all, the server is silent. When every host refused, the refusals are the
-  // answer (the pools' refusal paths take it from there), as on one host.
+  // answer (the pools' refusal paths take it from there), as on one host. Every host is
+  // asked, also after one served: each host's own watch (host_watch()) learns whether it
+  // answered, so that work waiting on a host that went silent while another one took over
+  // (a frozen primary, its standby promoted) gives up, and its idle connections go.
   const std::size_t first = n > 1 ? host_memory().preferred(o.conninfo) % n : 0;
   std::size_t refused = 0;
+  bool served = false;
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t i = (first + k) % n;
     const TimePoint now = clock.now();
     if (now >= deadline) break;
     const TimePoint until = now + (deadline - now) / static_cast<long>(n - k);
-    bool timed_out = false;
-    Result<Connection> conn =
-        open_one(o, n > 1 ? hosts.pick(i) : HostKeywords{}, until, &timed_out);
-    if (!conn.ok()) {
-      if (!timed_out) ++refused;
-      continue;
-    }
-    // The exchange's cancel grace comes on top of its deadline: leave room for it.
-    constexpr Duration kGrace = std::chrono::milliseconds(250);
-    conn->set_deadline(std::max(clock.now() + std::chrono::milliseconds(50), until - kGrace));
-    Result<Rows> r = conn->query("SELECT 1");
-    if (r.ok() || !r.status().sqlstate().empty() || conn->is_open() ||
-        r.status().code() != Code::kDeadlineExceeded) {
+    const HostAnswer a = check_host(o, n > 1 ? hosts.pick(i) : HostKeywords{}, until);
+    if (n > 1) host_watch(hosts.name(i))->set_silent(a == HostAnswer::kSilent);
+    if (a == HostAnswer::kRefused) ++refused;
+    if (a == HostAnswer::kServed && !served) {
+      served = true;
       if (n > 1 && i != first) host_memory().remember(o.conninfo, i);
-      return Liveness::CheckResult::kAnswered;
     }
   }
-  return refused == n ? Liveness::CheckResult::kAnswered : Liveness::CheckResult::kSilent;
+  if (served || refused == n) return Liveness::CheckResult::kAnswered;
+  return Liveness::CheckResult::kSilent;
 }
 
 }  // namespace holdfast::pg

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -80,6 +81,8 @@ struct ConnectionAccess {
   // Whether the exchanges of `c` give up at once when its server is found silent (reads), or
   // wait for their deadline (writes: their outcome may still become known). Default: wait.
   static void abandon_on_silence(Connection& c, bool abandon) noexcept;
+  // The watch of the one host `c` reaches, of several its conninfo names (host_watch()).
+  static void set_host(Connection& c, std::shared_ptr<ServerWatch> host) noexcept;
   // A liveness check of the server `options` reach (holdfast/liveness.hpp): a connection of
   // its own (no watch) and SELECT 1, all within `deadline`. kSilent when nothing came back
   // in time: neither the connect's handshake nor the query's answer. A refusal or an error

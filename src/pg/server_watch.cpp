@@ -9,6 +9,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 
 namespace holdfast::pg::detail {
 
@@ -28,6 +29,16 @@ void ServerWatch::set_silent(bool silent) noexcept {
     std::uint64_t value = 0;
     (void)!::read(wake_fd, &value, sizeof(value));
   }
+}
+
+std::shared_ptr<ServerWatch> host_watch(const std::string& host) {
+  // Never destroyed: connections held by detached threads may outlive static destruction.
+  static auto* const mutex = new std::mutex();
+  static auto* const hosts = new std::unordered_map<std::string, std::shared_ptr<ServerWatch>>();
+  std::lock_guard<std::mutex> lock(*mutex);
+  std::shared_ptr<ServerWatch>& w = (*hosts)[host];
+  if (w == nullptr) w = std::make_shared<ServerWatch>();
+  return w;
 }
 
 namespace {

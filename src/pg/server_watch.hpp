@@ -1,12 +1,15 @@
 // What the connections to one server share with pg::Database's watch of it (not installed):
 // its Liveness (holdfast/liveness.hpp) and a descriptor that turns readable while the server
-// is silent, so that every exchange waiting on it gives up at once (DESIGN.md §10). Also
-// the driver's cancel requests, sent off the request's thread.
+// is silent, so that every exchange waiting on it gives up at once (DESIGN.md §10). The same
+// per host of a multi-host conninfo, process-wide (host_watch()). Also the driver's cancel
+// requests, sent off the request's thread.
 #pragma once
 
 #include <libpq-fe.h>
 
 #include <atomic>
+#include <memory>
+#include <string>
 
 #include "holdfast/liveness.hpp"
 
@@ -30,6 +33,12 @@ struct ServerWatch {
  private:
   std::atomic<bool> silent_{false};
 };
+
+// The watch of one host of a multi-host conninfo ("host:port"), shared by every pool in the
+// process that reaches it: silent while the last check that asked it got nothing back,
+// although another host of the list answered (a frozen old primary after a failover). Its
+// liveness stays null: the checks of the servers that list it set it (ADR 0027).
+std::shared_ptr<ServerWatch> host_watch(const std::string& host);
 
 // Asks the server to cancel what `conn` runs, on a thread of the driver's own: libpq 15's
 // PQcancel() blocks without a timeout on a server that accepts the connection and never

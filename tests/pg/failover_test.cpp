@@ -1,11 +1,13 @@
 // Several hosts (DESIGN.md §9, "Failover"): a host that accepts connections and never
-// answers is skipped, and a write refused by a primary that turned read-only goes to the
+// answers is skipped, a host a check found silent while another took over is left by every
+// pool of the process, and a write refused by a primary that turned read-only goes to the
 // host that takes writes. Real servers; the silent host is a socket that accepts and says
-// nothing, as a frozen postmaster's kernel does.
+// nothing, as a frozen postmaster's kernel does, or a primary frozen with SIGSTOP.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "holdfast/postgres.hpp"
 #include "pg_test_support.hpp"
@@ -17,6 +19,7 @@ using pgtest::Admin;
 using pgtest::host_port;
 using pgtest::PrivateServer;
 using pgtest::two_hosts;
+using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 TEST(PgHosts, AHostThatAcceptsAndSaysNothingIsSkippedAndThenAvoided) {
@@ -37,6 +40,67 @@ TEST(PgHosts, AHostThatAcceptsAndSaysNothingIsSkippedAndThenAvoided) {
   auto second = pg::Connection::open(o);
   EXPECT_TRUE(second.ok()) << second.status().to_string();
   EXPECT_EQ(silent.tried(), 1);
+}
+
+TEST(PgHosts, AfterAFailoverAPoolThatSawNothingLeavesTheFrozenOldPrimaryAtOnce) {
+  // Two Databases on the same two hosts, as the panel has (one reads, one writes). The
+  // primary freezes and its standby is promoted. The writes' check finds the promoted host
+  // answering and the old one silent; the reads' idle session still reaches the frozen host,
+  // and its own check would have found the promoted host first and called the server fine.
+  // Its next read must not wait out its window there (ADR 0027).
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PrivateServer servers(20, /*with_standby=*/true);
+  ASSERT_FALSE(servers.standby_url().empty()) << "the private standby did not start";
+  const std::string first = servers.url();
+  const std::string second = servers.standby_url();
+  Admin(first).exec("CREATE TABLE frozen_t (id int PRIMARY KEY, note text)");
+  Admin(first).exec("INSERT INTO frozen_t VALUES (1, 'before')");
+
+  pg::DatabaseOptions o;
+  o.url = two_hosts(host_port(first), second);
+  o.read_connections = 2;
+  o.write_connections = 2;
+  pg::Database reads(o);
+  pg::Database writes(o);
+  auto read = [&reads]() {
+    RequestScope scope(seconds(6));
+    return reads.read("SELECT note FROM frozen_t WHERE id = 1");
+  };
+  ASSERT_TRUE(read().ok());  // leaves a session to the primary, idle in the reads' pool
+  {
+    RequestScope scope(seconds(6));
+    ASSERT_TRUE(writes.write("UPDATE frozen_t SET note = 'warm' WHERE id = 1").ok());
+  }
+  // Replicated before the freeze: the promoted server has the row.
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return Admin(second).count("SELECT count(*) FROM frozen_t WHERE note = 'warm'") == 1;
+  }));
+
+  pgtest::Freeze freeze(servers.postmaster_pid());
+  ASSERT_TRUE(freeze.frozen());
+  ASSERT_EQ(Admin(second).exec("SELECT pg_promote()").text(0, 0), "t");
+  // A write meets the frozen primary on its pooled session and waits there (its outcome
+  // could still become known); meanwhile its server's check finds the promoted host.
+  std::thread in_flight([&writes] {
+    RequestScope scope(seconds(6));
+    (void)writes.write("UPDATE frozen_t SET note = 'lost' WHERE id = 1");
+  });
+  // The next writes go to the promoted server.
+  EXPECT_TRUE(pgtest::eventually(
+      [&] {
+        RequestScope scope(seconds(6));
+        return writes.write("UPDATE frozen_t SET note = 'after' WHERE id = 1").ok();
+      },
+      milliseconds(8000)));
+
+  // The reads' pool heard nothing of it, yet its next read leaves the frozen host at once.
+  const auto start = std::chrono::steady_clock::now();
+  Result<pg::Rows> r = read();
+  const double took = pgtest::seconds_since(start);
+  in_flight.join();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->text(0, 0), "after");
+  EXPECT_LT(took, 3.0) << "the read waited on the frozen old primary";
 }
 
 TEST(PgHosts, AWriteRefusedByAPrimaryThatTurnedReadOnlyGoesToTheHostThatTakesWrites) {
