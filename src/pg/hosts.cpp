@@ -203,19 +203,24 @@ Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOption
   const std::size_t first = n > 1 ? host_memory().preferred(o.conninfo) % n : 0;
   std::size_t refused = 0;
   bool served = false;
+  std::vector<std::pair<std::size_t, bool>> heard;  // (host, silent), set once all were asked
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t i = (first + k) % n;
     const TimePoint now = clock.now();
     if (now >= deadline) break;
     const TimePoint until = now + (deadline - now) / static_cast<long>(n - k);
     const HostAnswer a = check_host(o, n > 1 ? hosts.pick(i) : HostKeywords{}, until);
-    if (n > 1) host_watch(hosts.name(i))->set_silent(a == HostAnswer::kSilent);
+    if (n > 1) heard.emplace_back(i, a == HostAnswer::kSilent);
     if (a == HostAnswer::kRefused) ++refused;
     if (a == HostAnswer::kServed && !served) {
       served = true;
       if (n > 1 && i != first) host_memory().remember(o.conninfo, i);
     }
   }
+  // Only now, so that work given up on a silent host does not try again before the
+  // server's own verdict (set by the caller right after this returns) is known.
+  for (const auto& [i, silent] : heard)
+    host_watch(hosts.name(i))->set_silent(silent);
   if (served || refused == n) return Liveness::CheckResult::kAnswered;
   return Liveness::CheckResult::kSilent;
 }
