@@ -1,6 +1,7 @@
 #include "http_reading.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include <boost/asio/buffer.hpp>
@@ -38,6 +39,13 @@ HeadCheck check_head(const Parser& parser, const HttpServer::Options& options) {
   if (target.empty() || target.front() != '/') {
     out.status = 400;
     out.why = "bad request: the target must be a path (\"/...\")\n";
+    return out;
+  }
+  if (static_cast<std::size_t>(std::distance(head.begin(), head.end())) >
+      options.max_header_fields) {
+    out.status = 431;
+    out.why = "request header fields too large: more than " +
+              std::to_string(options.max_header_fields) + " fields\n";
     return out;
   }
   // One Host, naming this server.

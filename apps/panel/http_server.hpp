@@ -67,6 +67,9 @@ class HttpServer {
     // The request line and header fields together (Beast's header_limit): a 9,000-byte
     // header line is refused with 431 as soon as this much has come.
     std::size_t max_head_bytes = 8 * 1024;
+    // Header fields in one request head: more gets 431 before any work (each field is a
+    // string pair the route's Request holds; 8 KiB of "a:\r\n" lines would be 2,000).
+    std::size_t max_header_fields = 100;
     std::size_t max_form_bytes = 8 * 1024;   // application/x-www-form-urlencoded
     std::size_t max_body_bytes = 64 * 1024;  // any other body
     // Client connections open and not being served (at least 1). At start() this is

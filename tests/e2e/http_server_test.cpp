@@ -135,6 +135,23 @@ TEST(HttpServer, ARequestIsReadIntoPathQueryFormAndHeaders) {
             400);
 }
 
+TEST(HttpServer, AHeadWithMoreFieldsThanTheLimitIsRefusedWith431WhateverItsSize) {
+  // 101 short fields are 700 bytes, far under the 8 KiB head: the count refuses them.
+  HttpServer::Options o;
+  auto head = [](int fields) {
+    std::string h = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n";
+    for (int i = 1; i < fields; ++i)
+      h += "a" + std::to_string(i) + ": 1\r\n";
+    return h + "\r\n";
+  };
+  http::Request r;
+  EXPECT_EQ(HttpServer::parse_request(head(100), o, r), 200);
+  EXPECT_EQ(HttpServer::parse_request(head(101), o, r), 431);
+  ASSERT_LT(head(101).size(), o.max_head_bytes);
+  o.max_header_fields = 200;
+  EXPECT_EQ(HttpServer::parse_request(head(101), o, r), 200);
+}
+
 // The bulkhead on its own, in front of routes whose database work never ends.
 TEST(HttpServer, WhenTheDatabaseQueueIsFullTheAnswerIs503AtOnceAndHealthStillGoes) {
   std::mutex mutex;
