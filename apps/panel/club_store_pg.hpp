@@ -47,8 +47,8 @@ class PgClubStore final : public ClubStore {
     return lsn.empty() ? std::string() : lsn.to_string();
   }
   void require_position(std::string_view position) override {
-    // pg_lsn's text form is at most "FFFFFFFF/FFFFFFFF".
-    if (position.empty() || position.size() > 17) return;
+    // At most "4294967295:FFFFFFFF/FFFFFFFF" (a timeline, and pg_lsn's text form).
+    if (position.empty() || position.size() > 28) return;
     if (Result<pg::Lsn> lsn = pg::Lsn::parse(position); lsn.ok()) pg::require_lsn(*lsn);
   }
 

@@ -521,8 +521,15 @@ class Database {
   Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
   Status commit(Transaction& tx, TransactionReport& report);
   Status commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report);
-  // What became of transaction `xid`; `lsn`: the primary's WAL position when it answered.
-  TxnState resolve(std::string_view xid, Status& why, std::uint64_t& lsn);
+  // What became of transaction `xid`; `lsn` and `timeline`: the primary's WAL position when
+  // it answered.
+  TxnState resolve(std::string_view xid, Status& why, std::uint64_t& lsn, std::uint32_t& timeline);
+  // A write of the current request committed at `lsn` (0: not known) on `timeline` (0: not
+  // known): the request's position (detail::note_write()) and the newest timeline seen.
+  void wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept;
+  // Whether the current request's position is of a timeline older than the newest this
+  // Database has seen (after a promotion): only the primary may answer its reads.
+  bool position_predates_promotion() noexcept;
   Result<bool> claim_key(Transaction& tx, std::string_view key);
   Result<std::string> recorded_result(Transaction& tx, std::string_view key);
   Status record_result(Transaction& tx, std::string_view key, std::string_view result);
@@ -534,6 +541,8 @@ class Database {
   std::atomic<bool> standard_strings_{true};
   // The URL names several hosts (failover: the writer is the one not in recovery).
   bool several_hosts_ = false;
+  // The newest timeline of the primary's writes and of the positions requests brought.
+  std::atomic<std::uint32_t> timeline_{0};
   // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
   std::vector<Param> setting_params_;
   Prefix read_prefix_;     // READ ONLY + statement_timeout

@@ -19,6 +19,12 @@
 /// trip); otherwise the primary answers it. See
 /// docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
 ///
+/// The position carries the primary's timeline. After a failover the promoted standby writes
+/// on a new timeline, and a position of the old one cannot be compared with its positions: a
+/// request whose position is of an older timeline than a Database has seen its primary write
+/// on is answered by the primary (which holds all of the old timeline that survived). A
+/// later write of the request replaces the old position (ADR 0028).
+///
 /// The position lives with the request: with the window of the innermost RequestScope on
 /// this thread, which nested scopes share. A RequestScope adopted on another thread starts
 /// without it (call require_lsn() there). Outside any RequestScope there is none: each call
@@ -38,17 +44,23 @@
 
 namespace holdfast::pg {
 
-/// A PostgreSQL WAL position (pg_lsn). Zero is "none".
+/// A PostgreSQL WAL position (pg_lsn), and the timeline it was written on. Zero is "none".
 struct Lsn {
   std::uint64_t value = 0;  ///< the position as a 64-bit number
+  /// The primary's timeline when the position was written (it grows by one at each
+  /// promotion); 0: not known. Positions of different timelines are not comparable: after a
+  /// promotion the new timeline forks from the old one somewhere before its end.
+  std::uint32_t timeline = 0;
 
-  /// "16/B374D848" (pg_lsn's text form). INVALID_ARGUMENT for anything else.
+  /// "16/B374D848" (pg_lsn's text form), or with its timeline in decimal before a colon,
+  /// "3:16/B374D848". INVALID_ARGUMENT for anything else.
   static Result<Lsn> parse(std::string_view text);
-  /// pg_lsn's text form: "16/B374D848", "0/0" for none.
+  /// pg_lsn's text form: "16/B374D848", "0/0" for none; "3:16/B374D848" when the timeline
+  /// is known (what parse() reads back).
   [[nodiscard]] std::string to_string() const;
   /// True for "none" (zero).
   [[nodiscard]] bool empty() const noexcept { return value == 0; }
-  /// Positions compare in WAL order.
+  /// Positions compare in WAL order, then by timeline (meaningful on one timeline only).
   friend auto operator<=>(const Lsn&, const Lsn&) = default;
 };
 
@@ -57,7 +69,9 @@ struct Lsn {
 [[nodiscard]] Lsn request_lsn() noexcept;
 
 /// Raises the current request's position to at least `lsn` (for instance the last write of
-/// a signed-in session, carried from request to request). No-op outside a RequestScope.
+/// a signed-in session, carried from request to request). A position of a newer timeline
+/// replaces one of an older timeline; one of an older timeline is ignored. No-op outside a
+/// RequestScope.
 void require_lsn(Lsn lsn) noexcept;
 
 }  // namespace holdfast::pg

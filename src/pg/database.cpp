@@ -176,6 +176,14 @@ std::uint64_t detail::wal_position(const Rows& rows, int col) noexcept {
   return lsn.ok() ? lsn->value : 0;
 }
 
+std::uint32_t detail::wal_timeline(const Rows& rows, int col) noexcept {
+  if (col >= rows.columns() || rows.is_null(0, col)) return 0;
+  const std::string_view text = rows.text(0, col);
+  std::uint32_t timeline = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), timeline, 16);
+  return r.ec == std::errc() && r.ptr == text.data() + text.size() ? timeline : 0;
+}
+
 using detail::nothing_applied;
 using detail::refused;
 
@@ -482,6 +490,34 @@ Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params
 }
 
 // ---------------------------------------------------------------------------------------
+// Timelines (ADR 0028)
+
+namespace {
+
+// Raises `newest` to `timeline`.
+void raise_timeline(std::atomic<std::uint32_t>& newest, std::uint32_t timeline) noexcept {
+  std::uint32_t seen = newest.load(std::memory_order_relaxed);
+  while (timeline > seen &&
+         !newest.compare_exchange_weak(seen, timeline, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+void Database::wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept {
+  detail::note_write(lsn, timeline);
+  raise_timeline(timeline_, timeline);
+}
+
+bool Database::position_predates_promotion() noexcept {
+  const std::uint32_t timeline = detail::request_position().timeline;
+  if (timeline == 0) return false;
+  // A position from another process may be the first news of a promotion.
+  raise_timeline(timeline_, timeline);
+  return timeline < timeline_.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------
 // Writes
 
 Result<Rows> Database::write_once(const Work& work) {
@@ -501,7 +537,8 @@ Result<Rows> Database::write_once(const Work& work) {
   p.marks.apply(conn, failed);
   if (s.ok() || failed == position) {
     // Committed (a failure after the COMMIT leaves the position unknown).
-    detail::note_write(s.ok() ? detail::wal_position(out[position], 0) : 0);
+    wrote(s.ok() ? detail::wal_position(out[position], 0) : 0,
+          s.ok() ? detail::wal_timeline(out[position], 1) : 0);
     return std::move(out[main]);
   }
   if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));

@@ -13,9 +13,11 @@
 
 namespace holdfast::pg::detail {
 
-// The primary's WAL insert position, read after a COMMIT: at or past its commit record.
+// The primary's WAL insert position, read after a COMMIT: at or past its commit record; and
+// its timeline (the first 8 hex digits of the WAL file's name).
 inline constexpr std::string_view kWalPositionSql =
-    "SELECT pg_catalog.pg_current_wal_insert_lsn()::text";
+    "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, "
+    "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8)";
 
 // The statements a pipeline prepares under a name, marked prepared on the connection once
 // the pipeline ran past them.
@@ -65,6 +67,8 @@ bool pooler_refused(PooledConnection& lease, Status& s);
 Status refused(std::string_view what, const SqlClass& c);
 // The WAL position in `rows` (row 0), or 0 when there is none.
 std::uint64_t wal_position(const Rows& rows, int col) noexcept;
+// The timeline in `rows` (row 0; 8 hex digits, as a WAL file's name begins), or 0.
+std::uint32_t wal_timeline(const Rows& rows, int col) noexcept;
 
 // What a replica's read said about the replica (its prefix's columns), for a request whose
 // writes are at `need` (0: it has none): whether the replica's answer is the read's.

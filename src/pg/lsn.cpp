@@ -14,6 +14,7 @@ struct Slot {
   const RetryWindow* window = nullptr;
   bool seen_open = false;  // the window was open when the slot was last used
   std::uint64_t lsn = 0;
+  std::uint32_t timeline = 0;
   bool primary_only = false;
 };
 thread_local Slot slot;
@@ -26,11 +27,25 @@ Slot* current() noexcept {
   if (w == nullptr) return nullptr;
   const bool open = w->is_open();
   if (slot.window != w || (slot.seen_open && !open)) {
-    slot = Slot{w, open, 0, false};
+    slot = Slot{w, open, 0, 0, false};
   } else if (open) {
     slot.seen_open = true;
   }
   return &slot;
+}
+
+// Raises `s` to (lsn, timeline): a newer timeline's position replaces an older one's (the old
+// timeline's writes that survived the promotion are before the fork, so before it); an older
+// timeline's is ignored.
+void raise(Slot& s, std::uint64_t lsn, std::uint32_t timeline) noexcept {
+  if (timeline != 0 && s.timeline != 0 && timeline != s.timeline) {
+    if (timeline < s.timeline) return;
+    s.lsn = lsn;
+    s.timeline = timeline;
+    return;
+  }
+  if (timeline != 0) s.timeline = timeline;
+  if (lsn > s.lsn) s.lsn = lsn;
 }
 
 bool parse_hex(std::string_view text, std::uint32_t& out) {
@@ -42,20 +57,40 @@ bool parse_hex(std::string_view text, std::uint32_t& out) {
 }  // namespace
 
 Result<Lsn> Lsn::parse(std::string_view text) {
-  const std::size_t slash = text.find('/');
+  const auto bad = [&] {
+    return Status(Code::kInvalidArgument, "'" + std::string(text) +
+                                              "' is not a WAL position (like 16/B374D848 or, "
+                                              "with its timeline, 3:16/B374D848)");
+  };
+  std::string_view rest = text;
+  std::uint32_t timeline = 0;
+  if (const std::size_t colon = rest.find(':'); colon != std::string_view::npos) {
+    const std::string_view t = rest.substr(0, colon);
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), timeline, 10);
+    if (t.empty() || t.size() > 10 || r.ec != std::errc() || r.ptr != t.data() + t.size() ||
+        timeline == 0) {
+      return bad();
+    }
+    rest.remove_prefix(colon + 1);
+  }
+  const std::size_t slash = rest.find('/');
   std::uint32_t hi = 0;
   std::uint32_t lo = 0;
-  if (slash == std::string_view::npos || !parse_hex(text.substr(0, slash), hi) ||
-      !parse_hex(text.substr(slash + 1), lo)) {
-    return Status(Code::kInvalidArgument,
-                  "'" + std::string(text) + "' is not a WAL position (like 16/B374D848)");
+  if (slash == std::string_view::npos || !parse_hex(rest.substr(0, slash), hi) ||
+      !parse_hex(rest.substr(slash + 1), lo)) {
+    return bad();
   }
-  return Lsn{(static_cast<std::uint64_t>(hi) << 32) | lo};
+  return Lsn{(static_cast<std::uint64_t>(hi) << 32) | lo, timeline};
 }
 
 std::string Lsn::to_string() const {
-  char buf[20];
-  char* p = std::to_chars(buf, buf + 8, static_cast<std::uint32_t>(value >> 32), 16).ptr;
+  char buf[32];
+  char* p = buf;
+  if (timeline != 0) {
+    p = std::to_chars(p, buf + 10, timeline, 10).ptr;
+    *p++ = ':';
+  }
+  p = std::to_chars(p, p + 8, static_cast<std::uint32_t>(value >> 32), 16).ptr;
   *p++ = '/';
   p = std::to_chars(p, buf + sizeof(buf), static_cast<std::uint32_t>(value), 16).ptr;
   std::string s(buf, p);
@@ -67,25 +102,25 @@ std::string Lsn::to_string() const {
 
 Lsn request_lsn() noexcept {
   const Slot* s = current();
-  return Lsn{s != nullptr ? s->lsn : 0};
+  return s != nullptr ? Lsn{s->lsn, s->timeline} : Lsn{};
 }
 
 void require_lsn(Lsn lsn) noexcept {
   Slot* s = current();
-  if (s != nullptr && lsn.value > s->lsn) s->lsn = lsn.value;
+  if (s != nullptr) raise(*s, lsn.value, lsn.timeline);
 }
 
 detail::RequestPosition detail::request_position() noexcept {
   const Slot* s = current();
   if (s == nullptr) return {};
-  return {s->lsn, s->primary_only};
+  return {s->lsn, s->timeline, s->primary_only};
 }
 
-void detail::note_write(std::uint64_t lsn) noexcept {
+void detail::note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept {
   Slot* s = current();
   if (s == nullptr) return;
   if (lsn == 0) s->primary_only = true;
-  if (lsn > s->lsn) s->lsn = lsn;
+  raise(*s, lsn, timeline);
 }
 
 }  // namespace holdfast::pg

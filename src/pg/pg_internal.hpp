@@ -93,13 +93,14 @@ struct ConnectionAccess {
 // The current request's read-your-writes position (lsn.cpp; postgres_lsn.hpp).
 struct RequestPosition {
   std::uint64_t lsn = 0;
-  bool primary_only = false;  // a write's position is not known: the primary must answer
+  std::uint32_t timeline = 0;  // of `lsn`; 0: not known
+  bool primary_only = false;   // a write's position is not known: the primary must answer
 };
 [[nodiscard]] RequestPosition request_position() noexcept;
 // A write of the current request committed; `lsn` is at or past its commit record, or 0
-// when that is not known (the request's reads then go to the primary). No-op outside a
-// RequestScope.
-void note_write(std::uint64_t lsn) noexcept;
+// when that is not known (the request's reads then go to the primary); `timeline` is the
+// primary's (0: not known). No-op outside a RequestScope.
+void note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept;
 
 // True for a statement that ends (or starts) a transaction block: COMMIT, END, ABORT,
 // ROLLBACK (but not ROLLBACK TO SAVEPOINT), BEGIN, START TRANSACTION, PREPARE TRANSACTION.

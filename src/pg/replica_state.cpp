@@ -189,7 +189,9 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
                                    RetryStats& stats) {
   std::uint64_t behind = 0;  // bit i: replica i had not replayed the request's writes
   const auto was_behind = [&](std::size_t i) { return i < 64 && ((behind >> i) & 1) != 0; };
-  if (!detail::request_position().primary_only) {
+  // A position of an older timeline than the primary's cannot be compared with a standby's
+  // replay position: the primary answers (it holds what survived the promotion).
+  if (!detail::request_position().primary_only && !position_predates_promotion()) {
     for (std::size_t i = 0; i < replicas_.size(); ++i) {
       ReplicaAnswer answer{};
       Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/false, answer, stats);

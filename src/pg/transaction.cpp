@@ -170,7 +170,10 @@ Status Database::commit(Transaction& tx, TransactionReport& report) {
       s.with_txn_state(TxnState::kRolledBack);
       return s;
     }
-    if (wrote) detail::note_write(committed.ok() ? detail::wal_position(out[1], 0) : 0);
+    if (wrote) {
+      this->wrote(committed.ok() ? detail::wal_position(out[1], 0) : 0,
+                  committed.ok() ? detail::wal_timeline(out[1], 1) : 0);
+    }
     return Status();
   }
   if (conn.is_open()) {
@@ -192,10 +195,11 @@ Status Database::commit_in_doubt(Transaction& tx, const Status& lost, Transactio
   }
   Status why;
   std::uint64_t position = 0;
-  const TxnState state = resolve(tx.xid_, why, position);
+  std::uint32_t timeline = 0;
+  const TxnState state = resolve(tx.xid_, why, position, timeline);
   report.resolution = state;
   if (state == TxnState::kCommitted) {
-    detail::note_write(position);
+    wrote(position, timeline);
     return Status();
   }
   const std::string head = "COMMIT lost its connection (" + std::string(lost.message()) + "); ";
@@ -217,7 +221,8 @@ Status Database::commit_in_doubt(Transaction& tx, const Status& lost, Transactio
   return s;
 }
 
-TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn) {
+TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn,
+                           std::uint32_t& timeline) {
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = std::max(
       w != nullptr ? w->remaining() : primary_->shield->writes().window(), kMinResolveTime);
@@ -231,7 +236,9 @@ TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn
       Result<Rows> r = ConnectionAccess::query_unchecked(
           **lease,
           "SELECT pg_catalog.pg_xact_status($1::pg_catalog.xid8), "
-          "pg_catalog.pg_current_wal_insert_lsn()::text",
+          "pg_catalog.pg_current_wal_insert_lsn()::text, "
+          "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), "
+          "1, 8)",
           params);
       if (r.ok()) {
         if (r->is_null(0, 0)) {
@@ -241,6 +248,7 @@ TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn
         }
         const std::string_view answer = r->text(0, 0);
         lsn = detail::wal_position(*r, 1);
+        timeline = detail::wal_timeline(*r, 2);
         if (answer == "committed") return TxnState::kCommitted;
         if (answer == "aborted") return TxnState::kRolledBack;
         why = Status(Code::kUnavailable,

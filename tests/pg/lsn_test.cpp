@@ -21,6 +21,35 @@ TEST(PgLsn, ReadsAndWritesPgLsnsTextForm) {
   }
 }
 
+TEST(PgLsn, ReadsAndWritesAPositionWithItsTimeline) {
+  auto lsn = Lsn::parse("3:16/B374D848");
+  ASSERT_TRUE(lsn.ok()) << lsn.status().to_string();
+  EXPECT_EQ(lsn->value, 0x16B374D848ull);
+  EXPECT_EQ(lsn->timeline, 3u);
+  EXPECT_EQ(lsn->to_string(), "3:16/B374D848");
+  EXPECT_EQ(Lsn::parse("16/B374D848")->timeline, 0u) << "not known";
+  EXPECT_EQ((Lsn{0x10, 4294967295u}.to_string()), "4294967295:0/10");
+  for (const char* bad :
+       {":1/2", "0:1/2", "x:1/2", "-1:1/2", "4294967296:1/2", "1:", "1:2:3/4", " 1:1/2"}) {
+    EXPECT_EQ(Lsn::parse(bad).status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
+TEST(PgLsn, ANewerTimelinesPositionReplacesAnOlderOnesAndNeverTheOtherWayRound) {
+  // After a promotion the new timeline forks from the old one before the old one's end: an
+  // old position is not "later" because its number is larger.
+  RequestScope request;
+  require_lsn(Lsn{900, 2});
+  require_lsn(Lsn{500, 3});
+  EXPECT_EQ(request_lsn(), (Lsn{500, 3}));
+  require_lsn(Lsn{950, 2});  // the old timeline: ignored
+  EXPECT_EQ(request_lsn(), (Lsn{500, 3}));
+  require_lsn(Lsn{600, 0});  // timeline not known: taken as the request's own
+  EXPECT_EQ(request_lsn(), (Lsn{600, 3}));
+  require_lsn(Lsn{700, 3});
+  EXPECT_EQ(request_lsn(), (Lsn{700, 3}));
+}
+
 TEST(PgLsn, ThePositionLivesWithItsRequest) {
   const Lsn a{100};
   const Lsn b{200};

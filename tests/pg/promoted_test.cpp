@@ -44,9 +44,10 @@ TEST(PgReplicaVerdict, AServerNotInRecoveryIsNoReplicaWhateverItsReplayPositionS
 }
 
 // Who answered a read in a request of its own ("standby", "primary", "error"), and how many
-// attempts it took on all endpoints.
-std::string who(Database& db, int* attempts = nullptr) {
+// attempts it took on all endpoints; the request must see `position` (as a cookie brings it).
+std::string who(Database& db, int* attempts = nullptr, Lsn position = {}) {
   RequestScope scope(seconds(3));
+  require_lsn(position);
   RetryStats stats;
   ReadOptions ro;
   ro.stats = &stats;
@@ -76,6 +77,7 @@ TEST(PgPromotedStandby, ItsReplicaSessionsAreClosedAndReadsReturnToTheRebuiltSta
   const std::string first = servers.url();           // the primary, until the failover
   const std::string second = servers.standby_url();  // the standby, promoted below
   Admin(first).exec("CREATE TABLE promoted_t (id int)");
+  Admin(first).exec("CREATE TABLE promoted_before (id int)");
 
   DatabaseOptions o;
   // Writes: whichever host is not in recovery. Reads: whichever is a standby (the drill's
@@ -93,6 +95,13 @@ TEST(PgPromotedStandby, ItsReplicaSessionsAreClosedAndReadsReturnToTheRebuiltSta
   o.shield.breaker.open_max = milliseconds(400);
   Database db(o);
   EXPECT_EQ(who(db), "standby");
+  Lsn before;  // a write's position on the first primary's timeline
+  {
+    RequestScope scope(seconds(6));
+    ASSERT_TRUE(db.write("INSERT INTO promoted_before VALUES (1)").ok());
+    before = request_lsn();
+  }
+  ASSERT_NE(before.timeline, 0u) << before.to_string();
   {
     // Three sessions to the standby, idle in the replica pool.
     Pool& pool = db.replica_pool(0);
@@ -139,10 +148,20 @@ TEST(PgPromotedStandby, ItsReplicaSessionsAreClosedAndReadsReturnToTheRebuiltSta
   {
     RequestScope scope(seconds(6));
     ASSERT_TRUE(db.write("INSERT INTO promoted_t VALUES (1)").ok());
+    EXPECT_EQ(request_lsn().timeline, before.timeline + 1) << "the promotion's new timeline";
     auto r = db.read("SELECT count(*) FROM promoted_t");
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->text(0, 0), "1");
   }
+  // A position of the old timeline (a cookie from before the failover) is not compared with
+  // the rebuilt standby's replay position, far past it in number: the primary answers. The
+  // same number without its timeline is compared as it always was.
+  ASSERT_TRUE(pgtest::eventually([&] { return who(db, nullptr, Lsn{before.value}) == "standby"; },
+                                 milliseconds(10000)));
+  EXPECT_EQ(who(db, nullptr, before), "primary");
+  EXPECT_EQ(who(db, nullptr, before), "primary");
+  EXPECT_EQ(Admin(second).count("SELECT count(*) FROM promoted_before"), 1)
+      << "the write before the failover survived it";
 }
 
 TEST(PgPromotedStandby, AReplicaURLThatKeepsReachingThePromotedServerIsNotTriedByEveryRead) {
