@@ -133,6 +133,21 @@ Result<Transaction> Database::begin(const TransactionOptions& options, int run) 
 }
 
 Status Database::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
+  if (several_hosts_ && (fn_status.sqlstate() == "25006" || tx.failure_.sqlstate() == "25006"))
+      [[unlikely]] {
+    // A read-only server refused a statement: nothing was applied, and with several hosts
+    // this connection reaches a primary that was demoted. It and its siblings go; the next
+    // BEGIN finds the writer. A re-runnable transaction runs again there; any other is
+    // answered with the refusal (its function may have done more than SQL).
+    tx.conn_.discard();
+    primary_->writes->drop_idle();
+    Status s = fn_status.sqlstate() == "25006" ? fn_status : tx.failure_;
+    s.with_fault(Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+    s.with_txn_state(TxnState::kRolledBack);
+    return s.annotate(
+        "the server is read-only (a demoted primary?); nothing was applied and the writer is "
+        "looked for again");
+  }
   if (!fn_status.ok()) {
     roll_back(tx.conn_);
     return in_transaction(fn_status);

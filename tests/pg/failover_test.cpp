@@ -123,6 +123,29 @@ TEST(PgHosts, AWriteRefusedByAPrimaryThatTurnedReadOnlyGoesToTheHostThatTakesWri
     ASSERT_TRUE(db.write("INSERT INTO " + table + " VALUES (1, 'before')").ok());
   }
   EXPECT_EQ(on_old.count("SELECT count(*) FROM " + table), 1);
+  // Two more, for transaction() below, each with a session to the old primary.
+  auto pay = [&](pg::Database& on, int id, bool rerunnable, pg::TransactionReport* report) {
+    RequestScope scope(seconds(6));
+    pg::TransactionOptions t;
+    t.operation = Operation::transaction(rerunnable, "failover.pay");
+    t.report = report;
+    return on.transaction(
+        [&](pg::Transaction& tx) {
+          return tx.query("INSERT INTO " + table + " VALUES ($1, 'tx')", {std::to_string(id)})
+              .status();
+        },
+        t);
+  };
+  pg::DatabaseOptions once_options = o;  // URLs of their own: no host learnt from `db`
+  once_options.url = pgtest::url_with(o.url, "application_name=hf_tx_once");
+  once_options.write_connections = 1;
+  pg::DatabaseOptions rerun_options = once_options;
+  rerun_options.url = pgtest::url_with(o.url, "application_name=hf_tx_rerun");
+  pg::Database tx_once(once_options);
+  pg::Database tx_rerun(rerun_options);
+  ASSERT_TRUE(pay(tx_once, 101, false, nullptr).ok());
+  ASSERT_TRUE(pay(tx_rerun, 102, true, nullptr).ok());
+  EXPECT_EQ(on_old.count("SELECT count(*) FROM " + table), 3);
 
   // The old primary is demoted (read-only for every new transaction, its sessions kept).
   on_old.exec("ALTER SYSTEM SET default_transaction_read_only = on");
@@ -140,6 +163,26 @@ TEST(PgHosts, AWriteRefusedByAPrimaryThatTurnedReadOnlyGoesToTheHostThatTakesWri
   // Applied once, on the host that takes writes; nothing on the read-only one.
   EXPECT_EQ(on_new.count("SELECT count(*) FROM " + table + " WHERE id = 2"), 1);
   EXPECT_EQ(on_old.count("SELECT count(*) FROM " + table + " WHERE id = 2"), 0);
+
+  // The same inside transaction(), on sessions opened before the demotion (libpq's
+  // read-write check keeps new ones off the read-only host). A transaction that may not run
+  // twice is answered with the refusal, applied nowhere, and the next one goes to the
+  // writer; a re-runnable one runs again there within its window.
+  pg::TransactionReport once;
+  Status refused = pay(tx_once, 3, /*rerunnable=*/false, &once);
+  EXPECT_EQ(refused.sqlstate(), "25006") << refused.to_string();
+  EXPECT_EQ(refused.fault().outcome, Outcome::kNotApplied) << refused.to_string();
+  EXPECT_EQ(once.runs, 1);
+  EXPECT_TRUE(pay(tx_once, 3, false, nullptr).ok());
+  pg::TransactionReport rerun;
+  Status paid = pay(tx_rerun, 4, /*rerunnable=*/true, &rerun);
+  EXPECT_TRUE(paid.ok()) << paid.to_string();
+  EXPECT_EQ(rerun.runs, 2);
+  for (int id : {3, 4}) {
+    const std::string where = " WHERE id = " + std::to_string(id);
+    EXPECT_EQ(on_new.count("SELECT count(*) FROM " + table + where), 1) << id;
+    EXPECT_EQ(on_old.count("SELECT count(*) FROM " + table + where), 0) << id;
+  }
   on_old.exec("ALTER SYSTEM RESET default_transaction_read_only");
   on_old.exec("SELECT pg_reload_conf()");
   on_new.exec("DROP TABLE " + table);
