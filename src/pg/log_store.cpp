@@ -148,6 +148,12 @@ PgLogStore::PgLogStore(Options options, std::string display_url)
   connect_.conninfo = options_.url;
   connect_.application_name = options_.application_name;
   connect_.keywords = {{"client_encoding", "UTF8"}};
+  if (detail::ConnectionAccess::host_count(options_.url) > 1 &&
+      options_.url.find("target_session_attrs") == std::string::npos) {
+    // Several hosts (a failover URL): the logs go to the one that takes writes, as a
+    // Database's writes do.
+    connect_.keywords.emplace_back("target_session_attrs", "read-write");
+  }
   // Sent with the startup packet: no round trip, and they hold for every statement.
   connect_.settings = {{"statement_timeout", setting_ms(options_.statement_timeout)},
                        {"lock_timeout", setting_ms(options_.lock_timeout)}};
@@ -271,8 +277,9 @@ Status PgLogStore::write_locked(std::span<const LogRecord> records) {
   writer_.conn.set_deadline(clock_->now() + options_.statement_timeout + kClientGrace);
   Result<Rows> done = detail::ConnectionAccess::query_unchecked(writer_.conn, kInsertBatch, params);
   if (!done.ok()) {
-    // A connection lost here is replaced at the next call, not now.
-    if (!writer_.conn.is_open()) {
+    // A connection lost here is replaced at the next call, not now; so is one to a server
+    // that turned read-only (a demoted primary: the next connect finds the writer).
+    if (!writer_.conn.is_open() || done.status().sqlstate() == "25006") {
       writer_.conn.close();
       writer_pid_.store(0, std::memory_order_relaxed);
     }

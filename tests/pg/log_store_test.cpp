@@ -310,6 +310,21 @@ TEST(PgLogStore, ABatchRoundTripsExactlyAndInOrder) {
   EXPECT_EQ(store->stats().batches, 1u);
 }
 
+TEST(PgLogStore, WithSeveralHostsTheLogsGoToTheOneThatTakesWrites) {
+  // A failover URL that names the standby first: the logs still reach the primary (a session
+  // on the standby would refuse every INSERT with 25006).
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  LogSchema schema;
+  const std::string url = pgtest::two_hosts(pgtest::host_port(pgtest::standby_url()), server_url());
+  auto store = open_store(schema.options(url));
+  ASSERT_NE(store, nullptr);
+  const std::vector<LogRecord> batch = {
+      record(Level::kInfo, "failover", "to the writer", kMorning)};
+  Status written = store->write_batch(batch);
+  EXPECT_TRUE(written.ok()) << written.to_string();
+  EXPECT_EQ(schema.rows().size(), 1u);
+}
+
 TEST(PgLogStore, AFullBatchOfThirtyTwoKeepsItsOrder) {
   HOLDFAST_REQUIRE_PG_SERVER();
   LogSchema schema;
