@@ -7,6 +7,7 @@
 #include "database_internal.hpp"
 #include "holdfast/postgres.hpp"
 #include "pg_internal.hpp"
+#include "server_watch.hpp"
 
 namespace holdfast::pg {
 namespace {
@@ -275,6 +276,10 @@ TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn
     } else {
       why = lease.status();
     }
+    // A server found silent will not answer in the time left either: the outcome stays
+    // unknown now rather than after kMinResolveTime past the window (the drill's blackhole
+    // showed an 8 s answer).
+    if (primary_->watch != nullptr && primary_->watch->silent()) return TxnState::kUnknown;
     if (clock_->now() + pause >= deadline) return TxnState::kUnknown;
     clock_->sleep_for(pause);
     pause = std::min(pause * 2, kResolvePauseMax);

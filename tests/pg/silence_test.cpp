@@ -149,6 +149,45 @@ TEST(Silence, ACancelThatAFrozenServerNeverAnswersDoesNotHoldTheCaller) {
   EXPECT_TRUE(eventually([&] { return db.read("SELECT 1").ok(); }, milliseconds(5000)));
 }
 
+TEST(Silence, ACommitInFlightWhenTheServerFreezesIsAnsweredWithinItsWindowAsUnknown) {
+  // The server freezes between the transaction's statements and its COMMIT. The COMMIT waits
+  // for its deadline (its outcome could still have become known), and asking the server what
+  // became of the transaction is pointless while it is known to be silent: the answer comes
+  // at the window's end, not kMinResolveTime (2 s) later.
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PrivateServer server;
+  ASSERT_FALSE(server.url().empty());
+  Admin(server.url()).exec("CREATE TABLE in_doubt (id int)");
+  pg::DatabaseOptions o;
+  o.url = server.url();
+  pg::Database db(o);
+  ASSERT_TRUE(db.read("SELECT 1").ok());
+
+  std::optional<Freeze> freeze;
+  pg::TransactionReport report;
+  Answer answer;
+  {
+    RequestScope scope(kWindow);
+    const auto start = Steady::now();
+    pg::TransactionOptions t;
+    t.report = &report;
+    answer.status = db.transaction(
+        [&](pg::Transaction& tx) -> Status {
+          if (Status s = tx.query("INSERT INTO in_doubt VALUES (1)").status(); !s.ok()) return s;
+          freeze.emplace(server.postmaster_pid());  // the COMMIT meets a frozen server
+          return Status();
+        },
+        t);
+    answer.seconds = seconds_since(start);
+  }
+  ASSERT_TRUE(freeze.has_value() && freeze->frozen());
+  freeze->thaw();
+  EXPECT_FALSE(answer.status.ok());
+  EXPECT_EQ(answer.status.fault().outcome, Outcome::kUnknown) << answer.status.to_string();
+  EXPECT_EQ(report.commits_in_doubt, 1) << answer.status.to_string();
+  EXPECT_LT(answer.seconds, 6.0 + 0.05 + 0.25 + 0.3) << answer.status.to_string();
+}
+
 TEST(Silence, AReadWaitingOnALongLockIsSlowNotSilent) {
   // The server still answers (the check, other work): the watch must not call it silent,
   // and the read that waits on the lock gets its rows when the lock goes.
