@@ -298,7 +298,7 @@ Result<Connection> Connection::open(std::string_view conninfo) {
 
 Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& options,
                                                       const HostKeywords& host, TimePoint until,
-                                                      bool* timed_out) {
+                                                      bool* timed_out, Probe probe) {
   using Impl = Connection::Impl;
   if (timed_out != nullptr) *timed_out = false;
   auto impl = std::make_unique<Impl>();
@@ -319,8 +319,11 @@ Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& opti
   PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
   // A connect that starts while the server is silent is a probe of it (a health probe's):
   // it waits for its deadline. One that starts before gives up when the silence is found.
+  const bool probing = probe == Probe::kIfSilentNow
+                           ? options.watch != nullptr && options.watch->silent()
+                           : probe == Probe::kYes;
   const detail::ServerWatch* watch =
-      options.watch != nullptr && !options.watch->silent() ? options.watch.get() : nullptr;
+      options.watch != nullptr && !probing ? options.watch.get() : nullptr;
   const PostgresPollingStatusType st = poll_connect(conn, *impl->clock, until, watch);
   if (st != PGRES_POLLING_OK || PQstatus(conn) != CONNECTION_OK) {
     if (timed_out != nullptr) {

@@ -142,6 +142,12 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   // its own (host_connect_timeout; the last one tried gets what is left), so that a host
   // that accepts the connection and then says nothing is skipped. Hosts a check found silent
   // come last, and never get more than host_connect_timeout.
+  // Whether this connect probes a server found silent is decided once, here: a silence found
+  // while an earlier host refused it must end this connect, not make the next host's a
+  // probe that waits out host_connect_timeout.
+  const auto probe = options.watch != nullptr && options.watch->silent()
+                         ? detail::ConnectionAccess::Probe::kYes
+                         : detail::ConnectionAccess::Probe::kNo;
   const std::size_t first = host_memory().preferred(options.conninfo) % n;
   std::vector<std::size_t> order;
   std::vector<std::shared_ptr<detail::ServerWatch>> watches(n);
@@ -161,7 +167,8 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
     const bool silent = watches[i]->silent();
     const TimePoint host_until =
         k + 1 == n && !silent ? until : std::min(until, now + options.host_connect_timeout);
-    Result<Connection> c = detail::ConnectionAccess::open_one(options, hosts.pick(i), host_until);
+    Result<Connection> c =
+        detail::ConnectionAccess::open_one(options, hosts.pick(i), host_until, nullptr, probe);
     if (c.ok()) {
       if (i != first) host_memory().remember(options.conninfo, i);
       watches[i]->set_silent(false);  // it answered

@@ -75,9 +75,13 @@ struct ConnectionAccess {
   using HostKeywords = std::vector<std::pair<const char*, std::string>>;
   // Connection::open() on one host: `host` overrides the conninfo's hosts (empty: the
   // conninfo as it is), no later than `until`. `timed_out` (when not null): true when nothing
-  // answered in time (no refusal, no error: silence).
+  // answered in time (no refusal, no error: silence). `probe`: whether the connect is a probe
+  // of a server already found silent (it then waits for `until`, not for the watch); by
+  // default, whether options.watch is silent now.
+  enum class Probe : std::uint8_t { kIfSilentNow, kYes, kNo };
   static Result<Connection> open_one(const ConnectOptions& options, const HostKeywords& host,
-                                     TimePoint until, bool* timed_out = nullptr);
+                                     TimePoint until, bool* timed_out = nullptr,
+                                     Probe probe = Probe::kIfSilentNow);
   // Whether the exchanges of `c` give up at once when its server is found silent (reads), or
   // wait for their deadline (writes: their outcome may still become known). Default: wait.
   static void abandon_on_silence(Connection& c, bool abandon) noexcept;
