@@ -503,7 +503,9 @@ class Database {
   Result<Rows> try_replica(Endpoint& replica, const Work& work, bool past_hold,
                            ReplicaAnswer& answer, RetryStats& stats);
   // A connection of `pool` for a call: waits for one (`may_wait`) or takes one only if free.
-  Result<PooledConnection> lease(Pool& pool, bool may_wait);
+  // A new connection is given at most `connect_at_most` (when it does not wait).
+  Result<PooledConnection> lease(Pool& pool, bool may_wait,
+                                 Duration connect_at_most = Duration::max());
   // Opens the current request's window if it is not open yet (see database.cpp).
   void open_request_window() const;
   // Starts a call's pipeline on `conn`: sets the connection's deadline from the current

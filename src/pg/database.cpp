@@ -37,6 +37,11 @@ using detail::Steps;
 constexpr Duration kClientGrace = std::chrono::milliseconds(50);
 // The health probe's own deadline: a probe must not hang.
 constexpr Duration kProbeTimeout = std::chrono::seconds(1);
+// The most a replica read waits for a new connection to its replica. A connect takes a few
+// milliseconds; one that takes longer reaches a host that does not answer (after a failover,
+// the replica URL's frozen old primary, until the replica's liveness finds it silent), and
+// the primary can answer the read meanwhile.
+constexpr Duration kReplicaConnectTimeout = std::chrono::milliseconds(500);
 
 // The ids of the driver's own prepared statements (below detail::kFirstStatementId).
 constexpr std::uint32_t kReadPrefixId = 0;
@@ -367,9 +372,13 @@ void Database::open_request_window() const {
   if (w != nullptr && !w->is_open()) w->open(clock_->now());
 }
 
-Result<PooledConnection> Database::lease(Pool& pool, bool may_wait) {
+Result<PooledConnection> Database::lease(Pool& pool, bool may_wait, Duration connect_at_most) {
   open_request_window();
-  Result<PooledConnection> lease = may_wait ? pool.acquire() : pool.try_acquire(connect_deadline());
+  TimePoint connect_by = connect_deadline();
+  if (connect_at_most != Duration::max()) {
+    connect_by = std::min(connect_by, clock_->now() + connect_at_most);
+  }
+  Result<PooledConnection> lease = may_wait ? pool.acquire() : pool.try_acquire(connect_by);
   if (lease.ok() && lease->fresh()) {
     standard_strings_.store((*lease)->standard_conforming_strings(), std::memory_order_relaxed);
   }
@@ -409,7 +418,9 @@ std::size_t Database::add_work(detail::CallPipeline& p, Connection& conn, const 
 
 Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
                                  ReplicaView* view) {
-  Result<PooledConnection> lease = this->lease(*endpoint.reads, may_wait);
+  // A replica's new connection gets kReplicaConnectTimeout: the primary can answer instead.
+  Result<PooledConnection> lease = this->lease(
+      *endpoint.reads, may_wait, view != nullptr ? kReplicaConnectTimeout : Duration::max());
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
   ConnectionAccess::abandon_on_silence(conn, true);  // a read: nothing to wait for
