@@ -211,7 +211,8 @@ struct ConnectOptions {
   /// With several hosts (a multi-host URL, "postgresql://h1:5432,h2:5432/app?
   /// target_session_attrs=read-write"): the most one host may take before the next is tried
   /// (the last one tried gets whatever is left), so that a host that accepts connections and
-  /// never answers (a frozen primary) is skipped. The host that answered last is tried first.
+  /// never answers (a frozen primary) is skipped. The host that answered last is tried first;
+  /// a host that a liveness check found silent is tried last, and gets no more than this.
   Duration host_connect_timeout = std::chrono::seconds(1);
   /// Reads the deadlines. nullptr: Clock::system().
   Clock* clock = nullptr;
