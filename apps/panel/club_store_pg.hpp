@@ -44,7 +44,7 @@ class PgClubStore final : public ClubStore {
 
   [[nodiscard]] std::string write_position() const override {
     const pg::Lsn lsn = pg::request_lsn();
-    return lsn.empty() ? std::string() : lsn.to_string();
+    return lsn.empty() ? std::string() : lsn.to_string_with_timeline();
   }
   void require_position(std::string_view position) override {
     // At most "4294967295:FFFFFFFF/FFFFFFFF" (a timeline, and pg_lsn's text form).

@@ -53,11 +53,13 @@ struct Lsn {
   std::uint32_t timeline = 0;
 
   /// "16/B374D848" (pg_lsn's text form), or with its timeline in decimal before a colon,
-  /// "3:16/B374D848". INVALID_ARGUMENT for anything else.
+  /// "3:16/B374D848" (to_string_with_timeline()). INVALID_ARGUMENT for anything else.
   static Result<Lsn> parse(std::string_view text);
-  /// pg_lsn's text form: "16/B374D848", "0/0" for none; "3:16/B374D848" when the timeline
-  /// is known (what parse() reads back).
+  /// pg_lsn's text form, what a `pg_lsn` cast reads: "16/B374D848", "0/0" for none.
   [[nodiscard]] std::string to_string() const;
+  /// The form to carry between requests (a cookie): "3:16/B374D848" when the timeline is
+  /// known, else to_string(). parse() reads it back.
+  [[nodiscard]] std::string to_string_with_timeline() const;
   /// True for "none" (zero).
   [[nodiscard]] bool empty() const noexcept { return value == 0; }
   /// Positions compare in WAL order, then by timeline (meaningful on one timeline only).

@@ -84,13 +84,8 @@ Result<Lsn> Lsn::parse(std::string_view text) {
 }
 
 std::string Lsn::to_string() const {
-  char buf[32];
-  char* p = buf;
-  if (timeline != 0) {
-    p = std::to_chars(p, buf + 10, timeline, 10).ptr;
-    *p++ = ':';
-  }
-  p = std::to_chars(p, p + 8, static_cast<std::uint32_t>(value >> 32), 16).ptr;
+  char buf[20];
+  char* p = std::to_chars(buf, buf + 8, static_cast<std::uint32_t>(value >> 32), 16).ptr;
   *p++ = '/';
   p = std::to_chars(p, buf + sizeof(buf), static_cast<std::uint32_t>(value), 16).ptr;
   std::string s(buf, p);
@@ -98,6 +93,11 @@ std::string Lsn::to_string() const {
     if (c >= 'a' && c <= 'f') c = static_cast<char>(c - 'a' + 'A');
   }
   return s;
+}
+
+std::string Lsn::to_string_with_timeline() const {
+  if (timeline == 0) return to_string();
+  return std::to_string(timeline) + ":" + to_string();
 }
 
 Lsn request_lsn() noexcept {

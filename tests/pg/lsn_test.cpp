@@ -26,9 +26,11 @@ TEST(PgLsn, ReadsAndWritesAPositionWithItsTimeline) {
   ASSERT_TRUE(lsn.ok()) << lsn.status().to_string();
   EXPECT_EQ(lsn->value, 0x16B374D848ull);
   EXPECT_EQ(lsn->timeline, 3u);
-  EXPECT_EQ(lsn->to_string(), "3:16/B374D848");
+  EXPECT_EQ(lsn->to_string_with_timeline(), "3:16/B374D848");
+  EXPECT_EQ(lsn->to_string(), "16/B374D848") << "pg_lsn's form, for SQL";
   EXPECT_EQ(Lsn::parse("16/B374D848")->timeline, 0u) << "not known";
-  EXPECT_EQ((Lsn{0x10, 4294967295u}.to_string()), "4294967295:0/10");
+  EXPECT_EQ(Lsn::parse("16/B374D848")->to_string_with_timeline(), "16/B374D848");
+  EXPECT_EQ((Lsn{0x10, 4294967295u}.to_string_with_timeline()), "4294967295:0/10");
   for (const char* bad :
        {":1/2", "0:1/2", "x:1/2", "-1:1/2", "4294967296:1/2", "1:", "1:2:3/4", " 1:1/2"}) {
     EXPECT_EQ(Lsn::parse(bad).status().code(), Code::kInvalidArgument) << bad;
