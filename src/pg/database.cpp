@@ -501,34 +501,6 @@ Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params
 }
 
 // ---------------------------------------------------------------------------------------
-// Timelines (ADR 0028)
-
-namespace {
-
-// Raises `newest` to `timeline`.
-void raise_timeline(std::atomic<std::uint32_t>& newest, std::uint32_t timeline) noexcept {
-  std::uint32_t seen = newest.load(std::memory_order_relaxed);
-  while (timeline > seen &&
-         !newest.compare_exchange_weak(seen, timeline, std::memory_order_relaxed)) {
-  }
-}
-
-}  // namespace
-
-void Database::wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept {
-  detail::note_write(lsn, timeline);
-  raise_timeline(timeline_, timeline);
-}
-
-bool Database::position_predates_promotion() noexcept {
-  const std::uint32_t timeline = detail::request_position().timeline;
-  if (timeline == 0) return false;
-  // A position from another process may be the first news of a promotion.
-  raise_timeline(timeline_, timeline);
-  return timeline < timeline_.load(std::memory_order_relaxed);
-}
-
-// ---------------------------------------------------------------------------------------
 // Writes
 
 Result<Rows> Database::write_once(const Work& work) {

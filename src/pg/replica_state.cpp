@@ -2,9 +2,11 @@
 // read_routed), how long a replica's replay has trailed the WAL it received (ReplayLag),
 // whether it can have replayed a request's writes (CatchUp), when its lag makes it
 // unhealthy (replay_lag_status), and whether what a read reported makes its answer the
-// read's (replica_verdict: a server not in recovery never does). One read on one server is
+// read's (replica_verdict: a server not in recovery never does), and whether a request's
+// position is of a timeline before a promotion (ADR 0028). One read on one server is
 // database.cpp's read_once().
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -253,6 +255,34 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
     return replica_failure;
   }
   return r;
+}
+
+// ---------------------------------------------------------------------------------------
+// Timelines (ADR 0028)
+
+namespace {
+
+// Raises `newest` to `timeline`.
+void raise_timeline(std::atomic<std::uint32_t>& newest, std::uint32_t timeline) noexcept {
+  std::uint32_t seen = newest.load(std::memory_order_relaxed);
+  while (timeline > seen &&
+         !newest.compare_exchange_weak(seen, timeline, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+void Database::wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept {
+  detail::note_write(lsn, timeline);
+  raise_timeline(timeline_, timeline);
+}
+
+bool Database::position_predates_promotion() noexcept {
+  const std::uint32_t timeline = detail::request_position().timeline;
+  if (timeline == 0) return false;
+  // A position from another process may be the first news of a promotion.
+  raise_timeline(timeline_, timeline);
+  return timeline < timeline_.load(std::memory_order_relaxed);
 }
 
 }  // namespace holdfast::pg
