@@ -188,7 +188,8 @@ void add_drill_command(CLI::App& app) {
                   "postgres: every fault's length times this (0.3: a short drill)")
       ->check(CLI::Range(0.01, 10.0))
       ->capture_default_str();
-  cmd->add_option("--workers", args->options.workers, "Virtual workers per strategy")
+  cmd->add_option("--workers", args->options.workers,
+                  "Virtual workers per strategy (postgres: at most 64)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_option("--warmup", args->options.warmup_s, "Seconds before the first storm")
@@ -218,6 +219,12 @@ void add_drill_command(CLI::App& app) {
   cmd->add_flag("!--no-progress", args->options.progress, "No progress bar");
   cmd->callback([args, strategies, gap] {
     if (args->engine == "postgres") {
+      if (args->options.workers > 64) {
+        // A usage error, like the other bounds (exit 2), not a failed run.
+        fmt::print(stderr, "error: --workers {} with --engine postgres: at most 64\n",
+                   args->options.workers);
+        throw CLI::RuntimeError(2);
+      }
 #ifdef HOLDFAST_HAVE_PG
       // A standby reconnects to a restarted primary within wal_retrieve_retry_interval
       // (5 s): the gap lets it catch up before the next fault.

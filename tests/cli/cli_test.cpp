@@ -86,6 +86,8 @@ TEST(Cli, DrillStormLengthsWarmupGapsAndLogPauseMustBeFiniteAndPositive) {
 TEST(Cli, DrillPayEveryAndWorkersAreAtLeastOne) {
   expect_refused("drill --no-progress --pay-every 0", "--pay-every");
   expect_refused("drill --no-progress --workers 0", "--workers");
+  // The PostgreSQL drill's panels take at most 64: a usage error before anything starts.
+  expect_refused("drill --no-progress --engine postgres --workers 65", "--workers 65");
   expect_refused("drill --no-progress --think-ms -5", "--think-ms");
 }
 
