@@ -516,7 +516,8 @@ class Database {
   // step.
   std::size_t add_work(detail::CallPipeline& p, Connection& conn, const Work& work) const;
   // When a new connection must be up by: the window's end, at most connect_timeout away.
-  TimePoint connect_deadline() const;
+  // `cap`: at most this far away, too.
+  TimePoint connect_deadline(Duration cap = Duration::max()) const;
 
   Result<Transaction> begin(const TransactionOptions& options, int run);
   // Commits (fn_status OK) or rolls back, resolving a COMMIT in doubt.
@@ -529,9 +530,9 @@ class Database {
   // A write of the current request committed at `lsn` (0: not known) on `timeline` (0: not
   // known): the request's position (detail::note_write()) and the newest timeline seen.
   void wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept;
-  // Whether the current request's position is of a timeline older than the newest this
-  // Database has seen (after a promotion): only the primary may answer its reads.
-  bool position_predates_promotion() noexcept;
+  // Whether a request's position of `timeline` (0: not known) is of a timeline older than
+  // the newest this Database has seen (after a promotion): only the primary may answer.
+  bool predates_promotion(std::uint32_t timeline) noexcept;
   Result<bool> claim_key(Transaction& tx, std::string_view key);
   Result<std::string> recorded_result(Transaction& tx, std::string_view key);
   Status record_result(Transaction& tx, std::string_view key, std::string_view result);

@@ -169,6 +169,16 @@ bool detail::pooler_refused(PooledConnection& lease, Status& s) {
   return true;
 }
 
+Status detail::left_demoted_primary(PooledConnection& lease, Pool& writes, Status s,
+                                    RetryScope scope) {
+  lease.discard();
+  writes.drop_idle();
+  s.with_fault(Fault{scope, Outcome::kNotApplied, Pace::kFast, false});
+  return s.annotate(
+      "the server is read-only (a demoted primary?); nothing was applied and the writer is "
+      "looked for again");
+}
+
 Status detail::refused(std::string_view what, const SqlClass& c) {
   Status s(Code::kInvalidArgument, std::string(what) + c.explain());
   s.with_sqlstate("");
@@ -270,10 +280,7 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
   if (options_.pooling == Pooling::kSession) po.connect.settings = options_.settings;
   po.connect.connect_timeout = options_.connect_timeout;
   po.connect.clock = clock_;
-  if (primary && several_hosts_ && url.find("target_session_attrs") == std::string::npos) {
-    // Writes go to the host that is not in recovery (libpq checks it at connect).
-    po.connect.keywords.emplace_back("target_session_attrs", "read-write");
-  }
+  if (primary) ConnectionAccess::ask_for_writer(po.connect);
   if (options_.silence_after > Duration::zero()) {
     e->watch = std::make_shared<detail::ServerWatch>();
     po.connect.watch = e->watch;
@@ -356,10 +363,10 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
 // ---------------------------------------------------------------------------------------
 // What every call does
 
-TimePoint Database::connect_deadline() const {
+TimePoint Database::connect_deadline(Duration cap) const {
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining() : options_.connect_timeout;
-  return clock_->now() + std::min(left, options_.connect_timeout);
+  return clock_->now() + std::min({left, options_.connect_timeout, cap});
 }
 
 void Database::open_request_window() const {
@@ -374,11 +381,8 @@ void Database::open_request_window() const {
 
 Result<PooledConnection> Database::lease(Pool& pool, bool may_wait, Duration connect_at_most) {
   open_request_window();
-  TimePoint connect_by = connect_deadline();
-  if (connect_at_most != Duration::max()) {
-    connect_by = std::min(connect_by, clock_->now() + connect_at_most);
-  }
-  Result<PooledConnection> lease = may_wait ? pool.acquire() : pool.try_acquire(connect_by);
+  Result<PooledConnection> lease =
+      may_wait ? pool.acquire() : pool.try_acquire(connect_deadline(connect_at_most));
   if (lease.ok() && lease->fresh()) {
     standard_strings_.store((*lease)->standard_conforming_strings(), std::memory_order_relaxed);
   }
@@ -526,15 +530,8 @@ Result<Rows> Database::write_once(const Work& work) {
   }
   if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
   if (s.sqlstate() == "25006" && several_hosts_) {
-    // A read-only server refused the write: nothing was applied, and with several hosts this
-    // connection reaches a primary that was demoted. It and its siblings go; the next
-    // connect finds the writer (target_session_attrs=read-write), and the write goes again.
-    lease->discard();
-    primary_->writes->drop_idle();
-    Fault f{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, false};
-    s.with_fault(f);
-    return s.annotate(
-        "the server is read-only (a demoted primary?); the writer is looked for again");
+    return detail::left_demoted_primary(*lease, *primary_->writes, std::move(s),
+                                        RetryScope::kReconnect);
   }
   const TxnStatus open = conn.txn_status();
   if (open == TxnStatus::kInTransaction || open == TxnStatus::kInError) {

@@ -63,6 +63,11 @@ Status in_transaction(Status s);
 // pool as a failed connect (PooledConnection::server_unreachable(), which sets `s`'s
 // retry_after()), and no server saw the call: nothing of it was applied.
 bool pooler_refused(PooledConnection& lease, Status& s);
+// A read-only server refused `s` (25006) on a multi-host URL: nothing was applied, and
+// `lease` reaches a primary that was demoted. It and `writes`' idle connections go, so the
+// next connect finds the writer (target_session_attrs=read-write); `s` is re-scoped to
+// `scope` (the write, or a re-runnable transaction, goes again) and says so.
+Status left_demoted_primary(PooledConnection& lease, Pool& writes, Status s, RetryScope scope);
 // INVALID_ARGUMENT: `what` and why the classifier said so.
 Status refused(std::string_view what, const SqlClass& c);
 // The WAL position in `rows` (row 0), or 0 when there is none.

@@ -149,16 +149,14 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
                          ? detail::ConnectionAccess::Probe::kYes
                          : detail::ConnectionAccess::Probe::kNo;
   const std::size_t first = host_memory().preferred(options.conninfo) % n;
-  std::vector<std::size_t> order;
+  std::vector<std::size_t> order(n);
   std::vector<std::shared_ptr<detail::ServerWatch>> watches(n);
-  order.reserve(n);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t i = (first + k) % n;
-      if (pass == 0) watches[i] = detail::host_watch(hosts.name(i));
-      if (watches[i]->silent() == (pass == 1)) order.push_back(i);
-    }
+  for (std::size_t k = 0; k < n; ++k) {
+    order[k] = (first + k) % n;
+    watches[order[k]] = detail::host_watch(hosts.name(order[k]));
   }
+  std::stable_partition(order.begin(), order.end(),
+                        [&](std::size_t i) { return !watches[i]->silent(); });
   Status last;
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t i = order[k];
@@ -189,6 +187,15 @@ std::size_t detail::ConnectionAccess::host_count(const std::string& conninfo) {
   ConnectOptions o;
   o.conninfo = conninfo;
   return hosts_of(o).count();
+}
+
+void detail::ConnectionAccess::ask_for_writer(ConnectOptions& options) {
+  if (hosts_of(options).count() <= 1) return;
+  if (options.conninfo.find("target_session_attrs") != std::string::npos) return;
+  for (const auto& [key, value] : options.keywords) {
+    if (key == "target_session_attrs") return;
+  }
+  options.keywords.emplace_back("target_session_attrs", "read-write");
 }
 
 Liveness::CheckResult detail::ConnectionAccess::check_server(const ConnectOptions& options,

@@ -148,12 +148,9 @@ PgLogStore::PgLogStore(Options options, std::string display_url)
   connect_.conninfo = options_.url;
   connect_.application_name = options_.application_name;
   connect_.keywords = {{"client_encoding", "UTF8"}};
-  if (detail::ConnectionAccess::host_count(options_.url) > 1 &&
-      options_.url.find("target_session_attrs") == std::string::npos) {
-    // Several hosts (a failover URL): the logs go to the one that takes writes, as a
-    // Database's writes do.
-    connect_.keywords.emplace_back("target_session_attrs", "read-write");
-  }
+  // Several hosts (a failover URL): the logs go to the one that takes writes, as a
+  // Database's writes do.
+  detail::ConnectionAccess::ask_for_writer(connect_);
   // Sent with the startup packet: no round trip, and they hold for every statement.
   connect_.settings = {{"statement_timeout", setting_ms(options_.statement_timeout)},
                        {"lock_timeout", setting_ms(options_.lock_timeout)}};

@@ -71,6 +71,9 @@ struct ConnectionAccess {
   static bool same_server(const Connection& a, const Connection& b) noexcept;
   // How many hosts `conninfo` names (0 or 1 for a plain one).
   static std::size_t host_count(const std::string& conninfo);
+  // With several hosts and no target_session_attrs in the conninfo: connects take only a
+  // host that is not in recovery (libpq checks it at connect), the one that takes writes.
+  static void ask_for_writer(ConnectOptions& options);
   // Keywords that pick one host of several ({"host", "h2"}, {"port", "5433"}).
   using HostKeywords = std::vector<std::pair<const char*, std::string>>;
   // Connection::open() on one host: `host` overrides the conninfo's hosts (empty: the

@@ -193,7 +193,8 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
   const auto was_behind = [&](std::size_t i) { return i < 64 && ((behind >> i) & 1) != 0; };
   // A position of an older timeline than the primary's cannot be compared with a standby's
   // replay position: the primary answers (it holds what survived the promotion).
-  if (!detail::request_position().primary_only && !position_predates_promotion()) {
+  if (const detail::RequestPosition at = detail::request_position();
+      !at.primary_only && !predates_promotion(at.timeline)) {
     for (std::size_t i = 0; i < replicas_.size(); ++i) {
       ReplicaAnswer answer{};
       Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/false, answer, stats);
@@ -277,8 +278,7 @@ void Database::wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept {
   raise_timeline(timeline_, timeline);
 }
 
-bool Database::position_predates_promotion() noexcept {
-  const std::uint32_t timeline = detail::request_position().timeline;
+bool Database::predates_promotion(std::uint32_t timeline) noexcept {
   if (timeline == 0) return false;
   // A position from another process may be the first news of a promotion.
   raise_timeline(timeline_, timeline);

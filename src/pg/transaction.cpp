@@ -136,18 +136,13 @@ Result<Transaction> Database::begin(const TransactionOptions& options, int run) 
 Status Database::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
   if (several_hosts_ && (fn_status.sqlstate() == "25006" || tx.failure_.sqlstate() == "25006"))
       [[unlikely]] {
-    // A read-only server refused a statement: nothing was applied, and with several hosts
-    // this connection reaches a primary that was demoted. It and its siblings go; the next
-    // BEGIN finds the writer. A re-runnable transaction runs again there; any other is
-    // answered with the refusal (its function may have done more than SQL).
-    tx.conn_.discard();
-    primary_->writes->drop_idle();
-    Status s = fn_status.sqlstate() == "25006" ? fn_status : tx.failure_;
-    s.with_fault(Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+    // A re-runnable transaction runs again on the writer; any other is answered with the
+    // refusal (its function may have done more than SQL).
+    Status s = detail::left_demoted_primary(
+        tx.conn_, *primary_->writes, fn_status.sqlstate() == "25006" ? fn_status : tx.failure_,
+        RetryScope::kTransaction);
     s.with_txn_state(TxnState::kRolledBack);
-    return s.annotate(
-        "the server is read-only (a demoted primary?); nothing was applied and the writer is "
-        "looked for again");
+    return s;
   }
   if (!fn_status.ok()) {
     roll_back(tx.conn_);
@@ -244,18 +239,16 @@ TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn
       w != nullptr ? w->remaining() : primary_->shield->writes().window(), kMinResolveTime);
   const TimePoint deadline = clock_->now() + left;
   const Param params[] = {Param(xid)};
+  // Its outcome, then the WAL position and timeline as after a COMMIT (columns 1 and 2).
+  static const std::string resolve_sql =
+      "SELECT pg_catalog.pg_xact_status($1::pg_catalog.xid8), w.* FROM (" +
+      std::string(detail::kWalPositionSql) + ") w";
   Duration pause = kResolvePauseFirst;
   for (;;) {
     Result<PooledConnection> lease = primary_->writes->acquire(deadline);
     if (lease.ok()) {
       (*lease)->set_deadline(deadline);
-      Result<Rows> r = ConnectionAccess::query_unchecked(
-          **lease,
-          "SELECT pg_catalog.pg_xact_status($1::pg_catalog.xid8), "
-          "pg_catalog.pg_current_wal_insert_lsn()::text, "
-          "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), "
-          "1, 8)",
-          params);
+      Result<Rows> r = ConnectionAccess::query_unchecked(**lease, resolve_sql, params);
       if (r.ok()) {
         if (r->is_null(0, 0)) {
           why = Status(Code::kUnknown,
