@@ -544,7 +544,8 @@ class Database {
   std::atomic<bool> standard_strings_{true};
   // The URL names several hosts (failover: the writer is the one not in recovery).
   bool several_hosts_ = false;
-  // The newest timeline of the primary's writes and of the positions requests brought.
+  // The newest timeline of the primary's writes (not of positions requests brought: a
+  // client may forge those).
   std::atomic<std::uint32_t> timeline_{0};
   // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
   std::vector<Param> setting_params_;

@@ -279,10 +279,10 @@ void Database::wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept {
 }
 
 bool Database::predates_promotion(std::uint32_t timeline) noexcept {
-  if (timeline == 0) return false;
-  // A position from another process may be the first news of a promotion.
-  raise_timeline(timeline_, timeline);
-  return timeline < timeline_.load(std::memory_order_relaxed);
+  // Only the primary's own answers raise the newest timeline, never a position a request
+  // brought: a client could forge one (a cookie), and its timeline would send every other
+  // request's reads to the primary.
+  return timeline != 0 && timeline < timeline_.load(std::memory_order_relaxed);
 }
 
 }  // namespace holdfast::pg

@@ -152,6 +152,32 @@ TEST(PgReplicas, ARequestReadsItsOwnWritesFromTheStandbyOnlyOnceItHasReplayedThe
   admin.exec("DROP TABLE " + db.options().idempotency_table);
 }
 
+TEST(PgReplicas, AForgedTimelineInOneRequestsPositionLeavesOtherRequestsOnTheStandby) {
+  // A client may send any position back (the panel's cookie). One of a timeline far in the
+  // future concerns that client alone: the others' reads still go to the standby.
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(pgtest::server_url());
+  const std::string table = unique("hf_forged");
+  admin.exec("CREATE TABLE " + table + " (id int)");
+  Database db(replicated(pgtest::server_url(), pgtest::standby_url()));
+  const auto who_sees = [&](Lsn position) {
+    RequestScope request;
+    require_lsn(position);
+    auto r = db.read(kWho);
+    return r.ok() ? std::string(r->text(0, 0)) : r.status().to_string();
+  };
+  EXPECT_EQ(who_sees(Lsn{1, 4294967295u}), "standby") << "position 0/1: replayed long ago";
+  Lsn written;
+  {
+    RequestScope request;
+    ASSERT_TRUE(db.write("INSERT INTO " + table + " VALUES (1)").ok());
+    written = request_lsn();
+  }
+  ASSERT_NE(written.timeline, 0u);
+  EXPECT_TRUE(pgtest::eventually([&] { return who_sees(written) == "standby"; }));
+  admin.exec("DROP TABLE " + table);
+}
+
 // A standby that stopped replaying (the primary restarted and it has not streamed again yet)
 // is not asked again for every read that needs a newer write: after finding it behind, such
 // reads go straight to the primary for a hold that grows while its replay stays put. Reads
