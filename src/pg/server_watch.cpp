@@ -36,6 +36,10 @@ std::shared_ptr<ServerWatch> host_watch(const std::string& host) {
   static auto* const mutex = new std::mutex();
   static auto* const hosts = new std::unordered_map<std::string, std::shared_ptr<ServerWatch>>();
   std::lock_guard<std::mutex> lock(*mutex);
+  if (hosts->size() >= 1024 && hosts->find(host) == hosts->end()) {
+    // Bounded: a process handed ever new host names forgets those no connection uses.
+    std::erase_if(*hosts, [](const auto& entry) { return entry.second.use_count() == 1; });
+  }
   std::shared_ptr<ServerWatch>& w = (*hosts)[host];
   if (w == nullptr) w = std::make_shared<ServerWatch>();
   return w;

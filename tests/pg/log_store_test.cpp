@@ -2,9 +2,10 @@
 // values arrive exactly and in order, text PostgreSQL cannot store is sanitized, retention
 // deletes oldest first on a connection of its own, a locked table fails a batch quickly with
 // an overload fault, a terminated backend is replaced at the next call (one connect attempt
-// per call, never a loop), and a DatabaseSink over the store pauses under a lock and writes
-// its gap line afterwards. Each test keeps its logs table in a schema of its own
-// (search_path), so reruns and parallel test processes never meet.
+// per call, never a loop), and with several hosts the logs go to the one that takes writes.
+// Each test keeps its logs table in a schema of its own (search_path), so reruns and parallel
+// test processes never meet. Without a server: log_store_options_test.cpp; with a
+// DatabaseSink over the store: log_store_sink_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,16 +16,14 @@
 #include <thread>
 #include <vector>
 
-#include "array_literal.hpp"  // src/pg
-#include "holdfast/database_sink.hpp"
-#include "holdfast/logger.hpp"
 #include "holdfast/postgres_log_store.hpp"
-#include "holdfast/postgres_url.hpp"
+#include "log_store_support.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {
 namespace {
 
+using namespace logstore_test;
 using pgtest::Admin;
 using pgtest::server_url;
 using pgtest::unique;
@@ -32,178 +31,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 const std::string kFffd = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
-
-// 2026-09-11T06:20:00.000Z, the day of the origin's incident.
-constexpr WallTime kMorning{std::chrono::sys_days{std::chrono::year{2026} / 9 / 11} +
-                            std::chrono::hours(6) + std::chrono::minutes(20)};
-
-struct Row {
-  long long id = 0;
-  std::string level;
-  std::string context;
-  std::string message;
-  std::string created_at;
-};
-
-// A schema of the test's own holding its logs table; dropped at the end.
-class LogSchema {
- public:
-  // `owner`: a role to own the schema (the store then connects as that role).
-  explicit LogSchema(const std::string& owner = "")
-      : admin_(server_url()), name_(unique("hf_logs")) {
-    admin_.exec("CREATE SCHEMA " + name_ + (owner.empty() ? "" : " AUTHORIZATION " + owner));
-  }
-  ~LogSchema() { admin_.exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE"); }
-  LogSchema(const LogSchema&) = delete;
-  LogSchema& operator=(const LogSchema&) = delete;
-
-  [[nodiscard]] std::string table() const { return name_ + ".logs"; }
-
-  // Store options for this schema, under an application_name of their own.
-  [[nodiscard]] PgLogStore::Options options(const std::string& url = server_url()) const {
-    PgLogStore::Options o;
-    o.url = url;
-    o.application_name = unique("hf_logstore");
-    o.settings = {{"search_path", name_}};
-    return o;
-  }
-
-  std::vector<Row> rows() {
-    Rows r = admin_.exec("SELECT id, level, context, message, created_at FROM " + table() +
-                         " ORDER BY id");
-    std::vector<Row> out;
-    for (int i = 0; i < r.size(); ++i) {
-      out.push_back({*r.int64(i, 0), std::string(r.text(i, 1)), std::string(r.text(i, 2)),
-                     std::string(r.text(i, 3)), std::string(r.text(i, 4))});
-    }
-    return out;
-  }
-  long long count() { return admin_.count("SELECT count(*) FROM " + table()); }
-
-  // Backends of `app` waiting for a lock.
-  long long waiting_for_lock(const std::string& app) {
-    return admin_.count(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
-        "AND wait_event_type = 'Lock'",
-        {app});
-  }
-
-  Admin& admin() { return admin_; }
-
- private:
-  Admin admin_;
-  std::string name_;
-};
-
-// Another session holding ACCESS EXCLUSIVE on a table until release() (or destruction).
-class TableLock {
- public:
-  explicit TableLock(const std::string& table) : holder_(server_url()) {
-    holder_.exec("BEGIN");
-    holder_.exec("LOCK TABLE " + table + " IN ACCESS EXCLUSIVE MODE");
-  }
-  ~TableLock() { release(); }
-  void release() {
-    if (held_) holder_.exec("ROLLBACK");
-    held_ = false;
-  }
-
- private:
-  Admin holder_;
-  bool held_ = true;
-};
-
-std::unique_ptr<PgLogStore> open_store(const PgLogStore::Options& options) {
-  auto store = PgLogStore::open(options);
-  EXPECT_TRUE(store.ok()) << store.status().to_string();
-  return store.ok() ? std::move(*store) : nullptr;
-}
-
-LogRecord record(Level level, std::string context, std::string message, WallTime at) {
-  LogRecord r;
-  r.level = level;
-  r.context = std::move(context);
-  r.message = std::move(message);
-  r.created_at = at;
-  return r;
-}
-
-// ---------------------------------------------------------------------------------------
-// Without a server
-
-TEST(PgLogStoreOptions, BadOptionsAreRefusedNamingTheField) {
-  PgLogStore::Options o;
-  EXPECT_EQ(PgLogStore::open(o).status().code(), Code::kInvalidArgument);
-  EXPECT_NE(PgLogStore::open(o).status().message().find("url"), std::string_view::npos);
-  o.url = "postgresql://logger@127.0.0.1:1/club";
-  o.statement_timeout = Duration::zero();
-  auto r = PgLogStore::open(o);
-  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("statement_timeout"), std::string_view::npos);
-  o.statement_timeout = seconds(2);
-  o.lock_timeout = milliseconds(-1);
-  EXPECT_NE(PgLogStore::open(o).status().message().find("lock_timeout"), std::string_view::npos);
-}
-
-TEST(PgLogStoreOptions, RedactPasswordMasksEveryFormOfThePassword) {
-  EXPECT_EQ(redact_password("postgresql://logger:s3cret@db.example:5432/club?sslmode=disable&"
-                            "password=other&application_name=x"),
-            "postgresql://logger:***@db.example:5432/club?sslmode=disable&password=***&"
-            "application_name=x");
-  EXPECT_EQ(redact_password("postgres://db.example/club?password=other"),
-            "postgres://db.example/club?password=***");
-  EXPECT_EQ(redact_password("postgresql://db.example/club"), "postgresql://db.example/club");
-  EXPECT_EQ(redact_password("host=127.0.0.1 password='my s3cret\\'s' dbname=club"),
-            "host=127.0.0.1 password='***' dbname=club");
-  EXPECT_EQ(redact_password("host=h password = abc user=u"), "host=h password = *** user=u");
-  EXPECT_EQ(redact_password("host=h junk password=s3cret"), "host=h junk password=***")
-      << "a word without a value does not stop the search";
-  EXPECT_EQ(without_password("FATAL: role x password s3cret failed", "host=h password=s3cret"),
-            "FATAL: role x password *** failed");
-}
-
-TEST(PgLogStoreOptions, AFailedOpenNamesTheUrlWithoutThePassword) {
-  PgLogStore::Options o;
-  o.url = "postgresql://logger:s3cret@127.0.0.1:1/club?sslmode=disable";  // port 1: refused
-  auto r = PgLogStore::open(o);
-  ASSERT_FALSE(r.ok());
-  const std::string message(r.status().message());
-  EXPECT_NE(message.find("postgresql://logger:***@127.0.0.1:1/club?sslmode=disable"),
-            std::string::npos)
-      << message;
-  EXPECT_EQ(message.find("s3cret"), std::string::npos) << message;
-  EXPECT_EQ(r.status().code(), Code::kUnavailable) << r.status().to_string();
-}
-
-TEST(PgLogStoreArrays, ElementsAreQuotedAndEscapedAndOnlyBadTextIsChanged) {
-  std::string out;
-  EXPECT_FALSE(append_array_element(out, R"(say "hi" \ {a,b} NULL)"));
-  EXPECT_EQ(out, R"("say \"hi\" \\ {a,b} NULL")");
-  out.clear();
-  EXPECT_FALSE(append_array_element(out, ""));
-  EXPECT_EQ(out, R"("")");
-  out.clear();
-  EXPECT_FALSE(append_array_element(out, "Zażółć \xF0\x9F\x98\x80"));
-  EXPECT_EQ(out, "\"Zażółć \xF0\x9F\x98\x80\"");
-  out.clear();
-  EXPECT_TRUE(append_array_element(out, std::string("a\0b", 3)));
-  EXPECT_EQ(out, "\"ab\"");
-}
-
-TEST(PgLogStoreArrays, InvalidUtf8BecomesOneReplacementPerMaximalBadSequence) {
-  auto cleaned = [](std::string_view in) {
-    std::string out;
-    append_array_element(out, in);
-    return out.substr(1, out.size() - 2);  // without the quotes
-  };
-  EXPECT_EQ(cleaned("\xFF"), kFffd);
-  EXPECT_EQ(cleaned("\xC3("), kFffd + "(");                               // missing continuation
-  EXPECT_EQ(cleaned("\xC0\xAF"), kFffd + kFffd);                          // overlong '/'
-  EXPECT_EQ(cleaned("\xED\xA0\x80"), kFffd + kFffd + kFffd);              // a surrogate
-  EXPECT_EQ(cleaned("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // above U+10FFFF
-  EXPECT_EQ(cleaned("abc\xE2\x82"), "abc" + kFffd);                       // cut short at the end
-  EXPECT_EQ(cleaned("\xE2\x82\xAC 5"), "\xE2\x82\xAC 5");                 // a valid euro sign
-}
 
 // ---------------------------------------------------------------------------------------
 // Against the server
@@ -608,105 +435,6 @@ TEST(PgLogStore, WhileReconnectingFailsEachCallMakesOneConnectAttemptAndReturns)
     EXPECT_EQ(schema.count(), 2);
   }
   admin.exec("DROP ROLE " + role);
-}
-
-// ---------------------------------------------------------------------------------------
-// DatabaseSink over PgLogStore
-
-Logger::Options quiet(Clock* clock = nullptr, const WallClock* wall = nullptr) {
-  Logger::Options o;
-  o.console = false;
-  o.clock = clock;
-  o.wall = wall;
-  return o;
-}
-
-TEST(PgLogStoreSink, AThousandEntriesReachTheTable) {
-  HOLDFAST_REQUIRE_PG_SERVER();
-  LogSchema schema;
-  auto store = open_store(schema.options());
-  ASSERT_NE(store, nullptr);
-  DatabaseSink::Options options;
-  options.queue_capacity = 2048;
-  auto sink = std::make_shared<DatabaseSink>(std::move(store), options);
-  Logger logger(quiet());
-  logger.add_sink(sink);
-
-  for (int i = 0; i < 1000; ++i) {
-    const Level level = i % 10 == 0 ? Level::kError : (i % 10 < 3 ? Level::kWarn : Level::kInfo);
-    logger.log(level, "e2e", "entry", {{"i", i}, {"note", "a \"quoted\" {value}"}});
-  }
-  ASSERT_TRUE(sink->flush(seconds(10)));
-  EXPECT_EQ(sink->stats().stored, 1000u);
-  EXPECT_EQ(sink->stats().failed_writes, 0u);
-  EXPECT_EQ(schema.count(), 1000);
-  EXPECT_EQ(schema.admin().count("SELECT count(*) FROM " + schema.table() +
-                                 " WHERE level = 'ERROR' AND context = 'e2e'"),
-            100);
-  const std::vector<Row> rows = schema.rows();
-  ASSERT_EQ(rows.size(), 1000u);
-  EXPECT_EQ(rows[7].message, R"(entry i=7 note="a \"quoted\" {value}")");
-}
-
-TEST(PgLogStoreSink, UnderALockTheLoggerNeverWaitsAndTheGapLineFollowsTheLock) {
-  HOLDFAST_REQUIRE_PG_SERVER();
-  LogSchema schema;
-  PgLogStore::Options store_options = schema.options();
-  store_options.lock_timeout = milliseconds(1500);
-  store_options.statement_timeout = seconds(3);
-  auto store = open_store(store_options);
-  ASSERT_NE(store, nullptr);
-  const std::string app = store_options.application_name;
-
-  // The pause is on the sink's clock: 30 s pass at once when the test says so.
-  ManualClock clock;
-  FollowingWallClock wall(clock, kMorning);
-  DatabaseSink::Options options;
-  options.clock = &clock;
-  options.wall = &wall;
-  auto sink = std::make_shared<DatabaseSink>(std::move(store), options);
-  Logger logger(quiet(&clock, &wall));
-  logger.add_sink(sink);
-
-  auto lock = std::make_unique<TableLock>(schema.table());
-  logger.info("e2e", "first");
-  ASSERT_TRUE(pgtest::eventually([&] { return schema.waiting_for_lock(app) == 1; }))
-      << "the writer never reached the locked table";
-
-  // While the writer waits on the lock, every call returns: the batch is still waiting
-  // when the last call is done.
-  for (int i = 0; i < 200; ++i) {
-    logger.log(i % 3 == 0 ? Level::kWarn : Level::kInfo, "e2e", "during", {{"i", i}});
-  }
-  EXPECT_EQ(schema.waiting_for_lock(app), 1);
-  EXPECT_EQ(sink->stats().failed_writes, 0u);
-
-  // The batch fails with 55P03 after the lock timeout; the sink pauses and skips the rest.
-  ASSERT_TRUE(sink->flush(seconds(10)));
-  DatabaseSinkStats stats = sink->stats();
-  EXPECT_TRUE(stats.paused);
-  EXPECT_EQ(stats.pauses, 1u);
-  EXPECT_EQ(stats.failed_writes, 1u);
-  EXPECT_EQ(stats.skipped.total(), 201u);
-  EXPECT_EQ(stats.skipped[Level::kWarn], 67u);
-  EXPECT_EQ(stats.stored, 0u);
-
-  lock.reset();
-  EXPECT_EQ(schema.count(), 0);
-  clock.advance(seconds(31));
-  logger.info("e2e", "after the lock");
-  ASSERT_TRUE(sink->flush(seconds(10)));
-
-  const std::vector<Row> rows = schema.rows();
-  ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0].level, "WARN");
-  EXPECT_EQ(rows[0].context, "logger");
-  EXPECT_EQ(rows[0].message,
-            "Log persistence paused for 30 s while the database was overloaded; skipped 201 "
-            "entries (INFO 134, WARN 67, ERROR 0)");
-  EXPECT_EQ(rows[1].message, "after the lock");
-  EXPECT_EQ(rows[1].created_at, utc_stamp(kMorning + seconds(31)).view());
-  EXPECT_FALSE(sink->paused());
 }
 
 }  // namespace
