@@ -68,6 +68,24 @@ ClubStore::ClubStore(Options options)
 
 ClubStore::~ClubStore() = default;
 
+namespace {
+Status no_async_reads() {
+  return Status(Code::kUnimplemented, "this store's reads are not driven asynchronously");
+}
+}  // namespace
+
+Result<std::optional<User>> ClubStore::session_once(std::string_view, std::string_view) {
+  return no_async_reads();
+}
+
+Result<std::vector<Game>> ClubStore::games_once(std::string_view) {
+  return no_async_reads();
+}
+
+Result<ScheduleContext> ClubStore::context_once(std::string_view) {
+  return no_async_reads();
+}
+
 sqlite::Database& ClubStore::database() {
   sqlite::Database* db = sqlite_database();
   if (db == nullptr) {

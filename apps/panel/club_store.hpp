@@ -162,6 +162,30 @@ class ClubStore {
   // RequestScope and on SQLite.
   virtual void require_position(std::string_view /*position*/) {}
 
+  // --- the schedule's reads driven by holdfast::asio::async_run (ADR 0029) ---
+  // What a caller needs to run session(), games_on() and context_on() itself, so that its
+  // waits (a backoff, a place under the limit, the breaker's probe) are timer waits that
+  // hold no thread: the Shield they go through, the schedules they follow, and how many
+  // read connections the attempts (which block, in the driver) should share a pool of.
+  struct AsyncReads {
+    Shield* shield = nullptr;
+    const RetryPolicy* sessions = nullptr;  // session()'s schedule
+    const RetryPolicy* reads = nullptr;     // games_on()'s and context_on()'s
+    int connections = 0;
+  };
+  // nullptr when this store has none (PostgreSQL, whose driver runs its own loop; a
+  // baseline, whose loop is what the drill compares): its reads block the calling thread.
+  [[nodiscard]] virtual const AsyncReads* async_reads() const noexcept { return nullptr; }
+  // One attempt of session(), games_on() and context_on() (the context's four queries in
+  // one), with no retry and no Shield: what an async_run attempt calls, inside a
+  // RequestScope of the request's window. The base class answers UNIMPLEMENTED.
+  virtual Result<std::optional<User>> session_once(std::string_view token,
+                                                   std::string_view now_utc);
+  virtual Result<std::vector<Game>> games_once(std::string_view date);
+  virtual Result<ScheduleContext> context_once(std::string_view date);
+  // Counts one database call (see calls()) made by a caller driving the *_once() reads.
+  void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
+
   [[nodiscard]] Strategy strategy() const noexcept { return options_.strategy; }
   // "sqlite" or "postgresql".
   [[nodiscard]] virtual std::string_view backend() const noexcept = 0;
@@ -224,7 +248,6 @@ class ClubStore {
   auto run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
 
   // One more call (calls()): the backends' run() counts each.
-  void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
 
   Options options_;
   Clock* clock_;

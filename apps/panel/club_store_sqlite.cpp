@@ -96,8 +96,10 @@ SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
       reads_(shield_for(options_, "club.reads", *clock_)),
       writes_(shield_for(options_, "club.writes", *clock_)),
       db_(resilient(std::move(db), reads_.get(), writes_.get(), options_.policy, *clock_)),
-      sessions_(db_.with_policy(session_policy(db_, reads_ != nullptr, *clock_))) {
+      sessions_(db_.with_policy(session_policy(db_, reads_ != nullptr, *clock_))),
+      once_(db_.one_attempt()) {
   if (reads_ == nullptr) return;
+  async_ = AsyncReads{reads_.get(), &sessions_.policy(), &db_.policy(), options_.read_connections};
   read_shield_ = reads_.get();
   write_shield_ = writes_.get();
   HealthProbe::Options every;
@@ -267,11 +269,17 @@ Status SqliteClubStore::ensure_demo_data(std::string_view today) {
   });
 }
 
-Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
-                                                     std::string_view now_utc) {
+namespace {
+
+// The schedule's reads, written once for both ways they run: `run(op, call)` is the store's
+// run() (holdfast's retries inside `db`, or a baseline's loop) or, for one attempt driven by
+// async_run, a plain call on the one-attempt view.
+template <class Run>
+Result<std::optional<User>> read_session(sqlite::ResilientDatabase& db, Run&& run,
+                                         std::string_view token, std::string_view now_utc) {
   using Row = std::tuple<std::int64_t, std::string, std::string, std::string>;
   Result<std::vector<Row>> rows = run(Operation::read("session.read"), [&] {
-    return sessions_.query<std::int64_t, std::string, std::string, std::string>(
+    return db.query<std::int64_t, std::string, std::string, std::string>(
         "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = "
         "s.user_id WHERE s.token = ? AND s.expires_at > ?",
         token, now_utc);
@@ -282,13 +290,15 @@ Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
   return std::optional<User>(User{id, std::move(name), std::move(email), std::move(role)});
 }
 
-Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
+template <class Run>
+Result<std::vector<Game>> read_games(sqlite::ResilientDatabase& db, Run&& run,
+                                     std::string_view date) {
   using Row = std::tuple<std::int64_t, std::string, std::string, std::string, std::string,
                          std::string, std::int64_t, std::int64_t>;
   const std::string next = day_after(date);
   Result<std::vector<Row>> rows = run(Operation::read("schedule.games"), [&] {
-    return db_.query<std::int64_t, std::string, std::string, std::string, std::string, std::string,
-                     std::int64_t, std::int64_t>(
+    return db.query<std::int64_t, std::string, std::string, std::string, std::string, std::string,
+                    std::int64_t, std::int64_t>(
         "SELECT g.id, c.name, a.name, a.color, g.starts_at, g.ends_at, g.capacity, "
         "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
         "FROM games g JOIN courts c ON c.id = g.court_id "
@@ -307,10 +317,12 @@ Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
   return games;
 }
 
-Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
+template <class Run>
+Result<ScheduleContext> read_context(sqlite::ResilientDatabase& db, Run&& run,
+                                     std::string_view date) {
   ScheduleContext ctx;
   auto settings = run(Operation::read("schedule.settings"), [&] {
-    return db_.query<std::string, std::string>("SELECT key, value FROM settings");
+    return db.query<std::string, std::string>("SELECT key, value FROM settings");
   });
   if (!settings.ok()) return settings.status();
   for (auto& [k, v] : *settings) {
@@ -318,17 +330,17 @@ Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
     if (k == "currency") ctx.currency = v;
   }
   auto courts = run(Operation::read("schedule.courts"),
-                    [&] { return db_.query<std::string>("SELECT name FROM courts ORDER BY id"); });
+                    [&] { return db.query<std::string>("SELECT name FROM courts ORDER BY id"); });
   if (!courts.ok()) return courts.status();
   ctx.courts = std::move(*courts);
   auto holidays = run(Operation::read("schedule.holidays"), [&] {
-    return db_.query<std::string>("SELECT name FROM holidays WHERE date = ?", date);
+    return db.query<std::string>("SELECT name FROM holidays WHERE date = ?", date);
   });
   if (!holidays.ok()) return holidays.status();
   ctx.holidays = std::move(*holidays);
   const std::string next = day_after(date);
   auto cash = run(Operation::read("schedule.cash"), [&] {
-    return db_.query<std::int64_t, std::int64_t>(
+    return db.query<std::int64_t, std::int64_t>(
         "SELECT count(*), coalesce(sum(amount_cents), 0) FROM payments "
         "WHERE created_at >= ? AND created_at < ?",
         date, next);
@@ -336,6 +348,37 @@ Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
   if (!cash.ok()) return cash.status();
   if (!cash->empty()) std::tie(ctx.payments_today, ctx.cash_today_cents) = cash->front();
   return ctx;
+}
+
+// One attempt: the call, as it is.
+constexpr auto kOnce = [](Operation /*op*/, auto&& call) { return call(); };
+
+}  // namespace
+
+Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
+                                                     std::string_view now_utc) {
+  return read_session(sessions_, store_run(), token, now_utc);
+}
+
+Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
+  return read_games(db_, store_run(), date);
+}
+
+Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
+  return read_context(db_, store_run(), date);
+}
+
+Result<std::optional<User>> SqliteClubStore::session_once(std::string_view token,
+                                                          std::string_view now_utc) {
+  return read_session(once_, kOnce, token, now_utc);
+}
+
+Result<std::vector<Game>> SqliteClubStore::games_once(std::string_view date) {
+  return read_games(once_, kOnce, date);
+}
+
+Result<ScheduleContext> SqliteClubStore::context_once(std::string_view date) {
+  return read_context(once_, kOnce, date);
 }
 
 Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::string_view email) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "club_store.hpp"
 #include "holdfast/health_probe.hpp"
@@ -24,6 +25,13 @@ class SqliteClubStore final : public ClubStore {
   Result<std::vector<Game>> games_on(std::string_view date) override;
   Result<ScheduleContext> context_on(std::string_view date) override;
   Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) override;
+  [[nodiscard]] const AsyncReads* async_reads() const noexcept override {
+    return async_ ? &*async_ : nullptr;
+  }
+  Result<std::optional<User>> session_once(std::string_view token,
+                                           std::string_view now_utc) override;
+  Result<std::vector<Game>> games_once(std::string_view date) override;
+  Result<ScheduleContext> context_once(std::string_view date) override;
   Status end_session(std::string_view token) override;
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
   Result<int> delete_expired_sessions(std::string_view now_utc, int limit) override;
@@ -58,6 +66,10 @@ class SqliteClubStore final : public ClubStore {
   // as an attempt.
   template <class F>
   auto run(Operation op, F&& call) -> std::invoke_result_t<F&>;
+  // run() as a callable, for the reads written once for both ways they run.
+  auto store_run() {
+    return [this](Operation op, auto&& call) { return run(op, call); };
+  }
 
   // holdfast only (nullptr for a baseline); built before db_, which refers to them.
   std::unique_ptr<Shield> reads_;
@@ -65,6 +77,9 @@ class SqliteClubStore final : public ClubStore {
   sqlite::ResilientDatabase db_;
   // db_ on the origin's session schedule (150/500/1500/3000 ms).
   sqlite::ResilientDatabase sessions_;
+  // db_ with one attempt per operation and no Shield (the *_once() reads).
+  sqlite::ResilientDatabase once_;
+  std::optional<AsyncReads> async_;  // holdfast only
   // While a breaker is open, ask the file every 250 ms whether reads (a shared lock) or
   // writes (the write lock) are possible again: service comes back within a probe interval
   // of the lock's release, not at the end of an open period that doubled.

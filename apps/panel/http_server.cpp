@@ -16,6 +16,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -101,6 +102,15 @@ struct HttpServer::Impl {
   Lane heavy;
   Lane light;
   std::thread loop;
+  // The async lane (serve_async()): an event loop per thread, requests dealt round-robin.
+  // After `io`, so that it is destroyed first: a session of `io` that awaits an async
+  // request is owned by that request's completion until then.
+  struct AsyncLane {
+    std::vector<std::unique_ptr<net::io_context>> loops;
+    std::vector<std::thread> threads;
+    std::size_t next = 0;     // the event loop's
+    std::size_t pending = 0;  // in flight; the event loop's
+  } async;
   std::atomic<bool> stopping{false};
   // Connections open and not being served, in the order they began to wait: the first of an
   // address has waited longest.
@@ -129,6 +139,13 @@ struct HttpServer::Impl {
     serve(*ex);
     co_return;
   }
+  // The AsyncHandler on an async event loop (it holds `ex` meanwhile).
+  awaitable<void> serve_async(std::shared_ptr<Exchange> ex);
+  // Serves `ex` on the lane it belongs to; false when it was refused (503, connection
+  // closed).
+  awaitable<bool> dispatch(Conn& c, const std::shared_ptr<Exchange>& ex);
+  void start_async_lane();
+  void stop_async_lane() noexcept;
 
   void arm(const std::shared_ptr<Conn>& c, std::chrono::milliseconds d);
   void disarm(Conn& c);
@@ -254,16 +271,8 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     const bool read = co_await read_request(c, buffer, *ex, keep_alive);
     if (!read) break;
     const bool head = ex->req.method == "HEAD";
-    Lane& lane = is_light(ex->req.method, ex->req.path) ? light : heavy;
-    if (lane.pending >= lane.limit) {
-      ++self.counters_.shed_503;
-      co_await refuse(*c, 503, "the panel is busy; try again in a second\n", 1);
-      break;
-    }
-    ++lane.pending;
-    ++self.counters_.served;
-    co_await net::co_spawn(lane.pool, serve_on_worker(ex), net::use_awaitable);
-    --lane.pending;
+    const bool served = co_await dispatch(*c, ex);
+    if (!served) break;
     const bool sent = co_await answer(*c, *ex, keep_alive && !stopping, head);
     if (!sent) break;
     if (!keep_alive || stopping) break;
@@ -272,6 +281,77 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   c->stream.socket().close(ignored);
   done_reading(*c);
+}
+
+awaitable<bool> HttpServer::Impl::dispatch(Conn& c, const std::shared_ptr<Exchange>& ex) {
+  const bool light_route = is_light(ex->req.method, ex->req.path);
+  const bool is_async = !light_route && !async.loops.empty() && self.async_routes_(ex->req);
+  Lane* lane = is_async ? nullptr : light_route ? &light : &heavy;
+  const bool full =
+      is_async ? async.pending >= options.max_async_requests : lane->pending >= lane->limit;
+  if (full) {
+    ++self.counters_.shed_503;
+    co_await refuse(c, 503, "the panel is busy; try again in a second\n", 1);
+    co_return false;
+  }
+  ++self.counters_.served;
+  if (is_async) {
+    ++self.counters_.served_async;
+    ++async.pending;
+    net::io_context& loop = *async.loops[async.next++ % async.loops.size()];
+    co_await net::co_spawn(loop, serve_async(ex), net::use_awaitable);
+    --async.pending;
+  } else {
+    ++lane->pending;
+    co_await net::co_spawn(lane->pool, serve_on_worker(ex), net::use_awaitable);
+    --lane->pending;
+  }
+  co_return true;
+}
+
+awaitable<void> HttpServer::Impl::serve_async(std::shared_ptr<Exchange> ex) {
+  bool failed = false;
+  try {
+    co_await self.async_handler_(ex->req, ex->res);
+  } catch (...) {
+    failed = true;
+  }
+  if (failed) {
+    ex->res = http::Response{};
+    ex->res.status = 500;
+    ex->res.set_content("internal error\n", "text/plain; charset=utf-8");
+  }
+}
+
+void HttpServer::Impl::start_async_lane() {
+  if (options.async_workers <= 0 || !self.async_handler_ || !self.async_routes_) return;
+  for (int i = 0; i < options.async_workers; ++i) {
+    async.loops.push_back(std::make_unique<net::io_context>(1));
+  }
+  for (auto& loop : async.loops) {
+    async.threads.emplace_back([io = loop.get()] {
+      // Kept running when idle; an exception out of a handler (none is expected: the
+      // handler's are caught above) does not end the loop.
+      auto work = net::make_work_guard(*io);
+      for (;;) {
+        try {
+          io->run();
+          return;
+        } catch (...) {
+        }
+      }
+    });
+  }
+}
+
+void HttpServer::Impl::stop_async_lane() noexcept {
+  for (auto& loop : async.loops)
+    loop->stop();
+  for (std::thread& t : async.threads) {
+    if (t.joinable()) t.join();
+  }
+  // The requests still in flight end here, their places in any Shield given back.
+  async.loops.clear();
 }
 
 awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
@@ -445,6 +525,11 @@ HttpServer::HttpServer(Options options, Handler handler)
       handler_(std::move(handler)),
       own_answers_(options_.clock != nullptr ? *options_.clock : Clock::system()) {}
 
+void HttpServer::serve_async(AsyncRoutes routes, AsyncHandler handler) {
+  async_routes_ = std::move(routes);
+  async_handler_ = std::move(handler);
+}
+
 HttpServer::~HttpServer() {
   stop();
 }
@@ -459,6 +544,7 @@ int fitted_connections(const HttpServer::Options& o) {
     return o.max_connections;
   }
   const long long taken = static_cast<long long>(o.heavy_workers + o.light_workers) +
+                          static_cast<long long>(std::max(o.async_workers, 0)) +
                           static_cast<long long>(o.heavy_queue + o.light_queue) +
                           kReservedDescriptors;
   const long long room = static_cast<long long>(limit.rlim_cur) - taken;
@@ -501,6 +587,7 @@ Status HttpServer::start() {
   max_connections_ = fitted_connections(options_);
   impl->spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   impl_ = std::move(impl);
+  impl_->start_async_lane();
   net::co_spawn(impl_->io, impl_->accept_loop(), net::detached);
   impl_->loop = std::thread([io = &impl_->io] { io->run(); });
   return Status();
@@ -521,6 +608,7 @@ void HttpServer::stop() noexcept {
     impl.io.stop();
   });
   if (impl.loop.joinable()) impl.loop.join();
+  impl.stop_async_lane();
   // Requests being served finish; those queued are dropped with their connections.
   for (Impl::Lane* lane : {&impl.heavy, &impl.light}) {
     lane->pool.stop();

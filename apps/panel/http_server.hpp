@@ -14,9 +14,10 @@
 //   - no ranges: every answer is whole (no range amplification), Range is ignored.
 // Then the request runs on a worker: light routes (/healthz, /metrics, the sign-in page;
 // is_light()) on a few workers of their own, so they never wait behind database work; the
-// rest on `heavy_workers`. A lane whose workers and queue are all taken answers 503 with
-// Retry-After at once. Keep-alive is honoured (HTTP/1.1 by default), so a client need not
-// open a connection per request.
+// routes given to serve_async() as coroutines on `async_workers` threads, where a wait
+// holds no thread; the rest on `heavy_workers`. A lane whose workers and queue are all
+// taken answers 503 with Retry-After at once. Keep-alive is honoured (HTTP/1.1 by
+// default), so a client need not open a connection per request.
 //
 // When max_connections are open, a newcomer is let in and the address holding the most
 // connections gives up the one it has been waiting on longest (503 when it had sent part
@@ -37,6 +38,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <boost/asio/awaitable.hpp>
 
 #include "holdfast/status.hpp"
 #include "http_message.hpp"
@@ -60,6 +63,12 @@ class HttpServer {
     int light_workers = 4;         // light requests served at once
     std::size_t heavy_queue = 64;  // database-bound requests waiting for a worker
     std::size_t light_queue = 64;
+    // Threads the async routes (serve_async()) run on, each its own event loop: what their
+    // coroutines do between waits, blocking driver calls included, runs there, so size it
+    // to the database's connections. 0: no async lane (every route on the workers).
+    int async_workers = 0;
+    // Async requests in flight at once (waiting costs them no thread); past it, 503.
+    std::size_t max_async_requests = 256;
     // For the whole request head; also how long a keep-alive connection may stay idle.
     std::chrono::milliseconds head_deadline{5000};
     std::chrono::milliseconds body_deadline{10000};  // for the whole body
@@ -86,11 +95,20 @@ class HttpServer {
   // Serves one request: fills `res` from `req`. Called on a worker thread; an exception it
   // throws is answered 500.
   using Handler = std::function<void(const http::Request& req, http::Response& res)>;
+  // Serves one request as a coroutine on one of the async lane's event loops (its executor:
+  // co_await boost::asio::this_coro::executor), holding no thread while it waits; `req`
+  // and `res` live until it ends. An exception it throws is answered 500.
+  using AsyncHandler =
+      std::function<boost::asio::awaitable<void>(const http::Request& req, http::Response& res)>;
+  // Says, on the event loop, whether a request (not a light one) goes to the AsyncHandler.
+  // Cheap and thread-safe.
+  using AsyncRoutes = std::function<bool(const http::Request& req)>;
 
   // What the server has done (for tests and /metrics).
   struct Counters {
     std::atomic<std::uint64_t> accepted{0};       // connections
     std::atomic<std::uint64_t> served{0};         // requests handed to the handler
+    std::atomic<std::uint64_t> served_async{0};   // of which to the AsyncHandler
     std::atomic<std::uint64_t> shed_503{0};       // a lane full, or a connection cut to make room
     std::atomic<std::uint64_t> timed_out_408{0};  // head or body deadline
     std::atomic<std::uint64_t> refused_4xx{0};    // 400, 413, 421, 431
@@ -101,6 +119,10 @@ class HttpServer {
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
+
+  // Before start(): the requests `routes` accepts are served by `handler` on the async lane
+  // (Options::async_workers > 0), the others by the Handler.
+  void serve_async(AsyncRoutes routes, AsyncHandler handler);
 
   // Binds, listens and starts the event loop and the workers. A port in use is
   // UNAVAILABLE, a host that is not an address or a name of one INVALID_ARGUMENT, each
@@ -133,6 +155,8 @@ class HttpServer {
   struct Impl;
   Options options_;
   Handler handler_;
+  AsyncRoutes async_routes_;
+  AsyncHandler async_handler_;
   int port_ = 0;
   int max_connections_ = 0;
   Counters counters_;

@@ -94,49 +94,66 @@ void PanelServer::get_schedule_json(const http::Request& req, http::Response& re
   }
 }
 
+bool PanelServer::schedule_asked(const http::Request& req, http::Response& res, bool as_json,
+                                 ScheduleAsk& ask) {
+  counters_.requests++;
+  ask.as_json = as_json;
+  ask.date = req.has_param("date") ? req.get_param_value("date") : today_utc();
+  if (!valid_date(ask.date)) {
+    answers_->client_error(res, 400, "date must be a calendar date written YYYY-MM-DD", as_json);
+    return false;
+  }
+  ask.token = session_token(req);
+  if (ask.token.empty()) {
+    send_to_sign_in(res, as_json);
+    counters_.bad_request++;
+    return false;
+  }
+  ask.now = now_utc();
+  return true;
+}
+
 std::optional<Status> PanelServer::answer_schedule(const http::Request& req, http::Response& res,
                                                    bool as_json) {
-  counters_.requests++;
-  const std::string date = req.has_param("date") ? req.get_param_value("date") : today_utc();
-  if (!valid_date(date)) {
-    answers_->client_error(res, 400, "date must be a calendar date written YYYY-MM-DD", as_json);
-    return std::nullopt;
-  }
-  const std::string token = session_token(req);
-  if (token.empty()) {
-    send_to_sign_in(res, as_json);
-    counters_.bad_request++;
-    return std::nullopt;
-  }
+  ScheduleAsk ask;
+  if (!schedule_asked(req, res, as_json, ask)) return std::nullopt;
   const RequestWindow scope = request_window(req);
-  const std::string now = now_utc();
-  Schedule schedule;
-  User user;
-  bool signed_out = false;
-  const Status failure = read_schedule(token, date, now, schedule, user, signed_out);
-  if (signed_out) {
-    forget_session(token);
+  ScheduleRead read;
+  read.failure =
+      read_schedule(ask.token, ask.date, ask.now, read.schedule, read.user, read.signed_out);
+  return answer_schedule_read(ask, res, read);
+}
+
+std::optional<Status> PanelServer::answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
+                                                        ScheduleRead& read) {
+  const bool as_json = ask.as_json;
+  if (read.signed_out) {
+    forget_session(ask.token);
     send_to_sign_in(res, as_json);
     counters_.bad_request++;
     return std::nullopt;
   }
-  if (user.id != 0) confirm_session(token, user);
-  if (!failure.ok()) {
+  const User& user = read.user;
+  if (user.id != 0) confirm_session(ask.token, user);
+  if (!read.failure.ok()) {
     // Only a session the database confirmed, now or lately, sees the last good copy: while
     // the database cannot check a cookie, any cookie would do otherwise.
     const std::optional<User> known =
-        user.id != 0 ? std::optional<User>(user) : confirmed_session(token);
-    if (known && answer_stale_schedule(res, date, *known, failure, as_json)) return std::nullopt;
-    return failure;
+        user.id != 0 ? std::optional<User>(user) : confirmed_session(ask.token);
+    if (known && answer_stale_schedule(res, ask.date, *known, read.failure, as_json)) {
+      return std::nullopt;
+    }
+    return read.failure;
   }
-  if (holdfast()) keep_stale_copy(date, schedule, now.substr(11, 8));
+  if (holdfast()) keep_stale_copy(ask.date, read.schedule, ask.now.substr(11, 8));
   counters_.ok++;
-  res.set_header("X-CSRF-Token", csrf_token(token));
+  res.set_header("X-CSRF-Token", csrf_token(ask.token));
   if (as_json) {
-    res.set_content(schedule_json(schedule, std::nullopt).dump(), "application/json");
+    res.set_content(schedule_json(read.schedule, std::nullopt).dump(), "application/json");
   } else {
     res.set_content(
-        with_csrf_fields(render_schedule(schedule, user, std::nullopt), csrf_token(token)), kHtml);
+        with_csrf_fields(render_schedule(read.schedule, user, std::nullopt), csrf_token(ask.token)),
+        kHtml);
   }
   return std::nullopt;
 }

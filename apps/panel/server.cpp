@@ -1,5 +1,6 @@
 #include "server.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
@@ -37,8 +38,19 @@ Status PanelServer::start() {
   o.light_workers = kLightWorkers;
   o.default_headers = security_headers();
   o.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
+  // The schedule's reads on the async lane when the store can leave its waits to async_run
+  // (SQLite with holdfast) on real time (asio's timers are).
+  const ClubStore::AsyncReads* async = options_.store->async_reads();
+  const bool use_async =
+      options_.async_schedule && async != nullptr && &options_.store->clock() == &Clock::system();
+  if (use_async) o.async_workers = std::max(async->connections, 1);
   auto server = std::make_unique<HttpServer>(
       std::move(o), [this](const http::Request& req, http::Response& res) { handle(req, res); });
+  if (use_async) {
+    server->serve_async(
+        &PanelServer::is_async_route,
+        [this](const http::Request& req, http::Response& res) { return handle_async(req, res); });
+  }
   if (Status s = server->start(); !s.ok()) return s;
   port_ = server->port();
   http_ = std::move(server);

@@ -60,6 +60,10 @@ class PanelServer {
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;  // database-bound requests served at once (HttpServer's heavy workers)
+    // The schedule's reads on HttpServer's async lane when the store has
+    // ClubStore::async_reads() and runs on the system clock (ADR 0029); false: on the
+    // workers, as every other route.
+    bool async_schedule = true;
     // Names a request's Host may carry besides the loopback names and `host`
     // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;
@@ -157,6 +161,34 @@ class PanelServer {
   // returns the failure for the caller to answer once the request's window is closed.
   std::optional<Status> answer_schedule(const http::Request& req, http::Response& res,
                                         bool as_json);
+  // What a schedule request asks, known before any read.
+  struct ScheduleAsk {
+    std::string date;   // YYYY-MM-DD
+    std::string token;  // the session cookie
+    std::string now;    // ISO-8601, UTC
+    bool as_json = false;
+  };
+  // The checks before any read: false when they answered (400, a redirect or 401).
+  bool schedule_asked(const http::Request& req, http::Response& res, bool as_json,
+                      ScheduleAsk& ask);
+  // What the reads found (read_schedule()'s outputs).
+  struct ScheduleRead {
+    Status failure;
+    Schedule schedule;
+    User user;
+    bool signed_out = false;
+  };
+  // After the reads, as answer_schedule() does.
+  std::optional<Status> answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
+                                             ScheduleRead& read);
+  // The async lane (routes_schedule_async.cpp; SQLite with holdfast, where the store has
+  // ClubStore::async_reads()): the schedule's routes with the same answers, their reads
+  // driven by holdfast::asio::async_run, so that a backoff, a place under the limit or a
+  // wait for the probe holds no thread (ADR 0029).
+  [[nodiscard]] static bool is_async_route(const http::Request& req) noexcept;
+  boost::asio::awaitable<void> handle_async(const http::Request& req, http::Response& res);
+  boost::asio::awaitable<void> read_schedule_async(RetryWindow& window, const ScheduleAsk& ask,
+                                                   ScheduleRead& read);
   // The session's user and the schedule of `date`. `signed_out` is set only when the
   // database answered that the session is not live (never for an error of the database).
   Status read_schedule(const std::string& token, const std::string& date, const std::string& now,

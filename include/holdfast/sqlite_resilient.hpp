@@ -102,6 +102,13 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   ///   auto sessions = db.with_policy(holdfast::RetryPolicy::origin_session());
   /// @endcode
   [[nodiscard]] ResilientDatabase with_policy(RetryPolicy policy) const;
+  /// This database with every operation one attempt and no Shield, sharing the
+  /// connections: for a caller that makes the retry decisions itself, such as
+  /// holdfast::asio::async_run, whose attempt runs one operation of it on a thread that may
+  /// block (inside a RequestScope of the request's window, which caps the busy wait). Each
+  /// error is classified as usual (its Fault); nothing is retried, not even a COMMIT that
+  /// met SQLITE_BUSY (the transaction is rolled back and the attempt fails busy).
+  [[nodiscard]] ResilientDatabase one_attempt() const;
 
   /// As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
   template <class Body>

@@ -42,6 +42,12 @@ ResilientDatabase ResilientDatabase::with_policy(RetryPolicy policy) const {
   return ResilientDatabase(db_, std::move(policy), shield_, write_shield_);
 }
 
+ResilientDatabase ResilientDatabase::one_attempt() const {
+  RetryPolicy once = RetryPolicy::no_retry();
+  once.window(policy_.window()).clock(policy_.clock());
+  return ResilientDatabase(db_, std::move(once), nullptr, nullptr);
+}
+
 Status ResilientDatabase::create_idempotency_table() {
   return run(write_shield_, Operation::idempotent_write("sqlite.idempotency_table"),
              [&] { return db_->create_idempotency_table(); });
