@@ -9,7 +9,8 @@
 # Prints both rates, their ratio and each p99. The machine is shared and noisy: only the
 # ratio within one run means anything. Needs wrk and nginx (Debian: wrk, nginx-light; make
 # bench installs them). Env: SECONDS_EACH (default 10), CONNECTIONS (16), WORKERS (the
-# panel's --workers, default its own).
+# panel's --workers, default its own), PANEL_FLAGS (more `holdfast panel` flags, e.g.
+# --async-schedule).
 set -euo pipefail
 
 exe="${1:-build/release/apps/holdfast/holdfast}"
@@ -36,6 +37,7 @@ nginx_port="$(free_port)"
 
 workers_arg=()
 [[ -n "${WORKERS:-}" ]] && workers_arg=(--workers "$WORKERS")
+[[ -n "${PANEL_FLAGS:-}" ]] && read -ra panel_flags <<<"$PANEL_FLAGS" && workers_arg+=("${panel_flags[@]}")
 "$exe" panel --db "$dir/club.db" --port "$panel_port" "${workers_arg[@]}" >"$dir/panel.log" 2>&1 &
 panel_pid=$!
 for _ in $(seq 100); do

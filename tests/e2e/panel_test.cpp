@@ -116,6 +116,33 @@ TEST_F(PanelTest, DuringAThreeSecondReadLockThePageStillShowsTheSchedule) {
   EXPECT_NE(r->body.find("Schedule for"), std::string::npos);
 }
 
+// The schedule on the async lane (ADR 0029): the same page, and it waits out a short read
+// lock within its window, its waits holding no thread.
+TEST_F(PanelTest, OnTheAsyncLaneThePageRendersAndWaitsOutAThreeSecondReadLock) {
+  async_schedule_ = true;
+  TearDown();
+  SetUp();
+  auto first = schedule();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 200);
+  EXPECT_NE(first->body.find("Schedule for"), std::string::npos);
+  auto lock = storm(StormKind::kRead);
+  std::thread release([&] {
+    std::this_thread::sleep_for(seconds(3));
+    lock->end();
+  });
+  auto r = schedule();
+  release.join();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("Schedule for"), std::string::npos);
+  EXPECT_FALSE(r->has_header("X-Holdfast-Stale"));
+  auto json = http_->Get("/api/schedule?date=" + today(), cookie_);
+  ASSERT_TRUE(json);
+  EXPECT_EQ(json->status, 200);
+  EXPECT_EQ(server_->http_server()->counters().served_async.load(), 3u);
+}
+
 TEST_F(PanelTest, DuringATwentySecondReadLockItAnswers503WithRetryAfterWithinTheWindow) {
   serve_stale_ = false;  // this test's server was built with stale pages on: rebuild without
   TearDown();
