@@ -46,7 +46,6 @@ struct PanelArgs {
   int workers = 16;  // database-bound requests served at once
   std::string strategy = "holdfast";
   bool secure_cookies = false;
-  bool async_schedule = false;
   bool check = false;
   double log_pause_s = 30;  // the origin's
 };
@@ -159,7 +158,6 @@ void run_panel(const PanelArgs& args) {
   server_options.log_sink = logging->sink.get();
   server_options.secure_cookies = args.secure_cookies;
   server_options.threads = args.workers;
-  server_options.async_schedule = args.async_schedule;
   panel::PanelServer server(server_options);
   if (Status s = server.start(); !s.ok()) {
     fmt::print(stderr, "error: {}\n", s.to_string());
@@ -235,9 +233,6 @@ void add_panel_command(CLI::App& app) {
                   "/healthz have 4 of their own); more wait in a queue of 64, then get 503")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  cmd->add_flag("--async-schedule", args->async_schedule,
-                "SQLite with holdfast: serve the schedule on 4 threads whose waits hold none "
-                "(faster; a 5 s read lock gets more stale pages: ADR 0029)");
   cmd->add_flag("--secure-cookies", args->secure_cookies,
                 "Mark the session cookie Secure (behind TLS: a proxy that terminates HTTPS)");
   CLI::Option* check =

@@ -172,6 +172,7 @@ class ClubStore {
     const RetryPolicy* sessions = nullptr;  // session()'s schedule
     const RetryPolicy* reads = nullptr;     // games_on()'s and context_on()'s
     int connections = 0;
+    Duration busy_timeout{};  // Options::busy_timeout: one attempt's wait for a lock
   };
   // nullptr when this store has none (PostgreSQL, whose driver runs its own loop; a
   // baseline, whose loop is what the drill compares): its reads block the calling thread.

@@ -99,7 +99,8 @@ SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
       sessions_(db_.with_policy(session_policy(db_, reads_ != nullptr, *clock_))),
       once_(db_.one_attempt()) {
   if (reads_ == nullptr) return;
-  async_ = AsyncReads{reads_.get(), &sessions_.policy(), &db_.policy(), options_.read_connections};
+  async_ = AsyncReads{reads_.get(), &sessions_.policy(), &db_.policy(), options_.read_connections,
+                      options_.busy_timeout};
   read_shield_ = reads_.get();
   write_shield_ = writes_.get();
   HealthProbe::Options every;

@@ -1,11 +1,21 @@
 // The schedule's routes on HttpServer's async lane (ADR 0029): the same answers as
 // routes_schedule.cpp, with the reads driven by holdfast::asio::async_run. Each read is one
-// attempt of the store's *_once() form, run on this event loop's thread (where blocking
-// driver calls belong: the lane has one thread per read connection); the Shield's backoff,
-// its queue for a place under the concurrency limit and its wait for the breaker's probe
-// are timer waits that hold no thread. All the reads of one request draw from one
-// RetryWindow, which, as on the blocking path (ADR 0011), opens at the request's first wait.
+// attempt (for the Shield) of the store's *_once() form, run on this event loop's thread;
+// the Shield's backoff, its queue for a place under the concurrency limit and its wait for
+// the breaker's probe are timer waits that hold no thread. So is SQLite's wait for a lock:
+// see BusyPoll. All the reads of one request draw from one RetryWindow, which, as on the
+// blocking path (ADR 0011), opens at the request's first wait.
 
+#include <algorithm>
+#include <array>
+#include <tuple>
+
+#include <sqlite3.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -17,29 +27,82 @@ namespace holdfast::panel {
 namespace {
 
 namespace net = boost::asio;
+using std::chrono::milliseconds;
+
+// How long one try may wait in SQLite's busy handler (or for a read connection): the
+// lane's thread is held that long at most.
+constexpr Duration kBusySlice = milliseconds(1);
+// The pauses between tries while the file stays locked, as SQLite's own busy handler
+// spaces its looks (the last one repeats).
+constexpr std::array<Duration, 12> kBusyPauses = {
+    milliseconds(1),  milliseconds(2),  milliseconds(5),  milliseconds(10),
+    milliseconds(15), milliseconds(20), milliseconds(25), milliseconds(25),
+    milliseconds(25), milliseconds(50), milliseconds(50), milliseconds(100)};
+
+bool is_busy(const Status& s) noexcept {
+  return (s.sqlite_code() & 0xff) == SQLITE_BUSY;
+}
+
+// One try of `read`: at most kBusySlice in the driver's waits.
+template <class R, class Read>
+R try_once(Read& read, Clock& clock) {
+  const RequestScope slice(kBusySlice, clock);
+  try {
+    return read();
+  } catch (const std::exception& e) {
+    return R(Status(Code::kInternal, std::string("the read threw: ") + e.what()));
+  }
+}
+
+// The rest of an attempt of `read` whose first try answered SQLITE_BUSY (`result`), with
+// SQLite's wait for a lock taken as timer waits: while the file answers SQLITE_BUSY the
+// attempt tries again after a pause, until busy_timeout, capped by the request's window
+// (which it opens, as the busy handler does), has passed since the first SQLITE_BUSY. Then
+// the attempt ends with it, and the Shield decides, as for an attempt on the workers that
+// waited in the busy handler.
+template <class R, class Read>
+net::awaitable<void> busy_poll(Read& read, RetryWindow& window, Duration busy_timeout, Clock& clock,
+                               R result, holdfast::asio::Done<R> done) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  TimePoint deadline = TimePoint::max();
+  for (std::size_t tries = 0;; ++tries) {
+    const TimePoint now = clock.now();
+    if (deadline == TimePoint::max()) deadline = now + window.begin_wait(now, busy_timeout);
+    const Duration left = deadline - now;
+    if (left <= Duration::zero()) {
+      done(std::move(result));
+      co_return;
+    }
+    timer.expires_after(std::min(kBusyPauses[std::min(tries, kBusyPauses.size() - 1)], left));
+    const auto [ec] = co_await timer.async_wait(net::as_tuple(net::use_awaitable));
+    if (ec) co_return;  // the lane is stopping
+    result = try_once<R>(read, clock);
+    if (is_ok(result) || !is_busy(status_of(result))) {
+      done(std::move(result));
+      co_return;
+    }
+  }
+}
 
 // One async_run of `read` (a *_once() call) for `op` on this coroutine's executor, within
 // `window` and on `policy`'s schedule.
 template <class R, class Read>
-net::awaitable<R> run_read(Shield& shield, const RetryPolicy& policy, RetryWindow& window,
-                           Operation op, Read read) {
+net::awaitable<R> run_read(const ClubStore::AsyncReads& reads, const RetryPolicy& policy,
+                           RetryWindow& window, Operation op, Read read) {
   holdfast::asio::RunOptions options;
   options.policy = &policy;
   options.window = &window;
   const auto executor = co_await net::this_coro::executor;
+  Clock& clock = reads.shield->clock();
   co_return co_await holdfast::asio::async_run<R>(
-      executor, shield, op, options,
-      [&window, &read](holdfast::asio::Done<R> done) {
-        R result = [&]() -> R {
-          // The busy handler and the wait for a read connection are capped by the window.
-          const RequestScope scope(window);
-          try {
-            return read();
-          } catch (const std::exception& e) {
-            return R(Status(Code::kInternal, std::string("the read threw: ") + e.what()));
-          }
-        }();
-        done(std::move(result));
+      executor, *reads.shield, op, options,
+      [&, executor](holdfast::asio::Done<R> done) {
+        R result = try_once<R>(read, clock);
+        if (is_ok(result) || !is_busy(status_of(result))) return done(std::move(result));
+        net::co_spawn(executor,
+                      busy_poll<R>(read, window, reads.busy_timeout, clock, std::move(result),
+                                   std::move(done)),
+                      net::detached);
       },
       net::use_awaitable);
 }
@@ -77,7 +140,7 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   const ClubStore::AsyncReads& a = *store.async_reads();
   store.count_call();
   Result<std::optional<User>> who = co_await run_read<Result<std::optional<User>>>(
-      *a.shield, *a.sessions, window, Operation::read("session.read"),
+      a, *a.sessions, window, Operation::read("session.read"),
       [&] { return store.session_once(ask.token, ask.now); });
   if (!who.ok()) {
     read.failure = who.status();
@@ -93,7 +156,7 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   toucher_->touch(ask.token);
   store.count_call();
   Result<std::vector<Game>> games = co_await run_read<Result<std::vector<Game>>>(
-      *a.shield, *a.reads, window, Operation::read("schedule.games"),
+      a, *a.reads, window, Operation::read("schedule.games"),
       [&] { return store.games_once(ask.date); });
   if (!games.ok()) {
     read.failure = games.status();
@@ -101,7 +164,7 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   }
   store.count_call();
   Result<ScheduleContext> context = co_await run_read<Result<ScheduleContext>>(
-      *a.shield, *a.reads, window, Operation::read("schedule.context"),
+      a, *a.reads, window, Operation::read("schedule.context"),
       [&] { return store.context_once(ask.date); });
   if (!context.ok()) {
     read.failure = context.status();

@@ -62,9 +62,8 @@ class PanelServer {
     int threads = 16;  // database-bound requests served at once (HttpServer's heavy workers)
     // The schedule's reads on HttpServer's async lane when the store has
     // ClubStore::async_reads() and runs on the system clock (ADR 0029); false: on the
-    // workers, as every other route. Off by default: in the drill's 5 s read lock the
-    // lane's 4 threads, held by SQLite's busy waits, served 62-88 % fresh against 100 %.
-    bool async_schedule = false;
+    // workers, as every other route.
+    bool async_schedule = true;
     // Names a request's Host may carry besides the loopback names and `host`
     // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;

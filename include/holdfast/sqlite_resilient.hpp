@@ -106,8 +106,10 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   /// connections: for a caller that makes the retry decisions itself, such as
   /// holdfast::asio::async_run, whose attempt runs one operation of it on a thread that may
   /// block (inside a RequestScope of the request's window, which caps the busy wait). Each
-  /// error is classified as usual (its Fault); nothing is retried, not even a COMMIT that
-  /// met SQLITE_BUSY (the transaction is rolled back and the attempt fails busy).
+  /// error is classified as usual (its Fault) and carries no StopReason, so the caller's
+  /// loop decides on it (a StopReason would be final there: ADR 0001). Nothing is retried,
+  /// not even a COMMIT that met SQLITE_BUSY (the transaction is rolled back and the attempt
+  /// fails busy).
   [[nodiscard]] ResilientDatabase one_attempt() const;
 
   /// As Database::with_statement(): body runs once per attempt, on a fresh reset statement.
@@ -135,6 +137,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   auto run(Shield* shield, Operation op, F&& attempt) -> std::invoke_result_t<F&> {
     std::optional<RequestScope> own;  // a window for the busy handler outside any scope
     if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
+    if (one_attempt_) return attempt();
     if (shield != nullptr) return shield->run(policy_, op, attempt);
     return holdfast::retry(policy_, op, attempt);
   }
@@ -143,13 +146,14 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   template <class Body>
   auto run_query(const Query& query, Body& body) -> std::invoke_result_t<Body&, Statement&>;
 
-  ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy, Shield* reads,
-                    Shield* writes);
+  ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy, Shield* reads, Shield* writes,
+                    bool one_attempt = false);
 
   std::shared_ptr<Database> db_;  // never null
   RetryPolicy policy_;
   Shield* shield_ = nullptr;        // reads
   Shield* write_shield_ = nullptr;  // writes
+  bool one_attempt_ = false;        // one_attempt(): run() calls the attempt, once
 };
 
 template <class Body>
@@ -188,8 +192,9 @@ auto ResilientDatabase::transaction(Fn&& fn, Operation op, TxnMode mode)
     // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone, within
     // the attempt the Shield admitted (a second admission could wait on the place this one
     // holds).
-    Status committed =
-        holdfast::retry(policy_, Operation::write("sqlite.commit"), [&] { return tx->commit(); });
+    Status committed = one_attempt_ ? tx->commit()
+                                    : holdfast::retry(policy_, Operation::write("sqlite.commit"),
+                                                      [&] { return tx->commit(); });
     if (!committed.ok()) return R(tx->abandon(std::move(committed)));
     return r;
   });

@@ -35,8 +35,12 @@ ResilientDatabase::ResilientDatabase(Database db, Shield& reads, Shield& writes,
                         &writes) {}
 
 ResilientDatabase::ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy,
-                                     Shield* reads, Shield* writes)
-    : db_(std::move(db)), policy_(std::move(policy)), shield_(reads), write_shield_(writes) {}
+                                     Shield* reads, Shield* writes, bool one_attempt)
+    : db_(std::move(db)),
+      policy_(std::move(policy)),
+      shield_(reads),
+      write_shield_(writes),
+      one_attempt_(one_attempt) {}
 
 ResilientDatabase ResilientDatabase::with_policy(RetryPolicy policy) const {
   return ResilientDatabase(db_, std::move(policy), shield_, write_shield_);
@@ -45,7 +49,7 @@ ResilientDatabase ResilientDatabase::with_policy(RetryPolicy policy) const {
 ResilientDatabase ResilientDatabase::one_attempt() const {
   RetryPolicy once = RetryPolicy::no_retry();
   once.window(policy_.window()).clock(policy_.clock());
-  return ResilientDatabase(db_, std::move(once), nullptr, nullptr);
+  return ResilientDatabase(db_, std::move(once), nullptr, nullptr, /*one_attempt=*/true);
 }
 
 Status ResilientDatabase::create_idempotency_table() {

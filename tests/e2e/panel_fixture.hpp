@@ -88,7 +88,7 @@ class PanelFixture : public ::testing::Test {
   }
 
   bool serve_stale_ = true;
-  bool async_schedule_ = false;  // PanelServer::Options::async_schedule (ADR 0029)
+  bool async_schedule_ = true;  // PanelServer::Options::async_schedule (ADR 0029)
   fs::path dir_;
   std::string path_;
   std::unique_ptr<ClubStore> store_;

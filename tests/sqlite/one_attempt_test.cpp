@@ -48,6 +48,8 @@ TEST(OneAttempt, ALockedReadFailsOnceAsRetryableWithoutTheShieldAndTheNextAttemp
   ASSERT_FALSE(locked.ok()) << "one attempt of 100 ms cannot outlast a 600 ms lock";
   EXPECT_EQ(locked.status().sqlite_code() & 0xff, 5);
   EXPECT_TRUE(locked.status().fault().transient()) << "the caller's loop may retry it";
+  EXPECT_EQ(locked.status().stop_reason(), StopReason::kNone)
+      << "no loop gave up on it: a StopReason would be final for the caller's (ADR 0001)";
   EXPECT_EQ(shield.metrics().snapshot().attempts, 0u) << "the caller's loop counts attempts";
   lock->wait_released();
   Result<std::optional<std::int64_t>> freed = once.query_one<std::int64_t>("SELECT v FROM kv");
