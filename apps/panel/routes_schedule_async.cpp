@@ -3,8 +3,8 @@
 // attempt (for the Shield) of the store's *_once() form, run on this event loop's thread;
 // the Shield's backoff, its queue for a place under the concurrency limit and its wait for
 // the breaker's probe are timer waits that hold no thread. So is SQLite's wait for a lock:
-// see BusyPoll. All the reads of one request draw from one RetryWindow, which, as on the
-// blocking path (ADR 0011), opens at the request's first wait.
+// see busy_poll(). All the reads of one request draw from one RetryWindow, open from the
+// request's arrival (DESIGN §10), not from its first wait as on the workers (ADR 0011).
 
 #include <algorithm>
 #include <array>
@@ -120,8 +120,8 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
   if (!refused_by_guards(req, res) && schedule_asked(req, res, as_json, ask)) {
     std::optional<Status> failed;
     {
-      // Open from the request's arrival: a request queued behind lane threads that wait in
-      // SQLite's busy handler is answered within its window all the same.
+      // Open from the request's arrival (DESIGN §10): whatever it met before its reads, the
+      // answer comes within the window of whoever sent it.
       RetryWindow window(options_.window, options_.store->clock());
       if (req.received != TimePoint{})
         window.open(std::min(req.received, options_.store->clock().now()));
