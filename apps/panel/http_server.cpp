@@ -1,4 +1,4 @@
-#include "http_server.hpp"
+#include "http_server_impl.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -36,12 +36,7 @@
 namespace holdfast::panel {
 namespace {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
-using tcp = net::ip::tcp;
-using net::awaitable;
-constexpr auto kNothrow = net::as_tuple(net::use_awaitable);
 
 // Descriptors kept for the panel's databases, its logs and the workers.
 constexpr long long kReservedDescriptors = 128;
@@ -56,108 +51,6 @@ constexpr std::chrono::milliseconds kRefusalDrain{500};
 using reading::Parser;
 
 }  // namespace
-
-// One client connection. Lives as long as its session coroutine (and any timer handler)
-// holds it; touched only on the event-loop thread.
-struct Conn {
-  Conn(tcp::socket socket, net::io_context& io) : stream(std::move(socket)), timer(io) {}
-  beast::tcp_stream stream;
-  net::steady_timer timer;  // the head and body deadlines (a cancel, not a close: 408)
-  std::uint64_t timer_generation = 0;
-  std::string client;
-  bool timed_out = false;
-  bool evicted = false;
-  // Open and not being served: counted against max_connections (Impl::waiting).
-  bool waiting = false;
-  std::list<Conn*>::iterator waiting_at;
-  std::map<std::string, int>::iterator client_count;
-};
-
-struct HttpServer::Impl {
-  struct Lane {
-    Lane(int workers, std::size_t queue)
-        : pool(static_cast<std::size_t>(std::max(workers, 1))),
-          limit(static_cast<std::size_t>(std::max(workers, 1)) + queue) {}
-    net::thread_pool pool;
-    std::size_t pending = 0;  // being served or queued; the event loop's
-    std::size_t limit;
-  };
-  struct Exchange {
-    http::Request req;
-    http::Response res;
-  };
-
-  Impl(HttpServer& server, const Options& o)
-      : self(server),
-        options(o),
-        clock(o.clock != nullptr ? *o.clock : Clock::system()),
-        heavy(o.heavy_workers, o.heavy_queue),
-        light(o.light_workers, o.light_queue) {}
-
-  HttpServer& self;
-  const Options& options;
-  Clock& clock;
-  net::io_context io{1};
-  tcp::acceptor acceptor{io};
-  Lane heavy;
-  Lane light;
-  std::thread loop;
-  // The async lane (serve_async()): an event loop per thread, requests dealt round-robin.
-  // After `io`, so that it is destroyed first: a session of `io` that awaits an async
-  // request is owned by that request's completion until then.
-  struct AsyncLane {
-    std::vector<std::unique_ptr<net::io_context>> loops;
-    std::vector<std::thread> threads;
-    std::size_t next = 0;     // the event loop's
-    std::size_t pending = 0;  // in flight; the event loop's
-  } async;
-  std::atomic<bool> stopping{false};
-  // Connections open and not being served, in the order they began to wait: the first of an
-  // address has waited longest.
-  std::list<Conn*> waiting;
-  std::map<std::string, int> waiting_by_client;
-  std::list<std::weak_ptr<Conn>> open;  // every connection, for stop()
-  std::size_t open_after_pruning = 0;
-
-  awaitable<void> accept_loop();
-  // Closes the spare descriptor, accepts one waiting client with it, answers 503 and closes
-  // it, then opens the spare again.
-  void refuse_with_spare() noexcept;
-  int spare_fd = -1;  // /dev/null, kept to be given up when descriptors run out
-  awaitable<void> session(std::shared_ptr<Conn> c);
-  // Reads one request into `ex`; false when the connection is done with (refused, gone).
-  awaitable<bool> read_request(const std::shared_ptr<Conn>& c, beast::flat_buffer& buffer,
-                               Exchange& ex, bool& keep_alive);
-  // Answers `status` with a short text and closes the connection.
-  awaitable<void> refuse(Conn& c, int status, std::string_view text, int retry_after_s = 0);
-  // The refusal for a request that could not be read (400, 408, 413, 431, 503).
-  awaitable<void> refuse_unread(Conn& c, int status);
-  awaitable<bool> answer(Conn& c, Exchange& ex, bool keep_alive, bool head);
-  void serve(Exchange& ex) noexcept;
-  // serve() as a coroutine, for co_spawn onto a worker pool (it holds `ex` meanwhile).
-  awaitable<void> serve_on_worker(std::shared_ptr<Exchange> ex) {
-    serve(*ex);
-    co_return;
-  }
-  // The AsyncHandler on an async event loop (it holds `ex` meanwhile).
-  awaitable<void> serve_async(std::shared_ptr<Exchange> ex);
-  // Serves `ex` on the lane it belongs to; false when it was refused (503, connection
-  // closed).
-  awaitable<bool> dispatch(Conn& c, const std::shared_ptr<Exchange>& ex);
-  void start_async_lane();
-  void stop_async_lane() noexcept;
-
-  void arm(const std::shared_ptr<Conn>& c, std::chrono::milliseconds d);
-  void disarm(Conn& c);
-  void start_waiting(Conn& c);
-  void stop_waiting(Conn& c);
-  // The request is read (or given up): no deadline on it, and it no longer waits.
-  void done_reading(Conn& c) {
-    disarm(c);
-    stop_waiting(c);
-  }
-  void make_room(const Conn& newcomer);
-};
 
 void HttpServer::Impl::arm(const std::shared_ptr<Conn>& c, std::chrono::milliseconds d) {
   const std::uint64_t generation = ++c->timer_generation;
@@ -281,77 +174,6 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   c->stream.socket().close(ignored);
   done_reading(*c);
-}
-
-awaitable<bool> HttpServer::Impl::dispatch(Conn& c, const std::shared_ptr<Exchange>& ex) {
-  const bool light_route = is_light(ex->req.method, ex->req.path);
-  const bool is_async = !light_route && !async.loops.empty() && self.async_routes_(ex->req);
-  Lane* lane = is_async ? nullptr : light_route ? &light : &heavy;
-  const bool full =
-      is_async ? async.pending >= options.max_async_requests : lane->pending >= lane->limit;
-  if (full) {
-    ++self.counters_.shed_503;
-    co_await refuse(c, 503, "the panel is busy; try again in a second\n", 1);
-    co_return false;
-  }
-  ++self.counters_.served;
-  if (is_async) {
-    ++self.counters_.served_async;
-    ++async.pending;
-    net::io_context& loop = *async.loops[async.next++ % async.loops.size()];
-    co_await net::co_spawn(loop, serve_async(ex), net::use_awaitable);
-    --async.pending;
-  } else {
-    ++lane->pending;
-    co_await net::co_spawn(lane->pool, serve_on_worker(ex), net::use_awaitable);
-    --lane->pending;
-  }
-  co_return true;
-}
-
-awaitable<void> HttpServer::Impl::serve_async(std::shared_ptr<Exchange> ex) {
-  bool failed = false;
-  try {
-    co_await self.async_handler_(ex->req, ex->res);
-  } catch (...) {
-    failed = true;
-  }
-  if (failed) {
-    ex->res = http::Response{};
-    ex->res.status = 500;
-    ex->res.set_content("internal error\n", "text/plain; charset=utf-8");
-  }
-}
-
-void HttpServer::Impl::start_async_lane() {
-  if (options.async_workers <= 0 || !self.async_handler_ || !self.async_routes_) return;
-  for (int i = 0; i < options.async_workers; ++i) {
-    async.loops.push_back(std::make_unique<net::io_context>(1));
-  }
-  for (auto& loop : async.loops) {
-    async.threads.emplace_back([io = loop.get()] {
-      // Kept running when idle; an exception out of a handler (none is expected: the
-      // handler's are caught above) does not end the loop.
-      auto work = net::make_work_guard(*io);
-      for (;;) {
-        try {
-          io->run();
-          return;
-        } catch (...) {
-        }
-      }
-    });
-  }
-}
-
-void HttpServer::Impl::stop_async_lane() noexcept {
-  for (auto& loop : async.loops)
-    loop->stop();
-  for (std::thread& t : async.threads) {
-    if (t.joinable()) t.join();
-  }
-  // The requests still in flight end here, their places in any Shield given back.
-  async.loops.clear();
 }
 
 awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
@@ -508,16 +330,6 @@ awaitable<bool> HttpServer::Impl::answer(Conn& c, Exchange& ex, bool keep_alive,
     co_return false;
   }
   co_return true;
-}
-
-void HttpServer::Impl::serve(Exchange& ex) noexcept {
-  try {
-    self.handler_(ex.req, ex.res);
-  } catch (...) {
-    ex.res = http::Response{};
-    ex.res.status = 500;
-    ex.res.set_content("internal error\n", "text/plain; charset=utf-8");
-  }
 }
 
 HttpServer::HttpServer(Options options, Handler handler)

@@ -1,0 +1,95 @@
+// Where HttpServer serves a request once it is read (http_server.hpp): a light lane and a
+// heavy lane of worker threads, each with a bounded queue, and the async lane of
+// coroutines (ADR 0029).
+
+#include <algorithm>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+
+#include "http_server_impl.hpp"
+
+namespace holdfast::panel {
+
+awaitable<bool> HttpServer::Impl::dispatch(Conn& c, const std::shared_ptr<Exchange>& ex) {
+  const bool light_route = is_light(ex->req.method, ex->req.path);
+  const bool is_async = !light_route && !async.loops.empty() && self.async_routes_(ex->req);
+  Lane* lane = is_async ? nullptr : light_route ? &light : &heavy;
+  const bool full =
+      is_async ? async.pending >= options.max_async_requests : lane->pending >= lane->limit;
+  if (full) {
+    ++self.counters_.shed_503;
+    co_await refuse(c, 503, "the panel is busy; try again in a second\n", 1);
+    co_return false;
+  }
+  ++self.counters_.served;
+  if (is_async) {
+    ++self.counters_.served_async;
+    ++async.pending;
+    net::io_context& loop = *async.loops[async.next++ % async.loops.size()];
+    co_await net::co_spawn(loop, serve_async(ex), net::use_awaitable);
+    --async.pending;
+  } else {
+    ++lane->pending;
+    co_await net::co_spawn(lane->pool, serve_on_worker(ex), net::use_awaitable);
+    --lane->pending;
+  }
+  co_return true;
+}
+
+awaitable<void> HttpServer::Impl::serve_async(std::shared_ptr<Exchange> ex) {
+  bool failed = false;
+  try {
+    co_await self.async_handler_(ex->req, ex->res);
+  } catch (...) {
+    failed = true;
+  }
+  if (failed) {
+    ex->res = http::Response{};
+    ex->res.status = 500;
+    ex->res.set_content("internal error\n", "text/plain; charset=utf-8");
+  }
+}
+
+void HttpServer::Impl::start_async_lane() {
+  if (options.async_workers <= 0 || !self.async_handler_ || !self.async_routes_) return;
+  for (int i = 0; i < options.async_workers; ++i) {
+    async.loops.push_back(std::make_unique<net::io_context>(1));
+  }
+  for (auto& loop : async.loops) {
+    async.threads.emplace_back([io = loop.get()] {
+      // Kept running when idle; an exception out of a handler (none is expected: the
+      // handler's are caught above) does not end the loop.
+      auto work = net::make_work_guard(*io);
+      for (;;) {
+        try {
+          io->run();
+          return;
+        } catch (...) {
+        }
+      }
+    });
+  }
+}
+
+void HttpServer::Impl::stop_async_lane() noexcept {
+  for (auto& loop : async.loops)
+    loop->stop();
+  for (std::thread& t : async.threads) {
+    if (t.joinable()) t.join();
+  }
+  // The requests still in flight end here, their places in any Shield given back.
+  async.loops.clear();
+}
+
+void HttpServer::Impl::serve(Exchange& ex) noexcept {
+  try {
+    self.handler_(ex.req, ex.res);
+  } catch (...) {
+    ex.res = http::Response{};
+    ex.res.status = 500;
+    ex.res.set_content("internal error\n", "text/plain; charset=utf-8");
+  }
+}
+
+}  // namespace holdfast::panel
