@@ -32,8 +32,10 @@ using std::chrono::milliseconds;
 // How long one try may wait in SQLite's busy handler (or for a read connection): the
 // lane's thread is held that long at most.
 constexpr Duration kBusySlice = milliseconds(1);
-// The pauses between tries while the file stays locked, as SQLite's own busy handler
-// spaces its looks (the last one repeats).
+// The pauses between tries while the file stays locked, spaced as sqlite3_busy_timeout()'s
+// handler spaces its looks (the last one repeats). Longer than the driver's own handler
+// (1-10 ms, connection.cpp): up to max_async_requests requests may be looking at once, and
+// each look is a try on a read connection.
 constexpr std::array<Duration, 12> kBusyPauses = {
     milliseconds(1),  milliseconds(2),  milliseconds(5),  milliseconds(10),
     milliseconds(15), milliseconds(20), milliseconds(25), milliseconds(25),
@@ -122,9 +124,10 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     {
       // Open from the request's arrival (DESIGN §10): whatever it met before its reads, the
       // answer comes within the window of whoever sent it.
+      // (Request::received is on the store's clock: PanelServer::start() gives it to
+      // HttpServer.)
       RetryWindow window(options_.window, options_.store->clock());
-      if (req.received != TimePoint{})
-        window.open(std::min(req.received, options_.store->clock().now()));
+      if (req.received != TimePoint{}) window.open(req.received);
       ScheduleRead read;
       co_await read_schedule_async(window, ask, read);
       failed = answer_schedule_read(ask, res, read);
