@@ -69,21 +69,52 @@ ClubStore::ClubStore(Options options)
 ClubStore::~ClubStore() = default;
 
 namespace {
-Status no_async_reads() {
-  return Status(Code::kUnimplemented, "this store's reads are not driven asynchronously");
+Status no_async_calls() {
+  return Status(Code::kUnimplemented, "this store's calls are not driven asynchronously");
+}
+
+// The key of a payment or a sign-up with the fingerprint of the request's parameters.
+IdempotencyKey payment_key(std::int64_t amount_cents, std::string_view method,
+                           std::string_view key) {
+  IdempotencyKey keyed{key, {}};
+  if (!key.empty()) {
+    keyed.fingerprint =
+        request_fingerprint({{"amount_cents", std::to_string(amount_cents)}, {"method", method}});
+  }
+  return keyed;
+}
+
+IdempotencyKey sign_up_key(std::int64_t game_id, std::string_view key) {
+  IdempotencyKey keyed{key, {}};
+  if (!key.empty()) keyed.fingerprint = request_fingerprint({{"game_id", std::to_string(game_id)}});
+  return keyed;
 }
 }  // namespace
 
 Result<std::optional<User>> ClubStore::session_once(std::string_view, std::string_view) {
-  return no_async_reads();
+  return no_async_calls();
 }
 
 Result<std::vector<Game>> ClubStore::games_once(std::string_view) {
-  return no_async_reads();
+  return no_async_calls();
 }
 
 Result<ScheduleContext> ClubStore::context_once(std::string_view) {
-  return no_async_reads();
+  return no_async_calls();
+}
+
+Status ClubStore::end_session_once(std::string_view) {
+  return no_async_calls();
+}
+
+Result<PaymentReceipt> ClubStore::do_pay_once(std::int64_t, std::int64_t, std::string_view,
+                                              const IdempotencyKey&, std::string_view) {
+  return no_async_calls();
+}
+
+Result<SignupReceipt> ClubStore::do_sign_up_once(std::int64_t, std::int64_t, const IdempotencyKey&,
+                                                 std::string_view) {
+  return no_async_calls();
 }
 
 sqlite::Database& ClubStore::database() {
@@ -166,20 +197,27 @@ Result<PaymentReceipt> ClubStore::pay(std::int64_t user_id, std::int64_t amount_
                                       std::string_view method, std::string_view key,
                                       std::string_view now_utc) {
   if (Status s = check_payment(amount_cents, method, key); !s.ok()) return s;
-  IdempotencyKey keyed{key, {}};
-  if (!key.empty()) {
-    keyed.fingerprint =
-        request_fingerprint({{"amount_cents", std::to_string(amount_cents)}, {"method", method}});
-  }
-  return do_pay(user_id, amount_cents, method, keyed, now_utc);
+  return do_pay(user_id, amount_cents, method, payment_key(amount_cents, method, key), now_utc);
+}
+
+Result<PaymentReceipt> ClubStore::pay_once(std::int64_t user_id, std::int64_t amount_cents,
+                                           std::string_view method, std::string_view key,
+                                           std::string_view now_utc) {
+  if (Status s = check_payment(amount_cents, method, key); !s.ok()) return s;
+  return do_pay_once(user_id, amount_cents, method, payment_key(amount_cents, method, key),
+                     now_utc);
 }
 
 Result<SignupReceipt> ClubStore::sign_up(std::int64_t user_id, std::int64_t game_id,
                                          std::string_view key, std::string_view now_utc) {
   if (Status s = check_sign_up(game_id, key); !s.ok()) return s;
-  IdempotencyKey keyed{key, {}};
-  if (!key.empty()) keyed.fingerprint = request_fingerprint({{"game_id", std::to_string(game_id)}});
-  return do_sign_up(user_id, game_id, keyed, now_utc);
+  return do_sign_up(user_id, game_id, sign_up_key(game_id, key), now_utc);
+}
+
+Result<SignupReceipt> ClubStore::sign_up_once(std::int64_t user_id, std::int64_t game_id,
+                                              std::string_view key, std::string_view now_utc) {
+  if (Status s = check_sign_up(game_id, key); !s.ok()) return s;
+  return do_sign_up_once(user_id, game_id, sign_up_key(game_id, key), now_utc);
 }
 
 Status ClubStore::record_report(std::string_view path, std::string_view digest,

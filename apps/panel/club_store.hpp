@@ -162,21 +162,24 @@ class ClubStore {
   // RequestScope and on SQLite.
   virtual void require_position(std::string_view /*position*/) {}
 
-  // --- the schedule's reads driven by holdfast::asio::async_run (ADR 0029) ---
-  // What a caller needs to run session(), games_on() and context_on() itself, so that its
-  // waits (a backoff, a place under the limit, the breaker's probe) are timer waits that
-  // hold no thread: the Shield they go through, the schedules they follow, and how many
-  // read connections the attempts (which block, in the driver) should share a pool of.
-  struct AsyncReads {
-    Shield* shield = nullptr;
+  // --- calls driven by holdfast::asio::async_run (ADRs 0029, 0030) ---
+  // What a caller needs to run the schedule's reads, the payments, the sign-ups and the
+  // sign-outs itself, so that their waits (a backoff, a place under the limit, the
+  // breaker's probe) are timer waits that hold no thread: the Shields they go through, the
+  // schedules they follow, and how many read connections the attempts (which block, in the
+  // driver) share.
+  struct AsyncAccess {
+    Shield* shield = nullptr;               // the reads'
+    Shield* write_shield = nullptr;         // the writes'
     const RetryPolicy* sessions = nullptr;  // session()'s schedule
     const RetryPolicy* reads = nullptr;     // games_on()'s and context_on()'s
+    const RetryPolicy* writes = nullptr;    // the writes'
     int connections = 0;
     Duration busy_timeout{};  // Options::busy_timeout: one attempt's wait for a lock
   };
   // nullptr when this store has none (PostgreSQL, whose driver runs its own loop; a
-  // baseline, whose loop is what the drill compares): its reads block the calling thread.
-  [[nodiscard]] virtual const AsyncReads* async_reads() const noexcept { return nullptr; }
+  // baseline, whose loop is what the drill compares): its calls block the calling thread.
+  [[nodiscard]] virtual const AsyncAccess* async_access() const noexcept { return nullptr; }
   // One attempt of session(), games_on() and context_on() (the context's four queries in
   // one), with no retry and no Shield: what an async_run attempt calls, inside a
   // RequestScope of the request's window. The base class answers UNIMPLEMENTED.
@@ -184,6 +187,16 @@ class ClubStore {
                                                    std::string_view now_utc);
   virtual Result<std::vector<Game>> games_once(std::string_view date);
   virtual Result<ScheduleContext> context_once(std::string_view date);
+  // One attempt of pay(), sign_up() and end_session(), the same way. Each attempt is the
+  // whole transaction; one that fails has applied nothing (it rolled back), or, with an
+  // idempotency key, may be made again and applies at most once. The input is checked as
+  // pay() and sign_up() check it.
+  Result<PaymentReceipt> pay_once(std::int64_t user_id, std::int64_t amount_cents,
+                                  std::string_view method, std::string_view idempotency_key,
+                                  std::string_view now_utc);
+  Result<SignupReceipt> sign_up_once(std::int64_t user_id, std::int64_t game_id,
+                                     std::string_view idempotency_key, std::string_view now_utc);
+  virtual Status end_session_once(std::string_view token);
   // Counts one database call (see calls()) made by a caller driving the *_once() reads.
   void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -241,6 +254,14 @@ class ClubStore {
                                            const IdempotencyKey& key, std::string_view now_utc) = 0;
   virtual Status do_record_report(std::string_view path, std::string_view digest,
                                   std::string_view note, std::string_view now_utc) = 0;
+  // One attempt of do_pay() and do_sign_up() (pay_once(), sign_up_once()). The base class
+  // answers UNIMPLEMENTED.
+  virtual Result<PaymentReceipt> do_pay_once(std::int64_t user_id, std::int64_t amount_cents,
+                                             std::string_view method, const IdempotencyKey& key,
+                                             std::string_view now_utc);
+  virtual Result<SignupReceipt> do_sign_up_once(std::int64_t user_id, std::int64_t game_id,
+                                                const IdempotencyKey& key,
+                                                std::string_view now_utc);
 
   // The baselines (REQUIRES: strategy() is not holdfast): `attempt` run once, or in the
   // baseline's own retry loop, each call counted as one attempt. The baselines retry

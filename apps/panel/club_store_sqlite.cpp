@@ -1,6 +1,5 @@
 #include "club_store_sqlite.hpp"
 
-#include <functional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -99,8 +98,9 @@ SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
       sessions_(db_.with_policy(session_policy(db_, reads_ != nullptr, *clock_))),
       once_(db_.one_attempt()) {
   if (reads_ == nullptr) return;
-  async_ = AsyncReads{reads_.get(), &sessions_.policy(), &db_.policy(), options_.read_connections,
-                      options_.busy_timeout};
+  async_ = AsyncAccess{reads_.get(),         writes_.get(), &sessions_.policy(),
+                       &db_.policy(),        &db_.policy(), options_.read_connections,
+                       options_.busy_timeout};
   read_shield_ = reads_.get();
   write_shield_ = writes_.get();
   HealthProbe::Options every;
@@ -400,11 +400,24 @@ Status SqliteClubStore::refresh_session(std::string_view token, std::string_view
   return r.status();
 }
 
-Status SqliteClubStore::end_session(std::string_view token) {
+namespace {
+
+template <class Run>
+Status end_session_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view token) {
   // Deleting a row by its key twice deletes it once: a retry is safe.
   return run(Operation::idempotent_write("session.end"),
-             [&] { return db_.execute("DELETE FROM sessions WHERE token = ?", token); })
+             [&] { return db.execute("DELETE FROM sessions WHERE token = ?", token); })
       .status();
+}
+
+}  // namespace
+
+Status SqliteClubStore::end_session(std::string_view token) {
+  return end_session_in(db_, store_run(), token);
+}
+
+Status SqliteClubStore::end_session_once(std::string_view token) {
+  return end_session_in(once_, kOnce, token);
 }
 
 Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
@@ -482,20 +495,25 @@ Result<int> SqliteClubStore::delete_old_idempotency_keys(std::string_view now_ut
   return static_cast<int>(r->changes);
 }
 
-Result<CreatedRow> SqliteClubStore::create_row(
-    std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
-    const std::function<Result<std::int64_t>(sqlite::Transaction&)>& body) {
+namespace {
+
+// A row made by `body` in a transaction, under the request's idempotency key if it has one
+// (idempotency.hpp), through `run` on `db` (the store's run() on db_, or one attempt on the
+// one-attempt view).
+template <class Run, class Body>
+Result<CreatedRow> create_row(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
+                              std::string_view route, const IdempotencyKey& key, Body&& body) {
   const std::string label = std::string(route) + ".create";
   // Without a key the transaction may still be re-run: after a rollback nothing of it stays.
   const Operation op = Operation::transaction(/*rerunnable=*/true, label);
   if (key.key.empty()) {
-    Result<std::int64_t> id = run(op, [&] { return db_.transaction(body, op); });
+    Result<std::int64_t> id = run(op, [&] { return db.transaction(body, op); });
     if (!id.ok()) return id.status();
     return CreatedRow{*id, false};
   }
   const std::string keyed = scoped_key(user_id, route, key.key);
   Result<KeyedResult> r = run(op, [&] {
-    return db_.once(keyed, [&](sqlite::Transaction& tx) -> Result<std::string> {
+    return db.once(keyed, [&](sqlite::Transaction& tx) -> Result<std::string> {
       Result<std::int64_t> id = body(tx);
       if (!id.ok()) return id.status();
       return key_record(key.fingerprint, *id);
@@ -507,13 +525,15 @@ Result<CreatedRow> SqliteClubStore::create_row(
   return CreatedRow{*id, r->replayed};
 }
 
-Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
-                                               std::string_view method, const IdempotencyKey& key,
-                                               std::string_view now_utc) {
-  Result<CreatedRow> made =
-      create_row(user_id, "payments", key, [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
+template <class Run>
+Result<PaymentReceipt> pay_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
+                              std::int64_t amount_cents, std::string_view method,
+                              const IdempotencyKey& key, std::string_view now_utc) {
+  Result<CreatedRow> made = create_row(
+      db, run, user_id, "payments", key, [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
         auto paid = tx.execute(
-            "INSERT INTO payments(user_id, amount_cents, method, created_at) VALUES (?,?,?,?)",
+            "INSERT INTO payments(user_id, amount_cents, method, created_at) "
+            "VALUES (?,?,?,?)",
             user_id, amount_cents, method, now_utc);
         if (!paid.ok()) return paid.status();
         return paid->last_insert_rowid;
@@ -523,9 +543,10 @@ Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_
   return PaymentReceipt{made->id, amount_cents, made->replayed};
 }
 
-Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
-                                                  const IdempotencyKey& key,
-                                                  std::string_view now_utc) {
+template <class Run>
+Result<SignupReceipt> sign_up_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
+                                 std::int64_t game_id, const IdempotencyKey& key,
+                                 std::string_view now_utc) {
   const auto add = [&](sqlite::Transaction& tx) -> Result<std::int64_t> {
     // starts_at ("2026-11-30T18:00") and now ("2026-11-30T18:00:00.000Z") are both UTC and
     // compare as text.
@@ -550,9 +571,36 @@ Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int
     if (!added.ok()) return added.status();
     return added->last_insert_rowid;
   };
-  Result<CreatedRow> made = create_row(user_id, "signups", key, add);
+  Result<CreatedRow> made = create_row(db, run, user_id, "signups", key, add);
   if (!made.ok()) return made.status();
   return SignupReceipt{made->id, game_id, made->replayed};
+}
+
+}  // namespace
+
+Result<PaymentReceipt> SqliteClubStore::do_pay(std::int64_t user_id, std::int64_t amount_cents,
+                                               std::string_view method, const IdempotencyKey& key,
+                                               std::string_view now_utc) {
+  return pay_in(db_, store_run(), user_id, amount_cents, method, key, now_utc);
+}
+
+Result<PaymentReceipt> SqliteClubStore::do_pay_once(std::int64_t user_id, std::int64_t amount_cents,
+                                                    std::string_view method,
+                                                    const IdempotencyKey& key,
+                                                    std::string_view now_utc) {
+  return pay_in(once_, kOnce, user_id, amount_cents, method, key, now_utc);
+}
+
+Result<SignupReceipt> SqliteClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
+                                                  const IdempotencyKey& key,
+                                                  std::string_view now_utc) {
+  return sign_up_in(db_, store_run(), user_id, game_id, key, now_utc);
+}
+
+Result<SignupReceipt> SqliteClubStore::do_sign_up_once(std::int64_t user_id, std::int64_t game_id,
+                                                       const IdempotencyKey& key,
+                                                       std::string_view now_utc) {
+  return sign_up_in(once_, kOnce, user_id, game_id, key, now_utc);
 }
 
 Status SqliteClubStore::do_record_report(std::string_view path, std::string_view digest,

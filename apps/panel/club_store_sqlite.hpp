@@ -4,7 +4,6 @@
 // policy inside the baseline's own retry loop.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <optional>
 
@@ -25,7 +24,7 @@ class SqliteClubStore final : public ClubStore {
   Result<std::vector<Game>> games_on(std::string_view date) override;
   Result<ScheduleContext> context_on(std::string_view date) override;
   Result<std::optional<std::int64_t>> user_id_by_email(std::string_view email) override;
-  [[nodiscard]] const AsyncReads* async_reads() const noexcept override {
+  [[nodiscard]] const AsyncAccess* async_access() const noexcept override {
     return async_ ? &*async_ : nullptr;
   }
   Result<std::optional<User>> session_once(std::string_view token,
@@ -33,6 +32,7 @@ class SqliteClubStore final : public ClubStore {
   Result<std::vector<Game>> games_once(std::string_view date) override;
   Result<ScheduleContext> context_once(std::string_view date) override;
   Status end_session(std::string_view token) override;
+  Status end_session_once(std::string_view token) override;
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
   Result<int> delete_expired_sessions(std::string_view now_utc, int limit) override;
   Result<int> delete_old_idempotency_keys(std::string_view now_utc, int limit) override;
@@ -52,21 +52,21 @@ class SqliteClubStore final : public ClubStore {
                                 std::string_view now_utc) override;
   Result<SignupReceipt> do_sign_up(std::int64_t user_id, std::int64_t game_id,
                                    const IdempotencyKey& key, std::string_view now_utc) override;
+  Result<PaymentReceipt> do_pay_once(std::int64_t user_id, std::int64_t amount_cents,
+                                     std::string_view method, const IdempotencyKey& key,
+                                     std::string_view now_utc) override;
+  Result<SignupReceipt> do_sign_up_once(std::int64_t user_id, std::int64_t game_id,
+                                        const IdempotencyKey& key,
+                                        std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
-
-  // A row made by `body` in a transaction, under the request's idempotency key if it has
-  // one (idempotency.hpp).
-  Result<CreatedRow> create_row(
-      std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
-      const std::function<Result<std::int64_t>(sqlite::Transaction&)>& body);
 
   // Every database operation of the panel goes through here. holdfast: `call` runs at once
   // (db_ retries it). A baseline: `call` runs in the baseline's retry loop, each run counted
   // as an attempt.
   template <class F>
   auto run(Operation op, F&& call) -> std::invoke_result_t<F&>;
-  // run() as a callable, for the reads written once for both ways they run.
+  // run() as a callable, for the calls written once for both ways they run.
   auto store_run() {
     return [this](Operation op, auto&& call) { return run(op, call); };
   }
@@ -77,9 +77,9 @@ class SqliteClubStore final : public ClubStore {
   sqlite::ResilientDatabase db_;
   // db_ on the origin's session schedule (150/500/1500/3000 ms).
   sqlite::ResilientDatabase sessions_;
-  // db_ with one attempt per operation and no Shield (the *_once() reads).
+  // db_ with one attempt per operation and no Shield (the *_once() calls).
   sqlite::ResilientDatabase once_;
-  std::optional<AsyncReads> async_;  // holdfast only
+  std::optional<AsyncAccess> async_;  // holdfast only
   // While a breaker is open, ask the file every 250 ms whether reads (a shared lock) or
   // writes (the write lock) are possible again: service comes back within a probe interval
   // of the lock's release, not at the end of an open period that doubled.

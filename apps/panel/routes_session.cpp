@@ -133,20 +133,29 @@ void PanelServer::post_logout(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const std::string token = session_token(req);
   if (!token.empty()) {
-    // A cross-site form cannot sign a user out: the same CSRF token as the writes.
-    if (!csrf_ok(req, token)) {
-      return answers_->client_error(res, 403,
-                                    "missing or wrong CSRF token: send the csrf_token form "
-                                    "field or the X-CSRF-Token header the panel gave at sign-in",
-                                    false);
-    }
+    if (!logout_allowed(req, res, token)) return;
     const RequestWindow scope = request_window(req);
     if (Status ended = options_.store->end_session(token); !ended.ok()) {
       // The session lives on: say so rather than pretend (the cookie is kept).
       return answers_->failure(res, ended, "/logout", false);
     }
-    forget_session(token);
   }
+  answer_logout(res, token);
+}
+
+bool PanelServer::logout_allowed(const http::Request& req, http::Response& res,
+                                 const std::string& token) {
+  // A cross-site form cannot sign a user out: the same CSRF token as the writes.
+  if (csrf_ok(req, token)) return true;
+  answers_->client_error(res, 403,
+                         "missing or wrong CSRF token: send the csrf_token form "
+                         "field or the X-CSRF-Token header the panel gave at sign-in",
+                         false);
+  return false;
+}
+
+void PanelServer::answer_logout(http::Response& res, const std::string& token) {
+  if (!token.empty()) forget_session(token);
   counters_.ok++;
   res.status = 303;
   set_cookie(res, "session", "", 0, options_.secure_cookies);  // Max-Age=0: the browser drops it

@@ -24,20 +24,19 @@ bool positive_integer(const std::string& text, std::int64_t& out) {
 
 }  // namespace
 
-struct PanelServer::WriteInput {
-  std::int64_t user_id = 0;
-  std::int64_t value = 0;  // the route's positive whole number
-};
-
 std::optional<PanelServer::WriteInput> PanelServer::write_input(const http::Request& req,
                                                                 http::Response& res,
-                                                                std::string_view path,
-                                                                const std::string& field,
-                                                                std::string_view field_error) {
+                                                                std::string_view path) {
   const std::string token = session_token(req);
   Result<std::optional<User>> who = token.empty()
                                         ? Result<std::optional<User>>(std::optional<User>())
                                         : options_.store->session(token, now_utc());
+  return write_input_of(req, res, path, token, who);
+}
+
+std::optional<PanelServer::WriteInput> PanelServer::write_input_of(
+    const http::Request& req, http::Response& res, std::string_view path, const std::string& token,
+    const Result<std::optional<User>>& who) {
   if (!who.ok()) {
     answers_->write_failure(res, who.status(), path);
     return std::nullopt;
@@ -57,8 +56,25 @@ std::optional<PanelServer::WriteInput> PanelServer::write_input(const http::Requ
   }
   WriteInput in;
   in.user_id = (*who)->id;
-  if (!positive_integer(request_field(req, field), in.value)) {
-    answers_->client_error(res, 400, field_error, true);
+  in.key = req.get_header_value("Idempotency-Key");
+  const bool payment = path == "/payments";
+  if (!positive_integer(request_field(req, payment ? "amount_cents" : "game_id"), in.value)) {
+    answers_->client_error(res, 400,
+                           payment ? "amount_cents must be a positive whole number of cents"
+                                   : "game_id must be a positive whole number",
+                           true);
+    return std::nullopt;
+  }
+  Status checked;
+  if (payment) {
+    in.method = request_field(req, "method");
+    if (in.method.empty()) in.method = "card";
+    checked = ClubStore::check_payment(in.value, in.method, in.key);
+  } else {
+    checked = ClubStore::check_sign_up(in.value, in.key);
+  }
+  if (!checked.ok()) {
+    answers_->client_error(res, 400, checked.message(), true);
     return std::nullopt;
   }
   return in;
@@ -67,17 +83,12 @@ std::optional<PanelServer::WriteInput> PanelServer::write_input(const http::Requ
 void PanelServer::post_payment(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const RequestWindow scope = request_window(req);
-  const std::optional<WriteInput> in =
-      write_input(req, res, "/payments", "amount_cents",
-                  "amount_cents must be a positive whole number of cents");
+  const std::optional<WriteInput> in = write_input(req, res, "/payments");
   if (!in) return;
-  std::string method = request_field(req, "method");
-  if (method.empty()) method = "card";
-  const std::string key = req.get_header_value("Idempotency-Key");
-  if (Status input = ClubStore::check_payment(in->value, method, key); !input.ok()) {
-    return answers_->client_error(res, 400, input.message(), true);
-  }
-  Result<PaymentReceipt> paid = options_.store->pay(in->user_id, in->value, method, key, now_utc());
+  answer_payment(res, options_.store->pay(in->user_id, in->value, in->method, in->key, now_utc()));
+}
+
+void PanelServer::answer_payment(http::Response& res, const Result<PaymentReceipt>& paid) {
   if (!paid.ok() && is_key_reused(paid.status())) {
     return answers_->client_error(res, 422, kKeyReusedMessage, true);
   }
@@ -99,14 +110,12 @@ void PanelServer::post_payment(const http::Request& req, http::Response& res) {
 void PanelServer::post_signup(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const RequestWindow scope = request_window(req);
-  const std::optional<WriteInput> in =
-      write_input(req, res, "/signups", "game_id", "game_id must be a positive whole number");
+  const std::optional<WriteInput> in = write_input(req, res, "/signups");
   if (!in) return;
-  const std::string key = req.get_header_value("Idempotency-Key");
-  if (Status input = ClubStore::check_sign_up(in->value, key); !input.ok()) {
-    return answers_->client_error(res, 400, input.message(), true);
-  }
-  Result<SignupReceipt> added = options_.store->sign_up(in->user_id, in->value, key, now_utc());
+  answer_signup(res, options_.store->sign_up(in->user_id, in->value, in->key, now_utc()));
+}
+
+void PanelServer::answer_signup(http::Response& res, const Result<SignupReceipt>& added) {
   if (!added.ok()) return answers_->write_refusal(res, added.status(), "/signups");
   counters_.ok++;
   res.status = added->replayed ? 200 : 201;

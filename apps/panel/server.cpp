@@ -38,11 +38,11 @@ Status PanelServer::start() {
   o.light_workers = kLightWorkers;
   o.default_headers = security_headers();
   o.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
-  // The schedule's reads on the async lane when the store can leave its waits to async_run
-  // (SQLite with holdfast) on real time (asio's timers are).
-  const ClubStore::AsyncReads* async = options_.store->async_reads();
+  // The schedule's reads and the writes on the async lane when the store can leave its
+  // waits to async_run (SQLite with holdfast) on real time (asio's timers are).
+  const ClubStore::AsyncAccess* async = options_.store->async_access();
   const bool use_async =
-      options_.async_schedule && async != nullptr && &options_.store->clock() == &Clock::system();
+      options_.async_lane && async != nullptr && &options_.store->clock() == &Clock::system();
   if (use_async) o.async_workers = std::max(async->connections, 1);
   auto server = std::make_unique<HttpServer>(
       std::move(o), [this](const http::Request& req, http::Response& res) { handle(req, res); });

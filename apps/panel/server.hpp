@@ -60,10 +60,10 @@ class PanelServer {
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;  // database-bound requests served at once (HttpServer's heavy workers)
-    // The schedule's reads on HttpServer's async lane when the store has
-    // ClubStore::async_reads() and runs on the system clock (ADR 0029); false: on the
-    // workers, as every other route.
-    bool async_schedule = true;
+    // The schedule's reads, payments, sign-ups and sign-outs on HttpServer's async lane
+    // when the store has ClubStore::async_access() and runs on the system clock (ADRs 0029,
+    // 0030); false: on the workers, as every other route.
+    bool async_lane = true;
     // Names a request's Host may carry besides the loopback names and `host`
     // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;
@@ -153,6 +153,10 @@ class PanelServer {
   void get_login_link(const http::Request& req, http::Response& res);
   // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
   void post_logout(const http::Request& req, http::Response& res);
+  // Its CSRF check (false after answering 403), and its answer once the session `token`
+  // (empty: none was sent) is ended.
+  bool logout_allowed(const http::Request& req, http::Response& res, const std::string& token);
+  void answer_logout(http::Response& res, const std::string& token);
 
   // routes_schedule.cpp: the schedule, as a page and as JSON.
   void get_schedule_page(const http::Request& req, http::Response& res);
@@ -181,14 +185,23 @@ class PanelServer {
   // After the reads, as answer_schedule() does.
   std::optional<Status> answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
                                              ScheduleRead& read);
-  // The async lane (routes_schedule_async.cpp; SQLite with holdfast, where the store has
-  // ClubStore::async_reads()): the schedule's routes with the same answers, their reads
-  // driven by holdfast::asio::async_run, so that a backoff, a place under the limit or a
-  // wait for the probe holds no thread (ADR 0029).
+  // The async lane (SQLite with holdfast, where the store has ClubStore::async_access()):
+  // the schedule's routes, payments, sign-ups and sign-outs with the same answers, their
+  // database calls driven by holdfast::asio::async_run, so that a backoff, a place under
+  // the limit, a wait for the probe or for a lock holds no thread (ADRs 0029, 0030).
+  // routes_async.cpp: which requests, and the dispatch.
   [[nodiscard]] static bool is_async_route(const http::Request& req) noexcept;
   boost::asio::awaitable<void> handle_async(const http::Request& req, http::Response& res);
+  // routes_schedule_async.cpp
+  boost::asio::awaitable<void> get_schedule_async(const http::Request& req, http::Response& res,
+                                                  RetryWindow& window);
   boost::asio::awaitable<void> read_schedule_async(RetryWindow& window, const ScheduleAsk& ask,
                                                    ScheduleRead& read);
+  // routes_async.cpp
+  boost::asio::awaitable<void> post_write_async(const http::Request& req, http::Response& res,
+                                                RetryWindow& window);
+  boost::asio::awaitable<void> post_logout_async(const http::Request& req, http::Response& res,
+                                                 RetryWindow& window);
   // The session's user and the schedule of `date`. `signed_out` is set only when the
   // database answered that the session is not live (never for an error of the database).
   Status read_schedule(const std::string& token, const std::string& date, const std::string& now,
@@ -214,12 +227,24 @@ class PanelServer {
   // repeat return the first result.
   void post_payment(const http::Request& req, http::Response& res);
   void post_signup(const http::Request& req, http::Response& res);
-  struct WriteInput;
-  // What every write starts with: a signed-in user (with the CSRF token a form needs) and
-  // one positive whole number from `field`. nullopt after answering the request.
+  struct WriteInput {
+    std::int64_t user_id = 0;
+    std::int64_t value = 0;  // the route's positive whole number
+    std::string method;      // payments: "cash" or "card"
+    std::string key;         // the Idempotency-Key, or empty
+  };
+  // What every write starts with: a signed-in user (with the CSRF token a form needs), the
+  // route's positive whole number (amount_cents or game_id), the payment's method and the
+  // Idempotency-Key, all checked. nullopt after answering the request. write_input() reads
+  // the session; write_input_of() takes what a read of it answered (`who`).
   std::optional<WriteInput> write_input(const http::Request& req, http::Response& res,
-                                        std::string_view path, const std::string& field,
-                                        std::string_view field_error);
+                                        std::string_view path);
+  std::optional<WriteInput> write_input_of(const http::Request& req, http::Response& res,
+                                           std::string_view path, const std::string& token,
+                                           const Result<std::optional<User>>& who);
+  // What the store answered, as the answer (201, 200 for a replay, or the refusal).
+  void answer_payment(http::Response& res, const Result<PaymentReceipt>& paid);
+  void answer_signup(http::Response& res, const Result<SignupReceipt>& added);
 
   Options options_;
   std::unique_ptr<HttpServer> http_;

@@ -50,7 +50,7 @@ class PanelFixture : public ::testing::Test {
     po.store = store_.get();
     po.logger = logging_.logger.get();
     po.serve_stale = serve_stale_;
-    po.async_schedule = async_schedule_;
+    po.async_lane = async_lane_;
     server_ = std::make_unique<PanelServer>(po);
     ASSERT_TRUE(server_->start().ok());
     http_ = std::make_unique<http_client::Client>("127.0.0.1", server_->port());
@@ -88,7 +88,7 @@ class PanelFixture : public ::testing::Test {
   }
 
   bool serve_stale_ = true;
-  bool async_schedule_ = true;  // PanelServer::Options::async_schedule (ADR 0029)
+  bool async_lane_ = true;  // PanelServer::Options::async_lane (ADRs 0029, 0030)
   fs::path dir_;
   std::string path_;
   std::unique_ptr<ClubStore> store_;

@@ -229,7 +229,7 @@ TEST_F(PanelStatusTest, TheFrontsOwn503sAreOnTheChartAndEveryAnswerCountsOnce) {
   po.threads = 1;
   // The schedule on the workers' lane: the async lane's bound (256) is past this burst.
   // Both lanes refuse through the same code, which puts the answer on the chart.
-  po.async_schedule = false;
+  po.async_lane = false;
   server_ = std::make_unique<PanelServer>(po);
   ASSERT_TRUE(server_->start().ok());
   http_ = std::make_unique<http_client::Client>("127.0.0.1", server_->port());
