@@ -107,6 +107,35 @@ Status ClubStore::end_session_once(std::string_view) {
   return no_async_calls();
 }
 
+Result<std::optional<ClubStore::Credentials>> ClubStore::credentials_once(std::string_view) {
+  return no_async_calls();
+}
+
+Status ClubStore::rehash_once(std::int64_t, std::string_view, std::string_view) {
+  return no_async_calls();
+}
+
+Status ClubStore::insert_session_once(std::string_view, std::int64_t, std::string_view) {
+  return no_async_calls();
+}
+
+Status ClubStore::cap_sessions_once(std::int64_t, std::string_view) {
+  return no_async_calls();
+}
+
+ClubStore::SignInCheck ClubStore::check_sign_in(std::string_view stored, std::string_view email,
+                                                std::string_view password, PasswordCost cost) {
+  SignInCheck out;
+  const PasswordCheck check = check_password(stored, email, password, cost);
+  out.right = check != PasswordCheck::kWrong;
+  if (check == PasswordCheck::kRightRehash) {
+    if (Result<std::string> fresh = hash_password(password, cost); fresh.ok()) {
+      out.fresh_hash = std::move(*fresh);
+    }
+  }
+  return out;
+}
+
 Result<PaymentReceipt> ClubStore::do_pay_once(std::int64_t, std::int64_t, std::string_view,
                                               const IdempotencyKey&, std::string_view) {
   return no_async_calls();

@@ -197,6 +197,31 @@ class ClubStore {
   Result<SignupReceipt> sign_up_once(std::int64_t user_id, std::int64_t game_id,
                                      std::string_view idempotency_key, std::string_view now_utc);
   virtual Status end_session_once(std::string_view token);
+  // The steps of login(), one attempt each, for a caller that checks the password itself
+  // with check_sign_in() off its event loop (tens of milliseconds of CPU): the user's id
+  // and stored hash (nullopt: no such email); the stored hash replaced by `fresh`, only over
+  // `stored` (a password changed meanwhile stays changed); the session `token` (a
+  // new_token(): inserting it again changes nothing) opened for the user; and the user's
+  // expired sessions and the oldest beyond kSessionsPerUser deleted.
+  struct Credentials {
+    std::int64_t user_id = 0;
+    std::string password_hash;
+  };
+  virtual Result<std::optional<Credentials>> credentials_once(std::string_view email);
+  virtual Status rehash_once(std::int64_t user_id, std::string_view fresh, std::string_view stored);
+  virtual Status insert_session_once(std::string_view token, std::int64_t user_id,
+                                     std::string_view now_utc);
+  virtual Status cap_sessions_once(std::int64_t user_id, std::string_view now_utc);
+  // Whether `password` signs `email` in over its stored hash, and the hash of cost
+  // `password_cost()` to store instead when the stored one is of the legacy form or of
+  // another cost (empty otherwise, or when hashing failed: the next sign-in tries again).
+  struct SignInCheck {
+    bool right = false;
+    std::string fresh_hash;
+  };
+  static SignInCheck check_sign_in(std::string_view stored, std::string_view email,
+                                   std::string_view password, PasswordCost cost);
+  [[nodiscard]] PasswordCost password_cost() const noexcept { return options_.password_cost; }
   // Counts one database call (see calls()) made by a caller driving the *_once() reads.
   void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
 

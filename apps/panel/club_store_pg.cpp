@@ -256,24 +256,20 @@ Result<std::string> PgClubStore::do_login(std::string_view email, std::string_vi
   if (!user.ok()) return user.status();
   if (user->empty()) return Status(Code::kPermissionDenied, "unknown email or wrong password");
   const std::string stored(user->text(0, 1));
-  const PasswordCheck check = check_password(stored, email, password, options_.password_cost);
-  if (check == PasswordCheck::kWrong) {
-    return Status(Code::kPermissionDenied, "unknown email or wrong password");
-  }
+  const SignInCheck check = check_sign_in(stored, email, password, options_.password_cost);
+  if (!check.right) return Status(Code::kPermissionDenied, "unknown email or wrong password");
   Result<std::int64_t> id = int_at(*user, 0, 0);
   if (!id.ok()) return id.status();
-  if (check == PasswordCheck::kRightRehash) {
-    if (Result<std::string> fresh = hash_password(password, options_.password_cost); fresh.ok()) {
-      // Only over the hash just checked (a password changed meanwhile stays changed), so
-      // applying it twice is applying it once. Its failure is not the sign-in's.
-      const Operation op = Operation::idempotent_write("login.rehash");
-      (void)run(op, [&] {
-        return writes_->write(
-            "UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3",
-            {*fresh, *id, stored}, op);
-      });
-      remember_write("user:" + std::to_string(*id));
-    }
+  if (!check.fresh_hash.empty()) {
+    // Only over the hash just checked (a password changed meanwhile stays changed), so
+    // applying it twice is applying it once. Its failure is not the sign-in's.
+    const Operation op = Operation::idempotent_write("login.rehash");
+    (void)run(op, [&] {
+      return writes_->write(
+          "UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3",
+          {check.fresh_hash, *id, stored}, op);
+    });
+    remember_write("user:" + std::to_string(*id));
   }
   return do_open_session(*id, now_utc);
 }

@@ -420,56 +420,107 @@ Status SqliteClubStore::end_session_once(std::string_view token) {
   return end_session_in(once_, kOnce, token);
 }
 
-Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
-                                              std::string_view now_utc) {
+namespace {
+
+template <class Run>
+Result<std::optional<ClubStore::Credentials>> credentials_in(sqlite::ResilientDatabase& db,
+                                                             Run&& run, std::string_view email) {
   auto user = run(Operation::read("login.user"), [&] {
-    return db_.query<std::int64_t, std::string>(
+    return db.query<std::int64_t, std::string>(
         "SELECT id, password_hash FROM users WHERE email = ?", email);
   });
   if (!user.ok()) return user.status();
-  if (user->empty()) return Status(Code::kPermissionDenied, "unknown email or wrong password");
-  const std::int64_t id = std::get<0>(user->front());
-  const std::string& stored = std::get<1>(user->front());
-  const PasswordCheck check = check_password(stored, email, password, options_.password_cost);
-  if (check == PasswordCheck::kWrong) {
-    return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  if (user->empty()) return std::optional<ClubStore::Credentials>();
+  auto& [id, hash] = user->front();
+  return std::optional<ClubStore::Credentials>(ClubStore::Credentials{id, std::move(hash)});
+}
+
+template <class Run>
+Status rehash_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
+                 std::string_view fresh, std::string_view stored) {
+  // Only over the hash just checked, so applying it twice is applying it once.
+  return run(Operation::idempotent_write("login.rehash"),
+             [&] {
+               return db.execute(
+                   "UPDATE users SET password_hash = ?1 WHERE id = ?2 AND password_hash = ?3",
+                   fresh, user_id, stored);
+             })
+      .status();
+}
+
+template <class Run>
+Status insert_session_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view token,
+                         std::int64_t user_id, std::string_view now_utc) {
+  // Inserting a fresh random token twice is impossible, so a retry of it is safe.
+  return run(Operation::idempotent_write("login.session"),
+             [&] {
+               return db.execute(
+                   "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, "
+                   "expires_at) VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, "
+                   "'+30 days'))",
+                   token, user_id, now_utc);
+             })
+      .status();
+}
+
+template <class Run>
+Status cap_sessions_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
+                       std::string_view now_utc) {
+  // Deleting down to a cap twice is deleting once.
+  return run(Operation::idempotent_write("login.session_cap"),
+             [&] {
+               return db.execute(
+                   "DELETE FROM sessions WHERE user_id = ?1 AND (expires_at <= ?2 OR token NOT IN "
+                   "(SELECT token FROM sessions WHERE user_id = ?1 AND expires_at > ?2 "
+                   "ORDER BY created_at DESC, rowid DESC LIMIT ?3))",
+                   user_id, now_utc, ClubStore::kSessionsPerUser);
+             })
+      .status();
+}
+
+}  // namespace
+
+Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
+                                              std::string_view now_utc) {
+  Result<std::optional<Credentials>> user = credentials_in(db_, store_run(), email);
+  if (!user.ok()) return user.status();
+  const SignInCheck check = user->has_value() ? check_sign_in((*user)->password_hash, email,
+                                                              password, options_.password_cost)
+                                              : SignInCheck{};
+  if (!check.right) return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  if (!check.fresh_hash.empty()) {
+    // Its failure is not the sign-in's: the next one tries again.
+    (void)rehash_in(db_, store_run(), (*user)->user_id, check.fresh_hash, (*user)->password_hash);
   }
-  if (check == PasswordCheck::kRightRehash) {
-    if (Result<std::string> fresh = hash_password(password, options_.password_cost); fresh.ok()) {
-      // Only over the hash just checked (a password changed meanwhile stays changed), so
-      // applying it twice is applying it once. Its failure is not the sign-in's.
-      const Operation op = Operation::idempotent_write("login.rehash");
-      (void)run(op, [&] {
-        return db_.execute(
-            "UPDATE users SET password_hash = ?1 WHERE id = ?2 AND password_hash = ?3", *fresh, id,
-            stored);
-      });
-    }
-  }
-  return do_open_session(id, now_utc);
+  return do_open_session((*user)->user_id, now_utc);
 }
 
 Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,
                                                      std::string_view now_utc) {
   std::string token = new_token();
-  // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  Result<sqlite::Exec> inserted = run(Operation::idempotent_write("login.session"), [&] {
-    return db_.execute(
-        "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, expires_at) "
-        "VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, '+30 days'))",
-        token, user_id, now_utc);
-  });
-  if (!inserted.ok()) return inserted.status();
-  // The user's expired sessions and the oldest beyond the newest kSessionsPerUser: deleting
-  // down to a cap twice is deleting once. Its failure is not the sign-in's.
-  (void)run(Operation::idempotent_write("login.session_cap"), [&] {
-    return db_.execute(
-        "DELETE FROM sessions WHERE user_id = ?1 AND (expires_at <= ?2 OR token NOT IN "
-        "(SELECT token FROM sessions WHERE user_id = ?1 AND expires_at > ?2 "
-        "ORDER BY created_at DESC, rowid DESC LIMIT ?3))",
-        user_id, now_utc, kSessionsPerUser);
-  });
+  if (Status s = insert_session_in(db_, store_run(), token, user_id, now_utc); !s.ok()) return s;
+  // Its failure is not the sign-in's: the next one tries again.
+  (void)cap_sessions_in(db_, store_run(), user_id, now_utc);
   return token;
+}
+
+Result<std::optional<ClubStore::Credentials>> SqliteClubStore::credentials_once(
+    std::string_view email) {
+  return credentials_in(once_, kOnce, email);
+}
+
+Status SqliteClubStore::rehash_once(std::int64_t user_id, std::string_view fresh,
+                                    std::string_view stored) {
+  return rehash_in(once_, kOnce, user_id, fresh, stored);
+}
+
+Status SqliteClubStore::insert_session_once(std::string_view token, std::int64_t user_id,
+                                            std::string_view now_utc) {
+  return insert_session_in(once_, kOnce, token, user_id, now_utc);
+}
+
+Status SqliteClubStore::cap_sessions_once(std::int64_t user_id, std::string_view now_utc) {
+  return cap_sessions_in(once_, kOnce, user_id, now_utc);
 }
 
 Result<int> SqliteClubStore::delete_expired_sessions(std::string_view now_utc, int limit) {

@@ -33,6 +33,12 @@ class SqliteClubStore final : public ClubStore {
   Result<ScheduleContext> context_once(std::string_view date) override;
   Status end_session(std::string_view token) override;
   Status end_session_once(std::string_view token) override;
+  Result<std::optional<Credentials>> credentials_once(std::string_view email) override;
+  Status rehash_once(std::int64_t user_id, std::string_view fresh,
+                     std::string_view stored) override;
+  Status insert_session_once(std::string_view token, std::int64_t user_id,
+                             std::string_view now_utc) override;
+  Status cap_sessions_once(std::int64_t user_id, std::string_view now_utc) override;
   Status refresh_session(std::string_view token, std::string_view now_utc) override;
   Result<int> delete_expired_sessions(std::string_view now_utc, int limit) override;
   Result<int> delete_old_idempotency_keys(std::string_view now_utc, int limit) override;

@@ -69,6 +69,10 @@ class HttpServer {
     int async_workers = 0;
     // Async requests in flight at once (waiting costs them no thread); past it, 503.
     std::size_t max_async_requests = 256;
+    // Threads for the async routes' CPU-heavy work (cpu_executor()), so that it never
+    // stalls an event loop of the lane: at most this many such jobs run at once, the others
+    // wait their turn holding no thread.
+    int async_cpu_workers = 2;
     // For the whole request head; also how long a keep-alive connection may stay idle.
     std::chrono::milliseconds head_deadline{5000};
     std::chrono::milliseconds body_deadline{10000};  // for the whole body
@@ -123,6 +127,11 @@ class HttpServer {
   // Before start(): the requests `routes` accepts are served by `handler` on the async lane
   // (Options::async_workers > 0), the others by the Handler.
   void serve_async(AsyncRoutes routes, AsyncHandler handler);
+  // Where an AsyncHandler runs CPU-heavy work (Options::async_cpu_workers threads):
+  //   co_await boost::asio::co_spawn(server.cpu_executor(), job(), boost::asio::use_awaitable);
+  // resumes the handler on its own event loop when the job is done. A job still queued when
+  // the server stops is dropped with its request. REQUIRES: started with an async lane.
+  [[nodiscard]] boost::asio::any_io_executor cpu_executor() const;
 
   // Binds, listens and starts the event loop and the workers. A port in use is
   // UNAVAILABLE, a host that is not an address or a name of one INVALID_ARGUMENT, each

@@ -84,6 +84,8 @@ struct HttpServer::Impl {
     std::vector<std::thread> threads;
     std::size_t next = 0;     // the event loop's
     std::size_t pending = 0;  // in flight; the event loop's
+    // CPU-heavy jobs of the handlers (HttpServer::cpu_executor()).
+    std::unique_ptr<net::thread_pool> cpu;
   } async;
   std::atomic<bool> stopping{false};
   // Connections open and not being served, in the order they began to wait: the first of an

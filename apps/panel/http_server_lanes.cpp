@@ -56,6 +56,8 @@ void HttpServer::Impl::start_async_lane() {
   for (int i = 0; i < options.async_workers; ++i) {
     async.loops.push_back(std::make_unique<net::io_context>(1));
   }
+  async.cpu = std::make_unique<net::thread_pool>(
+      static_cast<std::size_t>(std::max(options.async_cpu_workers, 1)));
   for (auto& loop : async.loops) {
     async.threads.emplace_back([io = loop.get()] {
       // Kept running when idle; an exception out of a handler (none is expected: the
@@ -78,8 +80,19 @@ void HttpServer::Impl::stop_async_lane() noexcept {
   for (std::thread& t : async.threads) {
     if (t.joinable()) t.join();
   }
+  // The CPU jobs next, while the event loops still exist: a job's completion is the
+  // coroutine that awaits it, and dropping it lets go of work counted on its event loop.
+  if (async.cpu) {
+    async.cpu->stop();
+    async.cpu->join();
+    async.cpu.reset();
+  }
   // The requests still in flight end here, their places in any Shield given back.
   async.loops.clear();
+}
+
+boost::asio::any_io_executor HttpServer::cpu_executor() const {
+  return impl_->async.cpu->get_executor();
 }
 
 void HttpServer::Impl::serve(Exchange& ex) noexcept {

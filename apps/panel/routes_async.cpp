@@ -1,11 +1,13 @@
 // The async lane's routes (ADRs 0029, 0030): which requests HttpServer gives it, one
 // RetryWindow per request open from its arrival (DESIGN §10), and the writes: payments,
-// sign-ups and sign-outs with the same answers as routes_writes.cpp and routes_session.cpp,
-// their session read and their transaction driven by holdfast::asio::async_run
-// (async_call.hpp). Signing in stays on the workers: checking an Argon2id hash is tens of
-// milliseconds of CPU, which would stall every request on the lane thread's event loop.
+// sign-ups, sign-ins and sign-outs with the same answers as routes_writes.cpp and
+// routes_session.cpp, each database call driven by holdfast::asio::async_run
+// (async_call.hpp). A sign-in's password check (tens of milliseconds of Argon2id) runs on
+// HttpServer::cpu_executor(), so that it never stalls the lane's event loop.
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include "async_call.hpp"
 #include "route_helpers.hpp"
@@ -20,8 +22,8 @@ bool PanelServer::is_async_route(const http::Request& req) noexcept {
   if (req.method == "GET" || req.method == "HEAD") {
     return req.path == "/dashboard/schedule" || req.path == "/api/schedule";
   }
-  return req.method == "POST" &&
-         (req.path == "/payments" || req.path == "/signups" || req.path == "/logout");
+  return req.method == "POST" && (req.path == "/payments" || req.path == "/signups" ||
+                                  req.path == "/login" || req.path == "/logout");
 }
 
 net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::Response& res) {
@@ -33,6 +35,8 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     if (req.received != TimePoint{}) window.open(req.received);
     if (req.method != "POST") {
       co_await get_schedule_async(req, res, window);
+    } else if (req.path == "/login") {
+      co_await post_login_async(req, res, window);
     } else if (req.path == "/logout") {
       co_await post_logout_async(req, res, window);
     } else {
@@ -99,6 +103,58 @@ net::awaitable<void> PanelServer::post_logout_async(const http::Request& req, ht
     }
   }
   answer_logout(res, token);
+}
+
+net::awaitable<void> PanelServer::post_login_async(const http::Request& req, http::Response& res,
+                                                   RetryWindow& window) {
+  counters_.requests++;
+  const std::optional<SignInAsk> ask = sign_in_asked(req, res);
+  if (!ask) co_return;
+  const Result<std::string> token = co_await sign_in_async(*ask, window);
+  answer_sign_in(res, *ask, token);
+}
+
+net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& ask,
+                                                               RetryWindow& window) {
+  ClubStore& store = *options_.store;
+  const ClubStore::AsyncAccess& a = *store.async_access();
+  using Found = Result<std::optional<ClubStore::Credentials>>;
+  store.count_call();
+  const Found user =
+      co_await run_call<Found>(a, *a.shield, *a.reads, window, Operation::read("login.user"),
+                               [&] { return store.credentials_once(ask.email); });
+  if (!user.ok()) co_return user.status();
+  const Status wrong(Code::kPermissionDenied, "unknown email or wrong password");
+  if (!user->has_value()) co_return wrong;
+  const ClubStore::Credentials& found = **user;
+  const PasswordCost cost = store.password_cost();
+  const ClubStore::SignInCheck check = co_await net::co_spawn(
+      http_->cpu_executor(),
+      [&]() -> net::awaitable<ClubStore::SignInCheck> {
+        co_return ClubStore::check_sign_in(found.password_hash, ask.email, ask.password, cost);
+      },
+      net::use_awaitable);
+  if (!check.right) co_return wrong;
+  if (!check.fresh_hash.empty()) {
+    // Its failure is not the sign-in's: the next one tries again.
+    store.count_call();
+    (void)co_await run_call<Status>(
+        a, *a.write_shield, *a.writes, window, Operation::idempotent_write("login.rehash"),
+        [&] { return store.rehash_once(found.user_id, check.fresh_hash, found.password_hash); });
+  }
+  const std::string token = ClubStore::new_token();
+  const std::string now = now_utc();
+  store.count_call();
+  const Status opened = co_await run_call<Status>(
+      a, *a.write_shield, *a.writes, window, Operation::idempotent_write("login.session"),
+      [&] { return store.insert_session_once(token, found.user_id, now); });
+  if (!opened.ok()) co_return opened;
+  // Its failure is not the sign-in's: the next one tries again.
+  store.count_call();
+  (void)co_await run_call<Status>(a, *a.write_shield, *a.writes, window,
+                                  Operation::idempotent_write("login.session_cap"),
+                                  [&] { return store.cap_sessions_once(found.user_id, now); });
+  co_return token;
 }
 
 }  // namespace holdfast::panel

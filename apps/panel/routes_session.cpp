@@ -54,22 +54,31 @@ void PanelServer::get_login(const http::Request&, http::Response& res) {
 
 void PanelServer::post_login(const http::Request& req, http::Response& res) {
   counters_.requests++;
-  const std::string email = req.get_param_value("email");
-  const std::string password = req.get_param_value("password");
-  if (Status input = ClubStore::check_login(email, password); !input.ok()) {
+  std::optional<SignInAsk> ask = sign_in_asked(req, res);
+  if (!ask) return;
+  const RequestWindow scope = request_window(req);
+  answer_sign_in(res, *ask, options_.store->login(ask->email, ask->password, now_utc()));
+}
+
+std::optional<PanelServer::SignInAsk> PanelServer::sign_in_asked(const http::Request& req,
+                                                                 http::Response& res) {
+  SignInAsk ask;
+  ask.email = req.get_param_value("email");
+  ask.password = req.get_param_value("password");
+  if (Status input = ClubStore::check_login(ask.email, ask.password); !input.ok()) {
     counters_.bad_request++;
     res.status = 400;
     res.set_content(render_login(input.message()), kHtml);
-    return;
+    return std::nullopt;
   }
   // Throttled per account and per address before the password is looked at: each attempt
   // holds a place in both limits while it runs, and counts only if the password was wrong.
-  const std::string account = "account:" + email;
-  const std::string address = client_address(req);
-  Duration wait = sign_in_by_account_->try_acquire(account);
+  ask.account = "account:" + ask.email;
+  ask.address = client_address(req);
+  Duration wait = sign_in_by_account_->try_acquire(ask.account);
   if (wait == Duration::zero()) {
-    wait = sign_in_by_address_->try_acquire(address);
-    if (wait > Duration::zero()) sign_in_by_account_->settle(account, false);
+    wait = sign_in_by_address_->try_acquire(ask.address);
+    if (wait > Duration::zero()) sign_in_by_account_->settle(ask.account, false);
   }
   if (wait > Duration::zero()) {
     counters_.bad_request++;
@@ -79,15 +88,18 @@ void PanelServer::post_login(const http::Request& req, http::Response& res) {
                                      ? "Too many failed sign-ins. Try again in a minute."
                                      : "Too many sign-ins at once. Try again in a second."),
                     kHtml);
-    return;
+    return std::nullopt;
   }
-  const RequestWindow scope = request_window(req);
-  Result<std::string> token = options_.store->login(email, password, now_utc());
+  return ask;
+}
+
+void PanelServer::answer_sign_in(http::Response& res, const SignInAsk& ask,
+                                 const Result<std::string>& token) {
   // The store's own answer, never an engine's 42501 (a permission the database refused).
   const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied &&
                               !from_engine(token.status());
-  sign_in_by_account_->settle(account, wrong_password);
-  sign_in_by_address_->settle(address, wrong_password);
+  sign_in_by_account_->settle(ask.account, wrong_password);
+  sign_in_by_address_->settle(ask.address, wrong_password);
   if (!token.ok()) {
     if (wrong_password) {
       counters_.bad_request++;

@@ -150,6 +150,17 @@ class PanelServer {
   // routes_session.cpp: signing in.
   void get_login(const http::Request& req, http::Response& res);
   void post_login(const http::Request& req, http::Response& res);
+  // What a sign-in asks, once its input is checked and it has a place in both throttles.
+  struct SignInAsk {
+    std::string email;
+    std::string password;
+    std::string account;  // its keys in sign_in_by_account_ and sign_in_by_address_
+    std::string address;
+  };
+  // nullopt after answering (400 or 429).
+  std::optional<SignInAsk> sign_in_asked(const http::Request& req, http::Response& res);
+  // Settles the throttles and answers (303 with the session, 401, or the failure).
+  void answer_sign_in(http::Response& res, const SignInAsk& ask, const Result<std::string>& token);
   void get_login_link(const http::Request& req, http::Response& res);
   // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
   void post_logout(const http::Request& req, http::Response& res);
@@ -202,6 +213,11 @@ class PanelServer {
                                                 RetryWindow& window);
   boost::asio::awaitable<void> post_logout_async(const http::Request& req, http::Response& res,
                                                  RetryWindow& window);
+  boost::asio::awaitable<void> post_login_async(const http::Request& req, http::Response& res,
+                                                RetryWindow& window);
+  // What an async sign-in's session (a token) is, or why there is none.
+  boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
+                                                            RetryWindow& window);
   // The session's user and the schedule of `date`. `signed_out` is set only when the
   // database answered that the session is not live (never for an error of the database).
   Status read_schedule(const std::string& token, const std::string& date, const std::string& now,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -136,6 +137,85 @@ TEST(HttpServerAsync, AnExceptionIsAnswered500AndTheLaneGoesOn) {
   EXPECT_EQ(first.find("a route's bug"), std::string::npos) << "no internals in the answer";
   const std::string second = request(server.port(), kAsyncPage);
   EXPECT_EQ(second.rfind("HTTP/1.1 200", 0), 0u) << second;
+}
+
+// A handler hands CPU-heavy work (the panel's password checks) to cpu_executor(): while a
+// job runs there, the lane's one event loop goes on serving. The job holds its thread
+// until another request has been served on the lane (or 5 s pass, so that a failing test
+// ends); a handler that ran it on the lane's thread would serve nothing meanwhile.
+TEST(HttpServerAsync, AJobOnTheCpuExecutorLeavesTheLanesEventLoopFree) {
+  HttpServer::Options o;
+  o.async_workers = 1;
+  std::atomic<bool> other_served{false};
+  std::atomic<bool> job_saw_other{false};
+  HttpServer server(o, [](const http::Request&, http::Response&) {});
+  server.serve_async(
+      [](const http::Request& req) { return req.path == "/async" || req.path == "/job"; },
+      [&](const http::Request& req, http::Response& res) -> net::awaitable<void> {
+        if (req.path == "/job") {
+          const bool saw = co_await net::co_spawn(
+              server.cpu_executor(),
+              [&]() -> net::awaitable<bool> {
+                for (int i = 0; i < 500 && !other_served; ++i)
+                  std::this_thread::sleep_for(milliseconds(10));
+                co_return other_served.load();
+              },
+              net::use_awaitable);
+          job_saw_other = saw;
+          res.set_content("job done", "text/plain");
+        } else {
+          other_served = true;
+          res.set_content("fine", "text/plain");
+        }
+      });
+  ASSERT_TRUE(server.start().ok());
+  const int job = connect_to(server.port());
+  send_text(job, closing("GET /job HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  std::this_thread::sleep_for(milliseconds(100));  // the job has begun (or the test proves less)
+  const std::string other = request(server.port(), kAsyncPage);
+  const std::string done = read_until_closed(job, milliseconds(8000));
+  ::close(job);
+  EXPECT_EQ(other.rfind("HTTP/1.1 200", 0), 0u) << other;
+  EXPECT_NE(done.find("job done"), std::string::npos) << done;
+  EXPECT_TRUE(job_saw_other.load()) << "the lane served nothing while the job ran";
+}
+
+// Stopping the server while a job runs on the CPU executor and others wait for it: the
+// running one ends, the waiting ones are dropped with their requests, and nothing is left
+// touching the lane's event loops (ASan would see it).
+TEST(HttpServerAsync, StoppingWithCpuJobsRunningAndQueuedEndsCleanly) {
+  HttpServer::Options o;
+  o.async_workers = 1;
+  o.async_cpu_workers = 1;
+  std::atomic<int> started{0};
+  auto server = std::make_unique<HttpServer>(o, [](const http::Request&, http::Response&) {});
+  HttpServer& s = *server;
+  s.serve_async([](const http::Request& req) { return req.path == "/job"; },
+                [&](const http::Request&, http::Response& res) -> net::awaitable<void> {
+                  co_await net::co_spawn(
+                      s.cpu_executor(),
+                      [&]() -> net::awaitable<void> {
+                        ++started;
+                        std::this_thread::sleep_for(milliseconds(300));
+                        co_return;
+                      },
+                      net::use_awaitable);
+                  res.set_content("job done", "text/plain");
+                });
+  ASSERT_TRUE(s.start().ok());
+  std::vector<int> fds;
+  for (int i = 0; i < 3; ++i) {
+    fds.push_back(connect_to(s.port()));
+    send_text(fds.back(), closing("GET /job HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  }
+  for (int i = 0; i < 200 && started.load() == 0; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(started.load(), 1) << "one job runs, the others wait for the one CPU thread";
+  server->stop();
+  server.reset();
+  for (int fd : fds)
+    ::close(fd);
+  EXPECT_EQ(started.load(), 1) << "a queued job ran after stop()";
 }
 
 }  // namespace
