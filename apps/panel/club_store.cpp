@@ -107,6 +107,11 @@ Status ClubStore::end_session_once(std::string_view) {
   return no_async_calls();
 }
 
+Status ClubStore::do_record_report_once(std::string_view, std::string_view, std::string_view,
+                                        std::string_view) {
+  return no_async_calls();
+}
+
 Result<std::optional<ClubStore::Credentials>> ClubStore::credentials_once(std::string_view) {
   return no_async_calls();
 }
@@ -253,6 +258,12 @@ Status ClubStore::record_report(std::string_view path, std::string_view digest,
                                 std::string_view note, std::string_view now_utc) {
   if (Status s = check_report(path, digest, note); !s.ok()) return s;
   return do_record_report(path, digest, note, now_utc);
+}
+
+Status ClubStore::record_report_once(std::string_view path, std::string_view digest,
+                                     std::string_view note, std::string_view now_utc) {
+  if (Status s = check_report(path, digest, note); !s.ok()) return s;
+  return do_record_report_once(path, digest, note, now_utc);
 }
 
 }  // namespace holdfast::panel

@@ -197,6 +197,8 @@ class ClubStore {
   Result<SignupReceipt> sign_up_once(std::int64_t user_id, std::int64_t game_id,
                                      std::string_view idempotency_key, std::string_view now_utc);
   virtual Status end_session_once(std::string_view token);
+  Status record_report_once(std::string_view path, std::string_view digest, std::string_view note,
+                            std::string_view now_utc);
   // The steps of login(), one attempt each, for a caller that checks the password itself
   // with check_sign_in() off its event loop (tens of milliseconds of CPU): the user's id
   // and stored hash (nullopt: no such email); the stored hash replaced by `fresh`, only over
@@ -279,14 +281,16 @@ class ClubStore {
                                            const IdempotencyKey& key, std::string_view now_utc) = 0;
   virtual Status do_record_report(std::string_view path, std::string_view digest,
                                   std::string_view note, std::string_view now_utc) = 0;
-  // One attempt of do_pay() and do_sign_up() (pay_once(), sign_up_once()). The base class
-  // answers UNIMPLEMENTED.
+  // One attempt of do_pay(), do_sign_up() and do_record_report() (pay_once(),
+  // sign_up_once(), record_report_once()). The base class answers UNIMPLEMENTED.
   virtual Result<PaymentReceipt> do_pay_once(std::int64_t user_id, std::int64_t amount_cents,
                                              std::string_view method, const IdempotencyKey& key,
                                              std::string_view now_utc);
   virtual Result<SignupReceipt> do_sign_up_once(std::int64_t user_id, std::int64_t game_id,
                                                 const IdempotencyKey& key,
                                                 std::string_view now_utc);
+  virtual Status do_record_report_once(std::string_view path, std::string_view digest,
+                                       std::string_view note, std::string_view now_utc);
 
   // The baselines (REQUIRES: strategy() is not holdfast): `attempt` run once, or in the
   // baseline's own retry loop, each call counted as one attempt. The baselines retry

@@ -654,15 +654,30 @@ Result<SignupReceipt> SqliteClubStore::do_sign_up_once(std::int64_t user_id, std
   return sign_up_in(once_, kOnce, user_id, game_id, key, now_utc);
 }
 
-Status SqliteClubStore::do_record_report(std::string_view path, std::string_view digest,
-                                         std::string_view note, std::string_view now_utc) {
+namespace {
+
+template <class Run>
+Status record_report_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view path,
+                        std::string_view digest, std::string_view note, std::string_view now_utc) {
   return run(Operation::write("problem_reports.create"),
              [&] {
-               return db_.execute(
+               return db.execute(
                    "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",
                    path, digest, note, now_utc);
              })
       .status();
+}
+
+}  // namespace
+
+Status SqliteClubStore::do_record_report(std::string_view path, std::string_view digest,
+                                         std::string_view note, std::string_view now_utc) {
+  return record_report_in(db_, store_run(), path, digest, note, now_utc);
+}
+
+Status SqliteClubStore::do_record_report_once(std::string_view path, std::string_view digest,
+                                              std::string_view note, std::string_view now_utc) {
+  return record_report_in(once_, kOnce, path, digest, note, now_utc);
 }
 
 }  // namespace holdfast::panel

@@ -66,6 +66,8 @@ class SqliteClubStore final : public ClubStore {
                                         std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
+  Status do_record_report_once(std::string_view path, std::string_view digest,
+                               std::string_view note, std::string_view now_utc) override;
 
   // Every database operation of the panel goes through here. holdfast: `call` runs at once
   // (db_ retries it). A baseline: `call` runs in the baseline's retry loop, each run counted

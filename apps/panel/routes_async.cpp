@@ -19,11 +19,15 @@ namespace net = boost::asio;
 using lane::run_call;
 
 bool PanelServer::is_async_route(const http::Request& req) noexcept {
+  // Every route with database work. (GET /login, /healthz and /metrics are light: the
+  // server keeps them on workers of their own.)
   if (req.method == "GET" || req.method == "HEAD") {
-    return req.path == "/dashboard/schedule" || req.path == "/api/schedule";
+    return req.path == "/dashboard/schedule" || req.path == "/api/schedule" ||
+           req.path == "/login/link" || req.path == "/status" || req.path == "/status.svg";
   }
-  return req.method == "POST" && (req.path == "/payments" || req.path == "/signups" ||
-                                  req.path == "/login" || req.path == "/logout");
+  return req.method == "POST" &&
+         (req.path == "/payments" || req.path == "/signups" || req.path == "/login" ||
+          req.path == "/logout" || req.path == "/report");
 }
 
 net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::Response& res) {
@@ -33,8 +37,14 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     // store's clock: PanelServer::start() gives it to HttpServer.)
     RetryWindow window(options_.window, options_.store->clock());
     if (req.received != TimePoint{}) window.open(req.received);
-    if (req.method != "POST") {
+    if (req.path == "/status" || req.path == "/status.svg") {
+      co_await get_status_async(req, res, window);
+    } else if (req.path == "/login/link") {
+      co_await get_login_link_async(req, res, window);
+    } else if (req.method != "POST") {
       co_await get_schedule_async(req, res, window);
+    } else if (req.path == "/report") {
+      co_await post_report_async(req, res, window);
     } else if (req.path == "/login") {
       co_await post_login_async(req, res, window);
     } else if (req.path == "/logout") {
@@ -53,14 +63,7 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   const ClubStore::AsyncAccess& a = *store.async_access();
   const bool payment = req.path == "/payments";
   const std::string token = session_token(req);
-  Result<std::optional<User>> who{std::optional<User>()};
-  if (!token.empty()) {
-    const std::string now = now_utc();
-    store.count_call();
-    who = co_await run_call<Result<std::optional<User>>>(
-        a, *a.shield, *a.sessions, window, Operation::read("session.read"),
-        [&] { return store.session_once(token, now); });
-  }
+  const Result<std::optional<User>> who = co_await session_async(token, window);
   const std::optional<WriteInput> in = write_input_of(req, res, req.path, token, who);
   if (!in) co_return;
   // As the store's own loop runs them: a whole transaction, re-run after a rollback; with a
@@ -142,19 +145,70 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
         a, *a.write_shield, *a.writes, window, Operation::idempotent_write("login.rehash"),
         [&] { return store.rehash_once(found.user_id, check.fresh_hash, found.password_hash); });
   }
+  co_return co_await open_session_async(found.user_id, window);
+}
+
+net::awaitable<Result<std::string>> PanelServer::open_session_async(std::int64_t user_id,
+                                                                    RetryWindow& window) {
+  ClubStore& store = *options_.store;
+  const ClubStore::AsyncAccess& a = *store.async_access();
   const std::string token = ClubStore::new_token();
   const std::string now = now_utc();
   store.count_call();
   const Status opened = co_await run_call<Status>(
       a, *a.write_shield, *a.writes, window, Operation::idempotent_write("login.session"),
-      [&] { return store.insert_session_once(token, found.user_id, now); });
+      [&] { return store.insert_session_once(token, user_id, now); });
   if (!opened.ok()) co_return opened;
   // Its failure is not the sign-in's: the next one tries again.
   store.count_call();
   (void)co_await run_call<Status>(a, *a.write_shield, *a.writes, window,
                                   Operation::idempotent_write("login.session_cap"),
-                                  [&] { return store.cap_sessions_once(found.user_id, now); });
+                                  [&] { return store.cap_sessions_once(user_id, now); });
   co_return token;
+}
+
+net::awaitable<Result<std::optional<User>>> PanelServer::session_async(const std::string& token,
+                                                                       RetryWindow& window) {
+  if (token.empty()) co_return std::optional<User>();
+  ClubStore& store = *options_.store;
+  const ClubStore::AsyncAccess& a = *store.async_access();
+  const std::string now = now_utc();
+  store.count_call();
+  co_return co_await run_call<Result<std::optional<User>>>(
+      a, *a.shield, *a.sessions, window, Operation::read("session.read"),
+      [&] { return store.session_once(token, now); });
+}
+
+net::awaitable<void> PanelServer::get_login_link_async(const http::Request& req,
+                                                       http::Response& res, RetryWindow& window) {
+  counters_.requests++;
+  const std::optional<SignInLink> link = sign_in_link_taken(req, res);
+  if (!link) co_return;
+  const Result<std::string> session = co_await open_session_async(link->user_id, window);
+  answer_sign_in_link(res, *link, session);
+}
+
+net::awaitable<void> PanelServer::post_report_async(const http::Request& req, http::Response& res,
+                                                    RetryWindow& window) {
+  counters_.requests++;
+  const std::optional<ReportAsk> ask = report_asked(req, res);
+  if (!ask) co_return;
+  ClubStore& store = *options_.store;
+  const ClubStore::AsyncAccess& a = *store.async_access();
+  store.count_call();
+  const Status recorded = co_await run_call<Status>(
+      a, *a.write_shield, *a.writes, window, Operation::write("problem_reports.create"),
+      [&] { return store.record_report_once(ask->path, ask->digest, ask->note, ask->now); });
+  answer_report(res, *ask, recorded);
+}
+
+net::awaitable<void> PanelServer::get_status_async(const http::Request& req, http::Response& res,
+                                                   RetryWindow& window) {
+  counters_.requests++;
+  const bool image = req.path == "/status.svg";
+  const std::string token = session_token(req);
+  const Result<std::optional<User>> who = co_await session_async(token, window);
+  if (status_allowed_of(res, req.path, image, token, who)) answer_status(res, image);
 }
 
 }  // namespace holdfast::panel

@@ -76,29 +76,42 @@ std::string PanelServer::metrics_text() const {
 void PanelServer::post_report(const http::Request& req, http::Response& res) {
   counters_.requests++;
   const RequestWindow scope = request_window(req);
-  const std::string path = req.has_param("path") ? req.get_param_value("path") : "";
-  const std::string digest = req.has_param("digest") ? req.get_param_value("digest") : "";
-  const std::string note = req.has_param("note") ? req.get_param_value("note") : "";
-  const std::string now = now_utc();
-  if (Status input = ClubStore::check_report(path, digest, note); !input.ok()) {
-    return answers_->client_error(res, 400, input.message(), false);
+  const std::optional<ReportAsk> ask = report_asked(req, res);
+  if (!ask) return;
+  answer_report(res, *ask,
+                options_.store->record_report(ask->path, ask->digest, ask->note, ask->now));
+}
+
+std::optional<PanelServer::ReportAsk> PanelServer::report_asked(const http::Request& req,
+                                                                http::Response& res) {
+  ReportAsk ask;
+  ask.path = req.has_param("path") ? req.get_param_value("path") : "";
+  ask.digest = req.has_param("digest") ? req.get_param_value("digest") : "";
+  ask.note = req.has_param("note") ? req.get_param_value("note") : "";
+  ask.now = now_utc();
+  if (Status input = ClubStore::check_report(ask.path, ask.digest, ask.note); !input.ok()) {
+    answers_->client_error(res, 400, input.message(), false);
+    return std::nullopt;
   }
-  Logger& log = *options_.logger;
-  log.warn("report", "problem reported",
-           {{"path", std::string_view(path)},
-            {"digest", std::string_view(digest)},
-            {"at", std::string_view(now)}});
-  Status recorded = options_.store->record_report(path, digest, note, now);
+  options_.logger->warn("report", "problem reported",
+                        {{"path", std::string_view(ask.path)},
+                         {"digest", std::string_view(ask.digest)},
+                         {"at", std::string_view(ask.now)}});
+  return ask;
+}
+
+void PanelServer::answer_report(http::Response& res, const ReportAsk& ask, const Status& recorded) {
   if (!recorded.ok()) {
-    log.warn("report", "report not stored", {{"status", std::string_view(recorded.to_string())}});
+    options_.logger->warn("report", "report not stored",
+                          {{"status", std::string_view(recorded.to_string())}});
   }
   counters_.ok++;
   res.status = 202;
   res.set_content(
       fmt::format("<!doctype html><title>Thank you</title><p>Thank you. Your report{} was "
                   "recorded at {}{}.</p>",
-                  digest.empty() ? "" : " (" + escape_html(digest) + ")", escape_html(now),
-                  recorded.ok() ? "" : " in the server log"),
+                  ask.digest.empty() ? "" : " (" + escape_html(ask.digest) + ")",
+                  escape_html(ask.now), recorded.ok() ? "" : " in the server log"),
       "text/html; charset=utf-8");
 }
 

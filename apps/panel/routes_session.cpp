@@ -117,6 +117,14 @@ void PanelServer::answer_sign_in(http::Response& res, const SignInAsk& ask,
 
 void PanelServer::get_login_link(const http::Request& req, http::Response& res) {
   counters_.requests++;
+  const std::optional<SignInLink> link = sign_in_link_taken(req, res);
+  if (!link) return;
+  const RequestWindow scope = request_window(req);
+  answer_sign_in_link(res, *link, options_.store->open_session(link->user_id, now_utc()));
+}
+
+std::optional<PanelServer::SignInLink> PanelServer::sign_in_link_taken(const http::Request& req,
+                                                                       http::Response& res) {
   const std::string token = req.get_param_value("token");
   std::optional<SignInLink> link;
   {
@@ -130,14 +138,16 @@ void PanelServer::get_login_link(const http::Request& req, http::Response& res) 
     counters_.bad_request++;
     res.status = 403;
     res.set_content(render_login("That sign-in link was used already or has expired."), kHtml);
-    return;
   }
-  const RequestWindow scope = request_window(req);
-  Result<std::string> session = options_.store->open_session(link->user_id, now_utc());
+  return link;
+}
+
+void PanelServer::answer_sign_in_link(http::Response& res, const SignInLink& link,
+                                      const Result<std::string>& session) {
   if (!session.ok()) return answers_->failure(res, session.status(), "/login/link", false);
   counters_.ok++;
   confirm_session(*session, User{});
-  signed_in_redirect(res, *session, options_.secure_cookies, link->next);
+  signed_in_redirect(res, *session, options_.secure_cookies, link.next);
   set_write_position_cookie(res);
 }
 

@@ -46,22 +46,38 @@ void PanelServer::record_traffic(const http::Request& req, const http::Response&
 
 void PanelServer::get_status(const http::Request& req, http::Response& res) {
   counters_.requests++;
-  if (!status_allowed(req, res, "/status", false)) return;
-  counters_.ok++;
-  res.set_header("Cache-Control", "no-store");
-  res.set_content(render_status(status_view(), chart_counts(*traffic_, http_.get())), kHtml);
+  if (status_allowed(req, res, "/status", false)) answer_status(res, false);
 }
 
 void PanelServer::get_status_svg(const http::Request& req, http::Response& res) {
   counters_.requests++;
-  if (!status_allowed(req, res, "/status.svg", true)) return;
+  if (status_allowed(req, res, "/status.svg", true)) answer_status(res, true);
+}
+
+void PanelServer::answer_status(http::Response& res, bool image) {
   counters_.ok++;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(render_traffic_svg(chart_counts(*traffic_, http_.get())), "image/svg+xml");
+  if (image) {
+    res.set_content(render_traffic_svg(chart_counts(*traffic_, http_.get())), "image/svg+xml");
+  } else {
+    res.set_content(render_status(status_view(), chart_counts(*traffic_, http_.get())), kHtml);
+  }
 }
 
 bool PanelServer::status_allowed(const http::Request& req, http::Response& res,
                                  std::string_view path, bool image) {
+  const std::string token = session_token(req);
+  Result<std::optional<User>> who{std::optional<User>()};
+  if (!token.empty()) {
+    const RequestWindow scope = request_window(req);
+    who = options_.store->session(token, now_utc());
+  }
+  return status_allowed_of(res, path, image, token, who);
+}
+
+bool PanelServer::status_allowed_of(http::Response& res, std::string_view path, bool image,
+                                    const std::string& token,
+                                    const Result<std::optional<User>>& who) {
   // The same answers as the schedule's: the page redirects to the sign-in form, the image
   // (like the JSON API) answers 401.
   const auto to_sign_in = [&] {
@@ -70,12 +86,7 @@ bool PanelServer::status_allowed(const http::Request& req, http::Response& res,
     if (!image) res.set_header("Location", "/login");
     return false;
   };
-  const std::string token = session_token(req);
   if (token.empty()) return to_sign_in();
-  Result<std::optional<User>> who = [&] {
-    const RequestWindow scope = request_window(req);
-    return options_.store->session(token, now_utc());
-  }();
   if (who.ok() && who->has_value()) {
     confirm_session(token, **who);
     return true;

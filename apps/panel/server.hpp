@@ -145,6 +145,16 @@ class PanelServer {
   void get_healthz(const http::Request& req, http::Response& res);
   void get_metrics(const http::Request& req, http::Response& res);
   void post_report(const http::Request& req, http::Response& res);
+  // What a problem report asks once checked (and logged); nullopt after answering 400.
+  struct ReportAsk {
+    std::string path;
+    std::string digest;
+    std::string note;
+    std::string now;
+  };
+  std::optional<ReportAsk> report_asked(const http::Request& req, http::Response& res);
+  // 202 whether or not the store kept it (`recorded`): the log has it.
+  void answer_report(http::Response& res, const ReportAsk& ask, const Status& recorded);
   std::string metrics_text() const;
 
   // routes_session.cpp: signing in.
@@ -162,6 +172,15 @@ class PanelServer {
   // Settles the throttles and answers (303 with the session, 401, or the failure).
   void answer_sign_in(http::Response& res, const SignInAsk& ask, const Result<std::string>& token);
   void get_login_link(const http::Request& req, http::Response& res);
+  struct SignInLink {
+    std::int64_t user_id;
+    std::string next;
+    TimePoint expires;
+  };
+  // The link the request names, taken (it works once), or nullopt after answering 403.
+  std::optional<SignInLink> sign_in_link_taken(const http::Request& req, http::Response& res);
+  void answer_sign_in_link(http::Response& res, const SignInLink& link,
+                           const Result<std::string>& session);
   // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
   void post_logout(const http::Request& req, http::Response& res);
   // Its CSRF check (false after answering 403), and its answer once the session `token`
@@ -215,6 +234,18 @@ class PanelServer {
                                                  RetryWindow& window);
   boost::asio::awaitable<void> post_login_async(const http::Request& req, http::Response& res,
                                                 RetryWindow& window);
+  boost::asio::awaitable<void> get_login_link_async(const http::Request& req, http::Response& res,
+                                                    RetryWindow& window);
+  boost::asio::awaitable<void> post_report_async(const http::Request& req, http::Response& res,
+                                                 RetryWindow& window);
+  boost::asio::awaitable<void> get_status_async(const http::Request& req, http::Response& res,
+                                                RetryWindow& window);
+  // A session opened for `user_id` (its token), as ClubStore::open_session() opens one.
+  boost::asio::awaitable<Result<std::string>> open_session_async(std::int64_t user_id,
+                                                                 RetryWindow& window);
+  // The user of the request's session cookie (`token`), as ClubStore::session() reads it.
+  boost::asio::awaitable<Result<std::optional<User>>> session_async(const std::string& token,
+                                                                    RetryWindow& window);
   // What an async sign-in's session (a token) is, or why there is none.
   boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
                                                             RetryWindow& window);
@@ -235,6 +266,11 @@ class PanelServer {
   // and false.
   bool status_allowed(const http::Request& req, http::Response& res, std::string_view path,
                       bool image);
+  // The same, given what a read of the session `token` answered (`who`; token empty: none).
+  bool status_allowed_of(http::Response& res, std::string_view path, bool image,
+                         const std::string& token, const Result<std::optional<User>>& who);
+  // The page or its chart (`image`), once allowed.
+  void answer_status(http::Response& res, bool image);
   [[nodiscard]] StatusView status_view() const;
   // After every route: counts the answer in traffic_ (lock-free, no allocation).
   void record_traffic(const http::Request& req, const http::Response& res) noexcept;
@@ -292,11 +328,6 @@ class PanelServer {
   std::unique_ptr<AttemptLimiter> sign_in_by_address_;
   std::unique_ptr<AttemptLimiter> reports_by_address_;
   std::unique_ptr<AttemptLimiter> all_reports_;
-  struct SignInLink {
-    std::int64_t user_id;
-    std::string next;
-    TimePoint expires;
-  };
   std::mutex links_mutex_;
   std::map<std::string, SignInLink> links_;
   // holdfast refreshes sessions off the request path (session_toucher.hpp).
