@@ -354,6 +354,13 @@ Result<ScheduleContext> read_context(sqlite::ResilientDatabase& db, Run&& run,
 // One attempt: the call, as it is.
 constexpr auto kOnce = [](Operation /*op*/, auto&& call) { return call(); };
 
+// One statement that answers nothing but whether it ran, through `run` on `db`.
+template <class Run, class... Args>
+Status exec_in(sqlite::ResilientDatabase& db, Run&& run, Operation op, sqlite::QueryRef sql,
+               const Args&... args) {
+  return run(op, [&] { return db.execute(sql, args...); }).status();
+}
+
 }  // namespace
 
 Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
@@ -405,9 +412,8 @@ namespace {
 template <class Run>
 Status end_session_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view token) {
   // Deleting a row by its key twice deletes it once: a retry is safe.
-  return run(Operation::idempotent_write("session.end"),
-             [&] { return db.execute("DELETE FROM sessions WHERE token = ?", token); })
-      .status();
+  return exec_in(db, run, Operation::idempotent_write("session.end"),
+                 "DELETE FROM sessions WHERE token = ?", token);
 }
 
 }  // namespace
@@ -439,43 +445,31 @@ template <class Run>
 Status rehash_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
                  std::string_view fresh, std::string_view stored) {
   // Only over the hash just checked, so applying it twice is applying it once.
-  return run(Operation::idempotent_write("login.rehash"),
-             [&] {
-               return db.execute(
-                   "UPDATE users SET password_hash = ?1 WHERE id = ?2 AND password_hash = ?3",
-                   fresh, user_id, stored);
-             })
-      .status();
+  return exec_in(db, run, Operation::idempotent_write("login.rehash"),
+                 "UPDATE users SET password_hash = ?1 WHERE id = ?2 AND password_hash = ?3", fresh,
+                 user_id, stored);
 }
 
 template <class Run>
 Status insert_session_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view token,
                          std::int64_t user_id, std::string_view now_utc) {
   // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  return run(Operation::idempotent_write("login.session"),
-             [&] {
-               return db.execute(
-                   "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, "
-                   "expires_at) VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, "
-                   "'+30 days'))",
-                   token, user_id, now_utc);
-             })
-      .status();
+  return exec_in(db, run, Operation::idempotent_write("login.session"),
+                 "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, "
+                 "expires_at) VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, "
+                 "'+30 days'))",
+                 token, user_id, now_utc);
 }
 
 template <class Run>
 Status cap_sessions_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
                        std::string_view now_utc) {
   // Deleting down to a cap twice is deleting once.
-  return run(Operation::idempotent_write("login.session_cap"),
-             [&] {
-               return db.execute(
-                   "DELETE FROM sessions WHERE user_id = ?1 AND (expires_at <= ?2 OR token NOT IN "
-                   "(SELECT token FROM sessions WHERE user_id = ?1 AND expires_at > ?2 "
-                   "ORDER BY created_at DESC, rowid DESC LIMIT ?3))",
-                   user_id, now_utc, ClubStore::kSessionsPerUser);
-             })
-      .status();
+  return exec_in(db, run, Operation::idempotent_write("login.session_cap"),
+                 "DELETE FROM sessions WHERE user_id = ?1 AND (expires_at <= ?2 OR token NOT IN "
+                 "(SELECT token FROM sessions WHERE user_id = ?1 AND expires_at > ?2 "
+                 "ORDER BY created_at DESC, rowid DESC LIMIT ?3))",
+                 user_id, now_utc, ClubStore::kSessionsPerUser);
 }
 
 }  // namespace
@@ -659,13 +653,9 @@ namespace {
 template <class Run>
 Status record_report_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view path,
                         std::string_view digest, std::string_view note, std::string_view now_utc) {
-  return run(Operation::write("problem_reports.create"),
-             [&] {
-               return db.execute(
-                   "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",
-                   path, digest, note, now_utc);
-             })
-      .status();
+  return exec_in(db, run, Operation::write("problem_reports.create"),
+                 "INSERT INTO problem_reports(path, digest, note, created_at) VALUES (?,?,?,?)",
+                 path, digest, note, now_utc);
 }
 
 }  // namespace
