@@ -51,9 +51,13 @@ Status PanelServer::start() {
         &PanelServer::is_async_route,
         [this](const http::Request& req, http::Response& res) { return handle_async(req, res); });
   }
-  if (Status s = server->start(); !s.ok()) return s;
-  port_ = server->port();
+  // Set before it starts: a request served at once may use it (the CPU executor, /status).
   http_ = std::move(server);
+  if (Status s = http_->start(); !s.ok()) {
+    http_.reset();
+    return s;
+  }
+  port_ = http_->port();
   if (options_.housekeeping_every > std::chrono::milliseconds::zero()) {
     housekeeper_ = std::make_unique<Housekeeper>(*options_.store, options_.housekeeping_every);
   }
