@@ -1,6 +1,8 @@
 // The service's own routes: GET /healthz, GET /metrics, and POST /report (a user's report
 // of a problem, quoting the digest of the answer they got).
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "html.hpp"
@@ -40,6 +42,32 @@ std::string PanelServer::metrics_text() const {
   counter("database_calls_total",
           "Database calls the panel made (statements or transactions, before retries).",
           store.calls());
+  if (http_) {
+    // The HTTP server's own: where requests ran, and what it answered before any route.
+    const HttpServer::Counters& http = http_->counters();
+    counter("http_connections_total", "Client connections accepted.", http.accepted.load());
+    const std::uint64_t served = http.served.load();
+    const std::uint64_t served_async = http.served_async.load();
+    out +=
+        "# HELP holdfast_panel_http_served_total Requests handed to a route, by where it ran: "
+        "the async lane (waits hold no thread) or the workers.\n"
+        "# TYPE holdfast_panel_http_served_total counter\n";
+    out += fmt::format(
+        "holdfast_panel_http_served_total{{strategy=\"{}\",lane=\"async\"}} {}\n"
+        "holdfast_panel_http_served_total{{strategy=\"{}\",lane=\"workers\"}} {}\n",
+        strategy, served_async, strategy, served - std::min(served, served_async));
+    counter("http_shed_total",
+            "Requests answered 503 at once: their lane was full, or a connection was cut to "
+            "make room.",
+            http.shed_503.load());
+    counter("http_timed_out_total", "Requests answered 408: the head or the body came too late.",
+            http.timed_out_408.load());
+    counter("http_refused_total", "Requests refused with 400, 413, 421 or 431 before any route.",
+            http.refused_4xx.load());
+    counter("http_answers_cut_total",
+            "Answers the client did not read within the send deadline (the connection was cut).",
+            http.answers_cut.load());
+  }
   if (store.backend() == "postgresql") {
     const ClubStore::ServerAttempts servers = store.server_attempts();
     out +=

@@ -321,6 +321,13 @@ TEST_F(PanelTest, MetricsAndHealthAnswer) {
   const std::size_t first = m->body.find(type);
   ASSERT_NE(first, std::string::npos);
   EXPECT_EQ(m->body.find(type, first + 1), std::string::npos);
+  // The HTTP server's own: the sign-in and the page ran on the async lane.
+  EXPECT_NE(
+      m->body.find("holdfast_panel_http_served_total{strategy=\"holdfast\",lane=\"async\"} 2"),
+      std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("holdfast_panel_http_shed_total{strategy=\"holdfast\"} 0"),
+            std::string::npos);
   auto h = http_->Get("/healthz");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->body, "ok\n");
