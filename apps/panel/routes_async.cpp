@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "async_call.hpp"
+#include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
 
@@ -114,6 +115,18 @@ net::awaitable<void> PanelServer::post_login_async(const http::Request& req, htt
   const std::optional<SignInAsk> ask = sign_in_asked(req, res);
   if (!ask) co_return;
   const Result<std::string> token = co_await sign_in_async(*ask, window);
+  if (!token.ok() && token.status().code() == Code::kResourceExhausted &&
+      !from_engine(token.status())) {
+    // The panel's own limit on password checks: not the client's fault, not a wrong password.
+    sign_in_by_account_->settle(ask->account, false);
+    sign_in_by_address_->settle(ask->address, false);
+    counters_.busy_503++;
+    res.status = 503;
+    res.set_header("Retry-After", "1");
+    res.set_content(render_login(std::string(token.status().message())),
+                    "text/html; charset=utf-8");
+    co_return;
+  }
   answer_sign_in(res, *ask, token);
 }
 
@@ -130,13 +143,28 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   const Status wrong(Code::kPermissionDenied, "unknown email or wrong password");
   if (!user->has_value()) co_return wrong;
   const ClubStore::Credentials& found = **user;
+  // At most max_password_checks run or wait at once; each place is given back when its
+  // check is done, however this coroutine ends.
+  if (password_checks_.fetch_add(1) >= options_.max_password_checks) {
+    password_checks_.fetch_sub(1);
+    co_return Status(Code::kResourceExhausted,
+                     "The panel is busy signing others in. Try again in a second.");
+  }
+  struct Place {
+    std::atomic<int>& taken;
+    ~Place() { taken.fetch_sub(1); }
+  };
   const PasswordCost cost = store.password_cost();
-  const ClubStore::SignInCheck check = co_await net::co_spawn(
-      http_->cpu_executor(),
-      [&]() -> net::awaitable<ClubStore::SignInCheck> {
-        co_return ClubStore::check_sign_in(found.password_hash, ask.email, ask.password, cost);
-      },
-      net::use_awaitable);
+  ClubStore::SignInCheck check;
+  {
+    const Place place{password_checks_};
+    check = co_await net::co_spawn(
+        http_->cpu_executor(),
+        [&]() -> net::awaitable<ClubStore::SignInCheck> {
+          co_return ClubStore::check_sign_in(found.password_hash, ask.email, ask.password, cost);
+        },
+        net::use_awaitable);
+  }
   if (!check.right) co_return wrong;
   if (!check.fresh_hash.empty()) {
     // Its failure is not the sign-in's: the next one tries again.

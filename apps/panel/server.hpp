@@ -60,10 +60,15 @@ class PanelServer {
     Duration window = std::chrono::seconds(6);  // the origin's RETRY_BUDGET_MS
     bool serve_stale = true;                    // holdfast: last good schedule instead of a 503
     int threads = 16;  // database-bound requests served at once (HttpServer's heavy workers)
-    // The schedule's reads, payments, sign-ups and sign-outs on HttpServer's async lane
-    // when the store has ClubStore::async_access() and runs on the system clock (ADRs 0029,
-    // 0030); false: on the workers, as every other route.
+    // Every route with database work (the schedule, payments, sign-ups, sign-in and
+    // sign-out, links, reports, /status) on HttpServer's async lane when the store has
+    // ClubStore::async_access() and runs on the system clock (ADRs 0029, 0030); false: on
+    // the workers, as every other route.
     bool async_lane = true;
+    // On the lane: sign-ins whose password check runs or waits at once. Past it a sign-in
+    // is answered 503 + Retry-After at once, so that sign-ins from many addresses (each
+    // check is about 0.1 s of CPU, two at a time) cannot fill the lane's places.
+    int max_password_checks = 16;
     // Names a request's Host may carry besides the loopback names and `host`
     // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;
@@ -302,6 +307,7 @@ class PanelServer {
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   PanelCounters counters_;
+  std::atomic<int> password_checks_{0};   // on the lane: running or waiting (max_password_checks)
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
   // Sessions the database confirmed lately (a sign-in, a schedule or /status read), by
   // token: while the database cannot say, only these see /status and the schedule's last

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "panel_fixture.hpp"
+#include "raw_http.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -136,6 +137,57 @@ TEST_F(PanelLaneWritesTest, OnTheLaneAPaymentAndASignUpAnswerAsOnTheWorkers) {
   EXPECT_EQ(no_game->status, 404);
   EXPECT_EQ(no_game->status, no_game_w->status);
   EXPECT_EQ(no_game->body, no_game_w->body);
+}
+
+// Eight sign-ins at once from eight addresses, for eight users (so that neither throttle
+// stops them), on a panel that allows one password check at a time: the first is checked,
+// and the ones that come while it runs are answered 503 + Retry-After at once, without
+// waiting for a place. Each place is given back: a sign-in afterwards succeeds.
+TEST_F(PanelLaneWritesTest, PastMaxPasswordChecksASignInIsTurnedAwayAtOnceWith503) {
+  PanelServer::Options po;
+  po.store = store_.get();
+  po.logger = logging_.logger.get();
+  po.max_password_checks = 1;
+  PanelServer one_at_a_time(po);
+  ASSERT_TRUE(one_at_a_time.start().ok());
+  const int port = one_at_a_time.port();
+  const auto sign_in = [port](const std::string& first, const std::string& source) {
+    const std::string body = "email=" + first + ".Nowak%40club.example&password=demo";
+    return rawhttp::request_from(port, source.c_str(),
+                                 "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                                 "application/x-www-form-urlencoded\r\nContent-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  const std::vector<std::string> users = {"Bartek", "Chi",  "Dorota", "Emil",
+                                          "Fang",   "Igor", "Jana",   "Khanh"};
+  std::vector<std::string> answers(users.size());
+  std::atomic<bool> go{false};
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < users.size(); ++i) {
+    clients.emplace_back([&, i] {
+      while (!go)
+        std::this_thread::yield();
+      answers[i] = sign_in(users[i], "127.0.0." + std::to_string(10 + i));
+    });
+  }
+  go = true;
+  for (std::thread& t : clients)
+    t.join();
+  int signed_in = 0;
+  int turned_away = 0;
+  for (const std::string& a : answers) {
+    if (a.rfind("HTTP/1.1 303", 0) == 0) ++signed_in;
+    if (a.rfind("HTTP/1.1 503", 0) == 0) {
+      ++turned_away;
+      EXPECT_NE(a.find("Retry-After: 1"), std::string::npos) << a;
+      EXPECT_NE(a.find("busy signing others in"), std::string::npos) << a;
+    }
+  }
+  EXPECT_GE(signed_in, 1);
+  EXPECT_GE(turned_away, 1) << "every sign-in was checked: the limit of one did not hold";
+  EXPECT_EQ(signed_in + turned_away, static_cast<int>(users.size()));
+  const std::string later = sign_in("Lena", "127.0.0.30");
+  EXPECT_EQ(later.rfind("HTTP/1.1 303", 0), 0u) << "a place was not given back: " << later;
 }
 
 }  // namespace
