@@ -2,8 +2,8 @@
 //
 // Exit status: 0 done; 2 a wrong flag or value (one line on stderr); 1 anything else that
 // went wrong, exceptions included (one line on stderr, never an abort).
-#include <CLI/CLI.hpp>
 #include <sqlite3.h>
+#include <CLI/CLI.hpp>
 
 #include <exception>
 
