@@ -120,4 +120,22 @@ boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield&
       net::use_awaitable);
 }
 
+// One call of the store's `call` (a *_once() form), counted as one database call: a read
+// through the reads' Shield on their schedule, or a write through the writes' Shield.
+template <class R, class Call>
+boost::asio::awaitable<R> read_call(ClubStore& store, RetryWindow& window, Operation op,
+                                    Call call) {
+  store.count_call();
+  const ClubStore::AsyncAccess& a = *store.async_access();
+  co_return co_await run_call<R>(a, *a.shield, *a.reads, window, op, std::move(call));
+}
+
+template <class R, class Call>
+boost::asio::awaitable<R> write_call(ClubStore& store, RetryWindow& window, Operation op,
+                                     Call call) {
+  store.count_call();
+  const ClubStore::AsyncAccess& a = *store.async_access();
+  co_return co_await run_call<R>(a, *a.write_shield, *a.writes, window, op, std::move(call));
+}
+
 }  // namespace holdfast::panel::lane

@@ -10,14 +10,15 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "async_call.hpp"
-#include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
 
 namespace holdfast::panel {
 
 namespace net = boost::asio;
+using lane::read_call;
 using lane::run_call;
+using lane::write_call;
 
 bool PanelServer::is_async_route(const http::Request& req) noexcept {
   // Every route with database work. (GET /login, /healthz and /metrics are light: the
@@ -61,10 +62,9 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
                                                    RetryWindow& window) {
   counters_.requests++;
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
   const bool payment = req.path == "/payments";
   const std::string token = session_token(req);
-  const Result<std::optional<User>> who = co_await session_async(token, window);
+  const Result<std::optional<User>> who = co_await session_async(token, now_utc(), window);
   const std::optional<WriteInput> in = write_input_of(req, res, req.path, token, who);
   if (!in) co_return;
   // As the store's own loop runs them: a whole transaction, re-run after a rollback; with a
@@ -72,17 +72,16 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   const Idempotency idempotency =
       in->key.empty() ? Idempotency::kNonIdempotent : Idempotency::kIdempotent;
   const std::string now = now_utc();
-  store.count_call();
   if (payment) {
     const Operation op{idempotency, true, "payments.create"};
-    const Result<PaymentReceipt> paid = co_await run_call<Result<PaymentReceipt>>(
-        a, *a.write_shield, *a.writes, window, op,
+    const Result<PaymentReceipt> paid = co_await write_call<Result<PaymentReceipt>>(
+        store, window, op,
         [&] { return store.pay_once(in->user_id, in->value, in->method, in->key, now); });
     answer_payment(res, paid);
   } else {
     const Operation op{idempotency, true, "signups.create"};
-    const Result<SignupReceipt> added = co_await run_call<Result<SignupReceipt>>(
-        a, *a.write_shield, *a.writes, window, op,
+    const Result<SignupReceipt> added = co_await write_call<Result<SignupReceipt>>(
+        store, window, op,
         [&] { return store.sign_up_once(in->user_id, in->value, in->key, now); });
     answer_signup(res, added);
   }
@@ -92,14 +91,12 @@ net::awaitable<void> PanelServer::post_logout_async(const http::Request& req, ht
                                                     RetryWindow& window) {
   counters_.requests++;
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
   const std::string token = session_token(req);
   if (!token.empty()) {
     if (!logout_allowed(req, res, token)) co_return;
-    store.count_call();
-    const Status ended = co_await run_call<Status>(a, *a.write_shield, *a.writes, window,
-                                                   Operation::idempotent_write("session.end"),
-                                                   [&] { return store.end_session_once(token); });
+    const Status ended =
+        co_await write_call<Status>(store, window, Operation::idempotent_write("session.end"),
+                                    [&] { return store.end_session_once(token); });
     if (!ended.ok()) {
       // The session lives on: say so rather than pretend (the cookie is kept).
       answers_->failure(res, ended, "/logout", false);
@@ -115,30 +112,15 @@ net::awaitable<void> PanelServer::post_login_async(const http::Request& req, htt
   const std::optional<SignInAsk> ask = sign_in_asked(req, res);
   if (!ask) co_return;
   const Result<std::string> token = co_await sign_in_async(*ask, window);
-  if (!token.ok() && token.status().code() == Code::kResourceExhausted &&
-      !from_engine(token.status())) {
-    // The panel's own limit on password checks: not the client's fault, not a wrong password.
-    sign_in_by_account_->settle(ask->account, false);
-    sign_in_by_address_->settle(ask->address, false);
-    counters_.busy_503++;
-    res.status = 503;
-    res.set_header("Retry-After", "1");
-    res.set_content(render_login(std::string(token.status().message())),
-                    "text/html; charset=utf-8");
-    co_return;
-  }
   answer_sign_in(res, *ask, token);
 }
 
 net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& ask,
                                                                RetryWindow& window) {
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
   using Found = Result<std::optional<ClubStore::Credentials>>;
-  store.count_call();
-  const Found user =
-      co_await run_call<Found>(a, *a.shield, *a.reads, window, Operation::read("login.user"),
-                               [&] { return store.credentials_once(ask.email); });
+  const Found user = co_await read_call<Found>(store, window, Operation::read("login.user"),
+                                               [&] { return store.credentials_once(ask.email); });
   if (!user.ok()) co_return user.status();
   const Status wrong(Code::kPermissionDenied, "unknown email or wrong password");
   if (!user->has_value()) co_return wrong;
@@ -147,8 +129,7 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   // check is done, however this coroutine ends.
   if (password_checks_.fetch_add(1) >= options_.max_password_checks) {
     password_checks_.fetch_sub(1);
-    co_return Status(Code::kResourceExhausted,
-                     "The panel is busy signing others in. Try again in a second.");
+    co_return Status(Code::kResourceExhausted, std::string(kBusySigningIn));
   }
   struct Place {
     std::atomic<int>& taken;
@@ -168,9 +149,8 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   if (!check.right) co_return wrong;
   if (!check.fresh_hash.empty()) {
     // Its failure is not the sign-in's: the next one tries again.
-    store.count_call();
-    (void)co_await run_call<Status>(
-        a, *a.write_shield, *a.writes, window, Operation::idempotent_write("login.rehash"),
+    (void)co_await write_call<Status>(
+        store, window, Operation::idempotent_write("login.rehash"),
         [&] { return store.rehash_once(found.user_id, check.fresh_hash, found.password_hash); });
   }
   co_return co_await open_session_async(found.user_id, window);
@@ -179,29 +159,26 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
 net::awaitable<Result<std::string>> PanelServer::open_session_async(std::int64_t user_id,
                                                                     RetryWindow& window) {
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
   const std::string token = ClubStore::new_token();
   const std::string now = now_utc();
-  store.count_call();
-  const Status opened = co_await run_call<Status>(
-      a, *a.write_shield, *a.writes, window, Operation::idempotent_write("login.session"),
-      [&] { return store.insert_session_once(token, user_id, now); });
+  const Status opened =
+      co_await write_call<Status>(store, window, Operation::idempotent_write("login.session"),
+                                  [&] { return store.insert_session_once(token, user_id, now); });
   if (!opened.ok()) co_return opened;
   // Its failure is not the sign-in's: the next one tries again.
-  store.count_call();
-  (void)co_await run_call<Status>(a, *a.write_shield, *a.writes, window,
-                                  Operation::idempotent_write("login.session_cap"),
-                                  [&] { return store.cap_sessions_once(user_id, now); });
+  (void)co_await write_call<Status>(store, window, Operation::idempotent_write("login.session_cap"),
+                                    [&] { return store.cap_sessions_once(user_id, now); });
   co_return token;
 }
 
 net::awaitable<Result<std::optional<User>>> PanelServer::session_async(const std::string& token,
+                                                                       const std::string& now,
                                                                        RetryWindow& window) {
   if (token.empty()) co_return std::optional<User>();
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
-  const std::string now = now_utc();
+  // On the sessions' own schedule (ClubStore::session()), so not read_call().
   store.count_call();
+  const ClubStore::AsyncAccess& a = *store.async_access();
   co_return co_await run_call<Result<std::optional<User>>>(
       a, *a.shield, *a.sessions, window, Operation::read("session.read"),
       [&] { return store.session_once(token, now); });
@@ -222,10 +199,8 @@ net::awaitable<void> PanelServer::post_report_async(const http::Request& req, ht
   const std::optional<ReportAsk> ask = report_asked(req, res);
   if (!ask) co_return;
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
-  store.count_call();
-  const Status recorded = co_await run_call<Status>(
-      a, *a.write_shield, *a.writes, window, Operation::write("problem_reports.create"),
+  const Status recorded = co_await write_call<Status>(
+      store, window, Operation::write("problem_reports.create"),
       [&] { return store.record_report_once(ask->path, ask->digest, ask->note, ask->now); });
   answer_report(res, *ask, recorded);
 }
@@ -235,7 +210,7 @@ net::awaitable<void> PanelServer::get_status_async(const http::Request& req, htt
   counters_.requests++;
   const bool image = req.path == "/status.svg";
   const std::string token = session_token(req);
-  const Result<std::optional<User>> who = co_await session_async(token, window);
+  const Result<std::optional<User>> who = co_await session_async(token, now_utc(), window);
   if (status_allowed_of(res, req.path, image, token, who)) answer_status(res, image);
 }
 

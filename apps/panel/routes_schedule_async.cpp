@@ -12,7 +12,7 @@
 namespace holdfast::panel {
 
 namespace net = boost::asio;
-using lane::run_call;
+using lane::read_call;
 
 net::awaitable<void> PanelServer::get_schedule_async(const http::Request& req, http::Response& res,
                                                      RetryWindow& window) {
@@ -29,11 +29,7 @@ net::awaitable<void> PanelServer::get_schedule_async(const http::Request& req, h
 net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const ScheduleAsk& ask,
                                                       ScheduleRead& read) {
   ClubStore& store = *options_.store;
-  const ClubStore::AsyncAccess& a = *store.async_access();
-  store.count_call();
-  Result<std::optional<User>> who = co_await run_call<Result<std::optional<User>>>(
-      a, *a.shield, *a.sessions, window, Operation::read("session.read"),
-      [&] { return store.session_once(ask.token, ask.now); });
+  const Result<std::optional<User>> who = co_await session_async(ask.token, ask.now, window);
   if (!who.ok()) {
     read.failure = who.status();
     co_return;
@@ -46,17 +42,14 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   }
   read.user = **who;
   toucher_->touch(ask.token);
-  store.count_call();
-  Result<std::vector<Game>> games = co_await run_call<Result<std::vector<Game>>>(
-      a, *a.shield, *a.reads, window, Operation::read("schedule.games"),
-      [&] { return store.games_once(ask.date); });
+  Result<std::vector<Game>> games = co_await read_call<Result<std::vector<Game>>>(
+      store, window, Operation::read("schedule.games"), [&] { return store.games_once(ask.date); });
   if (!games.ok()) {
     read.failure = games.status();
     co_return;
   }
-  store.count_call();
-  Result<ScheduleContext> context = co_await run_call<Result<ScheduleContext>>(
-      a, *a.shield, *a.reads, window, Operation::read("schedule.context"),
+  Result<ScheduleContext> context = co_await read_call<Result<ScheduleContext>>(
+      store, window, Operation::read("schedule.context"),
       [&] { return store.context_once(ask.date); });
   if (!context.ok()) {
     read.failure = context.status();

@@ -107,6 +107,15 @@ void PanelServer::answer_sign_in(http::Response& res, const SignInAsk& ask,
       res.set_content(render_login(token.status().message()), kHtml);
       return;
     }
+    if (token.status().code() == Code::kResourceExhausted &&
+        token.status().message() == kBusySigningIn) {
+      // The panel's own limit on password checks: not a wrong password, not the database.
+      counters_.busy_503++;
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content(render_login(kBusySigningIn), kHtml);
+      return;
+    }
     return answers_->failure(res, token.status(), "/login", false);
   }
   counters_.ok++;

@@ -174,7 +174,11 @@ class PanelServer {
   };
   // nullopt after answering (400 or 429).
   std::optional<SignInAsk> sign_in_asked(const http::Request& req, http::Response& res);
-  // Settles the throttles and answers (303 with the session, 401, or the failure).
+  // The refusal of a sign-in past Options::max_password_checks (RESOURCE_EXHAUSTED).
+  static constexpr std::string_view kBusySigningIn =
+      "The panel is busy signing others in. Try again in a second.";
+  // Settles the throttles and answers (303 with the session, 401, 503 + Retry-After for
+  // kBusySigningIn, or the failure).
   void answer_sign_in(http::Response& res, const SignInAsk& ask, const Result<std::string>& token);
   void get_login_link(const http::Request& req, http::Response& res);
   struct SignInLink {
@@ -250,6 +254,7 @@ class PanelServer {
                                                                  RetryWindow& window);
   // The user of the request's session cookie (`token`), as ClubStore::session() reads it.
   boost::asio::awaitable<Result<std::optional<User>>> session_async(const std::string& token,
+                                                                    const std::string& now,
                                                                     RetryWindow& window);
   // What an async sign-in's session (a token) is, or why there is none.
   boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
