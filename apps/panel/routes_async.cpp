@@ -5,6 +5,8 @@
 // (async_call.hpp). A sign-in's password check (tens of milliseconds of Argon2id) runs on
 // HttpServer::cpu_executor(), so that it never stalls the lane's event loop.
 
+#include <algorithm>
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -127,7 +129,7 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   const ClubStore::Credentials& found = **user;
   // At most max_password_checks run or wait at once; each place is given back when its
   // check is done, however this coroutine ends.
-  if (password_checks_.fetch_add(1) >= options_.max_password_checks) {
+  if (password_checks_.fetch_add(1) >= std::max(options_.max_password_checks, 1)) {
     password_checks_.fetch_sub(1);
     co_return Status(Code::kResourceExhausted, std::string(kBusySigningIn));
   }

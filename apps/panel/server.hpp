@@ -68,7 +68,7 @@ class PanelServer {
     // On the lane: sign-ins whose password check runs or waits at once. Past it a sign-in
     // is answered 503 + Retry-After at once, so that sign-ins from many addresses (each
     // check is about 0.1 s of CPU, two at a time) cannot fill the lane's places.
-    int max_password_checks = 16;
+    int max_password_checks = 16;  // at least 1 is used
     // Names a request's Host may carry besides the loopback names and `host`
     // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;
