@@ -4,13 +4,16 @@
 #   scripts/bench-http.sh [HOLDFAST_EXE]
 #
 # Starts `holdfast panel` on a throwaway SQLite file, signs in, and has wrk fetch the
-# schedule page (a signed-in page: four SQLite reads and a render) over 16 keep-alive
-# connections; then nginx serves the very same bytes as a static file and wrk fetches that.
-# Prints both rates, their ratio and each p99. The machine is shared and noisy: only the
-# ratio within one run means anything. Needs wrk and nginx (Debian: wrk, nginx-light; make
-# bench installs them). Env: SECONDS_EACH (default 10), CONNECTIONS (16), WORKERS (the
-# panel's --workers, default its own), PANEL_FLAGS (more `holdfast panel` flags, e.g.
-# --async-schedule).
+# schedule page over 16 keep-alive connections; then nginx serves the very same bytes as a
+# static file and wrk fetches that. The page is a signed-in page: it reads the session and
+# the file's change epoch, and, when anything was committed since the day's last good copy
+# was read, the games and their context (ADR 0031); then it renders. Prints both rates,
+# their ratio and each p99. The machine is shared and noisy: only the ratio within one run
+# means anything. Needs wrk and nginx (Debian: wrk, nginx-light; make bench installs them).
+# Env: SECONDS_EACH (default 10), CONNECTIONS (16), WORKERS (the panel's --workers, default
+# its own), PANEL_FLAGS (more `holdfast panel` flags), WRITES_PER_SECOND (default 0: while
+# wrk fetches the page, payments with fresh keys are made at this rate, each a commit that
+# the next pages must read afresh).
 set -euo pipefail
 
 exe="${1:-build/release/apps/holdfast/holdfast}"
@@ -75,10 +78,41 @@ measure() {
   non2xx="$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p' <<<"$out")"
   echo "$rate $p99 ${non2xx:-0}"
 }
+# Payments at WRITES_PER_SECOND while the page is fetched (python3's standard library).
+writer_pid=""
+if [[ "${WRITES_PER_SECOND:-0}" != 0 ]]; then
+  csrf="$(curl -fs -D - -o /dev/null -H "Cookie: $cookie" "$page" | tr -d '\r' | sed -n 's/^[Xx]-[Cc][Ss][Rr][Ff]-[Tt]oken: //p')"
+  python3 - "$panel_port" "$cookie" "$csrf" "$WRITES_PER_SECOND" "$seconds_each" >"$dir/writes.txt" <<'PY' &
+import http.client, sys, time, uuid
+port, cookie, csrf, rate, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+conn = http.client.HTTPConnection("127.0.0.1", int(port))
+made = refused = 0
+start = time.monotonic()
+while time.monotonic() - start < seconds:
+    conn.request("POST", "/payments", body="amount_cents=100",
+                 headers={"Cookie": cookie, "X-CSRF-Token": csrf, "Idempotency-Key": uuid.uuid4().hex,
+                          "Content-Type": "application/x-www-form-urlencoded"})
+    answer = conn.getresponse()
+    answer.read()
+    made += 1
+    refused += answer.status != 201
+    pause = start + made / rate - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+print(made, refused, round(made / (time.monotonic() - start)))
+PY
+  writer_pid=$!
+fi
 read -r panel_rate panel_p99 panel_bad < <(measure -H "Cookie: $cookie" "$page")
+writes=""
+if [[ -n "$writer_pid" ]]; then
+  wait "$writer_pid"
+  read -r made refused per_second <"$dir/writes.txt"
+  writes="; meanwhile $made payments ($per_second/s, $refused not 201)"
+fi
 read -r nginx_rate nginx_p99 _ < <(measure "http://127.0.0.1:$nginx_port/schedule.html")
 bytes="$(wc -c <"$dir/www/schedule.html")"
 echo "schedule page ($bytes bytes), $connections keep-alive connections, ${seconds_each} s each, $(nproc) cores:"
-printf '  holdfast panel  %9.0f requests/s  p99 %7.2f ms  (%s answers not 2xx)\n' "$panel_rate" "$panel_p99" "$panel_bad"
+printf '  holdfast panel  %9.0f requests/s  p99 %7.2f ms  (%s answers not 2xx%s)\n' "$panel_rate" "$panel_p99" "$panel_bad" "$writes"
 printf '  nginx, static   %9.0f requests/s  p99 %7.2f ms\n' "$nginx_rate" "$nginx_p99"
 awk -v a="$panel_rate" -v b="$nginx_rate" 'BEGIN { printf "  ratio (panel / nginx): %.3f\n", a / b }'

@@ -136,6 +136,13 @@ Result<ScheduleContext> SqliteClubStore::context_once(std::string_view date) {
   return read_context(once_, kOnce, date);
 }
 
+Result<std::uint64_t> SqliteClubStore::data_epoch_once() {
+  Result<std::optional<std::int64_t>> epoch = once_.query_one<std::int64_t>(DataEpoch::kObserveSql);
+  if (!epoch.ok()) return epoch.status();
+  // No row would be a SQLite without the pragma: 0, no epoch, every schedule is read.
+  return epoch->has_value() ? static_cast<std::uint64_t>(**epoch) : std::uint64_t{0};
+}
+
 Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::string_view email) {
   return run(Operation::read("users.by_email"), [&] {
     return db_.query_one<std::int64_t>("SELECT id FROM users WHERE email = ?", email);

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "club_store.hpp"
+#include "data_epoch.hpp"
 #include "holdfast/health_probe.hpp"
 #include "holdfast/sqlite.hpp"
 #include "idempotency.hpp"
@@ -31,6 +32,7 @@ class SqliteClubStore final : public ClubStore {
                                            std::string_view now_utc) override;
   Result<std::vector<Game>> games_once(std::string_view date) override;
   Result<ScheduleContext> context_once(std::string_view date) override;
+  Result<std::uint64_t> data_epoch_once() override;
   Status end_session(std::string_view token) override;
   Status end_session_once(std::string_view token) override;
   Result<std::optional<Credentials>> credentials_once(std::string_view email) override;
@@ -48,7 +50,7 @@ class SqliteClubStore final : public ClubStore {
   [[nodiscard]] std::uint64_t attempts() const noexcept override;
 
  private:
-  SqliteClubStore(Options options, sqlite::Database db);
+  SqliteClubStore(Options options, sqlite::Database db, std::unique_ptr<DataEpoch> epoch);
 
   Result<std::string> do_login(std::string_view email, std::string_view password,
                                std::string_view now_utc) override;
@@ -79,6 +81,8 @@ class SqliteClubStore final : public ClubStore {
     return [this](Operation op, auto&& call) { return run(op, call); };
   }
 
+  // What every connection of db_ reports its data_version to; outlives them.
+  std::unique_ptr<DataEpoch> epoch_;
   // holdfast only (nullptr for a baseline); built before db_, which refers to them.
   std::unique_ptr<Shield> reads_;
   std::unique_ptr<Shield> writes_;

@@ -82,13 +82,20 @@ Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
   db_options.read_connections = options.read_connections;
   db_options.idempotency_table = "idempotency_keys";
   if (options.clock != nullptr) db_options.clock = options.clock;
+  auto epoch = std::make_unique<DataEpoch>();
+  db_options.on_connect = [e = epoch.get()](sqlite3* conn, sqlite::Role) {
+    return e->attach(conn);
+  };
   Result<sqlite::Database> db = sqlite::Database::open(db_options);
   if (!db.ok()) return db.status();
-  return std::unique_ptr<ClubStore>(new SqliteClubStore(std::move(options), std::move(*db)));
+  return std::unique_ptr<ClubStore>(
+      new SqliteClubStore(std::move(options), std::move(*db), std::move(epoch)));
 }
 
-SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db)
+SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db,
+                                 std::unique_ptr<DataEpoch> epoch)
     : ClubStore(std::move(options)),
+      epoch_(std::move(epoch)),
       reads_(shield_for(options_, "club.reads", *clock_)),
       writes_(shield_for(options_, "club.writes", *clock_)),
       db_(resilient(std::move(db), reads_.get(), writes_.get(), options_.policy, *clock_)),

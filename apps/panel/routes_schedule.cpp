@@ -2,8 +2,13 @@
 // One render reads the session and two query groups, inside one request window (holdfast).
 // When that fails busy, holdfast answers the last good copy of the day, marked with
 // X-Holdfast-Stale and an "as of" banner; otherwise the failure is answered (answers.hpp).
+// The same copy, while the file's data epoch shows nothing committed since it was read, is
+// the answer on the async lane without the query groups (ADR 0031).
 
+#include <atomic>
 #include <chrono>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -63,18 +68,49 @@ void send_to_sign_in(http::Response& res, bool as_json) {
 }  // namespace
 
 struct PanelServer::StaleCopy {
-  Schedule schedule;
-  std::string as_of;       // "HH:MM:SS" UTC
-  std::uint64_t kept = 0;  // when it was kept, in the order of keep_stale_copy() calls
+  StaleCopy(std::shared_ptr<const Schedule> s, std::string_view now, std::uint64_t k,
+            std::uint64_t e)
+      : schedule(std::move(s)), kept(k), epoch(e) {
+    confirm(now);
+  }
+  // The last time the database showed this copy to be the file's content.
+  [[nodiscard]] std::string as_of() const {
+    const std::uint32_t s = as_of_s.load(std::memory_order_relaxed);
+    return fmt::format("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+  }
+  // It was shown to be so at `now` (ISO-8601 UTC).
+  void confirm(std::string_view now) const noexcept {
+    const auto two = [&](std::size_t at) {
+      return static_cast<std::uint32_t>((now[at] - '0') * 10 + (now[at + 1] - '0'));
+    };
+    if (now.size() >= 19) as_of_s.store(two(11) * 3600 + two(14) * 60 + two(17));
+  }
+
+  std::shared_ptr<const Schedule> schedule;
+  mutable std::atomic<std::uint32_t> as_of_s{0};  // seconds into the UTC day
+  std::uint64_t kept = 0;   // when it was kept, in the order of keep_stale_copy() calls
+  std::uint64_t epoch = 0;  // the data epoch observed before it was read (0: none)
 };
 
-void PanelServer::keep_stale_copy(const std::string& date, Schedule schedule, std::string as_of) {
+void PanelServer::keep_stale_copy(const std::string& date, std::shared_ptr<const Schedule> schedule,
+                                  std::string_view now, std::uint64_t epoch) {
   std::lock_guard<std::mutex> lock(stale_mutex_);
   // The client picks the date: past kStaleCopies, the copy kept longest ago gives way.
-  put_bounded(last_good_, date,
-              std::make_shared<const StaleCopy>(
-                  StaleCopy{std::move(schedule), std::move(as_of), ++stale_copies_kept_}),
-              kStaleCopies, [](const auto& a, const auto& b) { return a->kept < b->kept; });
+  put_bounded(
+      last_good_, date,
+      std::make_shared<const StaleCopy>(std::move(schedule), now, ++stale_copies_kept_, epoch),
+      kStaleCopies, [](const auto& a, const auto& b) { return a->kept < b->kept; });
+}
+
+std::shared_ptr<const Schedule> PanelServer::current_copy(const std::string& date,
+                                                          std::uint64_t epoch,
+                                                          std::string_view now) const {
+  if (epoch == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(stale_mutex_);
+  const auto it = last_good_.find(date);
+  if (it == last_good_.end() || it->second->epoch != epoch) return nullptr;
+  it->second->confirm(now);
+  return it->second->schedule;
 }
 
 std::size_t PanelServer::stale_copies() const {
@@ -119,8 +155,9 @@ std::optional<Status> PanelServer::answer_schedule(const http::Request& req, htt
   if (!schedule_asked(req, res, as_json, ask)) return std::nullopt;
   const RequestWindow scope = request_window(req);
   ScheduleRead read;
-  read.failure =
-      read_schedule(ask.token, ask.date, ask.now, read.schedule, read.user, read.signed_out);
+  Schedule schedule;
+  read.failure = read_schedule(ask.token, ask.date, ask.now, schedule, read.user, read.signed_out);
+  if (read.failure.ok()) read.schedule = std::make_shared<const Schedule>(std::move(schedule));
   return answer_schedule_read(ask, res, read);
 }
 
@@ -145,15 +182,17 @@ std::optional<Status> PanelServer::answer_schedule_read(const ScheduleAsk& ask, 
     }
     return read.failure;
   }
-  if (holdfast()) keep_stale_copy(ask.date, read.schedule, ask.now.substr(11, 8));
+  if (holdfast() && !read.current_copy) {
+    keep_stale_copy(ask.date, read.schedule, ask.now, read.epoch);
+  }
   counters_.ok++;
   res.set_header("X-CSRF-Token", csrf_token(ask.token));
   if (as_json) {
-    res.set_content(schedule_json(read.schedule, std::nullopt).dump(), "application/json");
+    res.set_content(schedule_json(*read.schedule, std::nullopt).dump(), "application/json");
   } else {
-    res.set_content(
-        with_csrf_fields(render_schedule(read.schedule, user, std::nullopt), csrf_token(ask.token)),
-        kHtml);
+    res.set_content(with_csrf_fields(render_schedule(*read.schedule, user, std::nullopt),
+                                     csrf_token(ask.token)),
+                    kHtml);
   }
   return std::nullopt;
 }
@@ -193,17 +232,17 @@ bool PanelServer::answer_stale_schedule(http::Response& res, const std::string& 
   }
   if (!copy) return false;
   const std::string why = failure.to_string();
-  options_.logger->warn(
-      "panel", "schedule answered from its last good copy",
-      {{"as_of", std::string_view(copy->as_of)}, {"status", std::string_view(why)}});
+  const std::string as_of = copy->as_of();
+  options_.logger->warn("panel", "schedule answered from its last good copy",
+                        {{"as_of", std::string_view(as_of)}, {"status", std::string_view(why)}});
   counters_.stale++;
   counters_.ok++;
-  res.set_header("X-Holdfast-Stale", copy->as_of);
+  res.set_header("X-Holdfast-Stale", as_of);
   if (as_json) {
-    res.set_content(schedule_json(copy->schedule, copy->as_of).dump(), "application/json");
+    res.set_content(schedule_json(*copy->schedule, as_of).dump(), "application/json");
   } else {
     User someone = user.id != 0 ? user : User{0, "signed-in user", "", "member"};
-    res.set_content(render_schedule(copy->schedule, someone, copy->as_of), kHtml);
+    res.set_content(render_schedule(*copy->schedule, someone, as_of), kHtml);
   }
   return true;
 }

@@ -1,7 +1,10 @@
 // The schedule's routes on HttpServer's async lane (ADR 0029): the same answers as
 // routes_schedule.cpp, with the reads driven by holdfast::asio::async_run (async_call.hpp).
 // All the reads of one request draw from one RetryWindow, open from the request's arrival
-// (DESIGN §10), not from its first wait as on the workers (ADR 0011).
+// (DESIGN §10), not from its first wait as on the workers (ADR 0011). The day's last good
+// copy is answered again while the data epoch shows nothing committed since (ADR 0031).
+
+#include <memory>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -42,6 +45,20 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   }
   read.user = **who;
   toucher_->touch(ask.token);
+  // Nothing committed since the last good copy was read: it is the answer, without the
+  // five queries (data_epoch.hpp).
+  const Result<std::uint64_t> epoch = co_await read_call<Result<std::uint64_t>>(
+      store, window, Operation::read("schedule.epoch"), [&] { return store.data_epoch_once(); });
+  if (!epoch.ok()) {
+    read.failure = epoch.status();
+    co_return;
+  }
+  read.epoch = *epoch;
+  if (std::shared_ptr<const Schedule> copy = current_copy(ask.date, read.epoch, ask.now)) {
+    read.schedule = std::move(copy);
+    read.current_copy = true;
+    co_return;
+  }
   Result<std::vector<Game>> games = co_await read_call<Result<std::vector<Game>>>(
       store, window, Operation::read("schedule.games"), [&] { return store.games_once(ask.date); });
   if (!games.ok()) {
@@ -55,7 +72,8 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
     read.failure = context.status();
     co_return;
   }
-  read.schedule = Schedule{ask.date, std::move(*games), std::move(*context)};
+  read.schedule =
+      std::make_shared<const Schedule>(Schedule{ask.date, std::move(*games), std::move(*context)});
 }
 
 }  // namespace holdfast::panel

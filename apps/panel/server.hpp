@@ -217,9 +217,11 @@ class PanelServer {
   // What the reads found (read_schedule()'s outputs).
   struct ScheduleRead {
     Status failure;
-    Schedule schedule;
+    std::shared_ptr<const Schedule> schedule;  // set when failure is OK
     User user;
     bool signed_out = false;
+    std::uint64_t epoch = 0;    // the data epoch observed before the reads (0: none)
+    bool current_copy = false;  // the schedule is the last good copy, still current
   };
   // After the reads, as answer_schedule() does.
   std::optional<Status> answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
@@ -330,7 +332,15 @@ class PanelServer {
   std::mutex confirmed_mutex_;
   std::map<std::string, ConfirmedSession> confirmed_;
   struct StaleCopy;
-  void keep_stale_copy(const std::string& date, Schedule schedule, std::string as_of);
+  // Keeps `schedule` as the date's last good copy, read at `now` (ISO-8601 UTC) after the
+  // data epoch `epoch` was observed (0: none).
+  void keep_stale_copy(const std::string& date, std::shared_ptr<const Schedule> schedule,
+                       std::string_view now, std::uint64_t epoch);
+  // The date's last good copy when it was read after observing `epoch` (not 0) and so is
+  // still the file's content (data_epoch.hpp); it is confirmed as of `now`. Else nullptr.
+  [[nodiscard]] std::shared_ptr<const Schedule> current_copy(const std::string& date,
+                                                             std::uint64_t epoch,
+                                                             std::string_view now) const;
   mutable std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
   std::uint64_t stale_copies_kept_ = 0;
