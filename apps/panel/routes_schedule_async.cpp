@@ -57,6 +57,7 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   if (std::shared_ptr<const Schedule> copy = current_copy(ask.date, read.epoch, ask.now)) {
     read.schedule = std::move(copy);
     read.current_copy = true;
+    counters_.current_copy++;
     co_return;
   }
   Result<std::vector<Game>> games = co_await read_call<Result<std::vector<Game>>>(

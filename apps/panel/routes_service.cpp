@@ -36,6 +36,10 @@ std::string PanelServer::metrics_text() const {
           counters_.busy_503.load());
   counter("responses_error_total", "Requests answered 500.", counters_.error_500.load());
   counter("stale_pages_total", "Schedules served from the last good copy.", counters_.stale.load());
+  counter("current_copy_pages_total",
+          "Schedules answered from the day's copy because nothing was committed since it was "
+          "read (no schedule query made).",
+          counters_.current_copy.load());
   counter("bad_requests_total", "Requests answered 4xx for bad input.",
           counters_.bad_request.load());
   counter("database_attempts_total", "Database attempts made by the panel.", store.attempts());

@@ -47,6 +47,7 @@ struct PanelCounters {
   std::atomic<std::uint64_t> busy_503{0};
   std::atomic<std::uint64_t> error_500{0};
   std::atomic<std::uint64_t> stale{0};
+  std::atomic<std::uint64_t> current_copy{0};  // schedules whose copy was still current
   std::atomic<std::uint64_t> bad_request{0};
 };
 

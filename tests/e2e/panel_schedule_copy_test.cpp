@@ -125,6 +125,10 @@ TEST_F(PanelScheduleCopyTest, TheCurrentCopyIsAnsweredUntilAnythingIsCommitted) 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(calls, 2u) << "the session and the observation, and no schedule query";
+  EXPECT_GE(server_->counters().current_copy.load(), 1u);
+  auto metrics = http_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("holdfast_panel_current_copy_pages_total{"), std::string::npos);
   ASSERT_FALSE(page["games"].empty());
 
   // Another program renames the club.
