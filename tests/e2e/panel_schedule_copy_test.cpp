@@ -1,8 +1,6 @@
 // The schedule's current copy (ADR 0031): on the async lane the day's last good copy is
 // answered again, without its queries, only while PRAGMA data_version shows nothing
 // committed since it was read. DataEpoch on real SQLite connections, then the panel.
-#include <sqlite3.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,89 +11,73 @@
 #include "data_epoch.hpp"
 #include "demo_data.hpp"
 #include "panel_fixture.hpp"
+#include "sqlite_faults.hpp"  // RawConnection, TempDir
 
 namespace holdfast::panel {
 namespace {
 
-// A raw connection to `path`, closed at scope end.
-struct Connection {
-  explicit Connection(const std::string& path) {
-    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  }
-  ~Connection() { sqlite3_close(db); }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-  void exec(const char* sql) const {
-    char* error = nullptr;
-    EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
-    sqlite3_free(error);
-  }
-  // One observation (DataEpoch::kObserveSql) on this connection.
-  std::int64_t observe() const {
-    sqlite3_stmt* st = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, DataEpoch::kObserveSql, -1, &st, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(db);
-    EXPECT_EQ(sqlite3_step(st), SQLITE_ROW) << sqlite3_errmsg(db);
-    const std::int64_t epoch = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return epoch;
-  }
-  sqlite3* db = nullptr;
-};
+using holdfast::testing::RawConnection;
+
+// A connection of its own on `path` (as another program's would be).
+RawConnection open_raw(const std::string& path) {
+  Result<RawConnection> c = RawConnection::open(path);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return std::move(*c);
+}
+
+// One observation (DataEpoch::kObserveSql) on `c`.
+std::int64_t observe(RawConnection& c) {
+  Result<std::int64_t> epoch = c.query_int(DataEpoch::kObserveSql);
+  EXPECT_TRUE(epoch.ok()) << epoch.status().to_string();
+  return epoch.ok() ? *epoch : -1;
+}
 
 class DataEpochTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("holdfast-epoch-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "club.db").string();
-    Connection setup(path_);
-    setup.exec("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);");
+    ASSERT_TRUE(open_raw(path_)
+                    .exec("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+                    .ok());
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-  std::string path_;
+  holdfast::testing::TempDir dir_;
+  std::string path_ = dir_.file("club.db");
 };
 
 // Observations on one connection answer the same epoch until another connection -- here
 // one DataEpoch knows nothing of, as another process's would be -- commits.
 TEST_F(DataEpochTest, TheEpochMovesOnlyWhenAnotherConnectionHasCommitted) {
   DataEpoch epoch;
-  Connection reader(path_);
-  ASSERT_TRUE(epoch.attach(reader.db).ok());
-  Connection other(path_);
-  const std::int64_t first = reader.observe();
-  EXPECT_EQ(reader.observe(), first);
-  EXPECT_EQ(reader.observe(), first) << "nothing was committed";
-  other.exec("INSERT INTO t VALUES (2)");
-  const std::int64_t after = reader.observe();
+  RawConnection reader = open_raw(path_);
+  ASSERT_TRUE(epoch.attach(reader.handle()).ok());
+  RawConnection other = open_raw(path_);
+  const std::int64_t first = observe(reader);
+  EXPECT_EQ(observe(reader), first);
+  EXPECT_EQ(observe(reader), first) << "nothing was committed";
+  ASSERT_TRUE(other.exec("INSERT INTO t VALUES (2)").ok());
+  const std::int64_t after = observe(reader);
   EXPECT_NE(after, first) << "a commit by another connection went unseen";
-  EXPECT_EQ(reader.observe(), after);
-  other.exec("SELECT count(*) FROM t");
-  EXPECT_EQ(reader.observe(), after) << "a read is no change";
+  EXPECT_EQ(observe(reader), after);
+  ASSERT_TRUE(other.query_int("SELECT count(*) FROM t").ok());
+  EXPECT_EQ(observe(reader), after) << "a read is no change";
 }
 
 // A copy stamped with the epoch one connection observed is checked by observations on
 // others: a commit after the copy shows on whichever connection looks next.
 TEST_F(DataEpochTest, ACommitShowsWhicheverConnectionLooksNext) {
   DataEpoch epoch;
-  Connection a(path_);
-  Connection b(path_);
-  ASSERT_TRUE(epoch.attach(a.db).ok());
-  ASSERT_TRUE(epoch.attach(b.db).ok());
-  (void)a.observe();
-  const std::int64_t stamp = b.observe();  // each connection's first report moves it once
-  EXPECT_EQ(a.observe(), stamp);
-  EXPECT_EQ(b.observe(), stamp);
-  Connection other(path_);
-  other.exec("UPDATE t SET x = x + 1");
-  EXPECT_NE(a.observe(), stamp) << "connection a missed the commit";
-  const std::int64_t moved = b.observe();
+  RawConnection a = open_raw(path_);
+  RawConnection b = open_raw(path_);
+  ASSERT_TRUE(epoch.attach(a.handle()).ok());
+  ASSERT_TRUE(epoch.attach(b.handle()).ok());
+  (void)observe(a);
+  const std::int64_t stamp = observe(b);  // each connection's first report moves it once
+  EXPECT_EQ(observe(a), stamp);
+  EXPECT_EQ(observe(b), stamp);
+  ASSERT_TRUE(open_raw(path_).exec("UPDATE t SET x = x + 1").ok());
+  EXPECT_NE(observe(a), stamp) << "connection a missed the commit";
+  const std::int64_t moved = observe(b);
   EXPECT_NE(moved, stamp) << "connection b missed the commit";
-  EXPECT_EQ(a.observe(), moved);
+  EXPECT_EQ(observe(a), moved);
 }
 
 using PanelScheduleCopyTest = PanelFixture;
@@ -132,10 +114,9 @@ TEST_F(PanelScheduleCopyTest, TheCurrentCopyIsAnsweredUntilAnythingIsCommitted) 
   ASSERT_FALSE(page["games"].empty());
 
   // Another program renames the club.
-  {
-    Connection other(path_);
-    other.exec("UPDATE settings SET value = 'Renamed Club' WHERE key = 'club_name'");
-  }
+  ASSERT_TRUE(open_raw(path_)
+                  .exec("UPDATE settings SET value = 'Renamed Club' WHERE key = 'club_name'")
+                  .ok());
   page = get(calls);
   EXPECT_EQ(page["club"], "Renamed Club") << "a commit by another program was not seen";
   EXPECT_GT(calls, 2u);
