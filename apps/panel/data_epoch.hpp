@@ -39,11 +39,6 @@ class DataEpoch {
   // REQUIRES: this outlives `db`.
   Status attach(sqlite3* db);
 
-  // The epoch now, without observing (tests).
-  [[nodiscard]] std::uint64_t current() const noexcept {
-    return epoch_.load(std::memory_order_seq_cst);
-  }
-
   // What an observation on one connection does with that connection's data_version
   // `version` and its memory `last` of the one it reported before: the epoch after it.
   std::uint64_t observe(std::atomic<std::int64_t>& last, std::int64_t version) noexcept;

@@ -66,14 +66,14 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   ClubStore& store = *options_.store;
   const bool payment = req.path == "/payments";
   const std::string token = session_token(req);
-  const Result<std::optional<User>> who = co_await session_async(token, now_utc(), window);
+  const std::string now = now_utc();
+  const Result<std::optional<User>> who = co_await session_async(token, now, window);
   const std::optional<WriteInput> in = write_input_of(req, res, req.path, token, who);
   if (!in) co_return;
   // As the store's own loop runs them: a whole transaction, re-run after a rollback; with a
   // key, idempotent too (the key makes a repeat apply nothing).
   const Idempotency idempotency =
       in->key.empty() ? Idempotency::kNonIdempotent : Idempotency::kIdempotent;
-  const std::string now = now_utc();
   if (payment) {
     const Operation op{idempotency, true, "payments.create"};
     const Result<PaymentReceipt> paid = co_await write_call<Result<PaymentReceipt>>(
