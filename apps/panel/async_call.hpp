@@ -1,30 +1,66 @@
-// One store call driven by holdfast::asio::async_run on the async lane (ADRs 0029, 0030):
-// each attempt is one try of the store's *_once() form, run on the calling coroutine's
-// event loop. The Shield's backoff, its queue for a place under the concurrency limit and
-// its wait for the breaker's probe are timer waits that hold no thread; so is SQLite's wait
-// for a lock (busy_poll()). Included by the lane's route files only.
+// One store call driven by holdfast::asio::async_run on the async lane (ADRs 0029, 0030,
+// 0032): each attempt is one try of the store's *_once() form. The Shield's backoff, its
+// queue for a place under the concurrency limit and its wait for the breaker's probe are
+// timer waits that hold no thread.
+//   - SQLite: the try runs on the calling coroutine's event loop (at most kBusySlice in the
+//     driver), and SQLite's wait for a lock is a timer wait too (busy_poll()).
+//   - PostgreSQL: libpq blocks for a round trip, so each try is a job on a pool of threads
+//     sized to the connections (HttpServer::blocking_executor()), inside the request's
+//     window and position (Context), one pg::AttemptScope step at a time; a read is routed
+//     as pg::Database routes it (routed_read()).
+// Included by the lane's route files only.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <sqlite3.h>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "club_store.hpp"
 #include "holdfast/adapters/asio.hpp"
+#include "holdfast/postgres.hpp"
+#include "holdfast/postgres_lsn.hpp"
 
 namespace holdfast::panel::lane {
+
+// A request on the lane: its window, open from its arrival (DESIGN §10), and what its
+// database calls carry from thread to thread.
+struct Context {
+  Context(Duration length, Clock& clock) : window(length, clock) {}
+  RetryWindow window;
+  // PostgreSQL: the request's read-your-writes position. It lives on a thread
+  // (pg::request_lsn()), and the request's calls run on several: each job takes it and
+  // gives it back (OnThisThread).
+  pg::CarriedPosition position;
+  // PostgreSQL: where the blocking tries of reads and of writes run. Empty on SQLite.
+  std::optional<boost::asio::any_io_executor> read_jobs;
+  std::optional<boost::asio::any_io_executor> write_jobs;
+};
+
+// The request on this thread for a stretch of synchronous work: its window as the
+// RequestScope, and its position (taken back at the end).
+class OnThisThread {
+ public:
+  explicit OnThisThread(Context& ctx) : scope_(ctx.window), position_(ctx.position) {}
+
+ private:
+  RequestScope scope_;
+  pg::PositionScope position_;  // after scope_: given back while the scope is still on
+};
 
 // How long one try may wait in SQLite's busy handler (or for a connection): the lane's
 // thread is held that long at most.
@@ -94,15 +130,15 @@ boost::asio::awaitable<void> busy_poll(Call& call, RetryWindow& window, Duration
 }
 
 // One async_run of `call` (a *_once() call) for `op` through `shield` on `policy`'s
-// schedule, within `window`, on this coroutine's executor.
+// schedule, within the request's window, each try on this coroutine's event loop (SQLite).
 template <class R, class Call>
 boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield& shield,
-                                   const RetryPolicy& policy, RetryWindow& window, Operation op,
-                                   Call call) {
+                                   const RetryPolicy& policy, Context& ctx, Operation op,
+                                   Call& call) {
   namespace net = boost::asio;
   holdfast::asio::RunOptions options;
   options.policy = &policy;
-  options.window = &window;
+  options.window = &ctx.window;
   const auto executor = co_await net::this_coro::executor;
   Clock& clock = shield.clock();
   co_return co_await holdfast::asio::async_run<R>(
@@ -113,29 +149,112 @@ boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield&
           return done(std::move(result));
         }
         net::co_spawn(executor,
-                      busy_poll<R>(call, window, access.busy_timeout, clock, std::move(result),
+                      busy_poll<R>(call, ctx.window, access.busy_timeout, clock, std::move(result),
                                    std::move(done)),
                       net::detached);
       },
       net::use_awaitable);
 }
 
-// One call of the store's `call` (a *_once() form), counted as one database call: a read
-// through the reads' Shield on their schedule, or a write through the writes' Shield.
+// One try of `call` on this thread (a blocking job's): in the request's window and
+// position, as one attempt of `step` (pg::AttemptScope).
 template <class R, class Call>
-boost::asio::awaitable<R> read_call(ClubStore& store, RetryWindow& window, Operation op,
-                                    Call call) {
-  store.count_call();
-  const ClubStore::AsyncAccess& a = *store.async_access();
-  co_return co_await run_call<R>(a, *a.shield, *a.reads, window, op, std::move(call));
+R blocking_try(Context& ctx, pg::RoutedCall& route, pg::AttemptScope::Step step, Call& call) {
+  const OnThisThread request(ctx);
+  const pg::AttemptScope one(route, step);
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    return R(Status(Code::kInternal, std::string("the store call threw: ") + e.what()));
+  }
 }
 
+// blocking_try() as a job on `jobs`; resumes on this coroutine's event loop.
 template <class R, class Call>
-boost::asio::awaitable<R> write_call(ClubStore& store, RetryWindow& window, Operation op,
-                                     Call call) {
-  store.count_call();
+boost::asio::awaitable<R> blocking_job(const boost::asio::any_io_executor& jobs, Context& ctx,
+                                       pg::RoutedCall& route, pg::AttemptScope::Step step,
+                                       Call& call) {
+  namespace net = boost::asio;
+  // (co_spawn's value must be default-constructible: a Result is not.)
+  std::optional<R> r = co_await net::co_spawn(
+      jobs,
+      [&]() -> net::awaitable<std::optional<R>> {
+        co_return blocking_try<R>(ctx, route, step, call);
+      },
+      net::use_awaitable);
+  co_return std::move(*r);
+}
+
+// One async_run of `call` through `shield` (the primary's) on `policy`'s schedule, each
+// attempt a blocking job on `jobs` (PostgreSQL).
+template <class R, class Call>
+boost::asio::awaitable<R> run_blocking(const boost::asio::any_io_executor& jobs, Shield& shield,
+                                       const RetryPolicy& policy, Context& ctx, Operation op,
+                                       pg::RoutedCall& route, Call& call) {
+  namespace net = boost::asio;
+  holdfast::asio::RunOptions options;
+  options.policy = &policy;
+  options.window = &ctx.window;
+  const auto executor = co_await net::this_coro::executor;
+  co_return co_await holdfast::asio::async_run<R>(
+      executor, shield, op, options,
+      [&](holdfast::asio::Done<R> done) {
+        net::post(jobs, [&ctx, &route, &call, done = std::move(done)]() mutable {
+          done(blocking_try<R>(ctx, route, pg::AttemptScope::Step::kPrimary, call));
+        });
+      },
+      net::use_awaitable);
+}
+
+// A read on PostgreSQL, routed as pg::Database::read() routes it: the standbys once without
+// waiting; else the primary's Shield loop (between its attempts a standby that was only
+// behind the request's writes and has caught up ends it); and after the primary failed,
+// those standbys once more.
+template <class R, class Call>
+boost::asio::awaitable<R> routed_read(const ClubStore::AsyncAccess& access,
+                                      const RetryPolicy& policy, Context& ctx, Operation op,
+                                      Call& call) {
+  using Step = pg::AttemptScope::Step;
+  const boost::asio::any_io_executor& jobs = *ctx.read_jobs;
+  pg::RoutedCall route;
+  if (access.standbys > 0) {
+    R first = co_await blocking_job<R>(jobs, ctx, route, Step::kReplicas, call);
+    if (!route.unanswered) co_return first;
+  }
+  R r = co_await run_blocking<R>(jobs, *access.shield, policy, ctx, op, route, call);
+  if (is_ok(r) || route.behind == 0) co_return r;
+  if (const Status& s = status_of(r); !(is_own_shedding(s) || s.fault().transient())) co_return r;
+  R again = co_await blocking_job<R>(jobs, ctx, route, Step::kReplicasAgain, call);
+  if (!route.unanswered || route.left_to_replica) co_return again;
+  co_return r;
+}
+
+// One call of the store's `call` (a *_once() form), counted as one database call: a read
+// through the reads' Shield on `policy` (the store's reads' schedule unless given).
+// (A blocking store counts its driver calls itself, in each call's first job.)
+template <class R, class Call>
+boost::asio::awaitable<R> read_call(ClubStore& store, Context& ctx, Operation op, Call call,
+                                    const RetryPolicy* policy = nullptr) {
   const ClubStore::AsyncAccess& a = *store.async_access();
-  co_return co_await run_call<R>(a, *a.write_shield, *a.writes, window, op, std::move(call));
+  if (!a.blocking) store.count_call();
+  const RetryPolicy& schedule = policy != nullptr ? *policy : *a.reads;
+  if (ctx.read_jobs) co_return co_await routed_read<R>(a, schedule, ctx, op, call);
+  co_return co_await run_call<R>(a, *a.shield, schedule, ctx, op, call);
+}
+
+// A write through the writes' Shield.
+template <class R, class Call>
+boost::asio::awaitable<R> write_call(ClubStore& store, Context& ctx, Operation op, Call call) {
+  const ClubStore::AsyncAccess& a = *store.async_access();
+  if (!a.blocking) store.count_call();
+  if (ctx.write_jobs) {
+    // As pg::Database runs its writes: a whole transaction each, on the Shield's schedule
+    // for the operation.
+    pg::RoutedCall route;
+    co_return co_await run_blocking<R>(*ctx.write_jobs, *a.write_shield,
+                                       a.write_shield->policy_for(op), ctx, op, route, call);
+  }
+  co_return co_await run_call<R>(a, *a.write_shield, *a.writes, ctx, op, call);
 }
 
 }  // namespace holdfast::panel::lane

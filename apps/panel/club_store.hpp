@@ -176,13 +176,23 @@ class ClubStore {
     const RetryPolicy* writes = nullptr;    // the writes'
     int connections = 0;
     Duration busy_timeout{};  // Options::busy_timeout: one attempt's wait for a lock
+    // PostgreSQL (ADR 0032): each try blocks for round trips (libpq), so it runs as a job on
+    // a pool of read_jobs threads (reads) or write_jobs (writes), inside a pg::AttemptScope
+    // step; reads go to the `standbys` first, as pg::Database routes them.
+    bool blocking = false;
+    // Whether data_epoch_once() observes the file's change epoch (SQLite).
+    bool data_epoch = false;
+    int read_jobs = 0;
+    int write_jobs = 0;
+    int standbys = 0;
   };
-  // nullptr when this store has none (PostgreSQL, whose driver runs its own loop; a
-  // baseline, whose loop is what the drill compares): its calls block the calling thread.
+  // nullptr when this store has none (a baseline, whose loop is what the drill compares):
+  // its calls block the calling thread.
   [[nodiscard]] virtual const AsyncAccess* async_access() const noexcept { return nullptr; }
-  // One attempt of session(), games_on() and context_on() (the context's four queries in
-  // one), with no retry and no Shield: what an async_run attempt calls, inside a
-  // RequestScope of the request's window. The base class answers UNIMPLEMENTED.
+  // One attempt of session(), games_on() and context_on() (on SQLite the context's four
+  // queries in one attempt; on PostgreSQL one statement), with no retry and no Shield: what
+  // an async_run attempt calls, inside a RequestScope of the request's window. The base
+  // class answers UNIMPLEMENTED.
   virtual Result<std::optional<User>> session_once(std::string_view token,
                                                    std::string_view now_utc);
   virtual Result<std::vector<Game>> games_once(std::string_view date);

@@ -21,6 +21,13 @@ using pgschema::kIdempotencyTable;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
+// The origin's session schedule (150/500/1500/3000 ms) for holdfast; the baselines keep
+// their single attempt. Its clock does not matter: the driver's window is on the store's.
+const RetryPolicy& session_schedule() {
+  static const RetryPolicy schedule = RetryPolicy::origin_session();
+  return schedule;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
@@ -90,6 +97,21 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   if (o.strategy == Strategy::kHoldfast) {
     store->read_shield_ = &store->reads_->shield();
     store->write_shield_ = &store->writes_->shield();
+    AsyncAccess a;
+    a.shield = store->read_shield_;
+    a.write_shield = store->write_shield_;
+    a.sessions = &session_schedule();
+    a.reads = &store->read_shield_->reads();
+    a.writes = &store->write_shield_->writes();
+    a.connections = o.read_connections;
+    a.busy_timeout = o.busy_timeout;
+    a.blocking = true;
+    // A read's job may wait for a connection of the primary's pool or try each standby's
+    // (never waiting there): one thread per connection it may hold.
+    a.standbys = static_cast<int>(store->reads_->replica_count());
+    a.read_jobs = std::max(o.read_connections, 1) * (1 + a.standbys);
+    a.write_jobs = std::max(o.pg_write_connections, 1);
+    store->async_ = a;
   }
   return std::unique_ptr<ClubStore>(std::move(store));
 }
@@ -101,7 +123,11 @@ PgClubStore::~PgClubStore() = default;
 
 template <class F>
 auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
-  count_call();
+  // On the lane each driver call is counted in its first job only: its other steps and
+  // retries are attempts of the same call.
+  if (pg::AttemptScope* one = pg::AttemptScope::current();
+      one == nullptr || one->call().scopes == 1)
+    count_call();
   if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
   // The driver bounds the page by its window (it opens it at the first statement).
   return attempt();
@@ -124,12 +150,9 @@ Status PgClubStore::ensure_demo_data(std::string_view today) {
 }
 
 Result<std::optional<User>> PgClubStore::session(std::string_view token, std::string_view now_utc) {
-  // The origin's session schedule (150/500/1500/3000 ms) for holdfast; the baselines keep
-  // their single attempt. Its clock does not matter: the driver's window is on the store's.
-  static const RetryPolicy kSessionSchedule = RetryPolicy::origin_session();
   pg::ReadOptions lookup;
   lookup.operation = Operation::read("session.read");
-  if (options_.strategy == Strategy::kHoldfast) lookup.policy = &kSessionSchedule;
+  if (options_.strategy == Strategy::kHoldfast) lookup.policy = &session_schedule();
   recall_writes("session:" + std::string(token));  // a sign-in just now, on this process
   Result<pg::Rows> rows = run(lookup.operation, [&] {
     return reads_->read(
@@ -178,41 +201,38 @@ Result<std::vector<Game>> PgClubStore::games_on(std::string_view date) {
 }
 
 Result<ScheduleContext> PgClubStore::context_on(std::string_view date) {
-  ScheduleContext ctx;
-  Result<pg::Rows> settings = run(Operation::read("schedule.settings"),
-                                  [&] { return reads_->read("SELECT key, value FROM settings"); });
-  if (!settings.ok()) return settings.status();
-  for (int r = 0; r < settings->size(); ++r) {
-    const std::string_view k = settings->text(r, 0);
-    if (k == "club_name") ctx.club_name = settings->text(r, 1);
-    if (k == "currency") ctx.currency = settings->text(r, 1);
-  }
-  Result<pg::Rows> courts = run(Operation::read("schedule.courts"), [&] {
-    return reads_->read("SELECT name FROM courts ORDER BY id");
-  });
-  if (!courts.ok()) return courts.status();
-  for (int r = 0; r < courts->size(); ++r)
-    ctx.courts.emplace_back(courts->text(r, 0));
-  Result<pg::Rows> holidays = run(Operation::read("schedule.holidays"), [&] {
-    return reads_->read("SELECT name FROM holidays WHERE date = $1::date", {date});
-  });
-  if (!holidays.ok()) return holidays.status();
-  for (int r = 0; r < holidays->size(); ++r)
-    ctx.holidays.emplace_back(holidays->text(r, 0));
-  Result<pg::Rows> cash = run(Operation::read("schedule.cash"), [&] {
+  // One statement, one round trip: the club's name and currency, the courts in order, the
+  // day's holiday (the date is its key) and the day's cash, one row each, by kind. On the
+  // lane it is one attempt of one call, as each of the page's other reads.
+  Result<pg::Rows> rows = run(Operation::read("schedule.context"), [&] {
     return reads_->read(
-        "SELECT count(*), coalesce(sum(amount_cents), 0)::bigint FROM payments "
-        "WHERE created_at >= $1::date AND created_at < $1::date + 1",
+        "SELECT kind, a, b FROM ("
+        "SELECT 0 AS kind, 0::bigint AS ord, key AS a, value AS b FROM settings "
+        "WHERE key IN ('club_name', 'currency') "
+        "UNION ALL SELECT 1, id, name, NULL FROM courts "
+        "UNION ALL SELECT 2, 0, name, NULL FROM holidays WHERE date = $1::date "
+        "UNION ALL SELECT 3, 0, count(*)::text, coalesce(sum(amount_cents), 0)::bigint::text "
+        "FROM payments WHERE created_at >= $1::date AND created_at < $1::date + 1"
+        ") context ORDER BY kind, ord",
         {date});
   });
-  if (!cash.ok()) return cash.status();
-  if (!cash->empty()) {
-    Result<std::int64_t> count = int_at(*cash, 0, 0);
-    Result<std::int64_t> cents = int_at(*cash, 0, 1);
-    if (!count.ok()) return count.status();
-    if (!cents.ok()) return cents.status();
-    ctx.payments_today = *count;
-    ctx.cash_today_cents = *cents;
+  if (!rows.ok()) return rows.status();
+  ScheduleContext ctx;
+  for (int r = 0; r < rows->size(); ++r) {
+    const std::string_view kind = rows->text(r, 0);
+    const std::string_view a = rows->text(r, 1);
+    if (kind == "0" && a == "club_name") ctx.club_name = rows->text(r, 2);
+    if (kind == "0" && a == "currency") ctx.currency = rows->text(r, 2);
+    if (kind == "1") ctx.courts.emplace_back(a);
+    if (kind == "2") ctx.holidays.emplace_back(a);
+    if (kind == "3") {
+      Result<std::int64_t> count = int_at(*rows, r, 1);
+      Result<std::int64_t> cents = int_at(*rows, r, 2);
+      if (!count.ok()) return count.status();
+      if (!cents.ok()) return cents.status();
+      ctx.payments_today = *count;
+      ctx.cash_today_cents = *cents;
+    }
   }
   return ctx;
 }
@@ -248,55 +268,84 @@ Status PgClubStore::end_session(std::string_view token) {
       .status();
 }
 
-Result<std::string> PgClubStore::do_login(std::string_view email, std::string_view password,
-                                          std::string_view now_utc) {
+Result<std::optional<ClubStore::Credentials>> PgClubStore::credentials_once(
+    std::string_view email) {
   Result<pg::Rows> user = run(Operation::read("login.user"), [&] {
     return reads_->read("SELECT id, password_hash FROM users WHERE email = $1", {email});
   });
   if (!user.ok()) return user.status();
-  if (user->empty()) return Status(Code::kPermissionDenied, "unknown email or wrong password");
-  const std::string stored(user->text(0, 1));
-  const SignInCheck check = check_sign_in(stored, email, password, options_.password_cost);
-  if (!check.right) return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  if (user->empty()) return std::optional<Credentials>();
   Result<std::int64_t> id = int_at(*user, 0, 0);
   if (!id.ok()) return id.status();
+  return std::optional<Credentials>(Credentials{*id, std::string(user->text(0, 1))});
+}
+
+Status PgClubStore::rehash_once(std::int64_t user_id, std::string_view fresh,
+                                std::string_view stored) {
+  // Only over the hash just checked (a password changed meanwhile stays changed), so
+  // applying it twice is applying it once.
+  const Operation op = Operation::idempotent_write("login.rehash");
+  Status s = run(op, [&] {
+               return writes_->write(
+                   "UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3",
+                   {fresh, user_id, stored}, op);
+             }).status();
+  if (s.ok()) remember_write("user:" + std::to_string(user_id));
+  return s;
+}
+
+Status PgClubStore::insert_session_once(std::string_view token, std::int64_t user_id,
+                                        std::string_view now_utc) {
+  // Inserting a fresh random token twice is impossible, so a retry of it is safe.
+  const Operation op = Operation::idempotent_write("login.session");
+  Status s = run(op, [&] {
+               return writes_->write(
+                   "INSERT INTO sessions(token, user_id, created_at, last_seen, expires_at) "
+                   "VALUES ($1, $2, $3, $3, $3::timestamptz + interval '30 days') "
+                   "ON CONFLICT (token) DO NOTHING",
+                   {token, user_id, now_utc}, op);
+             }).status();
+  if (s.ok()) remember_write("session:" + std::string(token));
+  return s;
+}
+
+Status PgClubStore::cap_sessions_once(std::int64_t user_id, std::string_view now_utc) {
+  // The user's expired sessions and the oldest beyond the newest kSessionsPerUser: deleting
+  // down to a cap twice is deleting once.
+  const Operation op = Operation::idempotent_write("login.session_cap");
+  return run(op,
+             [&] {
+               return writes_->write(
+                   "DELETE FROM sessions WHERE user_id = $1 AND (expires_at <= $2::timestamptz OR "
+                   "token NOT IN (SELECT token FROM sessions WHERE user_id = $1 AND expires_at > "
+                   "$2::timestamptz ORDER BY created_at DESC, token DESC LIMIT $3::bigint))",
+                   {user_id, now_utc, std::int64_t{kSessionsPerUser}}, op);
+             })
+      .status();
+}
+
+Result<std::string> PgClubStore::do_login(std::string_view email, std::string_view password,
+                                          std::string_view now_utc) {
+  const Result<std::optional<Credentials>> user = credentials_once(email);
+  if (!user.ok()) return user.status();
+  const Status wrong(Code::kPermissionDenied, "unknown email or wrong password");
+  if (!user->has_value()) return wrong;
+  const Credentials& found = **user;
+  const SignInCheck check =
+      check_sign_in(found.password_hash, email, password, options_.password_cost);
+  if (!check.right) return wrong;
+  // Its failure is not the sign-in's: the next one tries again.
   if (!check.fresh_hash.empty()) {
-    // Only over the hash just checked (a password changed meanwhile stays changed), so
-    // applying it twice is applying it once. Its failure is not the sign-in's.
-    const Operation op = Operation::idempotent_write("login.rehash");
-    (void)run(op, [&] {
-      return writes_->write(
-          "UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3",
-          {check.fresh_hash, *id, stored}, op);
-    });
-    remember_write("user:" + std::to_string(*id));
+    (void)rehash_once(found.user_id, check.fresh_hash, found.password_hash);
   }
-  return do_open_session(*id, now_utc);
+  return do_open_session(found.user_id, now_utc);
 }
 
 Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::string_view now_utc) {
   std::string token = new_token();
-  // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  const Operation op = Operation::idempotent_write("login.session");
-  Result<pg::Rows> inserted = run(op, [&] {
-    return writes_->write(
-        "INSERT INTO sessions(token, user_id, created_at, last_seen, expires_at) "
-        "VALUES ($1, $2, $3, $3, $3::timestamptz + interval '30 days') "
-        "ON CONFLICT (token) DO NOTHING",
-        {token, user_id, now_utc}, op);
-  });
-  if (!inserted.ok()) return inserted.status();
-  remember_write("session:" + token);
-  // The user's expired sessions and the oldest beyond the newest kSessionsPerUser: deleting
-  // down to a cap twice is deleting once. Its failure is not the sign-in's.
-  const Operation cap = Operation::idempotent_write("login.session_cap");
-  (void)run(cap, [&] {
-    return writes_->write(
-        "DELETE FROM sessions WHERE user_id = $1 AND (expires_at <= $2::timestamptz OR token "
-        "NOT IN (SELECT token FROM sessions WHERE user_id = $1 AND expires_at > $2::timestamptz "
-        "ORDER BY created_at DESC, token DESC LIMIT $3::bigint))",
-        {user_id, now_utc, std::int64_t{kSessionsPerUser}}, cap);
-  });
+  if (Status s = insert_session_once(token, user_id, now_utc); !s.ok()) return s;
+  // Its failure is not the sign-in's: the next one tries again.
+  (void)cap_sessions_once(user_id, now_utc);
   return token;
 }
 

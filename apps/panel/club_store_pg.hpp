@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -51,6 +52,26 @@ class PgClubStore final : public ClubStore {
     if (position.empty() || position.size() > 28) return;
     if (Result<pg::Lsn> lsn = pg::Lsn::parse(position); lsn.ok()) pg::require_lsn(*lsn);
   }
+
+  // holdfast: the lane's access (ADR 0032). The *_once() forms below are the blocking
+  // calls themselves: inside a pg::AttemptScope (the lane's jobs) each driver call in them
+  // makes one attempt of the scope's step; outside one, each runs its whole loop.
+  [[nodiscard]] const AsyncAccess* async_access() const noexcept override {
+    return async_ ? &*async_ : nullptr;
+  }
+  Result<std::optional<User>> session_once(std::string_view token,
+                                           std::string_view now_utc) override {
+    return session(token, now_utc);
+  }
+  Result<std::vector<Game>> games_once(std::string_view date) override { return games_on(date); }
+  Result<ScheduleContext> context_once(std::string_view date) override { return context_on(date); }
+  Status end_session_once(std::string_view token) override { return end_session(token); }
+  Result<std::optional<Credentials>> credentials_once(std::string_view email) override;
+  Status rehash_once(std::int64_t user_id, std::string_view fresh,
+                     std::string_view stored) override;
+  Status insert_session_once(std::string_view token, std::int64_t user_id,
+                             std::string_view now_utc) override;
+  Status cap_sessions_once(std::int64_t user_id, std::string_view now_utc) override;
 
   [[nodiscard]] std::string_view backend() const noexcept override { return "postgresql"; }
   // The baselines count their calls; holdfast counts what its Shields let through.
@@ -103,6 +124,20 @@ class PgClubStore final : public ClubStore {
                                    const IdempotencyKey& key, std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
+  Result<PaymentReceipt> do_pay_once(std::int64_t user_id, std::int64_t amount_cents,
+                                     std::string_view method, const IdempotencyKey& key,
+                                     std::string_view now_utc) override {
+    return do_pay(user_id, amount_cents, method, key, now_utc);
+  }
+  Result<SignupReceipt> do_sign_up_once(std::int64_t user_id, std::int64_t game_id,
+                                        const IdempotencyKey& key,
+                                        std::string_view now_utc) override {
+    return do_sign_up(user_id, game_id, key, now_utc);
+  }
+  Status do_record_report_once(std::string_view path, std::string_view digest,
+                               std::string_view note, std::string_view now_utc) override {
+    return do_record_report(path, digest, note, now_utc);
+  }
 
   // One panel operation: holdfast lets the driver's Shield retry it; a baseline wraps the
   // driver's single attempt in its own loop.
@@ -140,6 +175,7 @@ class PgClubStore final : public ClubStore {
   std::map<std::string, pg::Lsn, std::less<>> last_write_;
   std::unique_ptr<pg::Database> reads_;
   std::unique_ptr<pg::Database> writes_;
+  std::optional<AsyncAccess> async_;  // holdfast only
 };
 
 }  // namespace holdfast::panel

@@ -18,21 +18,21 @@ namespace net = boost::asio;
 using lane::read_call;
 
 net::awaitable<void> PanelServer::get_schedule_async(const http::Request& req, http::Response& res,
-                                                     RetryWindow& window) {
+                                                     lane::Context& ctx) {
   const bool as_json = req.path == "/api/schedule";
   ScheduleAsk ask;
   if (!schedule_asked(req, res, as_json, ask)) co_return;
   ScheduleRead read;
-  co_await read_schedule_async(window, ask, read);
+  co_await read_schedule_async(ctx, ask, read);
   if (std::optional<Status> failed = answer_schedule_read(ask, res, read)) {
     answers_->failure(res, *failed, req.path, as_json);
   }
 }
 
-net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const ScheduleAsk& ask,
+net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const ScheduleAsk& ask,
                                                       ScheduleRead& read) {
   ClubStore& store = *options_.store;
-  const Result<std::optional<User>> who = co_await session_async(ask.token, ask.now, window);
+  const Result<std::optional<User>> who = co_await session_async(ask.token, ask.now, ctx);
   if (!who.ok()) {
     read.failure = who.status();
     co_return;
@@ -46,14 +46,16 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
   read.user = **who;
   toucher_->touch(ask.token);
   // Nothing committed since the last good copy was read: it is the answer, without the
-  // five queries (data_epoch.hpp).
-  const Result<std::uint64_t> epoch = co_await read_call<Result<std::uint64_t>>(
-      store, window, Operation::read("schedule.epoch"), [&] { return store.data_epoch_once(); });
-  if (!epoch.ok()) {
-    read.failure = epoch.status();
-    co_return;
+  // five queries (data_epoch.hpp). A store without an epoch (PostgreSQL) reads every page.
+  if (store.async_access()->data_epoch) {
+    const Result<std::uint64_t> epoch = co_await read_call<Result<std::uint64_t>>(
+        store, ctx, Operation::read("schedule.epoch"), [&] { return store.data_epoch_once(); });
+    if (!epoch.ok()) {
+      read.failure = epoch.status();
+      co_return;
+    }
+    read.epoch = *epoch;
   }
-  read.epoch = *epoch;
   if (std::shared_ptr<const Schedule> copy = current_copy(ask.date, read.epoch, ask.now)) {
     read.schedule = std::move(copy);
     read.current_copy = true;
@@ -61,14 +63,14 @@ net::awaitable<void> PanelServer::read_schedule_async(RetryWindow& window, const
     co_return;
   }
   Result<std::vector<Game>> games = co_await read_call<Result<std::vector<Game>>>(
-      store, window, Operation::read("schedule.games"), [&] { return store.games_once(ask.date); });
+      store, ctx, Operation::read("schedule.games"), [&] { return store.games_once(ask.date); });
   if (!games.ok()) {
     read.failure = games.status();
     co_return;
   }
-  Result<ScheduleContext> context = co_await read_call<Result<ScheduleContext>>(
-      store, window, Operation::read("schedule.context"),
-      [&] { return store.context_once(ask.date); });
+  Result<ScheduleContext> context =
+      co_await read_call<Result<ScheduleContext>>(store, ctx, Operation::read("schedule.context"),
+                                                  [&] { return store.context_once(ask.date); });
   if (!context.ok()) {
     read.failure = context.status();
     co_return;

@@ -39,11 +39,17 @@ Status PanelServer::start() {
   o.default_headers = security_headers();
   o.clock = &options_.store->clock();  // the panel's TrafficRing counts on the same clock
   // The schedule's reads and the writes on the async lane when the store can leave its
-  // waits to async_run (SQLite with holdfast) on real time (asio's timers are).
+  // waits to async_run (holdfast) on real time (asio's timers are).
   const ClubStore::AsyncAccess* async = options_.store->async_access();
   const bool use_async =
       options_.async_lane && async != nullptr && &options_.store->clock() == &Clock::system();
   if (use_async) o.async_workers = std::max(async->connections, 1);
+  if (use_async && async->blocking) {
+    // PostgreSQL: each try blocks in libpq, on a pool sized to the connections it shares
+    // (ADR 0032); the event loops only wait, so two are plenty.
+    o.async_workers = 2;
+    o.blocking_pools = {async->read_jobs, async->write_jobs};  // blocking_executor(0), (1)
+  }
   auto server = std::make_unique<HttpServer>(
       std::move(o), [this](const http::Request& req, http::Response& res) { handle(req, res); });
   if (use_async) {

@@ -38,6 +38,9 @@ namespace holdfast::panel {
 
 class Housekeeper;
 class SessionToucher;
+namespace lane {
+struct Context;
+}
 class TrafficRing;
 struct StatusView;
 
@@ -227,41 +230,41 @@ class PanelServer {
   // After the reads, as answer_schedule() does.
   std::optional<Status> answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
                                              ScheduleRead& read);
-  // The async lane (SQLite with holdfast, where the store has ClubStore::async_access()):
-  // the schedule's routes, payments, sign-ups and sign-outs with the same answers, their
+  // The async lane (holdfast, where the store has ClubStore::async_access()): the
+  // schedule's routes, payments, sign-ups and sign-outs with the same answers, their
   // database calls driven by holdfast::asio::async_run, so that a backoff, a place under
-  // the limit, a wait for the probe or for a lock holds no thread (ADRs 0029, 0030).
+  // the limit, a wait for the probe or for a lock holds no thread (ADRs 0029, 0030, 0032).
   // routes_async.cpp: which requests, and the dispatch.
   [[nodiscard]] static bool is_async_route(const http::Request& req) noexcept;
   boost::asio::awaitable<void> handle_async(const http::Request& req, http::Response& res);
   // routes_schedule_async.cpp
   boost::asio::awaitable<void> get_schedule_async(const http::Request& req, http::Response& res,
-                                                  RetryWindow& window);
-  boost::asio::awaitable<void> read_schedule_async(RetryWindow& window, const ScheduleAsk& ask,
+                                                  lane::Context& ctx);
+  boost::asio::awaitable<void> read_schedule_async(lane::Context& ctx, const ScheduleAsk& ask,
                                                    ScheduleRead& read);
   // routes_async.cpp
   boost::asio::awaitable<void> post_write_async(const http::Request& req, http::Response& res,
-                                                RetryWindow& window);
+                                                lane::Context& ctx);
   boost::asio::awaitable<void> post_logout_async(const http::Request& req, http::Response& res,
-                                                 RetryWindow& window);
+                                                 lane::Context& ctx);
   boost::asio::awaitable<void> post_login_async(const http::Request& req, http::Response& res,
-                                                RetryWindow& window);
+                                                lane::Context& ctx);
   boost::asio::awaitable<void> get_login_link_async(const http::Request& req, http::Response& res,
-                                                    RetryWindow& window);
+                                                    lane::Context& ctx);
   boost::asio::awaitable<void> post_report_async(const http::Request& req, http::Response& res,
-                                                 RetryWindow& window);
+                                                 lane::Context& ctx);
   boost::asio::awaitable<void> get_status_async(const http::Request& req, http::Response& res,
-                                                RetryWindow& window);
+                                                lane::Context& ctx);
   // A session opened for `user_id` (its token), as ClubStore::open_session() opens one.
   boost::asio::awaitable<Result<std::string>> open_session_async(std::int64_t user_id,
-                                                                 RetryWindow& window);
+                                                                 lane::Context& ctx);
   // The user of the request's session cookie (`token`), as ClubStore::session() reads it.
   boost::asio::awaitable<Result<std::optional<User>>> session_async(const std::string& token,
                                                                     const std::string& now,
-                                                                    RetryWindow& window);
+                                                                    lane::Context& ctx);
   // What an async sign-in's session (a token) is, or why there is none.
   boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
-                                                            RetryWindow& window);
+                                                            lane::Context& ctx);
   // The session's user and the schedule of `date`. `signed_out` is set only when the
   // database answered that the session is not live (never for an error of the database).
   Status read_schedule(const std::string& token, const std::string& date, const std::string& now,

@@ -241,6 +241,76 @@ namespace detail {
 struct CallPipeline;
 }  // namespace detail
 
+/// What the steps of one routed call share, for a driver that runs the retry loop itself
+/// (AttemptScope). The driver keeps one per call, zeroed, for the call's lifetime.
+struct RoutedCall {
+  /// Bit i: replica i answered that it had not replayed the request's writes.
+  std::uint64_t behind = 0;
+  /// Set by a replica step when some read of the call had no replica's answer: the primary
+  /// answers the call. Cleared when a replica step begins.
+  bool unanswered = false;
+  /// The primary step's attempts so far (each AttemptScope of kPrimary counts one).
+  int primary_attempts = 0;
+  /// The AttemptScopes opened on this call so far, of any step: 1 during its first job (for
+  /// a caller that counts each call once, whatever its steps and retries).
+  int scopes = 0;
+  /// A primary attempt ended at once because a replica that was only behind has since
+  /// replayed the request's writes (CANCELLED, with StopReason::kCancelled: nothing is
+  /// recorded against the primary): the driver runs kReplicasAgain, whose answer is the
+  /// call's, success or failure.
+  bool left_to_replica = false;
+};
+
+/// One attempt of one step, for a driver that runs the Shield's retry loop itself, off the
+/// caller's thread: holdfast::asio::async_run on shield() (or write Database's shield()),
+/// each attempt a blocking job on a pool sized to the connections. While a scope is
+/// active on a thread, every Database's calls on that thread make one attempt of `step`,
+/// with no Shield and no retry of their own, inside the RequestScope the job installed:
+///
+///   - kReplicas: each read tries the replicas once, without waiting (as read() does
+///     first). A read with no replica's answer sets RoutedCall::unanswered.
+///   - kPrimary: each read, write, transaction() and once() makes its one attempt on the
+///     primary: what one attempt of their own loop makes. A read after the first attempt
+///     ends at once with CANCELLED when a replica found behind has since caught up
+///     (RoutedCall::left_to_replica).
+///   - kReplicasAgain: after the primary failed (transient, or shed), each read tries once
+///     more the replicas that were only behind.
+///
+/// In a replica step a write is refused (FAILED_PRECONDITION, nothing sent) and the call
+/// is unanswered, so that only the primary step ever writes. The driver:
+///
+/// @code
+///   RoutedCall route;
+///   if (db.replica_count() > 0) {                // a job: AttemptScope(route, kReplicas)
+///     r = call();
+///     if (!route.unanswered) return r;
+///   }
+///   r = async_run(db.shield(), ...);             // each attempt a job with kPrimary
+///   if (!r.ok() && route.behind != 0 && (transient(r) || is_own_shedding(r))) {
+///     again = call();                            // a job with kReplicasAgain
+///     if (!route.unanswered || route.left_to_replica) return again;
+///   }
+///   return r;
+/// @endcode
+class AttemptScope {
+ public:
+  enum class Step : std::uint8_t { kReplicas, kPrimary, kReplicasAgain };
+  AttemptScope(RoutedCall& call, Step step) noexcept;
+  ~AttemptScope();
+  AttemptScope(const AttemptScope&) = delete;
+  AttemptScope& operator=(const AttemptScope&) = delete;
+
+  /// The innermost active scope on this thread, or nullptr.
+  [[nodiscard]] static AttemptScope* current() noexcept;
+  [[nodiscard]] RoutedCall& call() noexcept { return call_; }
+  [[nodiscard]] Step step() const noexcept { return step_; }
+
+ private:
+  RoutedCall& call_;
+  Step step_;
+  AttemptScope* previous_;
+};
+
 /// The transaction a transaction() function runs in. Statements may be anything but the
 /// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
 /// returns OK and rolls back otherwise). After a failed statement the transaction is
@@ -483,6 +553,12 @@ class Database {
   Result<Rows> read_work(const Work& work, const ReadOptions& options);
   Result<Rows> read_routed(const Work& work, const RetryPolicy& policy, Operation op,
                            RetryStats& stats);
+  // One attempt of `scope`'s step of a read (AttemptScope).
+  Result<Rows> read_step(const Work& work, AttemptScope& scope);
+  // Whether a replica marked in `behind` has been seen past the request's position.
+  bool replica_caught_up(std::uint64_t behind) noexcept;
+  // A write asked for in a replica step: refused, and the call left to the primary.
+  static Status write_in_replica_step(AttemptScope& scope);
   Result<Rows> write_work(const Work& work, Operation op, RetryStats* stats = nullptr);
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
@@ -577,6 +653,10 @@ auto Database::transaction(F&& fn, TransactionOptions options)
     if (!s.ok()) return R(std::move(s));
     return r;
   };
+  if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
+    if (one->step() != AttemptScope::Step::kPrimary) return R(write_in_replica_step(*one));
+    return attempt();
+  }
   return run(*primary_, primary_->shield->policy_for(options.operation), options.operation, attempt,
              &report.retry);
 }

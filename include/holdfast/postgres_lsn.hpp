@@ -27,7 +27,7 @@
 ///
 /// The position lives with the request: with the window of the innermost RequestScope on
 /// this thread, which nested scopes share. A RequestScope adopted on another thread starts
-/// without it (call require_lsn() there). Outside any RequestScope there is none: each call
+/// without it: carry it there whole with a PositionScope (or call require_lsn() there). Outside any RequestScope there is none: each call
 /// stands alone. It is kept on the thread, keyed by the window, and a window never closes
 /// once open, so the next request starts afresh once this one has reached the database;
 /// a request that called require_lsn() and never reached the database may pass that
@@ -75,5 +75,43 @@ struct Lsn {
 /// replaces one of an older timeline; one of an older timeline is ignored. No-op outside a
 /// RequestScope.
 void require_lsn(Lsn lsn) noexcept;
+
+/// The current request's position in full: request_lsn(), and whether a write of unknown
+/// position (a COMMIT whose answer was lost) sends its reads to the primary.
+struct CarriedPosition {
+  Lsn lsn;
+  bool primary_only = false;
+};
+
+/// The current request's whole position, for a driver that runs one request's calls on
+/// several threads (an event loop's coroutine, blocking jobs on a pool): the position lives
+/// on the thread, so the driver takes it where the request was and gives it, with
+/// carry_position(), where the request goes next. Empty outside a RequestScope.
+[[nodiscard]] CarriedPosition carried_position() noexcept;
+
+/// Makes `position` the current request's position, replacing what this thread held for
+/// it. No-op outside a RequestScope.
+void carry_position(const CarriedPosition& position) noexcept;
+
+/// Gives a request's position to this thread for a scope, and takes it back at its end:
+/// inside a RequestScope of the request's window, as a blocking job of the request does.
+///
+/// @code
+///   holdfast::RequestScope scope(request.window);          // adopted on the job's thread
+///   holdfast::pg::PositionScope carried(request.position);  // ... and its position
+///   auto r = db.write(...);  // request.position moves past the commit at the scope's end
+/// @endcode
+class PositionScope {
+ public:
+  explicit PositionScope(CarriedPosition& position) noexcept : position_(position) {
+    carry_position(position);
+  }
+  ~PositionScope() { position_ = carried_position(); }
+  PositionScope(const PositionScope&) = delete;
+  PositionScope& operator=(const PositionScope&) = delete;
+
+ private:
+  CarriedPosition& position_;
+};
 
 }  // namespace holdfast::pg

@@ -457,6 +457,9 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
 }
 
 Result<Rows> Database::read_work(const Work& work, const ReadOptions& options) {
+  if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
+    return read_step(work, *one);
+  }
   const RetryPolicy& policy =
       options.policy != nullptr ? *options.policy : primary_->shield->reads();
   std::optional<RequestScope> own;
@@ -545,6 +548,10 @@ Result<Rows> Database::write_work(const Work& work, Operation op, RetryStats* st
   // The statement is its own whole transaction: one that the server rolled back (40001,
   // 40P01) may be re-run like a re-runnable transaction.
   op.reruns_transaction = true;
+  if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
+    if (one->step() != AttemptScope::Step::kPrimary) return write_in_replica_step(*one);
+    return write_once(work);
+  }
   return run(
       *primary_, primary_->shield->policy_for(op), op,
       [&]() -> Result<Rows> { return write_once(work); }, stats);

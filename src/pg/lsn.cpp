@@ -110,6 +110,20 @@ void require_lsn(Lsn lsn) noexcept {
   if (s != nullptr) raise(*s, lsn.value, lsn.timeline);
 }
 
+CarriedPosition carried_position() noexcept {
+  const Slot* s = current();
+  if (s == nullptr) return {};
+  return {Lsn{s->lsn, s->timeline}, s->primary_only};
+}
+
+void carry_position(const CarriedPosition& position) noexcept {
+  Slot* s = current();
+  if (s == nullptr) return;
+  s->lsn = position.lsn.value;
+  s->timeline = position.lsn.timeline;
+  s->primary_only = position.primary_only;
+}
+
 detail::RequestPosition detail::request_position() noexcept {
   const Slot* s = current();
   if (s == nullptr) return {};

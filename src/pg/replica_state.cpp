@@ -54,6 +54,14 @@ Status Database::replay_lag_status(Endpoint& replica, std::uint64_t replayed,
 }
 
 namespace {
+// What ends the primary's retries when a replica has caught up: nothing is recorded against
+// the primary (CANCELLED is neutral to its breaker), and the retries stop.
+Status left_to_a_replica() {
+  Status caught_up(Code::kCancelled, "a replica has replayed the request's writes");
+  caught_up.with_stop(StopReason::kCancelled, 0);
+  return caught_up;
+}
+
 constexpr std::int64_t kCatchUpHoldFirstNs = 50'000'000;   // 50 ms
 constexpr std::int64_t kCatchUpHoldMaxNs = 1'000'000'000;  // 1 s
 
@@ -207,25 +215,15 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
   }
   // Between the primary's attempts, a replica that was only behind may have been seen
   // past the request's writes by other reads: it answers instead of a retry.
-  const auto replica_caught_up = [&] {
-    const std::uint64_t need = detail::request_position().lsn;
-    for (std::size_t i = 0; i < replicas_.size(); ++i) {
-      if (was_behind(i) && replicas_[i]->catch_up.reached(need)) return true;
-    }
-    return false;
-  };
   RetryStats primary;
   bool first = true;
   bool left_to_replica = false;
   Result<Rows> r = run(
       *primary_, policy, op,
       [&]() -> Result<Rows> {
-        if (!std::exchange(first, false) && behind != 0 && replica_caught_up()) {
-          // Ends the retries with nothing recorded against the primary.
+        if (!std::exchange(first, false) && behind != 0 && replica_caught_up(behind)) {
           left_to_replica = true;
-          Status caught_up(Code::kCancelled, "a replica has replayed the request's writes");
-          caught_up.with_stop(StopReason::kCancelled, 0);
-          return caught_up;
+          return left_to_a_replica();
         }
         return read_once(*primary_, work, true, nullptr);
       },
@@ -256,6 +254,90 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
     return replica_failure;
   }
   return r;
+}
+
+bool Database::replica_caught_up(std::uint64_t behind) noexcept {
+  const std::uint64_t need = detail::request_position().lsn;
+  for (std::size_t i = 0; i < replicas_.size() && i < 64; ++i) {
+    if (((behind >> i) & 1) != 0 && replicas_[i]->catch_up.reached(need)) return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// One attempt of one step, for a driver of its own (AttemptScope, ADR 0032)
+
+namespace {
+thread_local AttemptScope* current_attempt_scope = nullptr;
+}  // namespace
+
+AttemptScope::AttemptScope(RoutedCall& call, Step step) noexcept
+    : call_(call), step_(step), previous_(current_attempt_scope) {
+  ++call.scopes;
+  if (step == Step::kPrimary) {
+    ++call.primary_attempts;
+  } else {
+    call.unanswered = false;
+  }
+  current_attempt_scope = this;
+}
+
+AttemptScope::~AttemptScope() {
+  current_attempt_scope = previous_;
+}
+
+AttemptScope* AttemptScope::current() noexcept {
+  return current_attempt_scope;
+}
+
+Status Database::write_in_replica_step(AttemptScope& scope) {
+  scope.call().unanswered = true;
+  return Status(Code::kFailedPrecondition,
+                "a write in a replica step of a routed call: only the primary step writes");
+}
+
+Result<Rows> Database::read_step(const Work& work, AttemptScope& scope) {
+  RoutedCall& call = scope.call();
+  RetryStats stats;  // the Shield's metrics count the attempts; nobody reads these
+  switch (scope.step()) {
+    case AttemptScope::Step::kPrimary: {
+      if (call.primary_attempts > 1 && call.behind != 0 && replica_caught_up(call.behind)) {
+        call.left_to_replica = true;
+        return left_to_a_replica();
+      }
+      Result<Rows> r = read_once(*primary_, work, true, nullptr);
+      if (!r.ok() && r.status().sqlstate() == "25006") {
+        // As read_work(): a write the SQL text hid goes once more, as a write.
+        primary_->shield->metrics().count_retry();
+        r = write_once(work);
+      }
+      return r;
+    }
+    case AttemptScope::Step::kReplicas:
+    case AttemptScope::Step::kReplicasAgain: {
+      const bool again = scope.step() == AttemptScope::Step::kReplicasAgain;
+      Status why(Code::kUnavailable, "no replica answered: the primary answers");
+      const detail::RequestPosition at = detail::request_position();
+      if (!again && (at.primary_only || predates_promotion(at.timeline))) {
+        call.unanswered = true;
+        return why;
+      }
+      for (std::size_t i = 0; i < replicas_.size(); ++i) {
+        const bool was_behind = i < 64 && ((call.behind >> i) & 1) != 0;
+        if (again && !was_behind) continue;
+        ReplicaAnswer answer{};
+        Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/again, answer, stats);
+        if (answer == ReplicaAnswer::kAnswered) return r;
+        if (!again && answer == ReplicaAnswer::kBehind && i < 64) {
+          call.behind |= std::uint64_t{1} << i;
+        }
+        why = r.status();
+      }
+      call.unanswered = true;
+      return why;
+    }
+  }
+  return Status(Code::kInternal, "holdfast::pg: an unknown attempt step");
 }
 
 // ---------------------------------------------------------------------------------------
