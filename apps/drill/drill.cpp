@@ -47,7 +47,7 @@ Result<DrillResult> run_drill(
 
   drill::DrillRun run(options);
   if (Status s = drill::open_instances(run, today); !s.ok()) return s;
-  drill::start_load(run, today);
+  drill::start_load(run);
   DrillResult result;
   if (Status s = drill::run_storms(run, storms, progress, result); !s.ok()) return s;
   run.stop_load();

@@ -76,16 +76,33 @@ std::string sign_in(http_client::Client& http, int w, const std::atomic<bool>& s
   return {};
 }
 
-// Whether a worker's pages count its own payments. Today's payments only grow, so once a
-// payment is confirmed every fresh page must count at least one more than the last fresh
-// page loaded before it was first sent.
+// The UTC date now, "YYYY-MM-DD": the day whose schedule a worker asks for, and whose count
+// of payments its payments join (the panel stamps them in UTC).
+std::string utc_day() {
+  return std::string(utc_stamp(WallClock::system().now()).view().substr(0, 10));
+}
+
+// Whether a worker's pages count its own payments. A day's payments only grow, so once a
+// payment is confirmed every fresh page of that day must count at least one more than the
+// last fresh page loaded before it was first sent. At midnight UTC the count starts again
+// on the new day's page, and a payment sent before and confirmed after is not checked.
 class OwnWrites {
  public:
-  void paying() { floor_before_pay_ = seen_; }
-  void paid() { must_see_ = floor_before_pay_ >= 0 ? floor_before_pay_ + 1 : -1; }
-  // Reads the page's count; true when it misses the payment confirmed last (checked on
-  // the first fresh page after it only).
-  bool missed(const std::string& page) {
+  void paying(const std::string& day) {
+    day_of_pay_ = day;
+    floor_before_pay_ = day == day_ ? seen_ : -1;
+  }
+  void paid(const std::string& day) {
+    must_see_ = floor_before_pay_ >= 0 && day == day_of_pay_ ? floor_before_pay_ + 1 : -1;
+  }
+  // Reads the count on `day`'s page; true when it misses the payment confirmed last
+  // (checked on the first fresh page after it only).
+  bool missed(const std::string& page, const std::string& day) {
+    if (day != day_) {
+      day_ = day;
+      seen_ = -1;
+      if (day != day_of_pay_) must_see_ = -1;
+    }
     const std::int64_t count = payments_on(page);
     if (count < 0) return false;
     seen_ = std::max(seen_, count);
@@ -103,6 +120,8 @@ class OwnWrites {
     return std::strtoll(page.c_str() + at + kLabel.size(), nullptr, 10);
   }
 
+  std::string day_;         // the day of the pages seen_ counts
+  std::string day_of_pay_;  // the day the payment being made was first sent
   std::int64_t seen_ = -1;
   std::int64_t floor_before_pay_ = -1;
   std::int64_t must_see_ = -1;
@@ -111,7 +130,7 @@ class OwnWrites {
 // Worker `w` of `inst`: signs in, then loads the schedule until the load stops; every
 // pay_every-th request pays instead, and a payment not yet confirmed is repeated with its
 // key. Its records join inst.records at the end.
-void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
+void work(DrillRun& run, Instance& inst, int w) {
   const DrillOptions& options = run.options;
   std::vector<std::unique_ptr<http_client::Client>> clients;  // one per panel process
   for (int p = 0; p < inst.processes(); ++p) {
@@ -138,13 +157,14 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
     const double start = run.since();
     const bool pay = options.pay_every > 0 && n % options.pay_every == 0;
     const int process = inst.process_for(w, n);
+    const std::string day = utc_day();
     http_client::Client& http = *clients[static_cast<std::size_t>(process)];
     http_client::Result r;
     if (pay) {
       if (pending_key.empty()) {
         pending_key = fmt::format("{}-{}-{}", inst.name, w, n);
         inst.payments_sent++;
-        own.paying();
+        own.paying(day);
       }
       http_client::Headers h{
           {"Cookie", jar.header()}, {"X-CSRF-Token", csrf}, {"Idempotency-Key", pending_key}};
@@ -153,16 +173,16 @@ void work(DrillRun& run, Instance& inst, int w, const std::string& today) {
       if (r && (r->status == 200 || r->status == 201)) {
         confirmed.push_back(pending_key);
         pending_key.clear();
-        own.paid();
+        own.paid(day);
       }
     } else {
-      r = http.Get("/dashboard/schedule?date=" + today, {{"Cookie", jar.header()}});
+      r = http.Get("/dashboard/schedule?date=" + day, {{"Cookie", jar.header()}});
     }
     if (r) jar.take(*r);
     const double latency = (run.since() - start) * 1000.0;
     const int status = r ? r->status : 0;
     const bool stale = r && r->has_header("X-Holdfast-Stale");
-    const bool missed = !pay && r && r->status == 200 && !stale && own.missed(r->body);
+    const bool missed = !pay && r && r->status == 200 && !stale && own.missed(r->body, day);
     if (missed) inst.stale_reads++;
     mine.push_back({start, latency, status, stale, missed, process, pay});
     std::this_thread::sleep_for(
@@ -222,12 +242,12 @@ void sample(DrillRun& run, Instance& inst) {
 
 }  // namespace
 
-void start_load(DrillRun& run, const std::string& today) {
+void start_load(DrillRun& run) {
   run.t0 = DrillRun::Steady::now();
   for (auto& inst : run.instances) {
     Instance* raw = inst.get();
     for (int w = 0; w < run.options.workers; ++w) {
-      run.threads.emplace_back([&run, raw, w, today] { work(run, *raw, w, today); });
+      run.threads.emplace_back([&run, raw, w] { work(run, *raw, w); });
     }
     if (!raw->path.empty()) run.threads.emplace_back([&run, raw] { write_batches(run, *raw); });
   }

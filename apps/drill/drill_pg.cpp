@@ -78,14 +78,13 @@ Result<DrillResult> run_drill_pg(
     return Status(Code::kFailedPrecondition,
                   fmt::format("cannot create {}: {}", options.base.out_dir, ec.message()));
   }
-  const std::string today(utc_stamp(WallClock::system().now()).view().substr(0, 10));
   // Declared first, destroyed last: the cluster outlives the load that talks to it.
   drill::PgDrill pg;
   drill::DrillRun run(options.base);
   run.cancel = options.cancel;
   if (progress) progress(0, 1, "starting PostgreSQL (primary and standby) and the panels");
   if (Status s = drill::open_pg_instances(run, pg, options); !s.ok()) return s;
-  drill::start_load(run, today);
+  drill::start_load(run);
   DrillResult result;
   result.engine = "postgres";
   if (Status s = drill::run_pg_faults(run, pg, *faults, progress, result); !s.ok()) return s;

@@ -193,7 +193,7 @@ Status open_instances(DrillRun& run, const std::string& today);
 
 // Load: sets run.t0 and starts run.threads: the virtual workers of every panel, a batch
 // writer per database, and the sampler.
-void start_load(DrillRun& run, const std::string& today);
+void start_load(DrillRun& run);
 
 // Storms: after the warm-up, each storm on every file at once, then its gap; then waits
 // for paused log sinks to resume. Appends each storm to result.storms (without the

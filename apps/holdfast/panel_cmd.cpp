@@ -231,8 +231,8 @@ void add_panel_command(CLI::App& app) {
   cmd->add_option("--workers", args->workers,
                   "Threads that serve database-bound requests at once (light routes such as "
                   "/healthz have 4 of their own); more wait in a queue of 64, then get 503. "
-                  "On SQLite with the holdfast strategy those requests run instead on an "
-                  "async lane whose waits hold no thread (docs/hardening.md)")
+                  "With the holdfast strategy those requests run instead on an async lane "
+                  "whose waits hold no thread (docs/hardening.md)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   cmd->add_flag("--secure-cookies", args->secure_cookies,
