@@ -294,7 +294,14 @@ struct RoutedCall {
 /// @endcode
 class AttemptScope {
  public:
-  enum class Step : std::uint8_t { kReplicas, kPrimary, kReplicasAgain };
+  /// Which part of a routed call an attempt is (see above).
+  enum class Step : std::uint8_t {
+    kReplicas,      ///< the replicas once, without waiting
+    kPrimary,       ///< one attempt on the primary
+    kReplicasAgain  ///< the replicas that were only behind, once more
+  };
+  /// Makes this thread's Database calls one attempt of `step` of `call` until the end of
+  /// the scope (a kPrimary scope counts one of the call's primary attempts).
   AttemptScope(RoutedCall& call, Step step) noexcept;
   ~AttemptScope();
   AttemptScope(const AttemptScope&) = delete;
@@ -302,7 +309,9 @@ class AttemptScope {
 
   /// The innermost active scope on this thread, or nullptr.
   [[nodiscard]] static AttemptScope* current() noexcept;
+  /// What the call's steps share.
   [[nodiscard]] RoutedCall& call() noexcept { return call_; }
+  /// The step this scope's attempts make.
   [[nodiscard]] Step step() const noexcept { return step_; }
 
  private:

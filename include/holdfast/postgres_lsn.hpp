@@ -27,11 +27,11 @@
 ///
 /// The position lives with the request: with the window of the innermost RequestScope on
 /// this thread, which nested scopes share. A RequestScope adopted on another thread starts
-/// without it: carry it there whole with a PositionScope (or call require_lsn() there). Outside any RequestScope there is none: each call
-/// stands alone. It is kept on the thread, keyed by the window, and a window never closes
-/// once open, so the next request starts afresh once this one has reached the database;
-/// a request that called require_lsn() and never reached the database may pass that
-/// position on to the next request on its thread whose RequestScope sits at the same
+/// without it: carry it there whole with a PositionScope (or call require_lsn() there). Outside any
+/// RequestScope there is none: each call stands alone. It is kept on the thread, keyed by the
+/// window, and a window never closes once open, so the next request starts afresh once this one has
+/// reached the database; a request that called require_lsn() and never reached the database may
+/// pass that position on to the next request on its thread whose RequestScope sits at the same
 /// address (which can only send some of that request's reads to the primary).
 #pragma once
 
@@ -79,8 +79,8 @@ void require_lsn(Lsn lsn) noexcept;
 /// The current request's position in full: request_lsn(), and whether a write of unknown
 /// position (a COMMIT whose answer was lost) sends its reads to the primary.
 struct CarriedPosition {
-  Lsn lsn;
-  bool primary_only = false;
+  Lsn lsn;                    ///< what request_lsn() gives
+  bool primary_only = false;  ///< a write's position is unknown: only the primary answers
 };
 
 /// The current request's whole position, for a driver that runs one request's calls on
@@ -103,6 +103,8 @@ void carry_position(const CarriedPosition& position) noexcept;
 /// @endcode
 class PositionScope {
  public:
+  /// Gives `position` to the current request on this thread; the scope's end writes the
+  /// request's position, moved by any commit meanwhile, back into it.
   explicit PositionScope(CarriedPosition& position) noexcept : position_(position) {
     carry_position(position);
   }
