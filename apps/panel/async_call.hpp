@@ -32,8 +32,10 @@
 
 #include "club_store.hpp"
 #include "holdfast/adapters/asio.hpp"
+#ifdef HOLDFAST_PANEL_HAVE_PG
 #include "holdfast/postgres.hpp"
 #include "holdfast/postgres_lsn.hpp"
+#endif
 
 namespace holdfast::panel::lane {
 
@@ -42,10 +44,12 @@ namespace holdfast::panel::lane {
 struct Context {
   Context(Duration length, Clock& clock) : window(length, clock) {}
   RetryWindow window;
+#ifdef HOLDFAST_PANEL_HAVE_PG
   // PostgreSQL: the request's read-your-writes position. It lives on a thread
   // (pg::request_lsn()), and the request's calls run on several: each job takes it and
   // gives it back (OnThisThread).
   pg::CarriedPosition position;
+#endif
   // PostgreSQL: where the blocking tries of reads and of writes run. Empty on SQLite.
   std::optional<boost::asio::any_io_executor> read_jobs;
   std::optional<boost::asio::any_io_executor> write_jobs;
@@ -55,11 +59,17 @@ struct Context {
 // RequestScope, and its position (taken back at the end).
 class OnThisThread {
  public:
+#ifdef HOLDFAST_PANEL_HAVE_PG
   explicit OnThisThread(Context& ctx) : scope_(ctx.window), position_(ctx.position) {}
+#else
+  explicit OnThisThread(Context& ctx) : scope_(ctx.window) {}
+#endif
 
  private:
   RequestScope scope_;
+#ifdef HOLDFAST_PANEL_HAVE_PG
   pg::PositionScope position_;  // after scope_: given back while the scope is still on
+#endif
 };
 
 // How long one try may wait in SQLite's busy handler (or for a connection): the lane's
@@ -156,6 +166,7 @@ boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield&
       net::use_awaitable);
 }
 
+#ifdef HOLDFAST_PANEL_HAVE_PG
 // One try of `call` on this thread (a blocking job's): in the request's window and
 // position, as one attempt of `step` (pg::AttemptScope).
 template <class R, class Call>
@@ -228,6 +239,7 @@ boost::asio::awaitable<R> routed_read(const ClubStore::AsyncAccess& access,
   if (!route.unanswered || route.left_to_replica) co_return again;
   co_return r;
 }
+#endif  // HOLDFAST_PANEL_HAVE_PG
 
 // One call of the store's `call` (a *_once() form), counted as one database call: a read
 // through the reads' Shield on `policy` (the store's reads' schedule unless given).
@@ -238,7 +250,9 @@ boost::asio::awaitable<R> read_call(ClubStore& store, Context& ctx, Operation op
   const ClubStore::AsyncAccess& a = *store.async_access();
   if (!a.blocking) store.count_call();
   const RetryPolicy& schedule = policy != nullptr ? *policy : *a.reads;
+#ifdef HOLDFAST_PANEL_HAVE_PG
   if (ctx.read_jobs) co_return co_await routed_read<R>(a, schedule, ctx, op, call);
+#endif
   co_return co_await run_call<R>(a, *a.shield, schedule, ctx, op, call);
 }
 
@@ -247,13 +261,17 @@ template <class R, class Call>
 boost::asio::awaitable<R> write_call(ClubStore& store, Context& ctx, Operation op, Call call) {
   const ClubStore::AsyncAccess& a = *store.async_access();
   if (!a.blocking) store.count_call();
+#ifdef HOLDFAST_PANEL_HAVE_PG
   if (ctx.write_jobs) {
-    // As pg::Database runs its writes: a whole transaction each, on the Shield's schedule
-    // for the operation.
+    // As pg::Database runs its writes: each call a whole transaction (a statement is its
+    // own), so one the server rolled back (40001, 40P01) may be re-run; on the Shield's
+    // schedule for the operation.
+    op.reruns_transaction = true;
     pg::RoutedCall route;
     co_return co_await run_blocking<R>(*ctx.write_jobs, *a.write_shield,
                                        a.write_shield->policy_for(op), ctx, op, route, call);
   }
+#endif
   co_return co_await run_call<R>(a, *a.write_shield, *a.writes, ctx, op, call);
 }
 

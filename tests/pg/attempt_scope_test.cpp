@@ -15,17 +15,11 @@ namespace {
 
 using pgtest::Admin;
 using pgtest::ReplayPause;
+using pgtest::rows_and_who_sql;
 using pgtest::server_url;
 using pgtest::standby_url;
 using pgtest::unique;
 using Step = AttemptScope::Step;
-
-// "<rows>/<who answered>" for `table`.
-std::string rows_and_who_sql(const std::string& table) {
-  return "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
-         "'standby' ELSE 'primary' END FROM " +
-         table;
-}
 
 class PgAttemptScopeTest : public ::testing::Test {
  protected:

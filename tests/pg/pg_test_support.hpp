@@ -81,6 +81,14 @@ inline std::string unique(std::string_view prefix) {
   return std::string(prefix) + "_" + std::to_string(::getpid()) + "_" + std::to_string(++n);
 }
 
+// A read of "<rows>/<who answered>" for `table`: who is what the server says,
+// pg_is_in_recovery().
+inline std::string rows_and_who_sql(const std::string& table) {
+  return "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
+         "'standby' ELSE 'primary' END FROM " +
+         table;
+}
+
 // The server URL with `key=value` query parameters added.
 inline std::string url_with(const std::string& url, const std::string& params) {
   return url + (url.find('?') == std::string::npos ? "?" : "&") + params;

@@ -18,6 +18,7 @@ namespace {
 
 using pgtest::Admin;
 using pgtest::ReplayPause;
+using pgtest::rows_and_who_sql;
 using pgtest::server_url;
 using pgtest::standby_url;
 using pgtest::unique;
@@ -67,13 +68,6 @@ TEST(PgReplicas, ReadsGoToTheHotStandbyAndWritesToThePrimary) {
   EXPECT_EQ(standby.count("SELECT count(*) FROM " + table), 1);
   EXPECT_EQ(db.replica_pool(0).stats().connects, 1u);
   admin.exec("DROP TABLE " + table);
-}
-
-// The read of "<rows>/<who answered>" for `table`.
-std::string rows_and_who_sql(const std::string& table) {
-  return "SELECT count(*)::text || '/' || CASE WHEN pg_is_in_recovery() THEN "
-         "'standby' ELSE 'primary' END FROM " +
-         table;
 }
 
 // "<rows>/<who answered>" for `table`, read inside the current request.
