@@ -97,15 +97,21 @@ constexpr bool may_try_again(Operation op) noexcept {
   return op.idempotency == Idempotency::kIdempotent || op.reruns_transaction;
 }
 
-// One try of `call`: at most kBusySlice in the driver's waits.
+// `call`, an exception out of it (none is expected) answered as INTERNAL.
 template <class R, class Call>
-R try_once(Call& call, Clock& clock) {
-  const RequestScope slice(kBusySlice, clock);
+R caught(Call& call) {
   try {
     return call();
   } catch (const std::exception& e) {
     return R(Status(Code::kInternal, std::string("the store call threw: ") + e.what()));
   }
+}
+
+// One try of `call`: at most kBusySlice in the driver's waits.
+template <class R, class Call>
+R try_once(Call& call, Clock& clock) {
+  const RequestScope slice(kBusySlice, clock);
+  return caught<R>(call);
 }
 
 // The rest of an attempt of `call` whose first try answered SQLITE_BUSY (`result`), with
@@ -173,11 +179,7 @@ template <class R, class Call>
 R blocking_try(Context& ctx, pg::RoutedCall& route, pg::AttemptScope::Step step, Call& call) {
   const OnThisThread request(ctx);
   const pg::AttemptScope one(route, step);
-  try {
-    return call();
-  } catch (const std::exception& e) {
-    return R(Status(Code::kInternal, std::string("the store call threw: ") + e.what()));
-  }
+  return caught<R>(call);
 }
 
 // blocking_try() as a job on `jobs`; resumes on this coroutine's event loop.
@@ -233,8 +235,7 @@ boost::asio::awaitable<R> routed_read(const ClubStore::AsyncAccess& access,
     if (!route.unanswered) co_return first;
   }
   R r = co_await run_blocking<R>(jobs, *access.shield, policy, ctx, op, route, call);
-  if (is_ok(r) || route.behind == 0) co_return r;
-  if (const Status& s = status_of(r); !(is_own_shedding(s) || s.fault().transient())) co_return r;
+  if (!route.replicas_again_after(status_of(r))) co_return r;
   R again = co_await blocking_job<R>(jobs, ctx, route, Step::kReplicasAgain, call);
   if (!route.unanswered || route.left_to_replica) co_return again;
   co_return r;
@@ -243,12 +244,11 @@ boost::asio::awaitable<R> routed_read(const ClubStore::AsyncAccess& access,
 
 // One call of the store's `call` (a *_once() form), counted as one database call: a read
 // through the reads' Shield on `policy` (the store's reads' schedule unless given).
-// (A blocking store counts its driver calls itself, in each call's first job.)
 template <class R, class Call>
 boost::asio::awaitable<R> read_call(ClubStore& store, Context& ctx, Operation op, Call call,
                                     const RetryPolicy* policy = nullptr) {
+  store.count_call();
   const ClubStore::AsyncAccess& a = *store.async_access();
-  if (!a.blocking) store.count_call();
   const RetryPolicy& schedule = policy != nullptr ? *policy : *a.reads;
 #ifdef HOLDFAST_PANEL_HAVE_PG
   if (ctx.read_jobs) co_return co_await routed_read<R>(a, schedule, ctx, op, call);
@@ -259,8 +259,8 @@ boost::asio::awaitable<R> read_call(ClubStore& store, Context& ctx, Operation op
 // A write through the writes' Shield.
 template <class R, class Call>
 boost::asio::awaitable<R> write_call(ClubStore& store, Context& ctx, Operation op, Call call) {
+  store.count_call();
   const ClubStore::AsyncAccess& a = *store.async_access();
-  if (!a.blocking) store.count_call();
 #ifdef HOLDFAST_PANEL_HAVE_PG
   if (ctx.write_jobs) {
     // As pg::Database runs its writes: each call a whole transaction (a statement is its

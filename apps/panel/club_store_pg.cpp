@@ -123,11 +123,9 @@ PgClubStore::~PgClubStore() = default;
 
 template <class F>
 auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
-  // On the lane each driver call is counted in its first job only: its other steps and
-  // retries are attempts of the same call.
-  if (pg::AttemptScope* one = pg::AttemptScope::current();
-      one == nullptr || one->call().scopes == 1)
-    count_call();
+  // On the lane (inside an AttemptScope) the lane counts the call: each *_once() is one
+  // driver call, whatever its steps and retries.
+  if (pg::AttemptScope::current() == nullptr) count_call();
   if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
   // The driver bounds the page by its window (it opens it at the first statement).
   return attempt();

@@ -251,14 +251,15 @@ struct RoutedCall {
   bool unanswered = false;
   /// The primary step's attempts so far (each AttemptScope of kPrimary counts one).
   int primary_attempts = 0;
-  /// The AttemptScopes opened on this call so far, of any step: 1 during its first job (for
-  /// a caller that counts each call once, whatever its steps and retries).
-  int scopes = 0;
   /// A primary attempt ended at once because a replica that was only behind has since
   /// replayed the request's writes (CANCELLED, with StopReason::kCancelled: nothing is
   /// recorded against the primary): the driver runs kReplicasAgain, whose answer is the
   /// call's, success or failure.
   bool left_to_replica = false;
+
+  /// Whether, after the primary failed with `primary` (transient, or shed), the replicas
+  /// that were only behind are asked once more (kReplicasAgain).
+  [[nodiscard]] bool replicas_again_after(const Status& primary) const noexcept;
 };
 
 /// One attempt of one step, for a driver that runs the Shield's retry loop itself, off the
@@ -286,7 +287,7 @@ struct RoutedCall {
 ///     if (!route.unanswered) return r;
 ///   }
 ///   r = async_run(db.shield(), ...);             // each attempt a job with kPrimary
-///   if (!r.ok() && route.behind != 0 && (transient(r) || is_own_shedding(r))) {
+///   if (route.replicas_again_after(r.status())) {
 ///     again = call();                            // a job with kReplicasAgain
 ///     if (!route.unanswered || route.left_to_replica) return again;
 ///   }
@@ -564,6 +565,12 @@ class Database {
                            RetryStats& stats);
   // One attempt of `scope`'s step of a read (AttemptScope).
   Result<Rows> read_step(const Work& work, AttemptScope& scope);
+  // Each replica once (`again`: those `route` found only behind, past their hold) until
+  // one answers; none did: `route.unanswered`. The steps of read_routed() and read_step().
+  Result<Rows> replica_pass(const Work& work, RoutedCall& route, bool again, RetryStats& stats);
+  // One attempt on the primary for `route`, or CANCELLED when a replica that was behind has
+  // caught up since its first attempt (`route.left_to_replica`).
+  Result<Rows> primary_read(const Work& work, RoutedCall& route);
   // Whether a replica marked in `behind` has been seen past the request's position.
   bool replica_caught_up(std::uint64_t behind) noexcept;
   // A write asked for in a replica step: refused, and the call left to the primary.

@@ -195,63 +195,76 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   return r;
 }
 
-Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
-                                   RetryStats& stats) {
-  std::uint64_t behind = 0;  // bit i: replica i had not replayed the request's writes
-  const auto was_behind = [&](std::size_t i) { return i < 64 && ((behind >> i) & 1) != 0; };
+Result<Rows> Database::replica_pass(const Work& work, RoutedCall& route, bool again,
+                                    RetryStats& stats) {
+  Status why(Code::kUnavailable, "no replica answered: the primary answers");
   // A position of an older timeline than the primary's cannot be compared with a standby's
   // replay position: the primary answers (it holds what survived the promotion).
-  if (const detail::RequestPosition at = detail::request_position();
-      !at.primary_only && !predates_promotion(at.timeline)) {
-    for (std::size_t i = 0; i < replicas_.size(); ++i) {
-      ReplicaAnswer answer{};
-      Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/false, answer, stats);
-      if (answer == ReplicaAnswer::kAnswered) {
-        stats.stop = r.ok() ? StopReason::kNone : StopReason::kPermanent;
-        return r;
-      }
-      if (answer == ReplicaAnswer::kBehind && i < 64) behind |= std::uint64_t{1} << i;
-    }
+  const detail::RequestPosition at = detail::request_position();
+  if (!again && (at.primary_only || predates_promotion(at.timeline))) {
+    route.unanswered = true;
+    return why;
   }
-  // Between the primary's attempts, a replica that was only behind may have been seen
-  // past the request's writes by other reads: it answers instead of a retry.
+  for (std::size_t i = 0; i < replicas_.size(); ++i) {
+    const bool was_behind = i < 64 && ((route.behind >> i) & 1) != 0;
+    if (again && !was_behind) continue;
+    ReplicaAnswer answer{};
+    Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/again, answer, stats);
+    if (answer == ReplicaAnswer::kAnswered) {
+      stats.stop = r.ok() ? StopReason::kNone : StopReason::kPermanent;
+      return r;
+    }
+    if (!again && answer == ReplicaAnswer::kBehind && i < 64) {
+      route.behind |= std::uint64_t{1} << i;
+    }
+    why = r.status();
+  }
+  route.unanswered = true;
+  return why;
+}
+
+Result<Rows> Database::primary_read(const Work& work, RoutedCall& route) {
+  // Between the primary's attempts, a replica that was only behind may have been seen past
+  // the request's writes by other reads: it answers instead of a retry.
+  if (route.primary_attempts > 1 && route.behind != 0 && replica_caught_up(route.behind)) {
+    route.left_to_replica = true;
+    return left_to_a_replica();
+  }
+  return read_once(*primary_, work, true, nullptr);
+}
+
+bool RoutedCall::replicas_again_after(const Status& primary) const noexcept {
+  // The primary could not answer, and a replica was only behind the request's writes: it
+  // may have replayed them meanwhile (a primary going down streams its last WAL first).
+  return !primary.ok() && behind != 0 && (is_own_shedding(primary) || primary.fault().transient());
+}
+
+Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
+                                   RetryStats& stats) {
+  RoutedCall route;
+  if (Result<Rows> r = replica_pass(work, route, /*again=*/false, stats); !route.unanswered) {
+    return r;
+  }
   RetryStats primary;
-  bool first = true;
-  bool left_to_replica = false;
   Result<Rows> r = run(
       *primary_, policy, op,
       [&]() -> Result<Rows> {
-        if (!std::exchange(first, false) && behind != 0 && replica_caught_up(behind)) {
-          left_to_replica = true;
-          return left_to_a_replica();
-        }
-        return read_once(*primary_, work, true, nullptr);
+        ++route.primary_attempts;
+        return primary_read(work, route);
       },
       &primary);
   stats.attempts += primary.attempts;
   stats.slept += primary.slept;
   stats.stop = primary.stop;
-  if (r.ok() || behind == 0 || !(is_own_shedding(r.status()) || r.status().fault().transient())) {
-    return r;
-  }
-  // The primary could not answer, and a replica was only behind the request's writes: it
-  // may have replayed them meanwhile (a primary going down streams its last WAL first).
-  Status replica_failure;
-  for (std::size_t i = 0; i < replicas_.size(); ++i) {
-    if (!was_behind(i)) continue;
-    ReplicaAnswer answer{};
-    Result<Rows> again = try_replica(*replicas_[i], work, /*past_hold=*/true, answer, stats);
-    if (answer == ReplicaAnswer::kAnswered) {
-      stats.stop = again.ok() ? StopReason::kNone : StopReason::kPermanent;
-      return again;
-    }
-    replica_failure = again.status();
-  }
+  if (r.ok() || !route.replicas_again_after(r.status())) return r;
+  route.unanswered = false;
+  Result<Rows> again = replica_pass(work, route, /*again=*/true, stats);
+  if (!route.unanswered) return again;
   // The retries were left to a replica that could not answer after all: its failure is
   // the read's (the cancellation was holdfast's own and means nothing to the caller).
-  if (left_to_replica) {
-    stats.stop = replica_failure.stop_reason();
-    return replica_failure;
+  if (route.left_to_replica) {
+    stats.stop = again.status().stop_reason();
+    return again;
   }
   return r;
 }
@@ -273,7 +286,6 @@ thread_local AttemptScope* current_attempt_scope = nullptr;
 
 AttemptScope::AttemptScope(RoutedCall& call, Step step) noexcept
     : call_(call), step_(step), previous_(current_attempt_scope) {
-  ++call.scopes;
   if (step == Step::kPrimary) {
     ++call.primary_attempts;
   } else {
@@ -297,47 +309,18 @@ Status Database::write_in_replica_step(AttemptScope& scope) {
 }
 
 Result<Rows> Database::read_step(const Work& work, AttemptScope& scope) {
-  RoutedCall& call = scope.call();
-  RetryStats stats;  // the Shield's metrics count the attempts; nobody reads these
-  switch (scope.step()) {
-    case AttemptScope::Step::kPrimary: {
-      if (call.primary_attempts > 1 && call.behind != 0 && replica_caught_up(call.behind)) {
-        call.left_to_replica = true;
-        return left_to_a_replica();
-      }
-      Result<Rows> r = read_once(*primary_, work, true, nullptr);
-      if (!r.ok() && r.status().sqlstate() == "25006") {
-        // As read_work(): a write the SQL text hid goes once more, as a write.
-        primary_->shield->metrics().count_retry();
-        r = write_once(work);
-      }
-      return r;
-    }
-    case AttemptScope::Step::kReplicas:
-    case AttemptScope::Step::kReplicasAgain: {
-      const bool again = scope.step() == AttemptScope::Step::kReplicasAgain;
-      Status why(Code::kUnavailable, "no replica answered: the primary answers");
-      const detail::RequestPosition at = detail::request_position();
-      if (!again && (at.primary_only || predates_promotion(at.timeline))) {
-        call.unanswered = true;
-        return why;
-      }
-      for (std::size_t i = 0; i < replicas_.size(); ++i) {
-        const bool was_behind = i < 64 && ((call.behind >> i) & 1) != 0;
-        if (again && !was_behind) continue;
-        ReplicaAnswer answer{};
-        Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/again, answer, stats);
-        if (answer == ReplicaAnswer::kAnswered) return r;
-        if (!again && answer == ReplicaAnswer::kBehind && i < 64) {
-          call.behind |= std::uint64_t{1} << i;
-        }
-        why = r.status();
-      }
-      call.unanswered = true;
-      return why;
-    }
+  RoutedCall& route = scope.call();
+  if (scope.step() != AttemptScope::Step::kPrimary) {
+    RetryStats stats;  // the Shields' metrics count the attempts; nobody reads these
+    return replica_pass(work, route, scope.step() == AttemptScope::Step::kReplicasAgain, stats);
   }
-  return Status(Code::kInternal, "holdfast::pg: an unknown attempt step");
+  Result<Rows> r = primary_read(work, route);
+  if (!r.ok() && r.status().sqlstate() == "25006") {
+    // As read_work(): a write the SQL text hid goes once more, as a write.
+    primary_->shield->metrics().count_retry();
+    r = write_once(work);
+  }
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------
