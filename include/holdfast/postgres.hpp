@@ -82,8 +82,10 @@
 #include "holdfast/clock.hpp"
 #include "holdfast/health_probe.hpp"
 #include "holdfast/liveness.hpp"
+#include "holdfast/postgres_attempt.hpp"
 #include "holdfast/postgres_connection.hpp"
 #include "holdfast/postgres_lsn.hpp"
+#include "holdfast/postgres_options.hpp"
 #include "holdfast/postgres_pool.hpp"
 #include "holdfast/postgres_sql.hpp"
 #include "holdfast/result.hpp"
@@ -93,119 +95,6 @@
 #include "holdfast/window.hpp"
 
 namespace holdfast::pg {
-
-/// What each pooled connection of a Database reaches.
-enum class Pooling : std::uint8_t {
-  /// One server session per connection: PostgreSQL itself, or a pooler in session mode.
-  /// Statements are prepared once per connection under a name; `settings` are sent at
-  /// connect.
-  kSession,
-  /// A pooler in transaction mode (PgBouncer's pool_mode = transaction), which may run each
-  /// transaction on another server session. Statements and the driver's own are sent
-  /// unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
-  /// instead of at connect, which such a pooler refuses.
-  kTransaction,
-};
-
-/// How a Database reaches its servers, and how it answers while they are away. Validated
-/// by the Database's constructor.
-struct DatabaseOptions {
-  /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
-  std::string url{};
-  /// Read replicas, preferred for reads in this order: streaming standbys (a server found
-  /// not in recovery serves no replica read). A replica URL may name several hosts with
-  /// target_session_attrs=standby ("postgresql://app@db2,db1/club?target_session_attrs=
-  /// standby"): a standby that was promoted is left, and the next connect takes whichever
-  /// host is a standby then.
-  std::vector<std::string> replica_urls{};
-  /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
-  std::string name = "pg";
-  /// Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
-  int read_connections = 4;
-  int write_connections = 4;  ///< the primary's write pool; REQUIRES: >= 1
-  /// pg_stat_activity.application_name of every connection.
-  std::string application_name = "holdfast";
-  /// More settings for every call ({"lock_timeout", "2s"}): sent at connect, or with
-  /// Pooling::kTransaction set inside each transaction.
-  std::vector<std::pair<std::string, std::string>> settings{};
-  /// What the URLs reach. The replicas' too.
-  Pooling pooling = Pooling::kSession;
-  /// A replica that has not replayed WAL it received this long ago (replay paused, or too
-  /// slow) is unhealthy: its reads go to the primary and count as failures for its breaker.
-  /// Measured from what the replica reports with each read. REQUIRES: > 0.
-  Duration max_replica_lag = std::chrono::seconds(1);
-  /// Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
-  Shield::Options shield{};
-  /// Cap on one connection attempt (the window may shorten it).
-  Duration connect_timeout = std::chrono::seconds(5);
-  /// Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
-  Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
-  /// > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
-  /// SELECT 1 on the primary; on a replica its replay positions, healthy only within
-  /// max_replica_lag and while it is in recovery. 0: none (requests probe when the open
-  /// period ends).
-  Duration health_probe_interval = Duration::zero();
-  /// Silence (DESIGN.md §10, holdfast/liveness.hpp, ADR 0023): when work has waited on a
-  /// server for `silence_after` with nothing heard from it, a check (a connection of its own
-  /// and SELECT 1) that gets no answer within `silence_check_timeout` finds it silent: its
-  /// breaker opens at once, the calls waiting on it give up at once (a read's outcome does not
-  /// matter; a write's is unknown, as at its deadline), and until a check is answered again
-  /// its requests are answered in milliseconds. A slow server that still answers anything
-  /// (a long lock, a brownout) is never found silent. Zero turns the watch off.
-  /// REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
-  Duration silence_after = std::chrono::milliseconds(500);
-  /// what the silence check may take; > 0 when silence_after > 0
-  Duration silence_check_timeout = std::chrono::milliseconds(500);
-  /// The idempotency-key table used by once(). A plain or schema-qualified identifier.
-  std::string idempotency_table = "holdfast_idempotency";
-  /// The clock of the pools and Shields. nullptr: Clock::system().
-  Clock* clock = nullptr;
-};
-
-/// The same name as the SQLite driver's: holdfast::pg::Options.
-using Options = DatabaseOptions;
-
-/// The isolation level of a transaction() (BEGIN ISOLATION LEVEL ...).
-enum class Isolation : std::uint8_t {
-  kDefault,         ///< the session's default
-  kReadCommitted,   ///< READ COMMITTED
-  kRepeatableRead,  ///< REPEATABLE READ
-  kSerializable     ///< SERIALIZABLE
-};
-
-/// What happened inside one transaction() call (for callers and tests that want to know).
-struct TransactionReport {
-  int runs = 0;              ///< times the function was called
-  int commits_in_doubt = 0;  ///< COMMITs that lost their connection
-  /// What the last doubt resolved to: kCommitted, kRolledBack or kUnknown
-  /// (kNotInTransaction while no COMMIT was in doubt).
-  TxnState resolution = TxnState::kNotInTransaction;
-  RetryStats retry;  ///< attempts, time slept and why the retry loop stopped
-};
-
-/// How one transaction() runs.
-struct TransactionOptions {
-  /// Operation::transaction(true): the function may be called again after a rollback.
-  Operation operation = Operation::transaction(false, "pg.transaction");
-  Isolation isolation = Isolation::kDefault;  ///< the transaction's isolation level
-  /// BEGIN ... READ ONLY, on a read-only session of the primary.
-  bool read_only = false;
-  /// Filled in when not null.
-  TransactionReport* report = nullptr;
-};
-
-/// How one read() runs; the defaults are the Database's.
-struct ReadOptions {
-  /// Names the read (retry lines); a read is idempotent, whatever `operation` says.
-  Operation operation = Operation::read("pg.read");
-  /// The retry schedule instead of DatabaseOptions::shield.reads, for instance
-  /// RetryPolicy::origin_session() for a session lookup. Its window applies only outside a
-  /// RequestScope. REQUIRES: outlives the call.
-  const RetryPolicy* policy = nullptr;
-  /// Filled in when not null: attempts on every endpoint (a read refused with 25006 and sent
-  /// once more on the write path counts both), time slept, why it stopped.
-  RetryStats* stats = nullptr;
-};
 
 /// A statement prepared (lazily, once per connection) under a name of its own.
 class Statement {
@@ -240,86 +129,6 @@ class Database;
 namespace detail {
 struct CallPipeline;
 }  // namespace detail
-
-/// What the steps of one routed call share, for a driver that runs the retry loop itself
-/// (AttemptScope). The driver keeps one per call, zeroed, for the call's lifetime.
-struct RoutedCall {
-  /// Bit i: replica i answered that it had not replayed the request's writes.
-  std::uint64_t behind = 0;
-  /// Set by a replica step when some read of the call had no replica's answer: the primary
-  /// answers the call. Cleared when a replica step begins.
-  bool unanswered = false;
-  /// The primary step's attempts so far (each AttemptScope of kPrimary counts one).
-  int primary_attempts = 0;
-  /// A primary attempt ended at once because a replica that was only behind has since
-  /// replayed the request's writes (CANCELLED, with StopReason::kCancelled: nothing is
-  /// recorded against the primary): the driver runs kReplicasAgain, whose answer is the
-  /// call's, success or failure.
-  bool left_to_replica = false;
-
-  /// Whether, after the primary failed with `primary` (transient, or shed), the replicas
-  /// that were only behind are asked once more (kReplicasAgain).
-  [[nodiscard]] bool replicas_again_after(const Status& primary) const noexcept;
-};
-
-/// One attempt of one step, for a driver that runs the Shield's retry loop itself, off the
-/// caller's thread: holdfast::asio::async_run on shield() (or write Database's shield()),
-/// each attempt a blocking job on a pool sized to the connections. While a scope is
-/// active on a thread, every Database's calls on that thread make one attempt of `step`,
-/// with no Shield and no retry of their own, inside the RequestScope the job installed:
-///
-///   - kReplicas: each read tries the replicas once, without waiting (as read() does
-///     first). A read with no replica's answer sets RoutedCall::unanswered.
-///   - kPrimary: each read, write, transaction() and once() makes its one attempt on the
-///     primary: what one attempt of their own loop makes. A read after the first attempt
-///     ends at once with CANCELLED when a replica found behind has since caught up
-///     (RoutedCall::left_to_replica).
-///   - kReplicasAgain: after the primary failed (transient, or shed), each read tries once
-///     more the replicas that were only behind.
-///
-/// In a replica step a write is refused (FAILED_PRECONDITION, nothing sent) and the call
-/// is unanswered, so that only the primary step ever writes. The driver:
-///
-/// @code
-///   RoutedCall route;
-///   if (db.replica_count() > 0) {                // a job: AttemptScope(route, kReplicas)
-///     r = call();
-///     if (!route.unanswered) return r;
-///   }
-///   r = async_run(db.shield(), ...);             // each attempt a job with kPrimary
-///   if (route.replicas_again_after(r.status())) {
-///     again = call();                            // a job with kReplicasAgain
-///     if (!route.unanswered || route.left_to_replica) return again;
-///   }
-///   return r;
-/// @endcode
-class AttemptScope {
- public:
-  /// Which part of a routed call an attempt is (see above).
-  enum class Step : std::uint8_t {
-    kReplicas,      ///< the replicas once, without waiting
-    kPrimary,       ///< one attempt on the primary
-    kReplicasAgain  ///< the replicas that were only behind, once more
-  };
-  /// Makes this thread's Database calls one attempt of `step` of `call` until the end of
-  /// the scope (a kPrimary scope counts one of the call's primary attempts).
-  AttemptScope(RoutedCall& call, Step step) noexcept;
-  ~AttemptScope();
-  AttemptScope(const AttemptScope&) = delete;
-  AttemptScope& operator=(const AttemptScope&) = delete;
-
-  /// The innermost active scope on this thread, or nullptr.
-  [[nodiscard]] static AttemptScope* current() noexcept;
-  /// What the call's steps share.
-  [[nodiscard]] RoutedCall& call() noexcept { return call_; }
-  /// The step this scope's attempts make.
-  [[nodiscard]] Step step() const noexcept { return step_; }
-
- private:
-  RoutedCall& call_;
-  Step step_;
-  AttemptScope* previous_;
-};
 
 /// The transaction a transaction() function runs in. Statements may be anything but the
 /// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
