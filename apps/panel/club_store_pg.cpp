@@ -105,7 +105,6 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
     a.writes = &store->write_shield_->writes();
     a.connections = o.read_connections;
     a.busy_timeout = o.busy_timeout;
-    a.blocking = true;
     // A read's job may wait for a connection of the primary's pool or try each standby's
     // (never waiting there): one thread per connection it may hold.
     a.standbys = static_cast<int>(store->reads_->replica_count());

@@ -44,7 +44,7 @@ Status PanelServer::start() {
   const bool use_async =
       options_.async_lane && async != nullptr && &options_.store->clock() == &Clock::system();
   if (use_async) o.async_workers = std::max(async->connections, 1);
-  if (use_async && async->blocking) {
+  if (use_async && async->blocking()) {
     // PostgreSQL: each try blocks in libpq, on a pool sized to the connections it shares
     // (ADR 0032); the event loops only wait, so two are plenty.
     o.async_workers = 2;
