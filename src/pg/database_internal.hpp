@@ -1,4 +1,4 @@
-// What database.cpp and transaction.cpp share (not installed).
+// What database.cpp, calls.cpp and transaction.cpp share (not installed).
 #pragma once
 
 #include <cstddef>

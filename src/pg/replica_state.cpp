@@ -4,7 +4,7 @@
 // unhealthy (replay_lag_status), and whether what a read reported makes its answer the
 // read's (replica_verdict: a server not in recovery never does), and whether a request's
 // position is of a timeline before a promotion (ADR 0028). One read on one server is
-// database.cpp's read_once().
+// calls.cpp's read_once().
 #include <algorithm>
 #include <atomic>
 #include <string>
