@@ -69,39 +69,84 @@ void HttpServer::Impl::disarm(Conn& c) {
   c.timer.cancel();
 }
 
-void HttpServer::Impl::start_waiting(Conn& c) {
-  if (c.waiting) return;
-  c.waiting = true;
-  c.waiting_at = waiting.insert(waiting.end(), &c);
-  c.client_count = waiting_by_client.try_emplace(c.client, 0).first;
+bool HttpServer::Impl::admit(Conn& c) {
+  c.counted = true;
+  ++open_count;
+  c.client_count = by_client.try_emplace(c.client, 0).first;
   ++c.client_count->second;
-  if (static_cast<int>(waiting.size()) > self.max_connections_) make_room(c);
-}
-
-void HttpServer::Impl::stop_waiting(Conn& c) {
-  if (!c.waiting) return;
-  c.waiting = false;
-  waiting.erase(c.waiting_at);
-  if (--c.client_count->second == 0) waiting_by_client.erase(c.client_count);
-}
-
-void HttpServer::Impl::make_room(const Conn& newcomer) {
-  const auto heaviest =
-      std::max_element(waiting_by_client.begin(), waiting_by_client.end(),
-                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  Conn* victim = nullptr;
-  for (Conn* c : waiting) {
-    if (c == &newcomer) continue;
-    if (c->client_count == heaviest) {
-      victim = c;
-      break;
-    }
-    if (victim == nullptr) victim = c;  // the longest waiting of any address, failing that
+  bool room = true;
+  if (c.client_count->second > std::max(options.max_connections_per_address, 1)) {
+    room = make_room(c, /*own_address=*/true);
+  } else if (open_count > static_cast<std::size_t>(self.max_connections_)) {
+    room = make_room(c, /*own_address=*/false);
   }
-  if (victim == nullptr) return;
-  stop_waiting(*victim);
-  victim->evicted = true;
-  victim->stream.cancel();
+  if (!room) leave(c);
+  return room;
+}
+
+void HttpServer::Impl::leave(Conn& c) noexcept {
+  if (!c.counted) return;
+  set_phase(c, Conn::Phase::kServed);
+  c.counted = false;
+  --open_count;
+  if (--c.client_count->second == 0) by_client.erase(c.client_count);
+}
+
+void HttpServer::Impl::set_phase(Conn& c, Conn::Phase phase) {
+  if (c.phase == phase) return;
+  if (c.phase == Conn::Phase::kReading) reading.erase(c.queued_at);
+  if (c.phase == Conn::Phase::kSending) sending.erase(c.queued_at);
+  c.phase = phase;
+  if (!c.counted) return;  // evicted: never cut twice
+  if (phase == Conn::Phase::kReading) c.queued_at = reading.insert(reading.end(), &c);
+  if (phase == Conn::Phase::kSending) c.queued_at = sending.insert(sending.end(), &c);
+}
+
+bool HttpServer::Impl::make_room(const Conn& newcomer, bool own_address) {
+  auto address = newcomer.client_count;
+  if (!own_address) {
+    // The address holding the most gives one up, unless that would take the newcomer's
+    // address past it: then only an idle connection of any address (the longest idle).
+    const auto heaviest =
+        std::max_element(by_client.begin(), by_client.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (heaviest->second > address->second) address = heaviest;
+  }
+  Conn* victim = nullptr;
+  // Its longest idle (or slowest-reading) connection; failing that, the answer it has been
+  // receiving longest: a client reading through a tiny window holds its descriptor for the
+  // whole send deadline.
+  for (const std::list<Conn*>* queue : {&reading, &sending}) {
+    for (Conn* c : *queue) {
+      if (c != &newcomer && c->client_count == address) {
+        victim = c;
+        break;
+      }
+    }
+    if (victim != nullptr) break;
+  }
+  if (victim == nullptr && !own_address) {
+    for (Conn* c : reading) {
+      if (c != &newcomer) {
+        victim = c;
+        break;
+      }
+    }
+  }
+  if (victim == nullptr) return false;
+  evict(*victim);
+  return true;
+}
+
+void HttpServer::Impl::evict(Conn& victim) {
+  leave(victim);
+  victim.evicted = true;
+  victim.stream.cancel();
+}
+
+std::size_t HttpServer::Impl::heavy_room() const {
+  const int reserve = std::max(1, self.max_connections_ / 8);
+  return static_cast<std::size_t>(std::max(1, self.max_connections_ - reserve));
 }
 
 awaitable<void> HttpServer::Impl::accept_loop() {
@@ -129,9 +174,26 @@ awaitable<void> HttpServer::Impl::accept_loop() {
       open.remove_if([](const std::weak_ptr<Conn>& w) { return w.expired(); });
       open_after_pruning = open.size();
     }
+    if (!admit(*c)) {
+      // No connection may be cut for it: told at once, without waiting on the client.
+      refuse_now(c->stream.socket().native_handle());
+      c->stream.socket().close(ignored);
+      continue;
+    }
     open.push_back(c);
     net::co_spawn(io, session(std::move(c)), net::detached);
   }
+}
+
+void HttpServer::Impl::refuse_now(int fd) noexcept {
+  ++self.counters_.shed_503;
+  self.own_answers_.record(503, /*stale=*/false);
+  static constexpr std::string_view kFull =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+      "Content-Length: 68\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+      "the panel has no room for another connection; try again in a second\n";
+  // Best effort, without blocking the loop: a client that does not read loses the text.
+  (void)!::send(fd, kFull.data(), kFull.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void HttpServer::Impl::refuse_with_spare() noexcept {
@@ -141,21 +203,16 @@ void HttpServer::Impl::refuse_with_spare() noexcept {
       ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) {
     ++self.counters_.accepted;
-    ++self.counters_.shed_503;
-    self.own_answers_.record(503, /*stale=*/false);
-    static constexpr std::string_view kFull =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        "Content-Length: 68\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-        "the panel has no room for another connection; try again in a second\n";
-    // Best effort, without blocking the loop: a client that does not read loses the text.
-    (void)!::send(fd, kFull.data(), kFull.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    refuse_now(fd);
     ::close(fd);
   }
   spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
-  beast::flat_buffer buffer;
+  // Bounded: a head, chunk line or trailer section that does not fit is refused, whatever
+  // the client sends (Options::max_read_buffer_bytes).
+  beast::flat_buffer buffer(std::max(options.max_read_buffer_bytes, options.max_head_bytes));
   for (;;) {
     auto ex = std::make_shared<Exchange>();
     bool keep_alive = false;
@@ -164,16 +221,28 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     const bool read = co_await read_request(c, buffer, *ex, keep_alive);
     if (!read) break;
     const bool head = ex->req.method == "HEAD";
+    // The light routes keep a reserve of the connections: the others may hold the rest.
+    const bool heavy = !is_light(ex->req.method, ex->req.path);
+    if (heavy && heavy_in_flight >= heavy_room()) {
+      ++self.counters_.shed_503;
+      co_await refuse(*c, 503, "the panel is busy; try again in a second\n", 1);
+      break;
+    }
+    if (heavy) ++heavy_in_flight;
     const bool served = co_await dispatch(*c, ex);
-    if (!served) break;
-    const bool sent = co_await answer(*c, *ex, keep_alive && !stopping, head);
-    if (!sent) break;
-    if (!keep_alive || stopping) break;
+    bool sent = false;
+    if (served) {
+      const bool written = co_await answer(*c, *ex, keep_alive && !stopping, head);
+      sent = written;
+    }
+    if (heavy) --heavy_in_flight;
+    if (!sent || !keep_alive || stopping) break;
   }
   beast::error_code ignored;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
   c->stream.socket().close(ignored);
-  done_reading(*c);
+  disarm(*c);
+  leave(*c);
 }
 
 awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
@@ -181,30 +250,34 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
                                                bool& keep_alive) {
   Parser parser;
   reading::limit_parser(parser, options);
-  start_waiting(*c);
+  reading::BodyGuard guard(parser, options);
+  set_phase(*c, Conn::Phase::kReading);
   c->stream.expires_never();
   arm(c, options.head_deadline);
-  // What to answer when a read fails: nothing (-1) when the client went away, or was idle
-  // between requests and is let go; else a status.
+  // What to answer when a read fails: nothing (status -1) when the client went away, or was
+  // idle between requests and is let go; else a status and why.
   const auto failure = [&](beast::error_code e) {
     done_reading(*c);
     const bool sent_some = parser.got_some() || buffer.size() > 0;
-    if (c->evicted) return sent_some ? 503 : -1;
-    if (c->timed_out) return sent_some ? 408 : -1;
-    if (stopping || e == bhttp::error::end_of_stream || e == net::error::eof ||
-        e == net::error::connection_reset || e == net::error::operation_aborted ||
-        e == net::error::bad_descriptor || e == net::error::broken_pipe) {
-      return -1;
+    reading::HeadCheck out;
+    out.status = -1;
+    if (c->evicted) {
+      if (sent_some) out.status = 503;
+    } else if (c->timed_out) {
+      if (sent_some) out.status = 408;
+    } else if (!(stopping || e == bhttp::error::end_of_stream || e == net::error::eof ||
+                 e == net::error::connection_reset || e == net::error::operation_aborted ||
+                 e == net::error::bad_descriptor || e == net::error::broken_pipe)) {
+      out = reading::over_limit(e, parser.is_header_done(), guard, options);
+      if (out.status == 0) out.status = 400;
     }
-    if (e == bhttp::error::header_limit) return 431;
-    if (e == bhttp::error::body_limit) return 413;
-    return 400;
+    return out;
   };
   const auto [head_error, head_bytes] =
       co_await bhttp::async_read_header(c->stream, buffer, parser, kNothrow);
   if (head_error) {
-    const int status = failure(head_error);
-    if (status > 0) co_await refuse_unread(*c, status);
+    const reading::HeadCheck why = failure(head_error);
+    co_await refuse_unread(*c, why);
     co_return false;
   }
   ex.req.received = clock.now();
@@ -214,13 +287,16 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
   if (check.status != 0) {
     done_reading(*c);
     if (check.status == 413) {
-      co_await refuse_unread(*c, 413);
+      const reading::HeadCheck why =
+          reading::over_limit(bhttp::error::body_limit, true, guard, options);
+      co_await refuse_unread(*c, why);
     } else {
       ++self.counters_.refused_4xx;
       co_await refuse(*c, check.status, check.why);
     }
     co_return false;
   }
+  guard.head_read(parser);
   const std::size_t limit = check.body_limit;
   parser.body_limit(limit);  // a chunked body too
   if (!parser.is_done()) {
@@ -239,33 +315,29 @@ awaitable<bool> HttpServer::Impl::read_request(const std::shared_ptr<Conn>& c,
     const auto [body_error, body_bytes] =
         co_await bhttp::async_read(c->stream, buffer, parser, kNothrow);
     if (body_error) {
-      const int status = failure(body_error);
-      if (status > 0) co_await refuse_unread(*c, status);
+      const reading::HeadCheck why = failure(body_error);
+      co_await refuse_unread(*c, why);
       co_return false;
     }
   }
   done_reading(*c);
+  const reading::HeadCheck done = guard.check_done(parser);
+  if (done.status != 0) {
+    ++self.counters_.refused_4xx;
+    co_await refuse(*c, done.status, done.why);
+    co_return false;
+  }
   reading::fill_request(parser.release(), check.form, c->client, ex.req);
   co_return true;
 }
 
-awaitable<void> HttpServer::Impl::refuse_unread(Conn& c, int status) {
-  switch (status) {
+awaitable<void> HttpServer::Impl::refuse_unread(Conn& c, const reading::HeadCheck& why) {
+  switch (why.status) {
+    case -1:
+      break;  // nothing to answer
     case 408:
       ++self.counters_.timed_out_408;
       co_await refuse(c, 408, "the request did not arrive in time\n");
-      break;
-    case 413:
-      ++self.counters_.refused_4xx;
-      co_await refuse(c, 413,
-                      "request body too large: forms up to " +
-                          std::to_string(options.max_form_bytes / 1024) +
-                          " KiB, other bodies up to " +
-                          std::to_string(options.max_body_bytes / 1024) + " KiB\n");
-      break;
-    case 431:
-      ++self.counters_.refused_4xx;
-      co_await refuse(c, 431, "request header fields too large\n");
       break;
     case 503:
       ++self.counters_.shed_503;
@@ -273,7 +345,9 @@ awaitable<void> HttpServer::Impl::refuse_unread(Conn& c, int status) {
       break;
     default:
       ++self.counters_.refused_4xx;
-      co_await refuse(c, 400, "bad request: the request could not be read\n");
+      const std::string text =
+          why.why.empty() ? std::string("bad request: the request could not be read\n") : why.why;
+      co_await refuse(c, why.status, text);
       break;
   }
 }
@@ -291,6 +365,7 @@ awaitable<void> HttpServer::Impl::refuse(Conn& c, int status, std::string_view t
   out.keep_alive(false);
   out.body().assign(text);
   out.prepare_payload();
+  set_phase(c, Conn::Phase::kSending);
   c.stream.expires_after(kRefusalSend);
   auto [ec, n] = co_await bhttp::async_write(c.stream, out, kNothrow);
   if (ec) co_return;
@@ -322,6 +397,7 @@ awaitable<bool> HttpServer::Impl::answer(Conn& c, Exchange& ex, bool keep_alive,
   out.body() = std::move(res.body);
   out.prepare_payload();
   if (head) out.body().clear();  // HEAD: the length of the GET's answer, no body
+  set_phase(c, Conn::Phase::kSending);
   c.stream.expires_after(options.send_deadline);
   auto [ec, n] = co_await bhttp::async_write(c.stream, out, kNothrow);
   c.stream.expires_never();

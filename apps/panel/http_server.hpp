@@ -89,9 +89,24 @@ class HttpServer {
     std::size_t max_header_fields = 100;
     std::size_t max_form_bytes = 8 * 1024;   // application/x-www-form-urlencoded
     std::size_t max_body_bytes = 64 * 1024;  // any other body
-    // Client connections open and not being served (at least 1). At start() this is
-    // lowered to fit the process's open-file limit, leaving room for the databases.
+    // Each connection's read buffer: what the parser has not taken yet (the head, a chunk
+    // line, a chunked body's trailer section) must fit in it. A line that never ends is
+    // refused when it fills the buffer (431 in the head, 400 in the body), so a client
+    // cannot make the server buffer more than this on a connection, whatever it sends.
+    std::size_t max_read_buffer_bytes = 16 * 1024;
+    // One chunk's extensions (";name=value..."): longer is 400. The panel reads none.
+    std::size_t max_chunk_extension_bytes = 256;
+    // Client connections open, whatever they are doing: reading a request, waiting for its
+    // answer, receiving it (at least 1). At start() this is lowered to fit the process's
+    // open-file limit, leaving room for the databases. An eighth of them (at least one) is
+    // kept for the light routes: a request of another route that would take one of those
+    // is answered 503 at once.
     int max_connections = 1024;
+    // Connections one address may hold open; a newcomer past it makes room among that
+    // address's own (its longest idle one, else its answer that has been sent longest).
+    // With max_read_buffer_bytes and the body limits, this bounds what one address can make
+    // the server hold (256 x about 100 KiB).
+    int max_connections_per_address = 256;
     // Sent on every answer unless the route set a header of that name (the panel's
     // security headers).
     std::vector<std::pair<std::string, std::string>> default_headers;

@@ -21,6 +21,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
+#include "http_reading.hpp"
 #include "http_server.hpp"
 
 namespace holdfast::panel {
@@ -35,15 +36,21 @@ inline constexpr auto kNothrow = net::as_tuple(net::use_awaitable);
 // holds it; touched only on the event-loop thread.
 struct Conn {
   Conn(tcp::socket socket, net::io_context& io) : stream(std::move(socket)), timer(io) {}
+  // What it is doing, for the connection limit: reading a request (or idle between two),
+  // being served (a worker or the async lane has its request), or receiving an answer.
+  enum class Phase { kReading, kServed, kSending };
   beast::tcp_stream stream;
   net::steady_timer timer;  // the head and body deadlines (a cancel, not a close: 408)
   std::uint64_t timer_generation = 0;
   std::string client;
   bool timed_out = false;
   bool evicted = false;
-  // Open and not being served: counted against max_connections (Impl::waiting).
-  bool waiting = false;
-  std::list<Conn*>::iterator waiting_at;
+  // Counted against max_connections (Impl::open_count) and its address's share, from its
+  // accept until its session ends or it is evicted.
+  bool counted = false;
+  Phase phase = Phase::kServed;
+  // Its place in Impl::reading or Impl::sending, by its phase (none while served).
+  std::list<Conn*>::iterator queued_at;
   std::map<std::string, int>::iterator client_count;
 };
 
@@ -90,10 +97,20 @@ struct HttpServer::Impl {
     std::vector<std::unique_ptr<net::thread_pool>> blocking;
   } async;
   std::atomic<bool> stopping{false};
-  // Connections open and not being served, in the order they began to wait: the first of an
-  // address has waited longest.
-  std::list<Conn*> waiting;
-  std::map<std::string, int> waiting_by_client;
+  // Every open connection counts against max_connections (open_count) and its address's
+  // share (by_client). The ones that may be cut to make room are in `reading` (reading a
+  // request, or idle between two) and `sending` (receiving an answer), each in the order
+  // they began: the first of an address has been at it longest. A connection being served
+  // is in neither: the workers and queues bound those, and its answer is on its way.
+  std::size_t open_count = 0;
+  std::map<std::string, int> by_client;
+  std::list<Conn*> reading;
+  std::list<Conn*> sending;
+  // Connections with a request of a route that is not light being served or answered: at
+  // most max_connections less the light routes' reserve (heavy_room()).
+  std::size_t heavy_in_flight = 0;
+  // The light lane's places each address holds (at most light_share()).
+  std::map<std::string, int> light_by_client;
   std::list<std::weak_ptr<Conn>> open;  // every connection, for stop()
   std::size_t open_after_pruning = 0;
 
@@ -101,6 +118,9 @@ struct HttpServer::Impl {
   // Closes the spare descriptor, accepts one waiting client with it, answers 503 and closes
   // it, then opens the spare again.
   void refuse_with_spare() noexcept;
+  // Sends the fixed "no room" 503 on `fd` without waiting (what the kernel takes), and counts
+  // it; the caller closes `fd`.
+  void refuse_now(int fd) noexcept;
   int spare_fd = -1;  // /dev/null, kept to be given up when descriptors run out
   awaitable<void> session(std::shared_ptr<Conn> c);
   // Reads one request into `ex`; false when the connection is done with (refused, gone).
@@ -108,8 +128,8 @@ struct HttpServer::Impl {
                                Exchange& ex, bool& keep_alive);
   // Answers `status` with a short text and closes the connection.
   awaitable<void> refuse(Conn& c, int status, std::string_view text, int retry_after_s = 0);
-  // The refusal for a request that could not be read (400, 408, 413, 431, 503).
-  awaitable<void> refuse_unread(Conn& c, int status);
+  // The refusal for a request that could not be read (400, 408, 413, 431, 503; -1: none).
+  awaitable<void> refuse_unread(Conn& c, const reading::HeadCheck& why);
   awaitable<bool> answer(Conn& c, Exchange& ex, bool keep_alive, bool head);
   void serve(Exchange& ex) noexcept;
   // serve() as a coroutine, for co_spawn onto a worker pool (it holds `ex` meanwhile).
@@ -127,14 +147,24 @@ struct HttpServer::Impl {
 
   void arm(const std::shared_ptr<Conn>& c, std::chrono::milliseconds d);
   void disarm(Conn& c);
-  void start_waiting(Conn& c);
-  void stop_waiting(Conn& c);
-  // The request is read (or given up): no deadline on it, and it no longer waits.
+  // Counts a new connection; false when it found no room (then it is not counted).
+  bool admit(Conn& c);
+  // Stops counting `c` (idempotent).
+  void leave(Conn& c) noexcept;
+  void set_phase(Conn& c, Conn::Phase phase);
+  // The request is read (or given up): no deadline on it, and it is being served.
   void done_reading(Conn& c) {
     disarm(c);
-    stop_waiting(c);
+    set_phase(c, Conn::Phase::kServed);
   }
-  void make_room(const Conn& newcomer);
+  // Cuts one connection so that `newcomer` fits: within its own address when `own_address`,
+  // else from the address holding the most; false when none may be cut.
+  bool make_room(const Conn& newcomer, bool own_address);
+  void evict(Conn& victim);
+  // How many connections requests of the routes that are not light may hold at once.
+  [[nodiscard]] std::size_t heavy_room() const;
+  // How many of the light lane's places one address may hold.
+  [[nodiscard]] std::size_t light_share() const { return std::max<std::size_t>(2, light.limit / 4); }
 };
 
 }  // namespace holdfast::panel

@@ -17,11 +17,19 @@ awaitable<bool> HttpServer::Impl::dispatch(Conn& c, const std::shared_ptr<Exchan
   Lane* lane = is_async ? nullptr : light_route ? &light : &heavy;
   const bool full =
       is_async ? async.pending >= options.max_async_requests : lane->pending >= lane->limit;
-  if (full) {
+  // One address holds at most a share of the light lane: a flood of /healthz from one
+  // client is shed before it takes the places of everyone else's.
+  const auto light_places =
+      light_route ? light_by_client.try_emplace(c.client, 0).first : light_by_client.end();
+  const bool over_share =
+      light_route && static_cast<std::size_t>(light_places->second) >= light_share();
+  if (full || over_share) {
+    if (light_route && light_places->second == 0) light_by_client.erase(light_places);
     ++self.counters_.shed_503;
     co_await refuse(c, 503, "the panel is busy; try again in a second\n", 1);
     co_return false;
   }
+  if (light_route) ++light_places->second;
   ++self.counters_.served;
   if (is_async) {
     ++self.counters_.served_async;
@@ -33,6 +41,7 @@ awaitable<bool> HttpServer::Impl::dispatch(Conn& c, const std::shared_ptr<Exchan
     ++lane->pending;
     co_await net::co_spawn(lane->pool, serve_on_worker(ex), net::use_awaitable);
     --lane->pending;
+    if (light_route && --light_places->second == 0) light_by_client.erase(light_places);
   }
   co_return true;
 }
