@@ -47,7 +47,7 @@ bench: deps
 # Fuzzing with libFuzzer (clang): each target for FUZZ_SECONDS, new inputs kept in
 # build/fuzz/corpus/<name> (copy the interesting ones to fuzz/corpus/<name>).
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS = pg_sql sqlite_judge redact_url http_request panel_form console_line
+FUZZ_TARGETS = pg_sql sqlite_judge redact_url http_request http_body panel_form console_line
 fuzz: deps
 	@HOLDFAST_EXTRA_PACKAGES="clang libclang-rt-14-dev" scripts/install-deps.sh
 	@cmake --preset fuzz >/dev/null
