@@ -11,7 +11,12 @@
 //     max_body_bytes) is 413 from its Content-Length, before a byte of it is read;
 //   - one Host field, naming this server (Options::allowed_hosts): 400 or 421 otherwise
 //     (DNS rebinding);
-//   - no ranges: every answer is whole (no range amplification), Range is ignored.
+//   - no ranges: every answer is whole (no range amplification), Range is ignored;
+//   - every byte bounded before it is kept: each connection reads into a buffer of
+//     max_read_buffer_bytes, so a head, chunk line or trailer section that does not fit is
+//     refused at once; a chunk extension over max_chunk_extension_bytes is 400; trailer
+//     fields are 400 (never merged into the head); a Transfer-Encoding other than exactly
+//     "chunked", or beside a Content-Length, is 400 (RFC 9112 6.1: no smuggling).
 // Then the request runs on a worker: light routes (/healthz, /metrics, the sign-in page;
 // is_light()) on a few workers of their own, so they never wait behind database work; the
 // routes given to serve_async() as coroutines on `async_workers` threads, where a wait
@@ -19,11 +24,14 @@
 // taken answers 503 with Retry-After at once. Keep-alive is honoured (HTTP/1.1 by
 // default), so a client need not open a connection per request.
 //
-// When max_connections are open, a newcomer is let in and the address holding the most
-// connections gives up the one it has been waiting on longest (503 when it had sent part
-// of a request, else a quiet close): slow clients cannot hold the door shut, and one
-// address cannot crowd the others out. Connections whose request is being served do not
-// count: the workers and queues bound those.
+// Every open connection counts against max_connections, whatever it is doing; an eighth of
+// them is kept for the light routes (a request of another route that would take one gets
+// 503 at once). When they are all open, a newcomer is let in and the address holding the
+// most gives up the one it has been idle on longest (503 when it had sent part of a
+// request, else a quiet close), failing that the answer it has been receiving longest:
+// slow clients cannot hold the door shut, and one address cannot crowd the others out.
+// When nothing may be cut the newcomer is told 503 at once. One address holds at most
+// max_connections_per_address, and at most a quarter of the light lane's places.
 //
 // Thread safety: start() and stop() from one thread; stop() is idempotent. The handler is
 // called on the worker threads, several at once.
