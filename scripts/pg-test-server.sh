@@ -140,7 +140,9 @@ EOF
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 40000))
+    # Below the kernel's ephemeral range (32768 and up): an outgoing connection may hold a port
+    # there without listening on it, which port_in_use cannot see.
+    p=$((20000 + RANDOM % 12768))
     if [[ "$p" != "${port:-}" ]] && ! port_in_use "$p"; then
       echo "$p"
       return

@@ -58,6 +58,25 @@ running() {
     [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]
 }
 
+# Stops the PgBouncer of a failed start try, waits until it has exited, and removes its
+# pidfile.
+abandon_try() {
+  local stale
+  stale="$(cat "$root/pgbouncer.pid" 2>/dev/null || true)"
+  if [[ "$stale" =~ ^[0-9]+$ ]]; then
+    pid="$stale"
+    kill -TERM "$pid" 2>/dev/null || true
+    local waited=0
+    while running && [[ $waited -lt 50 ]]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    if running; then kill -KILL "$pid" 2>/dev/null || true; fi
+    pid=""
+  fi
+  rm -f "$root/pgbouncer.pid"
+}
+
 cmd_start() {
   local target="${1:-}"
   command -v pgbouncer >/dev/null 2>&1 ||
@@ -81,7 +100,9 @@ cmd_start() {
   printf '"%s" ""\n' "$user" >"$root/userlist.txt"
   local tries=0
   while :; do
-    port=$((20000 + RANDOM % 40000))
+    # Below the kernel's ephemeral range (32768 and up), where a client's outgoing connection
+    # may hold the port without listening on it, so that port_in_use cannot see it.
+    port=$((20000 + RANDOM % 12768))
     tries=$((tries + 1))
     if port_in_use "$port"; then continue; fi
     cat >"$root/pgbouncer.ini" <<EOF
@@ -112,8 +133,11 @@ EOF
         waited=$((waited + 1))
       done
       if port_in_use "$port" && [[ -s "$root/pgbouncer.pid" ]]; then break; fi
-      if [[ -s "$root/pgbouncer.pid" ]]; then kill -TERM "$(cat "$root/pgbouncer.pid")" || true; fi
     fi
+    # This try failed (the port was taken meanwhile, or it did not listen in time): stop what
+    # it left running and remove its pidfile, which would make every later try refuse with
+    # "pidfile exists".
+    abandon_try
     if [[ $tries -ge 8 ]]; then
       tail -n 20 "$root/pgbouncer.log" "$root/start.log" >&2 || true
       die "PgBouncer did not start (see the log above)"
