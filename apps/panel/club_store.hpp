@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -95,12 +97,16 @@ class ClubStore {
   virtual Status refresh_session(std::string_view token, std::string_view now_utc) = 0;
   // Ends the session (signing out): its row is deleted; OK when there is none. Safe to repeat.
   virtual Status end_session(std::string_view token) = 0;
+  // How login() runs its password check: `check` run in a place of the caller's (the
+  // panel's SignInGate), or why it was not run (then login()'s answer). Empty: at once.
+  using CheckPlace = std::function<Status(const std::function<void()>& check)>;
   // Checks the password and opens a session: the token, or kPermissionDenied (the store's
-  // own, never from the engine). A right password whose stored hash is of the legacy form
-  // (or of another cost) gets an Argon2id hash of password_cost on the way; should that
-  // write fail, the sign-in still succeeds and the next one tries again.
+  // own, never from the engine) for an unknown email or a wrong password alike, each after
+  // one Argon2id verification (check_sign_in()). A right password whose stored hash is of
+  // the legacy form (or of another cost) gets an Argon2id hash of password_cost on the way;
+  // should that write fail, the sign-in still succeeds and the next one tries again.
   Result<std::string> login(std::string_view email, std::string_view password,
-                            std::string_view now_utc);
+                            std::string_view now_utc, const CheckPlace& place = {});
   // Opens a session for `user_id` without a password (the server's one-time sign-in links):
   // the token.
   Result<std::string> open_session(std::int64_t user_id, std::string_view now_utc) {
@@ -121,7 +127,9 @@ class ClubStore {
   // INVALID_ARGUMENT with a message fit for the client. The server calls them before the
   // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's. Text that
   // reaches the database must be UTF-8 on both engines (PostgreSQL refuses anything else
-  // with 22021, which would be a server error).
+  // with 22021, which would be a server error), and free of NUL bytes (libpq sends text as C
+  // strings: "a@b\0x" would be looked up as "a@b", two strings naming one account). Each
+  // refusal names the field.
   static Status check_payment(std::int64_t amount_cents, std::string_view method,
                               std::string_view idempotency_key);
   static Status check_sign_up(std::int64_t game_id, std::string_view idempotency_key);
@@ -229,15 +237,22 @@ class ClubStore {
   virtual Status insert_session_once(std::string_view token, std::int64_t user_id,
                                      std::string_view now_utc);
   virtual Status cap_sessions_once(std::int64_t user_id, std::string_view now_utc);
-  // Whether `password` signs `email` in over its stored hash, and the hash of cost
-  // `password_cost()` to store instead when the stored one is of the legacy form or of
+  // Whether `password` signs `email` in over the stored hash of `found`, and the hash of
+  // cost `password_cost()` to store instead when the stored one is of the legacy form or of
   // another cost (empty otherwise, or when hashing failed: the next sign-in tries again).
+  // Every check costs one Argon2id verification, so that its time tells nothing: an
+  // unknown email (`found` null) and a stored hash of the legacy form are verified against
+  // dummy_hash() (and are never right by it). Thread-safe.
   struct SignInCheck {
     bool right = false;
     std::string fresh_hash;
   };
-  static SignInCheck check_sign_in(std::string_view stored, std::string_view email,
-                                   std::string_view password, PasswordCost cost);
+  [[nodiscard]] SignInCheck check_sign_in(const Credentials* found, std::string_view email,
+                                          std::string_view password);
+  // An Argon2id hash of password_cost() of a random secret nobody knows, made once (the
+  // first call; the panel makes it when it starts, so no sign-in waits for it). Empty only
+  // while libsodium cannot get the memory (then the next call tries again). Thread-safe.
+  [[nodiscard]] std::string dummy_hash();
   [[nodiscard]] PasswordCost password_cost() const noexcept { return options_.password_cost; }
   // Counts one database call (see calls()) made by a caller driving the *_once() reads.
   void count_call() noexcept { calls_.fetch_add(1, std::memory_order_relaxed); }
@@ -285,9 +300,12 @@ class ClubStore {
  protected:
   explicit ClubStore(Options options);
 
-  // What the public writes run once their input is checked.
-  virtual Result<std::string> do_login(std::string_view email, std::string_view password,
-                                       std::string_view now_utc) = 0;
+  // What the public calls run once their input is checked: login()'s read of the user's id
+  // and stored hash, and its write of a fresh hash over `stored` (each retried as the
+  // strategy allows).
+  virtual Result<std::optional<Credentials>> do_credentials(std::string_view email) = 0;
+  virtual Status do_rehash(std::int64_t user_id, std::string_view fresh,
+                           std::string_view stored) = 0;
   virtual Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) = 0;
   virtual Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
                                         std::string_view method, const IdempotencyKey& key,
@@ -325,6 +343,8 @@ class ClubStore {
   // The baselines' attempts (holdfast's are its Shields' metrics).
   std::atomic<std::uint64_t> attempts_{0};
   std::atomic<std::uint64_t> calls_{0};
+  std::mutex dummy_mutex_;
+  std::string dummy_hash_;  // dummy_hash(), once made
   RetryPolicy naive_;
   RetryPolicy tenacity_;
   std::unique_ptr<OriginBreaker> origin_breaker_;

@@ -321,21 +321,14 @@ Status PgClubStore::cap_sessions_once(std::int64_t user_id, std::string_view now
       .status();
 }
 
-Result<std::string> PgClubStore::do_login(std::string_view email, std::string_view password,
-                                          std::string_view now_utc) {
-  const Result<std::optional<Credentials>> user = credentials_once(email);
-  if (!user.ok()) return user.status();
-  const Status wrong(Code::kPermissionDenied, "unknown email or wrong password");
-  if (!user->has_value()) return wrong;
-  const Credentials& found = **user;
-  const SignInCheck check =
-      check_sign_in(found.password_hash, email, password, options_.password_cost);
-  if (!check.right) return wrong;
-  // Its failure is not the sign-in's: the next one tries again.
-  if (!check.fresh_hash.empty()) {
-    (void)rehash_once(found.user_id, check.fresh_hash, found.password_hash);
-  }
-  return do_open_session(found.user_id, now_utc);
+// Both are one call of the store's loop already (run()).
+Result<std::optional<ClubStore::Credentials>> PgClubStore::do_credentials(std::string_view email) {
+  return credentials_once(email);
+}
+
+Status PgClubStore::do_rehash(std::int64_t user_id, std::string_view fresh,
+                              std::string_view stored) {
+  return rehash_once(user_id, fresh, stored);
 }
 
 Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::string_view now_utc) {

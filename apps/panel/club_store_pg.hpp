@@ -106,8 +106,8 @@ class PgClubStore final : public ClubStore {
  private:
   PgClubStore(Options options, std::string where);
 
-  Result<std::string> do_login(std::string_view email, std::string_view password,
-                               std::string_view now_utc) override;
+  Result<std::optional<Credentials>> do_credentials(std::string_view email) override;
+  Status do_rehash(std::int64_t user_id, std::string_view fresh, std::string_view stored) override;
   Result<std::string> do_open_session(std::int64_t user_id, std::string_view now_utc) override;
   Result<PaymentReceipt> do_pay(std::int64_t user_id, std::int64_t amount_cents,
                                 std::string_view method, const IdempotencyKey& key,

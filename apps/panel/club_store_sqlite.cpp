@@ -228,19 +228,14 @@ Status cap_sessions_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t us
 
 }  // namespace
 
-Result<std::string> SqliteClubStore::do_login(std::string_view email, std::string_view password,
-                                              std::string_view now_utc) {
-  Result<std::optional<Credentials>> user = credentials_in(db_, store_run(), email);
-  if (!user.ok()) return user.status();
-  const SignInCheck check = user->has_value() ? check_sign_in((*user)->password_hash, email,
-                                                              password, options_.password_cost)
-                                              : SignInCheck{};
-  if (!check.right) return Status(Code::kPermissionDenied, "unknown email or wrong password");
-  if (!check.fresh_hash.empty()) {
-    // Its failure is not the sign-in's: the next one tries again.
-    (void)rehash_in(db_, store_run(), (*user)->user_id, check.fresh_hash, (*user)->password_hash);
-  }
-  return do_open_session((*user)->user_id, now_utc);
+Result<std::optional<ClubStore::Credentials>> SqliteClubStore::do_credentials(
+    std::string_view email) {
+  return credentials_in(db_, store_run(), email);
+}
+
+Status SqliteClubStore::do_rehash(std::int64_t user_id, std::string_view fresh,
+                                  std::string_view stored) {
+  return rehash_in(db_, store_run(), user_id, fresh, stored);
 }
 
 Result<std::string> SqliteClubStore::do_open_session(std::int64_t user_id,

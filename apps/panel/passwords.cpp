@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <atomic>
 #include <cstdint>
 #include <semaphore>
 
@@ -41,7 +42,17 @@ class HashTurn {
   HashTurn& operator=(const HashTurn&) = delete;
 };
 
+std::atomic<std::uint64_t> verifications{0};
+
 }  // namespace
+
+bool is_argon2id_hash(std::string_view stored) noexcept {
+  return stored.substr(0, kArgon2idPrefix.size()) == kArgon2idPrefix;
+}
+
+std::uint64_t password_verifications() noexcept {
+  return verifications.load(std::memory_order_relaxed);
+}
 
 PasswordCost PasswordCost::interactive() noexcept {
   return {crypto_pwhash_OPSLIMIT_INTERACTIVE, crypto_pwhash_MEMLIMIT_INTERACTIVE};
@@ -71,12 +82,12 @@ PasswordCheck check_password(std::string_view stored, std::string_view email,
     return same_secret(stored, legacy_password_hash(email, password)) ? PasswordCheck::kRightRehash
                                                                       : PasswordCheck::kWrong;
   }
-  if (stored.substr(0, kArgon2idPrefix.size()) != kArgon2idPrefix || !sodium_ready() ||
-      stored.size() >= crypto_pwhash_STRBYTES) {
+  if (!is_argon2id_hash(stored) || !sodium_ready() || stored.size() >= crypto_pwhash_STRBYTES) {
     return PasswordCheck::kWrong;
   }
   const std::string text(stored);  // crypto_pwhash_str_verify wants a NUL-terminated string
   const HashTurn turn;
+  verifications.fetch_add(1, std::memory_order_relaxed);
   if (crypto_pwhash_str_verify(text.c_str(), password.data(), password.size()) != 0) {
     return PasswordCheck::kWrong;
   }

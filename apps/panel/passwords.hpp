@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,15 @@ enum class PasswordCheck {
 // Whether `password` is the one `stored` was made from (`email` salts the legacy form).
 [[nodiscard]] PasswordCheck check_password(std::string_view stored, std::string_view email,
                                            std::string_view password, PasswordCost cost);
+
+// Whether `stored` is of the Argon2id form ("$argon2id$..."), the only one whose check
+// costs an Argon2id computation.
+[[nodiscard]] bool is_argon2id_hash(std::string_view stored) noexcept;
+
+// Argon2id verifications (crypto_pwhash_str_verify) made so far in the process: what a
+// sign-in costs, counted instead of timed (tests: an unknown email costs one, as a wrong
+// password does).
+[[nodiscard]] std::uint64_t password_verifications() noexcept;
 
 // The demo panel's first password hash, kept to check (and replace) old rows: "fnv1a:" and a
 // 64-bit FNV-1a of the email, a separator and the password.

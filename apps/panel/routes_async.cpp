@@ -2,13 +2,20 @@
 // RetryWindow per request open from its arrival (DESIGN §10), and the writes: payments,
 // sign-ups, sign-ins and sign-outs with the same answers as routes_writes.cpp and
 // routes_session.cpp, each database call driven by holdfast::asio::async_run
-// (async_call.hpp). A sign-in's password check (tens of milliseconds of Argon2id) runs on
-// HttpServer::cpu_executor(), so that it never stalls the lane's event loop.
+// (async_call.hpp). A sign-in's password check (tens of milliseconds of Argon2id) waits for
+// its place at the SignInGate on a timer and runs on HttpServer::cpu_executor(), so that
+// neither stalls the lane's event loop.
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "async_call.hpp"
@@ -126,6 +133,65 @@ net::awaitable<void> PanelServer::post_login_async(const http::Request& req, htt
   answer_sign_in(res, *ask, token);
 }
 
+namespace {
+
+// A sign-in's place at the SignInGate while it lives: given back however the coroutine
+// ends (leave() once started, give_up() while waiting).
+class GatePlace {
+ public:
+  explicit GatePlace(SignInGate& gate) : gate_(gate) {}
+  GatePlace(const GatePlace&) = delete;
+  GatePlace& operator=(const GatePlace&) = delete;
+  ~GatePlace() { leave(); }
+
+  // Waits for a place on this coroutine's event loop, holding no thread: kRun, or why not.
+  net::awaitable<SignInGate::Turn> take(SignInGate::Asker asker) {
+    // The gate's Wake may come from any thread: it notes the turn and cancels the timer on
+    // the timer's own (single-threaded) loop, where it runs only once the wait below has
+    // begun.
+    struct Signal {
+      explicit Signal(const net::any_io_executor& loop) : timer(loop) {}
+      net::steady_timer timer;
+      std::atomic<int> turn{-1};
+    };
+    const auto signal = std::make_shared<Signal>(co_await net::this_coro::executor);
+    const SignInGate::Entry entry = gate_.enter(std::move(asker), [signal](SignInGate::Turn t) {
+      signal->turn = static_cast<int>(t);
+      net::post(signal->timer.get_executor(), [signal] { signal->timer.cancel(); });
+    });
+    id_ = entry.id;
+    if (entry.turn != SignInGate::Turn::kWait) {
+      running_ = entry.turn == SignInGate::Turn::kRun;
+      co_return entry.turn;
+    }
+    waiting_ = true;
+    signal->timer.expires_after(gate_.options().max_wait);
+    (void)co_await signal->timer.async_wait(net::as_tuple(net::use_awaitable));
+    waiting_ = false;
+    const int told = signal->turn.load();
+    // Not told: the wait is over, and so is the place unless it was given just now.
+    const SignInGate::Turn turn =
+        told >= 0 ? static_cast<SignInGate::Turn>(told) : gate_.give_up(entry.id);
+    running_ = turn == SignInGate::Turn::kRun;
+    co_return turn;
+  }
+  // The check is done: the place goes to the next waiter.
+  void leave() {
+    if (waiting_ && gate_.give_up(id_) == SignInGate::Turn::kRun) running_ = true;
+    waiting_ = false;
+    if (running_) gate_.leave(id_);
+    running_ = false;
+  }
+
+ private:
+  SignInGate& gate_;
+  std::uint64_t id_ = 0;
+  bool waiting_ = false;
+  bool running_ = false;
+};
+
+}  // namespace
+
 net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& ask,
                                                                lane::Context& ctx) {
   ClubStore& store = *options_.store;
@@ -133,38 +199,31 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   const Found user = co_await read_call<Found>(store, ctx, Operation::read("login.user"),
                                                [&] { return store.credentials_once(ask.email); });
   if (!user.ok()) co_return user.status();
-  const Status wrong(Code::kPermissionDenied, "unknown email or wrong password");
-  if (!user->has_value()) co_return wrong;
-  const ClubStore::Credentials& found = **user;
-  // At most max_password_checks run or wait at once; each place is given back when its
-  // check is done, however this coroutine ends.
-  if (password_checks_.fetch_add(1) >= std::max(options_.max_password_checks, 1)) {
-    password_checks_.fetch_sub(1);
-    co_return Status(Code::kResourceExhausted, std::string(kBusySigningIn));
-  }
-  struct Place {
-    std::atomic<int>& taken;
-    ~Place() { taken.fetch_sub(1); }
-  };
-  const PasswordCost cost = store.password_cost();
+  // An unknown email goes through the same gate and costs the same check (the store's
+  // dummy hash), so that neither the answer nor its time tells whether it has an account.
+  const ClubStore::Credentials* found = user->has_value() ? &**user : nullptr;
   ClubStore::SignInCheck check;
   {
-    const Place place{password_checks_};
+    GatePlace place(*sign_in_gate_);
+    const SignInGate::Turn turn = co_await place.take(gate_asker(ask));
+    if (turn != SignInGate::Turn::kRun) co_return gate_refusal(turn);
     check = co_await net::co_spawn(
         http_->cpu_executor(),
         [&]() -> net::awaitable<ClubStore::SignInCheck> {
-          co_return ClubStore::check_sign_in(found.password_hash, ask.email, ask.password, cost);
+          co_return store.check_sign_in(found, ask.email, ask.password);
         },
         net::use_awaitable);
   }
-  if (!check.right) co_return wrong;
+  if (found == nullptr || !check.right) {
+    co_return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  }
   if (!check.fresh_hash.empty()) {
     // Its failure is not the sign-in's: the next one tries again.
     (void)co_await write_call<Status>(store, ctx, Operation::idempotent_write("login.rehash"), [&] {
-      return store.rehash_once(found.user_id, check.fresh_hash, found.password_hash);
+      return store.rehash_once(found->user_id, check.fresh_hash, found->password_hash);
     });
   }
-  co_return co_await open_session_async(found.user_id, ctx);
+  co_return co_await open_session_async(found->user_id, ctx);
 }
 
 net::awaitable<Result<std::string>> PanelServer::open_session_async(std::int64_t user_id,

@@ -1,6 +1,6 @@
 // Signing in: GET /login (the form), POST /login (email and password, throttled per account
-// and per address), GET /login/link?token= (a one-time link from issue_sign_in_link()); and
-// out: POST /logout.
+// and per address, its password check in a place of the SignInGate), GET /login/link?token=
+// (a one-time link from issue_sign_in_link()); and out: POST /logout.
 // Each success opens a session, sets its cookie (and, on PostgreSQL, the hf_wal cookie with
 // that write's position), hands out its CSRF token in X-CSRF-Token and redirects (303).
 
@@ -57,7 +57,30 @@ void PanelServer::post_login(const http::Request& req, http::Response& res) {
   std::optional<SignInAsk> ask = sign_in_asked(req, res);
   if (!ask) return;
   const RequestWindow scope = request_window(req);
-  answer_sign_in(res, *ask, options_.store->login(ask->email, ask->password, now_utc()));
+  // The check waits for its place at the gate on this worker (at most a second).
+  const ClubStore::CheckPlace at_the_gate = [&](const std::function<void()>& check) {
+    std::uint64_t id = 0;
+    const SignInGate::Turn turn = sign_in_gate_->wait_for_turn(gate_asker(*ask), id);
+    if (turn != SignInGate::Turn::kRun) return gate_refusal(turn);
+    struct Place {
+      SignInGate& gate;
+      std::uint64_t id;
+      ~Place() { gate.leave(id); }
+    } const place{*sign_in_gate_, id};
+    check();
+    return Status();
+  };
+  answer_sign_in(res, *ask,
+                 options_.store->login(ask->email, ask->password, now_utc(), at_the_gate));
+}
+
+SignInGate::Asker PanelServer::gate_asker(const SignInAsk& ask) {
+  return SignInGate::Asker{ask.address, ask.account, ask.failures};
+}
+
+Status PanelServer::gate_refusal(SignInGate::Turn turn) {
+  return Status(Code::kResourceExhausted,
+                std::string(turn == SignInGate::Turn::kKeyBusy ? kTooManyAtOnce : kBusySigningIn));
 }
 
 std::optional<PanelServer::SignInAsk> PanelServer::sign_in_asked(const http::Request& req,
@@ -72,7 +95,8 @@ std::optional<PanelServer::SignInAsk> PanelServer::sign_in_asked(const http::Req
     return std::nullopt;
   }
   // Throttled per account and per address before the password is looked at: each attempt
-  // holds a place in both limits while it runs, and counts only if the password was wrong.
+  // holds a place in the limits while it runs, and counts in the first two only if the
+  // password was wrong, in the third (every check of the address) whatever the outcome.
   ask.account = "account:" + ask.email;
   ask.address = client_address(req);
   Duration wait = sign_in_by_account_->try_acquire(ask.account);
@@ -80,16 +104,28 @@ std::optional<PanelServer::SignInAsk> PanelServer::sign_in_asked(const http::Req
     wait = sign_in_by_address_->try_acquire(ask.address);
     if (wait > Duration::zero()) sign_in_by_account_->settle(ask.account, false);
   }
+  bool every_check = false;
+  if (wait == Duration::zero()) {
+    wait = sign_ins_by_address_->try_acquire(ask.address);
+    every_check = wait > Duration::zero();
+    if (every_check) {
+      sign_in_by_account_->settle(ask.account, false);
+      sign_in_by_address_->settle(ask.address, false);
+    }
+  }
   if (wait > Duration::zero()) {
     counters_.bad_request++;
     res.status = 429;
     res.set_header("Retry-After", std::to_string(retry_after_header(wait)));
-    res.set_content(render_login(wait > AttemptLimiter::kBusyWait
-                                     ? "Too many failed sign-ins. Try again in a minute."
-                                     : "Too many sign-ins at once. Try again in a second."),
+    res.set_content(render_login(wait <= AttemptLimiter::kBusyWait ? kTooManyAtOnce
+                                 : every_check ? "Too many sign-ins from this address. Try "
+                                                 "again in a minute."
+                                               : "Too many failed sign-ins. Try again in a "
+                                                 "minute."),
                     kHtml);
     return std::nullopt;
   }
+  ask.failures = sign_in_by_address_->events(ask.address);
   return ask;
 }
 
@@ -98,8 +134,14 @@ void PanelServer::answer_sign_in(http::Response& res, const SignInAsk& ask,
   // The store's own answer, never an engine's 42501 (a permission the database refused).
   const bool wrong_password = !token.ok() && token.status().code() == Code::kPermissionDenied &&
                               !from_engine(token.status());
+  // The gate's own refusals: not a wrong password, not the database, and no check ran.
+  const bool no_place =
+      !token.ok() && token.status().code() == Code::kResourceExhausted &&
+      !from_engine(token.status()) &&
+      (token.status().message() == kBusySigningIn || token.status().message() == kTooManyAtOnce);
   sign_in_by_account_->settle(ask.account, wrong_password);
   sign_in_by_address_->settle(ask.address, wrong_password);
+  sign_ins_by_address_->settle(ask.address, !no_place);
   if (!token.ok()) {
     if (wrong_password) {
       counters_.bad_request++;
@@ -107,13 +149,12 @@ void PanelServer::answer_sign_in(http::Response& res, const SignInAsk& ask,
       res.set_content(render_login(token.status().message()), kHtml);
       return;
     }
-    if (token.status().code() == Code::kResourceExhausted &&
-        token.status().message() == kBusySigningIn) {
-      // The panel's own limit on password checks: not a wrong password, not the database.
-      counters_.busy_503++;
-      res.status = 503;
+    if (no_place) {
+      const bool share_taken = token.status().message() == kTooManyAtOnce;
+      (share_taken ? counters_.bad_request : counters_.busy_503)++;
+      res.status = share_taken ? 429 : 503;
       res.set_header("Retry-After", "1");
-      res.set_content(render_login(kBusySigningIn), kHtml);
+      res.set_content(render_login(token.status().message()), kHtml);
       return;
     }
     return answers_->failure(res, token.status(), "/login", false);

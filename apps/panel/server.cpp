@@ -22,6 +22,14 @@ PanelServer::PanelServer(Options options) : options_(std::move(options)) {
     toucher_ = std::make_unique<SessionToucher>(*options_.store);
   }
   install_guards();
+  Clock& clock = options_.store->clock();
+  sign_ins_by_address_ =
+      std::make_unique<AttemptLimiter>(clock, kSignInsPerAddressPerMinute, std::chrono::minutes(1));
+  SignInGate::Options gate;
+  gate.running = options_.max_password_checks;
+  gate.waiting = options_.password_check_queue;
+  gate.per_key = options_.password_checks_per_address;
+  sign_in_gate_ = std::make_unique<SignInGate>(clock, gate);
 }
 
 PanelServer::~PanelServer() {
@@ -30,6 +38,8 @@ PanelServer::~PanelServer() {
 
 Status PanelServer::start() {
   if (http_) return Status(Code::kFailedPrecondition, "PanelServer: already started");
+  // Made before the first sign-in, so that the first unknown email costs what the others do.
+  (void)options_.store->dummy_hash();
   HttpServer::Options o;
   o.host = options_.host;
   o.port = options_.port;

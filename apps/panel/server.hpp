@@ -29,6 +29,7 @@
 #include "http_message.hpp"
 #include "http_server.hpp"
 #include "security.hpp"
+#include "sign_in_gate.hpp"
 
 namespace holdfast {
 class DatabaseSink;
@@ -69,10 +70,17 @@ class PanelServer {
     // ClubStore::async_access() and runs on the system clock (ADRs 0029, 0030); false: on
     // the workers, as every other route.
     bool async_lane = true;
-    // On the lane: sign-ins whose password check runs or waits at once. Past it a sign-in
-    // is answered 503 + Retry-After at once, so that sign-ins from many addresses (each
-    // check is about 0.1 s of CPU, two at a time) cannot fill the lane's places.
-    int max_password_checks = 16;  // at least 1 is used
+    // The password checks' places (SignInGate, sign_in_gate.hpp), on the lane and on the
+    // workers alike: checks started at once (each is about 0.1 s of CPU, two at a time: 4
+    // keeps both busy and leaves the order to the gate), sign-ins waiting for a place (at
+    // most 1 s each, the fewest failed sign-ins of their address first; 0: none wait), and
+    // the places one address, or one account, may hold of those. Past them a sign-in is
+    // answered 503 + Retry-After (429 + Retry-After: 1 past its address's or account's
+    // share), so that sign-ins from many addresses cannot fill the lane's places, and a
+    // flood from many addresses leaves a user of another address a check within a second.
+    int max_password_checks = 4;  // at least 1 is used
+    int password_check_queue = 12;
+    int password_checks_per_address = 2;
     // Names a request's Host may carry besides the loopback names and `host`
     // (HttpServer::Options::allowed_hosts; `holdfast panel --allow-host`): any other gets 421.
     std::vector<std::string> allowed_hosts;
@@ -114,6 +122,10 @@ class PanelServer {
   static constexpr std::size_t kStaleCopies = 64;
   // Problem reports taken a minute from all addresses together (10 from each).
   static constexpr int kReportsPerMinute = 100;
+  // Password checks a minute from one address whatever their outcome (besides the 5 failed
+  // ones): a sign-in lasts 30 days, so an office behind one address signs in a few times a
+  // day; 30 a minute is one every 2 s, at most 5 % of a core of Argon2id per address.
+  static constexpr int kSignInsPerAddressPerMinute = 30;
 
  private:
   // Workers kept for the routes that never touch the database.
@@ -173,16 +185,23 @@ class PanelServer {
   struct SignInAsk {
     std::string email;
     std::string password;
-    std::string account;  // its keys in sign_in_by_account_ and sign_in_by_address_
-    std::string address;
+    std::string account;  // its keys in sign_in_by_account_, sign_in_by_address_ and
+    std::string address;  // sign_ins_by_address_
+    int failures = 0;     // the address's failed sign-ins within the minute (the gate's order)
   };
   // nullopt after answering (400 or 429).
   std::optional<SignInAsk> sign_in_asked(const http::Request& req, http::Response& res);
-  // The refusal of a sign-in past Options::max_password_checks (RESOURCE_EXHAUSTED).
+  // The refusals of the password checks' gate (RESOURCE_EXHAUSTED): no place (503), or the
+  // address's or account's share taken (429).
   static constexpr std::string_view kBusySigningIn =
       "The panel is busy signing others in. Try again in a second.";
+  static constexpr std::string_view kTooManyAtOnce =
+      "Too many sign-ins at once. Try again in a second.";
+  // The ask as the gate sees it, and the Status of a turn that is not kRun.
+  [[nodiscard]] static SignInGate::Asker gate_asker(const SignInAsk& ask);
+  [[nodiscard]] static Status gate_refusal(SignInGate::Turn turn);
   // Settles the throttles and answers (303 with the session, 401, 503 + Retry-After for
-  // kBusySigningIn, or the failure).
+  // kBusySigningIn, 429 + Retry-After: 1 for kTooManyAtOnce, or the failure).
   void answer_sign_in(http::Response& res, const SignInAsk& ask, const Result<std::string>& token);
   void get_login_link(const http::Request& req, http::Response& res);
   struct SignInLink {
@@ -318,7 +337,6 @@ class PanelServer {
   std::unique_ptr<HttpServer> http_;
   int port_ = 0;
   PanelCounters counters_;
-  std::atomic<int> password_checks_{0};   // on the lane: running or waiting (max_password_checks)
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status
   // Sessions the database confirmed lately (a sign-in, a schedule or /status read), by
   // token: while the database cannot say, only these see /status and the schedule's last
@@ -351,6 +369,9 @@ class PanelServer {
   std::unique_ptr<Answers> answers_;
   std::unique_ptr<AttemptLimiter> sign_in_by_account_;
   std::unique_ptr<AttemptLimiter> sign_in_by_address_;
+  // Every password check of an address (kSignInsPerAddressPerMinute), and their places.
+  std::unique_ptr<AttemptLimiter> sign_ins_by_address_;
+  std::unique_ptr<SignInGate> sign_in_gate_;
   std::unique_ptr<AttemptLimiter> reports_by_address_;
   std::unique_ptr<AttemptLimiter> all_reports_;
   std::mutex links_mutex_;

@@ -16,7 +16,7 @@ void PanelServer::install_guards() {
 }
 
 bool PanelServer::refused_by_guards(const http::Request& req, http::Response& res) {
-  if (std::string why = cross_site_refusal(req); !why.empty()) {
+  if (std::string why = cross_site_refusal(req, options_.secure_cookies); !why.empty()) {
     counters_.bad_request++;
     res.status = 403;
     res.set_content(why + "\n", "text/plain; charset=utf-8");

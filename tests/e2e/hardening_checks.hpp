@@ -1,6 +1,7 @@
-// Checks of issue #13 that hold on both stores (panel_test.cpp runs them on SQLite,
-// panel_pg_test.cpp on PostgreSQL): idempotency keys scoped to (user, route) and carrying the
-// request's fingerprint; refusals that quote no SQL.
+// Checks of issues #13 and #42 that hold on both stores (panel_hardening_test.cpp runs them
+// on SQLite, panel_pg_test.cpp on PostgreSQL): idempotency keys scoped to (user, route) and
+// carrying the request's fingerprint; refusals that quote no SQL; NUL bytes refused; an
+// unknown email costs what a wrong password costs.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -196,6 +197,65 @@ inline void expect_invalid_utf8_refused(http_client::Client& http,
   EXPECT_EQ(pay->status, 401) << pay->body;
 }
 
+// A NUL byte in what a sign-in or a problem report sends is the client's mistake on both
+// engines: 400 naming the field, before any driver sees it (libpq sends text as C strings:
+// "Ada.Nowak@club.example\0x" was looked up as Ada's email, and signed in as her).
+inline void expect_nul_bytes_refused(http_client::Client& http) {
+  const std::string form = "application/x-www-form-urlencoded";
+  auto email = http.Post("/login", "email=Ada.Nowak%40club.example%00x&password=demo", form);
+  ASSERT_TRUE(email);
+  EXPECT_EQ(email->status, 400) << email->body;
+  EXPECT_NE(email->body.find("email must not contain control characters"), std::string::npos)
+      << email->body;
+  EXPECT_TRUE(email->get_header_value("Set-Cookie").empty());
+  auto password = http.Post("/login", "email=Ada.Nowak%40club.example&password=demo%00x", form);
+  ASSERT_TRUE(password);
+  EXPECT_EQ(password->status, 400) << password->body;
+  EXPECT_NE(password->body.find("password must not contain a NUL byte"), std::string::npos)
+      << password->body;
+  for (const char* field : {"path", "digest", "note"}) {
+    auto report = http.Post("/report", std::string(field) + "=cut%00here", form);
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->status, 400) << field << ": " << report->body;
+    EXPECT_NE(report->body.find(std::string(field) + " must not contain a NUL byte"),
+              std::string::npos)
+        << report->body;
+  }
+  // The store's own checks, for callers that are not the panel.
+  const Status login = ClubStore::check_login(std::string("a@b\0x", 5), "demo");
+  EXPECT_EQ(login.code(), Code::kInvalidArgument);
+  EXPECT_EQ(ClubStore::check_report("", "", std::string("a\0b", 3)).code(), Code::kInvalidArgument);
+  // The same email without the NUL still signs in.
+  sign_in(http, "Ada.Nowak@club.example");
+}
+
+// An unknown email costs the same Argon2id verification as a known one with a wrong
+// password (the store's dummy hash), and is answered the same: neither the answer nor its
+// time tells which emails have accounts. Counted, not timed.
+inline void expect_unknown_email_costs_what_a_wrong_password_costs(http_client::Client& http) {
+  struct Cost {
+    int status = 0;
+    std::string body;
+    std::uint64_t verifications = 0;
+  };
+  const auto cost_of = [&](const std::string& email, const std::string& password) {
+    const std::uint64_t before = password_verifications();
+    auto r = http.Post("/login", http_client::Params{{"email", email}, {"password", password}});
+    EXPECT_TRUE(r);
+    return Cost{r ? r->status : 0, r ? r->body : "", password_verifications() - before};
+  };
+  const Cost wrong = cost_of("Chi.Nguyen@club.example", "nope");
+  const Cost unknown = cost_of("nobody.here@club.example", "nope");
+  const Cost right = cost_of("Chi.Nguyen@club.example", "demo");
+  EXPECT_EQ(wrong.status, 401) << wrong.body;
+  EXPECT_EQ(unknown.status, 401) << unknown.body;
+  EXPECT_EQ(unknown.body, wrong.body);
+  EXPECT_EQ(right.status, 303) << right.body;
+  EXPECT_EQ(wrong.verifications, 1u);
+  EXPECT_EQ(unknown.verifications, 1u) << "an unknown email was answered without a check";
+  EXPECT_EQ(right.verifications, 1u);
+}
+
 // A sign-up for a game that has already started: 409, nothing added.
 inline void expect_past_game_refused(http_client::Client& http, long long past_game,
                                      const std::function<long long()>& signups) {
@@ -224,9 +284,12 @@ inline void expect_legacy_hash_upgraded(
   EXPECT_EQ(hash_of(email).rfind("$argon2id$v=19$", 0), 0u) << hash_of(email);  // demo data
   const std::string legacy = legacy_password_hash(email, "demo");
   set_hash(email, legacy);
+  const std::uint64_t verified = password_verifications();
   auto wrong = http.Post("/login", http_client::Params{{"email", email}, {"password", "Demo"}});
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 401) << wrong->body;
+  // Checking the legacy form costs nothing: the dummy hash makes it cost what the others do.
+  EXPECT_EQ(password_verifications() - verified, 1u);
   EXPECT_EQ(hash_of(email), legacy);
   sign_in(http, email);
   const std::string upgraded = hash_of(email);

@@ -140,14 +140,16 @@ TEST_F(PanelLaneWritesTest, OnTheLaneAPaymentAndASignUpAnswerAsOnTheWorkers) {
 }
 
 // Eight sign-ins at once from eight addresses, for eight users (so that neither throttle
-// stops them), on a panel that allows one password check at a time: the first is checked,
-// and the ones that come while it runs are answered 503 + Retry-After at once, without
-// waiting for a place. Each place is given back: a sign-in afterwards succeeds.
+// stops them), on a panel that allows one password check at a time and none to wait: the
+// first is checked, and the ones that come while it runs are answered 503 + Retry-After at
+// once, without waiting for a place. Each place is given back: a sign-in afterwards
+// succeeds. (The gate's queue and its order: panel_hardening_test.cpp.)
 TEST_F(PanelLaneWritesTest, PastMaxPasswordChecksASignInIsTurnedAwayAtOnceWith503) {
   PanelServer::Options po;
   po.store = store_.get();
   po.logger = logging_.logger.get();
   po.max_password_checks = 1;
+  po.password_check_queue = 0;
   PanelServer one_at_a_time(po);
   ASSERT_TRUE(one_at_a_time.start().ok());
   const int port = one_at_a_time.port();

@@ -412,6 +412,14 @@ TEST_P(PanelPgTest, TextThatIsNotUtf8IsRefusedWith400NotA500From22021) {
       *http_, [&] { return club.count("SELECT count(*) FROM payments"); });
 }
 
+TEST_P(PanelPgTest, ANulByteIsRefusedWith400NotCutByTheDriver) {
+  hardening::expect_nul_bytes_refused(*http_);
+}
+
+TEST_P(PanelPgTest, AnUnknownEmailCostsOneArgon2idVerificationAsAWrongPasswordDoes) {
+  hardening::expect_unknown_email_costs_what_a_wrong_password_costs(*http_);
+}
+
 TEST_P(PanelPgTest, ASignUpForAGameThatHasStartedIsRefusedWith409) {
   Admin club(db_->url());
   hardening::expect_past_game_refused(
