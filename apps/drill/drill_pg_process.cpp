@@ -76,13 +76,18 @@ Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, c
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errors.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
-  // The child starts with no signal blocked: the drill command may block SIGINT/SIGTERM.
+  // The child starts with no signal blocked (the drill command may block SIGINT/SIGTERM) and
+  // with SIGPIPE at its default: holdfast ignores it (main.cpp), which a child would inherit.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  sigset_t pipe_default;
+  sigemptyset(&pipe_default);
+  sigaddset(&pipe_default, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &pipe_default);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, c_args[0], &actions, &attr, c_args.data(), c_envs.data());
   posix_spawnattr_destroy(&attr);

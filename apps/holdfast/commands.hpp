@@ -31,8 +31,8 @@ void add_drill_command(CLI::App& app);
 // holdfast sim: retry storms and metastable failure, simulated with the real policy code.
 void add_sim_command(CLI::App& app);
 
-// holdfast logs --db FILE [--since T] [--level L] [--context C] [--limit N]: the logs table
-// from a snapshot copy, newest first; holdfast logs prune --db FILE --older-than 90d.
+// holdfast logs --db FILE [--since T] [--level L] [--context C] [--limit N]: the logs table,
+// newest first, in one short read; holdfast logs prune --db FILE --older-than 90d.
 void add_logs_command(CLI::App& app);
 
 // holdfast report drill-report.json [--summary] [--into PAGE.md]: the drill's tables as

@@ -25,6 +25,7 @@
 #include "drill_pg.hpp"
 #endif
 #include "progress.hpp"
+#include "safe_print.hpp"
 #include "validators.hpp"
 
 namespace holdfast::cli {
@@ -44,12 +45,12 @@ struct DrillArgs {
 // Prints the table and writes the reports; exits 1 when the run failed.
 void report(const panel::DrillOptions& options, const Result<panel::DrillResult>& result) {
   if (!result.ok()) {
-    fmt::print(stderr, "error: {}\n", result.status().to_string());
+    eprint("error: {}\n", result.status().to_string());
     throw CLI::RuntimeError(1);
   }
   fmt::print("{}", panel::drill_table(*result));
   if (Status s = panel::write_drill_reports(options, *result); !s.ok()) {
-    fmt::print(stderr, "error: {}\n", s.to_string());
+    eprint("error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
   fmt::print("\nreports: {0}/drill-report.md, {0}/drill-report.json, {0}/drill-timeline.svg\n",
@@ -125,7 +126,7 @@ void run_drill_command(DrillArgs& args) {
   for (double s : args.storms) {
     for (const std::string& k : args.kinds) {
       if (k != "write" && k != "read") {
-        fmt::print(stderr, "error: --kinds takes write and/or read, not '{}'\n", k);
+        eprint("error: --kinds takes write and/or read, not '{}'\n", k);
         throw CLI::RuntimeError(2);
       }
       options.storms.push_back(
@@ -136,7 +137,7 @@ void run_drill_command(DrillArgs& args) {
   for (const std::string& name : args.strategies) {
     panel::Strategy s;
     if (!panel::parse_strategy(name, s)) {
-      fmt::print(stderr, "error: unknown strategy '{}'\n", name);
+      eprint("error: unknown strategy '{}'\n", name);
       throw CLI::RuntimeError(2);
     }
     options.strategies.push_back(s);
@@ -221,8 +222,7 @@ void add_drill_command(CLI::App& app) {
     if (args->engine == "postgres") {
       if (args->options.workers > 64) {
         // A usage error, like the other bounds (exit 2), not a failed run.
-        fmt::print(stderr, "error: --workers {} with --engine postgres: at most 64\n",
-                   args->options.workers);
+        eprint("error: --workers {} with --engine postgres: at most 64\n", args->options.workers);
         throw CLI::RuntimeError(2);
       }
 #ifdef HOLDFAST_HAVE_PG
@@ -232,7 +232,7 @@ void add_drill_command(CLI::App& app) {
       run_pg_drill_command(*args, strategies->count() > 0);
       return;
 #else
-      fmt::print(stderr, "error: this build has no PostgreSQL support (libpq)\n");
+      eprint("error: this build has no PostgreSQL support (libpq)\n");
       throw CLI::RuntimeError(2);
 #endif
     }

@@ -7,16 +7,23 @@
 //   $ holdfast logs prune --db club.db --older-than 90d
 //   deleted 1200 rows older than 2026-09-01T11:40:21.123Z
 //
-// `logs` copies the database once with SQLite's online backup API (one read transaction on
-// the production file, so the copy is a consistent snapshot), queries the copy, and deletes
-// it: however long the diagnosis, production sees one read. The copy is deleted on every
-// way out: an error, a reader that closed the pipe (`holdfast logs | head -1`: SIGPIPE),
-// Ctrl-C, SIGTERM or SIGHUP (the signal then ends the process as it would have). Rows are
-// printed newest first, one per line: created_at level [context] message, with control
-// bytes escaped so that a row can neither drive the terminal nor fake another line: "\n",
-// "\r", "\\", "\xNN" for other C0 bytes, DEL and bytes that are not UTF-8, "\u00NN" for C1
-// characters; a tab stays a tab. Errors print "error: ..." on stderr and exit with 1 (2 for
-// bad arguments).
+// `logs` reads what it prints and nothing more: one read transaction on a read-only
+// connection to the production file (the schema check, then the query with its LIMIT), the
+// rows kept in memory, the transaction ended and the file closed before the first line is
+// printed. However slowly the output is taken (a pager, a full pipe), production sees one
+// short read. Above --limit 10000 (kDirectReadRows) the rows could need too much memory, so
+// `logs` copies the database with SQLite's online backup API (again one read transaction:
+// the copy is a consistent snapshot), saying first on stderr how many bytes it copies and
+// where, queries the copy, and deletes it on every way out: an error, a reader that closed
+// the pipe (`holdfast logs | head -1`: the write fails with EPIPE, as main() ignores
+// SIGPIPE, and the command ends quietly with 1), Ctrl-C, SIGTERM or SIGHUP (the signal then
+// ends the process as it would have).
+//
+// Rows are printed newest first, one per line: created_at level [context] message, with
+// control bytes escaped so that a row can neither drive the terminal nor fake another line:
+// "\n", "\r", "\\", "\xNN" for other C0 bytes, DEL and bytes that are not UTF-8, "\u00NN" for
+// C1 characters; a tab stays a tab. Errors print "error: ..." on stderr and exit with 1 (2
+// for bad arguments).
 //
 // On PostgreSQL (`--pg URL` instead of `--db FILE`) the table is read with one query on a
 // read-only session (its own snapshot), and prune deletes through pg::PgLogStore in the
@@ -38,10 +45,12 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "commands.hpp"
 #include "holdfast/database_sink.hpp"
 #include "holdfast/sqlite_log_store.hpp"
+#include "safe_print.hpp"
 #include "utf8.hpp"
 #ifdef HOLDFAST_HAVE_PG
 #include "holdfast/postgres_connection.hpp"
@@ -74,7 +83,7 @@ constexpr const char* kLevelRank =
     "(CASE level WHEN 'INFO' THEN 1 WHEN 'WARN' THEN 2 WHEN 'ERROR' THEN 3 ELSE 0 END)";
 
 [[noreturn]] void fail(const std::string& message, int exit_code = 1) {
-  fmt::print(stderr, "error: {}\n", message);
+  eprint("error: {}\n", message);
   throw CLI::RuntimeError(exit_code);
 }
 
@@ -129,8 +138,10 @@ char g_copy_files[kCopySuffixes.size()][kMaxCopyPath + 16];
 volatile std::sig_atomic_t g_copy_armed = 0;
 
 // The signals that end the process while it holds the copy. SA_RESETHAND: the handler runs
-// once, then the signal does what it would have done (the exit status says which).
-constexpr std::array<int, 4> kEndingSignals = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+// once, then the signal does what it would have done (the exit status says which). Not
+// SIGPIPE: main() ignores it, and a closed pipe ends the command by its failed write, which
+// unwinds through ~TempCopy.
+constexpr std::array<int, 3> kEndingSignals = {SIGINT, SIGTERM, SIGHUP};
 
 extern "C" void remove_copy_and_end(int signal_number) {
   if (g_copy_armed != 0) {
@@ -274,6 +285,78 @@ bool valid_since(std::string_view text) {
   return true;
 }
 
+// Up to this --limit the rows are read into memory straight from the production file; above
+// it from a snapshot copy. 10 000 rows are a few megabytes (a row is a log line).
+constexpr int kDirectReadRows = 10'000;
+
+// Runs the logs query of `args` on `db` and hands each row to `on_row(created_at, level,
+// context, message)`, newest first. The text passed is valid only during the call.
+template <typename OnRow>
+void for_each_log_row(sqlite3* db, const LogsArgs& args, Level min_level, OnRow&& on_row) {
+  const std::string sql =
+      std::string(
+          "SELECT created_at, level, context, message FROM logs WHERE created_at >= ?1 "
+          "AND ") +
+      kLevelRank +
+      " >= ?2 AND (?3 IS NULL OR context = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4";
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
+    Stmt guard(raw);
+    fail(fmt::format("cannot query the logs table of '{}': {}", args.db, sqlite3_errmsg(db)));
+  }
+  Stmt st(raw);
+  sqlite3_bind_text(raw, 1, args.since.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(raw, 2, static_cast<int>(min_level));
+  if (args.context.empty()) {
+    sqlite3_bind_null(raw, 3);
+  } else {
+    sqlite3_bind_text(raw, 3, args.context.c_str(), -1, SQLITE_TRANSIENT);
+  }
+  sqlite3_bind_int(raw, 4, args.limit);
+
+  auto column = [raw](int i) {
+    const unsigned char* text = sqlite3_column_text(raw, i);
+    return text ? std::string_view(reinterpret_cast<const char*>(text)) : std::string_view();
+  };
+  int rc = SQLITE_OK;
+  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+    on_row(column(0), column(1), column(2), column(3));
+  }
+  if (rc != SQLITE_DONE) {
+    fail(fmt::format("cannot read the logs table of '{}': {}", args.db, sqlite3_errmsg(db)));
+  }
+}
+
+// One row of the logs query, kept until the read that found it has ended.
+struct LogRow {
+  std::string created_at;
+  std::string level;
+  std::string context;
+  std::string message;
+};
+
+// The rows of the logs query, read from the production file in one read transaction that
+// has ended (and the file closed) when this returns: no lock is held while they are printed.
+std::vector<LogRow> read_rows_directly(const LogsArgs& args, Level min_level) {
+  Handle db = open_handle(args.db, SQLITE_OPEN_READONLY);
+  sqlite3_busy_timeout(db.get(), 5000);
+  // The schema check and the query in one transaction: one read, one snapshot.
+  if (sqlite3_exec(db.get(), "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    fail(fmt::format("cannot read '{}': {}", args.db, sqlite3_errmsg(db.get())));
+  }
+  require_logs_table(db.get(), args.db);
+  std::vector<LogRow> rows;
+  for_each_log_row(db.get(), args, min_level,
+                   [&rows](std::string_view created_at, std::string_view level,
+                           std::string_view context, std::string_view message) {
+                     rows.push_back({std::string(created_at), std::string(level),
+                                     std::string(context), std::string(message)});
+                   });
+  // A read commits nothing; should COMMIT fail, closing the connection ends the read anyway.
+  (void)sqlite3_exec(db.get(), "COMMIT", nullptr, nullptr, nullptr);
+  return rows;
+}
+
 #ifdef HOLDFAST_HAVE_PG
 // The same query on PostgreSQL, on a read-only session: one statement, one snapshot.
 void run_logs_pg(const LogsArgs& args, Level min_level) {
@@ -322,44 +405,28 @@ void run_logs(const LogsArgs& args) {
     return run_logs_pg(args, min_level);
   }
   require_file(args.db);
-
+  if (args.limit <= kDirectReadRows) {
+    for (const LogRow& row : read_rows_directly(args, min_level)) {
+      print_row(row.created_at, row.level, row.context, row.message);
+    }
+    return;
+  }
   TempCopy copy;
+  std::error_code ec;
+  std::uintmax_t bytes = std::filesystem::file_size(args.db, ec);
+  if (ec) bytes = 0;
+  // The backup copies the database as a reader sees it: the main file with the WAL's pages.
+  if (const std::uintmax_t wal = std::filesystem::file_size(args.db + "-wal", ec); !ec) {
+    bytes += wal;
+  }
+  eprint(
+      "holdfast logs: --limit {} is above {}: copying '{}' (about {} bytes) into {} first; "
+      "it is deleted afterwards\n",
+      args.limit, kDirectReadRows, args.db, bytes, copy.path());
   snapshot(args.db, copy.path());
   Handle db = open_handle(copy.path(), SQLITE_OPEN_READONLY);
   require_logs_table(db.get(), args.db);
-
-  const std::string sql =
-      std::string(
-          "SELECT created_at, level, context, message FROM logs WHERE created_at >= ?1 "
-          "AND ") +
-      kLevelRank +
-      " >= ?2 AND (?3 IS NULL OR context = ?3) ORDER BY created_at DESC, id DESC LIMIT ?4";
-  sqlite3_stmt* raw = nullptr;
-  if (sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
-    Stmt guard(raw);
-    fail(fmt::format("cannot query the logs table of '{}': {}", args.db, sqlite3_errmsg(db.get())));
-  }
-  Stmt st(raw);
-  sqlite3_bind_text(raw, 1, args.since.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(raw, 2, static_cast<int>(min_level));
-  if (args.context.empty()) {
-    sqlite3_bind_null(raw, 3);
-  } else {
-    sqlite3_bind_text(raw, 3, args.context.c_str(), -1, SQLITE_TRANSIENT);
-  }
-  sqlite3_bind_int(raw, 4, args.limit);
-
-  auto column = [raw](int i) {
-    const unsigned char* text = sqlite3_column_text(raw, i);
-    return text ? std::string_view(reinterpret_cast<const char*>(text)) : std::string_view();
-  };
-  int rc = SQLITE_OK;
-  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
-    print_row(column(0), column(1), column(2), column(3));
-  }
-  if (rc != SQLITE_DONE) {
-    fail(fmt::format("cannot read the logs table of '{}': {}", args.db, sqlite3_errmsg(db.get())));
-  }
+  for_each_log_row(db.get(), args, min_level, print_row);
 }
 
 // "90d" or "12h": a positive whole number of days or hours.
@@ -439,9 +506,10 @@ void add_logs_command(CLI::App& app) {
   auto args = std::make_shared<LogsArgs>();
   auto prune_args = std::make_shared<PruneArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "logs", "Show the logs table, newest first, from a snapshot copy of the database");
+      "logs", "Show the logs table, newest first, in one short read of the database");
   cmd->add_option("--db", args->db,
-                  "SQLite database file with a logs table (read once, into a snapshot copy)");
+                  "SQLite database file with a logs table (read once: the rows shown, or a "
+                  "snapshot copy above --limit 10000)");
   cmd->add_option("--pg", args->pg,
                   "PostgreSQL URL instead of --db: read the logs table on a read-only session");
   cmd->add_option("--since", args->since,

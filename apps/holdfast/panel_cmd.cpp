@@ -9,7 +9,9 @@
 // holdfast logs to the logs table of the same database (SQLite or PostgreSQL) through the
 // overload-aware DatabaseSink; on PostgreSQL the baselines log to the console only.
 //
-// Stops on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit status 0.
+// Stops on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit status 0. A stdout or stderr that
+// cannot be written (a pipe whose reader went away, a full disk) does not stop it: the lines
+// are dropped (main() ignores SIGPIPE; the console never throws) and it keeps serving.
 #include <fmt/core.h>
 #include <sys/stat.h>
 
@@ -28,6 +30,7 @@
 #include "holdfast/postgres_url.hpp"
 #endif
 #include "logging.hpp"
+#include "safe_print.hpp"
 #include "server.hpp"
 #include "validators.hpp"
 
@@ -95,15 +98,13 @@ std::string not_a_database_file(const std::string& path) {
 void run_panel(const PanelArgs& args) {
   panel::Strategy strategy;
   if (!panel::parse_strategy(args.strategy, strategy)) {
-    fmt::print(stderr,
-               "error: unknown --strategy '{}' (none, naive, backoff, origin-breaker, "
-               "holdfast)\n",
-               args.strategy);
+    eprint("error: unknown --strategy '{}' (none, naive, backoff, origin-breaker, holdfast)\n",
+           args.strategy);
     throw CLI::RuntimeError(2);
   }
   if (args.pg.empty()) {
     if (const std::string why = not_a_database_file(args.db); !why.empty()) {
-      fmt::print(stderr, "error: {}\n", why);
+      eprint("error: {}\n", why);
       throw CLI::RuntimeError(2);
     }
   }
@@ -124,19 +125,18 @@ void run_panel(const PanelArgs& args) {
   store_options.strategy = strategy;
   Result<std::unique_ptr<panel::ClubStore>> store = panel::ClubStore::open(store_options);
   if (!store.ok()) {
-    fmt::print(stderr, "error: {}\n", store.status().to_string());
+    eprint("error: {}\n", store.status().to_string());
     throw CLI::RuntimeError(1);
   }
   if (args.check) {
     if (Status s = quick_check(args.db); !s.ok()) {
-      fmt::print(stderr, "error: {}; not starting (restore a backup, or start without --check)\n",
-                 s.message());
+      eprint("error: {}; not starting (restore a backup, or start without --check)\n", s.message());
       throw CLI::RuntimeError(1);
     }
   }
   const std::string today(utc_stamp(WallClock::system().now()).view().substr(0, 10));
   if (Status s = (*store)->ensure_demo_data(today); !s.ok()) {
-    fmt::print(stderr, "error: {}\n", s.to_string());
+    eprint("error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
   const auto log_pause =
@@ -146,7 +146,7 @@ void run_panel(const PanelArgs& args) {
                       : panel::make_logging_pg(args.pg_logs.empty() ? args.pg : args.pg_logs,
                                                strategy, Clock::system(), true, log_pause);
   if (!logging.ok()) {
-    fmt::print(stderr, "error: {}\n", logging.status().to_string());
+    eprint("error: {}\n", logging.status().to_string());
     throw CLI::RuntimeError(1);
   }
   panel::PanelServer::Options server_options;
@@ -160,7 +160,7 @@ void run_panel(const PanelArgs& args) {
   server_options.threads = args.workers;
   panel::PanelServer server(server_options);
   if (Status s = server.start(); !s.ok()) {
-    fmt::print(stderr, "error: {}\n", s.to_string());
+    eprint("error: {}\n", s.to_string());
     throw CLI::RuntimeError(1);
   }
 #ifdef HOLDFAST_HAVE_PG
@@ -169,18 +169,22 @@ void run_panel(const PanelArgs& args) {
 #else
   const std::string where;  // without libpq no store opens on a PostgreSQL URL
 #endif
-  fmt::print("panel ({}{}) on http://{}:{}/login - sign in as Ada.Nowak@club.example / demo\n",
-             args.strategy, where, args.host, server.port());
+  // The panel's own lines go to stdout or nowhere: a closed or full stdout must not stop it.
+  print_or_drop(stdout,
+                "panel ({}{}) on http://{}:{}/login - sign in as Ada.Nowak@club.example / demo\n",
+                args.strategy, where, args.host, server.port());
   // A one-time link that signs the demo user in (valid for 10 minutes).
   Result<std::optional<std::int64_t>> demo = (*store)->user_id_by_email("Ada.Nowak@club.example");
   if (demo.ok() && demo->has_value()) {
-    fmt::print("or open http://{}:{}{}\n", args.host, server.port(),
-               server.issue_sign_in_link(**demo));
+    print_or_drop(stdout, "or open http://{}:{}{}\n", args.host, server.port(),
+                  server.issue_sign_in_link(**demo));
   }
   std::fflush(stdout);
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  fmt::print("stopping\n");
+  print_or_drop(stdout, "stopping\n");
+  // Written (or dropped) here, so that main() finds nothing of the panel's left to report.
+  (void)std::fflush(stdout);
   server.stop();
 }
 

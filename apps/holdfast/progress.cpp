@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "safe_print.hpp"
+
 namespace holdfast::cli {
 
 ProgressBar::ProgressBar(std::FILE* out, bool enabled, std::string unit)
@@ -27,29 +29,29 @@ void ProgressBar::phase(double done, double total, const std::string& what) {
   if (!terminal_) {
     if (what == last_what_) return;
     last_what_ = what;
-    fmt::print(out_, "{}  {}\n", numbers, what);
+    print_or_drop(out_, "{}  {}\n", numbers, what);
     std::fflush(out_);
     return;
   }
   constexpr int kWidth = 30;
   const int filled = total > 0 ? std::clamp(static_cast<int>(kWidth * done / total), 0, kWidth) : 0;
   // \033[K erases what a longer line before left behind.
-  fmt::print(out_, "\r[{}{}] {}  {}\033[K", std::string(filled, '#'),
-             std::string(kWidth - filled, '.'), numbers, what);
+  print_or_drop(out_, "\r[{}{}] {}  {}\033[K", std::string(filled, '#'),
+                std::string(kWidth - filled, '.'), numbers, what);
   std::fflush(out_);
   drawn_ = true;
 }
 
-void ProgressBar::clear() {
+void ProgressBar::clear() noexcept {
   if (!terminal_ || !drawn_) return;
-  fmt::print(out_, "\r\033[K");
+  print_or_drop(out_, "\r\033[K");
   std::fflush(out_);
   drawn_ = false;
 }
 
-void ProgressBar::finish() {
+void ProgressBar::finish() noexcept {
   if (!terminal_ || !drawn_) return;
-  fmt::print(out_, "\n");
+  print_or_drop(out_, "\n");
   std::fflush(out_);
   drawn_ = false;
 }

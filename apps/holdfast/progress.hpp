@@ -3,7 +3,8 @@
 // On a terminal it redraws one line in place: "[#########.....]  12.3/60 s  storm 5 s".
 // Into a file or a pipe (a CI log, `2> drill.log`) carriage returns would pile up as one
 // endless line, so it writes one line per phase instead: a line when `what` changes, none
-// while it stays the same.
+// while it stays the same. A line that cannot be written (a full disk, a closed pipe) is
+// dropped: progress never fails the command, and finishing never throws.
 //
 // Not thread-safe: one writer.
 #pragma once
@@ -25,9 +26,9 @@ class ProgressBar {
   // `done` of `total`, now doing `what`.
   void phase(double done, double total, const std::string& what);
   // Terminal: erases the bar so other output can be printed; the next phase() redraws it.
-  void clear();
+  void clear() noexcept;
   // Terminal: ends the bar's line. Idempotent.
-  void finish();
+  void finish() noexcept;
 
   // True when `out` is a terminal (isatty).
   [[nodiscard]] static bool is_terminal(std::FILE* out) noexcept;

@@ -12,12 +12,19 @@
 // and the same for "drill summary") and fails when a page has none. --svg draws one storm
 // (1-based, in the report's order) for the chosen strategies from drill-requests.csv, which
 // the drill writes beside the report: fresh pages and error pages answered per second.
-// Errors print "error: ..." on
+// Every file read must be a regular file of at most 256 MiB: a FIFO or a device is refused at
+// once ("is a FIFO, not a regular file"), never waited on. Errors print "error: ..." on
 // stderr and exit with 1.
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -29,6 +36,8 @@
 
 #include "commands.hpp"
 #include "drill_markdown.hpp"
+#include "holdfast/result.hpp"
+#include "safe_print.hpp"
 #include "svg_plot.hpp"
 
 namespace holdfast::cli {
@@ -43,13 +52,65 @@ struct ReportArgs {
   std::vector<std::string> strategies;
 };
 
-bool read_whole(const std::string& path, std::string& text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  text = buffer.str();
-  return true;
+// Reports, request logs and pages are megabytes at most; past this a file is not one of them.
+constexpr std::int64_t kMaxReportInputBytes = std::int64_t{256} << 20;  // 256 MiB
+
+// What a file of `mode` is, when it is not a regular file ("a FIFO").
+const char* not_regular_kind(mode_t mode) noexcept {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
+}
+
+// The whole of the regular file `path`. Anything else is refused before a byte is read: a
+// FIFO would block the read until some writer came (O_NONBLOCK keeps even the open from
+// waiting for one), and /dev/zero would never end.
+Result<std::string> read_whole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    return Status(error == ENOENT ? Code::kNotFound : Code::kFailedPrecondition,
+                  fmt::format("cannot read {}: {}", path, std::strerror(error)));
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status(Code::kFailedPrecondition,
+                  fmt::format("{} is {}, not a regular file", path, not_regular_kind(st.st_mode)));
+  }
+  const auto too_big = [&](std::int64_t size) {
+    return Status(Code::kResourceExhausted,
+                  fmt::format("{} is {} MiB, more than the {} MiB a report or a page may be", path,
+                              size >> 20, kMaxReportInputBytes >> 20));
+  };
+  if (st.st_size > kMaxReportInputBytes) return too_big(st.st_size);
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  char chunk[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    }
+    if (n == 0) return text;
+    text.append(chunk, static_cast<std::size_t>(n));
+    // A file that grows while it is read is held to the same cap.
+    if (text.size() > static_cast<std::size_t>(kMaxReportInputBytes)) {
+      return too_big(static_cast<std::int64_t>(text.size()));
+    }
+  }
 }
 
 // One line of drill-requests.csv:
@@ -149,30 +210,30 @@ std::string storm_svg(const nlohmann::json& report, const std::vector<CsvRequest
 void write_storm_svg(const ReportArgs& args, const nlohmann::json& report) {
   const std::size_t storms = report["storms"].size();
   if (args.storm < 1 || static_cast<std::size_t>(args.storm) > storms) {
-    fmt::print(stderr, "error: --storm must be within 1..{}\n", storms);
+    eprint("error: --storm must be within 1..{}\n", storms);
     throw CLI::RuntimeError(2);
   }
   const std::string csv_path =
       (std::filesystem::path(args.json_path).parent_path() / "drill-requests.csv").string();
-  std::string csv;
-  if (!read_whole(csv_path, csv)) {
-    fmt::print(stderr, "error: cannot read {} (the drill writes it beside the report)\n", csv_path);
+  Result<std::string> csv = read_whole(csv_path);
+  if (!csv.ok()) {
+    eprint("error: {} (the drill writes it beside the report)\n", csv.status().message());
     throw CLI::RuntimeError(1);
   }
   std::ofstream(args.svg, std::ios::binary | std::ios::trunc)
-      << storm_svg(report, parse_requests_csv(csv), args.storm, args.strategies);
+      << storm_svg(report, parse_requests_csv(*csv), args.storm, args.strategies);
   fmt::print("{}: storm {} of {}\n", args.svg, args.storm, args.json_path);
 }
 
 void run_report(const ReportArgs& args) {
-  std::string text;
-  if (!read_whole(args.json_path, text)) {
-    fmt::print(stderr, "error: cannot read {}\n", args.json_path);
+  Result<std::string> text = read_whole(args.json_path);
+  if (!text.ok()) {
+    eprint("error: {}\n", text.status().message());
     throw CLI::RuntimeError(1);
   }
-  const nlohmann::json report = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json report = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!report.is_object() || !report.contains("storms") || !report["storms"].is_array()) {
-    fmt::print(stderr, "error: {} is not a drill report (no \"storms\" list)\n", args.json_path);
+    eprint("error: {} is not a drill report (no \"storms\" list)\n", args.json_path);
     throw CLI::RuntimeError(1);
   }
   if (!args.svg.empty()) {
@@ -184,16 +245,17 @@ void run_report(const ReportArgs& args) {
     return;
   }
   for (const std::string& page : args.into) {
-    std::string before;
-    if (!read_whole(page, before)) {
-      fmt::print(stderr, "error: cannot read {}\n", page);
+    Result<std::string> read = read_whole(page);
+    if (!read.ok()) {
+      eprint("error: {}\n", read.status().message());
       throw CLI::RuntimeError(1);
     }
+    const std::string& before = *read;
     int replaced = 0;
     const std::string after = replace_generated_blocks(before, report, &replaced);
     if (replaced == 0) {
-      fmt::print(stderr, "error: {} has no generated drill block for engine {}\n", page,
-                 report.value("engine", "sqlite"));
+      eprint("error: {} has no generated drill block for engine {}\n", page,
+             report.value("engine", "sqlite"));
       throw CLI::RuntimeError(1);
     }
     if (after != before) std::ofstream(page, std::ios::binary | std::ios::trunc) << after;

@@ -23,6 +23,7 @@
 #include "fmt/format.h"
 #include "holdfast/sim.hpp"
 #include "progress.hpp"
+#include "safe_print.hpp"
 #include "sim_check.hpp"
 #include "svg_plot.hpp"
 
@@ -355,7 +356,7 @@ std::string svg_of(const sim::Scenario& s, const std::vector<sim::Report>& repor
 
 // Failure after the command line was accepted: say so, then exit with 1 (commands.hpp).
 [[noreturn]] void runtime_failure(const std::string& message) {
-  fmt::print(stderr, "holdfast sim: {}\n", message);
+  holdfast::cli::eprint("holdfast sim: {}\n", message);
   throw CLI::RuntimeError(message, 1);
 }
 
@@ -525,9 +526,9 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
       seconds_of(scenario.metastable_after));
   if (policy) fmt::print("holdfast strategies: the policy in {}\n", policy->path);
   for (const std::string& line : perf)
-    fmt::print(stderr, "{}\n", line);
-  fmt::print(stderr, "peak resident memory of the process: {:.1f} MiB\n",
-             static_cast<double>(peak_rss_kib()) / 1024.0);
+    holdfast::cli::eprint("{}\n", line);
+  holdfast::cli::eprint("peak resident memory of the process: {:.1f} MiB\n",
+                        static_cast<double>(peak_rss_kib()) / 1024.0);
 
   if (!a.json_path.empty())
     write_file(a.json_path, to_json(scenario, reports, *strategies, walls).dump(2) + "\n");

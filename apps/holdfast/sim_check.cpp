@@ -11,6 +11,7 @@
 
 #include "holdfast/policy_file.hpp"
 #include "progress.hpp"
+#include "safe_print.hpp"
 
 namespace holdfast::cli {
 namespace policy_check {
@@ -78,7 +79,7 @@ std::optional<PolicyChoice> choose_policy(const std::string& flag) {
   }
   Result<Shield::Options> options = load_policy(choice.path);
   if (!options.ok()) {
-    fmt::print(stderr, "holdfast sim: policy: {}\n", options.status().message());
+    eprint("holdfast sim: policy: {}\n", options.status().message());
     throw CLI::RuntimeError(2);
   }
   choice.options = std::move(*options);
@@ -112,7 +113,7 @@ int check_policy(const PolicyChoice& policy, bool progress) {
     Result<sim::Report> r = sim::run(s, strategy);
     if (!r.ok()) {
       bar.finish();
-      fmt::print(stderr, "holdfast sim: {}: {}\n", names[i], r.status().to_string());
+      eprint("holdfast sim: {}: {}\n", names[i], r.status().to_string());
       return 1;
     }
     const std::string why = verdict(s, *r);

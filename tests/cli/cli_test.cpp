@@ -4,14 +4,17 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sqlite3.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -271,6 +274,166 @@ TEST(Cli, APanelStopsCleanlyOnSighupSigintAndSigtermAndLeavesNothingInTheTempFol
   fs::remove_all(dir);
 }
 
+// ---- output nobody can receive: a closed pipe, a full device -----------------------------
+
+// The exit status of `holdfast <args>` with stdout discarded and stderr on /dev/full, where
+// every write fails with ENOSPC.
+int exit_status_with_stderr_full(const std::string& args) {
+  const std::string cmd =
+      "timeout -s KILL 60 " + std::string(HOLDFAST_BIN) + " " + args + " >/dev/null 2>/dev/full";
+  const int raw = std::system(cmd.c_str());
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+}
+
+TEST(Cli, AnErrorExitKeepsItsStatusWhenStderrCannotBeWrittenInsteadOfAborting) {
+  EXPECT_EQ(exit_status_with_stderr_full("report /nonexistent/drill-report.json"), 1);
+  EXPECT_EQ(exit_status_with_stderr_full("logs --db /nonexistent/club.db"), 1);
+  EXPECT_EQ(exit_status_with_stderr_full("panel --db /nonexistent/x.db --port 70000"), 2);
+  EXPECT_EQ(exit_status_with_stderr_full("panel --no-such-flag"), 2);
+}
+
+TEST(Cli, ACommandWhoseOutputCannotBeWrittenExits1SayingSo) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-stdout-full-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path report = dir / "drill-report.json";
+  std::ofstream(report) << R"({"engine": "sqlite", "storms": []})";
+  const fs::path err = dir / "err.txt";
+  // A few hundred bytes: still in stdout's buffer when the command is done.
+  const int raw = std::system(("timeout -s KILL 60 " + std::string(HOLDFAST_BIN) + " report " +
+                               report.string() + " >/dev/full 2>" + err.string())
+                                  .c_str());
+  EXPECT_TRUE(WIFEXITED(raw) && WEXITSTATUS(raw) == 1) << "status " << raw;
+  std::stringstream said;
+  said << std::ifstream(err).rdbuf();
+  EXPECT_NE(said.str().find("cannot write the output"), std::string::npos) << said.str();
+  fs::remove_all(dir);
+}
+
+// The status line of the answer to `request` at 127.0.0.1:`port`, or "" when none came.
+std::string status_line(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  // A panel that hangs fails the test instead of holding it.
+  timeval limit{};
+  limit.tv_sec = 30;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    char chunk[512];
+    while (answer.find("\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
+      if (n <= 0) break;
+      answer.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  return answer.substr(0, answer.find("\r\n"));
+}
+
+TEST(Cli, APanelWhoseOutputPipeWasClosedKeepsServingAndStopsNormally) {
+  // `holdfast panel --db x.db 2>&1 | head -2`: after its two lines the reader is gone, and
+  // every later log line meets a closed pipe.
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-closed-pipe-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db = (dir / "club.db").string();
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // as a shell starts it
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(out[1], STDERR_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    ::execl(HOLDFAST_BIN, HOLDFAST_BIN, "panel", "--db", db.c_str(), "--port", "0",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string printed;
+  char chunk[512];
+  while (std::count(printed.begin(), printed.end(), '\n') < 2) {
+    const ssize_t n = ::read(out[0], chunk, sizeof(chunk));
+    if (n <= 0) break;
+    printed.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);  // head exits
+  // "panel (holdfast) on http://127.0.0.1:PORT/login ..."
+  const std::string at = "http://127.0.0.1:";
+  const std::size_t from = printed.find(at);
+  ASSERT_NE(from, std::string::npos) << printed;
+  const int port = std::atoi(printed.c_str() + from + at.size());
+  ASSERT_GT(port, 0) << printed;
+
+  const std::string healthz =
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  EXPECT_EQ(status_line(port, healthz).rfind("HTTP/1.1 200", 0), 0u);
+  // A write that logs a WARN line on the console (stderr: the closed pipe) and stores a row.
+  const std::string body = "path=%2Fdashboard&digest=abc&note=closed%20pipe";
+  const std::string report =
+      "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+      "Content-Type: application/x-www-form-urlencoded\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  EXPECT_EQ(status_line(port, report).rfind("HTTP/1.1 202", 0), 0u);
+  EXPECT_EQ(status_line(port, healthz).rfind("HTTP/1.1 200", 0), 0u)
+      << "the panel stopped answering after writing to the closed pipe";
+
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_FALSE(WIFSIGNALED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, ReportRefusesAFifoOrADeviceAtOnceInsteadOfWaitingOnIt) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-report-kind-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // A FIFO nobody writes to: reading it would wait forever (killed after 20 s: 137).
+  const fs::path fifo = dir / "drill-report.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CommandRun r = holdfast("report " + fifo.string(), "20");
+  EXPECT_EQ(r.exit_status, 1) << r.err;
+  EXPECT_NE(r.err.find(fifo.string() + " is a FIFO, not a regular file"), std::string::npos)
+      << r.err;
+  r = holdfast("report /dev/null", "20");
+  EXPECT_EQ(r.exit_status, 1) << r.err;
+  EXPECT_NE(r.err.find("/dev/null is a character device, not a regular file"), std::string::npos)
+      << r.err;
+
+  // A page to rewrite that is a FIFO, beside a good report.
+  const fs::path good = dir / "good.json";
+  std::ofstream(good) << R"({"engine": "sqlite", "storms": []})";
+  const fs::path page = dir / "page.md";
+  ASSERT_EQ(::mkfifo(page.c_str(), 0600), 0);
+  r = holdfast("report --into " + page.string() + " " + good.string(), "20");
+  EXPECT_EQ(r.exit_status, 1) << r.err;
+  EXPECT_NE(r.err.find(page.string() + " is a FIFO"), std::string::npos) << r.err;
+
+  // 300 MiB (sparse: no disk used) is refused by its size, before a byte is read.
+  const fs::path big = dir / "big.json";
+  std::ofstream(big).close();
+  fs::resize_file(big, std::uintmax_t{300} << 20);
+  r = holdfast("report " + big.string(), "20");
+  EXPECT_EQ(r.exit_status, 1) << r.err;
+  EXPECT_NE(r.err.find("is 300 MiB, more than the 256 MiB"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
 // ---- two processes at once -----------------------------------------------------------------
 
 // Runs `cmd` in a shell and returns its standard output, trimmed.
@@ -449,6 +612,41 @@ TEST_F(LogsCli, ControlBytesInARowArePrintedEscaped) {
   EXPECT_EQ(out,
             "2026-01-01T00:00:00.000Z WARN  [payments] "
             "a\\x1b[31mred\\rover\\nfake row\tok \\\\ \\x7f\\x01 \\u009b \\xff Zdzis\xc5\x82\x61w");
+  EXPECT_TRUE(left_in_tmp().empty());
+}
+
+TEST_F(LogsCli, ASmallLimitReadsTheRowsItPrintsFromTheFileAndCopiesNothing) {
+  const std::string db = make_db(kManyRows, kLongMessage);  // megabytes
+  // Every file created in TMPDIR while the command runs (the kernel queues the events).
+  const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(watch, 0);
+  ASSERT_GE(::inotify_add_watch(watch, (dir_ / "tmp").c_str(), IN_CREATE | IN_MOVED_TO), 0);
+  const std::string err = (dir_ / "err.txt").string();
+  const std::string out =
+      shell_output("TMPDIR=" + (dir_ / "tmp").string() + " timeout 60 " +
+                   std::string(HOLDFAST_BIN) + " logs --db " + db + " --limit 3 2>" + err);
+  alignas(inotify_event) char events[4096];
+  const ssize_t n = ::read(watch, events, sizeof(events));
+  ::close(watch);
+  EXPECT_LE(n, 0) << "it created a file in TMPDIR: "
+                  << (n > 0 ? reinterpret_cast<inotify_event*>(events)->name : "");
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2) << out;  // three lines, trimmed
+  EXPECT_NE(out.find(std::to_string(kManyRows - 1) + " " + kLongMessage), std::string::npos)
+      << "the newest row first (same time: the highest id)";
+  std::stringstream said;
+  said << std::ifstream(err).rdbuf();
+  EXPECT_EQ(said.str(), "");
+}
+
+TEST_F(LogsCli, AboveTheDirectReadLimitItSaysHowManyBytesItCopiesBeforeCopying) {
+  const std::string db = make_db(kManyRows, kLongMessage);
+  const std::string said = shell_output("TMPDIR=" + (dir_ / "tmp").string() + " timeout 60 " +
+                                        std::string(HOLDFAST_BIN) + " logs --db " + db +
+                                        " --limit 20000 2>&1 >/dev/null");
+  EXPECT_NE(said.find("copying '" + db + "' (about " + std::to_string(fs::file_size(db)) +
+                      " bytes) into " + (dir_ / "tmp").string() + "/holdfast-logs-"),
+            std::string::npos)
+      << said;
   EXPECT_TRUE(left_in_tmp().empty());
 }
 
