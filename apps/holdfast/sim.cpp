@@ -235,6 +235,8 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
     }
     j["errors_by_reason"] = reasons;
     j["p99_ms"] = r.p99_ms;
+    j["p99_during_trigger_ms"] = r.p99_during_trigger_ms;
+    j["p999_ms"] = r.p999_ms;
     j["events"] = r.events;
     j["peak_in_flight"] = r.peak_in_flight;
     j["peak_event_queue"] = r.peak_event_queue;

@@ -282,6 +282,10 @@ struct Report {
   std::vector<double> breaker_open_after_s;
   ErrorsByReason errors_by_reason{};  ///< user requests that failed, by StopReason
   double p99_ms = 0.0;                ///< of all successes
+  double p999_ms = 0.0;               ///< of all successes, 99.9th percentile
+  /// Of the successes of the requests that arrived during the trigger (all of the run when
+  /// there is none), from arrival to the answer.
+  double p99_during_trigger_ms = 0.0;
   /// Engine statistics (deterministic): events processed, peak live requests and pending
   /// events. Memory follows the peaks, not the number of requests.
   std::uint64_t events = 0;

@@ -446,7 +446,7 @@ class Engine {
       trace_(e);
     }
     if (holdfast_) wake_if_signalled(shield_of(r));
-    report_.succeeded(now_ - r.arrival);
+    report_.succeeded(r.arrival, now_);
     release(s);
   }
 

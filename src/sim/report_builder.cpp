@@ -11,6 +11,11 @@ ReportBuilder::ReportBuilder(const Scenario& scenario, std::string strategy) : s
   out_.strategy = std::move(strategy);
   out_.seconds.resize(seconds);
   attempts_by_arrival_.assign(seconds, 0);
+  trigger_to_ns_ = scenario.duration.count();
+  if (scenario.trigger.kind != TriggerKind::kNone) {
+    trigger_from_ns_ = scenario.trigger.start.count();
+    trigger_to_ns_ = scenario.trigger.end().count();
+  }
 }
 
 void ReportBuilder::unfinished(std::uint32_t arrival_second, std::uint32_t attempts) noexcept {
@@ -67,6 +72,8 @@ Report ReportBuilder::finish(std::uint64_t peak_event_queue) {
     out_.goodput_during_trigger = static_cast<double>(answered) / static_cast<double>(arrivals);
   }
   out_.p99_ms = all_latency_.quantile(0.99) / 1000.0;
+  out_.p999_ms = all_latency_.quantile(0.999) / 1000.0;
+  out_.p99_during_trigger_ms = trigger_latency_.quantile(0.99) / 1000.0;
   out_.failed_p50_ms = failed_latency_.quantile(0.50) / 1000.0;
   out_.failed_p99_ms = failed_latency_.quantile(0.99) / 1000.0;
   out_.goodput_limit_during_trigger = goodput_limit(sc_);

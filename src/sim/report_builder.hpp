@@ -28,11 +28,12 @@ class ReportBuilder {
   [[nodiscard]] std::int64_t next_second_ns() const noexcept { return next_second_ns_; }
   [[nodiscard]] bool all_closed() const noexcept { return closed_ == out_.seconds.size(); }
 
-  // A request answered `since_arrival_ns` after it arrived.
-  void succeeded(std::int64_t since_arrival_ns) noexcept {
-    const auto micros = static_cast<std::uint64_t>(since_arrival_ns / 1000);
+  // A request that arrived at `arrival_ns` answered at `now_ns`.
+  void succeeded(std::int64_t arrival_ns, std::int64_t now_ns) noexcept {
+    const auto micros = static_cast<std::uint64_t>((now_ns - arrival_ns) / 1000);
     second_latency_.add(micros);
     all_latency_.add(micros);
+    if (arrival_ns >= trigger_from_ns_ && arrival_ns < trigger_to_ns_) trigger_latency_.add(micros);
     ++current().successes;
     ++out_.successes;
   }
@@ -65,8 +66,12 @@ class ReportBuilder {
   std::size_t closed_ = 0;
   std::int64_t next_second_ns_ = kSecondNs;
   std::vector<std::uint64_t> attempts_by_arrival_;  // per second of arrival
+  // The trigger (all of the run when there is none): requests that arrive within it.
+  std::int64_t trigger_from_ns_ = 0;
+  std::int64_t trigger_to_ns_ = 0;
   LatencyHistogram second_latency_;
   LatencyHistogram all_latency_;
+  LatencyHistogram trigger_latency_;  // successes of the requests that arrived in the trigger
   LatencyHistogram failed_latency_;
 };
 
