@@ -21,10 +21,21 @@
 ///     an overload fault.
 ///   - then the ConcurrencyLimit: the work this Shield has in flight stays within what the
 ///     database answers at its normal latency (learned, Gradient2). A first attempt that
-///     finds it full queues, first come first served, if its expected wait fits within
-///     queue_wait and its window; otherwise it fails at once with stop_reason kAtCapacity
-///     and retry_after(). Every place that frees up is handed to the first waiter, and only
-///     to it. When a probe succeeds, as many waiters go as the limit has room for.
+///     finds it full may queue, first come first served; the line is judged by how long its
+///     waiters wait, as CoDel judges a queue (docs/adr/0033-short-queues.md). Its target is
+///     3 x the normal latency (at least 5 ms), its interval 10 x (at least 50 ms), both at
+///     most queue_wait. A waiter that had to wait longer than the target starts the clock;
+///     when waits stay above it for an interval the line is *standing*: the Shield is
+///     overloaded, and stays so until nothing has waited past the target for an interval.
+///     A newcomer queues only if three times its expected wait (places free up at random)
+///     fits within the target while the line stands (the interval while it does not) and
+///     within its window; otherwise it fails at once with stop_reason kAtCapacity and
+///     retry_after(), and the line stands from then on. A waiter whose wait no longer fits
+///     what it was given (the database slowed down) is told so when the next place changes
+///     hands, from the end of the line. Every place that frees up is handed to the first
+///     waiter, and only to it. When a probe succeeds, as many waiters go as the limit has
+///     room for; a request that waited for a probe keeps its place in line while its window
+///     lasts.
 ///   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
 ///     may be repeated). A retry starts only where the limit has room for retries (below
 ///     retry_share of it) and, while the database answers slower than normal, the throttle
@@ -92,8 +103,9 @@ class Shield {
     ConcurrencyLimit::Options limit;                   ///< the concurrency limit's learning
     RetryPolicy reads = RetryPolicy::origin_reads();   ///< the policy of idempotent operations
     RetryPolicy writes = RetryPolicy::origin_reads();  ///< the policy of everything else
-    /// The longest a first attempt queues for a place under the concurrency limit; one
-    /// whose expected wait is longer is answered kAtCapacity at once. >= 0.
+    /// The most a first attempt ever queues for a place under the concurrency limit: the
+    /// ceiling of the line's target and interval (queue_target(), queue_interval()), which
+    /// are learned from the database's normal latency. Zero never queues. >= 0.
     Duration queue_wait = std::chrono::milliseconds(500);
     /// The longest a request waits for the breaker's next probe (and only after lock
     /// contention: see above). >= 0; zero never waits.
@@ -165,10 +177,24 @@ class Shield {
   [[nodiscard]] const Signal& signal() const noexcept { return breaker_.signal(); }
   /// Moved whenever a waiting Call is woken (handed a place, or told to decide again): an
   /// event loop that keeps its waiters in the order admit() said kWait to them finds the
-  /// woken ones at the front (Call::woken()).
+  /// woken ones at the front (handed places, or all of them when the breaker opens) and at
+  /// the back (waits that no longer fit) (Call::woken()).
   [[nodiscard]] const Signal& wakes() const noexcept { return wakes_; }
   /// Requests waiting for a place or for a probe.
   [[nodiscard]] std::int64_t waiting() const noexcept { return limit_.queued(); }
+  /// The line's target: the longest a newcomer is let wait for a place while the line stands
+  /// (see the top of this file). 3 x the normal latency, at least 5 ms (CoDel's target), at
+  /// most queue_wait.
+  [[nodiscard]] Duration queue_target() const noexcept;
+  /// The line's interval: how long waits may stay above the target before the line stands,
+  /// and the longest a newcomer is let wait while it does not. 10 x the normal latency, at
+  /// least 50 ms (half CoDel's interval), at most queue_wait.
+  [[nodiscard]] Duration queue_interval() const noexcept;
+  /// True while the line stands (as of the last decision about it): newcomers that would
+  /// wait longer than the target are answered at once.
+  [[nodiscard]] bool queue_standing() const noexcept {
+    return standing_.load(std::memory_order_relaxed);
+  }
 
   /// metrics().prometheus_text(name()).
   [[nodiscard]] std::string metrics_text() const;
@@ -193,14 +219,31 @@ class Shield {
   // throttle, the metrics and the limit's latency sample.
   void on_success(CircuitBreaker::Permit&& permit, Duration latency) noexcept;
   void on_transition(const BreakerTransition& t);
-  // The wait queue (first come, first served), under wait_mutex_.
-  void enqueue(Call& call);
-  bool leave_queue(Call& call);  // true when the call had been handed a place
+  // The wait queue (first come, first served), under wait_mutex_. `call` joins it at `now`,
+  // to wait until `until` at the latest.
+  void enqueue(Call& call, TimePoint now, TimePoint until);
+  // Leaves the line at `now`; true when the call had been handed a place.
+  bool leave_queue(Call& call, TimePoint now);
   void release_place() noexcept;
   void wake_locked(Call& call, bool granted) noexcept;
   // REQUIRES: wait_mutex_ held. While the breaker is closed, hands the limit's room to the
-  // first waiters; true when it woke any.
-  bool grant_locked() noexcept;
+  // first waiters, then tells the last ones whose wait no longer fits; true when it woke any.
+  bool grant_locked(TimePoint now) noexcept;
+  // REQUIRES: wait_mutex_ held. The line's state at `now` (see queue_standing()).
+  bool standing_locked(TimePoint now) noexcept;
+  // REQUIRES: wait_mutex_ held. A wait past the target (a waiter, or a newcomer that would
+  // have had to wait longer than it was allowed) seen at `now`.
+  void over_target_locked(TimePoint now) noexcept;
+  // REQUIRES: wait_mutex_ held. The line could not hold a wait it had allowed (a newcomer's,
+  // or a waiter's that no longer fits): it stands from `now`, whatever its age.
+  void overloaded_locked(TimePoint now) noexcept;
+  // REQUIRES: wait_mutex_ held. Records how long `call` waited for a place, leaving at `now`.
+  void waited_locked(const Call& call, TimePoint now) noexcept;
+  // The longest a newcomer may wait at `now` (the target or the interval); may update the
+  // line's state.
+  Duration queue_allowance(TimePoint now);
+  // A newcomer at `now` would have waited longer than it was allowed.
+  void turned_away(TimePoint now);
 
   std::string name_;
   Clock* clock_;
@@ -216,6 +259,11 @@ class Shield {
   std::mutex wait_mutex_;
   Call* head_ = nullptr;  // guarded by wait_mutex_
   Call* tail_ = nullptr;  // guarded by wait_mutex_
+  // The line's waiting-time state (ADR 0033), guarded by wait_mutex_: since when waits have
+  // been above the target (TimePoint{}: they are not), and the last time one was.
+  TimePoint over_since_{};
+  TimePoint last_over_{};
+  std::atomic<bool> standing_{false};  // written under wait_mutex_
 };
 
 /// What to do next, before an attempt.
@@ -327,7 +375,7 @@ class Shield::Call {
   Admission admit_after_wait(TimePoint now);
   Admission refused(const CircuitBreaker::Permit& permit, TimePoint now);
   Admission at_capacity(TimePoint now);
-  Admission wait(TimePoint until);
+  Admission wait(TimePoint now, TimePoint until);
   Admission stop(StopReason reason, Status status);
   // The decision to stop with `status` (marked with its stop reason) after a failure.
   RetryDecision stop_after_failure(Status status);
@@ -355,8 +403,11 @@ class Shield::Call {
   // Guarded by the Shield's wait_mutex_:
   Call* next_ = nullptr;
   Call* prev_ = nullptr;
-  bool linked_ = false;   // in the Shield's wait queue
-  bool granted_ = false;  // woken with a place handed to it
+  TimePoint queued_at_{};   // when it joined the line
+  TimePoint until_{};       // the end of the wait it was given
+  bool for_probe_ = false;  // waits for the breaker's probe (not judged by the line's rule)
+  bool linked_ = false;     // in the Shield's wait queue
+  bool granted_ = false;    // woken with a place handed to it
   bool woken_ = false;
 };
 

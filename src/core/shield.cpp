@@ -11,6 +11,20 @@ namespace {
 // it can never feed a breaker.
 constexpr Fault kShedding{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, false};
 
+// The line's target and interval in units of the normal latency, and their floors for a
+// database that answers in a millisecond or two: CoDel's 5 ms target, and half its 100 ms
+// interval (a network's round trip; a query's is shorter) (ADR 0033).
+constexpr int kTargetLatencies = 3;
+constexpr int kIntervalLatencies = 10;
+constexpr Duration kTargetFloor = std::chrono::milliseconds(5);
+constexpr Duration kIntervalFloor = std::chrono::milliseconds(50);
+// Places free up at random moments: a wait expected to take all of what a waiter is given
+// overruns it about one time in three (answer times spread like an exponential), and the
+// waiter would learn it only then. A newcomer queues when three times its expected wait
+// fits (an exponential wait exceeds three times its mean 5 % of the time), and a waiter is
+// told to go when three times its wait no longer fits.
+constexpr int kWaitMargin = 3;
+
 }  // namespace
 
 Shield::Options Shield::with_clock(Options options, Clock& clock) {
@@ -76,6 +90,62 @@ void Shield::server_back(TimePoint now, Duration latency) {
 
 // ---- the wait queue ----------------------------------------------------------------------
 
+Duration Shield::queue_target() const noexcept {
+  const Duration learned = kTargetLatencies * limit_.normal_latency();
+  return std::min(options_.queue_wait, std::max(kTargetFloor, learned));
+}
+
+Duration Shield::queue_interval() const noexcept {
+  const Duration learned = kIntervalLatencies * limit_.normal_latency();
+  return std::min(options_.queue_wait, std::max(kIntervalFloor, learned));
+}
+
+bool Shield::standing_locked(TimePoint now) noexcept {
+  bool standing = standing_.load(std::memory_order_relaxed);
+  const Duration interval = queue_interval();
+  if (standing) {
+    // Overloaded until nothing has waited past the target for an interval.
+    if (now - last_over_ >= interval) {
+      standing = false;
+      over_since_ = {};
+    }
+  } else if (over_since_ != TimePoint{} && now - over_since_ >= interval) {
+    standing = true;  // waits stayed above the target for an interval
+  }
+  standing_.store(standing, std::memory_order_relaxed);
+  return standing;
+}
+
+void Shield::over_target_locked(TimePoint now) noexcept {
+  if (over_since_ == TimePoint{}) over_since_ = now;
+  last_over_ = std::max(last_over_, now);
+  (void)standing_locked(now);
+}
+
+void Shield::waited_locked(const Call& call, TimePoint now) noexcept {
+  if (call.for_probe_ || now == TimePoint{}) return;  // waited for the database to come back
+  if (now - call.queued_at_ > queue_target()) {
+    over_target_locked(now);
+  } else if (!standing_locked(now)) {
+    over_since_ = {};  // a wait within the target: a burst, not a standing line
+  }
+}
+
+Duration Shield::queue_allowance(TimePoint now) {
+  std::lock_guard<std::mutex> lock(wait_mutex_);
+  return standing_locked(now) ? queue_target() : queue_interval();
+}
+
+void Shield::turned_away(TimePoint now) {
+  std::lock_guard<std::mutex> lock(wait_mutex_);
+  overloaded_locked(now);
+}
+
+void Shield::overloaded_locked(TimePoint now) noexcept {
+  over_target_locked(now);
+  standing_.store(true, std::memory_order_relaxed);
+}
+
 void Shield::on_transition(const BreakerTransition& t) {
   metrics_.count_transition(t.to);
   // Open -> half-open admits only the probe, which is not waiting: it wakes nobody.
@@ -86,7 +156,7 @@ void Shield::on_transition(const BreakerTransition& t) {
     if (t.to == BreakerState::kClosed) {
       // The database answers again: as many waiters go as the limit has room for; the
       // others get the places their predecessors free, one by one.
-      woke = grant_locked();
+      woke = grant_locked(t.at);
     } else {
       // Opened (or isolated): every waiter decides again, most of them to fail now.
       while (head_ != nullptr) {
@@ -98,23 +168,35 @@ void Shield::on_transition(const BreakerTransition& t) {
   if (woke) wakes_.notify_all();
 }
 
-bool Shield::grant_locked() noexcept {
+bool Shield::grant_locked(TimePoint now) noexcept {
   if (breaker_.state() != BreakerState::kClosed) return false;
   bool woke = false;
   while (head_ != nullptr &&
          static_cast<double>(limit_.in_flight()) + 1.0 <= std::max(limit_.limit(), 1.0)) {
     limit_.acquire();
+    waited_locked(*head_, now);
     wake_locked(*head_, true);
+    woke = true;
+  }
+  // The last in line whose expected wait no longer fits what it was given (the database
+  // answers slower, the limit shrank): told now, not at the end of its wait.
+  while (tail_ != nullptr && !tail_->for_probe_ &&
+         now + kWaitMargin * limit_.expected_wait(limit_.queued() - 1) > tail_->until_) {
+    overloaded_locked(now);
+    wake_locked(*tail_, false);
     woke = true;
   }
   return woke;
 }
 
-void Shield::enqueue(Call& call) {
+void Shield::enqueue(Call& call, TimePoint now, TimePoint until) {
   if (!call.signal_) call.signal_.emplace();
   bool woke = false;
   {
     std::lock_guard<std::mutex> lock(wait_mutex_);
+    call.queued_at_ = now;
+    call.until_ = until;
+    call.for_probe_ = call.waited_for_probe_;
     call.prev_ = tail_;
     call.next_ = nullptr;
     if (tail_ != nullptr) {
@@ -130,7 +212,7 @@ void Shield::enqueue(Call& call) {
     call.queued_ = true;
     // Room under the limit (it grew, or places were freed before anyone queued): it goes
     // to the first in line, which may be this call.
-    woke = grant_locked();
+    woke = grant_locked(now);
   }
   if (woke) wakes_.notify_all();
 }
@@ -156,10 +238,11 @@ void Shield::wake_locked(Call& call, bool granted) noexcept {
   call.signal_->notify_all();
 }
 
-bool Shield::leave_queue(Call& call) {
+bool Shield::leave_queue(Call& call, TimePoint now) {
   std::lock_guard<std::mutex> lock(wait_mutex_);
   call.queued_ = false;
   if (call.linked_) {
+    waited_locked(call, now);  // its wait ended without a place
     wake_locked(call, false);  // leaves by itself: nobody else to notify
     return false;
   }
@@ -172,10 +255,12 @@ void Shield::release_place() noexcept {
   if (limit_.queued() > 0) [[unlikely]] {
     bool woke = false;
     {
+      const TimePoint now = clock_->now();  // how long the first waiter waited
       std::lock_guard<std::mutex> lock(wait_mutex_);
       if (head_ != nullptr && breaker_.state() == BreakerState::kClosed) {
+        waited_locked(*head_, now);
         wake_locked(*head_, true);  // the place goes to the first waiter, and only to it
-        grant_locked();             // and any room the limit gained since, to the next ones
+        grant_locked(now);          // and any room the limit gained since, to the next ones
         woke = true;
       } else {
         limit_.release();
@@ -206,7 +291,8 @@ void Shield::Call::release_place() noexcept {
 }
 
 void Shield::Call::abandon() noexcept {
-  if (queued_ && shield_->leave_queue(*this)) holds_place_ = true;
+  // Gone (cancelled, an exception): its wait says nothing about the line.
+  if (queued_ && shield_->leave_queue(*this, TimePoint{})) holds_place_ = true;
   if (holds_place_) release_place();
 }
 
@@ -215,7 +301,7 @@ Duration Shield::Call::attempt_time() const noexcept {
 }
 
 Shield::Admission Shield::Call::admit_after_wait(TimePoint now) {
-  if (!shield_->leave_queue(*this)) return admit(now);
+  if (!shield_->leave_queue(*this, now)) return admit(now);
   // Handed a place: it is this call's, unless the breaker refuses it now.
   CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
   if (!permit) {
@@ -245,14 +331,14 @@ Shield::Admission Shield::Call::admit_slow(CircuitBreaker::Permit&& permit, Time
   return attempt(std::move(permit));
 }
 
-Shield::Admission Shield::Call::wait(TimePoint until) {
+Shield::Admission Shield::Call::wait(TimePoint now, TimePoint until) {
   // What the signal said before joining the line: a place handed to this call during
   // enqueue(), or by another thread right after it, notifies the signal, and a sleeper that
-  // had read the generation after that notice would sleep until `until` (queue_wait, 500 ms
-  // by default) with its place granted.
+  // had read the generation after that notice would sleep until `until` (the end of its
+  // wait) with its place granted.
   if (!signal_) signal_.emplace();
   const std::uint64_t seen = signal_->generation();
-  shield_->enqueue(*this);
+  shield_->enqueue(*this, now, until);
   Admission a;
   a.kind = Admission::Kind::kWait;
   a.until = until;
@@ -275,18 +361,25 @@ Shield::Admission Shield::Call::at_capacity(TimePoint now) {
   // Queued, a request waits: its window opens now (window.hpp's rule).
   RetryWindow& window = state().window();
   window.open(now);
-  // A first attempt queues for at most queue_wait. A request that waited for the breaker's
-  // probe keeps its place in line while its window lasts: the database it waited for is
-  // back, and the line moves at the pace it answers. Other retries do not queue: they use
-  // spare capacity only.
+  // A first attempt queues for what the line allows (the target while it stands, else the
+  // interval), given once, at its first wait. A request that waited for the breaker's probe
+  // keeps its place in line while its window lasts: the database it waited for is back, and
+  // the line moves at the pace it answers. Other retries do not queue: they use spare
+  // capacity only.
   if ((attempts_ == 0 || waited_for_probe_) && shield.options_.queue_wait > Duration::zero()) {
-    if (queue_deadline_ == TimePoint{}) {
-      queue_deadline_ = waited_for_probe_ ? TimePoint::max() : now + shield.options_.queue_wait;
+    const TimePoint last_start = window.deadline() - attempt_time();
+    if (waited_for_probe_) {
+      // The estimate is of no use to a request that waited out the outage: the recent
+      // latency is from before it. It waits for its turn while its window lasts.
+      if (now < last_start) return wait(now, last_start);
+    } else {
+      if (queue_deadline_ == TimePoint{}) queue_deadline_ = now + shield.queue_allowance(now);
+      const TimePoint until = std::min(queue_deadline_, last_start);
+      const Duration need = kWaitMargin * expected;
+      if (now + need <= until) return wait(now, until);
+      // Not even what the line allows: overload, whatever the line's age.
+      if (now + need > queue_deadline_) shield.turned_away(now);
     }
-    const TimePoint until = std::min(queue_deadline_, window.deadline() - attempt_time());
-    // The estimate is of no use to a request that waited out the outage: the recent
-    // latency is from before it. It waits for its turn while its window lasts.
-    if (waited_for_probe_ ? now < until : now + expected <= until) return wait(until);
   }
   shield.metrics_.count_at_capacity();
   const Duration retry_after = std::max<Duration>(expected, std::chrono::milliseconds(1));
@@ -414,7 +507,7 @@ Shield::Admission Shield::Call::refused(const CircuitBreaker::Permit& permit, Ti
     if (until <= window.deadline() - attempt_time()) {
       shield.metrics_.count_breaker_wait();
       waited_for_probe_ = true;
-      return wait(until);
+      return wait(now, until);
     }
   }
 

@@ -493,22 +493,29 @@ class Engine {
   }
 
   // After any call into Shield b: if it woke waiters (handed them places, or told them to
-  // decide again), they are at the front of its queue, and so of ours: they go now. Each
-  // waiter is looked at once, however many places come back.
+  // decide again), they are at the front of its queue, and so of ours, or at the back (waits
+  // that no longer fit): they go now. Each waiter is looked at once, however many places
+  // come back.
   void wake_if_signalled(std::uint32_t b) {
     const std::uint64_t g = shields_[b]->wakes().generation();
     if (g == seen_generation_[b]) return;
     seen_generation_[b] = g;
     std::deque<Waiter>& list = waiters_[b];
-    while (!list.empty()) {
-      const Waiter w = list.front();
-      Mark& m = slots_.mark(w.slot);
-      if (m.tag == w.tag && m.phase == Phase::kWaitingForProbe) {
-        if (!std::get<Guarded>(slots_[w.slot].policy).call.woken()) break;
-        events_.push(now_, EventType::kAttempt, w.slot, ++m.tag);
-      }
+    while (!list.empty() && woke(list.front())) {
       list.pop_front();
     }
+    while (!list.empty() && woke(list.back())) {
+      list.pop_back();
+    }
+  }
+  // False when `w` still waits; otherwise (woken: its attempt goes now; or no longer
+  // waiting) true.
+  bool woke(const Waiter& w) {
+    Mark& m = slots_.mark(w.slot);
+    if (m.tag != w.tag || m.phase != Phase::kWaitingForProbe) return true;
+    if (!std::get<Guarded>(slots_[w.slot].policy).call.woken()) return false;
+    events_.push(now_, EventType::kAttempt, w.slot, ++m.tag);
+    return true;
   }
 
   // Listens to Shield b's breaker: its first opening since the trigger began, for the report.
