@@ -148,11 +148,13 @@ TEST(SimStory, AHealthProbeBringsBreakersBackSoonerAfterAnOutage) {
   EXPECT_EQ(plain.seconds[32].breaker_open, 0.0);
 }
 
-// --- the targets of overload control (ADR 0008), library defaults, seeds 1-6 -------------
+// --- the targets of overload control (ADR 0008, 0033), library defaults, seeds 1-6 ----
 
 struct Targets {
   const char* scenario;
   Duration duration;
+  // The served requests that arrived during the trigger, 99th percentile (0: not checked).
+  double served_p99_ms = 0.0;
 };
 
 void expect_targets(const Targets& t, std::uint64_t seed) {
@@ -172,23 +174,29 @@ void expect_targets(const Targets& t, std::uint64_t seed) {
       EXPECT_LE(h.failed_p50_ms, 50.0) << "a request learns at once that it must come back";
       break;
     default:
-      EXPECT_GE(h.efficiency, 0.90) << "goodput " << h.goodput_during_trigger << " of a limit of "
+      EXPECT_GE(h.efficiency, 0.95) << "goodput " << h.goodput_during_trigger << " of a limit of "
                                     << h.goodput_limit_during_trigger;
       EXPECT_LE(h.amplification_during_trigger, 1.1);
+      // Short queues (ADR 0033): a request that is not served is told at once.
+      EXPECT_LE(h.failed_p99_ms, 20.0);
+      if (t.served_p99_ms > 0.0) EXPECT_LE(h.p99_during_trigger_ms, t.served_p99_ms);
       break;
   }
 }
 
 TEST(SimTargets, CapacityDropRunsTheDatabaseAtItsLimitAndRecoversWithinASecond) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed)
-    expect_targets({"capacity-drop", seconds(45)}, seed);
+    expect_targets({"capacity-drop", seconds(45), 100.0}, seed);
 }
 
 TEST(SimTargets, SpikeRunsTheDatabaseAtItsLimitAndRecoversWithinASecond) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed)
-    expect_targets({"spike", seconds(45)}, seed);
+    expect_targets({"spike", seconds(45), 100.0}, seed);
 }
 
+// Served p99 is not held to 100 ms here: 200 processes keep at least 4 calls each in flight
+// (the concurrency limit's floor in practice), and the database's own queue alone takes
+// about 110 ms at p99 during the drop (ADR 0033).
 TEST(SimTargets, ManyClientsTogetherRunTheDatabaseAtItsLimit) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed)
     expect_targets({"many-clients", seconds(42)}, seed);
