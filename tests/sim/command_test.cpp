@@ -94,9 +94,8 @@ TEST_F(SimCommand, TheHangScenarioReportsFailuresRecoveryAndAmplificationForEver
   const auto& list = doc["strategies"];
   ASSERT_EQ(list.size(), 4u);
   for (const auto& s : list) {
-    for (const char* key :
-         {"failed_p50_ms", "failed_p99_ms", "recovery_s", "amplification_during_trigger",
-          "p99_during_trigger_ms", "p999_ms"}) {
+    for (const char* key : {"failed_p50_ms", "failed_p99_ms", "recovery_s",
+                            "amplification_during_trigger", "p99_during_trigger_ms", "p999_ms"}) {
       EXPECT_TRUE(s.contains(key)) << s["name"] << " lacks " << key;
     }
     // Every strategy failed requests during the hang (a silent database serves nobody).
