@@ -25,9 +25,12 @@
 /// on is answered by the primary (which holds all of the old timeline that survived). A
 /// later write of the request replaces the old position (ADR 0028).
 ///
-/// The position lives with the request: with the window of the innermost RequestScope on
-/// this thread, which nested scopes share. A RequestScope adopted on another thread starts
-/// without it: carry it there whole with a PositionScope (or call require_lsn() there). Outside any
+/// The position lives with the request. A request carried as a RequestContext (window.hpp)
+/// keeps it in the context: every thread where a RequestScope(context) makes that request
+/// current reads and moves the same position, with nothing to carry by hand. Otherwise it
+/// lives with the window of the innermost RequestScope on this thread, which nested scopes
+/// share; a RequestScope adopted on another thread by its window starts without it: carry it
+/// there whole with a PositionScope (or call require_lsn() there). Outside any
 /// RequestScope there is none: each call stands alone. It is kept on the thread, keyed by the
 /// window, and a window never closes once open, so the next request starts afresh once this one has
 /// reached the database; a request that called require_lsn() and never reached the database may

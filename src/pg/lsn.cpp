@@ -9,44 +9,43 @@
 namespace holdfast::pg {
 namespace {
 
-// The position of the request whose window is `window`, on this thread.
+// The position of the request whose window is `window`, on this thread, for a RequestScope
+// made without a RequestContext (a context carries its request's position itself).
 struct Slot {
   const RetryWindow* window = nullptr;
   bool seen_open = false;  // the window was open when the slot was last used
-  std::uint64_t lsn = 0;
-  std::uint32_t timeline = 0;
-  bool primary_only = false;
+  WritePosition position;
 };
 thread_local Slot slot;
 
 // The current request's slot, or nullptr outside any RequestScope. A window never closes
 // once open, so a slot that saw its window open and finds it closed now belongs to an
 // earlier request whose window had the same address: it starts afresh.
-Slot* current() noexcept {
+Slot* current_slot() noexcept {
   const RetryWindow* w = RequestScope::current_window();
   if (w == nullptr) return nullptr;
   const bool open = w->is_open();
   if (slot.window != w || (slot.seen_open && !open)) {
-    slot = Slot{w, open, 0, 0, false};
+    slot = Slot{w, open, {}};
   } else if (open) {
     slot.seen_open = true;
   }
   return &slot;
 }
 
-// Raises `s` to (lsn, timeline): a newer timeline's position replaces an older one's (the old
-// timeline's writes that survived the promotion are before the fork, so before it); an older
-// timeline's is ignored.
-void raise(Slot& s, std::uint64_t lsn, std::uint32_t timeline) noexcept {
-  if (timeline != 0 && s.timeline != 0 && timeline != s.timeline) {
-    if (timeline < s.timeline) return;
-    s.lsn = lsn;
-    s.timeline = timeline;
-    return;
-  }
-  if (timeline != 0) s.timeline = timeline;
-  if (lsn > s.lsn) s.lsn = lsn;
+// The current request's position: its context's, else its thread's slot; none outside any
+// RequestScope.
+WritePosition current_position() noexcept {
+  if (const RequestContext* context = RequestScope::current_context()) return context->position();
+  const Slot* s = current_slot();
+  return s != nullptr ? s->position : WritePosition{};
 }
+
+// The current request's context, or else its slot (both null outside any RequestScope).
+struct Current {
+  const RequestContext* context = RequestScope::current_context();
+  Slot* slot = context == nullptr ? current_slot() : nullptr;
+};
 
 bool parse_hex(std::string_view text, std::uint32_t& out) {
   if (text.empty() || text.size() > 8) return false;
@@ -101,40 +100,43 @@ std::string Lsn::to_string_with_timeline() const {
 }
 
 Lsn request_lsn() noexcept {
-  const Slot* s = current();
-  return s != nullptr ? Lsn{s->lsn, s->timeline} : Lsn{};
+  const WritePosition p = current_position();
+  return Lsn{p.value, p.timeline};
 }
 
 void require_lsn(Lsn lsn) noexcept {
-  Slot* s = current();
-  if (s != nullptr) raise(*s, lsn.value, lsn.timeline);
+  const Current at;
+  if (at.context != nullptr) at.context->raise_position(lsn.value, lsn.timeline);
+  if (at.slot != nullptr) at.slot->position.raise(lsn.value, lsn.timeline);
 }
 
 CarriedPosition carried_position() noexcept {
-  const Slot* s = current();
-  if (s == nullptr) return {};
-  return {Lsn{s->lsn, s->timeline}, s->primary_only};
+  const WritePosition p = current_position();
+  return {Lsn{p.value, p.timeline}, p.primary_only};
 }
 
 void carry_position(const CarriedPosition& position) noexcept {
-  Slot* s = current();
-  if (s == nullptr) return;
-  s->lsn = position.lsn.value;
-  s->timeline = position.lsn.timeline;
-  s->primary_only = position.primary_only;
+  const WritePosition p{position.lsn.value, position.lsn.timeline, position.primary_only};
+  const Current at;
+  if (at.context != nullptr) at.context->set_position(p);
+  if (at.slot != nullptr) at.slot->position = p;
 }
 
 detail::RequestPosition detail::request_position() noexcept {
-  const Slot* s = current();
-  if (s == nullptr) return {};
-  return {s->lsn, s->timeline, s->primary_only};
+  const WritePosition p = current_position();
+  return {p.value, p.timeline, p.primary_only};
 }
 
 void detail::note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept {
-  Slot* s = current();
-  if (s == nullptr) return;
-  if (lsn == 0) s->primary_only = true;
-  raise(*s, lsn, timeline);
+  const Current at;
+  if (at.context != nullptr) {
+    if (lsn == 0) at.context->position_unknown();
+    at.context->raise_position(lsn, timeline);
+  }
+  if (at.slot != nullptr) {
+    if (lsn == 0) at.slot->position.primary_only = true;
+    at.slot->position.raise(lsn, timeline);
+  }
 }
 
 }  // namespace holdfast::pg

@@ -2,6 +2,8 @@
 // pg_lsn uses, and a position that lives with its request (its RequestScope's window).
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "holdfast/postgres_lsn.hpp"
 #include "holdfast/window.hpp"
 
@@ -81,6 +83,28 @@ TEST(PgLsn, ThePositionLivesWithItsRequest) {
     request.window().open(Clock::system().now());
     EXPECT_EQ(request_lsn().value, static_cast<std::uint64_t>(1000 + i));
   }
+}
+
+TEST(PgLsn, ARequestContextCarriesThePositionToEveryThreadOfTheRequest) {
+  RequestContext request;
+  {
+    RequestScope here(request);
+    require_lsn(Lsn{500, 3});
+    require_lsn(Lsn{700, 3});  // as a commit of the request moves it
+    EXPECT_EQ(request_lsn(), (Lsn{700, 3}));
+  }
+  EXPECT_EQ(request.position(), (WritePosition{700, 3, false}));
+  std::thread job([copy = request] {
+    RequestScope there(copy);  // no PositionScope: the context is the position
+    EXPECT_EQ(request_lsn(), (Lsn{700, 3}));
+    carry_position({request_lsn(), true});  // a COMMIT whose answer was lost
+    EXPECT_TRUE(carried_position().primary_only);
+  });
+  job.join();
+  EXPECT_TRUE(request.position().primary_only) << "what the job learned is the request's";
+  RequestScope back(request);
+  EXPECT_EQ(carried_position().lsn, (Lsn{700, 3}));
+  EXPECT_TRUE(carried_position().primary_only);
 }
 
 }  // namespace

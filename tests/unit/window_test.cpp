@@ -150,5 +150,122 @@ TEST(RequestScope, TheWindowCanBeHandedToAnotherThread) {
   EXPECT_EQ(calls, 1);  // the shared window had nothing left to retry with
 }
 
+TEST(RetryWindow, ACapEndsTheWindowEarlierOpenOrNot) {
+  ManualClock clock;
+  RetryWindow window(seconds(6), clock);
+  window.cap(clock.now() + seconds(2));
+  EXPECT_FALSE(window.is_open());
+  EXPECT_EQ(window.remaining(), seconds(2)) << "before it opens, no further than the cap";
+  EXPECT_EQ(window.deadline(), clock.now() + seconds(2));
+  window.cap(clock.now() + seconds(5));  // a later cap changes nothing: the earliest wins
+  EXPECT_EQ(window.cap(), clock.now() + seconds(2));
+  clock.advance(seconds(1));
+  window.open(clock.now());
+  EXPECT_EQ(window.deadline(), clock.now() + seconds(1)) << "open, it still ends at the cap";
+  EXPECT_EQ(window.remaining(), seconds(1));
+  clock.advance(seconds(2));
+  EXPECT_TRUE(window.spent(clock.now()));
+
+  RetryWindow wide(seconds(6), clock);
+  wide.cap(clock.now() + seconds(60));  // a cap past the window's own end changes nothing
+  wide.open(clock.now());
+  EXPECT_EQ(wide.deadline(), clock.now() + seconds(6));
+}
+
+TEST(RequestContext, ADeadlineThatCameWithTheRequestStopsItsRetriesThere) {
+  ManualClock clock;
+  const TimePoint arrived = clock.now();
+  RequestContext request(seconds(6), clock, arrived);
+  request.cap_deadline(arrived + seconds(2));  // the proxy in front gives up after 2 s
+  RequestScope scope(request);
+  RetryPolicy p;
+  p.clock(clock).seed(3).max_attempts(100);
+  const Status s = retry(p, Operation::read(), [] { return busy(); });
+  EXPECT_EQ(s.stop_reason(), StopReason::kWindowSpent);
+  EXPECT_LE(clock.now() - arrived, seconds(2)) << "no retry outlives the sender's deadline";
+  EXPECT_GE(clock.now() - arrived, seconds(1)) << "the time up to it was used";
+}
+
+TEST(RequestContext, ADeadlineAlreadyPastLeavesNoRetry) {
+  ManualClock clock;
+  RequestContext request(seconds(6), clock);
+  request.cap_deadline(clock.now() - seconds(1));
+  RequestScope scope(request);
+  RetryPolicy p;
+  p.clock(clock).seed(3);
+  int calls = 0;
+  const Status s = retry(p, Operation::read(), [&] {
+    ++calls;
+    return busy();
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s.stop_reason(), StopReason::kWindowSpent);
+}
+
+TEST(RequestContext, ACopyOnAnotherThreadIsTheSameRequest) {
+  ManualClock clock;
+  RequestContext request(seconds(6), clock);
+  RetryPolicy p;
+  p.clock(clock).seed(4).max_attempts(100);
+  {
+    RequestScope here(request);
+    ASSERT_NE(RequestScope::current_context(), nullptr);
+    EXPECT_EQ(&RequestScope::current_window()->clock(), &clock);
+    (void)retry(p, Operation::read(), [] { return busy(); });  // spends the whole window
+  }
+  EXPECT_EQ(RequestScope::current_context(), nullptr);
+  int calls = 0;
+  std::thread worker([&, copy = request] {
+    RequestScope there(copy);
+    EXPECT_EQ(RequestScope::current_window(), &request.window());
+    {
+      RequestScope nested;  // a plain scope inside keeps the request's context
+      ASSERT_NE(RequestScope::current_context(), nullptr);
+      EXPECT_EQ(&RequestScope::current_context()->window(), &request.window());
+    }
+    (void)retry(p, Operation::read(), [&] {
+      ++calls;
+      return busy();
+    });
+  });
+  worker.join();
+  EXPECT_EQ(calls, 1) << "the copy drew from the same spent window";
+}
+
+TEST(RequestContext, ItsCopiesShareOnePositionThatFollowsTheTimelineRule) {
+  RequestContext request;
+  const RequestContext copy = request;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_EQ(copy.position(), WritePosition{});
+  request.raise_position(200, 1);
+  copy.raise_position(100, 1);  // never lowered
+  EXPECT_EQ(request.position(), (WritePosition{200, 1, false}));
+  copy.raise_position(50, 2);  // a newer timeline replaces the older one's position
+  EXPECT_EQ(request.position(), (WritePosition{50, 2, false}));
+  request.raise_position(900, 1);  // an older timeline's is ignored
+  EXPECT_EQ(copy.position(), (WritePosition{50, 2, false}));
+  copy.position_unknown();
+  EXPECT_TRUE(request.position().primary_only);
+  request.set_position({});
+  EXPECT_EQ(copy.position(), WritePosition{});
+}
+
+TEST(RequestContext, ThreadsRaisingThePositionAtOnceLoseNoRaise) {
+  RequestContext request;
+  constexpr int kEach = 20000;
+  std::thread a([copy = request] {
+    for (int i = 1; i <= kEach; ++i) copy.raise_position(static_cast<std::uint64_t>(2 * i), 7);
+  });
+  std::thread b([copy = request] {
+    for (int i = 1; i <= kEach; ++i) {
+      copy.raise_position(static_cast<std::uint64_t>(2 * i + 1), 7);
+      const WritePosition seen = copy.position();
+      ASSERT_EQ(seen.timeline, 7u) << "a reader never sees half a change";
+    }
+  });
+  a.join();
+  b.join();
+  EXPECT_EQ(request.position(), (WritePosition{2 * kEach + 1, 7, false}));
+}
+
 }  // namespace
 }  // namespace holdfast

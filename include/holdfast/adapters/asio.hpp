@@ -159,9 +159,10 @@ class Done {
 struct RunOptions {
   /// The policy; null: shield.policy_for(op).
   const RetryPolicy* policy = nullptr;
-  /// The retry window to draw from, e.g. one shared by every call of one request; null: a
-  /// window of the operation's own (policy->window() long). Not the RequestScope's: a scope
-  /// is per thread, and an asynchronous request is not.
+  /// The retry window to draw from, e.g. one shared by every call of one request (a
+  /// RequestContext's: `&context.window()`, which a deadline the request came with caps);
+  /// null: a window of the operation's own (policy->window() long). Not the RequestScope's:
+  /// a scope is per thread, and an asynchronous request is not.
   RetryWindow* window = nullptr;
   /// How often a waiter looks for a wake that did not come through async_run (see above).
   Duration wake_poll = std::chrono::milliseconds(20);
