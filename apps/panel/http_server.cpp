@@ -94,10 +94,15 @@ void HttpServer::Impl::leave(Conn& c) noexcept {
 
 void HttpServer::Impl::set_phase(Conn& c, Conn::Phase phase) {
   if (c.phase == phase) return;
-  if (c.phase == Conn::Phase::kReading) reading.erase(c.queued_at);
-  if (c.phase == Conn::Phase::kSending) sending.erase(c.queued_at);
+  // Only a counted connection is in a list: leave() takes it out (through here) before it
+  // stops counting, and an evicted one is never put back, so that it is never cut twice. An
+  // uncounted one's phase still changes, with no list to touch (its queued_at is stale).
+  if (c.counted) {
+    if (c.phase == Conn::Phase::kReading) reading.erase(c.queued_at);
+    if (c.phase == Conn::Phase::kSending) sending.erase(c.queued_at);
+  }
   c.phase = phase;
-  if (!c.counted) return;  // evicted: never cut twice
+  if (!c.counted) return;
   if (phase == Conn::Phase::kReading) c.queued_at = reading.insert(reading.end(), &c);
   if (phase == Conn::Phase::kSending) c.queued_at = sending.insert(sending.end(), &c);
 }
@@ -236,7 +241,9 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
       sent = written;
     }
     if (heavy) --heavy_in_flight;
-    if (!sent || !keep_alive || stopping) break;
+    // An evicted connection goes now, its descriptor with it, even when its next request is
+    // already in the buffer (a read from the buffer would not see the cancel).
+    if (!sent || !keep_alive || stopping || c->evicted) break;
   }
   beast::error_code ignored;
   c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);

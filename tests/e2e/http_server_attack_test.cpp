@@ -320,6 +320,41 @@ TEST(HttpServerAttack, ConnectionsReceivingAnswersCountAndMakeRoomForOthers) {
   server.stop();
 }
 
+// 1,100 clients each pipelining 64 requests through a tiny window crashed the panel
+// (SIGSEGV): a connection cut while its answer was being written still had its write
+// complete, went on to the next request already in its buffer, and changed its phase with a
+// stale place in the connection lists. A cut connection now goes after its answer, and a
+// connection that no longer counts touches no list.
+TEST(HttpServerAttack, PipelinedSlowReadersCutToMakeRoomLeaveTheServerStanding) {
+  const std::string page(3000, 'x');
+  HttpServer::Options o;
+  o.max_connections = 32;
+  o.max_connections_per_address = 8;
+  HttpServer server(o, [&](const http::Request& req, http::Response& res) {
+    res.set_content(req.path == "/healthz" ? std::string("ok") : page, "text/plain");
+  });
+  ASSERT_TRUE(server.start().ok());
+  std::string pipelined;
+  for (int i = 0; i < 64; ++i)
+    pipelined += "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  std::vector<int> held;
+  const auto until = Steady::now() + milliseconds(3000);
+  while (Steady::now() < until && held.size() < 400) {
+    const int fd = slow_reader_from(server.port(), "127.0.0.1");
+    if (fd < 0) continue;
+    (void)::send(fd, pipelined.data(), pipelined.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    held.push_back(fd);
+  }
+  // Still standing and answering another address, within its limit.
+  const std::string health = request_from(server.port(), "127.0.0.2", kHealthz);
+  EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << health.substr(0, 120);
+  EXPECT_LE(server_connections(server.port()), 32);
+  EXPECT_GT(server.counters().accepted.load(), 32u) << "never past the limit: nothing was cut";
+  for (int fd : held)
+    ::close(fd);
+  server.stop();
+}
+
 // The routes that are not light hold at most the connections less the light routes'
 // reserve: past that they are told 503 at once, and /healthz is still answered.
 TEST(HttpServerAttack, TheLightRoutesKeepAReserveOfTheConnections) {
