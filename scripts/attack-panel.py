@@ -75,24 +75,23 @@ def flood_body(port, head, filler, most, stop):
         pass
 
 
-def attack_trailers(port, stop):
+def flood_four(port, stop, head, filler, most):
+    """Four flood_body() connections at once, again and again until `stop`."""
     while not stop.is_set():
-        threads = [threading.Thread(target=flood_body, args=(
-            port, CHUNKED_HEAD + b"2\r\n{}\r\n0\r\n", b"a:b\r\n", 4 << 20, stop)) for _ in range(4)]
+        threads = [threading.Thread(target=flood_body, args=(port, head, filler, most, stop))
+                   for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+
+
+def attack_trailers(port, stop):
+    flood_four(port, stop, CHUNKED_HEAD + b"2\r\n{}\r\n0\r\n", b"a:b\r\n", 4 << 20)
 
 
 def attack_chunk_extension(port, stop):
-    while not stop.is_set():
-        threads = [threading.Thread(target=flood_body, args=(
-            port, CHUNKED_HEAD + b"1;", b"a", 64 << 20, stop)) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    flood_four(port, stop, CHUNKED_HEAD + b"1;", b"a", 64 << 20)
 
 
 def attack_slow_readers(port, stop):

@@ -51,6 +51,15 @@ CommandRun holdfast(const std::string& args, const std::string& limit = "60") {
   return r;
 }
 
+// An empty folder of this test's own in the temporary folder (its name says which test).
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("holdfast-cli-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 void expect_refused(const std::string& args, const std::string& mention) {
   const CommandRun r = holdfast(args);
   EXPECT_EQ(r.exit_status, 2) << "holdfast " << args << "\n" << r.err;
@@ -101,10 +110,7 @@ TEST(Cli, LogsLimitAndBatchSizeAreRangeChecked) {
 
 TEST(Cli, ThePanelsDbMustBeARegularFileOrNotExistYet) {
   expect_refused("panel --port 0 --db /dev/null", "--db '/dev/null' is a character device");
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-db-kind-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("db-kind");
   expect_refused("panel --port 0 --db " + dir.string(), "'" + dir.string() + "' is a directory");
   const fs::path fifo = dir / "club.db";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
@@ -162,10 +168,7 @@ TEST(Cli, ReportRewritesOnlyAPagesGeneratedBlocksAndRefusesWhatIsNotADrillReport
 }
 
 TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-check-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("check");
   const std::string path = (dir / "club.db").string();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -191,10 +194,7 @@ TEST(Cli, PanelCheckRefusesToStartOnACorruptFile) {
 }
 
 TEST(Cli, APanelThatCannotListenExitsAtOnceNamingTheAddressAndTheReason) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-listen-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("listen");
   const std::string db = (dir / "club.db").string();
   // A port another socket listens on.
   const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -293,10 +293,7 @@ TEST(Cli, AnErrorExitKeepsItsStatusWhenStderrCannotBeWrittenInsteadOfAborting) {
 }
 
 TEST(Cli, ACommandWhoseOutputCannotBeWrittenExits1SayingSo) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-stdout-full-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("stdout-full");
   const fs::path report = dir / "drill-report.json";
   std::ofstream(report) << R"({"engine": "sqlite", "storms": []})";
   const fs::path err = dir / "err.txt";
@@ -341,10 +338,7 @@ std::string status_line(int port, const std::string& request) {
 TEST(Cli, APanelWhoseOutputPipeWasClosedKeepsServingAndStopsNormally) {
   // `holdfast panel --db x.db 2>&1 | head -2`: after its two lines the reader is gone, and
   // every later log line meets a closed pipe.
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-closed-pipe-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("closed-pipe");
   const std::string db = (dir / "club.db").string();
   int out[2];
   ASSERT_EQ(::pipe(out), 0);
@@ -399,10 +393,7 @@ TEST(Cli, APanelWhoseOutputPipeWasClosedKeepsServingAndStopsNormally) {
 }
 
 TEST(Cli, ReportRefusesAFifoOrADeviceAtOnceInsteadOfWaitingOnIt) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-report-kind-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("report-kind");
   // A FIFO nobody writes to: reading it would wait forever (killed after 20 s: 137).
   const fs::path fifo = dir / "drill-report.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

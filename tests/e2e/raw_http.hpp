@@ -30,9 +30,14 @@ inline int connect_to(int port) {
   return fd;
 }
 
-// A connection to the server from `source` (any 127.x.y.z address reaches loopback).
-inline int connect_from(int port, const char* source) {
+// A connection to the server from `source` (any 127.x.y.z address reaches loopback). With a
+// `receive_buffer` (bytes), its receive buffer is set to that before it connects (1: as
+// small as the kernel allows, a client that takes an answer slowly).
+inline int connect_from(int port, const char* source, int receive_buffer = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (receive_buffer > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  }
   sockaddr_in local{};
   local.sin_family = AF_INET;
   ::inet_pton(AF_INET, source, &local.sin_addr);
