@@ -39,37 +39,26 @@
 
 namespace holdfast::panel::lane {
 
-// A request on the lane: its window, open from its arrival (DESIGN §10), and what its
-// database calls carry from thread to thread.
+// A request on the lane: the library's RequestContext (its window, open from its arrival,
+// DESIGN §10, and on PostgreSQL its read-your-writes position, which every thread that runs
+// one of its calls reads and moves), and where its blocking calls run.
 struct Context {
-  Context(Duration length, Clock& clock) : window(length, clock) {}
-  RetryWindow window;
-#ifdef HOLDFAST_PANEL_HAVE_PG
-  // PostgreSQL: the request's read-your-writes position. It lives on a thread
-  // (pg::request_lsn()), and the request's calls run on several: each job takes it and
-  // gives it back (OnThisThread).
-  pg::CarriedPosition position;
-#endif
+  Context(Duration length, Clock& clock) : request(length, clock) {}
+  RequestContext request;
   // PostgreSQL: where the blocking tries of reads and of writes run. Empty on SQLite.
   std::optional<boost::asio::any_io_executor> read_jobs;
   std::optional<boost::asio::any_io_executor> write_jobs;
+  [[nodiscard]] RetryWindow& window() const noexcept { return request.window(); }
 };
 
-// The request on this thread for a stretch of synchronous work: its window as the
-// RequestScope, and its position (taken back at the end).
+// The request current on this thread for a stretch of synchronous work (no co_await in it):
+// its window and its position, for the store's blocking calls.
 class OnThisThread {
  public:
-#ifdef HOLDFAST_PANEL_HAVE_PG
-  explicit OnThisThread(Context& ctx) : scope_(ctx.window), position_(ctx.position) {}
-#else
-  explicit OnThisThread(Context& ctx) : scope_(ctx.window) {}
-#endif
+  explicit OnThisThread(const Context& ctx) : scope_(ctx.request) {}
 
  private:
   RequestScope scope_;
-#ifdef HOLDFAST_PANEL_HAVE_PG
-  pg::PositionScope position_;  // after scope_: given back while the scope is still on
-#endif
 };
 
 // How long one try may wait in SQLite's busy handler (or for a connection): the lane's
@@ -154,7 +143,7 @@ boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield&
   namespace net = boost::asio;
   holdfast::asio::RunOptions options;
   options.policy = &policy;
-  options.window = &ctx.window;
+  options.window = &ctx.window();
   const auto executor = co_await net::this_coro::executor;
   Clock& clock = shield.clock();
   co_return co_await holdfast::asio::async_run<R>(
@@ -165,7 +154,7 @@ boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield&
           return done(std::move(result));
         }
         net::co_spawn(executor,
-                      busy_poll<R>(call, ctx.window, access.busy_timeout, clock, std::move(result),
+                      busy_poll<R>(call, ctx.window(), access.busy_timeout, clock, std::move(result),
                                    std::move(done)),
                       net::detached);
       },
@@ -207,7 +196,7 @@ boost::asio::awaitable<R> run_blocking(const boost::asio::any_io_executor& jobs,
   namespace net = boost::asio;
   holdfast::asio::RunOptions options;
   options.policy = &policy;
-  options.window = &ctx.window;
+  options.window = &ctx.window();
   const auto executor = co_await net::this_coro::executor;
   co_return co_await holdfast::asio::async_run<R>(
       executor, shield, op, options,
