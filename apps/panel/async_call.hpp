@@ -154,8 +154,8 @@ boost::asio::awaitable<R> run_call(const ClubStore::AsyncAccess& access, Shield&
           return done(std::move(result));
         }
         net::co_spawn(executor,
-                      busy_poll<R>(call, ctx.window(), access.busy_timeout, clock, std::move(result),
-                                   std::move(done)),
+                      busy_poll<R>(call, ctx.window(), access.busy_timeout, clock,
+                                   std::move(result), std::move(done)),
                       net::detached);
       },
       net::use_awaitable);

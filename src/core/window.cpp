@@ -24,9 +24,8 @@ void RetryWindow::open(TimePoint now) noexcept {
 void RetryWindow::cap(TimePoint deadline) noexcept {
   const std::int64_t wanted = ns_of(deadline);
   std::int64_t held = cap_ns_.load(std::memory_order_relaxed);
-  while (wanted < held &&
-         !cap_ns_.compare_exchange_weak(held, wanted, std::memory_order_acq_rel,
-                                        std::memory_order_relaxed)) {
+  while (wanted < held && !cap_ns_.compare_exchange_weak(held, wanted, std::memory_order_acq_rel,
+                                                         std::memory_order_relaxed)) {
   }
 }
 

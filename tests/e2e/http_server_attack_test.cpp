@@ -176,8 +176,8 @@ TEST(HttpServerAttack, AChunkExtensionOverItsLimitIsRefused) {
   Recorder seen;
   HttpServer server(attack_options(), seen.handler());
   ASSERT_TRUE(server.start().ok());
-  const std::string long_one = std::string(kChunkedHead) + "2;" + std::string(300, 'a') +
-                               "\r\n{}\r\n0\r\n\r\n";
+  const std::string long_one =
+      std::string(kChunkedHead) + "2;" + std::string(300, 'a') + "\r\n{}\r\n0\r\n\r\n";
   const std::string answer = rawhttp::request(server.port(), long_one);
   EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
   EXPECT_NE(answer.find("chunk extension is over 256 bytes"), std::string::npos) << answer;
@@ -198,8 +198,9 @@ TEST(HttpServerAttack, ATransferEncodingOtherThanChunkedIsRefusedAndSmugglesNoth
   const std::string smuggled = "GET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
   for (const std::string coding :
        {"chunked;q=1", "xchunked", "chunked, identity", "identity", "gzip, chunked;x"}) {
-    const std::string request = "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: " +
-                                coding + "\r\n\r\n" + smuggled;
+    const std::string request =
+        "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: " + coding + "\r\n\r\n" +
+        smuggled;
     const int fd = connect_to(server.port());
     send_text(fd, request);
     const std::string answer = read_until_closed(fd, milliseconds(3000));
@@ -209,9 +210,8 @@ TEST(HttpServerAttack, ATransferEncodingOtherThanChunkedIsRefusedAndSmugglesNoth
         << coding << ": answered as two requests: " << answer;
   }
   // Two fields, and Transfer-Encoding beside Content-Length.
-  for (const std::string fields :
-       {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
-        "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"}) {
+  for (const std::string fields : {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                                   "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"}) {
     const std::string answer = rawhttp::request(
         server.port(), "POST /report HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + "\r\n0\r\n\r\n");
     EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << fields << answer;
@@ -234,13 +234,13 @@ TEST(HttpServerAttack, ParseRequestAppliesTheSameBodyLimits) {
   EXPECT_EQ(HttpServer::parse_request(head + "2\r\n{}\r\n0\r\nCookie: a=b\r\n\r\n", o, t), 400);
   EXPECT_EQ(HttpServer::parse_request(head + "1;" + std::string(20000, 'a'), o, t), 400);
   EXPECT_EQ(HttpServer::parse_request(head + "1;" + std::string(1000, 'a'), o, t), 0);
-  EXPECT_EQ(HttpServer::parse_request(head + "1;" + std::string(300, 'a') + "\r\nx\r\n0\r\n\r\n",
-                                      o, t),
-            400);
-  EXPECT_EQ(HttpServer::parse_request(
-                "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked;q=1\r\n\r\n", o,
-                t),
-            400);
+  EXPECT_EQ(
+      HttpServer::parse_request(head + "1;" + std::string(300, 'a') + "\r\nx\r\n0\r\n\r\n", o, t),
+      400);
+  EXPECT_EQ(
+      HttpServer::parse_request(
+          "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked;q=1\r\n\r\n", o, t),
+      400);
 }
 
 // Connections the server at `port` holds a descriptor for (its side of them: local port
@@ -368,8 +368,8 @@ TEST(HttpServerAttack, TheLightRoutesKeepAReserveOfTheConnections) {
   for (int i = 0; i < 500 && holding.load() < 14; ++i)
     std::this_thread::sleep_for(milliseconds(10));
   ASSERT_EQ(holding.load(), 14);
-  const std::string heavy = request_from(server.port(), "127.0.2.1",
-                                         "GET /dashboard/schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string heavy = request_from(
+      server.port(), "127.0.2.1", "GET /dashboard/schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_EQ(heavy.rfind("HTTP/1.1 503", 0), 0u) << heavy.substr(0, 120);
   const std::string health = request_from(server.port(), "127.0.2.2", kHealthz);
   EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << health.substr(0, 120);

@@ -253,7 +253,8 @@ TEST(RequestContext, ThreadsRaisingThePositionAtOnceLoseNoRaise) {
   RequestContext request;
   constexpr int kEach = 20000;
   std::thread a([copy = request] {
-    for (int i = 1; i <= kEach; ++i) copy.raise_position(static_cast<std::uint64_t>(2 * i), 7);
+    for (int i = 1; i <= kEach; ++i)
+      copy.raise_position(static_cast<std::uint64_t>(2 * i), 7);
   });
   std::thread b([copy = request] {
     for (int i = 1; i <= kEach; ++i) {
