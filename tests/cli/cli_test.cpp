@@ -25,48 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "cli_support.hpp"
+
 namespace {
 
-namespace fs = std::filesystem;
-
-struct CommandRun {
-  int exit_status = -1;
-  std::string err;
-};
-
-// Runs `holdfast <args>` with a 60 s limit (`limit`: killed then); stdout is discarded.
-CommandRun holdfast(const std::string& args, const std::string& limit = "60") {
-  const fs::path err =
-      fs::temp_directory_path() / ("holdfast-cli-" + std::to_string(::getpid()) + ".err");
-  const std::string cmd = "timeout -s KILL " + limit + " " + std::string(HOLDFAST_BIN) + " " +
-                          args + " >/dev/null 2>" + err.string();
-  const int raw = std::system(cmd.c_str());
-  CommandRun r;
-  r.exit_status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  std::ifstream in(err);
-  std::stringstream text;
-  text << in.rdbuf();
-  r.err = text.str();
-  fs::remove(err);
-  return r;
-}
-
-// An empty folder of this test's own in the temporary folder (its name says which test).
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("holdfast-cli-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-void expect_refused(const std::string& args, const std::string& mention) {
-  const CommandRun r = holdfast(args);
-  EXPECT_EQ(r.exit_status, 2) << "holdfast " << args << "\n" << r.err;
-  EXPECT_NE(r.err.find(mention), std::string::npos) << "holdfast " << args << "\n" << r.err;
-  // One line.
-  EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
+using namespace cli_test;  // NOLINT(google-build-using-namespace): the tests' helpers
 
 TEST(Cli, APortOutside0To65535IsRefusedNotBoundElsewhere) {
   expect_refused("panel --db /nonexistent/x.db --port 70000", "--port");
@@ -238,28 +201,13 @@ TEST(Cli, APanelStopsCleanlyOnSighupSigintAndSigtermAndLeavesNothingInTheTempFol
   const std::string tmpdir = (dir / "tmp").string();
   for (const int sig : {SIGHUP, SIGINT, SIGTERM}) {
     SCOPED_TRACE(::strsignal(sig));
-    int out[2];
-    ASSERT_EQ(::pipe(out), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::dup2(out[1], STDOUT_FILENO);
-      ::close(out[0]);
-      ::close(out[1]);
-      ::setenv("TMPDIR", tmpdir.c_str(), 1);
-      ::execl(HOLDFAST_BIN, HOLDFAST_BIN, "panel", "--db", db.c_str(), "--port", "0",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(out[1]);
+    const PanelChild panel = start_panel(db, /*with_stderr=*/false, tmpdir);
+    ASSERT_GE(panel.pid, 0);
+    const pid_t pid = panel.pid;
     // It has started once it printed its sign-in link.
-    std::string printed;
-    char chunk[512];
-    while (printed.find("or open") == std::string::npos) {
-      const ssize_t n = ::read(out[0], chunk, sizeof(chunk));
-      if (n <= 0) break;
-      printed.append(chunk, static_cast<std::size_t>(n));
-    }
+    const std::string printed = read_until(panel.out, [](const std::string& text) {
+      return text.find("or open") != std::string::npos;
+    });
     EXPECT_NE(printed.find("or open"), std::string::npos) << printed;
     // One server, nothing behind it: no private socket folder (the front's, before
     // ADR 0026).
@@ -267,7 +215,7 @@ TEST(Cli, APanelStopsCleanlyOnSighupSigintAndSigtermAndLeavesNothingInTheTempFol
     ::kill(pid, sig);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ::close(out[0]);
+    ::close(panel.out);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
     EXPECT_EQ(private_folders(dir / "tmp").size(), 0u);
   }
@@ -340,29 +288,13 @@ TEST(Cli, APanelWhoseOutputPipeWasClosedKeepsServingAndStopsNormally) {
   // every later log line meets a closed pipe.
   const fs::path dir = fresh_dir("closed-pipe");
   const std::string db = (dir / "club.db").string();
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGPIPE, SIG_DFL);  // as a shell starts it
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(out[1], STDERR_FILENO);
-    ::close(out[0]);
-    ::close(out[1]);
-    ::execl(HOLDFAST_BIN, HOLDFAST_BIN, "panel", "--db", db.c_str(), "--port", "0",
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string printed;
-  char chunk[512];
-  while (std::count(printed.begin(), printed.end(), '\n') < 2) {
-    const ssize_t n = ::read(out[0], chunk, sizeof(chunk));
-    if (n <= 0) break;
-    printed.append(chunk, static_cast<std::size_t>(n));
-  }
-  ::close(out[0]);  // head exits
+  const PanelChild panel = start_panel(db, /*with_stderr=*/true);
+  ASSERT_GE(panel.pid, 0);
+  const pid_t pid = panel.pid;
+  const std::string printed = read_until(panel.out, [](const std::string& text) {
+    return std::count(text.begin(), text.end(), '\n') >= 2;
+  });
+  ::close(panel.out);  // head exits
   // "panel (holdfast) on http://127.0.0.1:PORT/login ..."
   const std::string at = "http://127.0.0.1:";
   const std::size_t from = printed.find(at);
@@ -427,20 +359,6 @@ TEST(Cli, ReportRefusesAFifoOrADeviceAtOnceInsteadOfWaitingOnIt) {
 
 // ---- two processes at once -----------------------------------------------------------------
 
-// Runs `cmd` in a shell and returns its standard output, trimmed.
-std::string shell_output(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof(buf), p) != nullptr)
-      out += buf;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
-    out.pop_back();
-  return out;
-}
-
 bool answers_healthz(int port) {
   return shell_output("timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) +
                       " && printf \"GET /healthz HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n\" >&3 "
@@ -488,157 +406,4 @@ TEST(CliPg, TwoPanelsStartingAtTheSameInstantOnOneDatabaseBothServe) {
 
 // A folder of the test's own: a SQLite file with a logs table, and tmp/, the TMPDIR the
 // snapshot copy goes to.
-class LogsCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("holdfast-cli-logs-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "tmp");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // The logs table with `rows` rows of `message` (a row number in front when rows > 1).
-  std::string make_db(int rows, const std::string& message) {
-    const std::string path = (dir_ / "club.db").string();
-    sqlite3* db = nullptr;
-    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    EXPECT_EQ(sqlite3_exec(db,
-                           "CREATE TABLE logs (id INTEGER PRIMARY KEY, level TEXT NOT NULL, "
-                           "context TEXT NOT NULL, message TEXT NOT NULL, created_at TEXT NOT "
-                           "NULL); BEGIN",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db,
-                                 "INSERT INTO logs (level, context, message, created_at) VALUES "
-                                 "('WARN', 'payments', ?1, '2026-01-01T00:00:00.000Z')",
-                                 -1, &st, nullptr),
-              SQLITE_OK);
-    for (int i = 0; i < rows; ++i) {
-      const std::string text = rows > 1 ? std::to_string(i) + " " + message : message;
-      sqlite3_bind_text(st, 1, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-      EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
-      sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-    EXPECT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-    return path;
-  }
-  // What is left in TMPDIR.
-  std::vector<std::string> left_in_tmp() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_ / "tmp"))
-      names.push_back(e.path().filename().string());
-    return names;
-  }
-
-  fs::path dir_;
-};
-
-// Megabytes of rows: far more than a pipe holds, so the command is still printing when its
-// reader goes away.
-constexpr int kManyRows = 20000;
-const std::string kLongMessage(200, 'x');
-
-TEST_F(LogsCli, TheSnapshotCopyIsRemovedWhenTheReaderClosesThePipe) {
-  const std::string db = make_db(kManyRows, kLongMessage);
-  const std::string cmd = "TMPDIR=" + (dir_ / "tmp").string() + " timeout 60 " +
-                          std::string(HOLDFAST_BIN) + " logs --db " + db +
-                          " --limit 1000000 | head -1";
-  const std::string first = shell_output(cmd);
-  EXPECT_NE(first.find("[payments]"), std::string::npos) << first;
-  EXPECT_EQ(std::count(first.begin(), first.end(), '\n'), 0) << first;
-  EXPECT_TRUE(left_in_tmp().empty()) << "left behind: " << left_in_tmp().front();
-}
-
-TEST_F(LogsCli, TheSnapshotCopyIsRemovedOnSigintSigtermAndSighup) {
-  const std::string db = make_db(kManyRows, kLongMessage);
-  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    SCOPED_TRACE(::strsignal(sig));
-    int out[2];
-    ASSERT_EQ(::pipe(out), 0);
-    const std::string tmpdir = (dir_ / "tmp").string();
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      for (const int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE})
-        ::signal(s, SIG_DFL);
-      ::dup2(out[1], STDOUT_FILENO);
-      ::close(out[0]);
-      ::close(out[1]);
-      ::setenv("TMPDIR", tmpdir.c_str(), 1);
-      ::execl(HOLDFAST_BIN, HOLDFAST_BIN, "logs", "--db", db.c_str(), "--limit", "1000000",
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    // Nobody reads the pipe: once the copy exists, the command fills the pipe and waits
-    // there with the copy on disk, until the signal comes.
-    bool copied = false;
-    for (int tries = 0; tries < 3000 && !copied; ++tries) {
-      copied = !left_in_tmp().empty();
-      if (!copied) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_TRUE(copied) << "no snapshot copy appeared in TMPDIR";
-    ::kill(pid, sig);
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ::close(out[0]);
-    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig)
-        << "it should end as the signal ends it; status " << status;
-    EXPECT_TRUE(left_in_tmp().empty()) << "left behind: " << left_in_tmp().front();
-  }
-}
-
-TEST_F(LogsCli, ControlBytesInARowArePrintedEscaped) {
-  // ESC sequences that would recolour the terminal, a CR that would overwrite the line, a
-  // newline that would fake a row, a C1 CSI, a byte that is not UTF-8; a tab and UTF-8 stay.
-  const std::string db =
-      make_db(1, "a\x1b[31mred\rover\nfake row\tok \\ \x7f\x01 \xc2\x9b \xff Zdzis\xc5\x82\x61w");
-  const std::string out = shell_output("TMPDIR=" + (dir_ / "tmp").string() + " " +
-                                       std::string(HOLDFAST_BIN) + " logs --db " + db);
-  EXPECT_EQ(out,
-            "2026-01-01T00:00:00.000Z WARN  [payments] "
-            "a\\x1b[31mred\\rover\\nfake row\tok \\\\ \\x7f\\x01 \\u009b \\xff Zdzis\xc5\x82\x61w");
-  EXPECT_TRUE(left_in_tmp().empty());
-}
-
-TEST_F(LogsCli, ASmallLimitReadsTheRowsItPrintsFromTheFileAndCopiesNothing) {
-  const std::string db = make_db(kManyRows, kLongMessage);  // megabytes
-  // Every file created in TMPDIR while the command runs (the kernel queues the events).
-  const int watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  ASSERT_GE(watch, 0);
-  ASSERT_GE(::inotify_add_watch(watch, (dir_ / "tmp").c_str(), IN_CREATE | IN_MOVED_TO), 0);
-  const std::string err = (dir_ / "err.txt").string();
-  const std::string out =
-      shell_output("TMPDIR=" + (dir_ / "tmp").string() + " timeout 60 " +
-                   std::string(HOLDFAST_BIN) + " logs --db " + db + " --limit 3 2>" + err);
-  alignas(inotify_event) char events[4096];
-  const ssize_t n = ::read(watch, events, sizeof(events));
-  ::close(watch);
-  EXPECT_LE(n, 0) << "it created a file in TMPDIR: "
-                  << (n > 0 ? reinterpret_cast<inotify_event*>(events)->name : "");
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2) << out;  // three lines, trimmed
-  EXPECT_NE(out.find(std::to_string(kManyRows - 1) + " " + kLongMessage), std::string::npos)
-      << "the newest row first (same time: the highest id)";
-  std::stringstream said;
-  said << std::ifstream(err).rdbuf();
-  EXPECT_EQ(said.str(), "");
-}
-
-TEST_F(LogsCli, AboveTheDirectReadLimitItSaysHowManyBytesItCopiesBeforeCopying) {
-  const std::string db = make_db(kManyRows, kLongMessage);
-  const std::string said = shell_output("TMPDIR=" + (dir_ / "tmp").string() + " timeout 60 " +
-                                        std::string(HOLDFAST_BIN) + " logs --db " + db +
-                                        " --limit 20000 2>&1 >/dev/null");
-  EXPECT_NE(said.find("copying '" + db + "' (about " + std::to_string(fs::file_size(db)) +
-                      " bytes) into " + (dir_ / "tmp").string() + "/holdfast-logs-"),
-            std::string::npos)
-      << said;
-  EXPECT_TRUE(left_in_tmp().empty());
-}
-
 }  // namespace
