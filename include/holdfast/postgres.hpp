@@ -81,6 +81,7 @@
 
 #include "holdfast/clock.hpp"
 #include "holdfast/health_probe.hpp"
+#include "holdfast/idempotency.hpp"
 #include "holdfast/liveness.hpp"
 #include "holdfast/postgres_attempt.hpp"
 #include "holdfast/postgres_connection.hpp"
@@ -118,12 +119,8 @@ class Statement {
   bool changes_session_ = false;
 };
 
-/// The result of once(): what the keyed write returned, and whether it was stored by an
-/// earlier call with the same key (and so not run again).
-struct KeyedResult {
-  std::string result;     ///< what the keyed write returned
-  bool replayed = false;  ///< true: stored by an earlier call with the same key; fn did not run
-};
+/// The result of once(): the one holdfast::KeyedResult of every engine (idempotency.hpp).
+using KeyedResult = holdfast::KeyedResult;
 
 class Database;
 namespace detail {

@@ -335,6 +335,37 @@ Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& opti
   return Connection(std::move(impl));
 }
 
+Result<Connection> detail::ConnectionAccess::start(const ConnectOptions& options) {
+  using Impl = Connection::Impl;
+  auto impl = std::make_unique<Impl>();
+  impl->clock = options.clock != nullptr ? options.clock : &Clock::system();
+  Keywords k;
+  fill_keywords(options, k);
+  impl->statement_timeout_ms = k.statement_timeout_ms;
+  PGconn* conn = PQconnectStartParams(k.keys.data(), k.values.data(), /*expand_dbname=*/1);
+  if (conn == nullptr) {
+    return Status(Code::kResourceExhausted, "libpq could not allocate a connection");
+  }
+  impl->conn = conn;
+  PQsetNoticeReceiver(conn, &Impl::on_notice, impl.get());
+  PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);  // as open_one(): startup errors' SQLSTATE
+  return Connection(std::move(impl));
+}
+
+Status detail::ConnectionAccess::start_failure(const Connection& c, bool done) {
+  if (!c.impl_ || c.impl_->conn == nullptr) return Connection::Impl::closed();
+  PGconn* conn = c.impl_->conn;
+  if (PQstatus(conn) == CONNECTION_OK) {
+    PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
+    return Status();
+  }
+  return connect_failure(conn, done ? PGRES_POLLING_FAILED : PGRES_POLLING_ACTIVE);
+}
+
+Connection::Impl* detail::ConnectionAccess::impl(Connection& c) noexcept {
+  return c.impl_.get();
+}
+
 bool Connection::is_open() const noexcept {
   return impl_ && impl_->conn != nullptr && PQstatus(impl_->conn) == CONNECTION_OK;
 }

@@ -80,6 +80,7 @@ struct Connection::Impl {
   Status pipeline(std::span<const detail::Step> steps, std::span<Rows> out, std::size_t* failed);
 
  private:
+  friend class LoopConnection;
   // Where a wait for results stands: the deadline, and whether the cancel went out.
   struct Wait {
     TimePoint until;

@@ -95,6 +95,12 @@ struct ConnectionAccess {
   // in time: neither the connect's handshake nor the query's answer. A refusal or an error
   // is an answer.
   static Liveness::CheckResult check_server(const ConnectOptions& options, TimePoint deadline);
+  // For LoopConnection (loop_connection.cpp): a connect started and not driven
+  // (PQconnectStartParams), its failure classified as open() classifies it, and the
+  // connection's state.
+  static Result<Connection> start(const ConnectOptions& options);
+  static Status start_failure(const Connection& c, bool done);
+  static Connection::Impl* impl(Connection& c) noexcept;
 };
 
 // The current request's read-your-writes position (lsn.cpp; postgres_lsn.hpp).

@@ -1,0 +1,537 @@
+/// @file
+/// PostgreSQL on an Asio event loop, with holdfast's decisions and no thread per round trip.
+/// Header-only over the compiled holdfast::pg (link holdfast::pg); needs standalone Asio 1.22
+/// or Boost.Asio 1.81 (HOLDFAST_ASIO_BOOST, as for holdfast/adapters/asio.hpp) and C++20
+/// coroutines.
+///
+/// A Client keeps a small pool of pg::LoopConnection (libpq's non-blocking API) on one
+/// executor. Each call runs through holdfast::asio::async_run on the Client's Shield: one
+/// retry window per request (the RequestContext's, which an upstream deadline caps), retries
+/// by the engine's verdict (a read is repeated, a write only when nothing was applied, a keyed
+/// write always), the breaker, the concurrency limit and the retry throttle. Every wait --
+/// connecting, sending, the server's answer, a backoff, a place under the limit -- is a wait
+/// on the event loop. At the request's deadline the statement is cancelled (libpq 15's cancel
+/// request blocks, so it alone is sent off the loop, by holdfast's canceller thread); a
+/// server that answers neither within the grace after it loses the connection, and the
+/// outcome of a write sent on it is unknown (Outcome::kUnknown: never repeated).
+///
+/// @code
+///   asio::io_context io;
+///   holdfast::asio::pg::ClientOptions options;
+///   options.connect.conninfo = "postgresql://app@db1:5432,db2:5432/app";
+///   auto client = holdfast::asio::pg::Client<>::open(io.get_executor(), options).value();
+///   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+///     holdfast::RequestContext request;                       // one window for the request
+///     const holdfast::pg::Param on[] = {day};
+///     holdfast::Result<holdfast::pg::Rows> games = co_await client->async_read(
+///         request, "schedule.games", "SELECT name FROM games WHERE day = $1", on,
+///         asio::use_awaitable);
+///     const holdfast::pg::Param payment[] = {member, cents};
+///     holdfast::Result<holdfast::KeyedResult> paid = co_await client->async_once(
+///         request, key, "INSERT INTO payments (member, cents) VALUES ($1, $2) RETURNING id",
+///         payment, asio::use_awaitable);
+///   }, asio::detached);
+/// @endcode
+///
+/// Parameters: a span (a named array, as above) or, outside coroutines, a braced list. g++ 12
+/// cannot keep a braced list of Params across a co_await ("array used as initializer"), so
+/// coroutines name them first. The SQL and the parameters are copied when the call starts. The
+/// Client outlives its operations; destroy it after the io_context stopped running them. The
+/// executor runs one handler at a time for a Client (an io_context run by one thread, or a strand).
+///
+/// Not yet here (the blocking pg::Database has them): reads routed to standbys with
+/// read-your-writes, silence found by a liveness check before the deadline, prepared
+/// statements, transactions of several statements written by the caller.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#if defined(HOLDFAST_ASIO_BOOST)
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#else
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#endif
+
+#include "holdfast/adapters/asio.hpp"
+#include "holdfast/idempotency.hpp"
+#include "holdfast/postgres_loop.hpp"
+#include "holdfast/window.hpp"
+
+/// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
+namespace holdfast::asio::pg {
+
+/// How a Client connects and how many connections it keeps.
+struct ClientOptions {
+  /// The server (or servers: a multi-host URL; writes need target_session_attrs=read-write
+  /// when some of them are standbys), keepalives and session settings.
+  holdfast::pg::ConnectOptions connect;
+  /// The most connections open at once; a call that finds them all busy waits on the loop
+  /// for one (within its window).
+  std::size_t max_connections = 8;
+  /// How long a cancelled statement may take to end before its connection is closed.
+  Duration cancel_grace = std::chrono::milliseconds(200);
+  /// The table of async_once()'s keys (the blocking pg::Database's default name and shape:
+  /// key text PRIMARY KEY, result text, created_at timestamptz).
+  std::string idempotency_table = "holdfast_idempotency";
+  /// The Shield's name (its metrics and log lines).
+  std::string shield_name = "postgres";
+  /// The Shield's settings (limit, breaker, throttle).
+  Shield::Options shield;
+};
+
+namespace detail {
+
+namespace net = ::holdfast::asio::detail::net;
+using ::holdfast::asio::detail::error_code;
+using Clock = std::chrono::steady_clock;
+
+// One connection of the pool and the descriptor the loop watches its socket through. The
+// descriptor never owns the socket (libpq does): it is released before libpq closes it.
+struct Slot {
+  explicit Slot(const net::any_io_executor& ex) : descriptor(ex) {}
+  ~Slot() { forget(); }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  void forget() noexcept {
+    if (fd >= 0) {
+      error_code ec;
+      descriptor.cancel(ec);
+      (void)descriptor.release();
+      fd = -1;
+    }
+  }
+  // The descriptor watches the connection's socket as it is now (a connect to several
+  // hosts makes a new socket for each). `fresh`: watch it anew even if its number is the
+  // same (during a connect, libpq may close a socket and get the same number again).
+  void watch(bool fresh) {
+    const int now = conn.socket();
+    if (now == fd && !fresh) return;
+    forget();
+    if (now < 0) return;
+    error_code ec;
+    descriptor.assign(now, ec);
+    if (!ec) fd = now;
+  }
+
+  holdfast::pg::LoopConnection conn;
+  net::posix::stream_descriptor descriptor;
+  int fd = -1;
+};
+
+// Waits until the slot's socket is ready for `want`, or `until`. True when ready (or when
+// there is no socket to wait on: libpq then reports the lost connection). At `until` the
+// timer cancels the descriptor's wait; `race` tells a timer that fires after the wait ended
+// (its handler already queued) to leave the descriptor alone.
+inline net::awaitable<bool> ready(Slot& s, holdfast::pg::Want want, TimePoint until, bool fresh) {
+  s.watch(fresh);
+  if (s.fd < 0) co_return true;
+  struct Race {
+    bool over = false;
+    bool expired = false;
+  };
+  auto race = std::make_shared<Race>();
+  net::steady_timer timer(s.descriptor.get_executor(), until);
+  timer.async_wait([race, d = &s.descriptor](const error_code& ec) {
+    if (ec || race->over) return;
+    race->expired = true;
+    error_code ignored;
+    d->cancel(ignored);
+  });
+  error_code ec;
+  const auto what = want == holdfast::pg::Want::kRead ? net::posix::descriptor_base::wait_read
+                                                      : net::posix::descriptor_base::wait_write;
+  co_await s.descriptor.async_wait(what, net::redirect_error(net::use_awaitable, ec));
+  race->over = true;
+  timer.cancel();
+  co_return !race->expired;
+}
+
+// One statement's parameters, copied so that every attempt of the call can send them.
+struct Params {
+  explicit Params(std::span<const holdfast::pg::Param> given) {
+    text.reserve(given.size());
+    for (const holdfast::pg::Param& p : given)
+      text.emplace_back(p.is_null() ? std::string() : std::string(p.text()));
+    params.reserve(given.size());
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      params.push_back(given[i].is_null() ? holdfast::pg::Param(nullptr)
+                                          : holdfast::pg::Param::typed(text[i], given[i].oid()));
+    }
+  }
+  std::vector<std::string> text;
+  std::vector<holdfast::pg::Param> params;
+};
+
+}  // namespace detail
+
+/// PostgreSQL calls on an Asio executor (see the top of asio_pg.hpp). Not copyable or movable.
+template <class Executor = detail::net::any_io_executor>
+class Client {
+ public:
+  /// A client of the server `options.connect` names, on `ex`. It connects lazily, on the first
+  /// call, so a server that is away now is no error here. Fails on options that can never work
+  /// (no conninfo, no connection allowed, a table name that is not an identifier), naming the
+  /// field. The Client is neither copied nor moved: it lives where open() put it.
+  static Result<std::unique_ptr<Client>> open(const Executor& ex, ClientOptions options) {
+    if (options.connect.conninfo.empty()) {
+      return Status(Code::kInvalidArgument, "ClientOptions::connect.conninfo is empty");
+    }
+    if (options.max_connections == 0) {
+      return Status(Code::kInvalidArgument, "ClientOptions::max_connections must be at least 1");
+    }
+    if (!holdfast::detail::is_table_name(options.idempotency_table)) {
+      return Status(Code::kInvalidArgument, "ClientOptions::idempotency_table '" +
+                                                options.idempotency_table +
+                                                "' is not a plain or schema-qualified identifier");
+    }
+    if (options.cancel_grace < Duration::zero()) {
+      return Status(Code::kInvalidArgument, "ClientOptions::cancel_grace must not be negative");
+    }
+    return std::unique_ptr<Client>(new Client(ex, std::move(options)));
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  /// The Shield every call runs through (its breaker, limit, throttle and metrics).
+  [[nodiscard]] Shield& shield() noexcept { return shield_; }
+  /// Connections open now (idle or in use).
+  [[nodiscard]] std::size_t open_connections() const noexcept { return open_; }
+
+  /// Runs a read: repeated after any failure the engine says may pass, within the request's
+  /// window. Completes with void(Result<pg::Rows>).
+  template <class Token>
+  auto async_read(const RequestContext& request, std::string_view label, std::string_view sql,
+                  std::span<const holdfast::pg::Param> params, Token&& token) {
+    return call(request, Operation::read(label), sql, params, std::forward<Token>(token));
+  }
+  /// async_read() with the parameters in braces.
+  template <class Token>
+  auto async_read(const RequestContext& request, std::string_view label, std::string_view sql,
+                  std::initializer_list<holdfast::pg::Param> params, Token&& token) {
+    return async_read(request, label, sql, std::span(params.begin(), params.size()),
+                      std::forward<Token>(token));
+  }
+
+  /// Runs a write (one statement, its own transaction): repeated only when the failed attempt
+  /// provably applied nothing; a write whose outcome is unknown completes with that failure
+  /// (Fault::outcome kUnknown). Completes with void(Result<pg::Rows>).
+  template <class Token>
+  auto async_write(const RequestContext& request, std::string_view label, std::string_view sql,
+                   std::span<const holdfast::pg::Param> params, Token&& token) {
+    return call(request, Operation::write(label), sql, params, std::forward<Token>(token));
+  }
+  /// async_write() with the parameters in braces.
+  template <class Token>
+  auto async_write(const RequestContext& request, std::string_view label, std::string_view sql,
+                   std::initializer_list<holdfast::pg::Param> params, Token&& token) {
+    return async_write(request, label, sql, std::span(params.begin(), params.size()),
+                       std::forward<Token>(token));
+  }
+
+  /// Runs a write at most once for `key`, however often it is retried or called again: the
+  /// key's row and the write commit in one transaction. The first column of the write's first
+  /// row (`RETURNING id`), if any, is recorded and returned to a later call with the same key
+  /// (KeyedResult::replayed). So it is repeated whatever happened, even when a commit's outcome
+  /// was unknown. REQUIRES: the table (ClientOptions::idempotency_table) exists
+  /// (pg::Database::create_idempotency_table() makes it). Completes with
+  /// void(Result<KeyedResult>).
+  template <class Token>
+  auto async_once(const RequestContext& request, std::string_view key, std::string_view sql,
+                  std::span<const holdfast::pg::Param> params, Token&& token) {
+    Operation op = Operation::transaction(true, "pg.once");
+    op.idempotency = Idempotency::kIdempotent;
+    auto state = std::make_shared<Keyed>(request, std::string(key), std::string(sql), params);
+    auto attempt = [this, state](Done<Result<KeyedResult>> done) {
+      spawn<Result<KeyedResult>>(once_attempt(state), std::move(done));
+    };
+    return async_run<Result<KeyedResult>>(ex_, shield_, op, run_options(request),
+                                          std::move(attempt), std::forward<Token>(token));
+  }
+  /// async_once() with the parameters in braces.
+  template <class Token>
+  auto async_once(const RequestContext& request, std::string_view key, std::string_view sql,
+                  std::initializer_list<holdfast::pg::Param> params, Token&& token) {
+    return async_once(request, key, sql, std::span(params.begin(), params.size()),
+                      std::forward<Token>(token));
+  }
+
+  /// Creates async_once()'s table when it is missing (the same table pg::Database's
+  /// create_idempotency_table() makes). Completes with void(Result<pg::Rows>).
+  template <class Token>
+  auto async_create_idempotency_table(const RequestContext& request, Token&& token) {
+    return call(request, Operation::idempotent_write("pg.idempotency_table"), create_sql_, {},
+                std::forward<Token>(token));
+  }
+
+ private:
+  Client(const Executor& ex, ClientOptions options)
+      : ex_(ex),
+        options_(std::move(options)),
+        shield_(options_.shield_name, options_.shield),
+        vacancy_(ex) {
+    vacancy_.expires_at(TimePoint::max());
+    claim_sql_ = "INSERT INTO " + options_.idempotency_table +
+                 " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
+    recorded_sql_ = "SELECT result FROM " + options_.idempotency_table + " WHERE key = $1";
+    record_sql_ = "UPDATE " + options_.idempotency_table + " SET result = $2 WHERE key = $1";
+    create_sql_ = "CREATE TABLE IF NOT EXISTS " + options_.idempotency_table +
+                  " (key text PRIMARY KEY, result text, "
+                  "created_at timestamptz NOT NULL DEFAULT now())";
+  }
+
+  using Slot = detail::Slot;
+  using Want = holdfast::pg::Want;
+  using Rows = holdfast::pg::Rows;
+  template <class T>
+  using awaitable = detail::net::awaitable<T>;
+
+  // What one call keeps for all its attempts.
+  struct Plain {
+    Plain(const RequestContext& r, std::string_view s, std::span<const holdfast::pg::Param> p)
+        : request(r), sql(s), params(p) {}
+    RequestContext request;
+    std::string sql;
+    detail::Params params;
+  };
+  struct Keyed : Plain {
+    Keyed(const RequestContext& r, std::string k, std::string s,
+          std::span<const holdfast::pg::Param> p)
+        : Plain(r, s, p), key(std::move(k)) {}
+    std::string key;
+  };
+
+  // When this attempt must be over: the request's deadline. PostgreSQL does not say that a
+  // statement waits for a lock, so the request's window opens when it first goes to the
+  // database (as pg::Database's does), not at its first failure.
+  static TimePoint attempt_deadline(const RequestContext& request) {
+    request.window().open(detail::Clock::now());
+    return request.deadline();
+  }
+
+  static RunOptions run_options(const RequestContext& request) {
+    RunOptions o;
+    o.window = &request.window();
+    return o;
+  }
+
+  template <class Token>
+  auto call(const RequestContext& request, Operation op, std::string_view sql,
+            std::span<const holdfast::pg::Param> params, Token&& token) {
+    auto state = std::make_shared<Plain>(request, sql, params);
+    auto attempt = [this, state](Done<Result<Rows>> done) {
+      spawn<Result<Rows>>(plain_attempt(state), std::move(done));
+    };
+    return async_run<Result<Rows>>(ex_, shield_, op, run_options(request), std::move(attempt),
+                                   std::forward<Token>(token));
+  }
+
+  // Runs one attempt as a coroutine on the executor and hands its outcome to `done`.
+  template <class R>
+  void spawn(awaitable<R> attempt, Done<R> done) {
+    auto out = std::make_shared<std::optional<R>>();
+    detail::net::co_spawn(
+        ex_,
+        [](awaitable<R> a, std::shared_ptr<std::optional<R>> o) -> awaitable<void> {
+          o->emplace(co_await std::move(a));
+        }(std::move(attempt), out),
+        [out, done = std::move(done)](std::exception_ptr e) mutable {
+          if (e || !out->has_value()) {
+            done(R(Status(Code::kInternal, "the PostgreSQL attempt ended without an outcome")));
+            return;
+          }
+          done(std::move(**out));
+        });
+  }
+
+  // A connection from the pool (or a new one, connected on the loop), before `until`.
+  awaitable<Result<std::unique_ptr<Slot>>> lease(TimePoint until) {
+    for (;;) {
+      while (!idle_.empty()) {
+        std::unique_ptr<Slot> s = std::move(idle_.back());
+        idle_.pop_back();
+        if (s->conn.is_open()) co_return s;
+        --open_;  // lost while idle (a terminated backend): find another
+      }
+      if (open_ < options_.max_connections) {
+        ++open_;
+        co_return co_await connect(until);
+      }
+      if (!co_await vacancy(until)) {
+        co_return Status(Code::kDeadlineExceeded,
+                         "no PostgreSQL connection came free within the request's window",
+                         Fault{RetryScope::kNone, Outcome::kNotApplied, Pace::kFast, false});
+      }
+    }
+  }
+
+  // Waits until a connection may have come free (true) or `until` passed (false).
+  awaitable<bool> vacancy(TimePoint until) {
+    auto expired = std::make_shared<bool>(false);
+    detail::net::steady_timer deadline(ex_, until);
+    deadline.async_wait([expired, this](const detail::error_code& ec) {
+      if (ec || *expired) return;
+      *expired = true;
+      vacancy_.cancel();  // wakes every waiter; each looks again
+    });
+    detail::error_code ec;
+    co_await vacancy_.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
+    const bool came_free = !*expired;
+    *expired = true;  // a deadline that fires now finds nothing to do
+    deadline.cancel();
+    co_return came_free || detail::Clock::now() < until;
+  }
+
+  awaitable<Result<std::unique_ptr<Slot>>> connect(TimePoint until) {
+    auto s = std::make_unique<Slot>(ex_);
+    const TimePoint cap = std::min(until, detail::Clock::now() + options_.connect.connect_timeout);
+    Result<holdfast::pg::LoopConnection> started =
+        holdfast::pg::LoopConnection::start(options_.connect);
+    if (!started.ok()) {
+      give_back(nullptr);
+      co_return started.status();
+    }
+    s->conn = std::move(*started);
+    for (Want w = s->conn.want(); w != Want::kNothing; w = s->conn.connect_step()) {
+      if (!co_await detail::ready(*s, w, cap, true)) {
+        s->forget();
+        give_back(nullptr);
+        co_return Status(Code::kUnavailable, "no PostgreSQL connection within the deadline",
+                         Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true})
+            .with_sqlstate("");
+      }
+    }
+    Status st = s->conn.connect_status();
+    if (!st.ok()) {
+      s->forget();
+      give_back(nullptr);
+      co_return st;
+    }
+    co_return s;
+  }
+
+  // Returns a connection to the pool (or closes it when it is not idle and open) and wakes
+  // the calls waiting for one.
+  void give_back(std::unique_ptr<Slot> s) {
+    if (s != nullptr && s->conn.is_open() &&
+        s->conn.txn_status() == holdfast::pg::TxnStatus::kIdle) {
+      idle_.push_back(std::move(s));
+    } else {
+      if (s != nullptr) s->forget();
+      --open_;
+    }
+    vacancy_.cancel();
+  }
+
+  // Sends one statement on `s` and waits for its result, cancelling it at `until`.
+  awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
+                                   std::span<const holdfast::pg::Param> params, TimePoint until) {
+    bool cancelled = false;
+    Want w = s.conn.send(sql, params);
+    while (w != Want::kNothing) {
+      if (co_await detail::ready(s, w, until, false)) {
+        w = s.conn.step();
+        continue;
+      }
+      if (!cancelled) {
+        s.conn.cancel();
+        cancelled = true;
+        until = detail::Clock::now() + options_.cancel_grace;
+        continue;
+      }
+      s.forget();
+      co_return s.conn.abandon(false);
+    }
+    co_return s.conn.result();
+  }
+
+  awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state) {
+    const TimePoint until = attempt_deadline(state->request);
+    Result<std::unique_ptr<Slot>> slot = co_await lease(until);
+    if (!slot.ok()) co_return slot.status();
+    Result<Rows> r = co_await exchange(**slot, state->sql, state->params.params, until);
+    give_back(std::move(*slot));
+    co_return r;
+  }
+
+  awaitable<Result<KeyedResult>> once_attempt(std::shared_ptr<Keyed> state) {
+    const TimePoint until = attempt_deadline(state->request);
+    Result<std::unique_ptr<Slot>> leased = co_await lease(until);
+    if (!leased.ok()) co_return leased.status();
+    Slot& s = **leased;
+    const holdfast::pg::Param key[] = {holdfast::pg::Param(state->key)};
+    Result<KeyedResult> out = co_await keyed(s, *state, key, until);
+    if (!out.ok() && s.conn.is_open() && s.conn.txn_status() != holdfast::pg::TxnStatus::kIdle) {
+      // Roll back on the loop: the connection is reused only once it is idle again.
+      (void)co_await exchange(s, "ROLLBACK", {}, until);
+    }
+    give_back(std::move(*leased));
+    co_return out;
+  }
+
+  // BEGIN, the key's claim, then the write and its recorded result, or the recorded result of
+  // an earlier call; COMMIT. Each a round trip on the loop.
+  awaitable<Result<KeyedResult>> keyed(Slot& s, const Keyed& state,
+                                       std::span<const holdfast::pg::Param> key, TimePoint until) {
+    Result<Rows> begun = co_await exchange(s, "BEGIN", {}, until);
+    if (!begun.ok()) co_return begun.status();
+    Result<Rows> claimed = co_await exchange(s, claim_sql_, key, until);
+    if (!claimed.ok()) co_return claimed.status();
+    KeyedResult kept;
+    if (claimed->affected() == 1) {
+      Result<Rows> wrote = co_await exchange(s, state.sql, state.params.params, until);
+      if (!wrote.ok()) co_return wrote.status();
+      if (!wrote->empty()) kept.result = std::string(wrote->text(0, 0));
+      const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
+                                            holdfast::pg::Param(kept.result)};
+      Result<Rows> recorded = co_await exchange(s, record_sql_, record, until);
+      if (!recorded.ok()) co_return recorded.status();
+    } else {
+      Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until);
+      if (!recorded.ok()) co_return recorded.status();
+      if (recorded->empty()) {
+        // The row that conflicted was rolled back after all: run the transaction again.
+        co_return Status(Code::kAborted, "idempotency key conflicted but is not recorded",
+                         Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+      }
+      kept.result = std::string(recorded->text(0, 0));
+      kept.replayed = true;
+    }
+    Result<Rows> committed = co_await exchange(s, "COMMIT", {}, until);
+    if (!committed.ok()) co_return committed.status();
+    co_return kept;
+  }
+
+  Executor ex_;
+  ClientOptions options_;
+  Shield shield_;
+  std::vector<std::unique_ptr<Slot>> idle_;
+  std::size_t open_ = 0;
+  detail::net::steady_timer vacancy_;  // cancelled whenever a connection comes free
+  std::string claim_sql_;
+  std::string recorded_sql_;
+  std::string record_sql_;
+  std::string create_sql_;
+};
+
+}  // namespace holdfast::asio::pg

@@ -1,0 +1,116 @@
+/// @file
+/// A PostgreSQL connection that an event loop drives: libpq's non-blocking API, and nothing
+/// in it ever waits. The caller owns the waiting: it watches socket() for what the last step
+/// asked (readable or writable) and calls the next step when it is ready. The Asio adapter
+/// (holdfast/adapters/asio_pg.hpp) drives it on an io_context; any other loop (epoll, libuv)
+/// can drive it the same way.
+///
+/// @code
+///   Result<pg::LoopConnection> c = pg::LoopConnection::start(options);   // sends nothing yet
+///   for (pg::Want w = c->want(); w != pg::Want::kNothing; w = c->connect_step())
+///     wait_for(c->socket(), w);                                         // the loop's wait
+///   if (Status s = c->connect_status(); !s.ok()) return s;
+///   for (pg::Want w = c->send(sql, params); w != pg::Want::kNothing; w = c->step())
+///     wait_for(c->socket(), w);
+///   Result<pg::Rows> rows = c->result();
+/// @endcode
+///
+/// Results and failures are classified exactly as Connection::query() classifies them (the
+/// same Status, Fault and outcome), so a retry loop decides on them the same way. A
+/// statement whose deadline passed is cancelled with cancel() (the cancel request is the
+/// one thing libpq 15 cannot send without blocking: it goes off the caller's thread), and
+/// abandon() gives up on it: the connection closes and the outcome is unknown when the
+/// statement was sent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "holdfast/postgres_connection.hpp"
+#include "holdfast/result.hpp"
+#include "holdfast/status.hpp"
+
+namespace holdfast::pg {
+
+/// What a LoopConnection waits for before its next step.
+enum class Want : std::uint8_t {
+  kRead,     ///< wait until socket() is readable, then call the step again
+  kWrite,    ///< wait until socket() is writable, then call the step again
+  kNothing,  ///< the step is complete: look at its status or result
+};
+
+/// One libpq connection driven by the caller's event loop (see the top of this file).
+/// Move-only; used by one thread (or strand) at a time.
+class LoopConnection {
+ public:
+  /// A closed connection.
+  LoopConnection() noexcept;
+  ~LoopConnection();
+  /// Moves the connection; the moved-from one is closed.
+  LoopConnection(LoopConnection&&) noexcept;
+  /// Closes this one and takes `other`'s connection.
+  LoopConnection& operator=(LoopConnection&&) noexcept;
+  LoopConnection(const LoopConnection&) = delete;
+  LoopConnection& operator=(const LoopConnection&) = delete;
+
+  /// Starts connecting (PQconnectStartParams): resolves nothing that blocks and waits for
+  /// nothing. Then wait for want() and call connect_step() until it returns Want::kNothing.
+  /// Fails at once only when libpq cannot start (no memory, a malformed conninfo).
+  static Result<LoopConnection> start(const ConnectOptions& options);
+
+  /// The socket to watch; -1 when closed. It may change during a connect (each host of a
+  /// multi-host conninfo gets its own): look at it again after every step.
+  [[nodiscard]] int socket() const noexcept;
+  /// What the connection waits for now.
+  [[nodiscard]] Want want() const noexcept { return want_; }
+
+  /// Advances the connect after the socket became ready for want(). Returns what to wait for
+  /// next; Want::kNothing once the connect succeeded or failed (connect_status() says which).
+  Want connect_step() noexcept;
+  /// Why the connect failed (classified as Connection::open() classifies it); OK once open.
+  [[nodiscard]] Status connect_status() const;
+
+  /// True while the connection is up and idle or running a statement.
+  [[nodiscard]] bool is_open() const noexcept;
+  /// What libpq says of the session's transaction.
+  [[nodiscard]] TxnStatus txn_status() const noexcept;
+
+  /// Sends one statement with its parameters (PQsendQueryParams) without waiting. The text of
+  /// `sql` and `params` is copied before it returns. Returns what to wait for before step();
+  /// Want::kNothing when it could not be sent (result() then says why; nothing was applied).
+  Want send(std::string_view sql, std::span<const Param> params = {});
+  /// After the socket became ready for what the last send() or step() asked: sends what is
+  /// still unsent and reads what arrived. Want::kNothing once the statement's result is
+  /// complete (or the connection was lost): then call result().
+  Want step() noexcept;
+  /// The last statement's result, classified as Connection::query() classifies it. Call once
+  /// per statement, after send() or step() returned Want::kNothing.
+  Result<Rows> result();
+
+  /// Asks the server to cancel the running statement. libpq 15's cancel request blocks, so it
+  /// is sent off the caller's thread; keep waiting for the statement's end (a cancelled
+  /// statement ends with 57014) or abandon() it.
+  void cancel() noexcept;
+  /// Gives up on the running statement: closes the connection and returns why. `silent`: the
+  /// server was found silent (else the deadline and a cancel went unanswered). The outcome is
+  /// unknown when the statement was sent (whether it was applied cannot be known).
+  Status abandon(bool silent);
+
+  /// Closes now (also done by the destructor).
+  void close() noexcept;
+
+ private:
+  explicit LoopConnection(Connection connection) noexcept;
+  Want flush() noexcept;
+
+  Connection connection_;
+  Want want_ = Want::kNothing;
+  bool sent_ = false;        // the statement went out (its outcome may be unknown)
+  bool connecting_ = false;  // between start() and the end of the connect
+  pg_result* good_ = nullptr;
+  pg_result* bad_ = nullptr;
+};
+
+}  // namespace holdfast::pg

@@ -1,0 +1,194 @@
+// LoopConnection: one libpq connection in non-blocking mode, stepped by the caller's event
+// loop. The same Impl as Connection (its parameter binding, its notices, its classification
+// of failures), without a single wait: where Connection::Impl polls, this returns Want.
+#include "holdfast/postgres_loop.hpp"
+
+#include <libpq-fe.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "connection_impl.hpp"
+#include "exchange_results.hpp"
+#include "pg_internal.hpp"
+
+namespace holdfast::pg {
+
+using detail::ConnectionAccess;
+// Connection's Impl, which this file shares (its name is Connection's own).
+using Impl = std::remove_pointer_t<decltype(ConnectionAccess::impl(std::declval<Connection&>()))>;
+
+LoopConnection::LoopConnection() noexcept = default;
+LoopConnection::LoopConnection(Connection connection) noexcept
+    : connection_(std::move(connection)) {}
+
+LoopConnection::~LoopConnection() {
+  close();
+}
+
+LoopConnection::LoopConnection(LoopConnection&& other) noexcept
+    : connection_(std::move(other.connection_)),
+      want_(std::exchange(other.want_, Want::kNothing)),
+      sent_(std::exchange(other.sent_, false)),
+      connecting_(std::exchange(other.connecting_, false)),
+      good_(std::exchange(other.good_, nullptr)),
+      bad_(std::exchange(other.bad_, nullptr)) {}
+
+LoopConnection& LoopConnection::operator=(LoopConnection&& other) noexcept {
+  if (this != &other) {
+    close();
+    connection_ = std::move(other.connection_);
+    want_ = std::exchange(other.want_, Want::kNothing);
+    sent_ = std::exchange(other.sent_, false);
+    connecting_ = std::exchange(other.connecting_, false);
+    good_ = std::exchange(other.good_, nullptr);
+    bad_ = std::exchange(other.bad_, nullptr);
+  }
+  return *this;
+}
+
+Result<LoopConnection> LoopConnection::start(const ConnectOptions& options) {
+  Result<Connection> c = ConnectionAccess::start(options);
+  if (!c.ok()) return c.status();
+  LoopConnection loop(std::move(*c));
+  PGconn* conn = ConnectionAccess::native(loop.connection_);
+  // libpq: after PQconnectStartParams, wait as if PQconnectPoll had said "writing".
+  loop.connecting_ = PQstatus(conn) != CONNECTION_BAD;
+  loop.want_ = loop.connecting_ ? Want::kWrite : Want::kNothing;
+  return loop;
+}
+
+int LoopConnection::socket() const noexcept {
+  PGconn* conn = ConnectionAccess::native(connection_);
+  return conn != nullptr ? PQsocket(conn) : -1;
+}
+
+Want LoopConnection::connect_step() noexcept {
+  PGconn* conn = ConnectionAccess::native(connection_);
+  if (!connecting_ || conn == nullptr) return want_ = Want::kNothing;
+  switch (PQconnectPoll(conn)) {
+    case PGRES_POLLING_READING:
+      return want_ = Want::kRead;
+    case PGRES_POLLING_WRITING:
+      return want_ = Want::kWrite;
+    case PGRES_POLLING_OK:
+      // Sends never block from here on: a full socket buffer makes PQflush() say so.
+      connecting_ = false;
+      PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
+      if (PQsetnonblocking(conn, 1) != 0) connection_.close();
+      return want_ = Want::kNothing;
+    default:
+      connecting_ = false;
+      return want_ = Want::kNothing;
+  }
+}
+
+Status LoopConnection::connect_status() const {
+  return ConnectionAccess::start_failure(connection_, !connecting_);
+}
+
+bool LoopConnection::is_open() const noexcept {
+  return !connecting_ && connection_.is_open();
+}
+
+TxnStatus LoopConnection::txn_status() const noexcept {
+  return connection_.txn_status();
+}
+
+Want LoopConnection::flush() noexcept {
+  PGconn* conn = ConnectionAccess::native(connection_);
+  switch (PQflush(conn)) {
+    case 0:
+      return Want::kRead;
+    case 1:
+      return Want::kWrite;
+    default:
+      return Want::kNothing;  // lost: result() says so
+  }
+}
+
+Want LoopConnection::send(std::string_view sql, std::span<const Param> params) {
+  PQclear(std::exchange(good_, nullptr));
+  PQclear(std::exchange(bad_, nullptr));
+  sent_ = false;
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (impl == nullptr || connecting_ || !impl->ready().ok()) return want_ = Want::kNothing;
+  impl->sql.assign(sql);
+  impl->bind(params);
+  sent_ = PQsendQueryParams(impl->conn, impl->sql.c_str(), static_cast<int>(params.size()),
+                            impl->types.data(), impl->values.data(), nullptr, nullptr, 0) != 0;
+  if (!sent_) return want_ = Want::kNothing;
+  return want_ = flush();
+}
+
+Want LoopConnection::step() noexcept {
+  PGconn* conn = ConnectionAccess::native(connection_);
+  if (conn == nullptr || want_ == Want::kNothing) return want_ = Want::kNothing;
+  if (want_ == Want::kWrite) {
+    want_ = flush();
+    if (want_ != Want::kRead) return want_;
+  }
+  if (PQconsumeInput(conn) == 0) {
+    // Lost: PQgetResult() reports it (or nothing does, and result() says it was lost).
+    while (PGresult* r = PQgetResult(conn))
+      keep_error(bad_, r);
+    return want_ = Want::kNothing;
+  }
+  while (PQisBusy(conn) == 0) {
+    PGresult* r = PQgetResult(conn);
+    if (r == nullptr) return want_ = Want::kNothing;
+    const ExecStatusType st = PQresultStatus(r);
+    if (is_rows(st)) {
+      PQclear(std::exchange(good_, r));
+    } else if (is_copy(st)) {
+      end_copy(conn, r);
+    } else {
+      keep_error(bad_, r);
+    }
+  }
+  return want_ = Want::kRead;
+}
+
+Result<Rows> LoopConnection::result() {
+  Rows good(std::exchange(good_, nullptr));
+  Rows bad(std::exchange(bad_, nullptr));
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (impl == nullptr || impl->conn == nullptr) return Impl::closed();
+  if (bad.native() != nullptr || !sent_ || PQstatus(impl->conn) != CONNECTION_OK) {
+    if (!sent_ && PQstatus(impl->conn) == CONNECTION_OK && bad.native() == nullptr) {
+      if (Status s = impl->ready(); !s.ok()) return s;
+    }
+    return impl->failure(bad.native(), sent_);
+  }
+  if (good.native() == nullptr) {
+    Status s(Code::kInvalidArgument, "the statement returned no result");
+    s.with_sqlstate("");
+    return s;
+  }
+  return good;
+}
+
+void LoopConnection::cancel() noexcept {
+  if (auto* impl = ConnectionAccess::impl(connection_)) impl->cancel();
+}
+
+Status LoopConnection::abandon(bool silent) {
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (impl == nullptr || impl->conn == nullptr) return Impl::closed();
+  PQclear(std::exchange(good_, nullptr));
+  PQclear(std::exchange(bad_, nullptr));
+  Impl::Wait w{TimePoint::max()};
+  w.silent = silent;
+  want_ = Want::kNothing;
+  return impl->stuck(w, sent_);  // closes the connection
+}
+
+void LoopConnection::close() noexcept {
+  PQclear(std::exchange(good_, nullptr));
+  PQclear(std::exchange(bad_, nullptr));
+  connecting_ = false;
+  want_ = Want::kNothing;
+  connection_.close();
+}
+
+}  // namespace holdfast::pg
