@@ -1,0 +1,179 @@
+// PostgreSQL on an event loop: 16 point reads in flight on one thread, through
+// holdfast::asio::pg::Client (Shield, window, pool, classification) against the same reads on
+// 16 bare pg::LoopConnection (libpq's non-blocking API driven by the same loop, no holdfast
+// decision), in one run.
+//
+// Read the ratios, not the absolute numbers: the machines are shared and noisy. Each
+// iteration runs one batch of each, alternating which goes first, and `ratio` = holdfast
+// time / bare time; `*_reads_per_s` is the batch's throughput.
+//
+// Needs a server: HOLDFAST_TEST_PG_URL (scripts/pg-test-server.sh start prints one).
+#define HOLDFAST_ASIO_BOOST 1
+#include <benchmark/benchmark.h>
+#include <libpq-fe.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "holdfast/adapters/asio_pg.hpp"
+
+namespace {
+
+namespace net = boost::asio;
+using holdfast::asio::pg::Client;
+using holdfast::pg::Param;
+using holdfast::pg::Want;
+
+constexpr int kRows = 1000;
+constexpr int kInFlight = 16;
+
+struct Fixture {
+  std::string url;
+  std::string table;
+  std::string sql;
+  net::io_context io;
+  std::unique_ptr<Client<>> client;
+  std::vector<std::unique_ptr<holdfast::asio::pg::detail::Slot>> bare;
+  bool ok = false;
+
+  Fixture() {
+    const char* u = std::getenv("HOLDFAST_TEST_PG_URL");
+    if (u == nullptr) return;
+    url = u;
+    table = "hf_asio_bench_" + std::to_string(::getpid());
+    sql = "SELECT v FROM " + table + " WHERE id = $1";
+    PGconn* admin = PQconnectdb(url.c_str());
+    if (PQstatus(admin) != CONNECTION_OK) return;
+    exec(admin, "CREATE TABLE " + table + " (id int PRIMARY KEY, v text NOT NULL)");
+    exec(admin, "INSERT INTO " + table + " SELECT g, 'court ' || g FROM generate_series(1, " +
+                    std::to_string(kRows) + ") g");
+    exec(admin, "ANALYZE " + table);
+    PQfinish(admin);
+    holdfast::asio::pg::ClientOptions o;
+    o.connect.conninfo = url;
+    o.max_connections = kInFlight;
+    auto c = Client<>::open(io.get_executor(), o);
+    if (!c.ok()) return;
+    client = std::move(*c);
+    for (int i = 0; i < kInFlight; ++i) {
+      auto slot = std::make_unique<holdfast::asio::pg::detail::Slot>(io.get_executor());
+      auto started = holdfast::pg::LoopConnection::start(o.connect);
+      if (!started.ok()) return;
+      slot->conn = std::move(*started);
+      bare.push_back(std::move(slot));
+    }
+    // Connect the bare ones and warm the client's pool: both start with open connections.
+    bool connected = true;
+    for (auto& s : bare) {
+      net::co_spawn(
+          io,
+          [&s, &connected]() -> net::awaitable<void> {
+            for (Want w = s->conn.want(); w != Want::kNothing; w = s->conn.connect_step()) {
+              co_await holdfast::asio::pg::detail::ready(*s, w, holdfast::TimePoint::max(), true);
+            }
+            if (!s->conn.connect_status().ok()) connected = false;
+          },
+          net::detached);
+    }
+    io.run();
+    io.restart();
+    ok = connected && batch_client() > 0 && batch_bare() > 0;
+  }
+  ~Fixture() {
+    client.reset();
+    bare.clear();
+    PGconn* admin = PQconnectdb(url.c_str());
+    if (PQstatus(admin) == CONNECTION_OK) exec(admin, "DROP TABLE IF EXISTS " + table);
+    PQfinish(admin);
+  }
+  static void exec(PGconn* c, const std::string& q) { PQclear(PQexec(c, q.c_str())); }
+
+  // kInFlight reads at once through the Client; returns how many succeeded.
+  int batch_client() {
+    int good = 0;
+    for (int i = 0; i < kInFlight; ++i) {
+      net::co_spawn(
+          io,
+          [this, i, &good]() -> net::awaitable<void> {
+            holdfast::RequestContext request;
+            const Param id[] = {Param(i * 37 % kRows + 1)};
+            auto r =
+                co_await client->async_read(request, "bench.point", sql, id, net::use_awaitable);
+            if (r.ok() && r->size() == 1) ++good;
+          },
+          net::detached);
+    }
+    io.run();
+    io.restart();
+    return good;
+  }
+  // The same reads on the bare connections, one each.
+  int batch_bare() {
+    int good = 0;
+    for (int i = 0; i < kInFlight; ++i) {
+      net::co_spawn(
+          io,
+          [this, i, &good]() -> net::awaitable<void> {
+            auto& s = *bare[static_cast<std::size_t>(i)];
+            const Param id[] = {Param(i * 37 % kRows + 1)};
+            for (Want w = s.conn.send(sql, id); w != Want::kNothing; w = s.conn.step()) {
+              co_await holdfast::asio::pg::detail::ready(s, w, holdfast::TimePoint::max(), false);
+            }
+            auto r = s.conn.result();
+            if (r.ok() && r->size() == 1) ++good;
+          },
+          net::detached);
+    }
+    io.run();
+    io.restart();
+    return good;
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+void BM_PairedBatch(benchmark::State& state) {
+  if (!fixture().ok) {
+    state.SkipWithError(
+        "SKIPPED: no PostgreSQL server (set HOLDFAST_TEST_PG_URL; scripts/pg-test-server.sh "
+        "start)");
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  Clock::duration bare{};
+  Clock::duration ours{};
+  bool bare_first = true;
+  int wrong = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    const int a = bare_first ? fixture().batch_bare() : fixture().batch_client();
+    const auto t1 = Clock::now();
+    const int b = bare_first ? fixture().batch_client() : fixture().batch_bare();
+    const auto t2 = Clock::now();
+    wrong += (kInFlight - a) + (kInFlight - b);
+    bare += bare_first ? t1 - t0 : t2 - t1;
+    ours += bare_first ? t2 - t1 : t1 - t0;
+    bare_first = !bare_first;
+  }
+  const double n = static_cast<double>(state.iterations()) * kInFlight;
+  state.counters["bare_reads_per_s"] = n / std::chrono::duration<double>(bare).count();
+  state.counters["holdfast_reads_per_s"] = n / std::chrono::duration<double>(ours).count();
+  state.counters["ratio"] =
+      std::chrono::duration<double>(ours).count() / std::chrono::duration<double>(bare).count();
+  state.counters["failed"] = wrong;
+}
+BENCHMARK(BM_PairedBatch)->Name("Paired/Client.async_read_x16_vs_LoopConnection_x16");
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,186 @@
+// A small HTTP service on Boost.Beast whose PostgreSQL calls go through holdfast's adapter on
+// the same event loop: GET /games reads, POST /pay pays once per Idempotency-Key. No thread
+// waits for the database: one thread serves every connection and every query.
+//
+//   asio_pg_example postgresql://app@127.0.0.1:5432/app [port]
+//
+// With a port it serves until stopped. Without one (as the tests run it), it serves on a free
+// port below 32768, sends itself a few requests, prints the answers and exits (0 when they
+// were right). Without a URL it says so and exits 77 (skipped).
+#define HOLDFAST_ASIO_BOOST 1
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <exception>
+#include <holdfast/adapters/asio_pg.hpp>
+#include <memory>
+#include <string>
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Db = holdfast::asio::pg::Client<>;
+
+// [service]
+// One HTTP request's answer: each request gets its own window (6 s by default) that every
+// database call of it shares.
+net::awaitable<http::response<http::string_body>> answer(
+    Db& db, const http::request<http::string_body>& req) {
+  http::response<http::string_body> res{http::status::ok, req.version()};
+  res.set(http::field::content_type, "text/plain");
+  holdfast::RequestContext request;
+  holdfast::Status failed;
+  if (req.method() == http::verb::get && req.target() == "/games") {
+    holdfast::Result<holdfast::pg::Rows> n = co_await db.async_read(
+        request, "games.count", "SELECT count(*) FROM example_games", {}, net::use_awaitable);
+    if (n.ok()) res.body() = std::string(n->text(0, 0)) + " games\n";
+    if (!n.ok()) failed = n.status();
+  } else if (req.method() == http::verb::post && req.target() == "/pay") {
+    const std::string key(req["Idempotency-Key"]);
+    const holdfast::pg::Param payment[] = {holdfast::pg::Param(key)};
+    holdfast::Result<holdfast::KeyedResult> paid = co_await db.async_once(
+        request, key, "INSERT INTO example_payments (key) VALUES ($1) RETURNING id", payment,
+        net::use_awaitable);
+    if (paid.ok()) {
+      res.body() = "payment " + paid->result + (paid->replayed ? " (already paid)\n" : "\n");
+    } else {
+      failed = paid.status();
+    }
+  } else {
+    res.result(http::status::not_found);
+  }
+  if (!failed.ok()) {
+    // Overloaded, away or out of window: say when to come back, never a stack trace. A
+    // payment whose outcome is unknown is safe to send again with the same key.
+    res.result(http::status::service_unavailable);
+    const auto after = std::chrono::ceil<std::chrono::seconds>(failed.retry_after()).count();
+    res.set(http::field::retry_after, std::to_string(std::max<long long>(1, after)));
+    res.body() = "try again shortly\n";
+  }
+  res.prepare_payload();
+  co_return res;
+}
+// [/service]
+
+net::awaitable<void> serve(tcp::socket socket, Db& db) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  try {
+    for (;;) {
+      http::request<http::string_body> req;
+      co_await http::async_read(stream, buffer, req, net::use_awaitable);
+      http::response<http::string_body> res = co_await answer(db, req);
+      res.keep_alive(req.keep_alive());
+      co_await http::async_write(stream, res, net::use_awaitable);
+      if (!res.keep_alive()) break;
+    }
+  } catch (const std::exception&) {
+    // The client went away: nothing to answer.
+  }
+}
+
+net::awaitable<void> listen(tcp::acceptor& acceptor, Db& db) {
+  for (;;) {
+    tcp::socket socket = co_await acceptor.async_accept(net::use_awaitable);
+    net::co_spawn(acceptor.get_executor(), serve(std::move(socket), db), net::detached);
+  }
+}
+
+// The self-test: a client on the same loop, one keep-alive connection.
+net::awaitable<void> try_it(unsigned short port, int& wrong, net::io_context& io) {
+  beast::tcp_stream stream(co_await net::this_coro::executor);
+  co_await stream.async_connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port),
+                                net::use_awaitable);
+  beast::flat_buffer buffer;
+  auto send = [&](http::verb verb, const char* target) -> net::awaitable<std::string> {
+    http::request<http::string_body> req{verb, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.set("Idempotency-Key", "example-key-1");
+    req.prepare_payload();
+    co_await http::async_write(stream, req, net::use_awaitable);
+    http::response<http::string_body> res;
+    co_await http::async_read(stream, buffer, res, net::use_awaitable);
+    std::printf("%s %s -> %u %s", std::string(http::to_string(verb)).c_str(), target,
+                res.result_int(), res.body().c_str());
+    co_return std::to_string(res.result_int()) + " " + res.body();
+  };
+  const std::string first = co_await send(http::verb::post, "/pay");
+  const std::string again = co_await send(http::verb::post, "/pay");
+  const std::string games = co_await send(http::verb::get, "/games");
+  if (first.rfind("200 payment", 0) != 0) ++wrong;
+  if (again.find("(already paid)") == std::string::npos) ++wrong;
+  if (games.rfind("200 ", 0) != 0) ++wrong;
+  io.stop();
+}
+
+// Makes the example's tables (the keys' table too).
+net::awaitable<void> set_up(Db& db, int& wrong) {
+  holdfast::RequestContext request;
+  const char* tables[] = {
+      "CREATE TABLE IF NOT EXISTS example_games (id serial PRIMARY KEY, name text)",
+      "CREATE TABLE IF NOT EXISTS example_payments (id serial PRIMARY KEY, key text)",
+      "DELETE FROM holdfast_idempotency WHERE key = 'example-key-1'"};
+  holdfast::Result<holdfast::pg::Rows> keys =
+      co_await db.async_create_idempotency_table(request, net::use_awaitable);
+  if (!keys.ok()) ++wrong;
+  for (const char* sql : tables) {
+    holdfast::Result<holdfast::pg::Rows> r =
+        co_await db.async_write(request, "example.setup", sql, {}, net::use_awaitable);
+    if (!r.ok()) {
+      std::printf("setting up: %s\n", r.status().to_string().c_str());
+      ++wrong;
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '\0') {
+    std::printf("asio_pg_example: give a PostgreSQL URL (skipped)\n");
+    return 77;
+  }
+  net::io_context io;
+  holdfast::asio::pg::ClientOptions options;
+  options.connect.conninfo = argv[1];
+  holdfast::Result<std::unique_ptr<Db>> db = Db::open(io.get_executor(), options);
+  if (!db.ok()) {
+    std::printf("asio_pg_example: %s\n", db.status().to_string().c_str());
+    return 2;
+  }
+  const bool self_test = argc < 3;
+  tcp::acceptor acceptor(io);
+  unsigned short port = self_test ? 0 : static_cast<unsigned short>(std::stoi(argv[2]));
+  for (unsigned short p = self_test ? 24000 : port; acceptor.is_open() == false; ++p) {
+    boost::system::error_code ec;
+    tcp::acceptor a(io);
+    a.open(tcp::v4(), ec);
+    if (!ec) a.bind(tcp::endpoint(net::ip::make_address("127.0.0.1"), p), ec);
+    if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+    if (!ec) {
+      acceptor = std::move(a);
+      port = p;
+    } else if (!self_test || p >= 32767) {
+      std::printf("asio_pg_example: cannot listen on port %u\n", p);
+      return 2;
+    }
+  }
+  int wrong = 0;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        co_await set_up(**db, wrong);
+        net::co_spawn(io, listen(acceptor, **db), net::detached);
+        if (self_test) co_await try_it(port, wrong, io);
+      },
+      [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+      });
+  if (!self_test) std::printf("serving on 127.0.0.1:%u\n", port);
+  io.run();
+  return wrong == 0 ? 0 : 1;
+}
