@@ -73,7 +73,10 @@ if(have_pg)
   set(all sqlite pg sim policy)
 endif()
 list(JOIN all " " all_arg)
-consumer(all ARGS "-DHOLDFAST_COMPONENTS=${all_arg}")
+# With every component, also the library guide's Boost.Beast service on the PostgreSQL
+# adapter (examples/asio_pg_example.cpp), built against the installed headers only.
+consumer(all ARGS "-DHOLDFAST_COMPONENTS=${all_arg}"
+         "-DHOLDFAST_ASIO_PG_EXAMPLE=${SOURCE_DIR}/../../examples/asio_pg_example.cpp")
 consumer(sqlite ARGS -DHOLDFAST_COMPONENTS=sqlite -DCMAKE_DISABLE_FIND_PACKAGE_PostgreSQL=ON)
 consumer(core ARGS -DHOLDFAST_COMPONENTS=core -DCMAKE_DISABLE_FIND_PACKAGE_PostgreSQL=ON
                    -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=ON)
