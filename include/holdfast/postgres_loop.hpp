@@ -59,6 +59,19 @@ class LoopConnection {
   /// nothing. Then wait for want() and call connect_step() until it returns Want::kNothing.
   /// Fails at once only when libpq cannot start (no memory, a malformed conninfo).
   static Result<LoopConnection> start(const ConnectOptions& options);
+  /// start() on host `host` of the several a multi-host conninfo names, alone
+  /// (0 <= host < host_count()). libpq does not time a non-blocking connect, so a host that
+  /// accepts the connection and never answers (a frozen primary) would hold a connect to all of
+  /// them: a caller tries one host at a time, each within ConnectOptions::host_connect_timeout,
+  /// from preferred_host() on.
+  static Result<LoopConnection> start(const ConnectOptions& options, std::size_t host);
+  /// How many hosts `options` names: 1 for a plain conninfo (or one libpq will reject).
+  [[nodiscard]] static std::size_t host_count(const ConnectOptions& options);
+  /// The host to try first: the one that took a connection last, in this process (shared with
+  /// pg::Database's pools).
+  [[nodiscard]] static std::size_t preferred_host(const ConnectOptions& options);
+  /// Remembers that host `host` took a connection, for preferred_host().
+  static void remember_host(const ConnectOptions& options, std::size_t host);
 
   /// The socket to watch; -1 when closed. It may change during a connect (each host of a
   /// multi-host conninfo gets its own): look at it again after every step.

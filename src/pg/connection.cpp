@@ -335,11 +335,13 @@ Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& opti
   return Connection(std::move(impl));
 }
 
-Result<Connection> detail::ConnectionAccess::start(const ConnectOptions& options) {
+Result<Connection> detail::ConnectionAccess::start(const ConnectOptions& options,
+                                                   const HostKeywords& host) {
   using Impl = Connection::Impl;
   auto impl = std::make_unique<Impl>();
   impl->clock = options.clock != nullptr ? options.clock : &Clock::system();
   Keywords k;
+  if (!host.empty()) k.host = &host;
   fill_keywords(options, k);
   impl->statement_timeout_ms = k.statement_timeout_ms;
   PGconn* conn = PQconnectStartParams(k.keys.data(), k.values.data(), /*expand_dbname=*/1);

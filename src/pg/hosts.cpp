@@ -189,6 +189,21 @@ std::size_t detail::ConnectionAccess::host_count(const std::string& conninfo) {
   return hosts_of(o).count();
 }
 
+detail::ConnectionAccess::HostKeywords detail::ConnectionAccess::host_keywords(
+    const ConnectOptions& options, std::size_t i) {
+  const Hosts hosts = hosts_of(options);
+  if (hosts.count() <= 1 || i >= hosts.count()) return {};
+  return hosts.pick(i);
+}
+
+std::size_t detail::ConnectionAccess::preferred_host(const std::string& conninfo) {
+  return host_memory().preferred(conninfo);
+}
+
+void detail::ConnectionAccess::remember_host(const std::string& conninfo, std::size_t host) {
+  host_memory().remember(conninfo, host);
+}
+
 void detail::ConnectionAccess::ask_for_writer(ConnectOptions& options) {
   if (hosts_of(options).count() <= 1) return;
   if (options.conninfo.find("target_session_attrs") != std::string::npos) return;

@@ -5,6 +5,7 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 
@@ -48,7 +49,25 @@ LoopConnection& LoopConnection::operator=(LoopConnection&& other) noexcept {
 }
 
 Result<LoopConnection> LoopConnection::start(const ConnectOptions& options) {
-  Result<Connection> c = ConnectionAccess::start(options);
+  return start(options, 0);
+}
+
+std::size_t LoopConnection::host_count(const ConnectOptions& options) {
+  return std::max<std::size_t>(1, ConnectionAccess::host_count(options.conninfo));
+}
+
+std::size_t LoopConnection::preferred_host(const ConnectOptions& options) {
+  const std::size_t n = host_count(options);
+  return n > 1 ? ConnectionAccess::preferred_host(options.conninfo) % n : 0;
+}
+
+void LoopConnection::remember_host(const ConnectOptions& options, std::size_t host) {
+  if (host_count(options) > 1) ConnectionAccess::remember_host(options.conninfo, host);
+}
+
+Result<LoopConnection> LoopConnection::start(const ConnectOptions& options, std::size_t host) {
+  Result<Connection> c =
+      ConnectionAccess::start(options, ConnectionAccess::host_keywords(options, host));
   if (!c.ok()) return c.status();
   LoopConnection loop(std::move(*c));
   PGconn* conn = ConnectionAccess::native(loop.connection_);

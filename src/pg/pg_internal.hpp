@@ -98,7 +98,13 @@ struct ConnectionAccess {
   // For LoopConnection (loop_connection.cpp): a connect started and not driven
   // (PQconnectStartParams), its failure classified as open() classifies it, and the
   // connection's state.
-  static Result<Connection> start(const ConnectOptions& options);
+  static Result<Connection> start(const ConnectOptions& options, const HostKeywords& host = {});
+  // Host `i` of the several `options` names, as keywords for start() or open_one(); empty when
+  // it names one host or fewer than i + 1.
+  static HostKeywords host_keywords(const ConnectOptions& options, std::size_t i);
+  // The host of `conninfo` that took a connection last (process-wide), and remembering it.
+  static std::size_t preferred_host(const std::string& conninfo);
+  static void remember_host(const std::string& conninfo, std::size_t host);
   static Status start_failure(const Connection& c, bool done);
   static Connection::Impl* impl(Connection& c) noexcept;
 };

@@ -217,4 +217,52 @@ TEST_F(AsioPg, AFrozenServerHoldsNoThreadAndItsCallsEndWithinTheWindow) {
   });
 }
 
+// Several hosts: libpq does not time a non-blocking connect, so the client tries one host at a
+// time. A frozen first host (it completes the TCP handshake and never answers) costs the first
+// read host_connect_timeout, and later reads nothing: the host that answered goes first.
+TEST_F(AsioPg, AFrozenFirstHostIsSkippedWithinItsConnectTime) {
+  PrivateServer frozen_server;
+  if (frozen_server.url().empty()) GTEST_SKIP() << "could not start a private server";
+  Freeze freeze(frozen_server.postmaster_pid());
+  ASSERT_TRUE(freeze.frozen());
+  ClientOptions o = options_for(two_hosts(host_port(frozen_server.url()), url_));
+  o.connect.host_connect_timeout = 1s;
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::unique_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    RequestContext first_request;
+    auto started = std::chrono::steady_clock::now();
+    Result<Rows> first =
+        co_await client->async_read(first_request, "first", "SELECT 1", {}, net::use_awaitable);
+    const double first_took = seconds_since(started);
+    EXPECT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_LT(first_took, 1.0 + 0.5);  // one host's connect time, and slack
+    RequestContext second_request;
+    started = std::chrono::steady_clock::now();
+    Result<Rows> second =
+        co_await client->async_read(second_request, "second", "SELECT 2", {}, net::use_awaitable);
+    EXPECT_TRUE(second.ok()) << second.status().to_string();
+    EXPECT_LT(seconds_since(started), 0.5);  // the pool's connection, to the host that answered
+  });
+}
+
+// A write reaches a standby first (a multi-host URL that lists it first, as after a
+// failover): with target_session_attrs=read-write the standby refuses the session at connect,
+// and the write goes to the host that takes writes.
+TEST_F(AsioPg, AWriteFindsTheHostThatTakesWrites) {
+  const std::string standby = standby_url();
+  if (standby.empty()) GTEST_SKIP() << "HOLDFAST_TEST_PG_STANDBY_URL is not set";
+  ClientOptions o =
+      options_for(two_hosts(host_port(standby), url_) + "?target_session_attrs=read-write");
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::unique_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    RequestContext request;
+    const std::string insert = "INSERT INTO " + table_ + " (note) VALUES ($1)";
+    const Param note[] = {Param("written")};
+    Result<Rows> wrote =
+        co_await client->async_write(request, "t.write", insert, note, net::use_awaitable);
+    EXPECT_TRUE(wrote.ok()) << wrote.status().to_string();
+  });
+  EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE note = 'written'"), 1);
+}
+
 }  // namespace

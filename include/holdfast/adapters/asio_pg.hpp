@@ -402,20 +402,43 @@ class Client {
     co_return came_free || detail::Clock::now() < until;
   }
 
+  // A new connection, connected on the loop before `until`. With several hosts, one host at a
+  // time (libpq does not time a non-blocking connect: a frozen host would hold it), each
+  // within host_connect_timeout (the last one tried gets what is left), from the one that took
+  // a connection last; a refusal moves on to the next at once.
   awaitable<Result<std::unique_ptr<Slot>>> connect(TimePoint until) {
-    auto s = std::make_unique<Slot>(ex_);
-    const TimePoint cap = std::min(until, detail::Clock::now() + options_.connect.connect_timeout);
-    Result<holdfast::pg::LoopConnection> started =
-        holdfast::pg::LoopConnection::start(options_.connect);
-    if (!started.ok()) {
-      give_back(nullptr);
-      co_return started.status();
+    const holdfast::pg::ConnectOptions& o = options_.connect;
+    const TimePoint cap = std::min(until, detail::Clock::now() + o.connect_timeout);
+    const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
+    const std::size_t first = holdfast::pg::LoopConnection::preferred_host(o);
+    Status last;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t host = (first + k) % n;
+      const TimePoint host_cap =
+          k + 1 < n ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
+      Result<std::unique_ptr<Slot>> s = co_await connect_host(host, n > 1, host_cap);
+      if (s.ok()) {
+        if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
+        co_return s;
+      }
+      last = s.status();
+      if (detail::Clock::now() >= cap) break;
     }
+    give_back(nullptr);
+    co_return last;
+  }
+
+  awaitable<Result<std::unique_ptr<Slot>>> connect_host(std::size_t host, bool alone,
+                                                        TimePoint until) {
+    Result<holdfast::pg::LoopConnection> started =
+        alone ? holdfast::pg::LoopConnection::start(options_.connect, host)
+              : holdfast::pg::LoopConnection::start(options_.connect);
+    if (!started.ok()) co_return started.status();
+    auto s = std::make_unique<Slot>(ex_);
     s->conn = std::move(*started);
     for (Want w = s->conn.want(); w != Want::kNothing; w = s->conn.connect_step()) {
-      if (!co_await detail::ready(*s, w, cap, true)) {
+      if (!co_await detail::ready(*s, w, until, true)) {
         s->forget();
-        give_back(nullptr);
         co_return Status(Code::kUnavailable, "no PostgreSQL connection within the deadline",
                          Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true})
             .with_sqlstate("");
@@ -424,7 +447,6 @@ class Client {
     Status st = s->conn.connect_status();
     if (!st.ok()) {
       s->forget();
-      give_back(nullptr);
       co_return st;
     }
     co_return s;
@@ -470,8 +492,30 @@ class Client {
     Result<std::unique_ptr<Slot>> slot = co_await lease(until);
     if (!slot.ok()) co_return slot.status();
     Result<Rows> r = co_await exchange(**slot, state->sql, state->params.params, until);
+    if (!r.ok() && r.status().sqlstate() == "25006") {
+      r = Result<Rows>(demoted(**slot, r.status()));
+    }
     give_back(std::move(*slot));
     co_return r;
+  }
+
+  // A write refused because the server is read-only (25006: a primary demoted, or a standby
+  // reached): nothing was applied. Its connection and the idle ones (to the same server) go,
+  // so that the next connect finds the server that takes writes (with several hosts and
+  // target_session_attrs=read-write), and the write may go once more.
+  Status demoted(Slot& s, const Status& refused) {
+    s.forget();
+    s.conn.close();
+    for (std::unique_ptr<Slot>& idle : idle_) {
+      idle->forget();
+      idle->conn.close();
+    }
+    open_ -= idle_.size();
+    idle_.clear();
+    Status again(Code::kUnavailable, std::string(refused.message()),
+                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, true});
+    again.with_sqlstate("25006");
+    return again;
   }
 
   awaitable<Result<KeyedResult>> once_attempt(std::shared_ptr<Keyed> state) {
@@ -481,6 +525,9 @@ class Client {
     Slot& s = **leased;
     const holdfast::pg::Param key[] = {holdfast::pg::Param(state->key)};
     Result<KeyedResult> out = co_await keyed(s, *state, key, until);
+    if (!out.ok() && out.status().sqlstate() == "25006") {
+      out = Result<KeyedResult>(demoted(s, out.status()));
+    }
     if (!out.ok() && s.conn.is_open() && s.conn.txn_status() != holdfast::pg::TxnStatus::kIdle) {
       // Roll back on the loop: the connection is reused only once it is idle again.
       (void)co_await exchange(s, "ROLLBACK", {}, until);
