@@ -13,6 +13,7 @@ find_package(Boost 1.81 QUIET)
 if(TARGET holdfast_pg AND Boost_FOUND)
   find_package(Threads REQUIRED)
   add_executable(bench_asio_pg ${CMAKE_CURRENT_LIST_DIR}/asio_pg_bench.cpp)
-  target_link_libraries(bench_asio_pg PRIVATE holdfast::pg Boost::headers Threads::Threads
+  target_link_libraries(bench_asio_pg PRIVATE holdfast::pg PostgreSQL::PostgreSQL Boost::headers
+                        Threads::Threads
                         benchmark::benchmark holdfast_warnings)
 endif()
