@@ -117,6 +117,37 @@ struct Fixture {
     return good;
   }
   std::string last_failure;
+  // Sustained: kInFlight coroutines, each reading `each` times in a row, on the one thread.
+  int sustained(bool through_client, int each) {
+    int good = 0;
+    for (int i = 0; i < kInFlight; ++i) {
+      net::co_spawn(
+          io,
+          [this, i, each, through_client, &good]() -> net::awaitable<void> {
+            auto& s = *bare[static_cast<std::size_t>(i)];
+            for (int k = 0; k < each; ++k) {
+              const Param id[] = {Param((i * 37 + k) % kRows + 1)};
+              if (through_client) {
+                holdfast::RequestContext request;
+                auto r = co_await client->async_read(request, "bench.point", sql, id,
+                                                     net::use_awaitable);
+                if (r.ok() && r->size() == 1) ++good;
+              } else {
+                for (Want w = s.conn.send(sql, id); w != Want::kNothing; w = s.conn.step()) {
+                  co_await holdfast::asio::pg::detail::ready(s, w, holdfast::TimePoint::max(),
+                                                             false);
+                }
+                auto r = s.conn.result();
+                if (r.ok() && r->size() == 1) ++good;
+              }
+            }
+          },
+          net::detached);
+    }
+    io.run();
+    io.restart();
+    return good;
+  }
   // The same reads on the bare connections, one each.
   int batch_bare() {
     int good = 0;
@@ -185,6 +216,25 @@ void BM_PairedBatch(benchmark::State& state) {
       100.0 * holdfast_failed / (static_cast<double>(state.iterations()) * kInFlight);
 }
 BENCHMARK(BM_PairedBatch)->Name("Paired/Client.async_read_x16_vs_LoopConnection_x16");
+
+// Sustained load, one side per benchmark: 16 coroutines reading back to back on one thread
+// (compare with pgbench -c16 -j1 sending the same statement: docs/benchmarks.md).
+template <bool ThroughClient>
+void BM_Sustained(benchmark::State& state) {
+  if (!fixture().ok) {
+    state.SkipWithError("SKIPPED: no PostgreSQL server (set HOLDFAST_TEST_PG_URL)");
+    return;
+  }
+  constexpr int kEach = 100;
+  int failed = 0;
+  for (auto _ : state)
+    failed += kInFlight * kEach - fixture().sustained(ThroughClient, kEach);
+  state.counters["reads_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kInFlight * kEach, benchmark::Counter::kIsRate);
+  state.counters["failed"] = failed;
+}
+BENCHMARK(BM_Sustained<false>)->Name("Sustained/LoopConnection_x16")->UseRealTime();
+BENCHMARK(BM_Sustained<true>)->Name("Sustained/Client.async_read_x16")->UseRealTime();
 
 }  // namespace
 
