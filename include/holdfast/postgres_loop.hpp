@@ -32,6 +32,8 @@
 #include "holdfast/result.hpp"
 #include "holdfast/status.hpp"
 
+struct pg_conn;  // libpq's PGconn
+
 namespace holdfast::pg {
 
 /// What a LoopConnection waits for before its next step.
@@ -102,6 +104,22 @@ class LoopConnection {
   /// per statement, after send() or step() returned Want::kNothing.
   Result<Rows> result();
 
+  /// One statement of a pipeline: its SQL and parameters (copied by send_pipeline()).
+  struct Piece {
+    std::string_view sql;             ///< the statement
+    std::span<const Param> params{};  ///< its parameters
+  };
+  /// Sends `pieces` as one pipeline closed by one Sync: one round trip. The server runs them
+  /// in one implicit transaction (unless they begin or end one themselves) and skips the rest
+  /// after a failed one. Returns what to wait for before step(), as send() does; then
+  /// pipeline_result(). At most 8 pieces.
+  Want send_pipeline(std::span<const Piece> pieces);
+  /// The pipeline's results, once step() returned Want::kNothing: out[i] gets piece i's rows
+  /// (REQUIRES out.size() >= the pieces sent). Returns OK, or the first failure with `failed`
+  /// set to its piece (or to the number of pieces when the failure is not a piece's own: the
+  /// connection was lost). Call once per pipeline.
+  Status pipeline_result(std::span<Rows> out, std::size_t* failed = nullptr);
+
   /// Asks the server to cancel the running statement. libpq 15's cancel request blocks, so it
   /// is sent off the caller's thread; keep waiting for the statement's end (a cancelled
   /// statement ends with 57014) or abandon() it.
@@ -116,7 +134,10 @@ class LoopConnection {
 
  private:
   explicit LoopConnection(Connection connection) noexcept;
+  void take(LoopConnection& other) noexcept;
   Want flush() noexcept;
+  Want pipeline_step(pg_conn* conn) noexcept;
+  void clear_pipeline() noexcept;
 
   Connection connection_;
   Want want_ = Want::kNothing;
@@ -124,6 +145,13 @@ class LoopConnection {
   bool connecting_ = false;  // between start() and the end of the connect
   pg_result* good_ = nullptr;
   pg_result* bad_ = nullptr;
+  // A pipeline in flight: its pieces, the results gathered so far, and where it stands.
+  static constexpr std::size_t kMaxPieces = 8;
+  std::size_t pieces_ = 0;  // 0: not a pipeline
+  std::size_t at_ = 0;      // the piece whose results come next
+  std::size_t bad_at_ = 0;  // the piece that failed first
+  bool synced_ = false;     // the Sync's result came
+  pg_result* out_[kMaxPieces] = {};
 };
 
 }  // namespace holdfast::pg

@@ -27,23 +27,29 @@ LoopConnection::~LoopConnection() {
   close();
 }
 
-LoopConnection::LoopConnection(LoopConnection&& other) noexcept
-    : connection_(std::move(other.connection_)),
-      want_(std::exchange(other.want_, Want::kNothing)),
-      sent_(std::exchange(other.sent_, false)),
-      connecting_(std::exchange(other.connecting_, false)),
-      good_(std::exchange(other.good_, nullptr)),
-      bad_(std::exchange(other.bad_, nullptr)) {}
+void LoopConnection::take(LoopConnection& other) noexcept {
+  connection_ = std::move(other.connection_);
+  want_ = std::exchange(other.want_, Want::kNothing);
+  sent_ = std::exchange(other.sent_, false);
+  connecting_ = std::exchange(other.connecting_, false);
+  good_ = std::exchange(other.good_, nullptr);
+  bad_ = std::exchange(other.bad_, nullptr);
+  pieces_ = std::exchange(other.pieces_, 0);
+  at_ = std::exchange(other.at_, 0);
+  bad_at_ = std::exchange(other.bad_at_, 0);
+  synced_ = std::exchange(other.synced_, false);
+  for (std::size_t i = 0; i < kMaxPieces; ++i)
+    out_[i] = std::exchange(other.out_[i], nullptr);
+}
+
+LoopConnection::LoopConnection(LoopConnection&& other) noexcept {
+  take(other);
+}
 
 LoopConnection& LoopConnection::operator=(LoopConnection&& other) noexcept {
   if (this != &other) {
     close();
-    connection_ = std::move(other.connection_);
-    want_ = std::exchange(other.want_, Want::kNothing);
-    sent_ = std::exchange(other.sent_, false);
-    connecting_ = std::exchange(other.connecting_, false);
-    good_ = std::exchange(other.good_, nullptr);
-    bad_ = std::exchange(other.bad_, nullptr);
+    take(other);
   }
   return *this;
 }
@@ -153,6 +159,7 @@ Want LoopConnection::step() noexcept {
       keep_error(bad_, r);
     return want_ = Want::kNothing;
   }
+  if (pieces_ != 0) return want_ = pipeline_step(conn);
   while (PQisBusy(conn) == 0) {
     PGresult* r = PQgetResult(conn);
     if (r == nullptr) return want_ = Want::kNothing;
@@ -166,6 +173,100 @@ Want LoopConnection::step() noexcept {
     }
   }
   return want_ = Want::kRead;
+}
+
+Want LoopConnection::send_pipeline(std::span<const Piece> pieces) {
+  PQclear(std::exchange(good_, nullptr));
+  PQclear(std::exchange(bad_, nullptr));
+  clear_pipeline();
+  sent_ = false;
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (impl == nullptr || connecting_ || !impl->ready().ok() || pieces.empty() ||
+      pieces.size() > kMaxPieces) {
+    return want_ = Want::kNothing;
+  }
+  PGconn* conn = impl->conn;
+  if (PQenterPipelineMode(conn) == 0) return want_ = Want::kNothing;
+  pieces_ = pieces.size();
+  bool ok = true;
+  for (const Piece& piece : pieces) {
+    impl->sql.assign(piece.sql);
+    impl->bind(piece.params);
+    ok = PQsendQueryParams(conn, impl->sql.c_str(), static_cast<int>(piece.params.size()),
+                           impl->types.data(), impl->values.data(), nullptr, nullptr, 0) != 0;
+    if (!ok) break;
+  }
+  sent_ = ok && PQpipelineSync(conn) != 0;
+  if (!sent_) {
+    // Out of step with the server: never reuse this connection.
+    connection_.close();
+    return want_ = Want::kNothing;
+  }
+  return want_ = flush();
+}
+
+// In pipeline mode a nullptr ends one piece's results, and PGRES_PIPELINE_SYNC the whole.
+Want LoopConnection::pipeline_step(pg_conn* conn) noexcept {
+  while (!synced_ && PQisBusy(conn) == 0) {
+    PGresult* r = PQgetResult(conn);
+    if (r == nullptr) {
+      if (PQstatus(conn) != CONNECTION_OK) return Want::kNothing;
+      ++at_;
+      continue;
+    }
+    const ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_PIPELINE_SYNC) {
+      synced_ = true;
+      PQclear(r);
+    } else if (is_rows(st) && at_ < pieces_) {
+      PQclear(std::exchange(out_[at_], r));
+    } else if (is_copy(st)) {
+      end_copy(conn, r);
+    } else if (st == PGRES_PIPELINE_ABORTED || is_rows(st)) {
+      PQclear(r);
+    } else if (keep_error(bad_, r)) {
+      bad_at_ = at_;
+    }
+  }
+  if (!synced_) return Want::kRead;
+  if (PQexitPipelineMode(conn) == 0) connection_.close();  // out of step: never reused
+  return Want::kNothing;
+}
+
+void LoopConnection::clear_pipeline() noexcept {
+  for (pg_result*& r : out_)
+    PQclear(std::exchange(r, nullptr));
+  pieces_ = 0;
+  at_ = 0;
+  bad_at_ = 0;
+  synced_ = false;
+}
+
+Status LoopConnection::pipeline_result(std::span<Rows> out, std::size_t* failed) {
+  const std::size_t n = pieces_;
+  if (failed != nullptr) *failed = n;
+  for (std::size_t i = 0; i < n && i < out.size(); ++i)
+    out[i] = Rows(std::exchange(out_[i], nullptr));
+  Rows bad(std::exchange(bad_, nullptr));
+  const std::size_t bad_at = bad_at_;
+  const bool synced = synced_;
+  clear_pipeline();
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (impl == nullptr || impl->conn == nullptr) {
+    if (bad.native() == nullptr) {
+      Status s(Code::kInternal, "the pipeline's results did not end in its Sync",
+               Fault{RetryScope::kReconnect, sent_ ? Outcome::kUnknown : Outcome::kNotApplied,
+                     Pace::kFast, false});
+      return s;
+    }
+    return Impl::closed();
+  }
+  const bool up = PQstatus(impl->conn) == CONNECTION_OK;
+  if (bad.native() != nullptr || !up || !synced || !sent_) {
+    if (failed != nullptr && up && bad.native() != nullptr) *failed = bad_at;
+    return impl->failure(bad.native(), sent_);
+  }
+  return Status();
 }
 
 Result<Rows> LoopConnection::result() {
@@ -203,6 +304,7 @@ Status LoopConnection::abandon(bool silent) {
 }
 
 void LoopConnection::close() noexcept {
+  clear_pipeline();
   PQclear(std::exchange(good_, nullptr));
   PQclear(std::exchange(bad_, nullptr));
   connecting_ = false;

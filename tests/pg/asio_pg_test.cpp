@@ -265,4 +265,57 @@ TEST_F(AsioPg, AWriteFindsTheHostThatTakesWrites) {
   EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE note = 'written'"), 1);
 }
 
+// Reads on a hot standby with read-your-writes: a request's write keeps its commit position
+// in the request, and its reads go to the standby only once the standby has replayed it.
+// With the standby's replay paused, the request's own read is answered by the primary (and
+// sees its write); another request's read is still answered by the standby.
+TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  const std::string table = unique("asio_standby");
+  Admin primary(servers.url());
+  Admin standby(servers.standby_url());
+  primary.exec("CREATE TABLE " + table + " (id bigserial PRIMARY KEY, note text)");
+  ASSERT_TRUE(eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = '" + table + "'") == 1;
+  }));
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::unique_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string insert = "INSERT INTO " + table + " (note) VALUES ($1)";
+    const std::string count = "SELECT count(*) FROM " + table;
+
+    // Replay going: another request's read is the standby's.
+    RequestContext other;
+    Result<Rows> r0 = co_await client->async_read(other, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(r0.ok()) << r0.status().to_string();
+    EXPECT_EQ(client->standby_reads(), 1u);
+
+    ReplayPause pause(standby);
+    EXPECT_TRUE(pause.paused());
+    RequestContext mine;
+    const Param note[] = {Param("mine")};
+    Result<Rows> wrote =
+        co_await client->async_write(mine, "insert", insert, note, net::use_awaitable);
+    EXPECT_TRUE(wrote.ok()) << wrote.status().to_string();
+    EXPECT_NE(mine.position().value, 0u);  // the commit's position, kept in the request
+
+    Result<Rows> own = co_await client->async_read(mine, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(own.ok()) << own.status().to_string();
+    if (own.ok()) {
+      EXPECT_EQ(own->text(0, 0), "1");  // its own write, from the primary
+    }
+    EXPECT_EQ(client->standby_reads(), 1u);
+
+    RequestContext later;
+    Result<Rows> stale = co_await client->async_read(later, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(stale.ok()) << stale.status().to_string();
+    EXPECT_EQ(client->standby_reads(), 2u);  // a request without writes may read the standby
+    pause.resume();
+  });
+}
+
 }  // namespace

@@ -39,13 +39,19 @@
 /// Client outlives its operations; destroy it after the io_context stopped running them. The
 /// executor runs one handler at a time for a Client (an io_context run by one thread, or a strand).
 ///
-/// Not yet here (the blocking pg::Database has them): reads routed to standbys with
-/// read-your-writes, silence found by a liveness check before the deadline, prepared
-/// statements, transactions of several statements written by the caller.
+/// Reads go to a hot standby (ClientOptions::standby) when it has replayed the request's own
+/// writes: each write reads its commit position in its own round trip and keeps it in the
+/// RequestContext, and a standby read asks for the standby's replay position in its own.
+///
+/// Not yet here (the blocking pg::Database has them): silence found by a liveness check before
+/// the deadline, a standby's lag and timeline judged, statement_timeout sent with each call,
+/// prepared statements, transactions of several statements written by the caller.
 #pragma once
 
+#include <charconv>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -75,6 +81,7 @@
 #include "holdfast/adapters/asio.hpp"
 #include "holdfast/idempotency.hpp"
 #include "holdfast/postgres_loop.hpp"
+#include "holdfast/postgres_lsn.hpp"
 #include "holdfast/window.hpp"
 
 /// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
@@ -97,6 +104,15 @@ struct ClientOptions {
   std::string shield_name = "postgres";
   /// The Shield's settings (limit, breaker, throttle).
   Shield::Options shield;
+  /// Hot standbys that may answer reads (a plain or multi-host conninfo; empty: none). A read
+  /// goes to a standby that has replayed the request's own writes (their commit positions,
+  /// kept in its RequestContext), else to the primary.
+  holdfast::pg::ConnectOptions standby;
+  /// The most connections to the standbys.
+  std::size_t standby_connections = 8;
+  /// How long a read waits for a standby (its connect and its answer) before the primary
+  /// answers it instead, within the same attempt.
+  Duration standby_wait = std::chrono::milliseconds(500);
 };
 
 namespace detail {
@@ -200,13 +216,18 @@ class Client {
     if (options.max_connections == 0) {
       return Status(Code::kInvalidArgument, "ClientOptions::max_connections must be at least 1");
     }
+    if (!options.standby.conninfo.empty() && options.standby_connections == 0) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::standby_connections must be at least 1 with a standby");
+    }
     if (!holdfast::detail::is_table_name(options.idempotency_table)) {
       return Status(Code::kInvalidArgument, "ClientOptions::idempotency_table '" +
                                                 options.idempotency_table +
                                                 "' is not a plain or schema-qualified identifier");
     }
-    if (options.cancel_grace < Duration::zero()) {
-      return Status(Code::kInvalidArgument, "ClientOptions::cancel_grace must not be negative");
+    if (options.cancel_grace < Duration::zero() || options.standby_wait < Duration::zero()) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::cancel_grace and standby_wait must not be negative");
     }
     return std::unique_ptr<Client>(new Client(ex, std::move(options)));
   }
@@ -215,15 +236,18 @@ class Client {
 
   /// The Shield every call runs through (its breaker, limit, throttle and metrics).
   [[nodiscard]] Shield& shield() noexcept { return shield_; }
-  /// Connections open now (idle or in use).
-  [[nodiscard]] std::size_t open_connections() const noexcept { return open_; }
+  /// Connections open now to the primary (idle or in use).
+  [[nodiscard]] std::size_t open_connections() const noexcept { return primary_.open; }
+  /// Reads a standby answered (the rest went to the primary).
+  [[nodiscard]] std::uint64_t standby_reads() const noexcept { return standby_reads_; }
 
   /// Runs a read: repeated after any failure the engine says may pass, within the request's
-  /// window. Completes with void(Result<pg::Rows>).
+  /// window; answered by a standby that has the request's writes, else by the primary.
+  /// Completes with void(Result<pg::Rows>).
   template <class Token>
   auto async_read(const RequestContext& request, std::string_view label, std::string_view sql,
                   std::span<const holdfast::pg::Param> params, Token&& token) {
-    return call(request, Operation::read(label), sql, params, std::forward<Token>(token));
+    return call(request, Operation::read(label), sql, params, false, std::forward<Token>(token));
   }
   /// async_read() with the parameters in braces.
   template <class Token>
@@ -233,13 +257,15 @@ class Client {
                       std::forward<Token>(token));
   }
 
-  /// Runs a write (one statement, its own transaction): repeated only when the failed attempt
-  /// provably applied nothing; a write whose outcome is unknown completes with that failure
-  /// (Fault::outcome kUnknown). Completes with void(Result<pg::Rows>).
+  /// Runs a write (one statement, its own transaction, with its commit position read in the
+  /// same round trip and kept in the request for its later reads): repeated only when the
+  /// failed attempt provably applied nothing; a write whose outcome is unknown completes with
+  /// that failure (Fault::outcome kUnknown), and the request's reads then go to the primary.
+  /// Completes with void(Result<pg::Rows>).
   template <class Token>
   auto async_write(const RequestContext& request, std::string_view label, std::string_view sql,
                    std::span<const holdfast::pg::Param> params, Token&& token) {
-    return call(request, Operation::write(label), sql, params, std::forward<Token>(token));
+    return call(request, Operation::write(label), sql, params, true, std::forward<Token>(token));
   }
   /// async_write() with the parameters in braces.
   template <class Token>
@@ -254,8 +280,7 @@ class Client {
   /// row (`RETURNING id`), if any, is recorded and returned to a later call with the same key
   /// (KeyedResult::replayed). So it is repeated whatever happened, even when a commit's outcome
   /// was unknown. REQUIRES: the table (ClientOptions::idempotency_table) exists
-  /// (pg::Database::create_idempotency_table() makes it). Completes with
-  /// void(Result<KeyedResult>).
+  /// (async_create_idempotency_table()). Completes with void(Result<KeyedResult>).
   template <class Token>
   auto async_once(const RequestContext& request, std::string_view key, std::string_view sql,
                   std::span<const holdfast::pg::Param> params, Token&& token) {
@@ -280,46 +305,75 @@ class Client {
   /// create_idempotency_table() makes). Completes with void(Result<pg::Rows>).
   template <class Token>
   auto async_create_idempotency_table(const RequestContext& request, Token&& token) {
-    return call(request, Operation::idempotent_write("pg.idempotency_table"), create_sql_, {},
+    return call(request, Operation::idempotent_write("pg.idempotency_table"), create_sql_, {}, true,
                 std::forward<Token>(token));
   }
 
  private:
-  Client(const Executor& ex, ClientOptions options)
-      : ex_(ex),
-        options_(std::move(options)),
-        shield_(options_.shield_name, options_.shield),
-        vacancy_(ex) {
-    vacancy_.expires_at(TimePoint::max());
-    claim_sql_ = "INSERT INTO " + options_.idempotency_table +
-                 " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
-    recorded_sql_ = "SELECT result FROM " + options_.idempotency_table + " WHERE key = $1";
-    record_sql_ = "UPDATE " + options_.idempotency_table + " SET result = $2 WHERE key = $1";
-    create_sql_ = "CREATE TABLE IF NOT EXISTS " + options_.idempotency_table +
-                  " (key text PRIMARY KEY, result text, "
-                  "created_at timestamptz NOT NULL DEFAULT now())";
-  }
-
   using Slot = detail::Slot;
   using Want = holdfast::pg::Want;
   using Rows = holdfast::pg::Rows;
+  using Piece = holdfast::pg::LoopConnection::Piece;
   template <class T>
   using awaitable = detail::net::awaitable<T>;
 
+  // The connections to one server (the primary, or the standbys).
+  struct Pool {
+    Pool(const Executor& ex, holdfast::pg::ConnectOptions o, std::size_t most)
+        : options(std::move(o)), max(most), vacancy(ex) {
+      vacancy.expires_at(TimePoint::max());
+    }
+    holdfast::pg::ConnectOptions options;
+    std::size_t max;
+    std::vector<std::unique_ptr<Slot>> idle;
+    std::size_t open = 0;
+    detail::net::steady_timer vacancy;  // cancelled whenever a connection comes free
+  };
+
   // What one call keeps for all its attempts.
   struct Plain {
-    Plain(const RequestContext& r, std::string_view s, std::span<const holdfast::pg::Param> p)
-        : request(r), sql(s), params(p) {}
+    Plain(const RequestContext& r, std::string_view s, std::span<const holdfast::pg::Param> p,
+          bool w)
+        : request(r), sql(s), params(p), write(w) {}
     RequestContext request;
     std::string sql;
     detail::Params params;
+    bool write;
   };
   struct Keyed : Plain {
     Keyed(const RequestContext& r, std::string k, std::string s,
           std::span<const holdfast::pg::Param> p)
-        : Plain(r, s, p), key(std::move(k)) {}
+        : Plain(r, s, p, true), key(std::move(k)) {}
     std::string key;
   };
+
+  // A write's commit position and timeline, read in the write's own round trip (as
+  // pg::Database's writes do).
+  static constexpr std::string_view kPositionSql =
+      "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, "
+      "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, "
+      "8)";
+  // What a standby has replayed, and whether it is a standby at all (a promoted one keeps
+  // its last replay position and is no replica).
+  static constexpr std::string_view kStandbyHead =
+      "SELECT pg_catalog.pg_last_wal_replay_lsn()::text, pg_catalog.pg_is_in_recovery()";
+
+  Client(const Executor& ex, ClientOptions options)
+      : ex_(ex),
+        options_(std::move(options)),
+        shield_(options_.shield_name, options_.shield),
+        primary_(ex, options_.connect, options_.max_connections) {
+    if (!options_.standby.conninfo.empty()) {
+      standby_.emplace(ex, options_.standby, options_.standby_connections);
+    }
+    const std::string& t = options_.idempotency_table;
+    claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
+    recorded_sql_ = "SELECT result FROM " + t + " WHERE key = $1";
+    record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
+    create_sql_ = "CREATE TABLE IF NOT EXISTS " + t +
+                  " (key text PRIMARY KEY, result text, "
+                  "created_at timestamptz NOT NULL DEFAULT now())";
+  }
 
   // When this attempt must be over: the request's deadline. PostgreSQL does not say that a
   // statement waits for a lock, so the request's window opens when it first goes to the
@@ -337,8 +391,8 @@ class Client {
 
   template <class Token>
   auto call(const RequestContext& request, Operation op, std::string_view sql,
-            std::span<const holdfast::pg::Param> params, Token&& token) {
-    auto state = std::make_shared<Plain>(request, sql, params);
+            std::span<const holdfast::pg::Param> params, bool write, Token&& token) {
+    auto state = std::make_shared<Plain>(request, sql, params, write);
     auto attempt = [this, state](Done<Result<Rows>> done) {
       spawn<Result<Rows>>(plain_attempt(state), std::move(done));
     };
@@ -364,20 +418,20 @@ class Client {
         });
   }
 
-  // A connection from the pool (or a new one, connected on the loop), before `until`.
-  awaitable<Result<std::unique_ptr<Slot>>> lease(TimePoint until) {
+  // A connection from `pool` (or a new one, connected on the loop), before `until`.
+  awaitable<Result<std::unique_ptr<Slot>>> lease(Pool& pool, TimePoint until) {
     for (;;) {
-      while (!idle_.empty()) {
-        std::unique_ptr<Slot> s = std::move(idle_.back());
-        idle_.pop_back();
+      while (!pool.idle.empty()) {
+        std::unique_ptr<Slot> s = std::move(pool.idle.back());
+        pool.idle.pop_back();
         if (s->conn.is_open()) co_return s;
-        --open_;  // lost while idle (a terminated backend): find another
+        --pool.open;  // lost while idle (a terminated backend): find another
       }
-      if (open_ < options_.max_connections) {
-        ++open_;
-        co_return co_await connect(until);
+      if (pool.open < pool.max) {
+        ++pool.open;
+        co_return co_await connect(pool, until);
       }
-      if (!co_await vacancy(until)) {
+      if (!co_await vacancy(pool, until)) {
         co_return Status(Code::kDeadlineExceeded,
                          "no PostgreSQL connection came free within the request's window",
                          Fault{RetryScope::kNone, Outcome::kNotApplied, Pace::kFast, false});
@@ -385,17 +439,17 @@ class Client {
     }
   }
 
-  // Waits until a connection may have come free (true) or `until` passed (false).
-  awaitable<bool> vacancy(TimePoint until) {
+  // Waits until a connection of `pool` may have come free (true) or `until` passed (false).
+  awaitable<bool> vacancy(Pool& pool, TimePoint until) {
     auto expired = std::make_shared<bool>(false);
     detail::net::steady_timer deadline(ex_, until);
-    deadline.async_wait([expired, this](const detail::error_code& ec) {
+    deadline.async_wait([expired, &pool](const detail::error_code& ec) {
       if (ec || *expired) return;
       *expired = true;
-      vacancy_.cancel();  // wakes every waiter; each looks again
+      pool.vacancy.cancel();  // wakes every waiter; each looks again
     });
     detail::error_code ec;
-    co_await vacancy_.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
+    co_await pool.vacancy.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
     const bool came_free = !*expired;
     *expired = true;  // a deadline that fires now finds nothing to do
     deadline.cancel();
@@ -406,8 +460,8 @@ class Client {
   // time (libpq does not time a non-blocking connect: a frozen host would hold it), each
   // within host_connect_timeout (the last one tried gets what is left), from the one that took
   // a connection last; a refusal moves on to the next at once.
-  awaitable<Result<std::unique_ptr<Slot>>> connect(TimePoint until) {
-    const holdfast::pg::ConnectOptions& o = options_.connect;
+  awaitable<Result<std::unique_ptr<Slot>>> connect(Pool& pool, TimePoint until) {
+    const holdfast::pg::ConnectOptions& o = pool.options;
     const TimePoint cap = std::min(until, detail::Clock::now() + o.connect_timeout);
     const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
     const std::size_t first = holdfast::pg::LoopConnection::preferred_host(o);
@@ -416,7 +470,7 @@ class Client {
       const std::size_t host = (first + k) % n;
       const TimePoint host_cap =
           k + 1 < n ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
-      Result<std::unique_ptr<Slot>> s = co_await connect_host(host, n > 1, host_cap);
+      Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, host_cap);
       if (s.ok()) {
         if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
         co_return s;
@@ -424,15 +478,16 @@ class Client {
       last = s.status();
       if (detail::Clock::now() >= cap) break;
     }
-    give_back(nullptr);
+    give_back(pool, nullptr);
     co_return last;
   }
 
-  awaitable<Result<std::unique_ptr<Slot>>> connect_host(std::size_t host, bool alone,
+  awaitable<Result<std::unique_ptr<Slot>>> connect_host(const holdfast::pg::ConnectOptions& o,
+                                                        std::size_t host, bool alone,
                                                         TimePoint until) {
     Result<holdfast::pg::LoopConnection> started =
-        alone ? holdfast::pg::LoopConnection::start(options_.connect, host)
-              : holdfast::pg::LoopConnection::start(options_.connect);
+        alone ? holdfast::pg::LoopConnection::start(o, host)
+              : holdfast::pg::LoopConnection::start(o);
     if (!started.ok()) co_return started.status();
     auto s = std::make_unique<Slot>(ex_);
     s->conn = std::move(*started);
@@ -452,24 +507,35 @@ class Client {
     co_return s;
   }
 
-  // Returns a connection to the pool (or closes it when it is not idle and open) and wakes
-  // the calls waiting for one.
-  void give_back(std::unique_ptr<Slot> s) {
+  // Returns a connection to `pool` (or closes it when it is not idle and open) and wakes the
+  // calls waiting for one.
+  void give_back(Pool& pool, std::unique_ptr<Slot> s) {
     if (s != nullptr && s->conn.is_open() &&
         s->conn.txn_status() == holdfast::pg::TxnStatus::kIdle) {
-      idle_.push_back(std::move(s));
+      pool.idle.push_back(std::move(s));
     } else {
       if (s != nullptr) s->forget();
-      --open_;
+      --pool.open;
     }
-    vacancy_.cancel();
+    pool.vacancy.cancel();
   }
 
-  // Sends one statement on `s` and waits for its result, cancelling it at `until`.
-  awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
-                                   std::span<const holdfast::pg::Param> params, TimePoint until) {
+  // Closes `s` and every idle connection of `pool` (they reach the same server).
+  static void drop_all(Pool& pool, Slot& s) {
+    s.forget();
+    s.conn.close();
+    for (std::unique_ptr<Slot>& idle : pool.idle) {
+      idle->forget();
+      idle->conn.close();
+    }
+    pool.open -= pool.idle.size();
+    pool.idle.clear();
+  }
+
+  // Steps what was sent on `s` until it is complete, cancelling it at `until` and giving up
+  // on it (closing the connection) when the cancel's grace passes too. OK when complete.
+  awaitable<Status> drive(Slot& s, Want w, TimePoint until) {
     bool cancelled = false;
-    Want w = s.conn.send(sql, params);
     while (w != Want::kNothing) {
       if (co_await detail::ready(s, w, until, false)) {
         w = s.conn.step();
@@ -484,19 +550,113 @@ class Client {
       s.forget();
       co_return s.conn.abandon(false);
     }
+    co_return Status();
+  }
+
+  // Sends one statement on `s` and waits for its result (drive()).
+  awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
+                                   std::span<const holdfast::pg::Param> params, TimePoint until) {
+    Status st = co_await drive(s, s.conn.send(sql, params), until);
+    if (!st.ok()) co_return st;
     co_return s.conn.result();
+  }
+
+  // Sends `pieces` on `s` as one pipeline and waits for its results (drive()).
+  awaitable<Status> exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
+                             std::size_t* failed, TimePoint until) {
+    *failed = pieces.size();
+    Status st = co_await drive(s, s.conn.send_pipeline(pieces), until);
+    if (!st.ok()) co_return st;
+    co_return s.conn.pipeline_result(out, failed);
+  }
+
+  // Keeps a write's commit position in its request (for its later reads on a standby), or
+  // marks it unknown: its reads then go to the primary.
+  static void wrote(const RequestContext& request, const Rows* position) {
+    if (position == nullptr || position->is_null(0, 0)) {
+      request.position_unknown();
+      return;
+    }
+    Result<holdfast::pg::Lsn> lsn = holdfast::pg::Lsn::parse(position->text(0, 0));
+    std::uint32_t timeline = 0;
+    const std::string_view t = position->text(0, 1);
+    if (std::from_chars(t.data(), t.data() + t.size(), timeline, 16).ec != std::errc()) {
+      timeline = 0;
+    }
+    if (lsn.ok()) {
+      request.raise_position(lsn->value, timeline);
+    } else {
+      request.position_unknown();
+    }
   }
 
   awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state) {
     const TimePoint until = attempt_deadline(state->request);
-    Result<std::unique_ptr<Slot>> slot = co_await lease(until);
+    if (!state->write && standby_) {
+      std::optional<Result<Rows>> answered = co_await standby_read(*state, until);
+      if (answered.has_value()) co_return std::move(*answered);
+    }
+    Result<std::unique_ptr<Slot>> slot = co_await lease(primary_, until);
     if (!slot.ok()) co_return slot.status();
-    Result<Rows> r = co_await exchange(**slot, state->sql, state->params.params, until);
+    // (Not a conditional expression: g++ 12 loses the result of a co_await inside one.)
+    Result<Rows> r = Status(Code::kInternal, "not run");
+    if (state->write) {
+      r = co_await write_once(**slot, *state, until);
+    } else {
+      r = co_await exchange(**slot, state->sql, state->params.params, until);
+    }
     if (!r.ok() && r.status().sqlstate() == "25006") {
       r = Result<Rows>(demoted(**slot, r.status()));
     }
-    give_back(std::move(*slot));
+    give_back(primary_, std::move(*slot));
     co_return r;
+  }
+
+  // BEGIN, the write, COMMIT and the commit's position: one round trip.
+  awaitable<Result<Rows>> write_once(Slot& s, const Plain& state, TimePoint until) {
+    const Piece pieces[] = {
+        {"BEGIN"}, {state.sql, state.params.params}, {"COMMIT"}, {kPositionSql}};
+    Rows out[4];
+    std::size_t failed = 4;
+    Status st = co_await exchange(s, pieces, out, &failed, until);
+    if (st.ok() || failed == 3) {
+      // Committed (a failure after the COMMIT leaves only the position unknown).
+      wrote(state.request, st.ok() ? &out[3] : nullptr);
+      co_return std::move(out[1]);
+    }
+    // Whether it committed may be unknown: its reads go to the primary from now on.
+    if (st.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
+    co_return st;
+  }
+
+  // A read on a standby: its replay position and the statement in one round trip, answered
+  // there when it has replayed the request's writes. Nothing when the primary should answer
+  // instead (no standby within standby_wait, behind, promoted, or failed by its own state).
+  awaitable<std::optional<Result<Rows>>> standby_read(const Plain& state, TimePoint until) {
+    const holdfast::WritePosition mine = state.request.position();
+    if (mine.primary_only) co_return std::nullopt;
+    const TimePoint cap = std::min(until, detail::Clock::now() + options_.standby_wait);
+    Result<std::unique_ptr<Slot>> slot = co_await lease(*standby_, cap);
+    if (!slot.ok()) co_return std::nullopt;
+    Slot& s = **slot;
+    const Piece pieces[] = {{kStandbyHead}, {state.sql, state.params.params}};
+    Rows out[2];
+    std::size_t failed = 2;
+    Status st = co_await exchange(s, pieces, out, &failed, cap);
+    std::optional<Result<Rows>> answer;
+    if (st.ok()) {
+      Result<holdfast::pg::Lsn> replayed = holdfast::pg::Lsn::parse(out[0].text(0, 0));
+      if (out[0].text(0, 1) != "t") {
+        drop_all(*standby_, s);  // promoted: no replica any more
+      } else if (replayed.ok() && replayed->value >= mine.value) {
+        ++standby_reads_;
+        answer = std::move(out[1]);
+      }
+    } else if (failed == 1 && !st.fault().transient()) {
+      answer = Result<Rows>(std::move(st));  // the statement's own error: the primary's too
+    }
+    give_back(*standby_, std::move(*slot));
+    co_return answer;
   }
 
   // A write refused because the server is read-only (25006: a primary demoted, or a standby
@@ -504,14 +664,7 @@ class Client {
   // so that the next connect finds the server that takes writes (with several hosts and
   // target_session_attrs=read-write), and the write may go once more.
   Status demoted(Slot& s, const Status& refused) {
-    s.forget();
-    s.conn.close();
-    for (std::unique_ptr<Slot>& idle : idle_) {
-      idle->forget();
-      idle->conn.close();
-    }
-    open_ -= idle_.size();
-    idle_.clear();
+    drop_all(primary_, s);
     Status again(Code::kUnavailable, std::string(refused.message()),
                  Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, true});
     again.with_sqlstate("25006");
@@ -520,7 +673,7 @@ class Client {
 
   awaitable<Result<KeyedResult>> once_attempt(std::shared_ptr<Keyed> state) {
     const TimePoint until = attempt_deadline(state->request);
-    Result<std::unique_ptr<Slot>> leased = co_await lease(until);
+    Result<std::unique_ptr<Slot>> leased = co_await lease(primary_, until);
     if (!leased.ok()) co_return leased.status();
     Slot& s = **leased;
     const holdfast::pg::Param key[] = {holdfast::pg::Param(state->key)};
@@ -532,27 +685,24 @@ class Client {
       // Roll back on the loop: the connection is reused only once it is idle again.
       (void)co_await exchange(s, "ROLLBACK", {}, until);
     }
-    give_back(std::move(*leased));
+    give_back(primary_, std::move(*leased));
     co_return out;
   }
 
-  // BEGIN, the key's claim, then the write and its recorded result, or the recorded result of
-  // an earlier call; COMMIT. Each a round trip on the loop.
+  // BEGIN with the key's claim, then the write and its recorded result, or the recorded result
+  // of an earlier call; COMMIT with the commit's position. Each a round trip on the loop.
   awaitable<Result<KeyedResult>> keyed(Slot& s, const Keyed& state,
                                        std::span<const holdfast::pg::Param> key, TimePoint until) {
-    Result<Rows> begun = co_await exchange(s, "BEGIN", {}, until);
-    if (!begun.ok()) co_return begun.status();
-    Result<Rows> claimed = co_await exchange(s, claim_sql_, key, until);
-    if (!claimed.ok()) co_return claimed.status();
+    const Piece begin[] = {{"BEGIN"}, {claim_sql_, key}};
+    Rows begun[2];
+    std::size_t failed = 2;
+    Status claimed = co_await exchange(s, begin, begun, &failed, until);
+    if (!claimed.ok()) co_return claimed;
     KeyedResult kept;
-    if (claimed->affected() == 1) {
-      Result<Rows> wrote = co_await exchange(s, state.sql, state.params.params, until);
-      if (!wrote.ok()) co_return wrote.status();
-      if (!wrote->empty()) kept.result = std::string(wrote->text(0, 0));
-      const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
-                                            holdfast::pg::Param(kept.result)};
-      Result<Rows> recorded = co_await exchange(s, record_sql_, record, until);
-      if (!recorded.ok()) co_return recorded.status();
+    if (begun[1].affected() == 1) {
+      Result<Rows> wrote_rows = co_await exchange(s, state.sql, state.params.params, until);
+      if (!wrote_rows.ok()) co_return wrote_rows.status();
+      if (!wrote_rows->empty()) kept.result = std::string(wrote_rows->text(0, 0));
     } else {
       Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until);
       if (!recorded.ok()) co_return recorded.status();
@@ -563,18 +713,30 @@ class Client {
       }
       kept.result = std::string(recorded->text(0, 0));
       kept.replayed = true;
+      Result<Rows> ended = co_await exchange(s, "ROLLBACK", {}, until);
+      if (!ended.ok()) co_return ended.status();
+      co_return kept;
     }
-    Result<Rows> committed = co_await exchange(s, "COMMIT", {}, until);
-    if (!committed.ok()) co_return committed.status();
-    co_return kept;
+    const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
+                                          holdfast::pg::Param(kept.result)};
+    const Piece end[] = {{record_sql_, record}, {"COMMIT"}, {kPositionSql}};
+    Rows ended[3];
+    failed = 3;
+    Status committed = co_await exchange(s, end, ended, &failed, until);
+    if (committed.ok() || failed == 2) {
+      wrote(state.request, committed.ok() ? &ended[2] : nullptr);
+      co_return kept;
+    }
+    if (committed.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
+    co_return committed;
   }
 
   Executor ex_;
   ClientOptions options_;
   Shield shield_;
-  std::vector<std::unique_ptr<Slot>> idle_;
-  std::size_t open_ = 0;
-  detail::net::steady_timer vacancy_;  // cancelled whenever a connection comes free
+  Pool primary_;
+  std::optional<Pool> standby_;
+  std::uint64_t standby_reads_ = 0;
   std::string claim_sql_;
   std::string recorded_sql_;
   std::string record_sql_;
