@@ -40,7 +40,7 @@ struct Fixture {
   std::string table;
   std::string sql;
   net::io_context io;
-  std::unique_ptr<Client<>> client;
+  std::shared_ptr<Client<>> client;
   std::vector<std::unique_ptr<holdfast::asio::pg::detail::Slot>> bare;
   bool ok = false;
 

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   net::io_context io;
   holdfast::asio::pg::ClientOptions options;
   options.connect.conninfo = argv[1];
-  holdfast::Result<std::unique_ptr<Db>> db = Db::open(io.get_executor(), options);
+  holdfast::Result<std::shared_ptr<Db>> db = Db::open(io.get_executor(), options);
   if (!db.ok()) {
     std::printf("asio_pg_example: %s\n", db.status().to_string().c_str());
     return 2;

@@ -84,7 +84,7 @@ class AsioPg : public ::testing::Test {
 
 TEST_F(AsioPg, ReadsWritesAndKeyedWritesOnOneLoop) {
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
-    std::unique_ptr<Client<>> opened = Client<>::open(io.get_executor(), options_for(url_)).value();
+    std::shared_ptr<Client<>> opened = Client<>::open(io.get_executor(), options_for(url_)).value();
     Client<>& client = *opened;
     RequestContext request;
     const std::string insert = "INSERT INTO " + table_ + " (note) VALUES ($1) RETURNING id";
@@ -129,12 +129,12 @@ TEST_F(AsioPg, ReadsWritesAndKeyedWritesOnOneLoop) {
 TEST(AsioPgOptions, OptionsThatCanNeverWorkAreRefusedByName) {
   net::io_context io;
   ClientOptions none;
-  Result<std::unique_ptr<Client<>>> a = Client<>::open(io.get_executor(), none);
+  Result<std::shared_ptr<Client<>>> a = Client<>::open(io.get_executor(), none);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("conninfo"), std::string::npos);
   ClientOptions table = options_for("postgresql://127.0.0.1/x");
   table.idempotency_table = "keys; DROP TABLE payments";
-  Result<std::unique_ptr<Client<>>> b = Client<>::open(io.get_executor(), table);
+  Result<std::shared_ptr<Client<>>> b = Client<>::open(io.get_executor(), table);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("idempotency_table"), std::string::npos);
   ClientOptions zero = options_for("postgresql://127.0.0.1/x");
@@ -152,9 +152,9 @@ TEST_F(AsioPg, AFrozenServerHoldsNoThreadAndItsCallsEndWithinTheWindow) {
     a.exec("CREATE TABLE " + table + " (id bigserial PRIMARY KEY, note text)");
   }
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
-    std::unique_ptr<Client<>> frozen_client =
+    std::shared_ptr<Client<>> frozen_client =
         Client<>::open(io.get_executor(), options_for(frozen_server.url())).value();
-    std::unique_ptr<Client<>> healthy_client =
+    std::shared_ptr<Client<>> healthy_client =
         Client<>::open(io.get_executor(), options_for(url_)).value();
     Client<>& frozen = *frozen_client;
     Client<>& healthy = *healthy_client;
@@ -228,7 +228,7 @@ TEST_F(AsioPg, AFrozenFirstHostIsSkippedWithinItsConnectTime) {
   ClientOptions o = options_for(two_hosts(host_port(frozen_server.url()), url_));
   o.connect.host_connect_timeout = 1s;
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
-    std::unique_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     RequestContext first_request;
     auto started = std::chrono::steady_clock::now();
     Result<Rows> first =
@@ -254,7 +254,7 @@ TEST_F(AsioPg, AWriteFindsTheHostThatTakesWrites) {
   ClientOptions o =
       options_for(two_hosts(host_port(standby), url_) + "?target_session_attrs=read-write");
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
-    std::unique_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     RequestContext request;
     const std::string insert = "INSERT INTO " + table_ + " (note) VALUES ($1)";
     const Param note[] = {Param("written")};
@@ -284,7 +284,7 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
   ClientOptions o = options_for(servers.url());
   o.standby.conninfo = servers.standby_url();
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
-    std::unique_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     const std::string insert = "INSERT INTO " + table + " (note) VALUES ($1)";
     const std::string count = "SELECT count(*) FROM " + table;
 
@@ -315,6 +315,43 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
     EXPECT_TRUE(stale.ok()) << stale.status().to_string();
     EXPECT_EQ(client->standby_reads(), 2u);  // a request without writes may read the standby
     pause.resume();
+  });
+}
+
+// Hedged reads: a standby that answers, but slowly (a statement that sleeps only in
+// recovery), is not silent; once the standby's normal latency is learned, a read it has not
+// answered by then also goes to the primary, whose answer wins, and the standby's try stops.
+TEST(AsioPgStandby, ASlowStandbysReadIsHedgedToThePrimary) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  o.hedge_budget = 0.1;  // 20 reads earn 2 hedges
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (int i = 0; i < 20; ++i) {
+      RequestContext warm;
+      Result<Rows> r =
+          co_await client->async_read(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+    }
+    EXPECT_EQ(client->hedged_reads(), 0u);
+    const std::string slow_on_standby =
+        "SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT 2 FROM pg_sleep(0.8)) ELSE 1 END";
+    RequestContext request;
+    const auto started = std::chrono::steady_clock::now();
+    Result<Rows> r =
+        co_await client->async_read(request, "slow", slow_on_standby, {}, net::use_awaitable);
+    const double took = seconds_since(started);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) {
+      EXPECT_EQ(r->text(0, 0), "1");  // the primary's answer
+    }
+    EXPECT_LT(took, 0.4);  // not the standby's 0.8 s
+    EXPECT_EQ(client->hedged_reads(), 1u);
+    EXPECT_EQ(client->hedges_won(), 1u);
   });
 }
 

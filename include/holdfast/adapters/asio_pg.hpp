@@ -19,7 +19,8 @@
 ///   asio::io_context io;
 ///   holdfast::asio::pg::ClientOptions options;
 ///   options.connect.conninfo = "postgresql://app@db1:5432,db2:5432/app";
-///   auto client = holdfast::asio::pg::Client<>::open(io.get_executor(), options).value();
+///   std::shared_ptr<holdfast::asio::pg::Client<>> client =
+///       holdfast::asio::pg::Client<>::open(io.get_executor(), options).value();
 ///   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
 ///     holdfast::RequestContext request;                       // one window for the request
 ///     const holdfast::pg::Param on[] = {day};
@@ -48,6 +49,8 @@
 /// prepared statements, transactions of several statements written by the caller.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -65,6 +68,7 @@
 #if defined(HOLDFAST_ASIO_BOOST)
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -72,6 +76,7 @@
 #else
 #include <asio/awaitable.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
@@ -113,6 +118,14 @@ struct ClientOptions {
   /// How long a read waits for a standby (its connect and its answer) before the primary
   /// answers it instead, within the same attempt.
   Duration standby_wait = std::chrono::milliseconds(500);
+  /// Hedged reads: a standby read that has not answered within the standby's normal latency
+  /// (the 95th percentile of its last 64 answers, at least hedge_min_delay) is also sent to the
+  /// primary; the first answer wins and the other is cancelled. At most this share of reads is
+  /// hedged (a budget earned by each read); 0 turns hedging off. Never while the primary's
+  /// connections are all busy.
+  double hedge_budget = 0.02;
+  /// The least a standby read waits before it is hedged.
+  Duration hedge_min_delay = std::chrono::milliseconds(5);
 };
 
 namespace detail {
@@ -153,6 +166,8 @@ struct Slot {
   holdfast::pg::LoopConnection conn;
   net::posix::stream_descriptor descriptor;
   int fd = -1;
+  // Set by the winner of a hedged read: the loser gives up its statement at its next step.
+  bool stop = false;
 };
 
 // Waits until the slot's socket is ready for `want`, or `until`. True when ready (or when
@@ -203,13 +218,14 @@ struct Params {
 
 /// PostgreSQL calls on an Asio executor (see the top of asio_pg.hpp). Not copyable or movable.
 template <class Executor = detail::net::any_io_executor>
-class Client {
+class Client : public std::enable_shared_from_this<Client<Executor>> {
  public:
   /// A client of the server `options.connect` names, on `ex`. It connects lazily, on the first
   /// call, so a server that is away now is no error here. Fails on options that can never work
   /// (no conninfo, no connection allowed, a table name that is not an identifier), naming the
-  /// field. The Client is neither copied nor moved: it lives where open() put it.
-  static Result<std::unique_ptr<Client>> open(const Executor& ex, ClientOptions options) {
+  /// field. The Client is shared: a hedged read's losing try keeps it alive until it has
+  /// stopped, so the caller may let go of it as soon as its own calls have completed.
+  static Result<std::shared_ptr<Client>> open(const Executor& ex, ClientOptions options) {
     if (options.connect.conninfo.empty()) {
       return Status(Code::kInvalidArgument, "ClientOptions::connect.conninfo is empty");
     }
@@ -229,7 +245,7 @@ class Client {
       return Status(Code::kInvalidArgument,
                     "ClientOptions::cancel_grace and standby_wait must not be negative");
     }
-    return std::unique_ptr<Client>(new Client(ex, std::move(options)));
+    return std::shared_ptr<Client>(new Client(ex, std::move(options)));
   }
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -240,6 +256,10 @@ class Client {
   [[nodiscard]] std::size_t open_connections() const noexcept { return primary_.open; }
   /// Reads a standby answered (the rest went to the primary).
   [[nodiscard]] std::uint64_t standby_reads() const noexcept { return standby_reads_; }
+  /// Reads that were hedged (also sent to the primary), and those the primary's answer won.
+  [[nodiscard]] std::uint64_t hedged_reads() const noexcept { return hedged_; }
+  /// Hedged reads the primary answered first.
+  [[nodiscard]] std::uint64_t hedges_won() const noexcept { return hedges_won_; }
 
   /// Runs a read: repeated after any failure the engine says may pass, within the request's
   /// window; answered by a standby that has the request's writes, else by the primary.
@@ -537,7 +557,14 @@ class Client {
   awaitable<Status> drive(Slot& s, Want w, TimePoint until) {
     bool cancelled = false;
     while (w != Want::kNothing) {
-      if (co_await detail::ready(s, w, until, false)) {
+      const bool ready = co_await detail::ready(s, w, until, false);
+      if (s.stop) {
+        // The other copy answered a hedged read first: this one is not wanted any more.
+        s.conn.cancel();
+        s.forget();
+        co_return s.conn.abandon(false);
+      }
+      if (ready) {
         w = s.conn.step();
         continue;
       }
@@ -593,11 +620,19 @@ class Client {
   awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state) {
     const TimePoint until = attempt_deadline(state->request);
     if (!state->write && standby_) {
+      if (options_.hedge_budget > 0) co_return co_await hedged_read(state, until);
       std::optional<Result<Rows>> answered = co_await standby_read(*state, until);
       if (answered.has_value()) co_return std::move(*answered);
     }
+    co_return co_await primary_call(state, until, nullptr);
+  }
+
+  // The primary's part of a call: a write, or a read (`race`: a hedged read's).
+  awaitable<Result<Rows>> primary_call(std::shared_ptr<Plain> state, TimePoint until,
+                                       Slot** in_use) {
     Result<std::unique_ptr<Slot>> slot = co_await lease(primary_, until);
     if (!slot.ok()) co_return slot.status();
+    if (in_use != nullptr) *in_use = slot->get();
     // (Not a conditional expression: g++ 12 loses the result of a co_await inside one.)
     Result<Rows> r = Status(Code::kInternal, "not run");
     if (state->write) {
@@ -608,8 +643,119 @@ class Client {
     if (!r.ok() && r.status().sqlstate() == "25006") {
       r = Result<Rows>(demoted(**slot, r.status()));
     }
+    if (in_use != nullptr) *in_use = nullptr;
+    (*slot)->stop = false;
     give_back(primary_, std::move(*slot));
     co_return r;
+  }
+
+  // A hedged read's two tries: what each said, and the connection each is on (to stop it).
+  struct Race {
+    explicit Race(const Executor& ex) : wake(ex) { wake.expires_at(TimePoint::max()); }
+    detail::net::steady_timer wake;                      // cancelled when either try ends
+    std::optional<std::optional<Result<Rows>>> standby;  // ended (inner: its answer, if any)
+    std::optional<Result<Rows>> primary;                 // ended
+    Slot* standby_slot = nullptr;
+    Slot* primary_slot = nullptr;
+    bool hedged = false;  // the primary's try was started
+  };
+
+  // Stops the try on `s` (the loser of a hedged read) at once.
+  static void stop(Slot& s) {
+    s.stop = true;
+    detail::error_code ignored;
+    s.descriptor.cancel(ignored);
+  }
+
+  // Waits until `race` changed (a try ended) or `until`.
+  awaitable<void> race_wait(Race& race, TimePoint until) {
+    auto expired = std::make_shared<bool>(false);
+    detail::net::steady_timer deadline(ex_, until);
+    deadline.async_wait([expired, &race](const detail::error_code& ec) {
+      if (ec || *expired) return;
+      *expired = true;
+      race.wake.cancel();
+    });
+    detail::error_code ec;
+    co_await race.wake.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
+    *expired = true;
+    deadline.cancel();
+  }
+
+  // The standby's normal latency: the 95th percentile of its last answers (none yet: none).
+  std::optional<Duration> standby_p95() const {
+    if (latency_count_ < 16) return std::nullopt;
+    const std::size_t n = std::min<std::size_t>(latency_count_, latencies_.size());
+    std::array<Duration, 64> sorted{};
+    std::copy(latencies_.begin(), latencies_.begin() + static_cast<std::ptrdiff_t>(n),
+              sorted.begin());
+    std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n));
+    return sorted[(n * 95) / 100];
+  }
+
+  // A read on the standby that, when it has not answered within the standby's normal latency,
+  // also goes to the primary (within the hedge budget, and only when a primary connection is
+  // free); the first answer wins and the other try is stopped.
+  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, TimePoint until) {
+    hedge_tokens_ = std::min(hedge_tokens_ + options_.hedge_budget, 10.0);
+    auto race = std::make_shared<Race>(ex_);
+    const TimePoint started = detail::Clock::now();
+    detail::net::co_spawn(
+        ex_,
+        [self = this->shared_from_this(), state, race, until, started]() -> awaitable<void> {
+          std::optional<Result<Rows>> answer =
+              co_await self->standby_read(*state, until, &race->standby_slot);
+          if (answer.has_value() && answer->ok()) {
+            self->latencies_[self->latency_count_++ % self->latencies_.size()] =
+                detail::Clock::now() - started;
+          }
+          race->standby.emplace(std::move(answer));
+          race->wake.cancel();
+        },
+        detail::net::detached);
+    const std::optional<Duration> p95 = standby_p95();
+    const Duration delay = std::max(options_.hedge_min_delay, p95.value_or(options_.standby_wait));
+    const TimePoint hedge_at = std::min(until, started + delay);
+    while (!race->standby.has_value() && detail::Clock::now() < hedge_at) {
+      co_await race_wait(*race, hedge_at);
+    }
+    const bool primary_free = !primary_.idle.empty() || primary_.open < primary_.max;
+    if (!race->standby.has_value() && p95.has_value() && hedge_tokens_ >= 1.0 && primary_free) {
+      hedge_tokens_ -= 1.0;
+      ++hedged_;
+      race->hedged = true;
+      detail::net::co_spawn(
+          ex_,
+          [self = this->shared_from_this(), state, race, until]() -> awaitable<void> {
+            Result<Rows> r = co_await self->primary_call(state, until, &race->primary_slot);
+            race->primary.emplace(std::move(r));
+            race->wake.cancel();
+          },
+          detail::net::detached);
+    }
+    // The first usable answer: the standby's when it has one, else the primary's.
+    for (;;) {
+      if (race->standby.has_value() && race->standby->has_value()) {
+        if (race->primary_slot != nullptr) stop(*race->primary_slot);
+        co_return std::move(**race->standby);
+      }
+      if (race->primary.has_value()) {
+        if (race->standby_slot != nullptr) stop(*race->standby_slot);
+        if (!race->standby.has_value()) ++hedges_won_;
+        co_return std::move(*race->primary);
+      }
+      if (race->standby.has_value() && !race->hedged) {
+        // The standby left the read to the primary, and no hedge is running: ask it now.
+        co_return co_await primary_call(state, until, nullptr);
+      }
+      if (detail::Clock::now() >= until) {
+        if (race->standby_slot != nullptr) stop(*race->standby_slot);
+        if (race->primary_slot != nullptr) stop(*race->primary_slot);
+        co_return Status(Code::kDeadlineExceeded, "no copy answered the read within its window",
+                         Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
+      }
+      co_await race_wait(*race, until);
+    }
   }
 
   // BEGIN, the write, COMMIT and the commit's position: one round trip.
@@ -632,13 +778,15 @@ class Client {
   // A read on a standby: its replay position and the statement in one round trip, answered
   // there when it has replayed the request's writes. Nothing when the primary should answer
   // instead (no standby within standby_wait, behind, promoted, or failed by its own state).
-  awaitable<std::optional<Result<Rows>>> standby_read(const Plain& state, TimePoint until) {
+  awaitable<std::optional<Result<Rows>>> standby_read(const Plain& state, TimePoint until,
+                                                      Slot** in_use = nullptr) {
     const holdfast::WritePosition mine = state.request.position();
     if (mine.primary_only) co_return std::nullopt;
     const TimePoint cap = std::min(until, detail::Clock::now() + options_.standby_wait);
     Result<std::unique_ptr<Slot>> slot = co_await lease(*standby_, cap);
     if (!slot.ok()) co_return std::nullopt;
     Slot& s = **slot;
+    if (in_use != nullptr) *in_use = &s;
     const Piece pieces[] = {{kStandbyHead}, {state.sql, state.params.params}};
     Rows out[2];
     std::size_t failed = 2;
@@ -655,6 +803,8 @@ class Client {
     } else if (failed == 1 && !st.fault().transient()) {
       answer = Result<Rows>(std::move(st));  // the statement's own error: the primary's too
     }
+    if (in_use != nullptr) *in_use = nullptr;
+    s.stop = false;
     give_back(*standby_, std::move(*slot));
     co_return answer;
   }
@@ -737,6 +887,13 @@ class Client {
   Pool primary_;
   std::optional<Pool> standby_;
   std::uint64_t standby_reads_ = 0;
+  // Hedging: the budget (a share of a token per read), the count, and the standby's recent
+  // latencies (a ring).
+  double hedge_tokens_ = 0;
+  std::uint64_t hedged_ = 0;
+  std::uint64_t hedges_won_ = 0;
+  std::array<Duration, 64> latencies_{};
+  std::size_t latency_count_ = 0;
   std::string claim_sql_;
   std::string recorded_sql_;
   std::string record_sql_;
