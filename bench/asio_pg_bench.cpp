@@ -96,6 +96,15 @@ struct Fixture {
   }
   static void exec(PGconn* c, const std::string& q) { PQclear(PQexec(c, q.c_str())); }
 
+  // One read on a bare connection, driven by the loop: true when it found its row.
+  net::awaitable<bool> bare_read(holdfast::asio::pg::detail::Slot& s, std::span<const Param> id) {
+    for (Want w = s.conn.send(sql, id); w != Want::kNothing; w = s.conn.step()) {
+      co_await holdfast::asio::pg::detail::ready(s, w, holdfast::TimePoint::max(), false);
+    }
+    auto r = s.conn.result();
+    co_return r.ok() && r->size() == 1;
+  }
+
   // kInFlight reads at once through the Client; returns how many succeeded.
   int batch_client() {
     int good = 0;
@@ -132,13 +141,8 @@ struct Fixture {
                 auto r = co_await client->async_read(request, "bench.point", sql, id,
                                                      net::use_awaitable);
                 if (r.ok() && r->size() == 1) ++good;
-              } else {
-                for (Want w = s.conn.send(sql, id); w != Want::kNothing; w = s.conn.step()) {
-                  co_await holdfast::asio::pg::detail::ready(s, w, holdfast::TimePoint::max(),
-                                                             false);
-                }
-                auto r = s.conn.result();
-                if (r.ok() && r->size() == 1) ++good;
+              } else if (co_await bare_read(s, id)) {
+                ++good;
               }
             }
           },
@@ -155,13 +159,8 @@ struct Fixture {
       net::co_spawn(
           io,
           [this, i, &good]() -> net::awaitable<void> {
-            auto& s = *bare[static_cast<std::size_t>(i)];
             const Param id[] = {Param(i * 37 % kRows + 1)};
-            for (Want w = s.conn.send(sql, id); w != Want::kNothing; w = s.conn.step()) {
-              co_await holdfast::asio::pg::detail::ready(s, w, holdfast::TimePoint::max(), false);
-            }
-            auto r = s.conn.result();
-            if (r.ok() && r->size() == 1) ++good;
+            if (co_await bare_read(*bare[static_cast<std::size_t>(i)], id)) ++good;
           },
           net::detached);
     }

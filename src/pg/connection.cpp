@@ -299,24 +299,12 @@ Result<Connection> Connection::open(std::string_view conninfo) {
 Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& options,
                                                       const HostKeywords& host, TimePoint until,
                                                       bool* timed_out, Probe probe) {
-  using Impl = Connection::Impl;
   if (timed_out != nullptr) *timed_out = false;
-  auto impl = std::make_unique<Impl>();
-  impl->clock = options.clock != nullptr ? options.clock : &Clock::system();
+  Result<Connection> started = start(options, host);
+  if (!started.ok()) return started.status();
+  Connection::Impl* impl = started->impl_.get();
   impl->watch = options.watch;
-  Keywords k;
-  if (!host.empty()) k.host = &host;
-  fill_keywords(options, k);
-  impl->statement_timeout_ms = k.statement_timeout_ms;
-
-  PGconn* conn = PQconnectStartParams(k.keys.data(), k.values.data(), /*expand_dbname=*/1);
-  if (conn == nullptr) {
-    return Status(Code::kResourceExhausted, "libpq could not allocate a connection");
-  }
-  impl->conn = conn;
-  PQsetNoticeReceiver(conn, &Impl::on_notice, impl.get());
-  // Startup errors then carry their SQLSTATE in the message ("FATAL:  53300: ...").
-  PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
+  PGconn* conn = impl->conn;
   // A connect that starts while the server is silent is a probe of it (a health probe's):
   // it waits for its deadline. One that starts before gives up when the silence is found.
   const bool probing = probe == Probe::kIfSilentNow
@@ -332,7 +320,7 @@ Result<Connection> detail::ConnectionAccess::open_one(const ConnectOptions& opti
     return connect_failure(conn, st);
   }
   PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
-  return Connection(std::move(impl));
+  return started;
 }
 
 Result<Connection> detail::ConnectionAccess::start(const ConnectOptions& options,
