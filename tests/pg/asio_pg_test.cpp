@@ -217,6 +217,41 @@ TEST_F(AsioPg, AFrozenServerHoldsNoThreadAndItsCallsEndWithinTheWindow) {
   });
 }
 
+// Silence (DESIGN.md section 10): a read on a connection to a frozen server hears nothing for
+// silence_after, asks the server with a connection of its own, gets no answer either, and
+// gives up at once instead of waiting out its window; a read that comes while the verdict
+// holds is answered at once.
+TEST_F(AsioPg, AReadOnAFrozenServerGivesUpOnceItIsFoundSilent) {
+  PrivateServer frozen_server;
+  if (frozen_server.url().empty()) GTEST_SKIP() << "could not start a private server";
+  ClientOptions o = options_for(frozen_server.url());
+  o.silence_after = 500ms;
+  o.silence_check = 500ms;
+  o.shield.reads = holdfast::RetryPolicy::no_retry();
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    RequestContext warm;
+    Result<Rows> w = co_await client->async_read(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    Freeze freeze(frozen_server.postmaster_pid());
+    EXPECT_TRUE(freeze.frozen());
+    RequestContext request;  // a 6 s window
+    auto started = std::chrono::steady_clock::now();
+    Result<Rows> r =
+        co_await client->async_read(request, "frozen", "SELECT 1", {}, net::use_awaitable);
+    const double took = seconds_since(started);
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kUnavailable) << r.status().to_string();
+    EXPECT_LT(took, 0.5 + 0.5 + 0.6);  // silence_after, the check, and slack: not the 6 s window
+    RequestContext next;
+    started = std::chrono::steady_clock::now();
+    Result<Rows> again =
+        co_await client->async_read(next, "frozen", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_FALSE(again.ok());
+    EXPECT_LT(seconds_since(started), 0.2);  // the verdict holds: answered at once
+  });
+}
+
 // Several hosts: libpq does not time a non-blocking connect, so the client tries one host at a
 // time. A frozen first host (it completes the TCP handshake and never answers) costs the first
 // read host_connect_timeout, and later reads nothing: the host that answered goes first.

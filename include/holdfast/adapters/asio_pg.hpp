@@ -126,6 +126,15 @@ struct ClientOptions {
   double hedge_budget = 0.02;
   /// The least a standby read waits before it is hedged.
   Duration hedge_min_delay = std::chrono::milliseconds(5);
+  /// Silence (DESIGN.md section 10): a read that has heard nothing from the primary for this
+  /// long asks whether the server answers at all (a connection of its own and SELECT 1 within
+  /// silence_check); a server that does not is silent, and the read gives up at once, as do
+  /// the calls that come while the verdict holds (silence_check). A server that answers is
+  /// only slow (a lock wait): the read waits on. Writes wait for their deadline: their outcome
+  /// may still become known.
+  Duration silence_after = std::chrono::seconds(1);
+  /// How long the check may take, and how long its verdict holds.
+  Duration silence_check = std::chrono::milliseconds(500);
 };
 
 namespace detail {
@@ -348,6 +357,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     std::vector<std::unique_ptr<Slot>> idle;
     std::size_t open = 0;
     detail::net::steady_timer vacancy;  // cancelled whenever a connection comes free
+    // The last silence check's verdict, and until when it holds.
+    bool silent = false;
+    TimePoint verdict_until{};
+    bool checking = false;
   };
 
   // What one call keeps for all its attempts.
@@ -440,6 +453,14 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // A connection from `pool` (or a new one, connected on the loop), before `until`.
   awaitable<Result<std::unique_ptr<Slot>>> lease(Pool& pool, TimePoint until) {
+    if (pool.silent && detail::Clock::now() < pool.verdict_until) {
+      // Found silent a moment ago: answered at once (the Shield's backoff and breaker decide
+      // when to look again).
+      Status s(Code::kUnavailable, "the server was found silent (no answer to a check)",
+               Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+      s.with_sqlstate("");
+      co_return s;
+    }
     for (;;) {
       while (!pool.idle.empty()) {
         std::unique_ptr<Slot> s = std::move(pool.idle.back());
@@ -553,11 +574,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   }
 
   // Steps what was sent on `s` until it is complete, cancelling it at `until` and giving up
-  // on it (closing the connection) when the cancel's grace passes too. OK when complete.
-  awaitable<Status> drive(Slot& s, Want w, TimePoint until) {
+  // on it (closing the connection) when the cancel's grace passes too. With `silence` (a
+  // read's pool), a wait that hears nothing for silence_after asks whether the server answers
+  // at all, and gives up at once when it does not. OK when complete.
+  awaitable<Status> drive(Slot& s, Want w, TimePoint until, Pool* silence = nullptr) {
     bool cancelled = false;
+    TimePoint check_at =
+        silence != nullptr ? detail::Clock::now() + options_.silence_after : TimePoint::max();
     while (w != Want::kNothing) {
-      const bool ready = co_await detail::ready(s, w, until, false);
+      const TimePoint wake = cancelled ? until : std::min(until, check_at);
+      const bool ready = co_await detail::ready(s, w, wake, false);
       if (s.stop) {
         // The other copy answered a hedged read first: this one is not wanted any more.
         s.conn.cancel();
@@ -566,7 +592,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       }
       if (ready) {
         w = s.conn.step();
+        if (silence != nullptr) check_at = detail::Clock::now() + options_.silence_after;
         continue;
+      }
+      if (!cancelled && detail::Clock::now() < until) {
+        // Nothing heard for silence_after: is the server there at all?
+        check_at = detail::Clock::now() + options_.silence_after;
+        if (co_await answers(*silence)) continue;  // only slow: wait on
+        s.conn.cancel();
+        s.forget();
+        co_return s.conn.abandon(true);
       }
       if (!cancelled) {
         s.conn.cancel();
@@ -580,10 +615,46 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     co_return Status();
   }
 
+  // Whether `pool`'s server answers: a connection of its own and SELECT 1 within
+  // silence_check. One check at a time per pool; its verdict holds for silence_check. While
+  // one runs, others take the server as answering (they look again at their next tick).
+  awaitable<bool> answers(Pool& pool) {
+    const TimePoint now = detail::Clock::now();
+    if (now < pool.verdict_until || pool.checking) co_return !pool.silent || pool.checking;
+    pool.checking = true;
+    const TimePoint until = now + options_.silence_check;
+    const std::size_t host = holdfast::pg::LoopConnection::preferred_host(pool.options);
+    const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
+    Result<std::unique_ptr<Slot>> probe = co_await connect_host(pool.options, host, several, until);
+    bool answered = false;
+    if (probe.ok()) {
+      Result<Rows> one = co_await exchange(**probe, "SELECT 1", {}, until);
+      answered = one.ok() || !one.status().sqlstate().empty();
+      (*probe)->forget();
+    } else {
+      // A refusal is an answer; only a connect that heard nothing until the end is silence.
+      answered = detail::Clock::now() < until;
+    }
+    pool.checking = false;
+    pool.silent = !answered;
+    pool.verdict_until = detail::Clock::now() + options_.silence_check;
+    if (pool.silent) {
+      // Its idle connections reach a server that answers nothing: none is worth keeping.
+      for (std::unique_ptr<Slot>& idle : pool.idle) {
+        idle->forget();
+        idle->conn.close();
+      }
+      pool.open -= pool.idle.size();
+      pool.idle.clear();
+    }
+    co_return answered;
+  }
+
   // Sends one statement on `s` and waits for its result (drive()).
   awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
-                                   std::span<const holdfast::pg::Param> params, TimePoint until) {
-    Status st = co_await drive(s, s.conn.send(sql, params), until);
+                                   std::span<const holdfast::pg::Param> params, TimePoint until,
+                                   Pool* silence = nullptr) {
+    Status st = co_await drive(s, s.conn.send(sql, params), until, silence);
     if (!st.ok()) co_return st;
     co_return s.conn.result();
   }
@@ -638,7 +709,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     if (state->write) {
       r = co_await write_once(**slot, *state, until);
     } else {
-      r = co_await exchange(**slot, state->sql, state->params.params, until);
+      r = co_await exchange(**slot, state->sql, state->params.params, until, &primary_);
     }
     if (!r.ok() && r.status().sqlstate() == "25006") {
       r = Result<Rows>(demoted(**slot, r.status()));
