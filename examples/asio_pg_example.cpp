@@ -38,14 +38,14 @@ net::awaitable<http::response<http::string_body>> answer(
   holdfast::Status failed;
   if (req.method() == http::verb::get && req.target() == "/games") {
     holdfast::Result<holdfast::pg::Rows> n = co_await db.async_read(
-        request, "games.count", "SELECT count(*) FROM example_games", {}, net::use_awaitable);
+        request, "games.count", "SELECT count(*) FROM asio_example_games", {}, net::use_awaitable);
     if (n.ok()) res.body() = std::string(n->text(0, 0)) + " games\n";
     if (!n.ok()) failed = n.status();
   } else if (req.method() == http::verb::post && req.target() == "/pay") {
     const std::string key(req["Idempotency-Key"]);
     const holdfast::pg::Param payment[] = {holdfast::pg::Param(key)};
     holdfast::Result<holdfast::KeyedResult> paid = co_await db.async_once(
-        request, key, "INSERT INTO example_payments (key) VALUES ($1) RETURNING id", payment,
+        request, key, "INSERT INTO asio_example_payments (key) VALUES ($1) RETURNING id", payment,
         net::use_awaitable);
     if (paid.ok()) {
       res.body() = "payment " + paid->result + (paid->replayed ? " (already paid)\n" : "\n");
@@ -123,8 +123,8 @@ net::awaitable<void> try_it(unsigned short port, int& wrong, net::io_context& io
 net::awaitable<void> set_up(Db& db, int& wrong) {
   holdfast::RequestContext request;
   const char* tables[] = {
-      "CREATE TABLE IF NOT EXISTS example_games (id serial PRIMARY KEY, name text)",
-      "CREATE TABLE IF NOT EXISTS example_payments (id serial PRIMARY KEY, key text)",
+      "CREATE TABLE IF NOT EXISTS asio_example_games (id serial PRIMARY KEY, name text)",
+      "CREATE TABLE IF NOT EXISTS asio_example_payments (id serial PRIMARY KEY, key text)",
       "DELETE FROM holdfast_idempotency WHERE key = 'example-key-1'"};
   holdfast::Result<holdfast::pg::Rows> keys =
       co_await db.async_create_idempotency_table(request, net::use_awaitable);

@@ -33,7 +33,9 @@ int on_sqlite() {
 namespace pg = holdfast::pg;
 
 int on_postgres(const char* url) {
-  pg::Database db({.url = url});
+  auto opened = pg::Database::open({.url = url});
+  if (!opened.ok()) return std::puts(opened.status().to_string().c_str()), 1;
+  pg::Database& db = **opened;
   if (auto made = db.write("CREATE TABLE IF NOT EXISTS example_payments(cents integer)");
       !made.ok())
     return std::puts(made.status().to_string().c_str()), 1;

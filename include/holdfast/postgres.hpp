@@ -179,6 +179,10 @@ class Transaction {
 /// copyable; every method may be called from any thread.
 class Database {
  public:
+  /// Opens the database as the SQLite driver opens its own: `options` are checked (an error
+  /// naming the field; nothing is thrown) and nothing connects yet. Not movable, so it is
+  /// handed back in a unique_ptr.
+  static Result<std::unique_ptr<Database>> open(DatabaseOptions options);
   /// Validates `options` (std::invalid_argument naming the field). Connects lazily.
   explicit Database(DatabaseOptions options);
   ~Database();

@@ -218,6 +218,16 @@ Database::Database(DatabaseOptions options)
   record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
 }
 
+Result<std::unique_ptr<Database>> Database::open(DatabaseOptions options) {
+  try {
+    return std::make_unique<Database>(std::move(options));
+  } catch (const std::invalid_argument& e) {
+    return Status(Code::kInvalidArgument, e.what());
+  } catch (const std::exception& e) {
+    return Status(Code::kInternal, std::string("pg::Database::open: ") + e.what());
+  }
+}
+
 Database::~Database() {
   // The driver's own threads go first, while everything they use is still there: the health
   // probe's (it connects through the pools, and a connect reports to the Liveness), the
