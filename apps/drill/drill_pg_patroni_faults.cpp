@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -110,6 +111,24 @@ bool dead(pid_t pid) {
   const std::size_t close = line.rfind(')');
   return close != std::string::npos && close + 2 < line.size() &&
          (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
+
+// Whether every thread of `pid` is stopped (state T in /proc/PID/task/*/stat).
+bool all_threads_stopped(pid_t pid) {
+  std::error_code ec;
+  bool any = false;
+  for (const auto& task :
+       std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream in(task.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) continue;
+    const char state = line[close + 2];
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return any;
 }
 
 // patroni-kill: kill -9 of the leader's postmaster. Patroni notices within loop_wait and
@@ -246,6 +265,15 @@ class DcsDownFault final : public PatroniFault {
                     fmt::format("kill -STOP {} (etcd): {}", etcd, std::strerror(errno)));
     }
     stopped_ = true;
+    // SIGSTOP reaches each of etcd's threads in turn: until all are stopped, one may
+    // still answer.
+    const auto t0 = Steady::now();
+    while (!all_threads_stopped(etcd)) {
+      if (Steady::now() - t0 > seconds(2)) {
+        return Status(Code::kDeadlineExceeded, fmt::format("etcd ({}) did not stop", etcd));
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
     http_client::Client http("127.0.0.1", port_of(cluster().etcd_url()));
     http.set_connection_timeout(kSilenceProof);
     http.set_read_timeout(kSilenceProof);
