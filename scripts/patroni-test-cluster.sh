@@ -20,8 +20,9 @@
 #                                            port (fails while there is none)
 #   scripts/patroni-test-cluster.sh wait-healthy [SECONDS]
 #                                            waits (default 90 s) until one member leads and
-#                                            runs, the other two stream, and one of them is the
-#                                            synchronous standby
+#                                            runs, the other two stream, one of them is the
+#                                            synchronous standby, and all three are on one
+#                                            timeline
 #
 # The state file ($HOLDFAST_PATRONI_STATE_DIR/cluster.env) records the folder, the ports,
 # each node's data folder and Patroni config, and the pids of etcd and of the Patronis.
@@ -198,13 +199,15 @@ for m in json.loads(sys.stdin.read()).get("members", []):
 }
 
 # True when one member leads and runs, and the two others stream (one of them the
-# synchronous standby).
+# synchronous standby), all three on the same timeline (a thawed old leader is shown as a
+# running replica on its old timeline for a moment before Patroni rewinds it).
 healthy() {
   local lines
   lines="$(members 2>/dev/null)" || return 1
   [[ "$(grep -c ' leader running ' <<<"$lines")" -eq 1 ]] || return 1
   [[ "$(grep -cE ' (sync_standby|replica) (streaming|running) ' <<<"$lines")" -eq 2 ]] || return 1
-  grep -q ' sync_standby ' <<<"$lines"
+  grep -q ' sync_standby ' <<<"$lines" || return 1
+  [[ "$(awk '{ print $4 }' <<<"$lines" | sort -u)" =~ ^[0-9]+$ ]]
 }
 
 wait_healthy() {
