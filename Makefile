@@ -37,7 +37,7 @@ drill-pg: deps
 
 # The HA drill: one etcd and three PostgreSQL nodes under Patroni (Debian's patroni 3.0.2,
 # etcd 3.4), holdfast's panels on the nodes' multi-host URL, five faults (patroni-kill,
-# patroni-freeze, patroni-switchover, dcs-down, dcs-down-failsafe); about 6 minutes.
+# patroni-freeze, patroni-switchover, dcs-down, dcs-down-failsafe); about 3 minutes.
 # PATRONI_DCS=etcd runs Patroni's etcd v2 client instead of v3 (docs/scale-out.md, "Patroni").
 # Reports land in drill-pg-ha-out/; the cluster is removed afterwards.
 PATRONI_DCS ?= etcd3
