@@ -488,13 +488,13 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
                 : "No promotion was seen; per strategy: the payments confirmed from this fault's "
                   "start to the next's whose key the writer lacks at the drill's end.\n\n";
       for (const StrategyResult& r : s.strategies) {
-        md += fmt::format(
-            "- {}: first payment {}; confirmed payments lost: {}\n", r.name,
-            s.promoted_s < 0 ? std::string("- (no promotion)")
-            : r.first_payment_after_promotion_s >= 0
-                ? fmt::format("{:.2f} s after the promotion", r.first_payment_after_promotion_s)
-                : std::string("none after the promotion"),
-            r.confirmed_payments_lost);
+        md += fmt::format("- {}: first payment {}; confirmed payments lost: {}\n", r.name,
+                          s.promoted_s < 0 ? std::string("- (no promotion)")
+                          : r.first_payment_after_promotion_s >= 0
+                              ? fmt::format("{:.2f} s after the promotion (at {:.2f} s)",
+                                            r.first_payment_after_promotion_s, s.promoted_s)
+                              : std::string("none after the promotion"),
+                          r.confirmed_payments_lost);
       }
       md += "\n";
     }
