@@ -94,13 +94,15 @@ free_port() {
 }
 
 # Starts "$@" in the background as the server user, in a session of its own, with its
-# output appended to $log_to; the server's pid goes to $pid_to.
+# output appended to $log_to; the server's pid goes to $pid_to. `setsid --fork` detaches it
+# at once, so no runuser waits on it: runuser stops itself when its child is stopped (job
+# control), and would stay stopped, its child unreaped, after a fault's SIGSTOP.
 spawn_server() {
   local pid_to="$1" log_to="$2"
   shift 2
   # shellcheck disable=SC2016
-  as_server_user setsid sh -c 'echo $$ > "$0"; exec "$@"' "$pid_to" "$@" \
-    </dev/null >>"$log_to" 2>&1 &
+  as_server_user setsid --fork sh -c 'echo $$ > "$0"; exec "$@"' "$pid_to" "$@" \
+    </dev/null >>"$log_to" 2>&1
 }
 
 # The pid in file $1 once it is there (up to 5 s); empty otherwise.
