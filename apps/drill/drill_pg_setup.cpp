@@ -223,9 +223,9 @@ Result<std::unique_ptr<Instance>> open_pg_instance(const PgDrillOptions& options
   }
   // On the primary of the moment: after a failover, the promoted standby; with Patroni,
   // the leader it names.
-  const PgDrill* pg = &drill;
-  inst->count = [pg, db](const std::string& sql, const std::vector<std::string>& params) {
-    return count_on(pg->writer_url(db), sql, params);
+  const PgDrill* owner = &drill;
+  inst->count = [owner, db](const std::string& sql, const std::vector<std::string>& params) {
+    return count_on(owner->writer_url(db), sql, params);
   };
   return inst;
 }
