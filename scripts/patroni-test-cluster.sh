@@ -3,8 +3,9 @@
 # PostgreSQL nodes, each under its own Patroni, all on loopback ports in a temporary folder
 # (FAULTS.md, "Patroni + etcd"; Debian 12's patroni 3.0.2 and etcd-server 3.4.23).
 #
-#   scripts/patroni-test-cluster.sh start    starts etcd and the three nodes and waits (up to
-#                                            90 s; about 15 s here) until one leads, one is a
+#   scripts/patroni-test-cluster.sh start    starts etcd and the three nodes and waits (about
+#                                            13 s here; up to 3 attempts of at most 2 minutes,
+#                                            each on new ports) until one leads, one is a
 #                                            synchronous standby and all three stream. Prints
 #                                            on stdout the multi-host URL of the three nodes
 #                                            (postgresql://postgres@127.0.0.1:P1,...:P3/postgres),
@@ -27,8 +28,8 @@
 # The state file ($HOLDFAST_PATRONI_STATE_DIR/cluster.env) records the folder, the ports,
 # each node's data folder and Patroni config, and the pids of etcd and of the Patronis.
 # Each node's folder keeps patroni.log (Patroni's and its PostgreSQL's output); etcd's is
-# etcd.log. A start that fails half way stops whatever it started (by pid) and removes the
-# folder.
+# etcd.log. An attempt to start that fails half way stops whatever it started (by pid) and
+# removes its folder, then tries again; after three it gives up.
 #
 # PostgreSQL refuses to run as root, so when this script runs as root (CI does) Patroni and
 # etcd run as the `postgres` OS user; otherwise as the calling user. Every process is
@@ -300,6 +301,7 @@ EOF
   mv "$state_file.tmp" "$state_file"
 }
 
+# Starts etcd; false (the log's end on stderr) when it does not become healthy in 10 s.
 start_etcd() {
   local v2=()
   if [[ "$dcs" == "etcd" ]]; then v2=(--enable-v2=true); fi
@@ -313,14 +315,66 @@ start_etcd() {
     --initial-cluster "e1=http://127.0.0.1:$etcd_peer" "${v2[@]}"
   local pid i
   pid="$(read_pid "$root/etcd.pid")"
-  [[ -n "$pid" ]] || die "etcd did not start (see $root/etcd.log)"
   for i in $(seq 100); do
     if curl -s -m 1 "http://127.0.0.1:$etcd_client/health" | grep -q '"true"'; then return 0; fi
     alive "$pid" || break
     sleep 0.1
   done
   tail -n 20 "$root/etcd.log" >&2 || true
-  die "etcd did not become healthy on port $etcd_client (see the log above)"
+  note "etcd did not become healthy on port $etcd_client (see the log above)"
+  return 1
+}
+
+# One attempt at the whole cluster in a fresh folder ($root); false, with what went wrong
+# on stderr, when a part did not come up (a port taken at the moment it was bound, a slow
+# bootstrap): the caller stops what it started and tries again.
+start_once() {
+  root="$(mktemp -d "${TMPDIR:-/tmp}/holdfast-patroni.XXXXXX")"
+  starting_root="$root"
+  chmod 700 "$root"
+  if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root"; fi
+  as_server_user test -w "$root" ||
+    die "the server user cannot write $root (is ${TMPDIR:-/tmp} reachable by 'postgres'?)"
+
+  start_etcd || return 1
+  pg_ports=""
+  rest_ports=""
+  local n pg rest
+  for n in "${nodes[@]}"; do
+    pg="$(free_port)"
+    rest="$(free_port)"
+    pg_ports+="${pg_ports:+ }$pg"
+    rest_ports+="${rest_ports:+ }$rest"
+    as_server_user mkdir -m 700 "$root/$n"
+    write_config "$n" "$pg" "$rest"
+    if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root/$n/patroni.yml"; fi
+  done
+  # The first node alone, so it is the one that bootstraps (initdb); the others copy it
+  # (pg_basebackup) once it leads.
+  spawn_server "$root/n1/patroni.pid" "$root/n1/patroni.log" patroni "$root/n1/patroni.yml"
+  local i
+  for i in $(seq 300); do
+    if [[ "$(rest_get "${rest_ports%% *}" /leader -o /dev/null -w '%{http_code}' || true)" == 200 ]]; then
+      break
+    fi
+    if [[ $i -eq 300 ]]; then
+      tail -n 30 "$root/n1/patroni.log" >&2 || true
+      note "n1 did not bootstrap within 60 s (its log above)"
+      return 1
+    fi
+    sleep 0.2
+  done
+  for n in n2 n3; do
+    spawn_server "$root/$n/patroni.pid" "$root/$n/patroni.log" patroni "$root/$n/patroni.yml"
+  done
+  url="postgresql://postgres@$(for p in $pg_ports; do printf '127.0.0.1:%s,' "$p"; done | sed 's/,$//')/postgres"
+  write_state
+  if ! wait_healthy 60; then
+    members >&2 || true
+    for n in "${nodes[@]}"; do tail -n 15 "$root/$n/patroni.log" >&2 || true; done
+    note "the cluster did not become healthy within 60 s (members and logs above)"
+    return 1
+  fi
 }
 
 cmd_start() {
@@ -328,6 +382,7 @@ cmd_start() {
     die "PostgreSQL server binaries not found in $bindir (install 'postgresql', or set HOLDFAST_PG_BINDIR)"
   command -v patroni >/dev/null || die "patroni is not installed (scripts/install-deps.sh)"
   command -v etcd >/dev/null || die "etcd is not installed (scripts/install-deps.sh)"
+  command -v curl >/dev/null || die "curl is not installed (scripts/install-deps.sh)"
   [[ "$dcs" == "etcd3" || "$dcs" == "etcd" ]] ||
     die "HOLDFAST_PATRONI_DCS must be etcd3 or etcd, not '$dcs'"
   if [[ $(id -u) -eq 0 ]] && ! id postgres >/dev/null 2>&1; then
@@ -344,50 +399,16 @@ cmd_start() {
     rm -f "$state_file"
   fi
   mkdir -p "$state_dir"
-  root="$(mktemp -d "${TMPDIR:-/tmp}/holdfast-patroni.XXXXXX")"
-  starting_root="$root"
   trap abandon_start EXIT
-  chmod 700 "$root"
-  if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root"; fi
-  as_server_user test -w "$root" ||
-    die "the server user cannot write $root (is ${TMPDIR:-/tmp} reachable by 'postgres'?)"
-
-  start_etcd
-  pg_ports=""
-  rest_ports=""
-  local n pg rest
-  for n in "${nodes[@]}"; do
-    pg="$(free_port)"
-    rest="$(free_port)"
-    pg_ports+="${pg_ports:+ }$pg"
-    rest_ports+="${rest_ports:+ }$rest"
-    as_server_user mkdir -m 700 "$root/$n"
-    write_config "$n" "$pg" "$rest"
-    if [[ $(id -u) -eq 0 ]]; then chown postgres: "$root/$n/patroni.yml"; fi
+  local attempt
+  for attempt in 1 2 3; do
+    if start_once; then break; fi
+    [[ $attempt -lt 3 ]] || die "the cluster did not start in 3 attempts (see above)"
+    note "attempt $attempt failed; stopping what it started and trying again on other ports"
+    stop_all
+    rm -rf "$root"
+    rm -f "$state_file"
   done
-  # The first node alone, so it is the one that bootstraps (initdb); the others copy it
-  # (pg_basebackup) once it leads.
-  spawn_server "$root/n1/patroni.pid" "$root/n1/patroni.log" patroni "$root/n1/patroni.yml"
-  [[ -n "$(read_pid "$root/n1/patroni.pid")" ]] || die "patroni n1 did not start"
-  local i
-  for i in $(seq 300); do
-    if [[ "$(rest_get "${rest_ports%% *}" /leader -o /dev/null -w '%{http_code}' || true)" == 200 ]]; then
-      break
-    fi
-    [[ $i -lt 300 ]] || { tail -n 30 "$root/n1/patroni.log" >&2; die "n1 did not bootstrap in 60 s"; }
-    sleep 0.2
-  done
-  for n in n2 n3; do
-    spawn_server "$root/$n/patroni.pid" "$root/$n/patroni.log" patroni "$root/$n/patroni.yml"
-    [[ -n "$(read_pid "$root/$n/patroni.pid")" ]] || die "patroni $n did not start"
-  done
-  url="postgresql://postgres@$(for p in $pg_ports; do printf '127.0.0.1:%s,' "$p"; done | sed 's/,$//')/postgres"
-  write_state
-  if ! wait_healthy 90; then
-    members >&2 || true
-    for n in "${nodes[@]}"; do tail -n 15 "$root/$n/patroni.log" >&2 || true; done
-    die "the cluster did not become healthy within 90 s (members above)"
-  fi
   starting_root=""
   trap - EXIT
   echo "$url"

@@ -61,7 +61,7 @@ Result<std::unique_ptr<PatroniCluster>> PatroniCluster::start(const PatroniOptio
                   fmt::format("cannot create {}: {}", options.work_dir, ec.message()));
   }
   auto cluster = std::unique_ptr<PatroniCluster>(new PatroniCluster(options));
-  Result<std::string> out = cluster->run({"start"}, seconds(150));
+  Result<std::string> out = cluster->run({"start"}, seconds(420));
   if (!out.ok()) return Status(out.status()).annotate("starting the Patroni cluster");
   cluster->started_ = true;
   const std::string state =
