@@ -24,11 +24,12 @@
 
 namespace holdfast::panel::drill {
 
+// One node of the cluster, as the script started it.
 struct PatroniNode {
-  std::string name;  // n1, n2, n3
-  int pg_port = -1;
-  int rest_port = -1;  // Patroni's REST API
-  std::string data_dir;
+  std::string name;      // n1, n2, n3
+  int pg_port = -1;      // its PostgreSQL, on 127.0.0.1
+  int rest_port = -1;    // its Patroni's REST API, on 127.0.0.1
+  std::string data_dir;  // its PostgreSQL's data folder (postmaster.pid: the fault's target)
 };
 
 struct PatroniOptions {
