@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "drill_pg_fault.hpp"
 #include "drill_pg_patroni.hpp"
@@ -228,9 +229,9 @@ class PatroniSwitchoverFault final : public PatroniFault {
 // it 10 s after the planned end should the drill die. Without failsafe_mode the leader
 // cannot renew its key and demotes itself: no writer until etcd is back and a leader is
 // elected again. dcs-down-failsafe first sets failsafe_mode on (PATCH /config) and waits
-// until the leader has published the failsafe topology (GET /failsafe answers), so the
-// leader keeps leading while every member answers its POST /failsafe; it is set off again
-// at the end.
+// until every member has it and the leader's failsafe topology (its GET /config and GET
+// /failsafe), so the leader keeps leading while every member answers its POST /failsafe;
+// it is set off again at the end.
 class DcsDownFault final : public PatroniFault {
  public:
   DcsDownFault(PgDrill& drill, const DrillRun& run, bool failsafe, double seconds)
@@ -241,11 +242,11 @@ class DcsDownFault final : public PatroniFault {
       failsafe_set_ = true;
       if (Status s = set_failsafe(true); !s.ok()) return s;
       const auto until = Steady::now() + seconds(20);
-      while (!cluster().rest(leader_, "GET", "/failsafe", "", seconds(1)).ok()) {
+      while (!every_member_in_failsafe_mode()) {
         if (Steady::now() > until) {
           return Status(Code::kDeadlineExceeded,
-                        "failsafe_mode set, but the leader published no failsafe topology "
-                        "(GET /failsafe) within 20 s");
+                        "failsafe_mode set, but not every member had it and the failsafe "
+                        "topology (GET /config, GET /failsafe) within 20 s");
         }
         std::this_thread::sleep_for(milliseconds(200));
       }
@@ -284,7 +285,8 @@ class DcsDownFault final : public PatroniFault {
         "etcd (pid {}, {}) stopped with SIGSTOP{}; GET /health unanswered for {} ms; the "
         "leader was {} (port {}, timeline {})",
         etcd, cluster().etcd_url(),
-        failsafe_ ? ", failsafe_mode on (GET /failsafe answered on the leader)" : "",
+        failsafe_ ? ", failsafe_mode on (every member's GET /config and GET /failsafe said so)"
+                  : "",
         kSilenceProof.count(), leader_.name, leader_.pg_port, timeline_);
     return Status();
   }
@@ -312,6 +314,20 @@ class DcsDownFault final : public PatroniFault {
 
  private:
   static int port_of(const std::string& url) { return std::atoi(url.c_str() + url.rfind(':') + 1); }
+  // Whether every member's own view of the cluster (GET /config, GET /failsafe: its cached
+  // copy of the DCS) has failsafe_mode on and the leader's failsafe topology. A member
+  // that has not read them before etcd stops refuses the leader's POST /failsafe, and
+  // the leader demotes itself as if failsafe mode were off.
+  [[nodiscard]] bool every_member_in_failsafe_mode() const {
+    for (const PatroniNode& n : cluster().nodes()) {
+      Result<std::string> config = cluster().rest(n, "GET", "/config", "", seconds(1));
+      if (!config.ok()) return false;
+      const nlohmann::json j = nlohmann::json::parse(*config, nullptr, false);
+      if (!j.is_object() || !j.value("failsafe_mode", false)) return false;
+      if (!cluster().rest(n, "GET", "/failsafe", "", seconds(1)).ok()) return false;
+    }
+    return true;
+  }
   Status set_failsafe(bool on) {
     Result<std::string> r = cluster().rest(
         leader_, "PATCH", "/config", fmt::format(R"({{"failsafe_mode": {}}})", on), seconds(10));
