@@ -18,6 +18,10 @@ packages=(
   libboost1.81-dev
   # the PostgreSQL drill's connection pooler (transaction mode)
   pgbouncer
+  # the HA drill's real stack (make drill-pg-ha, the Patroni e2e test): Patroni 3.0.2 over
+  # etcd 3.4 (scripts/patroni-test-cluster.sh); etcd-client for etcdctl; curl for their
+  # REST APIs (the script, and the drill's PATCH /config)
+  patroni etcd-server etcd-client curl
   # the API reference (make docs; a test checks it builds without a warning)
   doxygen
 )

@@ -117,8 +117,9 @@ struct StrategyResult {
   // count that payment (the PostgreSQL drill; 0 on SQLite, which has no replicas).
   std::int64_t stale_reads_after_write = 0;
   // A failover (StormResult::promoted_s set): seconds from the promotion to the first
-  // payment answered 200/201 after it (-1: none), and the payments answered 200/201
-  // during the whole drill whose key is not on the new primary afterwards (-1: not
+  // payment answered 200/201 after it (-1: none, or no promotion). A fault with
+  // StormResult::audit_payments: the payments answered 200/201 from the fault's start to
+  // the next fault's start whose key is not on the writer at the drill's end (-1: not
   // counted, or not countable).
   double first_payment_after_promotion_s = -1;
   std::int64_t confirmed_payments_lost = -1;
@@ -137,6 +138,9 @@ struct StormResult {
   // The PostgreSQL drill's failover and switchover: when the standby was promoted (seconds since
   // the drill began, as start_s); -1 for the other faults.
   double promoted_s = -1;
+  // Its strategies carry confirmed_payments_lost (and first_payment_after_promotion_s):
+  // a change of primary, and every fault of the HA drill.
+  bool audit_payments = false;
   std::vector<StrategyResult> strategies;
 };
 
@@ -155,6 +159,9 @@ struct DrillResult {
   double seconds = 0;
   std::int64_t payments_sent = 0;     // across strategies
   std::int64_t payments_doubled = 0;  // rows beyond one per idempotency key (must be 0)
+  // Payments answered 200/201 during the whole drill whose key is not on the writer at its
+  // end (-1: not counted: no fault audits payments).
+  std::int64_t confirmed_payments_lost = -1;
 };
 
 // Runs the drill. `progress(done_s, total_s, what)` is called a few times a second.

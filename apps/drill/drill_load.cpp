@@ -149,7 +149,7 @@ void work(DrillRun& run, Instance& inst, int w) {
   std::string pending_key;
   OwnWrites own;
   std::vector<Record> mine;
-  std::vector<std::string> confirmed;
+  std::vector<Instance::Confirmed> confirmed;
   // The same pacing for worker w of every strategy: identical load.
   Random pace(options.seed * 7919 + static_cast<std::uint64_t>(w));
   while (!run.stop) {
@@ -171,7 +171,7 @@ void work(DrillRun& run, Instance& inst, int w) {
       r = http.Post("/payments", h,
                     http_client::Params{{"amount_cents", "1250"}, {"method", "card"}});
       if (r && (r->status == 200 || r->status == 201)) {
-        confirmed.push_back(pending_key);
+        confirmed.push_back({pending_key, run.since()});
         pending_key.clear();
         own.paid(day);
       }

@@ -83,7 +83,32 @@ namespace holdfast::panel {
 // workers all still waiting) and `max_ms` (the longest wait from sending a request to its
 // answer, or to giving up on it). Each silence fault's entry also carries `evidence` and
 // `answered_again_ms` (drill.hpp's StormResult).
+//
+// The HA drill (PgDrillOptions::ha "patroni"; FAULTS.md, "Patroni + etcd") runs on one etcd
+// and three PostgreSQL nodes under Patroni (scripts/patroni-test-cluster.sh: synchronous
+// mode, ttl 10 / loop_wait 2 / retry_timeout 5) instead of the primary and standby. The
+// holdfast panels get the multi-host URL of the three nodes directly (no proxies, no
+// PgBouncer, no --pg-replica); the baselines know one host and cannot follow a change of
+// leader, so only `holdfast` runs. Its faults, each acting on the leader Patroni names at
+// its start and undone when the cluster is healthy again (one running leader, two
+// streaming standbys, one synchronous; up to 120 s, a rewind included):
+//   patroni-kill        kill -9 of the leader's postmaster (Patroni starts it again on the
+//                       same node after crash recovery, on a new timeline), 10 s
+//   patroni-freeze      the leader's postmaster and children SIGSTOPped for 30 s, as in
+//                       hang (continued by pid, also on failure; a guard 10 s after)
+//   patroni-switchover  POST /switchover on the leader's REST API to the synchronous
+//                       standby, then 10 s
+//   dcs-down            etcd SIGSTOPped for 20 s (a guard continues it 10 s after)
+//   dcs-down-failsafe   the same with failsafe_mode turned on first (PATCH /config; off
+//                       again at the end)
+// Every one of them is audited: promoted_s is when a node other than the old leader (or
+// the old leader on a newer timeline) first ran as the primary by its own REST API
+// (GET /patroni, asked every 100 ms); first_payment_after_promotion_s follows from it, and
+// confirmed_payments_lost counts the payments confirmed from the fault's start to the next
+// fault's whose key the leader lacks at the drill's end.
 [[nodiscard]] const std::vector<std::string>& all_pg_faults();
+// The HA drill's faults, in their default order.
+[[nodiscard]] const std::vector<std::string>& all_patroni_faults();
 
 struct PgDrillOptions {
   // Workers (per strategy, spread over its processes), warm-up, gap, pacing, seed, out_dir
@@ -93,12 +118,18 @@ struct PgDrillOptions {
   std::vector<std::string> strategies = {"none", "holdfast", "holdfast+pgbouncer"};
   std::vector<std::string> faults = all_pg_faults();
   int processes = 3;  // panel processes per strategy
+  // "" (the drill's own primary and standby) or "patroni" (the HA drill, above). With
+  // "patroni", empty `faults` and `strategies` mean all_patroni_faults() and holdfast.
+  std::string ha;
+  // The HA drill: Patroni's etcd client, "etcd3" (v3) or "etcd" (v2).
+  std::string patroni_dcs = "etcd3";
   // Every fault's length is multiplied by this (a short drill for tests).
   double fault_scale = 1.0;
   // The holdfast executable the panels run as (`holdfast panel --pg ...`). REQUIRES: set.
   std::string holdfast_exe;
-  // Holds pg-test-server.sh and pgbouncer-test.sh. Empty: $HOLDFAST_SCRIPTS_DIR, then the
-  // source tree's scripts/ (compiled in), then ../../../scripts from the executable.
+  // Holds pg-test-server.sh, pgbouncer-test.sh and patroni-test-cluster.sh. Empty:
+  // $HOLDFAST_SCRIPTS_DIR, then the source tree's scripts/ (compiled in), then ../../../scripts
+  // from the executable.
   std::string scripts_dir;
   // When set and it turns true (a signal watcher sets it on Ctrl-C), the drill undoes the
   // fault it is in, stops the load, the panels and the cluster, and returns CANCELLED.
@@ -108,7 +139,7 @@ struct PgDrillOptions {
 // Runs the drill. A Status when the cluster, a panel process or a fault could not be
 // started; the cluster, PgBouncer and every panel process are stopped in any case.
 Result<DrillResult> run_drill_pg(
-    const PgDrillOptions& options,
+    const PgDrillOptions& given,
     const std::function<void(double, double, const std::string&)>& progress = {});
 
 }  // namespace holdfast::panel

@@ -1,7 +1,8 @@
 // What the PostgreSQL drill's faults share (not installed): the Fault interface, a
 // connection of a fault's own, and the proof a silence fault gives. The faults are in
 // drill_pg_faults.cpp (locks, terminations, stops, exhaustion, CPU, a standby's lag) and
-// drill_pg_silence_faults.cpp (hang, blackhole, pooler-pause, failover, switchover).
+// drill_pg_silence_faults.cpp (hang, blackhole, pooler-pause, failover, switchover), and
+// the HA drill's in drill_pg_patroni_faults.cpp.
 #pragma once
 
 #include <chrono>
@@ -81,6 +82,10 @@ class Fault {
   // A failover's: when the standby became the primary (seconds since the load began);
   // -1 for the others, or when it was not promoted.
   [[nodiscard]] virtual double promoted_s() const { return -1; }
+  // Whether the report audits, for this fault, the payments confirmed during it (and its
+  // gap) against the writer afterwards (StrategyResult::confirmed_payments_lost): a change
+  // of primary, and every Patroni fault, which may bring one about.
+  [[nodiscard]] virtual bool audits_payments() const { return promoted_s() >= 0; }
 
  protected:
   // Proof of silence: `url` must not answer SELECT 1 within `patience`.
@@ -118,6 +123,12 @@ constexpr std::chrono::milliseconds kSilenceProof{800};
 // The silence faults (hang, standby-hang, blackhole, pooler-pause) and the change of
 // primary (failover, failover-async, switchover), or nullptr for another kind.
 std::unique_ptr<Fault> make_silence_fault(const StormSpec& spec, PgDrill& drill,
+                                          const DrillRun& run);
+
+// The HA drill's faults on the Patroni cluster (patroni-kill, patroni-freeze,
+// patroni-switchover, dcs-down, dcs-down-failsafe; drill_pg_patroni_faults.cpp), or nullptr
+// for another kind.
+std::unique_ptr<Fault> make_patroni_fault(const StormSpec& spec, PgDrill& drill,
                                           const DrillRun& run);
 
 }  // namespace holdfast::panel::drill::faults

@@ -292,6 +292,7 @@ class CpuFault final : public Fault {
 };
 
 std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill, const DrillRun& run) {
+  if (std::unique_ptr<Fault> ha = faults::make_patroni_fault(spec, drill, run)) return ha;
   if (std::unique_ptr<Fault> silence = make_silence_fault(spec, drill, run)) return silence;
   const std::string& f = spec.fault;
   if (f == "write-lock") return std::make_unique<LockFault>(drill, "payments");
@@ -332,6 +333,7 @@ Result<StormResult> run_fault(DrillRun& run, PgDrill& drill, const StormSpec& sp
   sr.evidence = fault->evidence();
   sr.answered_again_ms = fault->answered_again_ms();
   sr.promoted_s = fault->promoted_s();
+  sr.audit_payments = fault->audits_payments();
   if (!ended.ok()) {
     run.stop_load();
     return ended.annotate(what + ": undoing it");
@@ -356,6 +358,11 @@ double default_fault_seconds(const std::string& fault) {
   // The switchover at its start takes a second or two; then the new primary serves; the
   // rebuild of the old primary comes after these 10 s.
   if (fault == "switchover") return 10;
+  // Patroni (--ha patroni): the kill is restarted by Patroni within a few seconds; the
+  // freeze is 30 s (a standby is promoted after about ttl); etcd is away 20 s.
+  if (fault == "patroni-kill" || fault == "patroni-switchover") return 10;
+  if (fault == "patroni-freeze") return 30;
+  if (fault == "dcs-down" || fault == "dcs-down-failsafe") return 20;
   if (fault == "hang" || fault == "blackhole" || fault == "standby-hang" || fault == "pooler-pause")
     return 10;
   return -1;

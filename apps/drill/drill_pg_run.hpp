@@ -12,6 +12,7 @@
 
 #include "drill_pg.hpp"
 #include "drill_pg_cluster.hpp"
+#include "drill_pg_patroni.hpp"
 #include "drill_pg_process.hpp"
 #include "drill_pg_proxy.hpp"
 #include "drill_run.hpp"
@@ -33,6 +34,8 @@ namespace holdfast::panel::drill {
 struct PgDrill {
   std::vector<std::pair<int, std::unique_ptr<TcpProxy>>> proxies;  // server port, its proxy
   std::unique_ptr<PgCluster> cluster;
+  // The HA drill's (--ha patroni) cluster instead of `cluster`: no proxies, no PgBouncer.
+  std::unique_ptr<PatroniCluster> patroni;
   std::vector<ChildProcess> panels;
   std::vector<std::string> databases;  // one per strategy, as run.instances
 
@@ -40,6 +43,15 @@ struct PgDrill {
   PgDrill(const PgDrill&) = delete;
   PgDrill& operator=(const PgDrill&) = delete;
   ~PgDrill() { panels.clear(); }
+
+  // Database `db` on the writer of the moment: the primary, or Patroni's leader.
+  [[nodiscard]] std::string writer_url(const std::string& db) const {
+    return patroni ? patroni->writer_url(db) : cluster->primary_url(db);
+  }
+  // Creates database `db` (on the standby too, or with Patroni on its synchronous standby).
+  Status create_database(const std::string& db) {
+    return patroni ? patroni->create_database(db) : cluster->create_database(db);
+  }
 
   // A proxy in front of each server (the cluster is started).
   Status start_proxies() {

@@ -153,14 +153,15 @@ std::vector<std::string> panel_argv(const PgDrillOptions& options, const PgDrill
       options.holdfast_exe,
       "panel",
       "--pg",
-      hosts(s.bouncer ? drill.cluster->bouncer_url(db) : drill.app_primary_url(db)),
+      drill.patroni ? drill.patroni->hosts_url(db)
+                    : hosts(s.bouncer ? drill.cluster->bouncer_url(db) : drill.app_primary_url(db)),
       "--port",
       "0",
       "--strategy",
       std::string(to_string(s.strategy)),
       "--log-pause",
       fmt::format("{}", options.base.log_pause_s)};
-  if (s.replica) {
+  if (s.replica && !drill.patroni) {
     argv.emplace_back("--pg-replica");
     argv.push_back(drill.app_standby_url(db));
   }
@@ -205,25 +206,26 @@ Result<std::vector<int>> start_panels(const PgDrillOptions& options, PgDrill& dr
 Result<std::unique_ptr<Instance>> open_pg_instance(const PgDrillOptions& options, PgDrill& drill,
                                                    const PgStrategy& s) {
   const std::string db = database_for(s.name);
-  if (Status st = drill.cluster->create_database(db); !st.ok()) return st;
+  if (Status st = drill.create_database(db); !st.ok()) return st;
   drill.databases.push_back(db);
   Result<std::vector<int>> ports = start_panels(options, drill, s, db);
   if (!ports.ok()) return ports.status();
   auto inst = std::make_unique<Instance>();
   inst->strategy = s.strategy;
   inst->name = s.name;
-  inst->standby_reads = s.replica;
+  inst->standby_reads = s.replica && !drill.patroni;
   inst->ports = *ports;
   inst->probe = metrics_probe(*ports);
   inst->payments_before =
-      count_on(drill.cluster->primary_url(db), "SELECT coalesce(max(id), 0) FROM payments");
+      count_on(drill.writer_url(db), "SELECT coalesce(max(id), 0) FROM payments");
   if (inst->payments_before < 0) {
     return Status(Code::kFailedPrecondition, "cannot read the payments of " + db);
   }
-  // On the primary of the moment: after a failover, the promoted standby.
-  const PgCluster* cluster = drill.cluster.get();
-  inst->count = [cluster, db](const std::string& sql, const std::vector<std::string>& params) {
-    return count_on(cluster->primary_url(db), sql, params);
+  // On the primary of the moment: after a failover, the promoted standby; with Patroni,
+  // the leader it names.
+  const PgDrill* owner = &drill;
+  inst->count = [owner, db](const std::string& sql, const std::vector<std::string>& params) {
+    return count_on(owner->writer_url(db), sql, params);
   };
   return inst;
 }
@@ -239,14 +241,31 @@ Status open_pg_instances(DrillRun& run, PgDrill& drill, const PgDrillOptions& op
     bouncer = bouncer || s->bouncer;
     strategies.push_back(*s);
   }
+  Result<std::string> scripts = find_scripts_dir(options.scripts_dir, options.holdfast_exe);
+  if (!scripts.ok()) return scripts.status();
+  if (options.ha == "patroni") {
+    PatroniOptions po;
+    po.scripts_dir = *scripts;
+    po.work_dir = fs::absolute(fs::path(options.base.out_dir) / "cluster").string();
+    po.dcs = options.patroni_dcs;
+    po.max_connections =
+        std::max(100, 12 * options.processes * static_cast<int>(strategies.size()) + 40);
+    Result<std::unique_ptr<PatroniCluster>> patroni = PatroniCluster::start(po);
+    if (!patroni.ok()) return patroni.status();
+    drill.patroni = std::move(*patroni);
+    for (const PgStrategy& s : strategies) {
+      Result<std::unique_ptr<Instance>> inst = open_pg_instance(options, drill, s);
+      if (!inst.ok()) return inst.status();
+      run.instances.push_back(std::move(*inst));
+    }
+    return Status();
+  }
   ClusterOptions co;
   co.work_dir = fs::absolute(fs::path(options.base.out_dir) / "cluster").string();
   // About ten connections per panel process (read and write pools, logs), and room for
   // the drill's own and for the exhaust fault to take.
   co.max_connections =
       std::max(60, 12 * options.processes * static_cast<int>(strategies.size()) + 20);
-  Result<std::string> scripts = find_scripts_dir(options.scripts_dir, options.holdfast_exe);
-  if (!scripts.ok()) return scripts.status();
   co.scripts_dir = *scripts;
   Result<std::unique_ptr<PgCluster>> cluster = PgCluster::start(co);
   if (!cluster.ok()) return cluster.status();

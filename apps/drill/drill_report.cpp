@@ -262,32 +262,42 @@ void write_requests_csv(const DrillRun& run) {
   }
 }
 
-// A failover's figures (StrategyResult): the first payment confirmed after the
-// promotion, and the confirmed payments whose key the new primary lacks.
-void count_failover(const Instance& inst, double promoted_s, StrategyResult& r) {
-  double first = -1;
-  for (const Record& rec : inst.records) {
-    if (!rec.pay || (rec.status != 200 && rec.status != 201)) continue;
-    const double answered = rec.start_s + rec.latency_ms / 1000.0;
-    if (answered >= promoted_s && (first < 0 || answered < first)) first = answered;
-  }
-  r.first_payment_after_promotion_s = first < 0 ? -1 : first - promoted_s;
+// Of the confirmed payments answered from `from` to `to` (seconds since the load began),
+// those whose key the writer lacks now.
+std::int64_t lost_between(const Instance& inst, double from, double to) {
   std::string keys;
-  for (const std::string& k : inst.confirmed_keys)
-    keys += (keys.empty() ? "" : ",") + k;
+  for (const Instance::Confirmed& c : inst.confirmed_keys) {
+    if (c.answered_s >= from && c.answered_s < to) keys += (keys.empty() ? "" : ",") + c.key;
+  }
+  if (keys.empty()) return 0;
   // The keys are scoped as USER:payments:KEY (club_store_pg.cpp's scoped_key()).
-  r.confirmed_payments_lost =
-      keys.empty() ? 0
-                   : count_in(inst,
-                              "SELECT count(*) FROM unnest(string_to_array($1, ',')) AS k WHERE "
-                              "NOT EXISTS (SELECT 1 FROM idempotency_keys i WHERE "
-                              "right(i.key, length(k) + 10) = ':payments:' || k)",
-                              {keys});
+  return count_in(inst,
+                  "SELECT count(*) FROM unnest(string_to_array($1, ',')) AS k WHERE "
+                  "NOT EXISTS (SELECT 1 FROM idempotency_keys i WHERE "
+                  "right(i.key, length(k) + 10) = ':payments:' || k)",
+                  {keys});
+}
+
+// A failover's figures (StrategyResult): the first payment confirmed after the
+// promotion, and the payments confirmed from the fault's start to `to` (the next fault's
+// start) whose key the writer lacks.
+void count_failover(const Instance& inst, const StormResult& sr, double to, StrategyResult& r) {
+  if (sr.promoted_s >= 0) {
+    double first = -1;
+    for (const Record& rec : inst.records) {
+      if (!rec.pay || (rec.status != 200 && rec.status != 201)) continue;
+      const double answered = rec.start_s + rec.latency_ms / 1000.0;
+      if (answered >= sr.promoted_s && (first < 0 || answered < first)) first = answered;
+    }
+    r.first_payment_after_promotion_s = first < 0 ? -1 : first - sr.promoted_s;
+  }
+  r.confirmed_payments_lost = lost_between(inst, sr.start_s, to);
 }
 
 }  // namespace
 
 void summarize(const DrillRun& run, DrillResult& result) {
+  bool audited = false;
   for (std::size_t si = 0; si < result.storms.size(); ++si) {
     StormResult& sr = result.storms[si];
     const double to = si + 1 < result.storms.size() ? result.storms[si + 1].start_s
@@ -295,7 +305,19 @@ void summarize(const DrillRun& run, DrillResult& result) {
     const Period period{sr, to, run.storm_wall[si]};
     for (auto& inst : run.instances) {
       sr.strategies.push_back(period_result(*inst, period, result.seconds));
-      if (sr.promoted_s >= 0) count_failover(*inst, sr.promoted_s, sr.strategies.back());
+      if (sr.audit_payments) count_failover(*inst, sr, to, sr.strategies.back());
+    }
+    if (sr.audit_payments) audited = true;
+  }
+  if (audited) {
+    result.confirmed_payments_lost = 0;
+    for (const auto& inst : run.instances) {
+      const std::int64_t lost = lost_between(*inst, 0, result.seconds + 1);
+      if (lost < 0) {
+        result.confirmed_payments_lost = -1;
+        break;
+      }
+      result.confirmed_payments_lost += lost;
     }
   }
   for (auto& inst : run.instances) {
@@ -361,6 +383,8 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
   j["seed"] = options.seed;
   j["payments_sent"] = result.payments_sent;
   j["payments_applied_twice"] = result.payments_doubled;
+  if (result.confirmed_payments_lost >= 0)
+    j["confirmed_payments_lost"] = result.confirmed_payments_lost;
   j["storms"] = json::array();
   for (const StormResult& s : result.storms) {
     json storm = {{"seconds", s.spec.seconds},
@@ -403,7 +427,7 @@ json report_json(const DrillOptions& options, const DrillResult& result) {
            {"gap_line", r.gap_line},
            {"processes", r.processes},
            {"stale_reads_after_write", r.stale_reads_after_write}});
-      if (s.promoted_s >= 0) {
+      if (s.audit_payments) {
         json& last = storm["strategies"].back();
         last["first_payment_after_promotion_s"] = r.first_payment_after_promotion_s >= 0
                                                       ? json(r.first_payment_after_promotion_s)
@@ -456,17 +480,21 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
         md += fmt::format("Undone: answered again {:.0f} ms after its end.", s.answered_again_ms);
       md += "\n\n";
     }
-    if (s.promoted_s >= 0) {
-      md +=
-          "The primary changed; per strategy: the first payment confirmed after the promotion; the "
-          "confirmed payments (the whole drill's) whose key the new primary lacks.\n\n";
+    if (s.audit_payments) {
+      md += s.promoted_s >= 0
+                ? "The primary changed; per strategy: the first payment confirmed after the "
+                  "promotion; the payments confirmed from this fault's start to the next's whose "
+                  "key the writer lacks at the drill's end.\n\n"
+                : "No promotion was seen; per strategy: the payments confirmed from this fault's "
+                  "start to the next's whose key the writer lacks at the drill's end.\n\n";
       for (const StrategyResult& r : s.strategies) {
-        md += fmt::format(
-            "- {}: first payment {}; confirmed payments lost: {}\n", r.name,
-            r.first_payment_after_promotion_s >= 0
-                ? fmt::format("{:.2f} s after the promotion", r.first_payment_after_promotion_s)
-                : std::string("none after the promotion"),
-            r.confirmed_payments_lost);
+        md += fmt::format("- {}: first payment {}; confirmed payments lost: {}\n", r.name,
+                          s.promoted_s < 0 ? std::string("- (no promotion)")
+                          : r.first_payment_after_promotion_s >= 0
+                              ? fmt::format("{:.2f} s after the promotion (at {:.2f} s)",
+                                            r.first_payment_after_promotion_s, s.promoted_s)
+                              : std::string("none after the promotion"),
+                          r.confirmed_payments_lost);
       }
       md += "\n";
     }
@@ -495,8 +523,12 @@ std::string report_markdown(const DrillOptions& options, const DrillResult& resu
       md += " |\n";
     }
   }
-  md += fmt::format("\nPayments sent: {}; applied twice: {}.\n\n![timeline](drill-timeline.svg)\n",
-                    result.payments_sent, result.payments_doubled);
+  md +=
+      fmt::format("\nPayments sent: {}; applied twice: {}{}.\n\n![timeline](drill-timeline.svg)\n",
+                  result.payments_sent, result.payments_doubled,
+                  result.confirmed_payments_lost >= 0
+                      ? fmt::format("; confirmed but lost: {}", result.confirmed_payments_lost)
+                      : std::string());
   return md;
 }
 
@@ -595,9 +627,24 @@ std::string drill_table(const DrillResult& result) {
         rows.back().push_back(c);
     }
     out += aligned_columns(rows, "  ");
+    if (s.audit_payments) {
+      for (const StrategyResult& r : s.strategies) {
+        out += fmt::format(
+            "  {}: {}; confirmed payments lost: {}\n", r.name,
+            s.promoted_s < 0 ? std::string("no promotion seen")
+            : r.first_payment_after_promotion_s >= 0
+                ? fmt::format("first payment {:.2f} s after the promotion (at {:.1f} s)",
+                              r.first_payment_after_promotion_s, s.promoted_s)
+                : fmt::format("promoted at {:.1f} s, no payment after it", s.promoted_s),
+            r.confirmed_payments_lost);
+      }
+    }
   }
-  out += fmt::format("\npayments sent: {}; applied twice: {}\n", result.payments_sent,
-                     result.payments_doubled);
+  out += fmt::format("\npayments sent: {}; applied twice: {}{}\n", result.payments_sent,
+                     result.payments_doubled,
+                     result.confirmed_payments_lost >= 0
+                         ? fmt::format("; confirmed but lost: {}", result.confirmed_payments_lost)
+                         : std::string());
   return out;
 }
 

@@ -94,9 +94,13 @@ struct Instance {
   std::vector<Record> records;
   std::vector<Sample> samples;
   std::atomic<std::int64_t> payments_sent{0};
-  // The keys of the payments answered 200 or 201 (guarded by mutex; joined at the end
-  // like records): after a failover, each must be on the new primary.
-  std::vector<std::string> confirmed_keys;
+  // The payments answered 200 or 201 (guarded by mutex; joined at the end like records):
+  // after a failover, each key must be on the new primary.
+  struct Confirmed {
+    std::string key;
+    double answered_s;  // since the load began
+  };
+  std::vector<Confirmed> confirmed_keys;
 
   // The port of panel process `p` (process_for()).
   [[nodiscard]] int port_of(int p) const {

@@ -5,6 +5,7 @@
 //   $ holdfast drill --storms 2 --kinds write --workers 4 --out /tmp/d
 //   $ holdfast drill --engine postgres     # primary + standby, 3 processes per strategy,
 //                                          # fourteen real faults (apps/drill/drill_pg.hpp)
+//   $ holdfast drill --engine postgres --ha patroni   # etcd + 3 nodes under Patroni, its faults
 #include <fmt/core.h>
 
 #include <pthread.h>
@@ -40,6 +41,8 @@ struct DrillArgs {
   std::vector<std::string> faults;  // empty: all of them
   int processes = 3;
   double fault_scale = 1.0;
+  std::string ha;  // "" or "patroni"
+  std::string patroni_dcs = "etcd3";
 };
 
 // Prints the table and writes the reports; exits 1 when the run failed.
@@ -103,8 +106,18 @@ class StopSignals {
 void run_pg_drill_command(const DrillArgs& args, bool strategies_given) {
   panel::PgDrillOptions options;
   options.base = args.options;
-  if (strategies_given) options.strategies = args.strategies;
-  if (!args.faults.empty()) options.faults = args.faults;
+  options.ha = args.ha;
+  options.patroni_dcs = args.patroni_dcs;
+  if (strategies_given) {
+    options.strategies = args.strategies;
+  } else if (args.ha == "patroni") {
+    options.strategies.clear();  // holdfast only: the baselines cannot follow a new leader
+  }
+  if (!args.faults.empty()) {
+    options.faults = args.faults;
+  } else if (args.ha == "patroni") {
+    options.faults.clear();  // all of Patroni's
+  }
   options.processes = args.processes;
   options.fault_scale = args.fault_scale;
   options.holdfast_exe = self_exe();
@@ -182,6 +195,16 @@ void add_drill_command(CLI::App& app) {
                   "failover (default: all, in this order); also failover-async and switchover, "
                   "which rebuild the old primary as the standby: any fault may follow them")
       ->delimiter(',');
+  cmd->add_option("--ha", args->ha,
+                  "postgres: patroni runs the drill on one etcd and three PostgreSQL nodes "
+                  "under Patroni (holdfast only, with the nodes' multi-host URL) and its faults: "
+                  "patroni-kill, patroni-freeze, patroni-switchover, dcs-down, "
+                  "dcs-down-failsafe")
+      ->check(CLI::IsMember({"patroni"}));
+  cmd->add_option("--patroni-dcs", args->patroni_dcs,
+                  "postgres --ha patroni: Patroni's etcd client, etcd3 (v3) or etcd (v2)")
+      ->check(CLI::IsMember({"etcd3", "etcd"}))
+      ->capture_default_str();
   cmd->add_option("--processes", args->processes, "postgres: panel processes per strategy")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
