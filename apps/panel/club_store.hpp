@@ -364,7 +364,7 @@ auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<
     plain.with_stop(StopReason::kNone, 0);
     return R(std::move(plain));
   };
-  const Operation anything{Idempotency::kIdempotent, true, op.label};
+  const Operation anything{Idempotency::kIdempotent, true, op.priority, op.label};
   switch (options_.strategy) {
     case Strategy::kNone:
     case Strategy::kHoldfast:

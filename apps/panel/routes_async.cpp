@@ -89,14 +89,14 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   const Idempotency idempotency =
       in->key.empty() ? Idempotency::kNonIdempotent : Idempotency::kIdempotent;
   if (payment) {
-    const Operation op{idempotency, true, "payments.create"};
+    const Operation op{idempotency, true, Priority::kNormal, "payments.create"};
     const Result<PaymentReceipt> paid = co_await write_call<Result<PaymentReceipt>>(
         store, ctx, op,
         [&] { return store.pay_once(in->user_id, in->value, in->method, in->key, now); });
     const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
     answer_payment(res, paid);
   } else {
-    const Operation op{idempotency, true, "signups.create"};
+    const Operation op{idempotency, true, Priority::kNormal, "signups.create"};
     const Result<SignupReceipt> added = co_await write_call<Result<SignupReceipt>>(
         store, ctx, op, [&] { return store.sign_up_once(in->user_id, in->value, in->key, now); });
     const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
