@@ -42,7 +42,9 @@
 ///     stands, a background one only for the target and not at all while it stands; a
 ///     newcomer counts only the waiters of its class and the higher ones as ahead of it; the
 ///     waiters that no longer fit are told from the lowest class up. A lower class passed
-///     over for seven places in a row gets the eighth (its oldest waiter).
+///     over for seven places in a row gets the eighth (its oldest waiter). Background work
+///     starts at once only where a retry would (below retry_share of the limit): the last
+///     places are kept for the classes above it.
 ///   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
 ///     may be repeated). A retry starts only where the limit has room for retries (below
 ///     retry_share of it) and, while the database answers slower than normal, the throttle
@@ -212,7 +214,9 @@ class Shield {
   }
 
   /// The class `op` waits in: Options::priorities' entry for its label, else op.priority.
-  [[nodiscard]] Priority priority_of(Operation op) const noexcept;
+  [[nodiscard]] Priority priority_of(Operation op) const noexcept {
+    return options_.priorities.empty() ? op.priority : priority_by_label(op);
+  }
   /// Requests of class `p` waiting for a place or for a probe.
   [[nodiscard]] std::int64_t waiting(Priority p) const noexcept {
     return waiting_by_class_[static_cast<std::size_t>(p)].load(std::memory_order_relaxed);
@@ -231,6 +235,7 @@ class Shield {
 
  private:
   static Options with_clock(Options options, Clock& clock);
+  Priority priority_by_label(Operation op) const noexcept;
   class Steps;  // run()'s steps of the retry loop (detail::retry_loop): a Call's
   // run() after its first attempt, made with `first` at `t0`, failed with `r`.
   template <class F, class R>
@@ -344,11 +349,20 @@ class Shield::Call {
   /// of the Call's own (policy.window() long) outside any scope.
   Call(Shield& shield, const RetryPolicy& policy, Operation op,
        RetryWindow* window = RequestScope::current_window()) noexcept
-      : shield_(&shield), policy_(&policy), op_(op), window_(window) {}
+      : shield_(&shield),
+        policy_(&policy),
+        op_(op),
+        window_(window),
+        spare_only_(shield.priority_of(op) == Priority::kBackground) {}
   /// The same with a given random source (backoff), for reproducible runs.
   Call(Shield& shield, const RetryPolicy& policy, Operation op, RetryWindow* window,
        Random rng) noexcept
-      : shield_(&shield), policy_(&policy), op_(op), window_(window), rng_(rng) {}
+      : shield_(&shield),
+        policy_(&policy),
+        op_(op),
+        window_(window),
+        rng_(rng),
+        spare_only_(shield.priority_of(op) == Priority::kBackground) {}
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
   ~Call() {
@@ -364,7 +378,9 @@ class Shield::Call {
     CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
     if (permit) [[likely]] {
       if (!permit.is_probe()) [[likely]] {
-        const ConcurrencyLimit::Place place = shield_->limit_.try_acquire(attempts_ > 0);
+        // Retries and background work use spare capacity only (below retry_share).
+        const ConcurrencyLimit::Place place =
+            shield_->limit_.try_acquire(attempts_ > 0 || spare_only_);
         if (place != ConcurrencyLimit::Place::kRefused) [[likely]] {
           return attempt(std::move(permit), place == ConcurrencyLimit::Place::kCounted);
         }
@@ -436,6 +452,7 @@ class Shield::Call {
   std::optional<RetryState> state_;  // built at the first failure or refusal
   std::optional<Signal> signal_;     // built at the first wait: what this call sleeps on
   int attempts_ = 0;
+  bool spare_only_;  // background: even its first attempt takes spare capacity only
   Duration slept_{};
   StopReason stop_ = StopReason::kNone;
   TimePoint queue_deadline_{};  // set at the first wait for a place

@@ -158,8 +158,7 @@ Shield::LineView Shield::line_view(Priority p, TimePoint now) {
   return v;
 }
 
-Priority Shield::priority_of(Operation op) const noexcept {
-  if (options_.priorities.empty()) return op.priority;
+Priority Shield::priority_by_label(Operation op) const noexcept {
   const auto it = options_.priorities.find(op.label);
   return it != options_.priorities.end() ? it->second : op.priority;
 }
@@ -238,6 +237,11 @@ bool Shield::grant_locked(TimePoint now) noexcept {
   bool woke = false;
   while (first_locked() != nullptr &&
          static_cast<double>(limit_.in_flight()) + 1.0 <= std::max(limit_.limit(), 1.0)) {
+    // Only background waits: room it may take is spare room (below retry_share), as when it
+    // came. A place someone gives back still goes to it (release_place()).
+    if (first_locked()->line_ == line_of(Priority::kBackground) && !limit_.has_room_for_retry()) {
+      break;
+    }
     Call& next = *next_locked();
     limit_.acquire();
     waited_locked(next, now);

@@ -219,8 +219,29 @@ TEST(ShieldPriority, BackgroundGoesAtOnceWhenTheLimitHasRoomEvenWhileTheLineStan
     }
   }
   f.finish_one();
+  f.finish_one();  // two of four places taken: spare room, where a retry would start too
   ASSERT_TRUE(f.shield->queue_standing()) << "no time passed: the line still stands";
   EXPECT_EQ(f.arrive(Priority::kBackground), Kind::kAttempt) << "there is room: it goes";
+}
+
+TEST(ShieldPriority, BackgroundStartsAtOnceOnlyInSpareRoomAndWaitsForAPlaceGivenBack) {
+  FullLimit f;
+  f.finish_one();  // three of four places taken
+  EXPECT_EQ(f.shield->limit().in_flight(), 3);
+  // A retry would not start with three of four places taken (retry_share 0.9): neither
+  // does background work. It waits for a place given back.
+  Shield::Call* background = nullptr;
+  ASSERT_EQ(f.arrive(Priority::kBackground, &background), Kind::kWait);
+  EXPECT_FALSE(background->woken());
+  // A page takes the fourth place at once...
+  Shield::Call* page = nullptr;
+  ASSERT_EQ(f.arrive(Priority::kNormal, &page), Kind::kWait) << "nobody overtakes the line";
+  EXPECT_TRUE(page->woken()) << "the room went to the page";
+  f.take(page);
+  EXPECT_FALSE(background->woken());
+  // ... and the next place given back goes to the background work.
+  f.finish_one();
+  f.take(background);
 }
 
 TEST(ShieldPriority, APolicyCanSetTheClassOfAnOperationByItsLabel) {
