@@ -41,6 +41,12 @@ struct IdempotencyKey {
 inline constexpr std::string_view kGameStartedMessage =
     "the game has already started: sign-ups are closed";
 
+// The class of a write route's transaction (ADR 0035): a payment is critical, anything else
+// (a sign-up) as normal as a page.
+[[nodiscard]] constexpr Priority route_priority(std::string_view route) noexcept {
+  return route == "payments" ? Priority::kCritical : Priority::kNormal;
+}
+
 class ClubStore {
  public:
   struct Options {
