@@ -65,6 +65,7 @@ struct SimArgs {
   double recovery_goodput = 0;
   std::string recovery_hold;
   std::string metastable_after;
+  std::string mix;  // --mix critical:0.1,normal:0.8,background:0.1
 
   // Defaults of every holdfast strategy in the list.
   int max_attempts = 0;
@@ -128,6 +129,11 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   if (given("--metastable-after")) {
     s.metastable_after = duration_arg(a.metastable_after, "--metastable-after");
   }
+  if (given("--mix")) {
+    holdfast::Result<sim::ClassMix> mix = sim::parse_class_mix(a.mix);
+    if (!mix.ok()) fail("--mix: " + std::string(mix.status().message()));
+    s.class_mix = *mix;
+  }
   if (holdfast::Status st = s.validate(); !st.ok()) fail(std::string(st.message()));
   return s;
 }
@@ -185,6 +191,13 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
   tr["length_s"] = seconds_of(s.trigger.length);
   tr["factor"] = s.trigger.factor;
   tr["failure_ratio"] = s.trigger.failure_ratio;
+  if (s.class_mix) {
+    ordered_json mix = ordered_json::object();
+    for (std::size_t i = 0; i < s.class_mix->size(); ++i) {
+      mix[std::string(holdfast::to_string(static_cast<holdfast::Priority>(i)))] = (*s.class_mix)[i];
+    }
+    sc["class_mix"] = std::move(mix);
+  }
   sc["recovery"] = {{"goodput_ratio", s.recovery_goodput},
                     {"hold_s", seconds_of(s.recovery_hold)},
                     {"metastable_after_s", seconds_of(s.metastable_after)}};
@@ -237,6 +250,16 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
     j["p99_ms"] = r.p99_ms;
     j["p99_during_trigger_ms"] = r.p99_during_trigger_ms;
     j["p999_ms"] = r.p999_ms;
+    if (r.classes) {
+      // Per class, over its requests that arrived during the trigger.
+      ordered_json classes = ordered_json::object();
+      for (std::size_t i = 0; i < r.classes->size(); ++i) {
+        const sim::ClassReport& c = (*r.classes)[i];
+        classes[std::string(holdfast::to_string(static_cast<holdfast::Priority>(i)))] = {
+            {"requests", c.requests}, {"served_pct", c.served_pct}, {"p99_ms", c.p99_ms}};
+      }
+      j["classes"] = std::move(classes);
+    }
     j["events"] = r.events;
     j["peak_in_flight"] = r.peak_in_flight;
     j["peak_event_queue"] = r.peak_event_queue;
@@ -458,6 +481,20 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
     why += breakers_opened_text(r);
     fmt::print("  {:<{}}  {}\n", r.strategy, width, why.empty() ? "-" : why);
   }
+  if (!s.class_mix || reports.empty()) return;
+  fmt::print("\nby class (requests that arrived during the trigger): served, p99 of the served\n");
+  for (const sim::Report& r : reports) {
+    std::string line;
+    for (std::size_t i = 0; r.classes && i < r.classes->size(); ++i) {
+      const sim::ClassReport& c = (*r.classes)[i];
+      if (c.requests == 0) continue;
+      if (!line.empty()) line += "; ";
+      line += fmt::format("{} {:.1f}% ({:.0f} ms)",
+                          holdfast::to_string(static_cast<holdfast::Priority>(i)), c.served_pct,
+                          c.p99_ms);
+    }
+    fmt::print("  {:<{}}  {}\n", r.strategy, width, line.empty() ? "-" : line);
+  }
 }
 
 void print_seconds(const sim::Report& r) {
@@ -590,6 +627,9 @@ void add_sim_command(CLI::App& app) {
   sc->add_option("--recovery-hold", a.recovery_hold, "... for this long in a row (e.g. 10s)");
   sc->add_option("--metastable-after", a.metastable_after,
                  "Not recovered within this long after the trigger: metastable");
+  sc->add_option("--mix", a.mix,
+                 "Request classes and their shares, e.g. critical:0.1,normal:0.8,background:0.1 "
+                 "(each >= 0, summing to 1); the JSON then reports each class");
 
   CLI::Option_group* hf = cmd->add_option_group("holdfast strategy defaults");
   hf->add_option("--max-attempts", a.max_attempts, "Attempts per request (default 5)");

@@ -41,6 +41,12 @@ struct IdempotencyKey {
 inline constexpr std::string_view kGameStartedMessage =
     "the game has already started: sign-ups are closed";
 
+// The class of a write route's transaction (ADR 0035): a payment is critical, anything else
+// (a sign-up) as normal as a page.
+[[nodiscard]] constexpr Priority route_priority(std::string_view route) noexcept {
+  return route == "payments" ? Priority::kCritical : Priority::kNormal;
+}
+
 class ClubStore {
  public:
   struct Options {
@@ -364,7 +370,7 @@ auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<
     plain.with_stop(StopReason::kNone, 0);
     return R(std::move(plain));
   };
-  const Operation anything{Idempotency::kIdempotent, true, op.label};
+  const Operation anything{Idempotency::kIdempotent, true, op.priority, op.label};
   switch (options_.strategy) {
     case Strategy::kNone:
     case Strategy::kHoldfast:

@@ -267,7 +267,7 @@ Status PgClubStore::end_session(std::string_view token) {
 
 Result<std::optional<ClubStore::Credentials>> PgClubStore::credentials_once(
     std::string_view email) {
-  Result<pg::Rows> user = run(Operation::read("login.user"), [&] {
+  Result<pg::Rows> user = run(Operation::read("login.user").critical(), [&] {
     return reads_->read("SELECT id, password_hash FROM users WHERE email = $1", {email});
   });
   if (!user.ok()) return user.status();
@@ -294,7 +294,7 @@ Status PgClubStore::rehash_once(std::int64_t user_id, std::string_view fresh,
 Status PgClubStore::insert_session_once(std::string_view token, std::int64_t user_id,
                                         std::string_view now_utc) {
   // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  const Operation op = Operation::idempotent_write("login.session");
+  const Operation op = Operation::idempotent_write("login.session").critical();
   Status s = run(op, [&] {
                return writes_->write(
                    "INSERT INTO sessions(token, user_id, created_at, last_seen, expires_at) "
@@ -309,7 +309,7 @@ Status PgClubStore::insert_session_once(std::string_view token, std::int64_t use
 Status PgClubStore::cap_sessions_once(std::int64_t user_id, std::string_view now_utc) {
   // The user's expired sessions and the oldest beyond the newest kSessionsPerUser: deleting
   // down to a cap twice is deleting once.
-  const Operation op = Operation::idempotent_write("login.session_cap");
+  const Operation op = Operation::idempotent_write("login.session_cap").background();
   return run(op,
              [&] {
                return writes_->write(
@@ -341,7 +341,8 @@ Result<std::string> PgClubStore::do_open_session(std::int64_t user_id, std::stri
 
 Result<int> PgClubStore::delete_batch(const char* label, std::string_view sql,
                                       std::initializer_list<pg::Param> params) {
-  const Operation op = Operation::idempotent_write(label);
+  // Retention is housekeeping: background (ADR 0035).
+  const Operation op = Operation::idempotent_write(label).background();
   Result<pg::Rows> r = run(op, [&] { return writes_->write(sql, params, op); });
   if (!r.ok()) return r.status();
   Result<std::int64_t> n = int_at(*r, 0, 0);
@@ -387,7 +388,8 @@ Result<std::pair<std::int64_t, bool>> PgClubStore::create_row(
     std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
     const std::function<Result<std::int64_t>(pg::Transaction&)>& body) {
   const std::string label = std::string(route) + ".create";
-  const Operation op = Operation::transaction(/*rerunnable=*/true, label);
+  const Operation op =
+      Operation::transaction(/*rerunnable=*/true, label).with_priority(route_priority(route));
   pg::TransactionOptions t;
   t.operation = op;
   if (key.key.empty()) {

@@ -185,7 +185,7 @@ namespace {
 template <class Run>
 Result<std::optional<ClubStore::Credentials>> credentials_in(sqlite::ResilientDatabase& db,
                                                              Run&& run, std::string_view email) {
-  auto user = run(Operation::read("login.user"), [&] {
+  auto user = run(Operation::read("login.user").critical(), [&] {
     return db.query<std::int64_t, std::string>(
         "SELECT id, password_hash FROM users WHERE email = ?", email);
   });
@@ -208,7 +208,7 @@ template <class Run>
 Status insert_session_in(sqlite::ResilientDatabase& db, Run&& run, std::string_view token,
                          std::int64_t user_id, std::string_view now_utc) {
   // Inserting a fresh random token twice is impossible, so a retry of it is safe.
-  return exec_in(db, run, Operation::idempotent_write("login.session"),
+  return exec_in(db, run, Operation::idempotent_write("login.session").critical(),
                  "INSERT OR IGNORE INTO sessions(token, user_id, created_at, last_seen, "
                  "expires_at) VALUES (?1, ?2, ?3, ?3, strftime('%Y-%m-%dT%H:%M:%fZ', ?3, "
                  "'+30 days'))",
@@ -219,7 +219,7 @@ template <class Run>
 Status cap_sessions_in(sqlite::ResilientDatabase& db, Run&& run, std::int64_t user_id,
                        std::string_view now_utc) {
   // Deleting down to a cap twice is deleting once.
-  return exec_in(db, run, Operation::idempotent_write("login.session_cap"),
+  return exec_in(db, run, Operation::idempotent_write("login.session_cap").background(),
                  "DELETE FROM sessions WHERE user_id = ?1 AND (expires_at <= ?2 OR token NOT IN "
                  "(SELECT token FROM sessions WHERE user_id = ?1 AND expires_at > ?2 "
                  "ORDER BY created_at DESC, rowid DESC LIMIT ?3))",
@@ -267,7 +267,7 @@ Status SqliteClubStore::cap_sessions_once(std::int64_t user_id, std::string_view
 }
 
 Result<int> SqliteClubStore::delete_expired_sessions(std::string_view now_utc, int limit) {
-  Result<sqlite::Exec> r = run(Operation::idempotent_write("retention.sessions"), [&] {
+  Result<sqlite::Exec> r = run(Operation::idempotent_write("retention.sessions").background(), [&] {
     return db_.execute(
         "DELETE FROM sessions WHERE rowid IN "
         "(SELECT rowid FROM sessions WHERE expires_at <= ?1 LIMIT ?2)",
@@ -279,12 +279,13 @@ Result<int> SqliteClubStore::delete_expired_sessions(std::string_view now_utc, i
 
 Result<int> SqliteClubStore::delete_old_idempotency_keys(std::string_view now_utc, int limit) {
   const std::string age = "-" + std::to_string(kIdempotencyKeyAge.count()) + " hours";
-  Result<sqlite::Exec> r = run(Operation::idempotent_write("retention.idempotency_keys"), [&] {
-    return db_.execute(
-        "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys "
-        "WHERE created_at < strftime('%Y-%m-%dT%H:%M:%fZ', ?1, ?2) LIMIT ?3)",
-        now_utc, age, limit);
-  });
+  Result<sqlite::Exec> r =
+      run(Operation::idempotent_write("retention.idempotency_keys").background(), [&] {
+        return db_.execute(
+            "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys "
+            "WHERE created_at < strftime('%Y-%m-%dT%H:%M:%fZ', ?1, ?2) LIMIT ?3)",
+            now_utc, age, limit);
+      });
   if (!r.ok()) return r.status();
   return static_cast<int>(r->changes);
 }
@@ -299,7 +300,8 @@ Result<CreatedRow> create_row(sqlite::ResilientDatabase& db, Run&& run, std::int
                               std::string_view route, const IdempotencyKey& key, Body&& body) {
   const std::string label = std::string(route) + ".create";
   // Without a key the transaction may still be re-run: after a rollback nothing of it stays.
-  const Operation op = Operation::transaction(/*rerunnable=*/true, label);
+  const Operation op =
+      Operation::transaction(/*rerunnable=*/true, label).with_priority(route_priority(route));
   if (key.key.empty()) {
     Result<std::int64_t> id = run(op, [&] { return db.transaction(body, op); });
     if (!id.ok()) return id.status();

@@ -81,7 +81,10 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   const bool payment = req.path == "/payments";
   const std::string token = session_token(req);
   const std::string now = now_utc();
-  const Result<std::optional<User>> who = co_await session_async(token, now, ctx);
+  // A payment is critical (ADR 0035): under overload it keeps its places, the session read
+  // that authorizes it included. Sign-ups are as normal as pages.
+  const Priority priority = payment ? Priority::kCritical : Priority::kNormal;
+  const Result<std::optional<User>> who = co_await session_async(token, now, ctx, priority);
   const std::optional<WriteInput> in = write_input_of(req, res, req.path, token, who);
   if (!in) co_return;
   // As the store's own loop runs them: a whole transaction, re-run after a rollback; with a
@@ -89,14 +92,14 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   const Idempotency idempotency =
       in->key.empty() ? Idempotency::kNonIdempotent : Idempotency::kIdempotent;
   if (payment) {
-    const Operation op{idempotency, true, "payments.create"};
+    const Operation op{idempotency, true, priority, "payments.create"};
     const Result<PaymentReceipt> paid = co_await write_call<Result<PaymentReceipt>>(
         store, ctx, op,
         [&] { return store.pay_once(in->user_id, in->value, in->method, in->key, now); });
     const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
     answer_payment(res, paid);
   } else {
-    const Operation op{idempotency, true, "signups.create"};
+    const Operation op{idempotency, true, priority, "signups.create"};
     const Result<SignupReceipt> added = co_await write_call<Result<SignupReceipt>>(
         store, ctx, op, [&] { return store.sign_up_once(in->user_id, in->value, in->key, now); });
     const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
@@ -196,7 +199,8 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
                                                                lane::Context& ctx) {
   ClubStore& store = *options_.store;
   using Found = Result<std::optional<ClubStore::Credentials>>;
-  const Found user = co_await read_call<Found>(store, ctx, Operation::read("login.user"),
+  // Signing in is critical (ADR 0035): its reads and its session keep their places.
+  const Found user = co_await read_call<Found>(store, ctx, Operation::read("login.user").critical(),
                                                [&] { return store.credentials_once(ask.email); });
   if (!user.ok()) co_return user.status();
   // An unknown email goes through the same gate and costs the same check (the store's
@@ -231,25 +235,27 @@ net::awaitable<Result<std::string>> PanelServer::open_session_async(std::int64_t
   ClubStore& store = *options_.store;
   const std::string token = ClubStore::new_token();
   const std::string now = now_utc();
-  const Status opened =
-      co_await write_call<Status>(store, ctx, Operation::idempotent_write("login.session"),
-                                  [&] { return store.insert_session_once(token, user_id, now); });
+  const Status opened = co_await write_call<Status>(
+      store, ctx, Operation::idempotent_write("login.session").critical(),
+      [&] { return store.insert_session_once(token, user_id, now); });
   if (!opened.ok()) co_return opened;
-  // Its failure is not the sign-in's: the next one tries again.
-  (void)co_await write_call<Status>(store, ctx, Operation::idempotent_write("login.session_cap"),
+  // Its failure is not the sign-in's: the next one tries again. Housekeeping: background.
+  (void)co_await write_call<Status>(store, ctx,
+                                    Operation::idempotent_write("login.session_cap").background(),
                                     [&] { return store.cap_sessions_once(user_id, now); });
   co_return token;
 }
 
 net::awaitable<Result<std::optional<User>>> PanelServer::session_async(const std::string& token,
                                                                        const std::string& now,
-                                                                       lane::Context& ctx) {
+                                                                       lane::Context& ctx,
+                                                                       Priority priority) {
   if (token.empty()) co_return std::optional<User>();
   ClubStore& store = *options_.store;
   // On the sessions' own schedule (ClubStore::session()).
   co_return co_await read_call<Result<std::optional<User>>>(
-      store, ctx, Operation::read("session.read"), [&] { return store.session_once(token, now); },
-      store.async_access()->sessions);
+      store, ctx, Operation::read("session.read").with_priority(priority),
+      [&] { return store.session_once(token, now); }, store.async_access()->sessions);
 }
 
 net::awaitable<void> PanelServer::get_login_link_async(const http::Request& req,

@@ -277,10 +277,11 @@ class PanelServer {
   // A session opened for `user_id` (its token), as ClubStore::open_session() opens one.
   boost::asio::awaitable<Result<std::string>> open_session_async(std::int64_t user_id,
                                                                  lane::Context& ctx);
-  // The user of the request's session cookie (`token`), as ClubStore::session() reads it.
-  boost::asio::awaitable<Result<std::optional<User>>> session_async(const std::string& token,
-                                                                    const std::string& now,
-                                                                    lane::Context& ctx);
+  // The user of the request's session cookie (`token`), as ClubStore::session() reads it;
+  // the read in the class of the route it authorizes (`priority`).
+  boost::asio::awaitable<Result<std::optional<User>>> session_async(
+      const std::string& token, const std::string& now, lane::Context& ctx,
+      Priority priority = Priority::kNormal);
   // What an async sign-in's session (a token) is, or why there is none.
   boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
                                                             lane::Context& ctx);

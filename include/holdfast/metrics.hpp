@@ -22,6 +22,7 @@
 ///   holdfast_breaker_rejected_total              requests failed at once by the breaker
 ///   holdfast_breaker_waits_total                 waits for a probe inside the window
 ///   holdfast_at_capacity_total                   requests failed at once: concurrency limit
+///   holdfast_at_capacity_by_class_total{class}   the same, by the request's class (priority.hpp)
 ///   holdfast_silences_total                      times the server was found silent (Liveness)
 ///   holdfast_breaker_transitions_total{to}       breaker state changes by target state
 ///   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
@@ -44,6 +45,7 @@
 #include "holdfast/concurrency_limit.hpp"
 #include "holdfast/detail/stripes.hpp"
 #include "holdfast/fault.hpp"
+#include "holdfast/priority.hpp"
 #include "holdfast/retry_throttle.hpp"
 
 namespace holdfast {
@@ -66,6 +68,8 @@ class Metrics {
     std::uint64_t breaker_waits = 0;     ///< waits for a probe inside the window
     std::uint64_t at_capacity = 0;       ///< requests failed at once: concurrency limit
     std::uint64_t silences = 0;          ///< times the server was found silent (Liveness)
+    /// at_capacity, indexed `[Priority]`.
+    std::array<std::uint64_t, kPriorities> at_capacity_by_class{};
     /// Failed attempts, indexed `[RetryScope][overload ? 1 : 0]`.
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
     /// Transitions into each state, indexed `[BreakerState]`.
@@ -99,8 +103,12 @@ class Metrics {
   }
   /// Counts a wait for a probe inside the window.
   void count_breaker_wait() noexcept { breaker_waits_.fetch_add(1, std::memory_order_relaxed); }
-  /// Counts a request failed at once by the concurrency limit.
-  void count_at_capacity() noexcept { at_capacity_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts a request of class `p` failed at once by the concurrency limit.
+  void count_at_capacity(Priority p = Priority::kNormal) noexcept {
+    at_capacity_.fetch_add(1, std::memory_order_relaxed);
+    at_capacity_by_class_[static_cast<std::size_t>(p) % kPriorities].fetch_add(
+        1, std::memory_order_relaxed);
+  }
   /// Counts a time the server was found silent.
   void count_silence() noexcept { silences_.fetch_add(1, std::memory_order_relaxed); }
   /// Counts a breaker transition into `to`.
@@ -147,6 +155,7 @@ class Metrics {
   std::atomic<std::uint64_t> breaker_waits_{0};
   std::atomic<std::uint64_t> at_capacity_{0};
   std::atomic<std::uint64_t> silences_{0};
+  std::array<std::atomic<std::uint64_t>, kPriorities> at_capacity_by_class_{};
   std::array<std::array<std::atomic<std::uint64_t>, 2>, kScopes> faults_{};
   std::array<std::atomic<std::uint64_t>, kStates> transitions_{};
   std::atomic<const CircuitBreaker*> breaker_{nullptr};

@@ -38,6 +38,7 @@
 
 #include "holdfast/backoff.hpp"
 #include "holdfast/clock.hpp"
+#include "holdfast/priority.hpp"
 #include "holdfast/random.hpp"
 #include "holdfast/result.hpp"
 #include "holdfast/status.hpp"
@@ -58,25 +59,44 @@ struct Operation {
   /// The callable runs a whole transaction from its start, so faults that roll the
   /// transaction back (scope kTransaction) may be retried by calling it again.
   bool reruns_transaction = false;
+  /// Its class under overload (docs/adr/0035-priorities.md): kNormal unless marked. Kept
+  /// before the label so that an Operation stays three words.
+  Priority priority = Priority::kNormal;
   /// Names the operation in the DEBUG line ("schedule.games").
   std::string_view label = {};
 
+  /// This operation in class `p`: `Operation::write("payments.create").with_priority(
+  /// Priority::kCritical)`.
+  [[nodiscard]] constexpr Operation with_priority(Priority p) const noexcept {
+    Operation o = *this;
+    o.priority = p;
+    return o;
+  }
+  /// with_priority(Priority::kCritical).
+  [[nodiscard]] constexpr Operation critical() const noexcept {
+    return with_priority(Priority::kCritical);
+  }
+  /// with_priority(Priority::kBackground).
+  [[nodiscard]] constexpr Operation background() const noexcept {
+    return with_priority(Priority::kBackground);
+  }
+
   /// A read: idempotent, so repeated even after an attempt that may have been applied.
   static constexpr Operation read(std::string_view label = "read") noexcept {
-    return {Idempotency::kIdempotent, false, label};
+    return {Idempotency::kIdempotent, false, Priority::kNormal, label};
   }
   /// A write: repeated only when the failed attempt provably applied nothing.
   static constexpr Operation write(std::string_view label = "write") noexcept {
-    return {Idempotency::kNonIdempotent, false, label};
+    return {Idempotency::kNonIdempotent, false, Priority::kNormal, label};
   }
   /// A write that is harmless to repeat (an upsert, a keyed insert): idempotent.
   static constexpr Operation idempotent_write(std::string_view label = "write") noexcept {
-    return {Idempotency::kIdempotent, false, label};
+    return {Idempotency::kIdempotent, false, Priority::kNormal, label};
   }
   /// A transaction function. `rerunnable`: calling it again after a rollback is safe.
   static constexpr Operation transaction(bool rerunnable,
                                          std::string_view label = "transaction") noexcept {
-    return {Idempotency::kNonIdempotent, rerunnable, label};
+    return {Idempotency::kNonIdempotent, rerunnable, Priority::kNormal, label};
   }
 };
 

@@ -36,6 +36,15 @@
 ///     waiter, and only to it. When a probe succeeds, as many waiters go as the limit has
 ///     room for; a request that waited for a probe keeps its place in line while its window
 ///     lasts.
+///   - the line is kept per class (Operation::priority, priority.hpp,
+///     docs/adr/0035-priorities.md): a freed place goes to the first waiter of the highest
+///     class waiting; a critical newcomer may wait for the interval even while the line
+///     stands, a background one only for the target and not at all while it stands; a
+///     newcomer counts only the waiters of its class and the higher ones as ahead of it; the
+///     waiters that no longer fit are told from the lowest class up. A lower class passed
+///     over for seven places in a row gets the eighth (its oldest waiter). Background work
+///     starts at once only where a retry would (below retry_share of the limit): the last
+///     places are kept for the classes above it.
 ///   - a failed attempt goes to the retry loop (RetryState: backoff, window, attempts, what
 ///     may be repeated). A retry starts only where the limit has room for retries (below
 ///     retry_share of it) and, while the database answers slower than normal, the throttle
@@ -57,7 +66,10 @@
 /// clock tick and thread.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -110,6 +122,10 @@ class Shield {
     /// The longest a request waits for the breaker's next probe (and only after lock
     /// contention: see above). >= 0; zero never waits.
     Duration probe_wait = std::chrono::seconds(1);
+    /// The class of the operations with these labels, whatever their code says (a policy
+    /// file's "priorities"); the others keep Operation::priority. Read only when a request
+    /// has to wait for a place, never on the success path.
+    std::map<std::string, Priority, std::less<>> priorities;
 
     /// holdfast switched off, for callers that retry on their own and for comparisons: one
     /// attempt per call, a breaker that never opens, no concurrency limit to speak of, and a
@@ -176,9 +192,10 @@ class Shield {
   /// Moved by every breaker state change that may let requests through.
   [[nodiscard]] const Signal& signal() const noexcept { return breaker_.signal(); }
   /// Moved whenever a waiting Call is woken (handed a place, or told to decide again): an
-  /// event loop that keeps its waiters in the order admit() said kWait to them finds the
-  /// woken ones at the front (handed places, or all of them when the breaker opens) and at
-  /// the back (waits that no longer fit) (Call::woken()).
+  /// event loop that keeps its waiters per class (priority_of()), each class in the order
+  /// admit() said kWait to them, finds the woken ones at the front of a class (handed places,
+  /// or all of them when the breaker opens) and at its back (waits that no longer fit)
+  /// (Call::woken()).
   [[nodiscard]] const Signal& wakes() const noexcept { return wakes_; }
   /// Requests waiting for a place or for a probe.
   [[nodiscard]] std::int64_t waiting() const noexcept { return limit_.queued(); }
@@ -196,6 +213,15 @@ class Shield {
     return standing_.load(std::memory_order_relaxed);
   }
 
+  /// The class `op` waits in: Options::priorities' entry for its label, else op.priority.
+  [[nodiscard]] Priority priority_of(Operation op) const noexcept {
+    return options_.priorities.empty() ? op.priority : priority_by_label(op);
+  }
+  /// Requests of class `p` waiting for a place or for a probe.
+  [[nodiscard]] std::int64_t waiting(Priority p) const noexcept {
+    return waiting_by_class_[static_cast<std::size_t>(p)].load(std::memory_order_relaxed);
+  }
+
   /// metrics().prometheus_text(name()).
   [[nodiscard]] std::string metrics_text() const;
 
@@ -209,6 +235,7 @@ class Shield {
 
  private:
   static Options with_clock(Options options, Clock& clock);
+  Priority priority_by_label(Operation op) const noexcept;
   class Steps;  // run()'s steps of the retry loop (detail::retry_loop): a Call's
   // run() after its first attempt, made with `first` at `t0`, failed with `r`.
   template <class F, class R>
@@ -239,9 +266,22 @@ class Shield {
   void overloaded_locked(TimePoint now) noexcept;
   // REQUIRES: wait_mutex_ held. Records how long `call` waited for a place, leaving at `now`.
   void waited_locked(const Call& call, TimePoint now) noexcept;
-  // The longest a newcomer may wait at `now` (the target or the interval); may update the
-  // line's state.
-  Duration queue_allowance(TimePoint now);
+  // What the line offers a newcomer of class `p`: the longest it may wait, and how many wait
+  // ahead of it (its class and the higher ones).
+  struct LineView {
+    Duration allowance{};
+    std::int64_t ahead = 0;
+  };
+  // The line for class `p` at `now` (ADR 0035); may update the line's state.
+  LineView line_view(Priority p, TimePoint now);
+  // REQUIRES: wait_mutex_ held. The first waiter of the highest class waiting (nullptr: none).
+  [[nodiscard]] Call* first_locked() const noexcept;
+  // REQUIRES: wait_mutex_ held. The waiter the next place goes to: first_locked(), or, once a
+  // lower class has been passed over kShareEvery - 1 times in a row, the oldest waiter of
+  // the lower classes. Counts the pass.
+  Call* next_locked() noexcept;
+  // REQUIRES: wait_mutex_ held. The last waiter of the lowest class waiting (nullptr: none).
+  [[nodiscard]] Call* last_locked() const noexcept;
   // A newcomer at `now` would have waited longer than it was allowed.
   void turned_away(TimePoint now);
 
@@ -257,8 +297,13 @@ class Shield {
   // 1 when the last overload fault was lock contention (see Options::probe_wait).
   std::atomic<bool> last_overload_fast_{false};
   std::mutex wait_mutex_;
-  Call* head_ = nullptr;  // guarded by wait_mutex_
-  Call* tail_ = nullptr;  // guarded by wait_mutex_
+  // The line, one list per class (Priority), guarded by wait_mutex_.
+  std::array<Call*, kPriorities> heads_{};
+  std::array<Call*, kPriorities> tails_{};
+  // Waiters per class (written under wait_mutex_, read by waiting(p) without it).
+  std::array<std::atomic<std::int64_t>, kPriorities> waiting_by_class_{};
+  // Places in a row handed to a higher class while a lower one waited (guarded by wait_mutex_).
+  int passed_ = 0;
   // The line's waiting-time state (ADR 0033), guarded by wait_mutex_: since when waits have
   // been above the target (TimePoint{}: they are not), and the last time one was.
   TimePoint over_since_{};
@@ -304,11 +349,20 @@ class Shield::Call {
   /// of the Call's own (policy.window() long) outside any scope.
   Call(Shield& shield, const RetryPolicy& policy, Operation op,
        RetryWindow* window = RequestScope::current_window()) noexcept
-      : shield_(&shield), policy_(&policy), op_(op), window_(window) {}
+      : shield_(&shield),
+        policy_(&policy),
+        op_(op),
+        window_(window),
+        spare_only_(shield.priority_of(op) == Priority::kBackground) {}
   /// The same with a given random source (backoff), for reproducible runs.
   Call(Shield& shield, const RetryPolicy& policy, Operation op, RetryWindow* window,
        Random rng) noexcept
-      : shield_(&shield), policy_(&policy), op_(op), window_(window), rng_(rng) {}
+      : shield_(&shield),
+        policy_(&policy),
+        op_(op),
+        window_(window),
+        rng_(rng),
+        spare_only_(shield.priority_of(op) == Priority::kBackground) {}
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
   ~Call() {
@@ -324,7 +378,9 @@ class Shield::Call {
     CircuitBreaker::Permit permit = shield_->breaker_.acquire(now);
     if (permit) [[likely]] {
       if (!permit.is_probe()) [[likely]] {
-        const ConcurrencyLimit::Place place = shield_->limit_.try_acquire(attempts_ > 0);
+        // Retries and background work use spare capacity only (below retry_share).
+        const ConcurrencyLimit::Place place =
+            shield_->limit_.try_acquire(attempts_ > 0 || spare_only_);
         if (place != ConcurrencyLimit::Place::kRefused) [[likely]] {
           return attempt(std::move(permit), place == ConcurrencyLimit::Place::kCounted);
         }
@@ -355,6 +411,8 @@ class Shield::Call {
 
   /// Attempts made so far.
   [[nodiscard]] int attempts() const noexcept { return attempts_; }
+  /// The operation this call runs (its class: Shield::priority_of(operation())).
+  [[nodiscard]] Operation operation() const noexcept { return op_; }
   /// The call's statistics so far.
   [[nodiscard]] RetryStats stats() const noexcept { return {attempts_, slept_, stop_}; }
   /// After kWait: true once the Shield has woken this call (for single-threaded event loops;
@@ -394,6 +452,7 @@ class Shield::Call {
   std::optional<RetryState> state_;  // built at the first failure or refusal
   std::optional<Signal> signal_;     // built at the first wait: what this call sleeps on
   int attempts_ = 0;
+  bool spare_only_;  // background: even its first attempt takes spare capacity only
   Duration slept_{};
   StopReason stop_ = StopReason::kNone;
   TimePoint queue_deadline_{};  // set at the first wait for a place
@@ -406,6 +465,7 @@ class Shield::Call {
   TimePoint queued_at_{};   // when it joined the line
   TimePoint until_{};       // the end of the wait it was given
   bool for_probe_ = false;  // waits for the breaker's probe (not judged by the line's rule)
+  std::uint8_t line_ = 0;   // the class whose list it waits in
   bool linked_ = false;     // in the Shield's wait queue
   bool granted_ = false;    // woken with a place handed to it
   bool woken_ = false;

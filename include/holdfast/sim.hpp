@@ -111,6 +111,10 @@ struct Trigger {
   [[nodiscard]] Duration end() const noexcept { return start + length; }
 };
 
+/// The share of the requests of each class (Priority: critical, normal, background), indexed
+/// by Priority. Each share >= 0; they sum to 1.
+using ClassMix = std::array<double, kPriorities>;
+
 /// One simulated run's load, database, trigger and recovery rule.
 struct Scenario {
   std::string name = "custom";  ///< the scenario's name in reports
@@ -135,6 +139,11 @@ struct Scenario {
   Duration metastable_after = std::chrono::seconds(100);
   /// Stop admitting new requests after this many (0: no limit). For scale measurements.
   std::uint64_t max_requests = 0;
+  /// When set, each request gets a class at random with these shares (its own random
+  /// stream: the arrivals and service times stay those of the same seed without it), the
+  /// holdfast strategies pass it to the Shield (Operation::priority), and the Report has
+  /// per-class figures (Report::classes). Unset: every request is normal.
+  std::optional<ClassMix> class_mix;
 
   /// OK, or InvalidArgument naming the first field that is out of range.
   [[nodiscard]] Status validate() const;
@@ -221,6 +230,10 @@ struct Strategy {
     std::string_view list, const Strategy& base_holdfast = Strategy::holdfast());
 /// "250ms", "6s", "1.5s", "2m"; a bare number is seconds. InvalidArgument when malformed.
 [[nodiscard]] Result<Duration> parse_duration(std::string_view text);
+/// "critical:0.1,normal:0.8,background:0.1": each class at most once, a class left out has
+/// no share. InvalidArgument naming what is wrong: an unknown class, a share that is not a
+/// number or is negative, a class given twice, shares that do not sum to 1 (within 0.01).
+[[nodiscard]] Result<ClassMix> parse_class_mix(std::string_view text);
 
 /// One simulated second. Counts of events that happened during [t, t+1 s), except
 /// `amplification`, which belongs to the requests that *arrived* in that second.
@@ -241,6 +254,15 @@ struct Second {
 
 /// Why user requests failed (indexed by StopReason).
 using ErrorsByReason = std::array<std::uint64_t, 9>;
+
+/// What one class of requests got in a run (Scenario::class_mix), over the requests of the
+/// class that arrived during the trigger (all of the run when there is none).
+struct ClassReport {
+  std::uint64_t requests = 0;   ///< requests of the class that arrived during the trigger
+  std::uint64_t successes = 0;  ///< of them, answered
+  double served_pct = 0.0;      ///< successes / requests x 100 (0 when none arrived)
+  double p99_ms = 0.0;          ///< of their successes, from arrival to the answer
+};
 
 /// What one run measured: per second and in total.
 struct Report {
@@ -286,6 +308,8 @@ struct Report {
   /// Of the successes of the requests that arrived during the trigger (all of the run when
   /// there is none), from arrival to the answer.
   double p99_during_trigger_ms = 0.0;
+  /// With Scenario::class_mix: per class (indexed by Priority), what it got.
+  std::optional<std::array<ClassReport, kPriorities>> classes;
   /// Engine statistics (deterministic): events processed, peak live requests and pending
   /// events. Memory follows the peaks, not the number of requests.
   std::uint64_t events = 0;

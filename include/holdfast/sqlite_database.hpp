@@ -250,7 +250,7 @@ template <class Fn>
 Result<KeyedResult> Database::once(std::string_view key, Fn&& fn, TxnMode mode) {
   return transaction(
       [&](Transaction& tx) { return detail::run_once(tx, options().idempotency_table, key, fn); },
-      Operation{Idempotency::kIdempotent, true, "sqlite.once"}, mode);
+      Operation{Idempotency::kIdempotent, true, Priority::kNormal, "sqlite.once"}, mode);
 }
 
 }  // namespace holdfast::sqlite

@@ -206,7 +206,7 @@ Result<KeyedResult> ResilientDatabase::once(std::string_view key, Fn&& fn, TxnMo
       [&](Transaction& tx) {
         return detail::run_once(tx, db_->options().idempotency_table, key, fn);
       },
-      Operation{Idempotency::kIdempotent, true, "sqlite.once"}, mode);
+      Operation{Idempotency::kIdempotent, true, Priority::kNormal, "sqlite.once"}, mode);
 }
 
 }  // namespace holdfast::sqlite

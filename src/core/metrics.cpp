@@ -179,6 +179,16 @@ void write_counters(Page& page) {
                "Requests failed at once because the database was at the concurrency the Shield "
                "learned it answers, and their wait for a place would have been too long.",
                &Snapshot::at_capacity);
+  page.family("holdfast_at_capacity_by_class_total", "counter",
+              "Requests failed at once by the concurrency limit, by their class (critical, "
+              "normal, background): under overload the lowest class is shed first.",
+              [&](const Source& s) {
+                for (Priority p : {Priority::kCritical, Priority::kNormal, Priority::kBackground}) {
+                  page.sample("holdfast_at_capacity_by_class_total",
+                              s.counters.at_capacity_by_class[static_cast<std::size_t>(p)],
+                              {"class", to_string(p)});
+                }
+              });
   page.counter("holdfast_silences_total",
                "Times the server was found silent: work waited with nothing heard from it, and "
                "a check got no answer either; the breaker opened at once.",
@@ -258,6 +268,9 @@ Metrics::Snapshot Metrics::snapshot() const noexcept {
   s.breaker_waits = breaker_waits_.load(std::memory_order_relaxed);
   s.at_capacity = at_capacity_.load(std::memory_order_relaxed);
   s.silences = silences_.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < kPriorities; ++i) {
+    s.at_capacity_by_class[i] = at_capacity_by_class_[i].load(std::memory_order_relaxed);
+  }
   for (std::size_t i = 0; i < kScopes; ++i) {
     for (std::size_t j = 0; j < 2; ++j)
       s.faults[i][j] = faults_[i][j].load(std::memory_order_relaxed);

@@ -24,6 +24,13 @@ constexpr Duration kIntervalFloor = std::chrono::milliseconds(50);
 // fits (an exponential wait exceeds three times its mean 5 % of the time), and a waiter is
 // told to go when three times its wait no longer fits.
 constexpr int kWaitMargin = 3;
+// Classes (ADR 0035): a lower class passed over for this many places in a row while it waits
+// gets the next one (its oldest waiter), so that no class starves while places change hands.
+constexpr int kShareEvery = 8;
+
+int line_of(Priority p) noexcept {
+  return static_cast<int>(p);
+}
 
 }  // namespace
 
@@ -131,9 +138,29 @@ void Shield::waited_locked(const Call& call, TimePoint now) noexcept {
   }
 }
 
-Duration Shield::queue_allowance(TimePoint now) {
+Shield::LineView Shield::line_view(Priority p, TimePoint now) {
   std::lock_guard<std::mutex> lock(wait_mutex_);
-  return standing_locked(now) ? queue_target() : queue_interval();
+  const bool standing = standing_locked(now);
+  LineView v;
+  switch (p) {
+    case Priority::kCritical:  // may wait longer than the target: the interval
+      v.allowance = queue_interval();
+      break;
+    case Priority::kNormal:
+      v.allowance = standing ? queue_target() : queue_interval();
+      break;
+    case Priority::kBackground:  // shed as soon as the line stands; else the target
+      v.allowance = standing ? Duration::zero() : queue_target();
+      break;
+  }
+  for (int c = 0; c <= line_of(p); ++c)
+    v.ahead += waiting_by_class_[c].load(std::memory_order_relaxed);
+  return v;
+}
+
+Priority Shield::priority_by_label(Operation op) const noexcept {
+  const auto it = options_.priorities.find(op.label);
+  return it != options_.priorities.end() ? it->second : op.priority;
 }
 
 void Shield::turned_away(TimePoint now) {
@@ -159,8 +186,8 @@ void Shield::on_transition(const BreakerTransition& t) {
       woke = grant_locked(t.at);
     } else {
       // Opened (or isolated): every waiter decides again, most of them to fail now.
-      while (head_ != nullptr) {
-        wake_locked(*head_, false);
+      while (Call* first = first_locked()) {
+        wake_locked(*first, false);
         woke = true;
       }
     }
@@ -168,22 +195,70 @@ void Shield::on_transition(const BreakerTransition& t) {
   if (woke) wakes_.notify_all();
 }
 
+Shield::Call* Shield::first_locked() const noexcept {
+  for (Call* head : heads_) {
+    if (head != nullptr) return head;
+  }
+  return nullptr;
+}
+
+Shield::Call* Shield::next_locked() noexcept {
+  int top = 0;
+  while (top < kPriorities && heads_[top] == nullptr)
+    ++top;
+  if (top == kPriorities) return nullptr;
+  // The oldest waiter of the classes below the first one in line.
+  Call* oldest = nullptr;
+  for (int c = top + 1; c < kPriorities; ++c) {
+    if (heads_[c] != nullptr && (oldest == nullptr || heads_[c]->queued_at_ < oldest->queued_at_)) {
+      oldest = heads_[c];
+    }
+  }
+  if (oldest == nullptr) {
+    passed_ = 0;
+    return heads_[top];
+  }
+  if (++passed_ >= kShareEvery) {
+    passed_ = 0;
+    return oldest;  // its share: passed over kShareEvery - 1 times in a row
+  }
+  return heads_[top];
+}
+
+Shield::Call* Shield::last_locked() const noexcept {
+  for (int c = kPriorities - 1; c >= 0; --c) {
+    if (tails_[c] != nullptr) return tails_[c];
+  }
+  return nullptr;
+}
+
 bool Shield::grant_locked(TimePoint now) noexcept {
   if (breaker_.state() != BreakerState::kClosed) return false;
   bool woke = false;
-  while (head_ != nullptr &&
+  while (first_locked() != nullptr &&
          static_cast<double>(limit_.in_flight()) + 1.0 <= std::max(limit_.limit(), 1.0)) {
+    // Only background waits: room it may take is spare room (below retry_share), as when it
+    // came. A place someone gives back still goes to it (release_place()).
+    if (first_locked()->line_ == line_of(Priority::kBackground) && !limit_.has_room_for_retry()) {
+      break;
+    }
+    Call& next = *next_locked();
     limit_.acquire();
-    waited_locked(*head_, now);
-    wake_locked(*head_, true);
+    waited_locked(next, now);
+    wake_locked(next, true);
     woke = true;
   }
-  // The last in line whose expected wait no longer fits what it was given (the database
-  // answers slower, the limit shrank): told now, not at the end of its wait.
-  while (tail_ != nullptr && !tail_->for_probe_ &&
-         now + kWaitMargin * limit_.expected_wait(limit_.queued() - 1) > tail_->until_) {
-    overloaded_locked(now);
-    wake_locked(*tail_, false);
+  // The last in line (of the lowest class waiting) whose expected wait no longer fits what
+  // it was given (the database answers slower, the limit shrank, a higher class came in
+  // ahead of it): told now, not at the end of its wait. The lowest class goes first.
+  for (Call* last = last_locked(); last != nullptr && !last->for_probe_; last = last_locked()) {
+    std::int64_t ahead = -1;
+    for (int c = 0; c <= last->line_; ++c)
+      ahead += waiting_by_class_[c].load(std::memory_order_relaxed);
+    if (now + kWaitMargin * limit_.expected_wait(ahead) <= last->until_) break;
+    // Background was given less than the others: its wait running out says nothing of theirs.
+    if (last->line_ != line_of(Priority::kBackground)) overloaded_locked(now);
+    wake_locked(*last, false);
     woke = true;
   }
   return woke;
@@ -197,14 +272,17 @@ void Shield::enqueue(Call& call, TimePoint now, TimePoint until) {
     call.queued_at_ = now;
     call.until_ = until;
     call.for_probe_ = call.waited_for_probe_;
-    call.prev_ = tail_;
+    const int line = line_of(priority_of(call.op_));
+    call.line_ = static_cast<std::uint8_t>(line);
+    call.prev_ = tails_[line];
     call.next_ = nullptr;
-    if (tail_ != nullptr) {
-      tail_->next_ = &call;
+    if (tails_[line] != nullptr) {
+      tails_[line]->next_ = &call;
     } else {
-      head_ = &call;
+      heads_[line] = &call;
     }
-    tail_ = &call;
+    tails_[line] = &call;
+    waiting_by_class_[line].fetch_add(1, std::memory_order_relaxed);
     call.linked_ = true;
     call.granted_ = false;
     call.woken_ = false;
@@ -220,16 +298,18 @@ void Shield::enqueue(Call& call, TimePoint now, TimePoint until) {
 // REQUIRES: wait_mutex_ held and `call` linked. Unlinks it and wakes it (under the lock, so
 // the call cannot be gone before its signal is notified).
 void Shield::wake_locked(Call& call, bool granted) noexcept {
+  const int line = call.line_;
   if (call.prev_ != nullptr) {
     call.prev_->next_ = call.next_;
   } else {
-    head_ = call.next_;
+    heads_[line] = call.next_;
   }
   if (call.next_ != nullptr) {
     call.next_->prev_ = call.prev_;
   } else {
-    tail_ = call.prev_;
+    tails_[line] = call.prev_;
   }
+  waiting_by_class_[line].fetch_sub(1, std::memory_order_relaxed);
   call.next_ = call.prev_ = nullptr;
   call.linked_ = false;
   call.granted_ = granted;
@@ -257,10 +337,13 @@ void Shield::release_place() noexcept {
     {
       const TimePoint now = clock_->now();  // how long the first waiter waited
       std::lock_guard<std::mutex> lock(wait_mutex_);
-      if (head_ != nullptr && breaker_.state() == BreakerState::kClosed) {
-        waited_locked(*head_, now);
-        wake_locked(*head_, true);  // the place goes to the first waiter, and only to it
-        grant_locked(now);          // and any room the limit gained since, to the next ones
+      if (first_locked() != nullptr && breaker_.state() == BreakerState::kClosed) {
+        // The place goes to the first waiter of the highest class (or, for its share, to
+        // the oldest of a class passed over), and only to it.
+        Call& next = *next_locked();
+        waited_locked(next, now);
+        wake_locked(next, true);
+        grant_locked(now);  // and any room the limit gained since, to the next ones
         woke = true;
       } else {
         limit_.release();
@@ -357,14 +440,19 @@ Shield::Admission Shield::Call::stop(StopReason reason, Status status) {
 
 Shield::Admission Shield::Call::at_capacity(TimePoint now) {
   Shield& shield = *shield_;
-  const Duration expected = shield.limit_.expected_wait(shield.limit_.queued());
+  const Priority priority = shield.priority_of(op_);
+  // What the line allows this class now, and how many wait ahead of it (its class and the
+  // higher ones: a lower class never delays it).
+  const LineView line = shield.line_view(priority, now);
+  const Duration expected = shield.limit_.expected_wait(line.ahead);
   // Queued, a request waits: its window opens now (window.hpp's rule).
   RetryWindow& window = state().window();
   window.open(now);
-  // A first attempt queues for what the line allows (the target while it stands, else the
-  // interval), given once, at its first wait. A request that waited for the breaker's probe
-  // keeps its place in line while its window lasts: the database it waited for is back, and
-  // the line moves at the pace it answers. Other retries do not queue: they use spare
+  // A first attempt queues for what the line allows its class (ADR 0035: critical the
+  // interval; normal the target while the line stands, else the interval; background the
+  // target, and nothing while it stands), given once, at its first wait. A request that waited for
+  // the breaker's probe keeps its place in line while its window lasts: the database it waited for
+  // is back, and the line moves at the pace it answers. Other retries do not queue: they use spare
   // capacity only.
   if ((attempts_ == 0 || waited_for_probe_) && shield.options_.queue_wait > Duration::zero()) {
     const TimePoint last_start = window.deadline() - attempt_time();
@@ -373,15 +461,18 @@ Shield::Admission Shield::Call::at_capacity(TimePoint now) {
       // latency is from before it. It waits for its turn while its window lasts.
       if (now < last_start) return wait(now, last_start);
     } else {
-      if (queue_deadline_ == TimePoint{}) queue_deadline_ = now + shield.queue_allowance(now);
+      if (queue_deadline_ == TimePoint{}) queue_deadline_ = now + line.allowance;
       const TimePoint until = std::min(queue_deadline_, last_start);
       const Duration need = kWaitMargin * expected;
       if (now + need <= until) return wait(now, until);
-      // Not even what the line allows: overload, whatever the line's age.
-      if (now + need > queue_deadline_) shield.turned_away(now);
+      // Not even what the line allows: overload, whatever the line's age. Background is
+      // allowed less than the others: its being shed says nothing about them.
+      if (now + need > queue_deadline_ && priority != Priority::kBackground) {
+        shield.turned_away(now);
+      }
     }
   }
-  shield.metrics_.count_at_capacity();
+  shield.metrics_.count_at_capacity(priority);
   const Duration retry_after = std::max<Duration>(expected, std::chrono::milliseconds(1));
   Status s(Code::kUnavailable,
            "the database of '" + shield.name_ + "' is at its capacity (" +

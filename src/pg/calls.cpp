@@ -95,7 +95,7 @@ Result<Rows> Database::read_work(const Work& work, const ReadOptions& options) {
     // writes): nothing was applied, so it goes once more, as a write.
     primary_->shield->metrics().count_retry();
     RetryStats written;
-    r = write_work(work, Operation::write(op.label), &written);
+    r = write_work(work, Operation::write(op.label).with_priority(op.priority), &written);
     stats.attempts += written.attempts;
     stats.slept += written.slept;
     stats.stop = written.stop;

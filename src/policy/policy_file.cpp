@@ -13,6 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -276,9 +277,28 @@ void read_limit(const json& j, ConcurrencyLimit::Options& o) {
   check_options<ConcurrencyLimit>(o, s.pointer());
 }
 
+// "priorities": { "payments.create": "critical", "logs.insert": "background" }: the class of
+// the operations with these labels (Shield::Options::priorities).
+void read_priorities(const json& j, std::map<std::string, Priority, std::less<>>& out) {
+  static constexpr const char* kPointer = "/priorities";
+  if (!j.is_object()) {
+    bad(kPointer, "must be an object of operation labels and classes, got a " + type_name(j));
+  }
+  for (const auto& [label, value] : j.items()) {
+    const std::string at = std::string(kPointer) + "/" + label;
+    if (label.empty()) bad(at, "an operation label must not be empty");
+    Priority p = Priority::kNormal;
+    if (!value.is_string() || !parse_priority(value.get<std::string>(), p)) {
+      bad(at, "must be \"critical\", \"normal\" or \"background\", got " + value.dump());
+    }
+    out[label] = p;
+  }
+}
+
 Shield::Options options_of(const json& doc) {
   const Section s(doc, "",
-                  {"reads", "writes", "breaker", "throttle", "limit", "queue_wait", "probe_wait"});
+                  {"reads", "writes", "breaker", "throttle", "limit", "queue_wait", "probe_wait",
+                   "priorities"});
   Shield::Options o;
   if (const json* v = s.find("reads")) read_retry(*v, "/reads", o.reads);
   if (const json* v = s.find("writes")) read_retry(*v, "/writes", o.writes);
@@ -287,6 +307,7 @@ Shield::Options options_of(const json& doc) {
   if (const json* v = s.find("limit")) read_limit(*v, o.limit);
   s.read("queue_wait", o.queue_wait);
   s.read("probe_wait", o.probe_wait);
+  if (const json* v = s.find("priorities")) read_priorities(*v, o.priorities);
   if (o.queue_wait < Duration::zero()) bad("/queue_wait", "must not be negative");
   if (o.probe_wait < Duration::zero()) bad("/probe_wait", "must not be negative");
   return o;

@@ -1,6 +1,7 @@
 // The discrete-event engine: one binary heap of small POD events, a pool of request slots
 // reused after completion, and holdfast's own policy objects on one ManualClock.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -43,6 +44,9 @@ using detail::Phase;
 using detail::Request;
 using detail::Waiter;
 
+// What every simulated request is: a read (retried as one), in its class.
+constexpr Operation kRead = Operation::read("sim.read");
+
 Status refused_status() {
   const Classification c = classify_pg_connect_failure();
   Status s(c.code, "could not connect to server: Connection refused", c.fault);
@@ -81,6 +85,7 @@ class Engine {
         service_times_(sc, Random(mix(sc.seed, 2))),
         brownout_rng_(mix(sc.seed, 3)),
         health_rng_(mix(sc.seed, 4)),
+        class_rng_(mix(sc.seed, 5)),
         end_ns_(sc.duration.count()),
         trigger_start_ns_(sc.trigger.start.count()),
         trigger_end_ns_(sc.trigger.end().count()),
@@ -290,11 +295,14 @@ class Engine {
     r.arrival_second = static_cast<std::uint32_t>(now_ / kSecondNs);
     r.client = arrivals_.pick_client();
     r.db_attempts = 0;
+    r.priority = sc_.class_mix ? draw_class() : Priority::kNormal;
+    report_.arrived(r.priority, now_);
     slots_.mark(s).phase = Phase::kWaiting;
     const Random rng(request_seed(sc_.seed, id));
     if (holdfast_) {
       // One window per request, opened by its first transient fault (or breaker refusal).
-      r.policy.emplace<Guarded>(*shields_[shield_of(r)], st_.window, clock_, rng);
+      r.policy.emplace<Guarded>(*shields_[shield_of(r)], kRead.with_priority(r.priority),
+                                st_.window, clock_, rng);
     } else {
       r.policy.emplace<RetryState>(policy_, Operation::read("sim.read"), nullptr, rng);
     }
@@ -303,6 +311,17 @@ class Engine {
     trace(event(TraceEvent::Kind::kArrival, r));
     try_attempt(s);
     schedule_arrival(now_);
+  }
+
+  // A class at random, with the scenario's shares.
+  Priority draw_class() noexcept {
+    const ClassMix& m = *sc_.class_mix;
+    double u = class_rng_.uniform() * (m[0] + m[1] + m[2]);
+    for (std::size_t i = 0; i + 1 < m.size(); ++i) {
+      if (u < m[i]) return static_cast<Priority>(i);
+      u -= m[i];
+    }
+    return static_cast<Priority>(m.size() - 1);
   }
 
   // holdfast: asks the Shield (breaker) first; then sends the attempt to the database.
@@ -330,11 +349,12 @@ class Engine {
         break;
       case Shield::Admission::Kind::kWait: {
         // Shield::run would sleep_until(a.until, a.wake, a.seen): a timer at `until`, and a
-        // place in the Shield's queue, mirrored here in the same order.
+        // place in the Shield's queue (its class's list), mirrored here in the same order.
         ++out_.breaker_waits;
         const std::uint32_t tag = ++slots_.mark(s).tag;
         slots_.mark(s).phase = Phase::kWaitingForProbe;
-        waiters_[b].push_back(Waiter{s, tag});
+        const auto line = static_cast<std::size_t>(shields_[b]->priority_of(g.call.operation()));
+        waiters_[b][line].push_back(Waiter{s, tag});
         events_.push(std::max(now_, ns_of(a.until)), EventType::kAttempt, s, tag);
         break;
       }
@@ -446,7 +466,7 @@ class Engine {
       trace_(e);
     }
     if (holdfast_) wake_if_signalled(shield_of(r));
-    report_.succeeded(r.arrival, now_);
+    report_.succeeded(r.arrival, now_, r.priority);
     release(s);
   }
 
@@ -493,19 +513,20 @@ class Engine {
   }
 
   // After any call into Shield b: if it woke waiters (handed them places, or told them to
-  // decide again), they are at the front of its queue, and so of ours, or at the back (waits
-  // that no longer fit): they go now. Each waiter is looked at once, however many places
-  // come back.
+  // decide again), they are at the front of their class's list in its queue, and so in
+  // ours, or at the back (waits that no longer fit): they go now. Each waiter is looked at
+  // once, however many places come back.
   void wake_if_signalled(std::uint32_t b) {
     const std::uint64_t g = shields_[b]->wakes().generation();
     if (g == seen_generation_[b]) return;
     seen_generation_[b] = g;
-    std::deque<Waiter>& list = waiters_[b];
-    while (!list.empty() && woke(list.front())) {
-      list.pop_front();
-    }
-    while (!list.empty() && woke(list.back())) {
-      list.pop_back();
+    for (std::deque<Waiter>& list : waiters_[b]) {
+      while (!list.empty() && woke(list.front())) {
+        list.pop_front();
+      }
+      while (!list.empty() && woke(list.back())) {
+        list.pop_back();
+      }
     }
   }
   // False when `w` still waits; otherwise (woken: its attempt goes now; or no longer
@@ -630,6 +651,7 @@ class Engine {
   detail::ServiceTimes service_times_;
   Random brownout_rng_;
   Random health_rng_;
+  Random class_rng_;  // draws each request's class, only with a class mix
   const std::int64_t end_ns_;
   const std::int64_t trigger_start_ns_;
   const std::int64_t trigger_end_ns_;
@@ -640,7 +662,8 @@ class Engine {
   // holdfast: one Shield per client process (or one shared). Declared before the request
   // slots, whose permits and calls refer to them: destroyed after them.
   std::vector<std::unique_ptr<Shield>> shields_;
-  std::vector<std::deque<Waiter>> waiters_;           // per Shield: requests it queued
+  // Per Shield and class: the requests it queued.
+  std::vector<std::array<std::deque<Waiter>, kPriorities>> waiters_;
   std::vector<std::uint64_t> seen_generation_;        // per Shield: its signal when last looked at
   std::vector<std::unique_ptr<HealthProbe>> probes_;  // per Shield, when configured
   std::vector<std::unique_ptr<Liveness>> lives_;      // per Shield, when configured

@@ -9,6 +9,7 @@ ReportBuilder::ReportBuilder(const Scenario& scenario, std::string strategy) : s
   const auto seconds =
       static_cast<std::size_t>((scenario.duration.count() + kSecondNs - 1) / kSecondNs);
   out_.strategy = std::move(strategy);
+  by_class_ = scenario.class_mix.has_value();
   out_.seconds.resize(seconds);
   attempts_by_arrival_.assign(seconds, 0);
   trigger_to_ns_ = scenario.duration.count();
@@ -74,6 +75,20 @@ Report ReportBuilder::finish(std::uint64_t peak_event_queue) {
   out_.p99_ms = all_latency_.quantile(0.99) / 1000.0;
   out_.p999_ms = all_latency_.quantile(0.999) / 1000.0;
   out_.p99_during_trigger_ms = trigger_latency_.quantile(0.99) / 1000.0;
+  if (by_class_) {
+    std::array<ClassReport, kPriorities> classes;
+    for (std::size_t i = 0; i < classes.size(); ++i) {
+      const ClassCounts& c = classes_[i];
+      classes[i].requests = c.requests;
+      classes[i].successes = c.successes;
+      if (c.requests > 0) {
+        classes[i].served_pct =
+            100.0 * static_cast<double>(c.successes) / static_cast<double>(c.requests);
+      }
+      classes[i].p99_ms = c.latency.quantile(0.99) / 1000.0;
+    }
+    out_.classes = classes;
+  }
   out_.failed_p50_ms = failed_latency_.quantile(0.50) / 1000.0;
   out_.failed_p99_ms = failed_latency_.quantile(0.99) / 1000.0;
   out_.goodput_limit_during_trigger = goodput_limit(sc_);

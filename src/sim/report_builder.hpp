@@ -1,6 +1,7 @@
 // Internal: a run's Report, counted as the events happen and completed at the end.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -28,12 +29,24 @@ class ReportBuilder {
   [[nodiscard]] std::int64_t next_second_ns() const noexcept { return next_second_ns_; }
   [[nodiscard]] bool all_closed() const noexcept { return closed_ == out_.seconds.size(); }
 
-  // A request that arrived at `arrival_ns` answered at `now_ns`.
-  void succeeded(std::int64_t arrival_ns, std::int64_t now_ns) noexcept {
+  // A request of class `p` arrived at `arrival_ns` (counted per class with a class mix).
+  void arrived(Priority p, std::int64_t arrival_ns) noexcept {
+    if (by_class_ && in_trigger(arrival_ns)) ++classes_[static_cast<std::size_t>(p)].requests;
+  }
+  // A request of class `p` that arrived at `arrival_ns` answered at `now_ns`.
+  void succeeded(std::int64_t arrival_ns, std::int64_t now_ns,
+                 Priority p = Priority::kNormal) noexcept {
     const auto micros = static_cast<std::uint64_t>((now_ns - arrival_ns) / 1000);
     second_latency_.add(micros);
     all_latency_.add(micros);
-    if (arrival_ns >= trigger_from_ns_ && arrival_ns < trigger_to_ns_) trigger_latency_.add(micros);
+    if (in_trigger(arrival_ns)) {
+      trigger_latency_.add(micros);
+      if (by_class_) {
+        ClassCounts& c = classes_[static_cast<std::size_t>(p)];
+        ++c.successes;
+        c.latency.add(micros);
+      }
+    }
     ++current().successes;
     ++out_.successes;
   }
@@ -61,6 +74,15 @@ class ReportBuilder {
   [[nodiscard]] Report finish(std::uint64_t peak_event_queue);
 
  private:
+  struct ClassCounts {
+    std::uint64_t requests = 0;
+    std::uint64_t successes = 0;
+    LatencyHistogram latency;
+  };
+  [[nodiscard]] bool in_trigger(std::int64_t arrival_ns) const noexcept {
+    return arrival_ns >= trigger_from_ns_ && arrival_ns < trigger_to_ns_;
+  }
+
   const Scenario& sc_;
   Report out_;
   std::size_t closed_ = 0;
@@ -73,6 +95,9 @@ class ReportBuilder {
   LatencyHistogram all_latency_;
   LatencyHistogram trigger_latency_;  // successes of the requests that arrived in the trigger
   LatencyHistogram failed_latency_;
+  // With a class mix: per class, the requests that arrived during the trigger.
+  bool by_class_ = false;
+  std::array<ClassCounts, kPriorities> classes_;
 };
 
 }  // namespace holdfast::sim::detail

@@ -34,9 +34,8 @@ struct Mark {
 // holdfast: one request's window, its way through its client's Shield (which refers to
 // the window) and the breaker permit of the attempt in flight.
 struct Guarded {
-  Guarded(Shield& shield, Duration window_length, Clock& clock, Random rng)
-      : window(window_length, clock),
-        call(shield, shield.reads(), Operation::read("sim.read"), &window, rng) {}
+  Guarded(Shield& shield, Operation op, Duration window_length, Clock& clock, Random rng)
+      : window(window_length, clock), call(shield, shield.reads(), op, &window, rng) {}
   RetryWindow window;
   Shield::Call call;
   CircuitBreaker::Permit permit;
@@ -51,6 +50,7 @@ struct Request {
   std::uint32_t client = 0;
   std::uint32_t next_free = kNoSlot;
   std::uint32_t db_attempts = 0;
+  Priority priority = Priority::kNormal;  // its class (Scenario::class_mix)
   // none, naive, backoff: the retry loop's state (with a window of its own); holdfast:
   // the request's window, its way through its client's Shield and the permit in flight.
   std::variant<std::monostate, RetryState, Guarded> policy;

@@ -1,8 +1,10 @@
 // Scenarios, strategies and their text forms.
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -29,6 +31,27 @@ bool parse_int(std::string_view text, int& out) {
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, out);
   return ec == std::errc() && p == end;
+}
+
+// Shares of a class mix may be written to two decimals: they must sum to 1 within this.
+constexpr double kMixTolerance = 0.01;
+
+// "" when `mix` is a valid class mix; otherwise what is wrong with it.
+std::string mix_fault(const ClassMix& mix) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < mix.size(); ++i) {
+    if (!(mix[i] >= 0.0) || !std::isfinite(mix[i])) {
+      return "the share of " + std::string(to_string(static_cast<Priority>(i))) +
+             " must be a number >= 0, got " + std::to_string(mix[i]);
+    }
+    sum += mix[i];
+  }
+  if (std::abs(sum - 1.0) > kMixTolerance) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", sum);
+    return std::string("the shares must sum to 1, they sum to ") + text;
+  }
+  return {};
 }
 
 constexpr std::array<std::string_view, 6> kScenarioNames = {
@@ -154,6 +177,9 @@ Status Scenario::validate() const {
   }
   if (recovery_hold < seconds(1)) return invalid("recovery hold must be at least 1 s");
   if (metastable_after < Duration::zero()) return invalid("metastable-after must not be negative");
+  if (class_mix) {
+    if (std::string why = mix_fault(*class_mix); !why.empty()) return invalid("class mix: " + why);
+  }
   return {};
 }
 
@@ -266,6 +292,42 @@ Result<Duration> parse_duration(std::string_view text) {
     return invalid(std::move(message));
   }
   return Duration(static_cast<Duration::rep>(std::llround(value * unit)));
+}
+
+Result<ClassMix> parse_class_mix(std::string_view text) {
+  static constexpr const char* kForm = " (e.g. critical:0.1,normal:0.8,background:0.1)";
+  ClassMix mix{};
+  std::array<bool, kPriorities> given{};
+  const std::string whole(text);
+  if (text.empty()) return invalid(std::string("class mix: empty") + kForm);
+  while (!text.empty()) {
+    const std::string_view item = text.substr(0, text.find(','));
+    text.remove_prefix(std::min(text.size(), item.size() + 1));
+    const std::size_t colon = item.find(':');
+    const std::string name = lower(item.substr(0, colon));
+    Priority p = Priority::kNormal;
+    if (!parse_priority(name, p)) {
+      return invalid("class mix '" + whole + "': '" + name +
+                     "' is not a class (critical, normal, background)" + kForm);
+    }
+    const auto i = static_cast<std::size_t>(p);
+    if (given[i]) return invalid("class mix '" + whole + "': " + name + " is given twice");
+    given[i] = true;
+    const std::string_view share =
+        colon == std::string_view::npos ? std::string_view() : item.substr(colon + 1);
+    double value = 0.0;
+    const char* end = share.data() + share.size();
+    auto [q, ec] = std::from_chars(share.data(), end, value);
+    if (share.empty() || ec != std::errc() || q != end) {
+      return invalid("class mix '" + whole + "': the share of " + name + " ('" +
+                     std::string(share) + "') is not a number" + kForm);
+    }
+    mix[i] = value;
+  }
+  if (std::string why = mix_fault(mix); !why.empty()) {
+    return invalid("class mix '" + whole + "': " + why);
+  }
+  return mix;
 }
 
 Status Strategy::validate() const {

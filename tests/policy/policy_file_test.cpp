@@ -141,6 +141,33 @@ TEST(PolicyFile, AnUnknownKeyIsAnErrorNotADefault) {
             std::string::npos);
 }
 
+TEST(PolicyFile, PrioritiesSetTheClassOfOperationsByLabel) {
+  Result<Shield::Options> r = parse_policy(
+      R"({"priorities": {"payments.create": "critical", "logs.insert": "background"}})");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->priorities.size(), 2u);
+  EXPECT_EQ(r->priorities.at("payments.create"), Priority::kCritical);
+  EXPECT_EQ(r->priorities.at("logs.insert"), Priority::kBackground);
+  ManualClock clock;
+  Shield shield("main", *r, clock);
+  EXPECT_EQ(shield.priority_of(Operation::write("logs.insert")), Priority::kBackground);
+  EXPECT_TRUE(parse_policy("{}")->priorities.empty()) << "none by default";
+}
+
+TEST(PolicyFile, APriorityThatIsNoClassNamesTheLabel) {
+  EXPECT_EQ(error_of(R"({"priorities": {"payments.create": "urgent"}})"),
+            "p.json: /priorities/payments.create: must be \"critical\", \"normal\" or "
+            "\"background\", got \"urgent\"");
+  EXPECT_NE(error_of(R"({"priorities": {"logs.insert": 2}})")
+                .find("/priorities/logs.insert: must be \"critical\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"priorities": ["payments.create"]})")
+                .find("p.json: /priorities: must be an object of operation labels and classes"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"priorities": {"": "critical"}})").find("must not be empty"),
+            std::string::npos);
+}
+
 TEST(PolicyFile, ADurationNeedsAUnit) {
   EXPECT_NE(error_of(R"({"queue_wait": 500})")
                 .find("p.json: /queue_wait: got a number; a "

@@ -295,6 +295,7 @@ TEST(MetricsText, EveryFamilyParsesWithHelpTypeAndTheDbLabel) {
       {"holdfast_breaker_rejected_total", "counter"},
       {"holdfast_breaker_waits_total", "counter"},
       {"holdfast_at_capacity_total", "counter"},
+      {"holdfast_at_capacity_by_class_total", "counter"},
       {"holdfast_silences_total", "counter"},
       {"holdfast_breaker_transitions_total", "counter"},
       {"holdfast_breaker_state", "gauge"},

@@ -192,6 +192,33 @@ TEST_F(SimCommand, MistakesAreReportedAsCommandLineErrors) {
   }
 }
 
+TEST_F(SimCommand, WithAMixTheJsonHasEachClassServedShareAndP99) {
+  const fs::path out = dir_ / "mix.json";
+  sim({"--scenario", "spike", "--strategies", "none,holdfast", "--mix",
+       "critical:0.1,normal:0.8,background:0.1", "--json", out.string()});
+  const nlohmann::json doc = nlohmann::json::parse(slurp(out));
+  EXPECT_DOUBLE_EQ(doc["scenario"]["class_mix"]["critical"].get<double>(), 0.1);
+  for (const auto& s : doc["strategies"]) {
+    ASSERT_TRUE(s.contains("classes")) << s["name"];
+    for (const char* c : {"critical", "normal", "background"}) {
+      ASSERT_TRUE(s["classes"].contains(c)) << s["name"] << " " << c;
+      EXPECT_TRUE(s["classes"][c]["served_pct"].is_number());
+      EXPECT_TRUE(s["classes"][c]["p99_ms"].is_number());
+      EXPECT_GT(s["classes"][c]["requests"].get<int>(), 0);
+    }
+  }
+  const fs::path plain = dir_ / "plain.json";
+  sim({"--scenario", "spike", "--strategies", "holdfast", "--json", plain.string()});
+  EXPECT_FALSE(nlohmann::json::parse(slurp(plain))["strategies"][0].contains("classes"));
+  try {
+    sim({"--mix", "critical:0.1,normal:0.8"});
+    FAIL() << "no error";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("--mix"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sum to 0.9"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(SimCommand, AnUnwritableOutputIsARuntimeError) {
   EXPECT_THROW(sim({"--strategies", "none", "--json", (dir_ / "no" / "such" / "x.json").string()}),
                CLI::RuntimeError);

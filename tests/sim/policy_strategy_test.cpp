@@ -70,5 +70,26 @@ TEST(SimPolicyOptions, TheCheckOfAPolicyRunsTheHangToo) {
   EXPECT_NE(out.find("  ok    hang "), std::string::npos) << out;
 }
 
+// ... and the spike with classes: the library defaults keep critical requests and shed
+// background first.
+TEST(SimPolicyOptions, TheCheckOfAPolicyJudgesTheClasses) {
+  cli::PolicyChoice defaults;
+  defaults.path = "defaults";
+  ::testing::internal::CaptureStdout();
+  const int rc = cli::check_policy(defaults, false);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("  ok    spike+classes "), std::string::npos) << out;
+  EXPECT_NE(out.find("served: critical "), std::string::npos) << out;
+  // Without a line to wait in, nothing keeps the critical requests' places.
+  cli::PolicyChoice no_line;
+  no_line.path = "no-line";
+  no_line.options.queue_wait = Duration::zero();
+  ::testing::internal::CaptureStdout();
+  (void)cli::check_policy(no_line, false);
+  const std::string refused = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(refused.find("  FAIL  spike+classes "), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace holdfast::sim
