@@ -23,6 +23,9 @@
 ///   holdfast_breaker_waits_total                 waits for a probe inside the window
 ///   holdfast_at_capacity_total                   requests failed at once: concurrency limit
 ///   holdfast_silences_total                      times the server was found silent (Liveness)
+///   holdfast_confirmed_writes_missing_total      confirmed writes a new writer did not hold
+///   holdfast_confirmed_writes_unverified_total   confirmed writes that could not be checked
+///   holdfast_split_brains_total                  writers found on an older timeline
 ///   holdfast_breaker_transitions_total{to}       breaker state changes by target state
 ///   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
 ///   holdfast_retry_tokens                        gauge: the throttle's tokens
@@ -66,6 +69,11 @@ class Metrics {
     std::uint64_t breaker_waits = 0;     ///< waits for a probe inside the window
     std::uint64_t at_capacity = 0;       ///< requests failed at once: concurrency limit
     std::uint64_t silences = 0;          ///< times the server was found silent (Liveness)
+    /// Confirmed writes a new writer did not hold (PostgreSQL, ADR 0036).
+    std::uint64_t confirmed_writes_missing = 0;
+    /// Confirmed writes a change of writer put in question that could not be checked.
+    std::uint64_t confirmed_writes_unverified = 0;
+    std::uint64_t split_brains = 0;  ///< writers found on an older timeline than the newest
     /// Failed attempts, indexed `[RetryScope][overload ? 1 : 0]`.
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
     /// Transitions into each state, indexed `[BreakerState]`.
@@ -103,6 +111,16 @@ class Metrics {
   void count_at_capacity() noexcept { at_capacity_.fetch_add(1, std::memory_order_relaxed); }
   /// Counts a time the server was found silent.
   void count_silence() noexcept { silences_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts `n` confirmed writes a new writer did not hold.
+  void count_confirmed_writes_missing(std::uint64_t n) noexcept {
+    confirmed_writes_missing_.fetch_add(n, std::memory_order_relaxed);
+  }
+  /// Counts `n` confirmed writes that could not be checked against a new writer.
+  void count_confirmed_writes_unverified(std::uint64_t n) noexcept {
+    confirmed_writes_unverified_.fetch_add(n, std::memory_order_relaxed);
+  }
+  /// Counts a writer found on an older timeline than the newest seen (a split brain).
+  void count_split_brain() noexcept { split_brains_.fetch_add(1, std::memory_order_relaxed); }
   /// Counts a breaker transition into `to`.
   void count_transition(BreakerState to) noexcept {
     transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
@@ -147,6 +165,9 @@ class Metrics {
   std::atomic<std::uint64_t> breaker_waits_{0};
   std::atomic<std::uint64_t> at_capacity_{0};
   std::atomic<std::uint64_t> silences_{0};
+  std::atomic<std::uint64_t> confirmed_writes_missing_{0};
+  std::atomic<std::uint64_t> confirmed_writes_unverified_{0};
+  std::atomic<std::uint64_t> split_brains_{0};
   std::array<std::array<std::atomic<std::uint64_t>, 2>, kScopes> faults_{};
   std::array<std::atomic<std::uint64_t>, kStates> transitions_{};
   std::atomic<const CircuitBreaker*> breaker_{nullptr};

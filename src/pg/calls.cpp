@@ -148,7 +148,8 @@ Result<Rows> Database::write_once(const Work& work) {
   if (s.ok() || failed == position) {
     // Committed (a failure after the COMMIT leaves the position unknown).
     wrote(s.ok() ? detail::wal_position(out[position], 0) : 0,
-          s.ok() ? detail::wal_timeline(out[position], 1) : 0);
+          s.ok() ? detail::wal_timeline(out[position], 1) : 0, ConnectionAccess::host_id(conn),
+          &conn, {});
     return std::move(out[main]);
   }
   if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));

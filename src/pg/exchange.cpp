@@ -329,6 +329,18 @@ void detail::ConnectionAccess::set_host(Connection& c, std::shared_ptr<ServerWat
   if (c.impl_) c.impl_->host = std::move(host);
 }
 
+std::uintptr_t detail::ConnectionAccess::host_id(const Connection& c) noexcept {
+  return c.impl_ ? reinterpret_cast<std::uintptr_t>(c.impl_->host.get()) : 0;
+}
+
+std::string detail::ConnectionAccess::server_name(const Connection& c) {
+  PGconn* conn = native(c);
+  if (conn == nullptr) return {};
+  const char* host = PQhost(conn);
+  const char* port = PQport(conn);
+  return std::string(host != nullptr ? host : "") + ":" + (port != nullptr ? port : "");
+}
+
 Status detail::ConnectionAccess::pipeline(Connection& c, std::span<const Step> steps,
                                           std::span<Rows> out, std::size_t* failed) {
   if (!c.impl_) {

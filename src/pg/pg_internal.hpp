@@ -90,6 +90,11 @@ struct ConnectionAccess {
   static void abandon_on_silence(Connection& c, bool abandon) noexcept;
   // The watch of the one host `c` reaches, of several its conninfo names (host_watch()).
   static void set_host(Connection& c, std::shared_ptr<ServerWatch> host) noexcept;
+  // Which host of several `c` reaches (the address of its host watch), 0 for a conninfo of
+  // one host or a closed connection. No I/O.
+  static std::uintptr_t host_id(const Connection& c) noexcept;
+  // "host:port" as libpq reports it (PQhost(), PQport()); empty when closed. No I/O.
+  static std::string server_name(const Connection& c);
   // A liveness check of the server `options` reach (holdfast/liveness.hpp): a connection of
   // its own (no watch) and SELECT 1, all within `deadline`. kSilent when nothing came back
   // in time: neither the connect's handshake nor the query's answer. A refusal or an error
