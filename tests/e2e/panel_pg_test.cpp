@@ -584,6 +584,15 @@ TEST_P(PanelPgRoleTest, APermissionRefusedOnAReadAnswersTheLastGoodCopyAsStaleAn
   expect_fresh_schedule(schedule());
 }
 
+TEST_P(PanelPgTest, TheStatusPageSaysWhetherAChangeOfWriterLostConfirmedWrites) {
+  auto page = http_->Get("/status", cookie_);
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200) << page->body.substr(0, 300);
+  EXPECT_NE(page->body.find("id=\"lost-writes\" data-missing=\"0\" data-split-brains=\"0\""),
+            std::string::npos)
+      << page->body;
+}
+
 TEST_P(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAWriteSaysSoAndNothingIsApplied) {
   Admin club(db_->url());
   club.exec("REVOKE INSERT ON payments FROM " + role_);
