@@ -47,7 +47,6 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
       *endpoint.reads, may_wait, view != nullptr ? kReplicaConnectTimeout : Duration::max());
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
-  ConnectionAccess::abandon_on_silence(conn, true);  // a read: nothing to wait for
   detail::CallPipeline p;
   const std::size_t head = add_prefix(p, conn, view != nullptr ? replica_prefix_ : read_prefix_);
   const std::size_t main = add_work(p, conn, work);

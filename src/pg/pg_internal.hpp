@@ -85,9 +85,6 @@ struct ConnectionAccess {
   static Result<Connection> open_one(const ConnectOptions& options, const HostKeywords& host,
                                      TimePoint until, bool* timed_out = nullptr,
                                      Probe probe = Probe::kIfSilentNow);
-  // Whether the exchanges of `c` give up at once when its server is found silent (reads), or
-  // wait for their deadline (writes: their outcome may still become known). Default: wait.
-  static void abandon_on_silence(Connection& c, bool abandon) noexcept;
   // The watch of the one host `c` reaches, of several its conninfo names (host_watch()).
   static void set_host(Connection& c, std::shared_ptr<ServerWatch> host) noexcept;
   // Which host of several `c` reaches (the address of its host watch), 0 for a conninfo of
