@@ -141,9 +141,9 @@ std::string LostWrites::host_name(std::uintptr_t host) const {
   return it != host_names_.end() && !it->second.empty() ? it->second : std::string("its host");
 }
 
-void LostWrites::log(bool error, const std::string& message) noexcept {
+void LostWrites::log(Level level, const std::string& message) noexcept {
   Logger& logger = options_.logger != nullptr ? *options_.logger : console_logger();
-  logger.log(error ? Level::kError : Level::kWarn, "pg.lost_writes", message);
+  logger.log(level, "pg.lost_writes", message);
 }
 
 bool LostWrites::check(TimePoint change_at) {
@@ -246,7 +246,7 @@ bool LostWrites::check(TimePoint change_at) {
                              ") is on an older timeline than timeline " + std::to_string(newest) +
                              ", which this process confirmed writes on; what was confirmed "
                              "there is not on this writer";
-    log(true, line);
+    log(Level::kError, line);
     report_.last_finding = line;
     report_.last_finding_at = clock_.now();
     report_.last_missing.clear();
@@ -280,7 +280,7 @@ bool LostWrites::check(TimePoint change_at) {
         }
         reported_.insert(w.ticket);
       }
-      log(true, line);
+      log(Level::kError, line);
     }
     report_.last_finding = std::to_string(missing.size()) + " confirmed writes (" +
                            std::to_string(keyed) + " with a key) not on the writer (" + writer +
@@ -292,13 +292,23 @@ bool LostWrites::check(TimePoint change_at) {
     metrics_.count_confirmed_writes_unverified(unverified.size());
     for (const ConfirmedWrite* w : unverified)
       reported_.insert(w->ticket);
-    log(false, std::to_string(unverified.size()) +
-                   " confirmed writes without an idempotency key, confirmed on an earlier "
-                   "timeline, could not be checked against the writer (" +
-                   writer + ")" +
-                   (no_rights ? ": reading its timeline history needs superuser or EXECUTE on "
-                                "pg_read_file(text, bigint, bigint, boolean)"
-                              : ": its timeline history could not be read"));
+    log(Level::kWarn,
+        std::to_string(unverified.size()) +
+            " confirmed writes without an idempotency key, confirmed on an earlier "
+            "timeline, could not be checked against the writer (" +
+            writer + ")" +
+            (no_rights ? ": reading its timeline history needs superuser or EXECUTE on "
+                         "pg_read_file(text, bigint, bigint, boolean)"
+                       : ": its timeline history could not be read"));
+  }
+  if (missing.empty() && unverified.empty() && view.timeline >= newest) {
+    // Said once per change, so that an operator sees the check ran and found nothing.
+    log(Level::kInfo,
+        "a change of writer was checked: the writer (" + writer + ") holds all " +
+            std::to_string(candidates.size()) + " writes confirmed elsewhere in the last " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::seconds>(options_.horizon).count()) +
+            " s");
   }
   // Tickets the ring no longer holds need not be remembered.
   const std::uint64_t next = ring_.next_ticket();

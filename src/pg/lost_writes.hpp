@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "confirmed_writes.hpp"
+#include "holdfast/console.hpp"
 #include "holdfast/metrics.hpp"
 #include "holdfast/postgres_connection.hpp"
 #include "holdfast/postgres_lost_writes.hpp"
@@ -48,7 +49,7 @@ class LostWrites {
   void loop();
   // One check against the writer: true when it was made (whatever it found).
   bool check(TimePoint change_at);
-  void log(bool error, const std::string& message) noexcept;
+  void log(Level level, const std::string& message) noexcept;
   std::string host_name(std::uintptr_t host) const;
 
   const LostWritesOptions options_;

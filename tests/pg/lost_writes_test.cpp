@@ -29,13 +29,15 @@ using pgtest::two_hosts;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// The lines logged at WARN and above.
+// The lines logged at INFO and above.
 class Captured final : public Sink {
  public:
-  [[nodiscard]] bool accepts(Level level) const noexcept override { return level >= Level::kWarn; }
+  [[nodiscard]] bool accepts(Level level) const noexcept override { return level >= Level::kInfo; }
   void write(const LogEntry& entry) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    lines_.push_back(std::string(entry.level == Level::kError ? "ERROR " : "WARN ") +
+    lines_.push_back(std::string(entry.level == Level::kError  ? "ERROR "
+                                 : entry.level == Level::kWarn ? "WARN "
+                                                               : "INFO ") +
                      std::string(entry.context) + " " + std::string(entry.message));
   }
   std::vector<std::string> lines() {
@@ -217,7 +219,13 @@ TEST(PgLostWrites, AFailoverThatLostNothingReportsNothing) {
   EXPECT_EQ(seen.unverified_total, 0u) << f.captured->all();
   EXPECT_EQ(seen.split_brains, 0u);
   EXPECT_TRUE(seen.last_finding.empty()) << seen.last_finding;
-  EXPECT_TRUE(f.captured->lines().empty()) << f.captured->all();
+  // One line, at INFO: the check ran and found everything on the new writer.
+  ASSERT_EQ(f.captured->lines().size(), 1u) << f.captured->all();
+  EXPECT_EQ(f.captured->lines()[0].rfind("INFO pg.lost_writes a change of writer was checked: the "
+                                         "writer (",
+                                         0),
+            0u)
+      << f.captured->all();
   EXPECT_EQ(db.shield().metrics().snapshot().confirmed_writes_missing, 0u);
 }
 
