@@ -21,6 +21,7 @@
 
 #include "club_model.hpp"
 #include "holdfast/clock.hpp"
+#include "holdfast/postgres_lost_writes.hpp"
 #include "holdfast/result.hpp"
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
@@ -291,6 +292,11 @@ class ClubStore {
   // holdfast only (nullptr for the baselines): the Shields reads and writes go through.
   [[nodiscard]] Shield* read_shield() noexcept { return read_shield_; }
   [[nodiscard]] Shield* write_shield() noexcept { return write_shield_; }
+  // holdfast on PostgreSQL: what the writes' Database found of confirmed writes a change of
+  // writer lost (ADR 0036); nullopt on SQLite and for the baselines.
+  [[nodiscard]] virtual std::optional<pg::LostWritesReport> lost_writes() const {
+    return std::nullopt;
+  }
   // holdfast on PostgreSQL: the Shields of the standbys reads may go to; empty otherwise.
   [[nodiscard]] virtual std::vector<const Shield*> standby_shields() const { return {}; }
   [[nodiscard]] OriginBreaker* origin_breaker() noexcept { return origin_breaker_.get(); }

@@ -83,7 +83,8 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   reads.name = "club.reads";
   reads.replica_urls = o.pg_replica_urls;
   reads.read_connections = o.read_connections;
-  reads.write_connections = 1;  // never opened
+  reads.write_connections = 1;     // never opened
+  reads.lost_writes.remember = 0;  // it confirms no write: nothing to check (ADR 0036)
   pg::DatabaseOptions writes = base;
   writes.name = "club.writes";
   writes.read_connections = 1;  // never opened

@@ -91,6 +91,10 @@ class PgClubStore final : public ClubStore {
       s.standby += reads_->replica_shield(i).metrics().snapshot().attempts;
     return s;
   }
+  [[nodiscard]] std::optional<pg::LostWritesReport> lost_writes() const override {
+    if (options_.strategy != Strategy::kHoldfast) return std::nullopt;
+    return writes_->lost_writes();
+  }
   [[nodiscard]] std::vector<const Shield*> standby_shields() const override {
     std::vector<const Shield*> out;
     if (options_.strategy != Strategy::kHoldfast) return out;

@@ -226,15 +226,29 @@ Status PanelServer::read_schedule(const std::string& token, const std::string& d
 bool PanelServer::answer_stale_schedule(http::Response& res, const std::string& date,
                                         const User& user, const Status& failure, bool as_json) {
   std::shared_ptr<const StaleCopy> copy;
-  if (holdfast() && options_.serve_stale && is_busy(failure)) {
+  // A read the database refused by permission (42501) is our configuration, not load, and
+  // it will not pass by itself: the day's last good copy still beats an error page, and the
+  // ERROR line below says why it was shown (issue 45, item 4).
+  const bool not_permitted = database_refusal(failure) == Refusal::kNotPermitted;
+  if (holdfast() && options_.serve_stale && (is_busy(failure) || not_permitted)) {
     std::lock_guard<std::mutex> lock(stale_mutex_);
     if (auto it = last_good_.find(date); it != last_good_.end()) copy = it->second;
   }
   if (!copy) return false;
   const std::string why = failure.to_string();
   const std::string as_of = copy->as_of();
-  options_.logger->warn("panel", "schedule answered from its last good copy",
-                        {{"as_of", std::string_view(as_of)}, {"status", std::string_view(why)}});
+  if (not_permitted) {
+    options_.logger->error(
+        "panel",
+        "schedule answered from its last good copy: the database refused the read (not "
+        "permitted; a missing GRANT?)",
+        {{"as_of", std::string_view(as_of)},
+         {"sqlstate", failure.sqlstate()},
+         {"status", std::string_view(why)}});
+  } else {
+    options_.logger->warn("panel", "schedule answered from its last good copy",
+                          {{"as_of", std::string_view(as_of)}, {"status", std::string_view(why)}});
+  }
   counters_.stale++;
   counters_.ok++;
   res.set_header("X-Holdfast-Stale", as_of);

@@ -132,6 +132,7 @@ StatusView PanelServer::status_view() const {
   if (reads != nullptr) view.shields.push_back(read_shield_status(*reads));
   if (writes != nullptr && writes != reads) view.shields.push_back(read_shield_status(*writes));
   if (options_.log_sink != nullptr) view.log_pause = read_log_pause(*options_.log_sink);
+  view.lost_writes = store.lost_writes();
   return view;
 }
 

@@ -66,6 +66,29 @@ std::string log_pause_line(const std::optional<LogPauseStatus>& log) {
       log->paused ? "on" : "off", log->pauses, log->skipped, log->queued);
 }
 
+// One line: confirmed writes a change of writer lost, and split brains (PostgreSQL only).
+std::string lost_writes_line(const std::optional<pg::LostWritesReport>& lost) {
+  if (!lost) return {};
+  const bool bad = lost->missing_total > 0 || lost->split_brains > 0;
+  std::string line = fmt::format(
+      "<p class=\"note\" id=\"lost-writes\" data-missing=\"{0}\" data-split-brains=\"{1}\" "
+      "data-unverified=\"{2}\">Confirmed writes lost in a change of writer: <strong>{0}</strong> "
+      "&middot; split brains: <strong>{1}</strong> &middot; unverified: {2} &middot; changes of "
+      "writer: {3}, checked: {4}",
+      lost->missing_total, lost->split_brains, lost->unverified_total, lost->changes, lost->checks);
+  if (bad && !lost->last_finding.empty()) {
+    line += fmt::format("<br>Last: {}", escape_html(lost->last_finding));
+    if (!lost->last_missing.empty()) {
+      line += " &middot; <span id=\"lost-keys\">";
+      for (std::size_t i = 0; i < lost->last_missing.size(); ++i) {
+        line += (i > 0 ? ", " : "") + escape_html(lost->last_missing[i]);
+      }
+      line += "</span>";
+    }
+  }
+  return line + "</p>";
+}
+
 svg::Series bucketed(const TrafficRing::Window& w, TrafficRing::Kind kind, std::string label,
                      std::string color) {
   svg::Series s;
@@ -128,6 +151,7 @@ std::string render_status(const StatusView& view, const TrafficRing::Window& tra
       escape_html(view.strategy), escape_html(view.backend), escape_html(view.as_of));
   body += shields_table(view);
   body += log_pause_line(view.log_pause);
+  body += lost_writes_line(view.lost_writes);
   body += "<h2>Last 5 minutes</h2><div id=\"traffic\">";
   body += render_traffic_svg(traffic);
   body += "</div></main>";

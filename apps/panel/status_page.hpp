@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "holdfast/postgres_lost_writes.hpp"
 #include "traffic_ring.hpp"
 
 namespace holdfast {
@@ -49,6 +50,8 @@ struct StatusView {
   std::string backend;                // "sqlite" or "postgresql"
   std::vector<ShieldStatus> shields;  // empty: a baseline, which has no Shield
   std::optional<LogPauseStatus> log_pause;
+  // holdfast on PostgreSQL: confirmed writes a change of writer lost (ADR 0036).
+  std::optional<pg::LostWritesReport> lost_writes;
   std::string as_of;  // "HH:MM:SS" UTC
 };
 

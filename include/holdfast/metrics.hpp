@@ -24,6 +24,9 @@
 ///   holdfast_at_capacity_total                   requests failed at once: concurrency limit
 ///   holdfast_at_capacity_by_class_total{class}   the same, by the request's class (priority.hpp)
 ///   holdfast_silences_total                      times the server was found silent (Liveness)
+///   holdfast_confirmed_writes_missing_total      confirmed writes a new writer did not hold
+///   holdfast_confirmed_writes_unverified_total   confirmed writes that could not be checked
+///   holdfast_split_brains_total                  writers found on an older timeline
 ///   holdfast_breaker_transitions_total{to}       breaker state changes by target state
 ///   holdfast_breaker_state{state}                gauge: 1 for the current state, else 0
 ///   holdfast_retry_tokens                        gauge: the throttle's tokens
@@ -70,6 +73,11 @@ class Metrics {
     std::uint64_t silences = 0;          ///< times the server was found silent (Liveness)
     /// at_capacity, indexed `[Priority]`.
     std::array<std::uint64_t, kPriorities> at_capacity_by_class{};
+    /// Confirmed writes a new writer did not hold (PostgreSQL, ADR 0036).
+    std::uint64_t confirmed_writes_missing = 0;
+    /// Confirmed writes a change of writer put in question that could not be checked.
+    std::uint64_t confirmed_writes_unverified = 0;
+    std::uint64_t split_brains = 0;  ///< writers found on an older timeline than the newest
     /// Failed attempts, indexed `[RetryScope][overload ? 1 : 0]`.
     std::array<std::array<std::uint64_t, 2>, kScopes> faults{};
     /// Transitions into each state, indexed `[BreakerState]`.
@@ -111,6 +119,16 @@ class Metrics {
   }
   /// Counts a time the server was found silent.
   void count_silence() noexcept { silences_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts `n` confirmed writes a new writer did not hold.
+  void count_confirmed_writes_missing(std::uint64_t n) noexcept {
+    confirmed_writes_missing_.fetch_add(n, std::memory_order_relaxed);
+  }
+  /// Counts `n` confirmed writes that could not be checked against a new writer.
+  void count_confirmed_writes_unverified(std::uint64_t n) noexcept {
+    confirmed_writes_unverified_.fetch_add(n, std::memory_order_relaxed);
+  }
+  /// Counts a writer found on an older timeline than the newest seen (a split brain).
+  void count_split_brain() noexcept { split_brains_.fetch_add(1, std::memory_order_relaxed); }
   /// Counts a breaker transition into `to`.
   void count_transition(BreakerState to) noexcept {
     transitions_[static_cast<std::size_t>(to) % kStates].fetch_add(1, std::memory_order_relaxed);
@@ -156,6 +174,9 @@ class Metrics {
   std::atomic<std::uint64_t> at_capacity_{0};
   std::atomic<std::uint64_t> silences_{0};
   std::array<std::atomic<std::uint64_t>, kPriorities> at_capacity_by_class_{};
+  std::atomic<std::uint64_t> confirmed_writes_missing_{0};
+  std::atomic<std::uint64_t> confirmed_writes_unverified_{0};
+  std::atomic<std::uint64_t> split_brains_{0};
   std::array<std::array<std::atomic<std::uint64_t>, 2>, kScopes> faults_{};
   std::array<std::atomic<std::uint64_t>, kStates> transitions_{};
   std::atomic<const CircuitBreaker*> breaker_{nullptr};

@@ -125,6 +125,7 @@ using KeyedResult = holdfast::KeyedResult;
 class Database;
 namespace detail {
 struct CallPipeline;
+class LostWrites;
 }  // namespace detail
 
 /// The transaction a transaction() function runs in. Statements may be anything but the
@@ -169,7 +170,8 @@ class Transaction {
 
   PooledConnection conn_;
   std::string xid_;
-  Status failure_;  // the first failed statement
+  std::string_view key_;  // once()'s idempotency key: recorded with the commit (ADR 0036)
+  Status failure_;        // the first failed statement
   int run_ = 1;
   bool named_statements_ = true;  // false through a transaction pooler
 };
@@ -283,6 +285,10 @@ class Database {
   [[nodiscard]] std::size_t replica_count() const noexcept { return replicas_.size(); }
   /// The options it was built with.
   [[nodiscard]] const DatabaseOptions& options() const noexcept { return options_; }
+  /// What the watch for confirmed writes a change of writer lost has found so far
+  /// (holdfast/postgres_lost_writes.hpp): empty when DatabaseOptions::lost_writes.remember
+  /// is 0. Takes a lock: for a status page, not for every request.
+  [[nodiscard]] LostWritesReport lost_writes() const;
 
  private:
   // How far a replica's replay trails the WAL it has received, from what its reads report.
@@ -428,10 +434,15 @@ class Database {
   Status commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report);
   // What became of transaction `xid`; `lsn` and `timeline`: the primary's WAL position when
   // it answered.
-  TxnState resolve(std::string_view xid, Status& why, std::uint64_t& lsn, std::uint32_t& timeline);
+  // `host`: which host of the URL answered (ConnectionAccess::host_id()).
+  TxnState resolve(std::string_view xid, Status& why, std::uint64_t& lsn, std::uint32_t& timeline,
+                   std::uintptr_t& host);
   // A write of the current request committed at `lsn` (0: not known) on `timeline` (0: not
-  // known): the request's position (detail::note_write()) and the newest timeline seen.
-  void wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept;
+  // known), on the writer of `host` (`conn`, when not null, names it), with idempotency key
+  // `key` (empty: none): the request's position (detail::note_write()), the newest timeline
+  // seen, and the confirmed writes a change of writer checks (ADR 0036).
+  void wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host, const Connection* conn,
+             std::string_view key) noexcept;
   // Whether a request's position of `timeline` (0: not known) is of a timeline older than
   // the newest this Database has seen (after a promotion): only the primary may answer.
   bool predates_promotion(std::uint32_t timeline) noexcept;
@@ -449,6 +460,8 @@ class Database {
   // The newest timeline of the primary's writes (not of positions requests brought: a
   // client may forge those).
   std::atomic<std::uint32_t> timeline_{0};
+  // Confirmed writes a change of writer lost (null: lost_writes.remember is 0).
+  std::unique_ptr<detail::LostWrites> lost_;
   // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
   std::vector<Param> setting_params_;
   Prefix read_prefix_;     // READ ONLY + statement_timeout
@@ -498,6 +511,7 @@ Result<KeyedResult> Database::once(std::string_view key, F&& fn, TransactionOpti
   options.operation.reruns_transaction = true;
   return transaction(
       [&](Transaction& tx) -> Result<KeyedResult> {
+        tx.key_ = key;
         Result<bool> claimed = claim_key(tx, key);
         if (!claimed.ok()) return claimed.status();
         if (!*claimed) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "holdfast/clock.hpp"
+#include "holdfast/postgres_lost_writes.hpp"
 #include "holdfast/postgres_pool.hpp"
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
@@ -84,6 +85,9 @@ struct DatabaseOptions {
   std::string idempotency_table = "holdfast_idempotency";
   /// The clock of the pools and Shields. nullptr: Clock::system().
   Clock* clock = nullptr;
+  /// Confirmed writes a change of writer lost: how many are remembered, how far back a
+  /// change looks, where the ERROR lines go (holdfast/postgres_lost_writes.hpp, ADR 0036).
+  LostWritesOptions lost_writes{};
 };
 
 /// The same name as the SQLite driver's: holdfast::pg::Options.

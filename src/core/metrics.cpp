@@ -193,6 +193,19 @@ void write_counters(Page& page) {
                "Times the server was found silent: work waited with nothing heard from it, and "
                "a check got no answer either; the breaker opened at once.",
                &Snapshot::silences);
+  page.counter("holdfast_confirmed_writes_missing_total",
+               "Writes holdfast confirmed that the writer after a change of writer (a failover, "
+               "a split brain) did not hold: checked by idempotency key, else by commit position "
+               "and timeline.",
+               &Snapshot::confirmed_writes_missing);
+  page.counter("holdfast_confirmed_writes_unverified_total",
+               "Confirmed writes a change of writer put in question that could not be checked "
+               "(no idempotency key, and the writer's timeline history could not be read).",
+               &Snapshot::confirmed_writes_unverified);
+  page.counter("holdfast_split_brains_total",
+               "Times the writer was found on an older timeline than the newest this process "
+               "had confirmed writes on.",
+               &Snapshot::split_brains);
   page.family("holdfast_breaker_transitions_total", "counter",
               "Circuit breaker state changes, by the state entered.", [&](const Source& s) {
                 for (BreakerState state : kStateOrder) {
@@ -271,6 +284,9 @@ Metrics::Snapshot Metrics::snapshot() const noexcept {
   for (std::size_t i = 0; i < kPriorities; ++i) {
     s.at_capacity_by_class[i] = at_capacity_by_class_[i].load(std::memory_order_relaxed);
   }
+  s.confirmed_writes_missing = confirmed_writes_missing_.load(std::memory_order_relaxed);
+  s.confirmed_writes_unverified = confirmed_writes_unverified_.load(std::memory_order_relaxed);
+  s.split_brains = split_brains_.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < kScopes; ++i) {
     for (std::size_t j = 0; j < 2; ++j)
       s.faults[i][j] = faults_[i][j].load(std::memory_order_relaxed);

@@ -47,7 +47,6 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
       *endpoint.reads, may_wait, view != nullptr ? kReplicaConnectTimeout : Duration::max());
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
-  ConnectionAccess::abandon_on_silence(conn, true);  // a read: nothing to wait for
   detail::CallPipeline p;
   const std::size_t head = add_prefix(p, conn, view != nullptr ? replica_prefix_ : read_prefix_);
   const std::size_t main = add_work(p, conn, work);
@@ -148,7 +147,8 @@ Result<Rows> Database::write_once(const Work& work) {
   if (s.ok() || failed == position) {
     // Committed (a failure after the COMMIT leaves the position unknown).
     wrote(s.ok() ? detail::wal_position(out[position], 0) : 0,
-          s.ok() ? detail::wal_timeline(out[position], 1) : 0);
+          s.ok() ? detail::wal_timeline(out[position], 1) : 0, ConnectionAccess::host_id(conn),
+          &conn, {});
     return std::move(out[main]);
   }
   if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));

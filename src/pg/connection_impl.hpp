@@ -48,10 +48,6 @@ struct Connection::Impl {
   // The watch of the one host this connection reaches, when its conninfo names several
   // (host_watch()): a check found that host silent while another one answered.
   std::shared_ptr<detail::ServerWatch> host;
-  // Give up waiting the moment the watch finds the server (or this host) silent (a read:
-  // nothing to lose). Otherwise (a write, whose outcome may still become known) wait for the
-  // deadline.
-  bool abandon_on_silence = false;
 
   Impl() = default;
   Impl(const Impl&) = delete;

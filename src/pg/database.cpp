@@ -13,6 +13,7 @@
 #include "database_internal.hpp"
 #include "holdfast/classify.hpp"
 #include "holdfast/postgres.hpp"
+#include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
 
@@ -106,6 +107,18 @@ void validate(const DatabaseOptions& o) {
     throw std::invalid_argument(
         "DatabaseOptions::silence_check_timeout must be greater than zero while silence_after is "
         "set");
+  }
+  if (o.lost_writes.remember > 0) {
+    if (o.lost_writes.horizon <= Duration::zero()) {
+      throw std::invalid_argument("DatabaseOptions::lost_writes.horizon must be greater than zero");
+    }
+    if (o.lost_writes.check_timeout <= Duration::zero()) {
+      throw std::invalid_argument(
+          "DatabaseOptions::lost_writes.check_timeout must be greater than zero");
+    }
+    if (o.lost_writes.check_attempts < 1) {
+      throw std::invalid_argument("DatabaseOptions::lost_writes.check_attempts must be at least 1");
+    }
   }
   if (o.max_replica_lag <= Duration::zero()) {
     throw std::invalid_argument("DatabaseOptions::max_replica_lag must be greater than zero");
@@ -216,6 +229,23 @@ Database::Database(DatabaseOptions options)
   claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
   recorded_sql_ = "SELECT result FROM " + t + " WHERE key = $1";
   record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
+  if (options_.lost_writes.remember > 0) {
+    // The checker's own connections reach the writer as the write pool's do.
+    ConnectOptions check;
+    check.conninfo = options_.url;
+    check.application_name = options_.application_name;
+    if (options_.pooling == Pooling::kSession) check.settings = options_.settings;
+    check.connect_timeout = options_.connect_timeout;
+    check.clock = clock_;
+    ConnectionAccess::ask_for_writer(check);
+    lost_ = std::make_unique<detail::LostWrites>(options_.lost_writes, std::move(check),
+                                                 options_.idempotency_table, timeline_,
+                                                 primary_->shield->metrics(), *clock_);
+  }
+}
+
+LostWritesReport Database::lost_writes() const {
+  return lost_ != nullptr ? lost_->report() : LostWritesReport{};
 }
 
 Result<std::unique_ptr<Database>> Database::open(DatabaseOptions options) {
@@ -240,6 +270,7 @@ Database::~Database() {
     e.writes.reset();
     if (e.watch != nullptr) e.watch->liveness.store(nullptr, std::memory_order_release);
   };
+  lost_.reset();  // its thread connects on its own, and counts in the primary's metrics
   for (auto& r : replicas_)
     stop(*r);
   if (primary_ != nullptr) stop(*primary_);

@@ -38,8 +38,10 @@ Status Connection::Impl::ready() const {
 Connection::Impl::Readable Connection::Impl::wait_readable(TimePoint until) const noexcept {
   const int fd = PQsocket(conn);
   if (fd < 0) return Readable::kYes;  // let libpq report the broken connection
-  const int wake = watch != nullptr && abandon_on_silence ? watch->wake_fd : -1;
-  const int host_wake = host != nullptr && abandon_on_silence ? host->wake_fd : -1;
+  // A read and a write alike: once the server is known to be silent, a read has nothing to
+  // lose and a write's outcome is unknown either way (issue 45, item 3; ADR 0037).
+  const int wake = watch != nullptr ? watch->wake_fd : -1;
+  const int host_wake = host != nullptr ? host->wake_fd : -1;
   for (;;) {
     int timeout_ms = -1;
     if (until != TimePoint::max()) {
@@ -288,12 +290,20 @@ Result<Rows> detail::ConnectionAccess::query_unchecked(Connection& c, std::strin
   });
 }
 
-void detail::ConnectionAccess::abandon_on_silence(Connection& c, bool abandon) noexcept {
-  if (c.impl_) c.impl_->abandon_on_silence = abandon;
-}
-
 void detail::ConnectionAccess::set_host(Connection& c, std::shared_ptr<ServerWatch> host) noexcept {
   if (c.impl_) c.impl_->host = std::move(host);
+}
+
+std::uintptr_t detail::ConnectionAccess::host_id(const Connection& c) noexcept {
+  return c.impl_ ? reinterpret_cast<std::uintptr_t>(c.impl_->host.get()) : 0;
+}
+
+std::string detail::ConnectionAccess::server_name(const Connection& c) {
+  PGconn* conn = native(c);
+  if (conn == nullptr) return {};
+  const char* host = PQhost(conn);
+  const char* port = PQport(conn);
+  return std::string(host != nullptr ? host : "") + ":" + (port != nullptr ? port : "");
 }
 
 Status detail::ConnectionAccess::pipeline(Connection& c, std::span<const Step> steps,

@@ -85,11 +85,13 @@ struct ConnectionAccess {
   static Result<Connection> open_one(const ConnectOptions& options, const HostKeywords& host,
                                      TimePoint until, bool* timed_out = nullptr,
                                      Probe probe = Probe::kIfSilentNow);
-  // Whether the exchanges of `c` give up at once when its server is found silent (reads), or
-  // wait for their deadline (writes: their outcome may still become known). Default: wait.
-  static void abandon_on_silence(Connection& c, bool abandon) noexcept;
   // The watch of the one host `c` reaches, of several its conninfo names (host_watch()).
   static void set_host(Connection& c, std::shared_ptr<ServerWatch> host) noexcept;
+  // Which host of several `c` reaches (the address of its host watch), 0 for a conninfo of
+  // one host or a closed connection. No I/O.
+  static std::uintptr_t host_id(const Connection& c) noexcept;
+  // "host:port" as libpq reports it (PQhost(), PQport()); empty when closed. No I/O.
+  static std::string server_name(const Connection& c);
   // A liveness check of the server `options` reach (holdfast/liveness.hpp): a connection of
   // its own (no watch) and SELECT 1, all within `deadline`. kSilent when nothing came back
   // in time: neither the connect's handshake nor the query's answer. A refusal or an error

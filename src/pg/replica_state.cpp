@@ -13,6 +13,7 @@
 #include "database_internal.hpp"
 #include "holdfast/clock.hpp"
 #include "holdfast/postgres.hpp"
+#include "lost_writes.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {
@@ -338,9 +339,11 @@ void raise_timeline(std::atomic<std::uint32_t>& newest, std::uint32_t timeline) 
 
 }  // namespace
 
-void Database::wrote(std::uint64_t lsn, std::uint32_t timeline) noexcept {
+void Database::wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host,
+                     const Connection* conn, std::string_view key) noexcept {
   detail::note_write(lsn, timeline);
   raise_timeline(timeline_, timeline);
+  if (lost_ != nullptr) lost_->confirmed(lsn, timeline, host, conn, key);
 }
 
 bool Database::predates_promotion(std::uint32_t timeline) noexcept {

@@ -183,7 +183,8 @@ Status Database::commit(Transaction& tx, TransactionReport& report) {
     }
     if (wrote) {
       this->wrote(committed.ok() ? detail::wal_position(out[1], 0) : 0,
-                  committed.ok() ? detail::wal_timeline(out[1], 1) : 0);
+                  committed.ok() ? detail::wal_timeline(out[1], 1) : 0,
+                  ConnectionAccess::host_id(conn), &conn, tx.key_);
     }
     return Status();
   }
@@ -207,10 +208,11 @@ Status Database::commit_in_doubt(Transaction& tx, const Status& lost, Transactio
   Status why;
   std::uint64_t position = 0;
   std::uint32_t timeline = 0;
-  const TxnState state = resolve(tx.xid_, why, position, timeline);
+  std::uintptr_t host = 0;
+  const TxnState state = resolve(tx.xid_, why, position, timeline, host);
   report.resolution = state;
   if (state == TxnState::kCommitted) {
-    wrote(position, timeline);
+    wrote(position, timeline, host, nullptr, tx.key_);
     return Status();
   }
   const std::string head = "COMMIT lost its connection (" + std::string(lost.message()) + "); ";
@@ -233,7 +235,7 @@ Status Database::commit_in_doubt(Transaction& tx, const Status& lost, Transactio
 }
 
 TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn,
-                           std::uint32_t& timeline) {
+                           std::uint32_t& timeline, std::uintptr_t& host) {
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = std::max(
       w != nullptr ? w->remaining() : primary_->shield->writes().window(), kMinResolveTime);
@@ -258,6 +260,7 @@ TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn
         const std::string_view answer = r->text(0, 0);
         lsn = detail::wal_position(*r, 1);
         timeline = detail::wal_timeline(*r, 2);
+        host = ConnectionAccess::host_id(**lease);
         if (answer == "committed") return TxnState::kCommitted;
         if (answer == "aborted") return TxnState::kRolledBack;
         why = Status(Code::kUnavailable,

@@ -202,6 +202,59 @@ TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOw
   fs::remove_all(dir, ec);
 }
 
+// Issue 45, item 3: with --pg-replica the standby answers the payment's session read, so its
+// write is the only work in flight on the primary when the primary freezes. It must be
+// answered once the silence is found (about 1 s), not after its whole 6 s window. A private
+// primary and standby: the freeze (SIGSTOP of the postmaster and its backends) is real.
+TEST(PanelPgProcesses, WithAStandbyAPaymentInFlightWhenThePrimaryFreezesIsAnsweredWithinASecond) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  pgtest::PrivateServer servers(30, /*with_standby=*/true);
+  ASSERT_FALSE(servers.standby_url().empty()) << "the private standby did not start";
+  const fs::path dir = fs::temp_directory_path() / pgtest::unique("holdfast-e2e-freeze");
+  fs::create_directories(dir);
+  PanelProcess panel(servers.url(), servers.standby_url(), dir / "panel.log");
+  ASSERT_GT(panel.port(), 0);
+  http_client::Client http("127.0.0.1", panel.port());
+  http.set_read_timeout(seconds(30));
+  auto login = http.Post(
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(login);
+  ASSERT_EQ(login->status, 303) << login->body;
+  const std::string session = cookie_pair(set_cookie_line(*login, "session"));
+  Admin primary(servers.url());
+  Admin standby(servers.standby_url());
+  ASSERT_TRUE(standby_caught_up(primary, standby));  // the session is there too
+
+  // The payment waits on a lock, so that it is surely in flight when the primary freezes.
+  Admin locker(servers.url());
+  locker.exec("BEGIN");
+  locker.exec("LOCK TABLE payments IN ACCESS EXCLUSIVE MODE");
+  std::optional<http_client::Result> paid;
+  std::chrono::steady_clock::time_point answered;
+  std::thread payer([&] {
+    paid =
+        http.Post("/payments",
+                  {{"Cookie", session}, {"X-CSRF-Token", login->get_header_value("X-CSRF-Token")}},
+                  http_client::Params{{"amount_cents", "1250"}, {"method", "card"}});
+    answered = std::chrono::steady_clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto frozen_at = std::chrono::steady_clock::now();
+  std::optional<pgtest::Freeze> freeze;
+  freeze.emplace(servers.postmaster_pid());
+  payer.join();
+  ASSERT_TRUE(freeze->frozen());
+  freeze->thaw();
+  ASSERT_TRUE(paid.has_value() && *paid);
+  const double waited = std::chrono::duration<double>(answered - frozen_at).count();
+  EXPECT_NE((*paid)->status, 500) << (*paid)->body.substr(0, 300);
+  EXPECT_NE((*paid)->status, 201) << "paid on a frozen server?";
+  RecordProperty("waited_s", std::to_string(waited));
+  EXPECT_LT(waited, 1.5) << "status " << (*paid)->status << ": " << (*paid)->body.substr(0, 300);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 // Like the session cookie, the position is marked Secure with --secure-cookies.
 TEST(PanelPgWritePosition, WithSecureCookiesTheWritePositionCookieIsSecureToo) {
   HOLDFAST_REQUIRE_PG_SERVER();

@@ -521,8 +521,8 @@ class PanelPgRoleTest : public PanelPgTest {
   std::shared_ptr<CapturedLog> captured_ = std::make_shared<CapturedLog>();
 };
 
-TEST_P(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAReadIsAServerErrorNeverSignedOut) {
-  expect_fresh_schedule(schedule());
+TEST_P(PanelPgRoleTest, APermissionRefusedOnAReadWithNoCopyToShowIsAServerErrorNeverSignedOut) {
+  // No schedule was read yet: there is no last good copy to show.
   Admin club(db_->url());
   const long long sessions = club.count("SELECT count(*) FROM sessions");
   club.exec("REVOKE SELECT ON games FROM " + role_);
@@ -554,6 +554,43 @@ TEST_P(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAReadIsAServerErrorNeverS
   EXPECT_EQ(club.count("SELECT count(*) FROM sessions"), sessions);
   club.exec("GRANT SELECT ON games TO " + role_);
   expect_fresh_schedule(schedule());  // the same cookie: the session lived on
+}
+
+TEST_P(PanelPgRoleTest, APermissionRefusedOnAReadAnswersTheLastGoodCopyAsStaleAndSaysWhy) {
+  expect_fresh_schedule(schedule());  // the day's last good copy
+  Admin club(db_->url());
+  club.exec("REVOKE SELECT ON games FROM " + role_);
+  for (int i = 0; i < 3; ++i) {
+    auto page = schedule();
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200) << page->body.substr(0, 300);
+    EXPECT_TRUE(page->has_header("X-Holdfast-Stale"));
+    EXPECT_NE(page->body.find("Schedule for " + today()), std::string::npos);
+    EXPECT_NE(page->body.find("data-game="), std::string::npos);
+  }
+  auto api = http_->Get("/api/schedule?date=" + today(), cookie_);
+  ASSERT_TRUE(api);
+  EXPECT_EQ(api->status, 200) << api->body.substr(0, 300);
+  const json j = json::parse(api->body, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.contains("stale_as_of")) << api->body.substr(0, 300);
+  // The log says why the copy was shown: an ERROR with the refusal's SQLSTATE.
+  EXPECT_FALSE(captured_->find({"ERROR", "last good copy", "not permitted", "42501"}).empty());
+  // Another day, never read: nothing to show, so the refusal is answered for what it is.
+  auto other = http_->Get("/api/schedule?date=2001-01-01", cookie_);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 500) << other->body;
+  EXPECT_NE(other->body.find("not_permitted"), std::string::npos) << other->body;
+  club.exec("GRANT SELECT ON games TO " + role_);
+  expect_fresh_schedule(schedule());
+}
+
+TEST_P(PanelPgTest, TheStatusPageSaysWhetherAChangeOfWriterLostConfirmedWrites) {
+  auto page = http_->Get("/status", cookie_);
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200) << page->body.substr(0, 300);
+  EXPECT_NE(page->body.find("id=\"lost-writes\" data-missing=\"0\" data-split-brains=\"0\""),
+            std::string::npos)
+      << page->body;
 }
 
 TEST_P(PanelPgRoleTest, APermissionTheDatabaseRefusesOnAWriteSaysSoAndNothingIsApplied) {

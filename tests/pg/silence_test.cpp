@@ -188,6 +188,36 @@ TEST(Silence, ACommitInFlightWhenTheServerFreezesIsAnsweredWithinItsWindowAsUnkn
   EXPECT_LT(answer.seconds, 6.0 + 0.05 + 0.25 + 0.3) << answer.status.to_string();
 }
 
+TEST(Silence, AWriteInFlightWhenTheServerFreezesIsAnsweredAsUnknownOnceTheSilenceIsFound) {
+  // Issue 45, item 3: with reads on a standby, the primary's only work in flight at a freeze is
+  // a write, sent before anything could tell. Once the check confirms the silence (about
+  // silence_after + silence_check_timeout), the write is answered: its outcome is unknown (it
+  // was sent), and waiting out the window would not make it known while the server is frozen.
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PrivateServer server;
+  ASSERT_FALSE(server.url().empty());
+  Admin(server.url()).exec("CREATE TABLE in_flight (id int)");
+  pg::DatabaseOptions o;
+  o.url = server.url();
+  pg::Database db(o);
+  ASSERT_TRUE(db.read("SELECT 1").ok());
+
+  Answer answer;
+  std::thread writer = request(answer, [&] {
+    return db.write("INSERT INTO in_flight SELECT 1 FROM pg_sleep(0.5)").status();
+  });
+  std::this_thread::sleep_for(milliseconds(150));  // the INSERT is running on the server
+  std::optional<Freeze> freeze;
+  freeze.emplace(server.postmaster_pid());
+  writer.join();
+  ASSERT_TRUE(freeze->frozen());
+  freeze->thaw();
+  EXPECT_FALSE(answer.status.ok());
+  EXPECT_EQ(answer.status.fault().outcome, Outcome::kUnknown) << answer.status.to_string();
+  // 0.5 s of quiet, a 0.5 s check, and a margin; not the 6 s window.
+  EXPECT_LT(answer.seconds, 1.5) << answer.status.to_string();
+}
+
 TEST(Silence, AReadWaitingOnALongLockIsSlowNotSilent) {
   // The server still answers (the check, other work): the watch must not call it silent,
   // and the read that waits on the lock gets its rows when the lock goes.
