@@ -73,7 +73,7 @@ struct SqliteRunOptions {
   Duration busy_timeout = std::chrono::seconds(5);
 };
 
-namespace sqlite_detail {
+namespace detail {
 
 // How long one try may wait in SQLite's busy handler: the loop's thread is held that long at
 // most.
@@ -137,7 +137,7 @@ template <class R, class Call>
   }
 }
 
-}  // namespace sqlite_detail
+}  // namespace detail
 
 /// Runs `call` (one try of a holdfast SQLite driver call, returning Status or Result<T>)
 /// through `shield` on `ex`, SQLite's lock waits as timer waits (see the top of this file).
@@ -161,14 +161,13 @@ auto async_run_sqlite(const Executor& ex, Shield& shield, Operation op,
   return async_run<R>(
       ex, shield, op, run,
       [&call, &clock, ex, op, window, busy_timeout, own](Done<R> done) {
-        R result = sqlite_detail::try_once<R>(call, clock);
-        if (is_ok(result) || !sqlite_detail::is_busy(status_of(result)) ||
-            !sqlite_detail::may_try_again(op)) {
+        R result = detail::try_once<R>(call, clock);
+        if (is_ok(result) || !detail::is_busy(status_of(result)) || !detail::may_try_again(op)) {
           return done(std::move(result));
         }
         net::co_spawn(ex,
-                      sqlite_detail::busy_poll<R>(call, *window, busy_timeout, clock,
-                                                  std::move(result), std::move(done)),
+                      detail::busy_poll<R>(call, *window, busy_timeout, clock, std::move(result),
+                                           std::move(done)),
                       net::detached);
       },
       std::forward<CompletionToken>(token));
