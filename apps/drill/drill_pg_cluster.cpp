@@ -30,7 +30,8 @@ Result<pg::Connection> connect(const std::string& url) {
   return pg::Connection::open(o);
 }
 
-// NAME='value' from pg-test-server.sh's state file; empty when absent.
+}  // namespace
+
 std::string state_value(const std::string& state, const std::string& name) {
   const std::string mark = "\n" + name + "='";
   const std::size_t at = ("\n" + state).find(mark);
@@ -39,8 +40,6 @@ std::string state_value(const std::string& state, const std::string& name) {
   const std::size_t to = state.find('\'', from);
   return to == std::string::npos ? std::string() : state.substr(from, to - from);
 }
-
-}  // namespace
 
 std::string with_port(const std::string& url, int port) {
   const std::size_t host = url.find("@127.0.0.1:");

@@ -106,6 +106,9 @@ class PgCluster {
 
 // `url` (postgresql://USER@127.0.0.1:PORT/DB, as the scripts print it) with another port.
 std::string with_port(const std::string& url, int port);
+// NAME='value' from a test script's state file (pg-test-server.sh, patroni-test-cluster.sh);
+// empty when absent.
+std::string state_value(const std::string& state, const std::string& name);
 
 // `url` (one host, as the scripts print it) with a second host, 127.0.0.1:`port`, after
 // the first: a libpq multi-host URL.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "drill_pg_cluster.hpp"
 #include "drill_pg_silence.hpp"
 #include "holdfast/postgres_connection.hpp"
 #include "http_client.hpp"
@@ -20,16 +21,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-// NAME='value' from the script's state file; empty when absent.
-std::string state_value(const std::string& state, const std::string& name) {
-  const std::string mark = "\n" + name + "='";
-  const std::size_t at = ("\n" + state).find(mark);
-  if (at == std::string::npos) return {};
-  const std::size_t from = at + mark.size() - 1;
-  const std::size_t to = state.find('\'', from);
-  return to == std::string::npos ? std::string() : state.substr(from, to - from);
-}
 
 }  // namespace
 

@@ -561,16 +561,21 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     pool.vacancy.cancel();
   }
 
-  // Closes `s` and every idle connection of `pool` (they reach the same server).
-  static void drop_all(Pool& pool, Slot& s) {
-    s.forget();
-    s.conn.close();
+  // Closes every idle connection of `pool`.
+  static void drop_idle(Pool& pool) {
     for (std::unique_ptr<Slot>& idle : pool.idle) {
       idle->forget();
       idle->conn.close();
     }
     pool.open -= pool.idle.size();
     pool.idle.clear();
+  }
+
+  // Closes `s` and every idle connection of `pool` (they reach the same server).
+  static void drop_all(Pool& pool, Slot& s) {
+    s.forget();
+    s.conn.close();
+    drop_idle(pool);
   }
 
   // Steps what was sent on `s` until it is complete, cancelling it at `until` and giving up
@@ -640,12 +645,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     pool.verdict_until = detail::Clock::now() + options_.silence_check;
     if (pool.silent) {
       // Its idle connections reach a server that answers nothing: none is worth keeping.
-      for (std::unique_ptr<Slot>& idle : pool.idle) {
-        idle->forget();
-        idle->conn.close();
-      }
-      pool.open -= pool.idle.size();
-      pool.idle.clear();
+      drop_idle(pool);
     }
     co_return answered;
   }
@@ -698,7 +698,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     co_return co_await primary_call(state, until, nullptr);
   }
 
-  // The primary's part of a call: a write, or a read (`race`: a hedged read's).
+  // The primary's part of a call: a write, or a read. `in_use` (a hedged read's) is pointed at
+  // the connection while the statement runs, so that the other try can stop it.
   awaitable<Result<Rows>> primary_call(std::shared_ptr<Plain> state, TimePoint until,
                                        Slot** in_use) {
     Result<std::unique_ptr<Slot>> slot = co_await lease(primary_, until);
