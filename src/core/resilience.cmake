@@ -8,6 +8,7 @@ target_sources(holdfast_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/retry_throttle.cpp
   ${CMAKE_CURRENT_LIST_DIR}/shield.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/shield_line.cpp
   ${CMAKE_CURRENT_LIST_DIR}/striped_window.cpp
   ${CMAKE_CURRENT_LIST_DIR}/stripes.cpp
 )
