@@ -308,7 +308,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// key's row and the write commit in one transaction. The first column of the write's first
   /// row (`RETURNING id`), if any, is recorded and returned to a later call with the same key
   /// (KeyedResult::replayed). So it is repeated whatever happened, even when a commit's outcome
-  /// was unknown. REQUIRES: the table (ClientOptions::idempotency_table) exists
+  /// was unknown. A key is one row of one table for every caller: scope it by who sends it
+  /// ("user:payments:" + the client's key, as the demo panel does), or another user's call
+  /// with the same key is answered with that user's recorded result and does not run.
+  /// REQUIRES: the table (ClientOptions::idempotency_table) exists
   /// (async_create_idempotency_table()). Completes with void(Result<KeyedResult>).
   template <class Token>
   auto async_once(const RequestContext& request, std::string_view key, std::string_view sql,
