@@ -5,6 +5,7 @@
 # when tests fail.
 set -euo pipefail
 preset="${1:-debug}"
+shift || true
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$here"
 
@@ -32,4 +33,4 @@ if [[ -x scripts/pg-test-server.sh ]]; then
   fi
 fi
 
-ctest --preset "$preset"
+ctest --preset "$preset" "$@"
