@@ -55,6 +55,7 @@ bench: deps
 	@cmake --build --preset release
 	@for b in build/release/bench/bench_*; do echo "== $$b"; $$b --benchmark_min_time=0.2; done
 	@echo "== scripts/bench-http.sh"; scripts/bench-http.sh build/release/apps/holdfast/holdfast
+	@echo "== ENGINE=postgres scripts/bench-http.sh"; ENGINE=postgres scripts/bench-http.sh build/release/apps/holdfast/holdfast
 
 # Fuzzing with libFuzzer (clang): each target for FUZZ_SECONDS, new inputs kept in
 # build/fuzz/corpus/<name> (copy the interesting ones to fuzz/corpus/<name>).

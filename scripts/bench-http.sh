@@ -13,35 +13,63 @@
 # Env: SECONDS_EACH (default 10), CONNECTIONS (16), WORKERS (the panel's --workers, default
 # its own), PANEL_FLAGS (more `holdfast panel` flags), WRITES_PER_SECOND (default 0: while
 # wrk fetches the page, payments with fresh keys are made at this rate, each a commit that
-# the next pages must read afresh).
+# the next pages must read afresh), ENGINE (sqlite, the default, or postgres).
+#
+# ENGINE=postgres: the panel runs on a throwaway PostgreSQL server (scripts/pg-test-server.sh,
+# stopped afterwards), and the run adds the page's floor: pgbench -M prepared with the same
+# connections and 2 threads sending the page's own three statements (the session, the day's
+# games, the day's context) with the same values, i.e. what a perfect client could get from
+# the same server. Prints the panel's rate against the floor and against nginx. Needs pgbench
+# (postgresql-contrib's, in Debian's postgresql package).
 set -euo pipefail
 
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=lib/throwaway.sh
+source "$here/lib/throwaway.sh"  # free_port: a free port below the ephemeral range
 exe="${1:-build/release/apps/holdfast/holdfast}"
 seconds_each="${SECONDS_EACH:-10}"
 connections="${CONNECTIONS:-16}"
-for tool in wrk nginx curl; do
-  command -v "$tool" >/dev/null || { echo "bench-http: $tool not found (Debian: wrk, nginx-light, curl)" >&2; exit 1; }
+engine="${ENGINE:-sqlite}"
+tools=(wrk nginx curl)
+case "$engine" in
+  sqlite) ;;
+  postgres) tools+=(pgbench) ;;
+  *) echo "bench-http: ENGINE must be sqlite or postgres, not '$engine'" >&2; exit 2 ;;
+esac
+for tool in "${tools[@]}"; do
+  command -v "$tool" >/dev/null || { echo "bench-http: $tool not found (Debian: wrk, nginx-light, curl, postgresql)" >&2; exit 1; }
 done
 [[ -x "$exe" ]] || { echo "bench-http: $exe is not built (make bench builds it)" >&2; exit 1; }
 
 dir="$(mktemp -d /tmp/holdfast-bench-http.XXXXXX)"
 panel_pid=""
 nginx_pid_file="$dir/nginx.pid"
+pg_state="$dir/pg-state"
+pg_started=0
 cleanup() {
   if [[ -n "$panel_pid" ]]; then kill "$panel_pid" 2>/dev/null || true; wait "$panel_pid" 2>/dev/null || true; fi
   if [[ -f "$nginx_pid_file" ]]; then kill "$(cat "$nginx_pid_file")" 2>/dev/null || true; fi
+  if [[ $pg_started -eq 1 ]]; then
+    HOLDFAST_PG_STATE_DIR="$pg_state" "$here/pg-test-server.sh" stop >/dev/null 2>&1 || true
+  fi
   rm -rf "$dir"
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 panel_port="$(free_port)"
 nginx_port="$(free_port)"
+while [[ "$nginx_port" == "$panel_port" ]]; do nginx_port="$(free_port)"; done
 
+db_args=(--db "$dir/club.db")
+if [[ "$engine" == postgres ]]; then
+  pg_url="$(HOLDFAST_PG_STATE_DIR="$pg_state" "$here/pg-test-server.sh" start)"
+  pg_started=1
+  db_args=(--pg "$pg_url")
+fi
 workers_arg=()
 [[ -n "${WORKERS:-}" ]] && workers_arg=(--workers "$WORKERS")
 [[ -n "${PANEL_FLAGS:-}" ]] && read -ra panel_flags <<<"$PANEL_FLAGS" && workers_arg+=("${panel_flags[@]}")
-"$exe" panel --db "$dir/club.db" --port "$panel_port" "${workers_arg[@]}" >"$dir/panel.log" 2>&1 &
+"$exe" panel "${db_args[@]}" --port "$panel_port" "${workers_arg[@]}" >"$dir/panel.log" 2>&1 &
 panel_pid=$!
 for _ in $(seq 100); do
   curl -fs "http://127.0.0.1:$panel_port/healthz" >/dev/null 2>&1 && break
@@ -110,9 +138,34 @@ if [[ -n "$writer_pid" ]]; then
   read -r made refused per_second <"$dir/writes.txt"
   writes="; meanwhile $made payments ($per_second/s, $refused not 201)"
 fi
+# The floor on PostgreSQL: the page's three statements, as the store sends them (apps/panel/
+# club_store_pg.cpp), prepared, over as many connections as wrk used, with the same values.
+# pgbench takes every ":name" as a variable, also inside quotes: the format's colon is written
+# E'\x3a' (the same constant).
+floor=""
+if [[ "$engine" == postgres ]]; then
+  token="${cookie#session=}"
+  cat >"$dir/page.sql" <<'SQL'
+SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token = :token AND s.expires_at > :now;
+SELECT g.id, c.name, a.name, a.color, to_char(g.starts_at, E'YYYY-MM-DD"T"HH24\x3aMI'), to_char(g.ends_at, E'YYYY-MM-DD"T"HH24\x3aMI'), g.capacity, (SELECT count(*) FROM signups s WHERE s.game_id = g.id) FROM games g JOIN courts c ON c.id = g.court_id JOIN activity_types a ON a.id = g.activity_type_id WHERE g.starts_at >= :day::date AND g.starts_at < :day::date + 1 ORDER BY g.starts_at, c.name;
+SELECT kind, a, b FROM (SELECT 0 AS kind, 0::bigint AS ord, key AS a, value AS b FROM settings WHERE key IN ('club_name', 'currency') UNION ALL SELECT 1, id, name, NULL FROM courts UNION ALL SELECT 2, 0, name, NULL FROM holidays WHERE date = :day::date UNION ALL SELECT 3, 0, count(*)::text, coalesce(sum(amount_cents), 0)::bigint::text FROM payments WHERE created_at >= :day::date AND created_at < :day::date + 1) context ORDER BY kind, ord;
+SQL
+  chmod a+r "$dir/page.sql"
+  floor_out="$(pgbench -n -M prepared -c"$connections" -j2 -T"$seconds_each" -r -f "$dir/page.sql" \
+    -D token="$token" -D now="$(date -u +%Y-%m-%dT%H:%M:%S)" -D day="$(date -u +%F)" "$pg_url" 2>&1)" ||
+    { echo "bench-http: pgbench failed:" >&2; echo "$floor_out" >&2; exit 1; }
+  floor="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$floor_out" | head -1)"
+  floor_ms="$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$floor_out" | head -1)"
+fi
 read -r nginx_rate nginx_p99 _ < <(measure "http://127.0.0.1:$nginx_port/schedule.html")
 bytes="$(wc -c <"$dir/www/schedule.html")"
-echo "schedule page ($bytes bytes), $connections keep-alive connections, ${seconds_each} s each, $(nproc) cores:"
+echo "schedule page on $engine ($bytes bytes), $connections keep-alive connections, ${seconds_each} s each, $(nproc) cores:"
 printf '  holdfast panel  %9.0f requests/s  p99 %7.2f ms  (%s answers not 2xx%s)\n' "$panel_rate" "$panel_p99" "$panel_bad" "$writes"
+if [[ -n "$floor" ]]; then
+  printf '  pgbench floor   %9.0f pages/s     (the 3 statements prepared, %s ms average)\n' "$floor" "$floor_ms"
+fi
 printf '  nginx, static   %9.0f requests/s  p99 %7.2f ms\n' "$nginx_rate" "$nginx_p99"
+if [[ -n "$floor" ]]; then
+  awk -v a="$panel_rate" -v b="$floor" 'BEGIN { printf "  ratio (panel / pgbench floor): %.3f\n", a / b }'
+fi
 awk -v a="$panel_rate" -v b="$nginx_rate" 'BEGIN { printf "  ratio (panel / nginx): %.3f\n", a / b }'

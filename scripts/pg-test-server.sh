@@ -137,19 +137,6 @@ EOF
   mv "$state_file.tmp" "$state_file"
 }
 
-free_port() {
-  local p
-  while :; do
-    # Below the kernel's ephemeral range (32768 and up): an outgoing connection may hold a port
-    # there without listening on it, which port_in_use cannot see.
-    p=$((20000 + RANDOM % 12768))
-    if [[ "$p" != "${port:-}" ]] && ! port_in_use "$p"; then
-      echo "$p"
-      return
-    fi
-  done
-}
-
 # Set while `start` runs: the folder a failure half way must remove, after stopping
 # whatever it started.
 starting_root=""

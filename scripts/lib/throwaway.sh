@@ -26,3 +26,17 @@ load_state() {
   # shellcheck disable=SC1090
   source "$state_file"
 }
+
+# A free port on 127.0.0.1, other than $port when the caller has one, below the kernel's
+# ephemeral range (32768 and up): an outgoing connection may hold a port there without
+# listening on it, which port_in_use cannot see.
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 12768))
+    if [[ "$p" != "${port:-}" ]] && ! port_in_use "$p"; then
+      echo "$p"
+      return
+    fi
+  done
+}
