@@ -47,6 +47,7 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     // store's clock: PanelServer::start() gives it to HttpServer.)
     lane::Context ctx(options_.window, options_.store->clock());
     if (req.received != TimePoint{}) ctx.window().open(req.received);
+    cap_by_upstream(req, ctx.window());
     if (options_.store->async_access()->blocking()) {
       // PostgreSQL: the tries block, on the pools sized to the connections (start()); the
       // reads must see the writes the client's hf_wal cookie names, as on the workers.

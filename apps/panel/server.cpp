@@ -100,6 +100,7 @@ PanelServer::RequestWindow::RequestWindow(const PanelServer& server, const http:
   } else {
     scope_.emplace(server.options_.window, clock);
   }
+  cap_by_upstream(req, scope_->window());
   server.options_.store->require_position(cookie_value(req, kWritePositionCookie));
 }
 

@@ -137,6 +137,12 @@ class PanelServer {
   void handle(const http::Request& req, http::Response& res);
   // What every request meets before its route (server_guards.cpp): true when it answered.
   bool refused_by_guards(const http::Request& req, http::Response& res);
+  // When an upstream proxy said how long it waits for the answer (kUpstreamTimeoutHeader):
+  // caps `window` there, counted from the request's arrival (server_guards.cpp). A request
+  // whose sender has gone gets no more retries: its answer (a stale copy, a 503 with
+  // Retry-After) comes while someone still reads it. A malformed value is refused by the
+  // guards.
+  static void cap_by_upstream(const http::Request& req, RetryWindow& window);
 
   [[nodiscard]] bool holdfast() const noexcept {
     return options_.store->strategy() == Strategy::kHoldfast;

@@ -1,8 +1,43 @@
 // PanelServer's guards: what every request meets before its route (security.hpp).
+#include <charconv>
+#include <optional>
+#include <string>
+
 #include "security.hpp"
 #include "server.hpp"
 
 namespace holdfast::panel {
+namespace {
+
+// Envoy's: the route's timeout in whole milliseconds, set on the request it forwards.
+constexpr std::string_view kUpstreamTimeoutHeader = "x-envoy-expected-rq-timeout-ms";
+constexpr std::int64_t kMaxUpstreamTimeoutMs = 24LL * 3600 * 1000;
+
+// The upstream's timeout: none when the header is absent; an empty Duration (zero) with
+// `bad` set when it is not a whole number of milliseconds in [1, one day].
+std::optional<Duration> upstream_timeout(const http::Request& req, bool& bad) {
+  bad = false;
+  if (!req.has_header(kUpstreamTimeoutHeader)) return std::nullopt;
+  const std::string text = req.get_header_value(kUpstreamTimeoutHeader);
+  std::int64_t ms = 0;
+  const char* end = text.data() + text.size();
+  const auto [at, error] = std::from_chars(text.data(), end, ms);
+  if (error != std::errc() || at != end || ms < 1 || ms > kMaxUpstreamTimeoutMs) {
+    bad = true;
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(ms);
+}
+
+}  // namespace
+
+void PanelServer::cap_by_upstream(const http::Request& req, RetryWindow& window) {
+  bool bad = false;
+  const std::optional<Duration> timeout = upstream_timeout(req, bad);
+  if (!timeout) return;
+  const TimePoint arrived = req.received != TimePoint{} ? req.received : window.clock().now();
+  window.cap(arrived + *timeout);
+}
 
 void PanelServer::install_guards() {
   Clock& clock = options_.store->clock();
@@ -16,6 +51,14 @@ void PanelServer::install_guards() {
 }
 
 bool PanelServer::refused_by_guards(const http::Request& req, http::Response& res) {
+  if (bool bad = false; !upstream_timeout(req, bad) && bad) {
+    counters_.bad_request++;
+    res.status = 400;
+    res.set_content(std::string(kUpstreamTimeoutHeader) +
+                        ": not a whole number of milliseconds from 1 to 86400000\n",
+                    "text/plain; charset=utf-8");
+    return true;
+  }
   if (std::string why = cross_site_refusal(req, options_.secure_cookies); !why.empty()) {
     counters_.bad_request++;
     res.status = 403;

@@ -256,6 +256,38 @@ TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAn
   EXPECT_EQ(n->value_or(-1), 0);
 }
 
+TEST_F(PanelTest, BehindAProxyThatWaitsLessThanTheWindowAPaymentIsAnsweredBeforeItGivesUp) {
+  // Envoy says how long it waits; the panel stops retrying then, so its 503 (not applied,
+  // with Retry-After) reaches the client instead of the proxy's own timeout.
+  auto lock = storm(StormKind::kWrite);
+  http_client::Headers h = cookie_;
+  h.emplace("Idempotency-Key", "behind-a-proxy");
+  h.emplace("x-envoy-expected-rq-timeout-ms", "800");
+  const auto start = Steady::now();
+  auto r = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
+  const auto took = Steady::now() - start;
+  lock->end();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("\"applied\":\"no\""), std::string::npos) << r->body;
+  EXPECT_LE(took, std::chrono::milliseconds(1800));  // its 0.8 s plus 1 s, as the window's
+  auto n = store_->database().query_one<std::int64_t>(
+      "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:behind-a-proxy'");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->value_or(-1), 0);
+}
+
+TEST_F(PanelTest, AnUpstreamTimeoutThatIsNotWholeMillisecondsIsRefusedByName) {
+  for (const char* bad : {"soon", "-5", "0", "1.5", "99999999999999999999"}) {
+    http_client::Headers h = cookie_;
+    h.emplace("x-envoy-expected-rq-timeout-ms", bad);
+    auto r = http_->Get("/dashboard/schedule", h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_NE(r->body.find("x-envoy-expected-rq-timeout-ms"), std::string::npos) << bad;
+  }
+}
+
 TEST_F(PanelTest, TheNaiveBaselineStillRetriesWhatTheDriverGaveUpOn) {
   // The baselines call the library with a single-attempt policy and retry in their own loop;
   // the driver's "gave up" mark must not stop that loop (the drill compares their retries).
