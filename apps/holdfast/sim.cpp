@@ -66,6 +66,8 @@ struct SimArgs {
   std::string recovery_hold;
   std::string metastable_after;
   std::string mix;  // --mix critical:0.1,normal:0.8,background:0.1
+  int copies = 0;
+  double straggler_share = 0;
 
   // Defaults of every holdfast strategy in the list.
   int max_attempts = 0;
@@ -106,6 +108,7 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   }
   if (given("--sigma")) db.lognormal_sigma = a.sigma;
   if (given("--queue-limit")) db.queue_limit = a.queue_limit;
+  if (given("--copies")) db.copies = a.copies;
   if (given("--reject-latency")) {
     db.reject_latency = duration_arg(a.reject_latency, "--reject-latency");
   }
@@ -115,7 +118,7 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   if (given("--shared")) s.shared_policies = true;
   if (given("--trigger") && !sim::parse_trigger(a.trigger, s.trigger.kind)) {
     fail("--trigger: '" + a.trigger +
-         "' is not none, capacity-drop, spike, outage, hang or brownout");
+         "' is not none, capacity-drop, spike, outage, hang, brownout, stragglers or slow-copy");
   }
   if (given("--trigger-start")) s.trigger.start = duration_arg(a.trigger_start, "--trigger-start");
   if (given("--trigger-length")) {
@@ -123,6 +126,7 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   }
   if (given("--factor")) s.trigger.factor = a.factor;
   if (given("--failure-ratio")) s.trigger.failure_ratio = a.failure_ratio;
+  if (given("--straggler-share")) s.trigger.straggler_share = a.straggler_share;
   if (given("--requests")) s.max_requests = a.requests;
   if (given("--recovery-goodput")) s.recovery_goodput = a.recovery_goodput;
   if (given("--recovery-hold")) s.recovery_hold = duration_arg(a.recovery_hold, "--recovery-hold");
@@ -181,6 +185,7 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
   sc["capacity_qps"] = s.database.workers / seconds_of(s.database.mean_service);
   sc["distribution"] = std::string(sim::to_string(s.database.distribution));
   sc["queue_limit"] = s.database.queue_limit;
+  sc["copies"] = s.database.copies;
   sc["drop_abandoned"] = s.database.drop_abandoned;
   sc["attempt_timeout_s"] = seconds_of(s.attempt_timeout);
   sc["clients"] = s.clients;
@@ -191,6 +196,7 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
   tr["length_s"] = seconds_of(s.trigger.length);
   tr["factor"] = s.trigger.factor;
   tr["failure_ratio"] = s.trigger.failure_ratio;
+  tr["straggler_share"] = s.trigger.straggler_share;
   if (s.class_mix) {
     ordered_json mix = ordered_json::object();
     for (std::size_t i = 0; i < s.class_mix->size(); ++i) {
@@ -229,11 +235,18 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
       j["breaker"] = st.breaker;
       j["breaker_threshold"] = st.breaker_threshold;  // 0: the breaker's default
       j["health_probe_interval_s"] = seconds_of(st.health_interval);
+      j["hedge"] = st.hedge;
+      j["hedge_quantile"] = st.hedge_quantile;
+      j["eject"] = st.eject;
     }
     j["requests"] = r.requests;
     j["successes"] = r.successes;
     j["in_flight_at_end"] = r.in_flight_at_end;
     j["db_attempts"] = r.db_attempts;
+    j["hedged_reads"] = r.hedged_reads;
+    j["hedges_won"] = r.hedges_won;
+    // Over the trigger (all of the run without one), per copy; copy 0 is the primary.
+    j["attempts_by_copy"] = r.attempts_by_copy;
     j["breaker_rejections"] = r.breaker_rejections;
     j["breaker_waits"] = r.breaker_waits;
     if (st.kind == sim::StrategyKind::kHoldfast) {
@@ -250,6 +263,7 @@ ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& rep
     j["p99_ms"] = r.p99_ms;
     j["p99_during_trigger_ms"] = r.p99_during_trigger_ms;
     j["p999_ms"] = r.p999_ms;
+    j["p999_during_trigger_ms"] = r.p999_during_trigger_ms;
     if (r.classes) {
       // Per class, over its requests that arrived during the trigger.
       ordered_json classes = ordered_json::object();
@@ -420,11 +434,12 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
   const double capacity = s.database.workers / seconds_of(s.database.mean_service);
   fmt::print(
       "scenario {}: {:.0f} requests/s offered, capacity {:.0f} queries/s ({} workers x "
-      "{:.1f} ms {}), timeout {:.2f} s, {} client process{}{}, seed {}\n",
+      "{:.1f} ms {}), timeout {:.2f} s, {} client process{}{}, {} cop{}, seed {}\n",
       s.name, s.offered_rps, capacity, s.database.workers,
       seconds_of(s.database.mean_service) * 1e3, sim::to_string(s.database.distribution),
       seconds_of(s.attempt_timeout), s.clients, s.clients == 1 ? "" : "es",
-      s.shared_policies ? " (shared breaker and throttle)" : "", s.seed);
+      s.shared_policies ? " (shared breaker and throttle)" : "", s.database.copies,
+      s.database.copies == 1 ? "y" : "ies (copy 0 the primary)", s.seed);
   if (s.trigger.kind != sim::TriggerKind::kNone) {
     std::string what;
     switch (s.trigger.kind) {
@@ -442,6 +457,14 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
         break;
       case sim::TriggerKind::kHang:
         what = "no answer at all: every attempt waits out its timeout";
+        break;
+      case sim::TriggerKind::kStragglers:
+        what = fmt::format("{:g}% of attempts take x{:g} their service time",
+                           s.trigger.straggler_share * 100.0, s.trigger.factor);
+        break;
+      case sim::TriggerKind::kSlowCopy:
+        what = fmt::format("copy {} of {} x{:g} slower", s.database.copies - 1, s.database.copies,
+                           s.trigger.factor);
         break;
       case sim::TriggerKind::kNone:
         break;
@@ -480,6 +503,17 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
     if (r.breaker_waits > 0) why += fmt::format("; waited for a probe {} times", r.breaker_waits);
     why += breakers_opened_text(r);
     fmt::print("  {:<{}}  {}\n", r.strategy, width, why.empty() ? "-" : why);
+  }
+  fmt::print("\ntails (served requests that arrived during the trigger) and hedging:\n");
+  for (const sim::Report& r : reports) {
+    std::string copies;
+    for (std::size_t c = 0; r.attempts_by_copy.size() > 1 && c < r.attempts_by_copy.size(); ++c) {
+      copies += fmt::format("{}{}", c == 0 ? "; attempts by copy " : "/", r.attempts_by_copy[c]);
+    }
+    fmt::print(
+        "  {:<{}}  p99 {:.0f} ms, p99.9 {:.0f} ms; {} database attempts, {} hedged ({} won){}\n",
+        r.strategy, width, r.p99_during_trigger_ms, r.p999_during_trigger_ms, r.db_attempts,
+        r.hedged_reads, r.hedges_won, copies);
   }
   if (!s.class_mix || reports.empty()) return;
   fmt::print("\nby class (requests that arrived during the trigger): served, p99 of the served\n");
@@ -584,9 +618,11 @@ void add_sim_command(CLI::App& app) {
       "sim", "Simulate retry storms and metastable failure with the real policy code");
   cmd->footer(
       "Strategies: none | naive[:attempts=N] | backoff[:attempts=N] | holdfast[:attempts=N]"
-      "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker]\n"
+      "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker][:no-hedge][:no-eject]"
+      "[:hedge-quantile=Q]\n"
       "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, hang, brownout, "
-      "many-clients.");
+      "many-clients. Triggers: none, capacity-drop, spike, outage, hang, brownout, stragglers, "
+      "slow-copy.");
   SimArgs& a = *args;
   cmd->add_option("--scenario", a.scenario, "Built-in scenario to start from")
       ->capture_default_str();
@@ -615,11 +651,18 @@ void add_sim_command(CLI::App& app) {
   sc->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)");
   sc->add_option("--clients", a.clients, "Client processes");
   sc->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes");
-  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | hang | brownout");
+  sc->add_option(
+      "--trigger", a.trigger,
+      "none | capacity-drop | spike | outage | hang | brownout | stragglers | slow-copy");
   sc->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)");
   sc->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)");
   sc->add_option("--factor", a.factor,
-                 "Capacity drop: service time x factor; spike: load x factor");
+                 "Capacity drop: service time x factor; spike: load x factor; stragglers: "
+                 "their service time x factor; slow-copy: that copy's service time x factor");
+  sc->add_option("--straggler-share", a.straggler_share,
+                 "Stragglers: share of attempts that take factor x their service time");
+  sc->add_option("--copies", a.copies,
+                 "Copies of the database: a primary and copies - 1 standbys (default 1)");
   sc->add_option("--failure-ratio", a.failure_ratio, "Brownout: fraction of attempts refused");
   sc->add_option("--requests", a.requests, "Stop admitting requests after this many");
   sc->add_option("--recovery-goodput", a.recovery_goodput,
