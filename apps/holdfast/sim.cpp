@@ -25,7 +25,7 @@
 #include "progress.hpp"
 #include "safe_print.hpp"
 #include "sim_check.hpp"
-#include "svg_plot.hpp"
+#include "sim_output.hpp"
 
 namespace {
 
@@ -66,6 +66,8 @@ struct SimArgs {
   std::string recovery_hold;
   std::string metastable_after;
   std::string mix;  // --mix critical:0.1,normal:0.8,background:0.1
+  int copies = 0;
+  double straggler_share = 0;
 
   // Defaults of every holdfast strategy in the list.
   int max_attempts = 0;
@@ -106,6 +108,7 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   }
   if (given("--sigma")) db.lognormal_sigma = a.sigma;
   if (given("--queue-limit")) db.queue_limit = a.queue_limit;
+  if (given("--copies")) db.copies = a.copies;
   if (given("--reject-latency")) {
     db.reject_latency = duration_arg(a.reject_latency, "--reject-latency");
   }
@@ -115,7 +118,7 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   if (given("--shared")) s.shared_policies = true;
   if (given("--trigger") && !sim::parse_trigger(a.trigger, s.trigger.kind)) {
     fail("--trigger: '" + a.trigger +
-         "' is not none, capacity-drop, spike, outage, hang or brownout");
+         "' is not none, capacity-drop, spike, outage, hang, brownout, stragglers or slow-copy");
   }
   if (given("--trigger-start")) s.trigger.start = duration_arg(a.trigger_start, "--trigger-start");
   if (given("--trigger-length")) {
@@ -123,6 +126,7 @@ sim::Scenario scenario_from(const SimArgs& a, const Given& given) {
   }
   if (given("--factor")) s.trigger.factor = a.factor;
   if (given("--failure-ratio")) s.trigger.failure_ratio = a.failure_ratio;
+  if (given("--straggler-share")) s.trigger.straggler_share = a.straggler_share;
   if (given("--requests")) s.max_requests = a.requests;
   if (given("--recovery-goodput")) s.recovery_goodput = a.recovery_goodput;
   if (given("--recovery-hold")) s.recovery_hold = duration_arg(a.recovery_hold, "--recovery-hold");
@@ -163,220 +167,6 @@ sim::Strategy holdfast_defaults(const SimArgs& a, const Given& given) {
 
 double seconds_of(Duration d) {
   return std::chrono::duration<double>(d).count();
-}
-
-// The JSON document: the scenario, then per strategy the summary and the timeline as
-// columns. Only wall_s (the run's real time) depends on the machine.
-ordered_json to_json(const sim::Scenario& s, const std::vector<sim::Report>& reports,
-                     const std::vector<sim::Strategy>& strategies,
-                     const std::vector<double>& walls) {
-  ordered_json doc;
-  ordered_json& sc = doc["scenario"];
-  sc["name"] = s.name;
-  sc["seed"] = s.seed;
-  sc["offered_rps"] = s.offered_rps;
-  sc["duration_s"] = seconds_of(s.duration);
-  sc["workers"] = s.database.workers;
-  sc["mean_service_ms"] = seconds_of(s.database.mean_service) * 1e3;
-  sc["capacity_qps"] = s.database.workers / seconds_of(s.database.mean_service);
-  sc["distribution"] = std::string(sim::to_string(s.database.distribution));
-  sc["queue_limit"] = s.database.queue_limit;
-  sc["drop_abandoned"] = s.database.drop_abandoned;
-  sc["attempt_timeout_s"] = seconds_of(s.attempt_timeout);
-  sc["clients"] = s.clients;
-  sc["shared_policies"] = s.shared_policies;
-  ordered_json& tr = sc["trigger"];
-  tr["kind"] = std::string(sim::to_string(s.trigger.kind));
-  tr["start_s"] = seconds_of(s.trigger.start);
-  tr["length_s"] = seconds_of(s.trigger.length);
-  tr["factor"] = s.trigger.factor;
-  tr["failure_ratio"] = s.trigger.failure_ratio;
-  if (s.class_mix) {
-    ordered_json mix = ordered_json::object();
-    for (std::size_t i = 0; i < s.class_mix->size(); ++i) {
-      mix[std::string(holdfast::to_string(static_cast<holdfast::Priority>(i)))] = (*s.class_mix)[i];
-    }
-    sc["class_mix"] = std::move(mix);
-  }
-  sc["recovery"] = {{"goodput_ratio", s.recovery_goodput},
-                    {"hold_s", seconds_of(s.recovery_hold)},
-                    {"metastable_after_s", seconds_of(s.metastable_after)}};
-
-  ordered_json& list = doc["strategies"];
-  list = ordered_json::array();
-  for (std::size_t k = 0; k < reports.size(); ++k) {
-    const sim::Report& r = reports[k];
-    const sim::Strategy& st = strategies[k];
-    ordered_json j;
-    j["name"] = r.strategy;
-    j["recovery_s"] = r.recovery_s ? ordered_json(*r.recovery_s) : ordered_json(nullptr);
-    j["metastable"] = r.metastable;
-    j["amplification_max"] = r.amplification_max;
-    j["amplification_during_trigger"] = r.amplification_during_trigger;
-    j["goodput_during_trigger"] = r.goodput_during_trigger;
-    j["goodput_limit_during_trigger"] = r.goodput_limit_during_trigger;
-    j["efficiency"] =
-        r.goodput_limit_during_trigger > 0.0 ? ordered_json(r.efficiency) : ordered_json(nullptr);
-    j["failed_p50_ms"] = r.failed_p50_ms;
-    j["failed_p99_ms"] = r.failed_p99_ms;
-    j["wall_s"] = walls[k];
-    j["errors"] = r.errors;
-    j["kind"] = std::string(sim::to_string(st.kind));
-    j["max_attempts"] = st.max_attempts;
-    if (st.kind == sim::StrategyKind::kHoldfast) {
-      j["window_s"] = seconds_of(st.window);
-      j["throttle"] = st.throttle;
-      j["breaker"] = st.breaker;
-      j["breaker_threshold"] = st.breaker_threshold;  // 0: the breaker's default
-      j["health_probe_interval_s"] = seconds_of(st.health_interval);
-    }
-    j["requests"] = r.requests;
-    j["successes"] = r.successes;
-    j["in_flight_at_end"] = r.in_flight_at_end;
-    j["db_attempts"] = r.db_attempts;
-    j["breaker_rejections"] = r.breaker_rejections;
-    j["breaker_waits"] = r.breaker_waits;
-    if (st.kind == sim::StrategyKind::kHoldfast) {
-      j["breakers"] = r.breakers;
-      j["breaker_open_after_s"] = r.breaker_open_after_s;
-    }
-    ordered_json reasons = ordered_json::object();
-    for (std::size_t i = 0; i < r.errors_by_reason.size(); ++i) {
-      if (r.errors_by_reason[i] == 0) continue;
-      reasons[std::string(holdfast::to_string(static_cast<holdfast::StopReason>(i)))] =
-          r.errors_by_reason[i];
-    }
-    j["errors_by_reason"] = reasons;
-    j["p99_ms"] = r.p99_ms;
-    j["p99_during_trigger_ms"] = r.p99_during_trigger_ms;
-    j["p999_ms"] = r.p999_ms;
-    if (r.classes) {
-      // Per class, over its requests that arrived during the trigger.
-      ordered_json classes = ordered_json::object();
-      for (std::size_t i = 0; i < r.classes->size(); ++i) {
-        const sim::ClassReport& c = (*r.classes)[i];
-        classes[std::string(holdfast::to_string(static_cast<holdfast::Priority>(i)))] = {
-            {"requests", c.requests}, {"served_pct", c.served_pct}, {"p99_ms", c.p99_ms}};
-      }
-      j["classes"] = std::move(classes);
-    }
-    j["events"] = r.events;
-    j["peak_in_flight"] = r.peak_in_flight;
-    j["peak_event_queue"] = r.peak_event_queue;
-    ordered_json& sec = j["seconds"];
-    auto column = [&](const char* name, auto get) {
-      ordered_json c = ordered_json::array();
-      for (const sim::Second& x : r.seconds)
-        c.push_back(get(x));
-      sec[name] = std::move(c);
-    };
-    column("offered", [](const sim::Second& x) { return x.arrivals; });
-    column("goodput", [](const sim::Second& x) { return x.successes; });
-    column("errors", [](const sim::Second& x) { return x.errors; });
-    column("db_attempts", [](const sim::Second& x) { return x.db_attempts; });
-    column("amplification", [](const sim::Second& x) { return x.amplification; });
-    column("unfinished", [](const sim::Second& x) { return x.unfinished; });
-    column("p99_ms", [](const sim::Second& x) { return x.p99_ms; });
-    column("breaker_open", [](const sim::Second& x) { return x.breaker_open; });
-    column("queue", [](const sim::Second& x) { return x.queue; });
-    list.push_back(std::move(j));
-  }
-  return doc;
-}
-
-holdfast::svg::LineChart timeline(std::string title, std::string y_label) {
-  holdfast::svg::LineChart c;
-  c.title = std::move(title);
-  c.x.label = "time (s)";
-  c.y.label = std::move(y_label);
-  return c;
-}
-
-holdfast::svg::Series line(std::string name, std::string color = {}, bool dashed = false) {
-  holdfast::svg::Series s;
-  s.name = std::move(name);
-  s.color = std::move(color);
-  s.dashed = dashed;
-  return s;
-}
-
-std::string svg_of(const sim::Scenario& s, const std::vector<sim::Report>& reports) {
-  namespace svg = holdfast::svg;
-  std::vector<svg::Span> spans;
-  if (s.trigger.kind != sim::TriggerKind::kNone) {
-    svg::Span span;
-    span.from = seconds_of(s.trigger.start);
-    span.to = seconds_of(s.trigger.end());
-    span.label = std::string(sim::to_string(s.trigger.kind)) + " active";
-    spans.push_back(span);
-  }
-  svg::LineChart goodput =
-      timeline("scenario " + s.name + ": goodput (answered requests per second)", "requests/s");
-  svg::LineChart amp = timeline(
-      "amplification (database attempts per user request, by arrival second)", "attempts/request");
-  svg::LineChart load =
-      timeline("database load (attempts per second, refused ones included)", "attempts/s");
-  svg::LineChart breaker =
-      timeline("circuit breakers not closed (fraction of client processes)", "fraction");
-  breaker.y.min = 0.0;
-  breaker.y.max = 1.0;
-  bool any_breaker = false;
-  if (!reports.empty()) {
-    svg::Series offered = line("offered load", "#888888", true);
-    for (std::size_t i = 0; i < reports.front().seconds.size(); ++i) {
-      offered.x.push_back(static_cast<double>(i) + 0.5);
-      offered.y.push_back(reports.front().seconds[i].arrivals);
-    }
-    goodput.series.push_back(offered);
-    svg::Series capacity = line("capacity", "#888888", true);
-    const double cap = s.database.workers / seconds_of(s.database.mean_service);
-    capacity.x = {0.0, seconds_of(s.duration)};
-    capacity.y = {cap, cap};
-    load.series.push_back(capacity);
-  }
-  for (const sim::Report& r : reports) {
-    svg::Series g = line(r.strategy);
-    svg::Series a = line(r.strategy);
-    svg::Series l = line(r.strategy);
-    svg::Series b = line(r.strategy);
-    for (std::size_t i = 0; i < r.seconds.size(); ++i) {
-      const sim::Second& x = r.seconds[i];
-      const double t = static_cast<double>(i) + 0.5;
-      g.x.push_back(t);
-      g.y.push_back(x.successes);
-      a.x.push_back(t);
-      // Seconds whose requests were still in flight at the end are partial: left out.
-      a.y.push_back(x.arrivals > 0 && x.unfinished == 0 ? x.amplification : std::nan(""));
-      l.x.push_back(t);
-      l.y.push_back(x.db_attempts);
-      b.x.push_back(t);
-      b.y.push_back(x.breaker_open);
-      any_breaker = any_breaker || x.breaker_open > 0.0;
-    }
-    goodput.series.push_back(std::move(g));
-    amp.series.push_back(std::move(a));
-    load.series.push_back(std::move(l));
-    breaker.series.push_back(std::move(b));
-  }
-  // Same colour for a strategy in every chart: the first two goodput/load lines are the
-  // dashed references.
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    static constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#ff7f0e", "#2ca02c",
-                                              "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-    const char* c = kColors[i % 8];
-    goodput.series[i + 1].color = c;
-    amp.series[i].color = c;
-    load.series[i + 1].color = c;
-    breaker.series[i].color = c;
-  }
-  for (svg::LineChart* c : {&goodput, &amp, &load, &breaker}) {
-    c->spans = spans;
-    c->x.min = 0.0;
-    c->x.max = seconds_of(s.duration);
-  }
-  std::vector<svg::LineChart> charts = {goodput, amp, load};
-  if (any_breaker) charts.push_back(breaker);
-  return svg::render(charts);
 }
 
 // Failure after the command line was accepted: say so, then exit with 1 (commands.hpp).
@@ -420,11 +210,12 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
   const double capacity = s.database.workers / seconds_of(s.database.mean_service);
   fmt::print(
       "scenario {}: {:.0f} requests/s offered, capacity {:.0f} queries/s ({} workers x "
-      "{:.1f} ms {}), timeout {:.2f} s, {} client process{}{}, seed {}\n",
+      "{:.1f} ms {}), timeout {:.2f} s, {} client process{}{}, {} cop{}, seed {}\n",
       s.name, s.offered_rps, capacity, s.database.workers,
       seconds_of(s.database.mean_service) * 1e3, sim::to_string(s.database.distribution),
       seconds_of(s.attempt_timeout), s.clients, s.clients == 1 ? "" : "es",
-      s.shared_policies ? " (shared breaker and throttle)" : "", s.seed);
+      s.shared_policies ? " (shared breaker and throttle)" : "", s.database.copies,
+      s.database.copies == 1 ? "y" : "ies (copy 0 the primary)", s.seed);
   if (s.trigger.kind != sim::TriggerKind::kNone) {
     std::string what;
     switch (s.trigger.kind) {
@@ -442,6 +233,14 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
         break;
       case sim::TriggerKind::kHang:
         what = "no answer at all: every attempt waits out its timeout";
+        break;
+      case sim::TriggerKind::kStragglers:
+        what = fmt::format("{:g}% of attempts take x{:g} their service time",
+                           s.trigger.straggler_share * 100.0, s.trigger.factor);
+        break;
+      case sim::TriggerKind::kSlowCopy:
+        what = fmt::format("copy {} of {} x{:g} slower", s.database.copies - 1, s.database.copies,
+                           s.trigger.factor);
         break;
       case sim::TriggerKind::kNone:
         break;
@@ -480,6 +279,17 @@ void print_table(const sim::Scenario& s, const std::vector<sim::Report>& reports
     if (r.breaker_waits > 0) why += fmt::format("; waited for a probe {} times", r.breaker_waits);
     why += breakers_opened_text(r);
     fmt::print("  {:<{}}  {}\n", r.strategy, width, why.empty() ? "-" : why);
+  }
+  fmt::print("\ntails (served requests that arrived during the trigger) and hedging:\n");
+  for (const sim::Report& r : reports) {
+    std::string copies;
+    for (std::size_t c = 0; r.attempts_by_copy.size() > 1 && c < r.attempts_by_copy.size(); ++c) {
+      copies += fmt::format("{}{}", c == 0 ? "; attempts by copy " : "/", r.attempts_by_copy[c]);
+    }
+    fmt::print(
+        "  {:<{}}  p99 {:.0f} ms, p99.9 {:.0f} ms; {} database attempts, {} hedged ({} won){}\n",
+        r.strategy, width, r.p99_during_trigger_ms, r.p999_during_trigger_ms, r.db_attempts,
+        r.hedged_reads, r.hedges_won, copies);
   }
   if (!s.class_mix || reports.empty()) return;
   fmt::print("\nby class (requests that arrived during the trigger): served, p99 of the served\n");
@@ -570,8 +380,9 @@ void run_sim(const SimArgs& a, const CLI::App& cmd) {
                         static_cast<double>(peak_rss_kib()) / 1024.0);
 
   if (!a.json_path.empty())
-    write_file(a.json_path, to_json(scenario, reports, *strategies, walls).dump(2) + "\n");
-  if (!a.svg_path.empty()) write_file(a.svg_path, svg_of(scenario, reports));
+    write_file(a.json_path,
+               holdfast::cli::sim_json(scenario, reports, *strategies, walls).dump(2) + "\n");
+  if (!a.svg_path.empty()) write_file(a.svg_path, holdfast::cli::sim_svg(scenario, reports));
 }
 
 }  // namespace
@@ -584,9 +395,11 @@ void add_sim_command(CLI::App& app) {
       "sim", "Simulate retry storms and metastable failure with the real policy code");
   cmd->footer(
       "Strategies: none | naive[:attempts=N] | backoff[:attempts=N] | holdfast[:attempts=N]"
-      "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker]\n"
+      "[:window=6s][:threshold=N][:health=D][:no-throttle][:no-breaker][:no-hedge][:no-eject]"
+      "[:hedge-quantile=Q]\n"
       "Durations: 250ms, 6s, 1.5s, 2m. Scenarios: capacity-drop, spike, outage, hang, brownout, "
-      "many-clients.");
+      "many-clients. Triggers: none, capacity-drop, spike, outage, hang, brownout, stragglers, "
+      "slow-copy.");
   SimArgs& a = *args;
   cmd->add_option("--scenario", a.scenario, "Built-in scenario to start from")
       ->capture_default_str();
@@ -615,11 +428,18 @@ void add_sim_command(CLI::App& app) {
   sc->add_option("--timeout", a.timeout, "Client timeout of one attempt (e.g. 1s)");
   sc->add_option("--clients", a.clients, "Client processes");
   sc->add_flag("--shared", a.shared, "One breaker and throttle shared by all client processes");
-  sc->add_option("--trigger", a.trigger, "none | capacity-drop | spike | outage | hang | brownout");
+  sc->add_option(
+      "--trigger", a.trigger,
+      "none | capacity-drop | spike | outage | hang | brownout | stragglers | slow-copy");
   sc->add_option("--trigger-start", a.trigger_start, "When the trigger starts (e.g. 20s)");
   sc->add_option("--trigger-length", a.trigger_length, "How long it lasts (e.g. 10s)");
   sc->add_option("--factor", a.factor,
-                 "Capacity drop: service time x factor; spike: load x factor");
+                 "Capacity drop: service time x factor; spike: load x factor; stragglers: "
+                 "their service time x factor; slow-copy: that copy's service time x factor");
+  sc->add_option("--straggler-share", a.straggler_share,
+                 "Stragglers: share of attempts that take factor x their service time");
+  sc->add_option("--copies", a.copies,
+                 "Copies of the database: a primary and copies - 1 standbys (default 1)");
   sc->add_option("--failure-ratio", a.failure_ratio, "Brownout: fraction of attempts refused");
   sc->add_option("--requests", a.requests, "Stop admitting requests after this many");
   sc->add_option("--recovery-goodput", a.recovery_goodput,

@@ -12,7 +12,14 @@
 ///   - a trigger disturbs the system for a while: capacity drop (service time x factor),
 ///     load spike (offered load x factor), hard outage (every attempt refused at once),
 ///     hang (the database goes silent: nothing is answered or refused, every attempt waits
-///     out its client timeout) or brownout (a fraction of attempts refused at random).
+///     out its client timeout), brownout (a fraction of attempts refused at random),
+///     stragglers (a share of attempts take `factor` times their service time) or a slow
+///     copy (one copy of the database `factor` times slower);
+///   - the database may have copies: a primary and standbys (DatabaseModel::copies), each
+///     with its own workers and queue. Reads go to a standby, the primary being the fallback
+///     (as pg::Database and asio::pg::Client route them), may be hedged on another copy, and
+///     a copy far slower than its peers gets fewer of them (docs/adr/0039-copies-hedging-
+///     and-ejection-in-the-simulator.md).
 ///
 /// The clients decide with holdfast's own objects on one ManualClock: RetryPolicy and
 /// RetryState for the strategies without a breaker (no retry, naive immediate retry,
@@ -70,15 +77,23 @@ enum class TriggerKind : std::uint8_t {
   /// it has room (otherwise they are never taken in) and are served after the thaw, the
   /// abandoned ones too unless DatabaseModel::drop_abandoned.
   kHang,
+  /// A share of the attempts (Trigger::straggler_share) take `factor` times their service
+  /// time: a cold page, a plan gone wrong, a backend descheduled. Per attempt: the next
+  /// attempt of the same read is as fast as any other.
+  kStragglers,
+  /// One copy (the last standby; the primary when there is none) takes `factor` times its
+  /// service time: slow, not silent (a noisy neighbour, a disk at its limit).
+  kSlowCopy,
 };
 
 /// "exponential", "lognormal", "fixed".
 [[nodiscard]] std::string_view to_string(ServiceDistribution d) noexcept;
-/// "none", "capacity-drop", "spike", "outage", "brownout", "hang".
+/// "none", "capacity-drop", "spike", "outage", "brownout", "hang", "stragglers", "slow-copy".
 [[nodiscard]] std::string_view to_string(TriggerKind k) noexcept;
 /// "exponential", "lognormal", "fixed". False when unknown.
 [[nodiscard]] bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept;
-/// "none", "capacity-drop", "spike", "outage", "brownout", "hang". False when unknown.
+/// "none", "capacity-drop", "spike", "outage", "brownout", "hang", "stragglers", "slow-copy".
+/// False when unknown.
 [[nodiscard]] bool parse_trigger(std::string_view text, TriggerKind& out) noexcept;
 
 /// The database: `workers` queries run at once, the rest wait in one FIFO queue.
@@ -98,6 +113,10 @@ struct DatabaseModel {
   /// comes (the server does not know the client left). true: queued work whose client left
   /// is skipped (a pooler that notices the closed socket); running work always finishes.
   bool drop_abandoned = false;
+  /// Copies of the database: copy 0 is the primary, the others are hot standbys, each with
+  /// the workers, service time and queue above. Reads go to the standbys; the primary answers
+  /// the reads no standby takes (and hedges). 1: the primary alone. Within [1, 16].
+  int copies = 1;
 };
 
 /// The event of a scenario: what happens to the database, when and for how long.
@@ -107,6 +126,8 @@ struct Trigger {
   Duration length = std::chrono::seconds(10);  ///< how long it lasts
   double factor = 2.0;         ///< capacity drop: service time x factor; spike: load x factor
   double failure_ratio = 0.2;  ///< brownout: fraction of attempts refused
+  /// stragglers: the share of attempts that take `factor` times their service time
+  double straggler_share = 0.01;
   /// When it ends: start + length.
   [[nodiscard]] Duration end() const noexcept { return start + length; }
 };
@@ -200,6 +221,21 @@ struct Strategy {
   /// jitter are used as they are; its attempts and window are max_attempts and window above
   /// (set them from options->reads); the breaker and throttle settings above still apply.
   std::optional<Shield::Options> options;
+  /// holdfast only: hedged reads (as asio::pg::Client makes them): an attempt that has not
+  /// answered within its copy's normal latency (hedge_quantile of its last 64 answers, at
+  /// least hedge_min_delay) also goes to another copy (the same one, on another connection,
+  /// when there is one copy) while the Shield's limit has room for a retry and the budget
+  /// allows; the first answer wins and the other is cancelled, its work released.
+  bool hedge = true;
+  double hedge_budget = 0.02;  ///< hedges earned per read (a token bucket of at most 10)
+  /// The quantile of a copy's recent answers after which a read is hedged. 0.98 = 1 -
+  /// hedge_budget: the share of reads that outlast it is what the budget pays for (ADR 0039).
+  double hedge_quantile = 0.98;
+  /// The least a read waits before it is hedged.
+  Duration hedge_min_delay = std::chrono::milliseconds(5);
+  /// holdfast only, with copies: a copy whose recent latency stays far above its peers' gets
+  /// one read in 16 until it comes back (outlier ejection).
+  bool eject = true;
 
   /// kInvalidArgument naming the first setting out of range: attempts within [1, 1000], a
   /// window > 0, a threshold within [0, 10^6], a health interval and a silence_after of 0 or
@@ -219,7 +255,7 @@ struct Strategy {
 /// @code
 ///   none | naive[:attempts=N] | backoff[:attempts=N]
 ///   holdfast[:attempts=N][:window=6s][:threshold=N][:health=D]
-///            [:no-throttle][:no-breaker]
+///            [:no-throttle][:no-breaker][:no-hedge][:no-eject][:hedge-quantile=Q]
 /// @endcode
 /// Durations take ms or s ("250ms", "6s", "1.5s"). The strategy is named after the text.
 /// `base_holdfast` supplies the defaults of every holdfast entry (command-line options).
@@ -308,6 +344,15 @@ struct Report {
   /// Of the successes of the requests that arrived during the trigger (all of the run when
   /// there is none), from arrival to the answer.
   double p99_during_trigger_ms = 0.0;
+  /// Of the same successes, 99.9th percentile.
+  double p999_during_trigger_ms = 0.0;
+  /// holdfast: reads hedged on another copy (each one more database attempt, counted in
+  /// db_attempts), and those the hedge answered first.
+  std::uint64_t hedged_reads = 0;
+  std::uint64_t hedges_won = 0;  ///< hedged reads whose hedge answered first
+  /// Attempts (hedges included) sent to each copy, indexed by copy (0: the primary), over the
+  /// trigger (all of the run when there is none).
+  std::vector<std::uint64_t> attempts_by_copy;
   /// With Scenario::class_mix: per class (indexed by Priority), what it got.
   std::optional<std::array<ClassReport, kPriorities>> classes;
   /// Engine statistics (deterministic): events processed, peak live requests and pending

@@ -12,7 +12,9 @@ constexpr std::int64_t kSecondNs = 1'000'000'000;
 
 double goodput_limit(const Scenario& sc) noexcept {
   const DatabaseModel& db = sc.database;
-  double capacity = db.workers / std::chrono::duration<double>(db.mean_service).count();
+  // Every copy can answer a read (the primary too: the routing's choice is not a limit).
+  const int readers = db.copies;
+  double capacity = readers * db.workers / std::chrono::duration<double>(db.mean_service).count();
   double offered = sc.offered_rps;
   switch (sc.trigger.kind) {
     case TriggerKind::kCapacityDrop:
@@ -24,6 +26,14 @@ double goodput_limit(const Scenario& sc) noexcept {
     case TriggerKind::kOutage:
     case TriggerKind::kHang:
       return 0.0;
+    case TriggerKind::kSlowCopy:
+      // The slow copy's share of the capacity shrinks; the others are untouched.
+      capacity -= (1.0 - 1.0 / sc.trigger.factor) * capacity / readers;
+      break;
+    case TriggerKind::kStragglers:
+      // Each attempt costs 1 + share x (factor - 1) service times on average.
+      capacity /= 1.0 + sc.trigger.straggler_share * (sc.trigger.factor - 1.0);
+      break;
     case TriggerKind::kBrownout:  // a refused attempt costs nothing: a retry can still go
     case TriggerKind::kNone:
       break;

@@ -20,6 +20,7 @@ enum class EventType : std::uint8_t {
   kFreeze,       // a hang starts: the database goes silent
   kThaw,         // the hang ends: frozen work resumes, queued work starts
   kLiveness,     // Shield `slot`'s Liveness watch looks (its tick)
+  kHedge,        // a read's attempt has waited its copy's hedge delay: hedge it if allowed
 };
 
 struct Event {
@@ -178,7 +179,15 @@ class EventQueue {
   std::uint64_t peak_ = 0;
 };
 
-// One attempt waiting in the database's queue.
+inline constexpr std::uint32_t kNoLeg = 0xffffffffu;
+
+// A leg (copies.hpp) as a request keeps it: its index and the generation it had then.
+struct LegRef {
+  std::uint32_t leg = kNoLeg;
+  std::uint32_t generation = 0;
+};
+
+// One piece of work waiting in a copy's queue: a leg (copies.hpp) and its generation.
 struct Job {
   std::uint32_t slot;
   std::uint32_t tag;

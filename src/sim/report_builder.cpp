@@ -11,6 +11,7 @@ ReportBuilder::ReportBuilder(const Scenario& scenario, std::string strategy) : s
   out_.strategy = std::move(strategy);
   by_class_ = scenario.class_mix.has_value();
   out_.seconds.resize(seconds);
+  out_.attempts_by_copy.assign(static_cast<std::size_t>(scenario.database.copies), 0);
   attempts_by_arrival_.assign(seconds, 0);
   trigger_to_ns_ = scenario.duration.count();
   if (scenario.trigger.kind != TriggerKind::kNone) {
@@ -75,6 +76,7 @@ Report ReportBuilder::finish(std::uint64_t peak_event_queue) {
   out_.p99_ms = all_latency_.quantile(0.99) / 1000.0;
   out_.p999_ms = all_latency_.quantile(0.999) / 1000.0;
   out_.p99_during_trigger_ms = trigger_latency_.quantile(0.99) / 1000.0;
+  out_.p999_during_trigger_ms = trigger_latency_.quantile(0.999) / 1000.0;
   if (by_class_) {
     std::array<ClassReport, kPriorities> classes;
     for (std::size_t i = 0; i < classes.size(); ++i) {

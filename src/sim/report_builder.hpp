@@ -50,6 +50,10 @@ class ReportBuilder {
     ++current().successes;
     ++out_.successes;
   }
+  // An attempt (or a hedge) went to copy `c` at `now_ns`.
+  void sent_to(int c, std::int64_t now_ns) noexcept {
+    if (in_trigger(now_ns)) ++out_.attempts_by_copy[static_cast<std::size_t>(c)];
+  }
   // A request that ended in an error `since_arrival_ns` after it arrived.
   void failed(std::int64_t since_arrival_ns, StopReason reason) noexcept {
     failed_latency_.add(static_cast<std::uint64_t>(since_arrival_ns / 1000));

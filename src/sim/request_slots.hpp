@@ -15,6 +15,7 @@
 #include "holdfast/retry.hpp"
 #include "holdfast/shield.hpp"
 #include "holdfast/window.hpp"
+#include "queues.hpp"
 
 namespace holdfast::sim::detail {
 
@@ -51,6 +52,12 @@ struct Request {
   std::uint32_t next_free = kNoSlot;
   std::uint32_t db_attempts = 0;
   Priority priority = Priority::kNormal;  // its class (Scenario::class_mix)
+  // The attempt in flight: the copy it went to, its leg there and, once hedged, the hedge's
+  // (copies.hpp).
+  std::int32_t copy = 0;
+  bool hedged = false;
+  std::uint8_t hedge_looks = 0;  // times it was looked at for a hedge
+  LegRef legs[2];
   // none, naive, backoff: the retry loop's state (with a window of its own); holdfast:
   // the request's window, its way through its client's Shield and the permit in flight.
   std::variant<std::monostate, RetryState, Guarded> policy;

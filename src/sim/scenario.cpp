@@ -85,6 +85,10 @@ std::string_view to_string(TriggerKind k) noexcept {
       return "brownout";
     case TriggerKind::kHang:
       return "hang";
+    case TriggerKind::kStragglers:
+      return "stragglers";
+    case TriggerKind::kSlowCopy:
+      return "slow-copy";
   }
   return "?";
 }
@@ -116,7 +120,8 @@ bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcep
 
 bool parse_trigger(std::string_view text, TriggerKind& out) noexcept {
   for (auto k : {TriggerKind::kNone, TriggerKind::kCapacityDrop, TriggerKind::kLoadSpike,
-                 TriggerKind::kOutage, TriggerKind::kBrownout, TriggerKind::kHang}) {
+                 TriggerKind::kOutage, TriggerKind::kBrownout, TriggerKind::kHang,
+                 TriggerKind::kStragglers, TriggerKind::kSlowCopy}) {
     if (text == to_string(k)) {
       out = k;
       return true;
@@ -138,6 +143,7 @@ Status Scenario::validate() const {
     return invalid("lognormal sigma must be within [0, 5]");
   }
   if (db.queue_limit < 0) return invalid("queue limit must not be negative");
+  if (db.copies < 1 || db.copies > 16) return invalid("copies must be within [1, 16]");
   if (db.reject_latency <= Duration::zero()) return invalid("reject latency must be > 0");
   if (attempt_timeout <= Duration::zero()) return invalid("attempt timeout must be > 0");
   if (clients < 1) return invalid("clients must be at least 1");
@@ -146,12 +152,17 @@ Status Scenario::validate() const {
   if (t.kind != TriggerKind::kNone) {
     if (t.start < Duration::zero()) return invalid("trigger start must not be negative");
     if (t.length <= Duration::zero()) return invalid("trigger length must be > 0");
-    if ((t.kind == TriggerKind::kCapacityDrop || t.kind == TriggerKind::kLoadSpike) &&
+    if ((t.kind == TriggerKind::kCapacityDrop || t.kind == TriggerKind::kLoadSpike ||
+         t.kind == TriggerKind::kStragglers || t.kind == TriggerKind::kSlowCopy) &&
         (!(t.factor > 0.0) || !std::isfinite(t.factor) || t.factor > 1000.0)) {
       return invalid("trigger factor must be within (0, 1000]");
     }
     if (t.kind == TriggerKind::kBrownout && !(t.failure_ratio >= 0.0 && t.failure_ratio <= 1.0)) {
       return invalid("brownout failure ratio must be within [0, 1]");
+    }
+    if (t.kind == TriggerKind::kStragglers &&
+        !(t.straggler_share >= 0.0 && t.straggler_share <= 1.0)) {
+      return invalid("straggler share must be within [0, 1]");
     }
   }
   // What fits in memory and in a minute: a request in flight takes about 200 bytes, a
@@ -346,6 +357,15 @@ Status Strategy::validate() const {
       (silence_after < std::chrono::milliseconds(1) || silence_after > std::chrono::hours(1))) {
     return invalid("silence_after must be within [1ms, 1h] (or 0: no liveness watch)");
   }
+  if (!(hedge_quantile > 0.0 && hedge_quantile < 1.0)) {
+    return invalid("hedge quantile must be within (0, 1)");
+  }
+  if (!(hedge_budget >= 0.0 && hedge_budget <= 1.0)) {
+    return invalid("hedge budget must be within [0, 1]");
+  }
+  if (hedge_min_delay < std::chrono::microseconds(1) || hedge_min_delay > std::chrono::hours(1)) {
+    return invalid("hedge_min_delay must be within [1us, 1h]");
+  }
   return Status();
 }
 
@@ -398,11 +418,22 @@ Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_hold
       s.throttle = false;
     } else if (key == "no-breaker" && holdfast && value.empty()) {
       s.breaker = false;
+    } else if (key == "no-hedge" && holdfast && value.empty()) {
+      s.hedge = false;
+      s.eject = false;
+    } else if (key == "no-eject" && holdfast && value.empty()) {
+      s.eject = false;
+    } else if (key == "hedge-quantile" && holdfast) {
+      const char* end = value.data() + value.size();
+      auto [p, ec] = std::from_chars(value.data(), end, s.hedge_quantile);
+      if (value.empty() || ec != std::errc() || p != end) {
+        return invalid(where + "hedge-quantile must be a number within (0, 1)");
+      }
     } else {
       return invalid(
           where + "'" + std::string(item) + "' is not a setting of " + std::string(kind) +
           (holdfast ? " (attempts=N, window=D, threshold=N, health=D, "
-                      "no-throttle, no-breaker)"
+                      "no-throttle, no-breaker, no-hedge, no-eject, hedge-quantile=Q)"
                     : (s.kind == StrategyKind::kNone ? " (it has none)" : " (attempts=N)")));
     }
   }
