@@ -18,12 +18,9 @@
 /// become normal. While the short one stays within `tolerance` times the normal one the database is
 /// answering at its normal pace and the limit grows by a small queue allowance per sample;
 /// when the short one rises above, the limit shrinks in proportion (at most by half per
-/// sample, smoothed). The allowance is per process: when the short average is more than 20
-/// times the tolerated latency it shrinks in proportion, so that many processes, each with a
-/// small share, do not hold a queue of their allowances at the database
-/// (docs/adr/0040-many-processes-queue-less.md). A dropped call (it timed out: the database kept
-/// the work but the caller gave up) halves the target at once. The limit only grows while the work
-/// in flight is at least half of it: a quiet service learns nothing about a larger load.
+/// sample, smoothed). A dropped call (it timed out: the database kept the work but the caller
+/// gave up) halves the target at once. The limit only grows while the work in flight is at
+/// least half of it: a quiet service learns nothing about a larger load.
 ///
 /// First attempts may fill the limit; retries start only below `retry_share` of it, so that
 /// under overload retries use spare capacity and nothing else.

@@ -42,12 +42,6 @@ const ConcurrencyLimit::Options& validated(const ConcurrencyLimit::Options& o) {
   return o;
 }
 
-// The latency ratio (tolerance x normal / recent) below which the queue allowance shrinks:
-// the recent latency 20 times what is tolerated (40 times the normal by default). Measured
-// in the simulator (ADR 0040): at 1/10 the brownout lost retries (98.3 % served), at 1/2 the
-// capacity drop lost efficiency (0.953), at 1/15 the spike kept fewer critical requests.
-constexpr double kCrowded = 1.0 / 20.0;
-
 }  // namespace
 
 // One cache line per stripe: the calls its owner started and those it finished (a call
@@ -137,15 +131,8 @@ void ConcurrencyLimit::record(Duration latency, bool dropped) noexcept {
     // Gradient2's step: shrink in proportion to how far the latency rose above normal (at
     // most by half), plus a queue allowance: a few calls may wait at the database so its
     // workers never idle between answers (fewer for a small limit).
-    // The allowance is per process, so N processes queue N of them at the database; and
-    // against a gradient clamped at 0.5 it holds the limit at 2 x allowance >= 4 whatever the
-    // latency. When the latency is many times what is tolerated (kCrowded), the database's
-    // queue is many service times long: the allowance shrinks in proportion, and the limit
-    // can fall to its minimum (ADR 0040).
-    const double ratio = options_.tolerance * base / s;
-    const double gradient = std::clamp(ratio, 0.5, 1.0);
-    double queue = std::clamp(std::sqrt(limit), 1.0, 4.0);
-    if (ratio < kCrowded) queue *= ratio / kCrowded;
+    const double queue = std::clamp(std::sqrt(limit), 1.0, 4.0);
+    const double gradient = std::clamp(options_.tolerance * base / s, 0.5, 1.0);
     next = limit * (1.0 - options_.smoothing) + (limit * gradient + queue) * options_.smoothing;
   }
   next = std::clamp(next, static_cast<double>(options_.min), static_cast<double>(options_.max));

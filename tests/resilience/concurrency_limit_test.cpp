@@ -79,27 +79,6 @@ TEST(ConcurrencyLimit, LatencyRisingAboveTwiceNormalShrinksItByAtMostHalfASample
   EXPECT_LT(limit.limit(), 20.0);
 }
 
-TEST(ConcurrencyLimit, ALatencyFarAboveToleranceTakesTheLimitToItsMinimum) {
-  // 200 processes sharing 80 workers each see the database 100 x slower than normal. The
-  // queue allowance (at least 1) once held every limit at 4 or more against the gradient's
-  // floor of one half; far above tolerance it shrinks, and the limit goes to its minimum.
-  ConcurrencyLimit::Options o = small(20);
-  o.min = 2;
-  ConcurrencyLimit limit(o);
-  for (int i = 0; i < 20; ++i)
-    busy_sample(limit, 1, milliseconds(2));
-  for (int i = 0; i < 200; ++i)
-    busy_sample(limit, static_cast<int>(limit.limit()), milliseconds(200));
-  EXPECT_LT(limit.limit(), 2.5);
-  // Within 20 x tolerance (here 10 x the normal: 5 x tolerance) the allowance stays whole.
-  ConcurrencyLimit moderate(o);
-  for (int i = 0; i < 20; ++i)
-    busy_sample(moderate, 1, milliseconds(2));
-  for (int i = 0; i < 200; ++i)
-    busy_sample(moderate, static_cast<int>(moderate.limit()), milliseconds(20));
-  EXPECT_GE(moderate.limit(), 3.9) << "2 x an allowance of at least sqrt(4)";
-}
-
 TEST(ConcurrencyLimit, TheNormalLatencyDoesNotLearnAQueue) {
   ConcurrencyLimit limit(small(20));
   for (int i = 0; i < 20; ++i)
