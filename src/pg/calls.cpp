@@ -29,11 +29,7 @@ using detail::refused;
 using detail::Step;
 using detail::Steps;
 
-// The most a replica read waits for a new connection to its replica. A connect takes a few
-// milliseconds; one that takes longer reaches a host that does not answer (after a failover,
-// the replica URL's frozen old primary, until the replica's liveness finds it silent), and
-// the primary can answer the read meanwhile.
-constexpr Duration kReplicaConnectTimeout = std::chrono::milliseconds(500);
+using detail::kReplicaConnectTimeout;
 
 }  // namespace
 
@@ -54,9 +50,16 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   std::size_t failed = p.steps.size;
   Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
   p.marks.apply(conn, failed);
+  return finish_read(endpoint, *lease, std::move(s), out, head, main, failed, view);
+}
+
+Result<Rows> Database::finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
+                                   std::span<Rows> out, std::size_t head, std::size_t main,
+                                   std::size_t failed, ReplicaView* view) {
+  Connection& conn = *lease;
   if (!s.ok()) {
-    if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
-    if (!conn.is_open()) lease->discard();
+    if (detail::pooler_refused(lease, s)) return nothing_applied(std::move(s));
+    if (!conn.is_open()) lease.discard();
     return failed < main ? nothing_applied(std::move(s)) : s;
   }
   if (view != nullptr) {
@@ -69,7 +72,7 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
       // target_session_attrs only at connect, so its sessions stayed). No session to it
       // serves this pool again; the next connect goes through the replica URL's hosts.
       endpoint.reads->drop_idle_to(conn);
-      lease->discard();
+      lease.discard();
     }
   }
   return std::move(out[main]);
