@@ -412,8 +412,9 @@ class Database {
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
   // a replica, and closes the session and its idle siblings to its host when the replica
-  // is not in recovery.
-  Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view);
+  // is not in recovery. A replica's new connection gets at most `replica_connect`.
+  Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view,
+                         Duration replica_connect = Duration::max());
   // One write on the primary, in a transaction of its own, and its commit's position.
   Result<Rows> write_once(const Work& work);
   // What a replica made of a read.

@@ -29,18 +29,16 @@ using detail::refused;
 using detail::Step;
 using detail::Steps;
 
-using detail::kReplicaConnectTimeout;
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
 // Reads
 
 Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
-                                 ReplicaView* view) {
-  // A replica's new connection gets kReplicaConnectTimeout: the primary can answer instead.
-  Result<PooledConnection> lease = this->lease(
-      *endpoint.reads, may_wait, view != nullptr ? kReplicaConnectTimeout : Duration::max());
+                                 ReplicaView* view, Duration replica_connect) {
+  // A replica's new connection gets replica_connect: the primary can answer instead.
+  Result<PooledConnection> lease =
+      this->lease(*endpoint.reads, may_wait, view != nullptr ? replica_connect : Duration::max());
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
   detail::CallPipeline p;

@@ -46,20 +46,27 @@ Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, Replica
                                     bool probe, Hedge& hedge) {
   hedge = Hedge{};
   const TimePoint start = clock_->now();
+  // A copy that just answered slowly, or a probe, gets no longer than the slow threshold for
+  // a new connection: a connect through a slow path would hold the read for
+  // kReplicaConnectTimeout, and the primary can answer it now.
+  const Duration threshold =
+      detail::slow_threshold(primary_->copy->latency.recent(), replica.copy->slow.rule());
+  const bool suspect =
+      probe || (options_.slow_copy_floor > Duration::zero() && replica.copy->slow.suspect());
+  const Duration connect_cap = suspect ? threshold : detail::kReplicaConnectTimeout;
   Duration delay{};
   if (probe) {
     // A probe of a slow replica waits for it as long as an answer counts as fast.
-    delay = detail::slow_threshold(primary_->copy->latency.recent(), replica.copy->slow.rule());
+    delay = threshold;
   } else {
     hedges_->earn();
     const Duration p95 = replica.copy->latency.p95();
     if (!hedges_->enabled() || p95 == Duration::zero()) {
-      return read_once(replica, work, /*may_wait=*/false, &view);
+      return read_once(replica, work, /*may_wait=*/false, &view, connect_cap);
     }
     delay = std::max(options_.hedge_min_delay, p95);
   }
-  Result<PooledConnection> lease =
-      this->lease(*replica.reads, false, probe ? delay : detail::kReplicaConnectTimeout);
+  Result<PooledConnection> lease = this->lease(*replica.reads, false, connect_cap);
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
   detail::CallPipeline p;

@@ -256,7 +256,9 @@ Result<Rows> Database::primary_read(const Work& work, RoutedCall& route) {
     route.left_to_replica = true;
     return left_to_a_replica();
   }
-  if (replicas_.empty()) return read_once(*primary_, work, true, nullptr);
+  if (replicas_.empty()) [[likely]] {
+    return read_once(*primary_, work, true, nullptr);
+  }
   // With replicas, the primary's read latency is what a replica's is judged against.
   const TimePoint start = clock_->now();
   Result<Rows> r = read_once(*primary_, work, true, nullptr);

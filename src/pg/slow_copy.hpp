@@ -77,6 +77,10 @@ class SlowCopy {
   // An answer within the threshold. True when it brought the copy back.
   bool fast() noexcept;
   [[nodiscard]] bool ejected() const noexcept { return ejected_.load(std::memory_order_relaxed); }
+  // Whether its last answer was slow (it may be about to be ejected).
+  [[nodiscard]] bool suspect() const noexcept {
+    return slow_run_.load(std::memory_order_relaxed) != 0;
+  }
   [[nodiscard]] std::uint64_t ejections() const noexcept {
     return ejections_.load(std::memory_order_relaxed);
   }
@@ -92,13 +96,15 @@ class SlowCopy {
 };
 
 // A budget of hedges: each standby read earns `per_read` of one (0.02: 2 hedges per 100
-// reads), up to kCap saved; a hedge spends one. Thread-safe.
+// reads), up to kCap saved; a hedge spends one. It starts full, as a token bucket does: a
+// copy that turns slow soon after the start is hedged around as well. Thread-safe.
 class HedgeBudget {
  public:
   static constexpr std::int64_t kOne = 1000;
   static constexpr std::int64_t kCap = 10 * kOne;
   explicit HedgeBudget(double per_read) noexcept
-      : earn_(static_cast<std::int64_t>(per_read * static_cast<double>(kOne))) {}
+      : earn_(static_cast<std::int64_t>(per_read * static_cast<double>(kOne))),
+        tokens_(earn_ > 0 ? kCap : 0) {}
   // A standby read.
   void earn() noexcept {
     if (earn_ > 0 && tokens_.load(std::memory_order_relaxed) < kCap) {
@@ -113,7 +119,7 @@ class HedgeBudget {
 
  private:
   std::int64_t earn_;
-  std::atomic<std::int64_t> tokens_{0};
+  std::atomic<std::int64_t> tokens_;
 };
 
 // What a pg::Database knows of one copy's speed (its Endpoint's).

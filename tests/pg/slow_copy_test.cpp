@@ -104,8 +104,11 @@ TEST(SlowCopyRule, TheRecentLatencyIsAnEwmaOfTheAnswers) {
   EXPECT_EQ(c.recent(), milliseconds(9));  // 8 + (16 - 8) / 8
 }
 
-TEST(SlowCopyRule, EachReadEarnsAShareOfAHedgeUpToTenSaved) {
+TEST(SlowCopyRule, TheBudgetStartsWithTenHedgesAndEachReadEarnsAShareOfOneUpToTenSaved) {
   HedgeBudget b(0.02);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_TRUE(b.spend()) << i;
+  EXPECT_FALSE(b.spend());
   for (int i = 0; i < 49; ++i)
     b.earn();
   EXPECT_FALSE(b.spend());

@@ -31,7 +31,7 @@ DatabaseOptions with_standby() {
   o.url = server_url();
   o.replica_urls = {standby_url()};
   o.application_name = unique("hf_slow_standby");
-  o.hedge_budget = 0.25;  // the 16 reads that learn the standby's latency earn 4 hedges
+  o.hedge_budget = 0.02;  // the budget starts with 10 hedges
   return o;
 }
 
