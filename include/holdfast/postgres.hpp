@@ -413,8 +413,10 @@ class Database {
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
   // a replica, and closes the session and its idle siblings to its host when the replica
   // is not in recovery. A replica's new connection gets at most `replica_connect`.
+  // `exchange` (when not null): how long the round trip took, the wait for a connection left
+  // out.
   Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view,
-                         Duration replica_connect = Duration::max());
+                         Duration replica_connect = Duration::max(), Duration* exchange = nullptr);
   // One write on the primary, in a transaction of its own, and its commit's position.
   Result<Rows> write_once(const Work& work);
   // What a replica made of a read.
@@ -427,6 +429,7 @@ class Database {
   struct Hedge {
     bool sent = false;         // the read went to the primary too
     bool primary_won = false;  // the primary's answer is the read's
+    bool gave_up = false;      // a slow replica's try was given up, no hedge sent
   };
   // One read on `replica` (read_once()), hedged to the primary (DatabaseOptions::hedge_budget)
   // or, for a `probe` of a slow replica, once it waited the slow threshold.

@@ -35,7 +35,7 @@ using detail::Steps;
 // Reads
 
 Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
-                                 ReplicaView* view, Duration replica_connect) {
+                                 ReplicaView* view, Duration replica_connect, Duration* exchange) {
   // A replica's new connection gets replica_connect: the primary can answer instead.
   Result<PooledConnection> lease =
       this->lease(*endpoint.reads, may_wait, view != nullptr ? replica_connect : Duration::max());
@@ -46,7 +46,9 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   const std::size_t main = add_work(p, conn, work);
   std::array<Rows, Steps::kMax> out;
   std::size_t failed = p.steps.size;
+  const TimePoint sent = exchange != nullptr ? clock_->now() : TimePoint{};
   Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
+  if (exchange != nullptr) *exchange = clock_->now() - sent;
   p.marks.apply(conn, failed);
   return finish_read(endpoint, *lease, std::move(s), out, head, main, failed, view);
 }

@@ -19,8 +19,11 @@ namespace {
 using detail::ConnectionAccess;
 using detail::Steps;
 
-// The most a hedge waits for a new connection to the primary: it is there to answer fast.
-constexpr Duration kHedgeConnectTimeout = std::chrono::milliseconds(20);
+// A hedge takes an idle primary connection only while at least this many more stay idle:
+// it never connects (that would hold the replica's answer up), and a primary that is frozen
+// but not yet found silent, whose connections the lost hedges close, keeps one for the reads
+// that need it, whose wait lets its silence be found (ADR 0023).
+constexpr std::size_t kHedgeLeavesIdle = 1;
 
 }  // namespace
 
@@ -54,17 +57,18 @@ Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, Replica
   const bool suspect =
       probe || (options_.slow_copy_floor > Duration::zero() && replica.copy->slow.suspect());
   const Duration connect_cap = suspect ? threshold : detail::kReplicaConnectTimeout;
-  Duration delay{};
-  if (probe) {
-    // A probe of a slow replica waits for it as long as an answer counts as fast.
-    delay = threshold;
-  } else {
+  // A probe, or a read of a replica whose last answer was slow, waits for it no longer than
+  // an answer counts as fast: then it is hedged, or, when no hedge can go, given up (the
+  // primary answers it).
+  const TimePoint give_up_at = suspect ? start + threshold : TimePoint::max();
+  Duration delay = threshold;
+  if (!probe) {
     hedges_->earn();
     const Duration p95 = replica.copy->latency.p95();
-    if (!hedges_->enabled() || p95 == Duration::zero()) {
+    const bool hedges = hedges_->enabled() && p95 > Duration::zero();
+    if (!hedges && !suspect)
       return read_once(replica, work, /*may_wait=*/false, &view, connect_cap);
-    }
-    delay = std::max(options_.hedge_min_delay, p95);
+    if (hedges) delay = std::min(std::max(options_.hedge_min_delay, p95), threshold);
   }
   Result<PooledConnection> lease = this->lease(*replica.reads, false, connect_cap);
   if (!lease.ok()) return lease.status();
@@ -78,15 +82,15 @@ Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, Replica
   Status s = ConnectionAccess::pipeline_send(conn, p.steps.span(), sent);
   if (s.ok() && ConnectionAccess::first_answer(conn, nullptr, start + delay) < 0) {
     // Not answered within its normal latency: the primary is asked too, if its Shield
-    // admits an attempt now, a connection of its is free, and the budget allows (a probe
-    // needs none).
+    // admits an attempt now, a connection of its is idle and not the last one, and the
+    // budget allows (a probe needs none).
     Shield& ps = *primary_->shield;
     Shield::Call pcall(ps, ps.reads(), Operation::read("pg.read.hedge"));
-    const bool paid = probe || hedges_->spend();
+    const bool paid = probe || (hedges_->enabled() && hedges_->spend());
     Shield::Admission pa = paid ? pcall.admit(clock_->now()) : Shield::Admission{};
     if (paid && pa.kind != Shield::Admission::Kind::kAttempt && !probe) hedges_->refund();
     if (pa.kind == Shield::Admission::Kind::kAttempt) {
-      Result<PooledConnection> plase = this->lease(*primary_->reads, false, kHedgeConnectTimeout);
+      Result<PooledConnection> plase = primary_->reads->try_idle(kHedgeLeavesIdle);
       if (!plase.ok()) {
         pa.permit.cancel();
         if (!probe) hedges_->refund();
@@ -135,6 +139,15 @@ Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, Replica
         }
       }
     }
+  }
+  if (s.ok() && !hedge.sent && give_up_at != TimePoint::max() &&
+      ConnectionAccess::first_answer(conn, nullptr, give_up_at) < 0) {
+    // Slow again, and no hedge could go: the replica's try is given up, the primary answers.
+    hedge.gave_up = true;
+    ConnectionAccess::abandon(conn);
+    lease->discard();
+    return Status(Code::kUnavailable, replica.name + " answers far slower than the primary (" +
+                                          ms_text(threshold) + "): the primary answers");
   }
   if (s.ok()) s = ConnectionAccess::pipeline_collect(conn, p.steps.span(), sent, out, &failed);
   p.marks.apply(conn, failed);

@@ -165,6 +165,14 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
     answer = ReplicaAnswer::kAnswered;
     return r;
   }
+  if (hedge.gave_up) {
+    // A replica whose last answer was slow did not answer within the slow threshold and no
+    // hedge could go: another slow answer for it (neutral to its breaker); the primary answers.
+    ++stats.attempts;
+    a.permit.cancel();
+    judge_replica(replica, /*lost_hedge=*/true, end - start, end);
+    return r;
+  }
   if (!r.ok() && is_own_shedding(r.status())) {
     // Nothing reached the replica (its pool is busy or in its reconnect backoff): no
     // attempt, no evidence for its breaker; the primary answers.
@@ -259,10 +267,11 @@ Result<Rows> Database::primary_read(const Work& work, RoutedCall& route) {
   if (replicas_.empty()) [[likely]] {
     return read_once(*primary_, work, true, nullptr);
   }
-  // With replicas, the primary's read latency is what a replica's is judged against.
-  const TimePoint start = clock_->now();
-  Result<Rows> r = read_once(*primary_, work, true, nullptr);
-  if (r.ok()) primary_->copy->latency.record(clock_->now() - start);
+  // With replicas, the primary's read latency (its round trips, not the waits for one of
+  // its connections) is what a replica's is judged against.
+  Duration took{};
+  Result<Rows> r = read_once(*primary_, work, true, nullptr, Duration::max(), &took);
+  if (r.ok()) primary_->copy->latency.record(took);
   return r;
 }
 

@@ -35,8 +35,15 @@ DatabaseOptions with_standby() {
   return o;
 }
 
-// Reads that teach the Database the standby's normal latency (its p95 needs 16 answers).
+// Reads that teach the Database the standby's normal latency (its p95 needs 16 answers), and
+// two idle connections of the primary's read pool (a hedge takes one only while another
+// stays idle).
 void learn(Database& db) {
+  {
+    Result<PooledConnection> a = db.read_pool().acquire();
+    Result<PooledConnection> b = db.read_pool().acquire();
+    ASSERT_TRUE(a.ok() && b.ok());
+  }
   for (int i = 0; i < 16; ++i) {
     RequestScope scope(std::chrono::seconds(2));
     Result<Rows> r = db.read("SELECT 1");
@@ -69,6 +76,35 @@ TEST(PgSlowStandby, ASlowStandbysReadsAreAnsweredByThePrimaryAndItIsUsedLess) {
   EXPECT_EQ(db.hedged_reads(), 3u);
   EXPECT_EQ(db.hedges_won(), 3u);
   EXPECT_TRUE(db.replica_slow(0));
+}
+
+TEST(PgSlowStandby, WithoutHedgesASlowStandbyIsGivenUpAtTheThresholdOnceItWasSlow) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  DatabaseOptions o = with_standby();
+  o.hedge_budget = 0;
+  o.slow_copy_probe_every = std::chrono::seconds(30);
+  Database db(o);
+  learn(db);
+  const std::string slow = slow_on_standby(0.5);
+  {
+    // The first slow answer is waited for: nothing is known yet.
+    RequestScope scope(std::chrono::seconds(3));
+    Result<Rows> r = db.read(slow);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->text(0, 0), "2");
+  }
+  for (int i = 0; i < 3; ++i) {
+    // Then the standby gets no longer than the slow threshold (20 ms) before the primary
+    // answers; after two more of those it is ejected.
+    RequestScope scope(std::chrono::seconds(3));
+    const auto started = std::chrono::steady_clock::now();
+    Result<Rows> r = db.read(slow);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->text(0, 0), "1") << "read " << i;
+    EXPECT_LT(seconds_since(started), 0.25) << "read " << i;
+  }
+  EXPECT_TRUE(db.replica_slow(0));
+  EXPECT_EQ(db.hedged_reads(), 0u);
 }
 
 TEST(PgSlowStandby, AProbeThatFindsTheStandbyFastAgainBringsItBack) {
