@@ -9,7 +9,7 @@
 // Needs a server: HOLDFAST_TEST_PG_URL (scripts/pg-test-server.sh start prints one). With a
 // hot standby (HOLDFAST_TEST_PG_STANDBY_URL) it also reads the standby with the slow-copy
 // rule and hedging on (the defaults) against both off, to show what they cost a read the
-// standby answers at once (ADR 0039).
+// standby answers at once (ADR 0041).
 #include <benchmark/benchmark.h>
 #include <libpq-fe.h>
 

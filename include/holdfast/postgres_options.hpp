@@ -81,7 +81,7 @@ struct DatabaseOptions {
   Duration silence_after = std::chrono::milliseconds(500);
   /// what the silence check may take; > 0 when silence_after > 0
   Duration silence_check_timeout = std::chrono::milliseconds(500);
-  /// Slow copies (DESIGN.md §12, ADR 0039). A replica read not answered within the
+  /// Slow copies (DESIGN.md §12, ADR 0041). A replica read not answered within the
   /// replica's normal latency (the 95th percentile of its last 64 answers, at least
   /// hedge_min_delay; none before its 16th answer) is also sent to the primary, when a
   /// primary connection is free and its Shield admits it: the first answer is the read's, the

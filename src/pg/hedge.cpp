@@ -1,4 +1,4 @@
-// Slow copies (DESIGN.md §12, ADR 0039): a replica read hedged to the primary
+// Slow copies (DESIGN.md §12, ADR 0041): a replica read hedged to the primary
 // (replica_read()), and what each replica answer says of the replica's speed
 // (judge_replica(): outlier ejection, slow_copy.hpp). No second thread: both reads are sent
 // with libpq's non-blocking calls and one poll() watches both sockets; the first answer is

@@ -132,7 +132,7 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
     return not_replayed(replica.name);
   }
   answer = ReplicaAnswer::kFailed;
-  // A replica far slower than the primary gets no reads but its probes (ADR 0039); after the
+  // A replica far slower than the primary gets no reads but its probes (ADR 0041); after the
   // primary failed (`past_hold`), a slow answer beats none.
   bool probe = false;
   if (!past_hold && options_.slow_copy_floor > Duration::zero()) {

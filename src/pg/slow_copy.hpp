@@ -2,7 +2,7 @@
 // (CopyLatency: an EWMA and the 95th percentile of its last 64 answers), whether a replica is
 // used less because it answers far slower than the primary (SlowCopy: outlier ejection), and
 // the budget of hedged reads (HedgeBudget). All of it atomics: no lock and no allocation on a
-// read's way. pg::Database's use of them: hedge.cpp and replica_state.cpp; ADR 0039.
+// read's way. pg::Database's use of them: hedge.cpp and replica_state.cpp; ADR 0041.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// The slow-copy rule (src/pg/slow_copy.hpp, ADR 0039) on virtual time: when a replica is
+// The slow-copy rule (src/pg/slow_copy.hpp, ADR 0041) on virtual time: when a replica is
 // ejected for answering far slower than the primary, how often it is probed, when it comes
 // back, and the hedge budget. No server, no sleep.
 #include "slow_copy.hpp"

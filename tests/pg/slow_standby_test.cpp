@@ -1,4 +1,4 @@
-// A standby that answers, but slowly (DESIGN.md §12, ADR 0039), on the real primary and hot
+// A standby that answers, but slowly (DESIGN.md §12, ADR 0041), on the real primary and hot
 // standby: a statement that sleeps only in recovery. Its reads are hedged to the primary,
 // whose answer comes well before the slow one; after three such reads the standby is used
 // less (ejected) and reads go to the primary at once; a probe that finds it fast again
