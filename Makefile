@@ -27,8 +27,8 @@ drill: deps
 	@build/release/apps/holdfast/holdfast drill --out drill-out $(DRILL_ARGS)
 
 # The scale-out drill: a throwaway PostgreSQL primary + hot standby (and a PgBouncer), each
-# strategy as 3 panel processes, fourteen real faults (silence too: hang, blackhole,
-# standby-hang, pooler-pause; failover last); about 5 minutes. Reports land in drill-pg-out/; the cluster
+# strategy as 3 panel processes, fifteen real faults (silence too: hang, blackhole,
+# standby-hang, pooler-pause; a slow standby: standby-slow; failover last); about 5 minutes. Reports land in drill-pg-out/; the cluster
 # is removed afterwards. DRILL_ARGS="--faults hang,blackhole" runs a few.
 drill-pg: deps
 	@cmake --preset release >/dev/null

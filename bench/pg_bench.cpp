@@ -6,7 +6,10 @@
 // benchmarks alternate the two within each iteration, so both see the same noise, and report
 // `ratio` = holdfast time / raw time.
 //
-// Needs a server: HOLDFAST_TEST_PG_URL (scripts/pg-test-server.sh start prints one).
+// Needs a server: HOLDFAST_TEST_PG_URL (scripts/pg-test-server.sh start prints one). With a
+// hot standby (HOLDFAST_TEST_PG_STANDBY_URL) it also reads the standby with the slow-copy
+// rule and hedging on (the defaults) against both off, to show what they cost a read the
+// standby answers at once (ADR 0041).
 #include <benchmark/benchmark.h>
 #include <libpq-fe.h>
 
@@ -33,6 +36,9 @@ struct Fixture {
   std::unique_ptr<holdfast::pg::Database> db;
   holdfast::pg::Statement stmt;
   bool ok = false;
+  // Reads on the standby: the defaults, and with hedging and the slow-copy rule off.
+  std::unique_ptr<holdfast::pg::Database> standby, standby_plain;
+  bool standby_ok = false;
 
   Fixture() {
     const char* u = std::getenv("HOLDFAST_TEST_PG_URL");
@@ -56,8 +62,22 @@ struct Fixture {
     if (!s.ok()) return;
     stmt = std::move(*s);
     ok = db->read(sql, {1}).ok() && db->read(stmt, {1}).ok();  // warm: connect, prepare
+    if (const char* su = std::getenv("HOLDFAST_TEST_PG_STANDBY_URL"); su != nullptr && ok) {
+      o.replica_urls = {su};
+      standby = std::make_unique<holdfast::pg::Database>(o);
+      o.hedge_budget = 0;
+      o.slow_copy_floor = holdfast::Duration::zero();
+      standby_plain = std::make_unique<holdfast::pg::Database>(o);
+      // The table reaches the standby by streaming: warm until both read it there.
+      for (int i = 0; i < 200 && !standby_ok; ++i) {
+        standby_ok = standby->read(sql, {1}).ok() && standby_plain->read(sql, {1}).ok();
+        if (!standby_ok) ::usleep(10'000);
+      }
+    }
   }
   ~Fixture() {
+    standby.reset();
+    standby_plain.reset();
     db.reset();
     if (raw != nullptr) {
       exec("DROP TABLE IF EXISTS " + table);
@@ -113,6 +133,18 @@ bool skip(benchmark::State& state) {
   return rows.ok() ? rows->text(0, 0).size() : 0;
 }
 
+[[gnu::noinline]] std::size_t standby_read(int id) {
+  holdfast::RequestScope scope;
+  auto rows = fixture().standby->read(fixture().sql, {id});
+  return rows.ok() ? rows->text(0, 0).size() : 0;
+}
+
+[[gnu::noinline]] std::size_t standby_plain_read(int id) {
+  holdfast::RequestScope scope;
+  auto rows = fixture().standby_plain->read(fixture().sql, {id});
+  return rows.ok() ? rows->text(0, 0).size() : 0;
+}
+
 template <std::size_t (*Read)(int)>
 void BM_Read(benchmark::State& state) {
   if (skip(state)) return;
@@ -132,6 +164,10 @@ BENCHMARK(BM_Read<holdfast_prepared_read>)->Name("Holdfast/read(Statement)");
 template <std::size_t (*Raw)(int), std::size_t (*Ours)(int)>
 void BM_Paired(benchmark::State& state) {
   if (skip(state)) return;
+  if ((Raw == standby_plain_read) && !fixture().standby_ok) {
+    state.SkipWithError("SKIPPED: no hot standby (set HOLDFAST_TEST_PG_STANDBY_URL)");
+    return;
+  }
   using Clock = std::chrono::steady_clock;
   Clock::duration raw{};
   Clock::duration ours{};
@@ -159,6 +195,10 @@ void BM_Paired(benchmark::State& state) {
 BENCHMARK(BM_Paired<raw_read, holdfast_read>)->Name("Paired/read(sql)_vs_PQexecParams");
 BENCHMARK(BM_Paired<raw_prepared_read, holdfast_prepared_read>)
     ->Name("Paired/read(Statement)_vs_PQexecPrepared");
+// Here raw_us is the standby read with hedging and the slow-copy rule off, holdfast_us with
+// both on (the defaults).
+BENCHMARK(BM_Paired<standby_plain_read, standby_read>)
+    ->Name("Paired/standby_read_slow_copies_on_vs_off");
 
 }  // namespace
 

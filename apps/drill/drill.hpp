@@ -110,6 +110,9 @@ struct StrategyResult {
   // Of the requests started while the lock was held, the share answered with a fresh page
   // within 6 s (the origins' retry budget).
   double served_during_storm_pct = 0;
+  // Of the payments started while the storm was held, the share confirmed (200/201, at any
+  // latency); -1 when none started.
+  double payments_served_pct = -1;
   // From the lock's release to the last answer that was not a fresh page (0: none after it).
   double back_after_s = 0;
   int processes = 1;  // panel processes serving the strategy

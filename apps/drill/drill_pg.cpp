@@ -11,9 +11,9 @@ namespace holdfast::panel {
 
 const std::vector<std::string>& all_pg_faults() {
   static const std::vector<std::string> kAll = {
-      "write-lock", "read-lock",    "terminate",    "restart",     "stop",
-      "exhaust",    "cpu",          "standby-stop", "standby-lag", "hang",
-      "blackhole",  "standby-hang", "pooler-pause", "failover"};
+      "write-lock", "read-lock", "terminate",    "restart",      "stop",
+      "exhaust",    "cpu",       "standby-stop", "standby-lag",  "standby-slow",
+      "hang",       "blackhole", "standby-hang", "pooler-pause", "failover"};
   return kAll;
 }
 

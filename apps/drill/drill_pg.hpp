@@ -34,6 +34,10 @@ namespace holdfast::panel {
 //   cpu           CPU-burning backends (two per core) for 20 s: a capacity drop
 //   standby-stop  the standby stopped for 10 s
 //   standby-lag   replay paused on the standby (pg_wal_replay_pause()) for 15 s
+//   standby-slow  the drill's proxy in front of the standby passes on every answer of the
+//                 standby 300 ms late, for 10 s: slow, not silent (connections stay open).
+//                 Proved caused (SELECT 1 through the proxy takes at least 300 ms) and
+//                 undone (it answers in less again)
 // Silence (DESIGN.md section 10; FAULTS.md, "Silence and failover"): nothing fails, nothing
 // answers. Each proves it was caused (SELECT 1 on the path it cuts gets no answer within
 // 800 ms) and undone (that path answers again within 10 s of its end), else the drill fails.

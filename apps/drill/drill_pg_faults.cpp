@@ -150,6 +150,66 @@ class ReplayPauseFault final : public Fault {
   bool paused_ = false;
 };
 
+// standby-slow: the proxy in front of the standby passes on everything the standby sends
+// kStandbyAnswerDelay late; connections stay open and the standby answers all along: slow,
+// not silent (FAULTS.md, "A slow copy"). Proved caused by SELECT 1 through the proxy
+// answering no sooner than the delay (a new connection: a few round trips, each delayed),
+// and undone by its answering in less than the delay again.
+constexpr std::chrono::milliseconds kStandbyAnswerDelay{300};
+
+class StandbySlowFault final : public Fault {
+ public:
+  explicit StandbySlowFault(const PgDrill& drill)
+      : proxy_(drill.proxy_of(drill.cluster->standby_port())),
+        port_(drill.cluster->standby_port()),
+        direct_(drill.cluster->standby_url("postgres")),
+        through_(with_port(direct_, proxy_.port())) {}
+  Status begin() override {
+    if (Status s = expect_role(direct_, true, "the standby"); !s.ok()) return s;
+    Result<double> before = ask_within(through_, "SELECT 1", seconds(2));
+    if (!before.ok()) return Status(before.status()).annotate("the standby through its proxy");
+    proxy_.set_answer_delay(kStandbyAnswerDelay);
+    Result<double> during = ask_within(through_, "SELECT 1", seconds(5));
+    if (!during.ok()) {
+      return Status(during.status()).annotate("the slowed standby was to answer, but");
+    }
+    if (*during < static_cast<double>(kStandbyAnswerDelay.count())) {
+      return Status(Code::kInternal,
+                    fmt::format("the standby through its proxy answered SELECT 1 in {:.0f} ms: "
+                                "not slowed",
+                                *during));
+    }
+    evidence_ = fmt::format(
+        "the proxy in front of the standby (port {}) passes its answers on {} ms late: SELECT 1 "
+        "on a new connection through it took {:.0f} ms before, {:.0f} ms at the start",
+        port_, kStandbyAnswerDelay.count(), *before, *during);
+    return Status();
+  }
+  Status end() override {
+    proxy_.set_answer_delay(std::chrono::milliseconds(0));
+    return Status();
+  }
+  Status check_undone() override {
+    if (Status s = expect_answer(through_, "the standby through its proxy"); !s.ok()) return s;
+    Result<double> after = ask_within(through_, "SELECT 1", seconds(2));
+    if (!after.ok()) return Status(after.status()).annotate("the standby through its proxy");
+    if (*after >= static_cast<double>(kStandbyAnswerDelay.count())) {
+      return Status(Code::kInternal,
+                    fmt::format("the standby through its proxy still took {:.0f} ms after the "
+                                "fault's end",
+                                *after));
+    }
+    evidence_ += fmt::format(", {:.0f} ms after its end", *after);
+    return Status();
+  }
+  ~StandbySlowFault() override { proxy_.set_answer_delay(std::chrono::milliseconds(0)); }
+
+ private:
+  TcpProxy& proxy_;
+  int port_;
+  std::string direct_, through_;
+};
+
 // exhaust: the primary's connection slots taken until the server refuses one (53300), the
 // drill's panels' backends (every strategy's database; PgBouncer's too) terminated and the
 // slots they free taken as well, then kLeftForPanels given back. From then on, every
@@ -303,6 +363,7 @@ std::unique_ptr<Fault> make_fault(const StormSpec& spec, PgDrill& drill, const D
   if (f == "cpu") return std::make_unique<CpuFault>(drill, spec.seconds);
   if (f == "standby-stop") return std::make_unique<ServerDownFault>(drill, true);
   if (f == "standby-lag") return std::make_unique<ReplayPauseFault>(drill);
+  if (f == "standby-slow") return std::make_unique<StandbySlowFault>(drill);
   return nullptr;
 }
 
@@ -350,7 +411,7 @@ double default_fault_seconds(const std::string& fault) {
   if (fault == "restart") return 0;
   if (fault == "stop" || fault == "standby-lag") return 15;
   if (fault == "exhaust" || fault == "cpu") return 20;
-  if (fault == "standby-stop") return 10;
+  if (fault == "standby-stop" || fault == "standby-slow") return 10;
   // The freeze, the promotion 3 s later, the fence 20 s after it, and two seconds for the
   // old primary's rebuild (about 0.5-1.5 s on the drill's small cluster), which may run
   // past the end: the fault ends once the rebuilt standby streams.

@@ -8,9 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <deque>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +24,17 @@ namespace holdfast::panel::drill {
 namespace {
 
 constexpr std::size_t kPipeBytes = std::size_t{64} * 1024;
+// The most a link holds back while its server's answers are delayed: past it the proxy stops
+// reading from that server until some is passed on.
+constexpr std::size_t kMaxDelayedBytes = std::size_t{1024} * 1024;
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// What a server sent while its answers are delayed, and when it may be passed on.
+struct Delayed {
+  SteadyTime due;
+  std::string bytes;
+};
 
 // Bytes read from one side and not yet written to the other.
 struct Pipe {
@@ -60,6 +75,10 @@ struct Link {
   bool connecting = false;  // the connect to the primary is under way
   bool closed = false;      // freed at the end of the loop's turn
   bool broken = false;      // a side failed during a blackhole: closed when it ends
+  // The server's bytes held back by a delay, oldest first (passed on in order, also after
+  // the delay ends).
+  std::deque<Delayed> delayed;
+  std::size_t delayed_bytes = 0;
 };
 
 void no_delay(int fd) {
@@ -91,8 +110,8 @@ struct TcpProxy::Loop {
     std::array<epoll_event, 128> events{};
     bool blackholed = proxy.blackhole_.load();
     while (!proxy.stop_.load()) {
-      const int n =
-          ::epoll_wait(proxy.epoll_fd_, events.data(), static_cast<int>(events.size()), -1);
+      const int n = ::epoll_wait(proxy.epoll_fd_, events.data(), static_cast<int>(events.size()),
+                                 release_due(blackholed));
       if (n < 0 && errno != EINTR) return;
       for (int i = 0; i < n; ++i) {
         void* tag = events[static_cast<std::size_t>(i)].data.ptr;
@@ -119,6 +138,65 @@ struct TcpProxy::Loop {
         }
       }
       free_closed();
+    }
+  }
+
+  // Passes on the delayed bytes that are due (not while blackholed); returns the epoll
+  // timeout until the next are (-1: none waits).
+  int release_due(bool blackholed) {
+    if (blackholed) return -1;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    SteadyTime next = SteadyTime::max();
+    for (auto& [raw, link] : links) {
+      Link& l = *link;
+      if (l.closed || l.delayed.empty()) continue;
+      while (!l.delayed.empty() && l.delayed.front().due <= now) {
+        Delayed& d = l.delayed.front();
+        const std::size_t room = l.to_client.room();
+        const std::size_t n = std::min(room, d.bytes.size());
+        if (n == 0) break;
+        std::memcpy(l.to_client.data.get() + l.to_client.end, d.bytes.data(), n);
+        l.to_client.end += n;
+        l.delayed_bytes -= n;
+        if (n == d.bytes.size()) {
+          l.delayed.pop_front();
+        } else {
+          d.bytes.erase(0, n);
+        }
+      }
+      if (l.client.fd >= 0 && !l.to_client.empty()) flush(l.client);
+      if (l.closed) continue;
+      if (!l.delayed.empty()) next = std::min(next, l.delayed.front().due);
+      if (l.server.eof && l.delayed.empty() && l.to_client.empty()) {
+        close(l);
+        continue;
+      }
+      watch(l, false);
+    }
+    free_closed();
+    if (next == SteadyTime::max()) return -1;
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::clamp<long long>(ms, 1, 1000));
+  }
+
+  // Reads what the server of `l` sent into its delayed queue, due `delay` from now.
+  void hold_back(End& e, std::chrono::milliseconds delay) {
+    Link& l = *e.link;
+    char buf[16384];
+    ssize_t n;
+    do {
+      n = ::recv(e.fd, buf, sizeof buf, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      l.delayed.push_back(Delayed{std::chrono::steady_clock::now() + delay,
+                                  std::string(buf, static_cast<std::size_t>(n))});
+      l.delayed_bytes += static_cast<std::size_t>(n);
+      proxy.to_client_ += static_cast<std::uint64_t>(n);
+    } else if (n == 0) {
+      e.eof = true;
+      if (l.delayed.empty() && l.to_client.empty()) close(l);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      close(l);
     }
   }
 
@@ -198,9 +276,17 @@ struct TcpProxy::Loop {
     if (!l.closed) watch(l, false);
   }
 
-  // Reads what `e` sent and passes it on at once.
+  // Reads what `e` sent and passes it on at once (a server's, while its answers are
+  // delayed, once the delay has passed).
   void receive(End& e) {
     Link& l = *e.link;
+    if (e.server) {
+      const std::chrono::milliseconds delay(proxy.delay_ms_.load());
+      if (delay.count() > 0 || !l.delayed.empty()) {
+        hold_back(e, delay);
+        return;
+      }
+    }
     Pipe& p = filled_by(e);
     const std::size_t room = p.room();
     if (room > 0) {
@@ -239,7 +325,8 @@ struct TcpProxy::Loop {
       return;
     }
     p.begin = p.end = 0;
-    if (other(e).eof) close(l);  // all it sent before closing is through
+    // All it sent before closing is through.
+    if (other(e).eof && (e.server || l.delayed.empty())) close(l);
   }
 
   void add(End& e) {
@@ -264,7 +351,8 @@ struct TcpProxy::Loop {
         want = EPOLLOUT;
       } else {
         Pipe& in = filled_by(*e);
-        if (!e->eof && !in.full()) want |= EPOLLIN;
+        const bool holding = e->server && l.delayed_bytes >= kMaxDelayedBytes;
+        if (!e->eof && !in.full() && !holding) want |= EPOLLIN;
         if (!drained_to(*e).empty()) want |= EPOLLOUT;
       }
       if (want == e->mask) continue;
@@ -344,6 +432,11 @@ TcpProxy::~TcpProxy() {
 
 void TcpProxy::set_blackhole(bool on) noexcept {
   blackhole_ = on;
+  wake();
+}
+
+void TcpProxy::set_answer_delay(std::chrono::milliseconds delay) noexcept {
+  delay_ms_ = delay.count();
   wake();
 }
 

@@ -12,6 +12,11 @@
 // buffer per direction per connection: a full buffer stops reading from the side that
 // fills it. A few thousand small messages a second cost it well under a millisecond each.
 //
+// For the standby-slow fault it can also delay what the server sends: while an answer delay
+// is set, every chunk the server sends is passed on to the client that long after it
+// arrived (in order; connections stay open and the client's bytes go through at once), so
+// the server is slow, not silent.
+//
 // When the primary refuses a connection (the stop fault), the client's connection is
 // closed at once: the client reads "server closed the connection unexpectedly" where it
 // would have read "connection refused". A side that closes or resets closes both sides,
@@ -19,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +54,9 @@ class TcpProxy {
   // Thread-safe; takes effect within one turn of the proxy's loop (microseconds).
   void set_blackhole(bool on) noexcept;
   [[nodiscard]] bool blackholed() const noexcept { return blackhole_.load(); }
+  // Thread-safe: every chunk the server sends from now on reaches its client `delay` later
+  // (zero: at once, after what is held back already).
+  void set_answer_delay(std::chrono::milliseconds delay) noexcept;
   [[nodiscard]] Counters counters() const noexcept;
 
  private:
@@ -61,6 +70,7 @@ class TcpProxy {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: a state change or stop
   std::atomic<bool> blackhole_{false};
+  std::atomic<long long> delay_ms_{0};
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> accepted_{0}, open_{0}, to_server_{0}, to_client_{0};
   std::thread thread_;

@@ -26,11 +26,12 @@ namespace holdfast::panel::drill {
 // switch: it blackholes the proxy of the primary of the moment), and the panels reach a
 // server's writes only through its proxy: their --pg URL (and --pg-logs), and PgBouncer's
 // server connections, so holdfast+pgbouncer meets the same blackhole between the pooler
-// and the primary. A change of primary keeps every port (the rebuilt standby takes the
-// old primary's), so the proxies and the URLs the panels were started with stay right;
-// which server is the primary is the roles' business (PgCluster). The standby's
-// replication, the panels' --pg-replica URL and the drill's own connections (faults,
-// audit) go to the servers directly.
+// and the primary; and their reads of the standby (--pg-replica) through the standby's, so
+// they meet the standby-slow fault's delay. A change of primary keeps every port (the
+// rebuilt standby takes the old primary's), so the proxies and the URLs the panels were
+// started with stay right; which server is the primary is the roles' business (PgCluster).
+// The standby's replication and the drill's own connections (faults, audit) go to the
+// servers directly.
 struct PgDrill {
   std::vector<std::pair<int, std::unique_ptr<TcpProxy>>> proxies;  // server port, its proxy
   std::unique_ptr<PgCluster> cluster;
@@ -83,13 +84,16 @@ struct PgDrill {
     return with_second_host(first, proxy_of(cluster->standby_port()).port());
   }
   // The URL the holdfast panels read database `db` from (--pg-replica): both servers,
-  // directly, the standby first, with target_session_attrs=standby (libpq 14+): a connect
+  // each through its proxy, the standby first, with target_session_attrs=standby (libpq
+  // 14+): a connect
   // takes whichever is in recovery, so after a change of primary the reads' new
   // connections reach the rebuilt standby and never the promoted one. (`prefer-standby`
   // would not do: the library connects to one host at a time, and libpq falls back to
   // any server when the one host it was given is not a standby.)
   [[nodiscard]] std::string app_standby_url(const std::string& db) const {
-    return with_second_host(cluster->standby_url(db), cluster->primary_port()) +
+    return with_second_host(
+               with_port(cluster->standby_url(db), proxy_of(cluster->standby_port()).port()),
+               proxy_of(cluster->primary_port()).port()) +
            "?target_session_attrs=standby";
   }
 };

@@ -191,8 +191,9 @@ void add_drill_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--faults", args->faults,
                   "postgres: write-lock, read-lock, terminate, restart, stop, exhaust, cpu, "
-                  "standby-stop, standby-lag, hang, blackhole, standby-hang, pooler-pause, "
-                  "failover (default: all, in this order); also failover-async and switchover, "
+                  "standby-stop, standby-lag, standby-slow, hang, blackhole, standby-hang, "
+                  "pooler-pause, failover (default: all, in this order); also failover-async and "
+                  "switchover, "
                   "which rebuild the old primary as the standby: any fault may follow them")
       ->delimiter(',');
   cmd->add_option("--ha", args->ha,

@@ -126,6 +126,8 @@ class Database;
 namespace detail {
 struct CallPipeline;
 class LostWrites;
+struct CopyState;
+class HedgeBudget;
 }  // namespace detail
 
 /// The transaction a transaction() function runs in. Statements may be anything but the
@@ -271,6 +273,19 @@ class Database {
     return e.liveness != nullptr && e.liveness->silent();
   }
 
+  /// Whether replica `i` is used less now because it answers far slower than the primary
+  /// (DatabaseOptions::slow_copy_floor; std::out_of_range for a bad index).
+  [[nodiscard]] bool replica_slow(std::size_t i) const;
+  /// Replica reads also sent to the primary (DatabaseOptions::hedge_budget), probes of a
+  /// slow replica included.
+  [[nodiscard]] std::uint64_t hedged_reads() const noexcept {
+    return hedged_.load(std::memory_order_relaxed);
+  }
+  /// Hedged reads the primary answered first.
+  [[nodiscard]] std::uint64_t hedges_won() const noexcept {
+    return hedges_won_.load(std::memory_order_relaxed);
+  }
+
   /// The primary's Shield (breaker, throttle, metrics), and each replica's.
   [[nodiscard]] Shield& shield() noexcept { return *primary_->shield; }
   /// Replica `i`'s Shield (std::out_of_range for a bad index).
@@ -332,6 +347,8 @@ class Database {
     std::unique_ptr<Pool> writes;  ///< primary only
     ReplayLag lag;                 ///< replicas only
     CatchUp catch_up;              ///< replicas only
+    /// Its read latency, and (replicas) whether it is used less (slow_copy.hpp).
+    std::unique_ptr<detail::CopyState> copy;
     /// The server's liveness watch (silence_after > 0): shared with every connection.
     std::shared_ptr<detail::ServerWatch> watch;
     std::unique_ptr<HealthProbe> probe;  ///< its thread reads the members above
@@ -395,8 +412,11 @@ class Database {
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
   // a replica, and closes the session and its idle siblings to its host when the replica
-  // is not in recovery.
-  Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view);
+  // is not in recovery. A replica's new connection gets at most `replica_connect`.
+  // `exchange` (when not null): how long the round trip took, the wait for a connection left
+  // out.
+  Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view,
+                         Duration replica_connect = Duration::max(), Duration* exchange = nullptr);
   // One write on the primary, in a transaction of its own, and its commit's position.
   Result<Rows> write_once(const Work& work);
   // What a replica made of a read.
@@ -405,6 +425,23 @@ class Database {
     kFailed,    ///< it could not answer (breaker open, busy, down, lagging): the primary answers
     kBehind,    ///< it has not replayed the request's own writes yet: the primary answers
   };
+  // What became of a replica read's hedge (hedge.cpp).
+  struct Hedge {
+    bool sent = false;         // the read went to the primary too
+    bool primary_won = false;  // the primary's answer is the read's
+    bool gave_up = false;      // a slow replica's try was given up, no hedge sent
+  };
+  // One read on `replica` (read_once()), hedged to the primary (DatabaseOptions::hedge_budget)
+  // or, for a `probe` of a slow replica, once it waited the slow threshold.
+  Result<Rows> replica_read(Endpoint& replica, const Work& work, ReplicaView& view, bool probe,
+                            Hedge& hedge);
+  // read_once()'s end: the pipeline's status `s` (step `failed` failed) judged, the
+  // connection discarded when it must be, `view` filled.
+  Result<Rows> finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
+                           std::span<Rows> out, std::size_t head, std::size_t main,
+                           std::size_t failed, ReplicaView* view);
+  // What `replica`'s answer after `latency` (or its lost hedge) says of its speed.
+  void judge_replica(Endpoint& replica, bool lost_hedge, Duration latency, TimePoint now) noexcept;
   // One admitted read on a replica (counted in `stats`). A replica found behind the
   // request's writes moments ago is not asked again until its hold ends, unless
   // `past_hold`.
@@ -454,6 +491,9 @@ class Database {
   Clock* clock_;
   std::unique_ptr<Endpoint> primary_;
   std::vector<std::unique_ptr<Endpoint>> replicas_;
+  std::unique_ptr<detail::HedgeBudget> hedges_;
+  std::atomic<std::uint64_t> hedged_{0};
+  std::atomic<std::uint64_t> hedges_won_{0};
   std::atomic<bool> standard_strings_{true};
   // The URL names several hosts (failover: the writer is the one not in recovery).
   bool several_hosts_ = false;

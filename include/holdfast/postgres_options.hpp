@@ -81,6 +81,27 @@ struct DatabaseOptions {
   Duration silence_after = std::chrono::milliseconds(500);
   /// what the silence check may take; > 0 when silence_after > 0
   Duration silence_check_timeout = std::chrono::milliseconds(500);
+  /// Slow copies (DESIGN.md §12, ADR 0041). A replica read not answered within the
+  /// replica's normal latency (the 95th percentile of its last 64 answers, at least
+  /// hedge_min_delay; none before its 16th answer) is also sent to the primary, when a
+  /// primary connection is free and its Shield admits it: the first answer is the read's, the
+  /// other is cancelled and its connection closed. Each replica read earns `hedge_budget` of
+  /// a hedge (at most 10 saved); a hedge spends one. Writes are never hedged; the primary
+  /// holds every write, so a hedged read keeps read-your-writes. 0 turns hedging off.
+  /// REQUIRES: 0 <= hedge_budget <= 1.
+  double hedge_budget = 0.02;
+  /// The least a replica read waits before it is hedged. REQUIRES: > 0.
+  Duration hedge_min_delay = std::chrono::milliseconds(5);
+  /// A replica answer slower than slow_copy_factor x the primary's recent read latency
+  /// (an EWMA), and slower than slow_copy_floor, is slow; so is a hedge the replica lost.
+  /// After 3 slow ones in a row the replica gets no reads but one probe read every
+  /// slow_copy_probe_every (hedged to the primary once it has waited the threshold, so it
+  /// costs its caller at most that), until 2 probes in a row answer within the threshold.
+  /// slow_copy_floor 0 turns it off. REQUIRES: >= 0; factor >= 1; probe_every > 0.
+  Duration slow_copy_floor = std::chrono::milliseconds(20);
+  double slow_copy_factor = 4.0;  ///< see slow_copy_floor
+  /// how often an ejected replica gets a probe read; see slow_copy_floor
+  Duration slow_copy_probe_every = std::chrono::milliseconds(200);
   /// The idempotency-key table used by once(). A plain or schema-qualified identifier.
   std::string idempotency_table = "holdfast_idempotency";
   /// The clock of the pools and Shields. nullptr: Clock::system().

@@ -159,6 +159,10 @@ class Pool {
   /// For callers that have somewhere else to go (a read that can fall back from a replica
   /// to the primary).
   Result<PooledConnection> try_acquire(TimePoint connect_deadline);
+  /// An idle connection, only while more than `leave` are idle; never connects, never
+  /// waits: UNAVAILABLE otherwise. For work that is worth doing only when the pool has a
+  /// connection to spare (a hedged read, which may close it).
+  Result<PooledConnection> try_idle(std::size_t leave);
   /// For a health probe: as try_acquire(), but while connects fail it connects at once,
   /// whatever the backoff (the probe is itself paced). When that connect works the pool
   /// serves again, so a server that is back is found within one probe interval.

@@ -29,22 +29,16 @@ using detail::refused;
 using detail::Step;
 using detail::Steps;
 
-// The most a replica read waits for a new connection to its replica. A connect takes a few
-// milliseconds; one that takes longer reaches a host that does not answer (after a failover,
-// the replica URL's frozen old primary, until the replica's liveness finds it silent), and
-// the primary can answer the read meanwhile.
-constexpr Duration kReplicaConnectTimeout = std::chrono::milliseconds(500);
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
 // Reads
 
 Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
-                                 ReplicaView* view) {
-  // A replica's new connection gets kReplicaConnectTimeout: the primary can answer instead.
-  Result<PooledConnection> lease = this->lease(
-      *endpoint.reads, may_wait, view != nullptr ? kReplicaConnectTimeout : Duration::max());
+                                 ReplicaView* view, Duration replica_connect, Duration* exchange) {
+  // A replica's new connection gets replica_connect: the primary can answer instead.
+  Result<PooledConnection> lease =
+      this->lease(*endpoint.reads, may_wait, view != nullptr ? replica_connect : Duration::max());
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
   detail::CallPipeline p;
@@ -52,11 +46,20 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   const std::size_t main = add_work(p, conn, work);
   std::array<Rows, Steps::kMax> out;
   std::size_t failed = p.steps.size;
+  const TimePoint sent = exchange != nullptr ? clock_->now() : TimePoint{};
   Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
+  if (exchange != nullptr) *exchange = clock_->now() - sent;
   p.marks.apply(conn, failed);
+  return finish_read(endpoint, *lease, std::move(s), out, head, main, failed, view);
+}
+
+Result<Rows> Database::finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
+                                   std::span<Rows> out, std::size_t head, std::size_t main,
+                                   std::size_t failed, ReplicaView* view) {
+  Connection& conn = *lease;
   if (!s.ok()) {
-    if (detail::pooler_refused(*lease, s)) return nothing_applied(std::move(s));
-    if (!conn.is_open()) lease->discard();
+    if (detail::pooler_refused(lease, s)) return nothing_applied(std::move(s));
+    if (!conn.is_open()) lease.discard();
     return failed < main ? nothing_applied(std::move(s)) : s;
   }
   if (view != nullptr) {
@@ -69,7 +72,7 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
       // target_session_attrs only at connect, so its sessions stayed). No session to it
       // serves this pool again; the next connect goes through the replica URL's hosts.
       endpoint.reads->drop_idle_to(conn);
-      lease->discard();
+      lease.discard();
     }
   }
   return std::move(out[main]);

@@ -74,6 +74,18 @@ struct Connection::Impl {
     return collect(send() != 0);
   }
   Status pipeline(std::span<const detail::Step> steps, std::span<Rows> out, std::size_t* failed);
+  // pipeline() in two halves, for a hedged read (hedge.cpp): the steps sent (`sent`: all of
+  // them and the Sync went out; a failure before anything was sent is returned), then their
+  // results collected.
+  Status pipeline_send(std::span<const detail::Step> steps, bool& sent);
+  Status pipeline_collect(std::span<const detail::Step> steps, bool sent, std::span<Rows> out,
+                          std::size_t* failed);
+  // Waits until `a` or `b` (may be null) has a result to read (or was lost, or its server
+  // found silent): 0 for `a`, 1 for `b`; -1 when `until` passed first.
+  static int first_answer(Impl& a, Impl* b, TimePoint until) noexcept;
+  // Gives up what runs on the connection: the cancel goes out (off this thread) and the
+  // connection is closed.
+  void abandon() noexcept;
 
  private:
   friend class LoopConnection;

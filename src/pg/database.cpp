@@ -16,6 +16,7 @@
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
+#include "slow_copy.hpp"
 
 namespace holdfast::pg {
 namespace {
@@ -120,6 +121,21 @@ void validate(const DatabaseOptions& o) {
       throw std::invalid_argument("DatabaseOptions::lost_writes.check_attempts must be at least 1");
     }
   }
+  if (!(o.hedge_budget >= 0.0 && o.hedge_budget <= 1.0)) {
+    throw std::invalid_argument("DatabaseOptions::hedge_budget must be within [0, 1]");
+  }
+  if (o.hedge_min_delay <= Duration::zero()) {
+    throw std::invalid_argument("DatabaseOptions::hedge_min_delay must be greater than zero");
+  }
+  if (o.slow_copy_floor < Duration::zero()) {
+    throw std::invalid_argument("DatabaseOptions::slow_copy_floor must not be negative");
+  }
+  if (!(o.slow_copy_factor >= 1.0)) {
+    throw std::invalid_argument("DatabaseOptions::slow_copy_factor must be at least 1");
+  }
+  if (o.slow_copy_probe_every <= Duration::zero()) {
+    throw std::invalid_argument("DatabaseOptions::slow_copy_probe_every must be greater than zero");
+  }
   if (o.max_replica_lag <= Duration::zero()) {
     throw std::invalid_argument("DatabaseOptions::max_replica_lag must be greater than zero");
   }
@@ -209,6 +225,7 @@ Database::Database(DatabaseOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::system()) {
   validate(options_);
+  hedges_ = std::make_unique<detail::HedgeBudget>(options_.hedge_budget);
   several_hosts_ = detail::ConnectionAccess::host_count(options_.url) > 1;
   primary_ = make_endpoint(options_.name, options_.url, true);
   for (std::size_t i = 0; i < options_.replica_urls.size(); ++i) {
@@ -299,6 +316,11 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
   auto e = std::make_unique<Endpoint>();
   e->name = std::move(name);
   e->shield = std::make_unique<Shield>(e->name, options_.shield, *clock_);
+  detail::SlowCopyRule rule;
+  rule.floor = options_.slow_copy_floor;
+  rule.factor = options_.slow_copy_factor;
+  rule.probe_every = options_.slow_copy_probe_every;
+  e->copy = std::make_unique<detail::CopyState>(rule);
   const Duration window = e->shield->reads().window();
 
   PoolOptions po;

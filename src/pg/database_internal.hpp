@@ -19,6 +19,12 @@ inline constexpr std::string_view kWalPositionSql =
     "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, "
     "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8)";
 
+// The most a replica read waits for a new connection to its replica. A connect takes a few
+// milliseconds; one that takes longer reaches a host that does not answer (after a failover,
+// the replica URL's frozen old primary, until the replica's liveness finds it silent), and
+// the primary can answer the read meanwhile.
+inline constexpr Duration kReplicaConnectTimeout = std::chrono::milliseconds(500);
+
 // The statements a pipeline prepares under a name, marked prepared on the connection once
 // the pipeline ran past them.
 struct Marks {

@@ -213,17 +213,29 @@ bool Connection::Impl::send_step(const detail::Step& step) {
 Status Connection::Impl::pipeline(std::span<const detail::Step> steps, std::span<Rows> out,
                                   std::size_t* failed) {
   if (failed != nullptr) *failed = steps.size();
+  bool sent = false;
+  if (Status s = pipeline_send(steps, sent); !s.ok()) return s;
+  return pipeline_collect(steps, sent, out, failed);
+}
+
+Status Connection::Impl::pipeline_send(std::span<const detail::Step> steps, bool& sent) {
+  sent = false;
   if (Status s = ready(); !s.ok()) return s;
   if (PQenterPipelineMode(conn) == 0) {
     return Status(Code::kInternal, "the connection could not enter pipeline mode: " +
                                        trim(or_empty(PQerrorMessage(conn))));
   }
-  bool sent = true;
+  sent = true;
   for (const detail::Step& step : steps) {
     if (!(sent = send_step(step))) break;
   }
   sent = sent && PQpipelineSync(conn) != 0;
+  return Status();
+}
 
+Status Connection::Impl::pipeline_collect(std::span<const detail::Step> steps, bool sent,
+                                          std::span<Rows> out, std::size_t* failed) {
+  if (failed != nullptr) *failed = steps.size();
   // In pipeline mode a nullptr ends one step's results, and PGRES_PIPELINE_SYNC the whole.
   PGresult* bad = nullptr;
   std::size_t at = 0;
@@ -275,8 +287,81 @@ Status Connection::Impl::pipeline(std::span<const detail::Step> steps, std::span
   return Status();
 }
 
+int Connection::Impl::first_answer(Impl& a, Impl* b, TimePoint until) noexcept {
+  Impl* c[2] = {&a, b};
+  const int n = b != nullptr ? 2 : 1;
+  for (;;) {
+    for (int i = 0; i < n; ++i) {
+      if (c[i]->conn == nullptr || PQisBusy(c[i]->conn) == 0) return i;
+    }
+    const Duration left = until - a.clock->now();
+    if (until != TimePoint::max() && left <= Duration::zero()) return -1;
+    const int timeout_ms =
+        until == TimePoint::max()
+            ? 60'000
+            : static_cast<int>(std::min<long long>(
+                  std::chrono::ceil<std::chrono::milliseconds>(left).count(), 60'000));
+    // Per connection: its socket, its server's and its host's silence (poll() skips a
+    // negative descriptor). A silent one is its caller's to collect: that gives up at once.
+    pollfd p[6];
+    for (int i = 0; i < n; ++i) {
+      const Impl& x = *c[i];
+      p[3 * i] = {PQsocket(x.conn), POLLIN, 0};
+      p[3 * i + 1] = {x.watch != nullptr ? x.watch->wake_fd : -1, POLLIN, 0};
+      p[3 * i + 2] = {x.host != nullptr ? x.host->wake_fd : -1, POLLIN, 0};
+    }
+    const int r = ::poll(p, static_cast<nfds_t>(3 * n), timeout_ms);
+    if (r < 0 && errno != EINTR) return 0;  // let the first one's collect report it
+    for (int i = 0; r > 0 && i < n; ++i) {
+      if (p[3 * i + 1].revents != 0 || p[3 * i + 2].revents != 0) return i;
+      if (p[3 * i].revents == 0) continue;
+      Impl& x = *c[i];
+      if (x.watch != nullptr) {
+        if (Liveness* live = x.watch->liveness.load(std::memory_order_acquire)) {
+          live->answered(x.clock->coarse_now());
+        }
+      }
+      if (PQconsumeInput(x.conn) == 0) return i;  // lost: its collect reports it
+    }
+  }
+}
+
+void Connection::Impl::abandon() noexcept {
+  if (conn == nullptr) return;
+  cancel();  // off this thread: the server stops the statement when it gets to it
+  PQfinish(conn);
+  conn = nullptr;
+}
+
 // ---------------------------------------------------------------------------------------
 // detail::ConnectionAccess
+
+Status detail::ConnectionAccess::pipeline_send(Connection& c, std::span<const Step> steps,
+                                               bool& sent) {
+  sent = false;
+  if (!c.impl_) return Connection::Impl::closed();
+  return c.impl_->pipeline_send(steps, sent);
+}
+
+Status detail::ConnectionAccess::pipeline_collect(Connection& c, std::span<const Step> steps,
+                                                  bool sent, std::span<Rows> out,
+                                                  std::size_t* failed) {
+  if (!c.impl_) {
+    if (failed != nullptr) *failed = steps.size();
+    return Connection::Impl::closed();
+  }
+  return c.impl_->pipeline_collect(steps, sent, out, failed);
+}
+
+int detail::ConnectionAccess::first_answer(Connection& a, Connection* b, TimePoint until) noexcept {
+  if (!a.impl_) return 0;
+  if (b != nullptr && !b->impl_) return 1;
+  return Connection::Impl::first_answer(*a.impl_, b != nullptr ? b->impl_.get() : nullptr, until);
+}
+
+void detail::ConnectionAccess::abandon(Connection& c) noexcept {
+  if (c.impl_) c.impl_->abandon();
+}
 
 Result<Rows> detail::ConnectionAccess::query_unchecked(Connection& c, std::string_view sql,
                                                        std::span<const Param> params) {

@@ -62,6 +62,16 @@ struct ConnectionAccess {
   // connection was lost, the deadline passed).
   static Status pipeline(Connection& c, std::span<const Step> steps, std::span<Rows> out,
                          std::size_t* failed = nullptr);
+  // pipeline() in two halves, for a hedged read: the steps sent without waiting (`sent`:
+  // all of them and the Sync went out), then their results collected as pipeline() does.
+  static Status pipeline_send(Connection& c, std::span<const Step> steps, bool& sent);
+  static Status pipeline_collect(Connection& c, std::span<const Step> steps, bool sent,
+                                 std::span<Rows> out, std::size_t* failed = nullptr);
+  // Waits until `a` or `b` (may be null), each with a pipeline sent, has a result to read
+  // (or was lost, or its server found silent): 0 for `a`, 1 for `b`, -1 when `until` passed.
+  static int first_answer(Connection& a, Connection* b, TimePoint until) noexcept;
+  // Cancels what runs on `c` (off this thread) and closes it.
+  static void abandon(Connection& c) noexcept;
   // Statement ids prepared on this connection (holdfast::pg::Statement and the prefixes).
   static bool is_prepared(const Connection& c, std::uint32_t id) noexcept;
   static void mark_prepared(Connection& c, std::uint32_t id);

@@ -118,6 +118,22 @@ Result<PooledConnection> Pool::try_acquire(TimePoint connect_deadline) {
   return acquire_impl(nullptr, &connect_deadline, Mode::kNoWait);
 }
 
+Result<PooledConnection> Pool::try_idle(std::size_t leave) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const detail::ServerWatch* watch = connect_.watch.get();
+  while (idle_.size() > leave && (watch == nullptr || !watch->silent())) {
+    Connection conn = std::move(idle_.back());
+    idle_.pop_back();
+    lock.unlock();
+    if (conn.check()) return PooledConnection(this, std::move(conn), false);
+    conn.close();
+    lock.lock();
+    --open_;
+    ++stats_.discarded;
+  }
+  return Status(Code::kUnavailable, "no connection to spare");
+}
+
 Result<PooledConnection> Pool::acquire_for_probe(TimePoint connect_deadline) {
   return acquire_impl(nullptr, &connect_deadline, Mode::kProbe);
 }

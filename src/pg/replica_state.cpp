@@ -15,6 +15,7 @@
 #include "holdfast/postgres.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
+#include "slow_copy.hpp"
 
 namespace holdfast::pg {
 
@@ -131,6 +132,17 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
     return not_replayed(replica.name);
   }
   answer = ReplicaAnswer::kFailed;
+  // A replica far slower than the primary gets no reads but its probes (ADR 0041); after the
+  // primary failed (`past_hold`), a slow answer beats none.
+  bool probe = false;
+  if (!past_hold && options_.slow_copy_floor > Duration::zero()) {
+    const detail::SlowCopy::Use use = replica.copy->slow.use(start);
+    if (use == detail::SlowCopy::Use::kSkip) [[unlikely]] {
+      return Status(Code::kUnavailable,
+                    replica.name + " answers far slower than the primary: the primary answers");
+    }
+    probe = use == detail::SlowCopy::Use::kProbe;
+  }
   Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
   Shield::Admission a = call.admit(start);
   if (a.kind != Shield::Admission::Kind::kAttempt) {
@@ -139,8 +151,28 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   }
   // No waiting for a busy replica or its reconnect backoff: the primary can answer now.
   ReplicaView view;
-  Result<Rows> r = read_once(replica, work, /*may_wait=*/false, &view);
+  Hedge hedge;
+  Result<Rows> r = replica_read(replica, work, view, probe, hedge);
   const TimePoint end = clock.now();
+  if (hedge.sent) ++stats.attempts;  // the primary's try
+  if (hedge.primary_won) {
+    // The primary answered first: the answer is the read's (the primary holds every write).
+    // The replica's try was given up, which says nothing to its breaker, but that it was
+    // slower than the primary.
+    ++stats.attempts;
+    a.permit.cancel();
+    judge_replica(replica, /*lost_hedge=*/true, end - start, end);
+    answer = ReplicaAnswer::kAnswered;
+    return r;
+  }
+  if (hedge.gave_up) {
+    // A replica whose last answer was slow did not answer within the slow threshold and no
+    // hedge could go: another slow answer for it (neutral to its breaker); the primary answers.
+    ++stats.attempts;
+    a.permit.cancel();
+    judge_replica(replica, /*lost_hedge=*/true, end - start, end);
+    return r;
+  }
   if (!r.ok() && is_own_shedding(r.status())) {
     // Nothing reached the replica (its pool is busy or in its reconnect backoff): no
     // attempt, no evidence for its breaker; the primary answers.
@@ -181,6 +213,7 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   }
   call.succeeded(std::move(a.permit),
                  shield.breaker().measures_latency() ? end - start : Duration::zero());
+  judge_replica(replica, /*lost_hedge=*/false, end - start, end);
   answer = ReplicaAnswer::kBehind;
   if (verdict == detail::ReplicaVerdict::kBehind) {
     // Healthy, but behind the request's own writes: the primary answers.
@@ -231,7 +264,15 @@ Result<Rows> Database::primary_read(const Work& work, RoutedCall& route) {
     route.left_to_replica = true;
     return left_to_a_replica();
   }
-  return read_once(*primary_, work, true, nullptr);
+  if (replicas_.empty()) [[likely]] {
+    return read_once(*primary_, work, true, nullptr);
+  }
+  // With replicas, the primary's read latency (its round trips, not the waits for one of
+  // its connections) is what a replica's is judged against.
+  Duration took{};
+  Result<Rows> r = read_once(*primary_, work, true, nullptr, Duration::max(), &took);
+  if (r.ok()) primary_->copy->latency.record(took);
+  return r;
 }
 
 bool RoutedCall::replicas_again_after(const Status& primary) const noexcept {
