@@ -9,9 +9,9 @@
 #include <cstdint>
 
 #include "alloc_counter.hpp"
-#include "holdfast/circuit_breaker.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "alloc_counter.hpp"
-#include "holdfast/database_sink.hpp"
-#include "holdfast/logger.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "alloc_counter.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "alloc_counter.hpp"
-#include "holdfast/retry.hpp"
+#include "holdfast/core/retry.hpp"
 
 namespace {
 

@@ -29,7 +29,7 @@ int on_sqlite() {
 // [/sqlite]
 
 // [postgres]
-#include <holdfast/postgres.hpp>
+#include <holdfast/pg.hpp>
 namespace pg = holdfast::pg;
 
 int on_postgres(const char* url) {

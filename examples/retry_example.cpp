@@ -1,6 +1,6 @@
 #include <cstdio>
-#include <holdfast/classify.hpp>
-#include <holdfast/retry.hpp>
+#include <holdfast/core/classify.hpp>
+#include <holdfast/core/retry.hpp>
 
 // Your own database call: locked twice (SQLITE_BUSY), then it answers.
 holdfast::Result<int> count_games(int& calls) {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "holdfast/postgres_sql.hpp"
+#include "holdfast/pg/sql.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view sql(reinterpret_cast<const char*>(data), size);

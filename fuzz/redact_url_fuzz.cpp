@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/postgres_url.hpp"
+#include "holdfast/pg/url.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "holdfast/sqlite_database.hpp"
+#include "holdfast/sqlite/database.hpp"
 
 namespace {
 holdfast::sqlite::Database& database() {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 #include "storm.hpp"
 #include "strategy.hpp"
 

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "drill_run.hpp"
-#include "holdfast/random.hpp"
+#include "holdfast/core/random.hpp"
 #include "http_client.hpp"
 
 namespace holdfast::panel::drill {

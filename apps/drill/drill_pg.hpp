@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "drill.hpp"
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast::panel {
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "drill_pg_silence.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 
 namespace holdfast::panel::drill {
 namespace {

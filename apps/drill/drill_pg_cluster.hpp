@@ -14,7 +14,7 @@
 #include <string>
 
 #include "drill_pg_process.hpp"
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast::panel::drill {
 

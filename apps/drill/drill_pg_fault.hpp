@@ -13,7 +13,7 @@
 
 #include "drill_pg_run.hpp"
 #include "drill_pg_silence.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 
 namespace holdfast::panel::drill::faults {
 

@@ -11,7 +11,7 @@
 
 #include "drill_pg_cluster.hpp"
 #include "drill_pg_silence.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 #include "http_client.hpp"
 
 namespace holdfast::panel::drill {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "drill_pg_process.hpp"
-#include "holdfast/clock.hpp"
-#include "holdfast/result.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast::panel::drill {
 

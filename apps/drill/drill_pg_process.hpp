@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/clock.hpp"
-#include "holdfast/result.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast::panel::drill {
 

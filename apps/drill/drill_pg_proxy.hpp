@@ -30,7 +30,7 @@
 #include <string>
 #include <thread>
 
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast::panel::drill {
 

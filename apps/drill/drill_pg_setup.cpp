@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "drill_pg_run.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 #include "http_client.hpp"
 
 namespace holdfast::panel::drill {

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "drill_run.hpp"
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 
 namespace holdfast::panel::drill {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 
 namespace holdfast::panel {
 

@@ -14,8 +14,8 @@
 #include <functional>
 #include <string>
 
-#include "holdfast/clock.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/status.hpp"
 
 struct sqlite3;
 

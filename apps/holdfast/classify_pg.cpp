@@ -17,8 +17,8 @@
 #include <chrono>
 #include <string>
 
-#include "holdfast/postgres_connection.hpp"
-#include "holdfast/postgres_sql.hpp"
+#include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/sql.hpp"
 
 namespace holdfast::cli {
 

@@ -48,14 +48,14 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "holdfast/database_sink.hpp"
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 #include "safe_print.hpp"
 #include "utf8.hpp"
 #ifdef HOLDFAST_HAVE_PG
-#include "holdfast/postgres_connection.hpp"
-#include "holdfast/postgres_log_store.hpp"
-#include "holdfast/postgres_url.hpp"
+#include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/log_store.hpp"
+#include "holdfast/pg/url.hpp"
 #endif
 
 namespace holdfast::cli {

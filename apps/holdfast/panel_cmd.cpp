@@ -27,7 +27,7 @@
 #include "club_store.hpp"
 #include "commands.hpp"
 #ifdef HOLDFAST_HAVE_PG
-#include "holdfast/postgres_url.hpp"
+#include "holdfast/pg/url.hpp"
 #endif
 #include "logging.hpp"
 #include "safe_print.hpp"

@@ -36,7 +36,7 @@
 
 #include "commands.hpp"
 #include "drill_markdown.hpp"
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 #include "safe_print.hpp"
 #include "svg_plot.hpp"
 

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/sim.hpp"
 
 namespace holdfast::cli {

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/logger.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/status.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast::panel::http {
 struct Response;

@@ -29,8 +29,8 @@
 #include "holdfast/adapters/asio.hpp"
 #include "holdfast/adapters/asio_sqlite.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
-#include "holdfast/postgres.hpp"
-#include "holdfast/postgres_lsn.hpp"
+#include "holdfast/pg.hpp"
+#include "holdfast/pg/lsn.hpp"
 #endif
 
 namespace holdfast::panel::lane {

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "demo_data.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 
 namespace holdfast::panel::pgschema {
 

@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "club_model.hpp"
-#include "holdfast/clock.hpp"
-#include "holdfast/postgres_lost_writes.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/pg/lost_writes.hpp"
 #include "holdfast/sqlite.hpp"
 #include "passwords.hpp"
 #include "strategy.hpp"

@@ -9,8 +9,8 @@
 
 #include "club_schema_pg.hpp"
 #include "demo_data.hpp"
-#include "holdfast/postgres_url.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/pg/url.hpp"
 #include "idempotency.hpp"
 
 namespace holdfast::panel {

@@ -21,8 +21,8 @@
 #include <utility>
 
 #include "club_store.hpp"
-#include "holdfast/postgres.hpp"
-#include "holdfast/postgres_lsn.hpp"
+#include "holdfast/pg.hpp"
+#include "holdfast/pg/lsn.hpp"
 
 namespace holdfast::panel {
 

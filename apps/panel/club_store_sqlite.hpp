@@ -9,7 +9,7 @@
 
 #include "club_store.hpp"
 #include "data_epoch.hpp"
-#include "holdfast/health_probe.hpp"
+#include "holdfast/core/health_probe.hpp"
 #include "holdfast/sqlite.hpp"
 #include "idempotency.hpp"
 

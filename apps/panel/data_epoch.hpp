@@ -17,7 +17,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "holdfast/status.hpp"
+#include "holdfast/core/status.hpp"
 
 struct sqlite3;
 

@@ -1,6 +1,6 @@
 #include "housekeeper.hpp"
 
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
 #include "route_helpers.hpp"
 
 namespace holdfast::panel {

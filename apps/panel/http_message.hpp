@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::panel::http {
 

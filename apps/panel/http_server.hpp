@@ -49,7 +49,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "holdfast/status.hpp"
+#include "holdfast/core/status.hpp"
 #include "http_message.hpp"
 #include "traffic_ring.hpp"
 

@@ -8,7 +8,7 @@
 //   - a key is 1 to 255 bytes of UTF-8 with no control bytes (NUL included); an empty header
 //     means "no key".
 //
-// Both stores keep keys with the driver's once() (holdfast/idempotency.hpp): the key
+// Both stores keep keys with the driver's once() (holdfast/core/idempotency.hpp): the key
 // recorded is "<user id>:<route>:<Idempotency-Key>", its result "<fingerprint>:<row id>".
 #pragma once
 
@@ -18,8 +18,8 @@
 #include <string_view>
 #include <utility>
 
-#include "holdfast/result.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/status.hpp"
 
 namespace holdfast::panel {
 

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
-#include "holdfast/postgres_log_store.hpp"
+#include "holdfast/pg/log_store.hpp"
 #endif
 
 namespace holdfast::panel {

@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "holdfast/database_sink.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/sqlite_database.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/sqlite/database.hpp"
 #include "strategy.hpp"
 
 namespace holdfast::panel {

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast::panel {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "holdfast/logger.hpp"
+#include "holdfast/log/logger.hpp"
 #include "utf8.hpp"
 
 namespace holdfast::panel {

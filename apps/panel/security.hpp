@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 #include "http_message.hpp"
 

@@ -24,8 +24,8 @@
 
 #include "answers.hpp"
 #include "club_store.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/log/logger.hpp"
 #include "http_message.hpp"
 #include "http_server.hpp"
 #include "security.hpp"

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
 #include "route_helpers.hpp"
 
 namespace holdfast::panel {

@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::panel {
 

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "holdfast/database_sink.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/log/database_sink.hpp"
 #include "html.hpp"
 #include "svg_plot.hpp"
 

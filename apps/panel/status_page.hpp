@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/postgres_lost_writes.hpp"
+#include "holdfast/pg/lost_writes.hpp"
 #include "traffic_ring.hpp"
 
 namespace holdfast {

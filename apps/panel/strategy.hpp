@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::panel {
 

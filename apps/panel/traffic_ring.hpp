@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::panel {
 

@@ -47,8 +47,8 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/result.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast {
 

@@ -47,11 +47,11 @@
 #include <string_view>
 #include <vector>
 
-#include "holdfast/clock.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/shield.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/status.hpp"
 
 /// The simulator: open-loop load against a modelled database, run through a retry strategy
 /// (see the top of sim.hpp).
@@ -209,7 +209,7 @@ struct Strategy {
   /// get (refused, 53300, or a wait longer than the timeout judged from the queue); the
   /// probe itself takes no database capacity. Zero: no health probe (the Shield default).
   Duration health_interval = Duration::zero();
-  /// > 0: each Shield has a Liveness watch (holdfast/liveness.hpp), as pg::Database gives
+  /// > 0: each Shield has a Liveness watch (holdfast/core/liveness.hpp), as pg::Database gives
   /// every server: attempts waiting this long with no answer of any kind make the database
   /// suspect, and a check (what "SELECT 1" sent then would get: no answer during a hang)
   /// confirms it; then the breaker opens and the attempts in flight give up at once. The

@@ -3,16 +3,16 @@
 ///
 /// A thin RAII layer over the sqlite3 C API (no sqlite3.h in these headers):
 /// @code
-///   sqlite_options.hpp    Options: path, WAL, synchronous, foreign_keys, busy_timeout,
+///   sqlite/options.hpp    Options: path, WAL, synchronous, foreign_keys, busy_timeout,
 ///                         read connections, statement cache
-///   sqlite_statement.hpp  Statement (bind by index or name, step, reset) and Row (typed,
+///   sqlite/statement.hpp  Statement (bind by index or name, step, reset) and Row (typed,
 ///                         checked column access)
-///   sqlite_query.hpp      Query (prepared once, classified read or write by the engine),
+///   sqlite/query.hpp      Query (prepared once, classified read or write by the engine),
 ///                         the query helpers execute / query_one / query / for_each
-///   sqlite_database.hpp   Database (read connections with PRAGMA query_only=1, one writer
+///   sqlite/database.hpp   Database (read connections with PRAGMA query_only=1, one writer
 ///                         served first come first served) and Transaction (BEGIN
 ///                         IMMEDIATE, rolled back when destroyed)
-///   sqlite_resilient.hpp  ResilientDatabase: the same API, reads retried within the
+///   sqlite/resilient.hpp  ResilientDatabase: the same API, reads retried within the
 ///                         request's window, writes never doubled
 /// @endcode
 ///
@@ -20,8 +20,8 @@
 /// extended result code and the Fault that decides whether and how it may be retried.
 #pragma once
 
-#include "holdfast/sqlite_database.hpp"
-#include "holdfast/sqlite_options.hpp"
-#include "holdfast/sqlite_query.hpp"
-#include "holdfast/sqlite_resilient.hpp"
-#include "holdfast/sqlite_statement.hpp"
+#include "holdfast/sqlite/database.hpp"
+#include "holdfast/sqlite/options.hpp"
+#include "holdfast/sqlite/query.hpp"
+#include "holdfast/sqlite/resilient.hpp"
+#include "holdfast/sqlite/statement.hpp"

@@ -1,4 +1,4 @@
-#include "holdfast/circuit_breaker.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
 
 #include <algorithm>
 #include <limits>

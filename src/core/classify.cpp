@@ -1,6 +1,6 @@
 // The fault tables. docs/faults.md explains each row; tests check every one, and check the
 // SQLite numbers against sqlite3.h.
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 
 #include <algorithm>
 #include <array>

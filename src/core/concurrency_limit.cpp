@@ -1,4 +1,4 @@
-#include "holdfast/concurrency_limit.hpp"
+#include "holdfast/core/concurrency_limit.hpp"
 
 #include <algorithm>
 #include <cmath>

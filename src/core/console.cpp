@@ -1,4 +1,4 @@
-#include "holdfast/console.hpp"
+#include "holdfast/log/console.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "holdfast/health_probe.hpp"
+#include "holdfast/core/health_probe.hpp"
 
 #include <exception>
 #include <stdexcept>

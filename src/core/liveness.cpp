@@ -1,10 +1,10 @@
-#include "holdfast/liveness.hpp"
+#include "holdfast/core/liveness.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
 
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast {
 namespace {

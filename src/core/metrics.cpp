@@ -1,4 +1,4 @@
-#include "holdfast/metrics.hpp"
+#include "holdfast/core/metrics.hpp"
 
 #include <charconv>
 #include <cmath>

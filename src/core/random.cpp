@@ -1,4 +1,4 @@
-#include "holdfast/random.hpp"
+#include "holdfast/core/random.hpp"
 
 #include <random>
 

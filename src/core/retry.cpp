@@ -1,9 +1,9 @@
-#include "holdfast/retry.hpp"
+#include "holdfast/core/retry.hpp"
 
 #include <stdexcept>
 #include <string>
 
-#include "holdfast/console.hpp"
+#include "holdfast/log/console.hpp"
 
 namespace holdfast {
 namespace {

@@ -1,4 +1,4 @@
-#include "holdfast/retry_throttle.hpp"
+#include "holdfast/core/retry_throttle.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 
 #include <limits>
 #include <stdexcept>

@@ -2,7 +2,7 @@
 // under the concurrency limit, by class) share: the line's constants. Not installed.
 #pragma once
 
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast::shield_detail {
 

@@ -1,10 +1,10 @@
-#include "holdfast/status.hpp"
+#include "holdfast/core/status.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "holdfast/idempotency.hpp"
-#include "holdfast/result.hpp"
+#include "holdfast/core/idempotency.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast {
 

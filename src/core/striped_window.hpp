@@ -16,12 +16,12 @@
 #include <cstdint>
 #include <memory>
 
-#include "holdfast/circuit_breaker.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
 #include "holdfast/detail/stripes.hpp"
 
 namespace holdfast::detail {
 
-// StripedWindow (declared in holdfast/circuit_breaker.hpp, where the breaker holds one):
+// StripedWindow (declared in holdfast/core/circuit_breaker.hpp, where the breaker holds one):
 //
 //   StripedWindow(buckets, bucket_ns)
 //       REQUIRES: 1 <= buckets <= kMaxWindowBuckets, bucket_ns >= 1.

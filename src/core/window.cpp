@@ -1,4 +1,4 @@
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
 
 #include <stdexcept>
 

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "format.hpp"
-#include "holdfast/logger.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast {
 namespace {

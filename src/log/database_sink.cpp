@@ -1,4 +1,4 @@
-#include "holdfast/database_sink.hpp"
+#include "holdfast/log/database_sink.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/logger.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast::log_detail {
 

@@ -1,5 +1,5 @@
 # The logger (std only): Logger, ConsoleSink, DatabaseSink, retention. Included by
-# src/CMakeLists.txt into holdfast_core. The spdlog adapter (include/holdfast/spdlog_sink.hpp)
+# src/CMakeLists.txt into holdfast_core. The spdlog adapter (include/holdfast/log/spdlog_sink.hpp)
 # is header-only and needs no target: its users link spdlog::spdlog themselves.
 target_sources(holdfast_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/console_sink.cpp

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "holdfast/console.hpp"
+#include "holdfast/log/console.hpp"
 
 namespace holdfast::log_detail {
 namespace {

@@ -15,10 +15,10 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/clock.hpp"
-#include "holdfast/database_sink.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/status.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast::log_detail {
 

@@ -6,8 +6,8 @@
 // Thread safety: none; it belongs to the sink's writer thread.
 #pragma once
 
-#include "holdfast/clock.hpp"
-#include "holdfast/logger.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast::log_detail {
 

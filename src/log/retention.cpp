@@ -1,6 +1,6 @@
 #include <string>
 
-#include "holdfast/database_sink.hpp"
+#include "holdfast/log/database_sink.hpp"
 
 namespace holdfast {
 

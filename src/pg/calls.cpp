@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "database_internal.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

@@ -6,7 +6,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "holdfast/postgres_lsn.hpp"
+#include "holdfast/pg/lsn.hpp"
 
 namespace holdfast::pg::detail {
 

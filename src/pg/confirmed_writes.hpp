@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::pg::detail {
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "connection_impl.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/postgres_connection.hpp"
-#include "holdfast/postgres_sql.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/sql.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

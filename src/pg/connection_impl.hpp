@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
 

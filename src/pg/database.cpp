@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "database_internal.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/pg.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"

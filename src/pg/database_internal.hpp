@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg::detail {

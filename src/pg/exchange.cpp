@@ -12,7 +12,7 @@
 
 #include "connection_impl.hpp"
 #include "exchange_results.hpp"
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "database_internal.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
 #include "slow_copy.hpp"
 

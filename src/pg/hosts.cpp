@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "connection_impl.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/pg/connection.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

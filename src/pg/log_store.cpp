@@ -1,5 +1,5 @@
-#include "holdfast/postgres_log_store.hpp"
-#include "holdfast/postgres_url.hpp"
+#include "holdfast/pg/log_store.hpp"
+#include "holdfast/pg/url.hpp"
 
 #include <algorithm>
 #include <exception>

@@ -1,7 +1,7 @@
 // LoopConnection: one libpq connection in non-blocking mode, stepped by the caller's event
 // loop. The same Impl as Connection (its parameter binding, its notices, its classification
 // of failures), without a single wait: where Connection::Impl polls, this returns Want.
-#include "holdfast/postgres_loop.hpp"
+#include "holdfast/pg/loop.hpp"
 
 #include <libpq-fe.h>
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "array_literal.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/postgres_lsn.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg::detail {

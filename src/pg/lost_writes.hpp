@@ -1,5 +1,5 @@
 // A Database's watch for confirmed writes that a change of writer lost (not installed;
-// holdfast/postgres_lost_writes.hpp, ADR 0036).
+// holdfast/pg/lost_writes.hpp, ADR 0036).
 #pragma once
 
 #include <atomic>
@@ -13,10 +13,10 @@
 #include <unordered_set>
 
 #include "confirmed_writes.hpp"
-#include "holdfast/console.hpp"
-#include "holdfast/metrics.hpp"
-#include "holdfast/postgres_connection.hpp"
-#include "holdfast/postgres_lost_writes.hpp"
+#include "holdfast/core/metrics.hpp"
+#include "holdfast/log/console.hpp"
+#include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/lost_writes.hpp"
 
 namespace holdfast::pg::detail {
 

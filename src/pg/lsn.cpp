@@ -1,9 +1,9 @@
-// Lsn, and the request's read-your-writes position (postgres_lsn.hpp).
+// Lsn, and the request's read-your-writes position (pg/lsn.hpp).
 #include <charconv>
 #include <string>
 
-#include "holdfast/postgres_lsn.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

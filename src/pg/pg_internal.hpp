@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/liveness.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/core/liveness.hpp"
+#include "holdfast/pg/connection.hpp"
 
 struct pg_conn;  // libpq's PGconn
 
@@ -102,7 +102,7 @@ struct ConnectionAccess {
   static std::uintptr_t host_id(const Connection& c) noexcept;
   // "host:port" as libpq reports it (PQhost(), PQport()); empty when closed. No I/O.
   static std::string server_name(const Connection& c);
-  // A liveness check of the server `options` reach (holdfast/liveness.hpp): a connection of
+  // A liveness check of the server `options` reach (holdfast/core/liveness.hpp): a connection of
   // its own (no watch) and SELECT 1, all within `deadline`. kSilent when nothing came back
   // in time: neither the connect's handshake nor the query's answer. A refusal or an error
   // is an answer.
@@ -121,7 +121,7 @@ struct ConnectionAccess {
   static Connection::Impl* impl(Connection& c) noexcept;
 };
 
-// The current request's read-your-writes position (lsn.cpp; postgres_lsn.hpp).
+// The current request's read-your-writes position (lsn.cpp; pg/lsn.hpp).
 struct RequestPosition {
   std::uint64_t lsn = 0;
   std::uint32_t timeline = 0;  // of `lsn`; 0: not known

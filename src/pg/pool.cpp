@@ -5,7 +5,7 @@
 #include <system_error>
 #include <thread>
 
-#include "holdfast/postgres_pool.hpp"
+#include "holdfast/pg/pool.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
 

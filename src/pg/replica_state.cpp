@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "database_internal.hpp"
-#include "holdfast/clock.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/pg.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "slow_copy.hpp"

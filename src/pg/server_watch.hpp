@@ -1,5 +1,5 @@
 // What the connections to one server share with pg::Database's watch of it (not installed):
-// its Liveness (holdfast/liveness.hpp) and a descriptor that turns readable while the server
+// its Liveness (holdfast/core/liveness.hpp) and a descriptor that turns readable while the server
 // is silent, so that every exchange waiting on it gives up at once (DESIGN.md §10). The same
 // per host of a multi-host conninfo, process-wide (host_watch()). Also the driver's cancel
 // requests, sent off the request's thread.
@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "holdfast/liveness.hpp"
+#include "holdfast/core/liveness.hpp"
 
 namespace holdfast::pg::detail {
 

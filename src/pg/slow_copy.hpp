@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::pg::detail {
 

@@ -1,4 +1,4 @@
-// The lexical read-only classifier (postgres_sql.hpp). The lexer follows the rules of
+// The lexical read-only classifier (pg/sql.hpp). The lexer follows the rules of
 // PostgreSQL's own scanner (src/backend/parser/scan.l) closely enough that a word inside a
 // comment, a literal or a quoted identifier is never mistaken for a keyword.
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <cctype>
 #include <string>
 
-#include "holdfast/postgres_sql.hpp"
+#include "holdfast/pg/sql.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

@@ -1,4 +1,4 @@
-#include "holdfast/postgres_url.hpp"
+#include "holdfast/pg/url.hpp"
 
 #include <vector>
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "connection_impl.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 
 namespace holdfast::pg {
 

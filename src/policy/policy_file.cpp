@@ -20,11 +20,11 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/backoff.hpp"
-#include "holdfast/circuit_breaker.hpp"
-#include "holdfast/concurrency_limit.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/retry_throttle.hpp"
+#include "holdfast/core/backoff.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
+#include "holdfast/core/concurrency_limit.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/retry_throttle.hpp"
 
 namespace holdfast {
 namespace {

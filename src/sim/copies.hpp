@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "holdfast/random.hpp"
+#include "holdfast/core/random.hpp"
 #include "holdfast/sim.hpp"
 #include "load_model.hpp"
 #include "queues.hpp"

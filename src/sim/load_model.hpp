@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "holdfast/random.hpp"
+#include "holdfast/core/random.hpp"
 #include "holdfast/sim.hpp"
 
 namespace holdfast::sim::detail {

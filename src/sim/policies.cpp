@@ -2,9 +2,9 @@
 #include <chrono>
 #include <limits>
 
-#include "holdfast/backoff.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/backoff.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/sim.hpp"
 #include "seeds.hpp"
 

@@ -9,12 +9,12 @@
 #include <variant>
 #include <vector>
 
-#include "holdfast/circuit_breaker.hpp"
-#include "holdfast/clock.hpp"
-#include "holdfast/random.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/shield.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/random.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "queues.hpp"
 
 namespace holdfast::sim::detail {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "holdfast/random.hpp"
+#include "holdfast/core/random.hpp"
 #include "holdfast/sim.hpp"
 
 namespace holdfast::sim::detail {

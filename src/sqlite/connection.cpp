@@ -4,8 +4,8 @@
 #include <cctype>
 #include <chrono>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/window.hpp"
 
 namespace holdfast::sqlite::detail {
 namespace {

@@ -25,11 +25,11 @@
 #include <string_view>
 #include <vector>
 
-#include "holdfast/clock.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/sqlite_options.hpp"
-#include "holdfast/sqlite_query.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/status.hpp"
+#include "holdfast/sqlite/options.hpp"
+#include "holdfast/sqlite/query.hpp"
 #include "query_info.hpp"
 
 namespace holdfast::sqlite::detail {
@@ -66,7 +66,7 @@ class Connection {
   Result<sqlite3_stmt*> prepare(std::string_view sql);
   // Prepares `sql` (refusing, on a read connection, anything that would change the
   // connection while being prepared) and decides whether it is a read (see
-  // sqlite_query.hpp). Nothing is kept.
+  // sqlite/query.hpp). Nothing is kept.
   Result<AccessVerdict> judge_access(std::string_view sql, int* parameters = nullptr);
   // Runs every statement of `sql` in order; transaction control is refused.
   Status run_script(std::string_view sql);

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "database_impl.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/sqlite_database.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/sqlite/database.hpp"
 
 namespace holdfast::sqlite {
 namespace detail {

@@ -13,13 +13,13 @@
 
 #include "connection.hpp"
 #include "fair_lock.hpp"
-#include "holdfast/clock.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/sqlite_database.hpp"
-#include "holdfast/sqlite_options.hpp"
-#include "holdfast/sqlite_query.hpp"
-#include "holdfast/sqlite_statement.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/status.hpp"
+#include "holdfast/sqlite/database.hpp"
+#include "holdfast/sqlite/options.hpp"
+#include "holdfast/sqlite/query.hpp"
+#include "holdfast/sqlite/statement.hpp"
 
 namespace holdfast::sqlite::detail {
 
@@ -66,7 +66,7 @@ class DatabaseImpl {
 
   // The statement of a registered query on the right connection: a read connection
   // (checked out without a lock unless all are busy; then a bounded wait, see
-  // sqlite_database.hpp) or the writer (first come, first served). `out` is empty.
+  // sqlite/database.hpp) or the writer (first come, first served). `out` is empty.
   Status lease(const QueryInfo* info, Lease& lease, Statement& out);
   // Waits for the writer, first come first served, bounded the same way.
   Status acquire_writer(Lease& lease);

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::sqlite::detail {
 

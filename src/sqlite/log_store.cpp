@@ -1,4 +1,4 @@
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 
 namespace holdfast::sqlite {
 

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "connection.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/sqlite_query.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/sqlite/query.hpp"
 #include "query_info.hpp"
 
 namespace holdfast::sqlite {

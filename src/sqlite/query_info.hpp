@@ -1,11 +1,11 @@
 // Internal: what a Database knows of one SQL text, shared by every copy of its Query (not
-// installed; sqlite_query.hpp only names it).
+// installed; sqlite/query.hpp only names it).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "holdfast/sqlite_query.hpp"
+#include "holdfast/sqlite/query.hpp"
 
 namespace holdfast::sqlite::detail {
 

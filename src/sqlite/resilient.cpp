@@ -1,4 +1,4 @@
-#include "holdfast/sqlite_resilient.hpp"
+#include "holdfast/sqlite/resilient.hpp"
 
 namespace holdfast::sqlite {
 

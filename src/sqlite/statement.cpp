@@ -4,8 +4,8 @@
 
 #include "connection.hpp"
 #include "database_impl.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/sqlite_statement.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/sqlite/statement.hpp"
 
 namespace holdfast::sqlite {
 

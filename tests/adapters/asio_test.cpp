@@ -36,7 +36,7 @@ namespace net = ::asio;
 #include <thread>
 #include <vector>
 
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast::asio {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
-#include "holdfast/shield.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 
 namespace holdfast::libpqxx {
 namespace {

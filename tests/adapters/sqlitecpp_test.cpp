@@ -8,8 +8,8 @@
 #include <chrono>
 #include <string>
 
-#include "holdfast/shield.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "sqlite_faults.hpp"
 
 namespace holdfast::sqlitecpp {

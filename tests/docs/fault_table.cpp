@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 
 namespace {
 

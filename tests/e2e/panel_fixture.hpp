@@ -11,7 +11,7 @@
 #include <string>
 
 #include "club_store.hpp"
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 #include "http_client.hpp"
 #include "logging.hpp"
 #include "server.hpp"

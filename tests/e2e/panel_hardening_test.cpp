@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "hardening_checks.hpp"
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 #include "panel_fixture.hpp"
 #include "passwords.hpp"
 #include "raw_http.hpp"

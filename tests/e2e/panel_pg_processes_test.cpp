@@ -15,9 +15,9 @@
 
 #include "club_store.hpp"
 #include "drill_pg_process.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/postgres_lsn.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "http_client.hpp"
 #include "pg_scratch_database.hpp"
 #include "pg_test_support.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "club_store.hpp"
-#include "holdfast/logger.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast::panel::retention {
 

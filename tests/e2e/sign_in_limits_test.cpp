@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 #include "http_message.hpp"
 #include "security.hpp"
 #include "sign_in_gate.hpp"

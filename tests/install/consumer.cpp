@@ -5,13 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 
-#include <holdfast/classify.hpp>
-#include <holdfast/retry.hpp>
+#include <holdfast/core/classify.hpp>
+#include <holdfast/core/retry.hpp>
 #if CONSUMER_USES_SQLITE
-#include <holdfast/sqlite_database.hpp>
+#include <holdfast/sqlite/database.hpp>
 #endif
 #if CONSUMER_USES_PG
-#include <holdfast/postgres_connection.hpp>
+#include <holdfast/pg/connection.hpp>
 #endif
 #if CONSUMER_USES_SIM
 #include <holdfast/sim.hpp>

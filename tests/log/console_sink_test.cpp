@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "holdfast/console.hpp"
-#include "holdfast/logger.hpp"
+#include "holdfast/log/console.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast {
 namespace {

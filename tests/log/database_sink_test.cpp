@@ -1,4 +1,4 @@
-#include "holdfast/database_sink.hpp"
+#include "holdfast/log/database_sink.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "fake_log_store.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/logger.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/log/logger.hpp"
 
 namespace holdfast {
 namespace {

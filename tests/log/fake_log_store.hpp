@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "holdfast/database_sink.hpp"
+#include "holdfast/log/database_sink.hpp"
 
 namespace holdfast::testing_log {
 

@@ -1,4 +1,4 @@
-#include "holdfast/logger.hpp"
+#include "holdfast/log/logger.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

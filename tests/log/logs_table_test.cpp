@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/database_sink.hpp"
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 
 namespace holdfast {
 namespace {

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "fake_log_store.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/database_sink.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/log/database_sink.hpp"
 
 namespace holdfast {
 namespace {

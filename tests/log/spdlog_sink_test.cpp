@@ -1,4 +1,4 @@
-#include "holdfast/spdlog_sink.hpp"
+#include "holdfast/log/spdlog_sink.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "fake_log_store.hpp"
-#include "holdfast/classify.hpp"
-#include "holdfast/database_sink.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/log/database_sink.hpp"
 
 namespace holdfast {
 namespace {

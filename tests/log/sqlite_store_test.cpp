@@ -19,9 +19,9 @@
 
 #include <sqlite3.h>
 
-#include "holdfast/database_sink.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/sqlite_log_store.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/sqlite/log_store.hpp"
 #include "sqlite_faults.hpp"
 
 namespace holdfast {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "holdfast/adapters/asio_pg.hpp"
-#include "holdfast/postgres_connection.hpp"
+#include "holdfast/pg/connection.hpp"
 #include "pg_test_support.hpp"
 
 #if defined(HOLDFAST_ASIO_BOOST)

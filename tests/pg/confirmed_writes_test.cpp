@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::pg::detail {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast {

@@ -8,8 +8,8 @@
 #include <string_view>
 
 #include "array_literal.hpp"  // src/pg
-#include "holdfast/postgres_log_store.hpp"
-#include "holdfast/postgres_url.hpp"
+#include "holdfast/pg/log_store.hpp"
+#include "holdfast/pg/url.hpp"
 
 namespace holdfast::pg {
 namespace {

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/database_sink.hpp"
-#include "holdfast/logger.hpp"
-#include "holdfast/postgres_log_store.hpp"
+#include "holdfast/log/database_sink.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/pg/log_store.hpp"
 #include "log_store_support.hpp"
 #include "pg_test_support.hpp"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/logger.hpp"
-#include "holdfast/postgres_log_store.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/pg/log_store.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg::logstore_test {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/postgres_log_store.hpp"
+#include "holdfast/pg/log_store.hpp"
 #include "log_store_support.hpp"
 #include "pg_test_support.hpp"
 

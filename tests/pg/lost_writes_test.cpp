@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/logger.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/log/logger.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -4,8 +4,8 @@
 
 #include <thread>
 
-#include "holdfast/postgres_lsn.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/pg/lsn.hpp"
 
 namespace holdfast::pg {
 namespace {

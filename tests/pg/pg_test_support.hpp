@@ -24,7 +24,7 @@
 #include <thread>
 #include <utility>
 
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 
 namespace holdfast::pgtest {
 

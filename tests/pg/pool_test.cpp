@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/circuit_breaker.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

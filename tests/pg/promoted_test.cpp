@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "database_internal.hpp"
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast {

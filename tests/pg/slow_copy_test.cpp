@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 namespace holdfast::pg::detail {
 namespace {

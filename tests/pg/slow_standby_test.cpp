@@ -8,7 +8,7 @@
 #include <chrono>
 #include <string>
 
-#include "holdfast/postgres.hpp"
+#include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "holdfast/postgres_sql.hpp"
+#include "holdfast/pg/sql.hpp"
 
 namespace holdfast::pg {
 namespace {

@@ -1,4 +1,4 @@
-#include "holdfast/circuit_breaker.hpp"
+#include "holdfast/core/circuit_breaker.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/random.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/random.hpp"
 
 namespace holdfast {
 namespace {

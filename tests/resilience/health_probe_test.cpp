@@ -1,4 +1,4 @@
-#include "holdfast/health_probe.hpp"
+#include "holdfast/core/health_probe.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 
 namespace holdfast {
 namespace {

@@ -1,4 +1,4 @@
-#include "holdfast/liveness.hpp"
+#include "holdfast/core/liveness.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast {
 namespace {

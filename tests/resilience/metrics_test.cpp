@@ -1,4 +1,4 @@
-#include "holdfast/metrics.hpp"
+#include "holdfast/core/metrics.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast {
 namespace {

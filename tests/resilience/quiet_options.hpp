@@ -1,7 +1,7 @@
 // Shield options for the tests: seeded schedules, and retries that print nothing.
 #pragma once
 
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast::test_support {
 

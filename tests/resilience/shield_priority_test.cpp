@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 #include "quiet_options.hpp"
 
 namespace holdfast {

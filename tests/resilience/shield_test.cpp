@@ -1,4 +1,4 @@
-#include "holdfast/shield.hpp"
+#include "holdfast/core/shield.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/health_probe.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/health_probe.hpp"
 #include "quiet_options.hpp"
 
 namespace holdfast {

@@ -11,9 +11,9 @@
 #include <queue>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/health_probe.hpp"
-#include "holdfast/shield.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/health_probe.hpp"
+#include "holdfast/core/shield.hpp"
 
 namespace holdfast {
 namespace {

@@ -1,4 +1,4 @@
-#include "holdfast/retry_throttle.hpp"
+#include "holdfast/core/retry_throttle.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "holdfast/random.hpp"
+#include "holdfast/core/random.hpp"
 
 namespace holdfast {
 namespace {

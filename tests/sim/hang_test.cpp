@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 #include "holdfast/sim.hpp"
 
 namespace holdfast::sim {

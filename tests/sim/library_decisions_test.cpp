@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "holdfast/health_probe.hpp"
+#include "holdfast/core/health_probe.hpp"
 #include "holdfast/sim.hpp"
 
 namespace holdfast::sim {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 #include "holdfast/sqlite.hpp"
 #include "sqlite_faults.hpp"
 

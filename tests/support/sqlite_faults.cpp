@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 
 extern char** environ;
 

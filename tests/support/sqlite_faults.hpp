@@ -38,9 +38,9 @@
 #include <string_view>
 #include <thread>
 
-#include "holdfast/clock.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/status.hpp"
 
 struct sqlite3;
 

@@ -1,4 +1,4 @@
-#include "holdfast/backoff.hpp"
+#include "holdfast/core/backoff.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

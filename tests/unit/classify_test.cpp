@@ -1,4 +1,4 @@
-#include "holdfast/classify.hpp"
+#include "holdfast/core/classify.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "holdfast/clock.hpp"
+#include "holdfast/core/clock.hpp"
 
 #include <gtest/gtest.h>
 

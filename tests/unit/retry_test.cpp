@@ -1,4 +1,4 @@
-#include "holdfast/retry.hpp"
+#include "holdfast/core/retry.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/console.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/log/console.hpp"
 
 namespace holdfast {
 namespace {

@@ -1,9 +1,9 @@
-#include "holdfast/status.hpp"
+#include "holdfast/core/status.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "holdfast/result.hpp"
+#include "holdfast/core/result.hpp"
 
 namespace holdfast {
 namespace {

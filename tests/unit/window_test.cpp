@@ -1,11 +1,11 @@
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/retry.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/retry.hpp"
 
 namespace holdfast {
 namespace {

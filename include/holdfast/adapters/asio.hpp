@@ -101,10 +101,10 @@
 #include <asio/post.hpp>
 #endif
 
-#include "holdfast/result.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/shield.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/status.hpp"
 
 /// holdfast's Shield retry loop for asynchronous code on Asio (see the top of asio.hpp).
 namespace holdfast::asio {

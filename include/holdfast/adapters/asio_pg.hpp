@@ -84,10 +84,10 @@
 #endif
 
 #include "holdfast/adapters/asio.hpp"
-#include "holdfast/idempotency.hpp"
-#include "holdfast/postgres_loop.hpp"
-#include "holdfast/postgres_lsn.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/idempotency.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/pg/loop.hpp"
+#include "holdfast/pg/lsn.hpp"
 
 /// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
 namespace holdfast::asio::pg {

@@ -60,7 +60,7 @@
 #endif
 
 #include "holdfast/adapters/asio.hpp"
-#include "holdfast/window.hpp"
+#include "holdfast/core/window.hpp"
 
 namespace holdfast::asio {
 

@@ -47,11 +47,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "holdfast/classify.hpp"
-#include "holdfast/result.hpp"
-#include "holdfast/retry.hpp"
-#include "holdfast/shield.hpp"
-#include "holdfast/status.hpp"
+#include "holdfast/core/classify.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/status.hpp"
 
 /// holdfast over SQLiteCpp: classified errors and retried statements and transactions (see
 /// sqlitecpp.hpp).

@@ -1,0 +1,113 @@
+/// @file
+/// Backoff: a delay schedule plus jitter.
+///
+/// @code
+///   Backoff::steps({200ms, 600ms, 1500ms, 3000ms})          // the origin's read schedule,
+///                                                            // ±50% proportional jitter
+///   Backoff::exponential(1s, 2.0, 10s, Jitter::none())       // Tenacity's wait_exponential
+/// @endcode
+///
+/// Retry n (n = 1 before the second attempt) has a nominal delay; jitter spreads it:
+/// @code
+///   none             exactly the nominal delay d
+///   proportional(r)  uniform in [d(1-r), d(1+r)]            (r in [0, 1])
+///   full             uniform in [0, d]
+///   equal            uniform in [d/2, d]
+///   decorrelated     uniform in [first, 3 * previous], capped at the largest nominal delay
+///                    (AWS "decorrelated jitter"; `previous` starts at the first delay)
+/// @endcode
+///
+/// Configuration is validated at construction: std::invalid_argument names the field.
+/// Backoff is a copyable value; computing a delay allocates nothing.
+#pragma once
+
+#include <initializer_list>
+#include <vector>
+
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/random.hpp"
+
+namespace holdfast {
+
+/// How a Backoff spreads its nominal delay d (see the table at the top of this file). A
+/// copyable value.
+class Jitter {
+ public:
+  /// Which spread a Jitter applies.
+  enum class Kind : std::uint8_t {
+    kNone,          ///< exactly d
+    kProportional,  ///< uniform in [d(1-r), d(1+r)], r = ratio()
+    kFull,          ///< uniform in [0, d]
+    kEqual,         ///< uniform in [d/2, d]
+    kDecorrelated   ///< uniform in [first, 3 * previous], capped at the largest nominal delay
+  };
+
+  /// No jitter: every delay is exactly the nominal one.
+  static Jitter none() noexcept { return Jitter(Kind::kNone, 0.0); }
+  /// Uniform in [d(1-ratio), d(1+ratio)]. REQUIRES: 0 <= ratio <= 1, else
+  /// std::invalid_argument.
+  static Jitter proportional(double ratio);
+  /// Uniform in [0, d].
+  static Jitter full() noexcept { return Jitter(Kind::kFull, 0.0); }
+  /// Uniform in [d/2, d].
+  static Jitter equal() noexcept { return Jitter(Kind::kEqual, 0.0); }
+  /// AWS "decorrelated jitter": uniform in [first, 3 * previous], capped at the largest
+  /// nominal delay.
+  static Jitter decorrelated() noexcept { return Jitter(Kind::kDecorrelated, 0.0); }
+
+  /// Which spread this is.
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  /// The ratio of proportional jitter; 0 for the other kinds.
+  [[nodiscard]] double ratio() const noexcept { return ratio_; }
+
+ private:
+  Jitter(Kind kind, double ratio) noexcept : kind_(kind), ratio_(ratio) {}
+  Kind kind_;
+  double ratio_;
+};
+
+/// A delay schedule plus jitter: the wait before each retry. A copyable value; computing a
+/// delay allocates nothing.
+class Backoff {
+ public:
+  /// The origin's read schedule: 200/600/1500/3000 ms, each ±50%.
+  Backoff();
+
+  /// Fixed steps; the last one repeats. REQUIRES: at least one step, none negative.
+  static Backoff steps(std::vector<Duration> delays, Jitter jitter = Jitter::proportional(0.5));
+  /// The same, from a braced list of delays.
+  static Backoff steps(std::initializer_list<Duration> delays,
+                       Jitter jitter = Jitter::proportional(0.5)) {
+    return steps(std::vector<Duration>(delays), jitter);
+  }
+  /// base * factor^(n-1), at most cap. REQUIRES: base >= 0, factor >= 1, cap >= base.
+  static Backoff exponential(Duration base, double factor, Duration cap,
+                             Jitter jitter = Jitter::full());
+
+  /// The origin's read schedule (seeds/, Polish page): 200/600/1500/3000 ms ±50%.
+  static Backoff origin_reads();
+  /// The origin's session-read schedule: 150/500/1500/3000 ms ±50%.
+  static Backoff origin_session();
+
+  /// The un-jittered delay before retry n (n >= 1).
+  [[nodiscard]] Duration nominal(int retry) const noexcept;
+  /// The jittered delay before retry n. `previous` is the delay actually used before retry
+  /// n-1 (zero before the first retry); only decorrelated jitter reads it.
+  [[nodiscard]] Duration delay(int retry, Duration previous, Random& rng) const noexcept;
+  /// No delay() is ever larger than this.
+  [[nodiscard]] Duration max_delay() const noexcept;
+
+  /// The jitter this schedule applies.
+  [[nodiscard]] const Jitter& jitter() const noexcept { return jitter_; }
+
+ private:
+  Backoff(std::vector<Duration> steps, Duration base, double factor, Duration cap, Jitter jitter);
+
+  std::vector<Duration> steps_;  // empty for exponential
+  Duration base_{};
+  double factor_ = 1.0;
+  Duration cap_{};
+  Jitter jitter_;
+};
+
+}  // namespace holdfast

@@ -1,0 +1,159 @@
+/// @file
+/// Liveness: tells a server that is slow from one that is silent, and trips the Shield's
+/// breaker the moment it is sure the server went silent (DESIGN.md §10,
+/// docs/adr/0023-silence-is-a-fault.md).
+///
+/// @code
+///   holdfast::Liveness live(shield, check);     // one per server; `check` asks it "are you
+///                                               // there?" (a fresh connection and SELECT 1)
+///   // the driver, around every wait for the server (one exchange):
+///   live.waiting(now);  ...  live.answered(now) whenever bytes come back  ...  live.done();
+/// @endcode
+///
+/// A frozen process or VM, a blackholed network or a paused pooler refuses nothing: calls
+/// simply never come back, so no breaker rule fires until they time out a window later.
+/// Liveness watches for that:
+///   - Suspicion: work has waited on the server for `suspect_after` and nothing at all came
+///     back from it meanwhile (no answer to any exchange). A slow server that still works (a
+///     brownout, a long lock, a long query) answers something, or answers the check.
+///   - Confirmation: the driver's check (bounded by check_timeout) gets no answer. Then the
+///     server is silent: the Shield's breaker trips (opens at once, see
+///     CircuitBreaker::trip()), the driver is told (on_change(true): it wakes its exchanges
+///     and pool waits, which give up at once instead of at the end of their window), and
+///     requests are answered in milliseconds (a stale copy, another copy, or 503 with
+///     Retry-After) for as long as the silence lasts.
+///   - Back: while silent the check runs again every `recheck`; the first one answered ends
+///     the silence (on_change(false)) and closes the breaker as a health probe would: the
+///     first fresh page comes within about recheck + one round trip of the thaw.
+///   - Cost to a slow-but-working server: one check per suspicion. A check that was answered
+///     while work still waits doubles the quiet time needed for the next suspicion (up to
+///     `suspect_max`); any ordinary answer resets it.
+///
+/// With `background` (the default) a thread of its own looks every `tick` and runs the
+/// checks; tick(now) does the same on the caller's thread (tests, the simulator).
+///
+/// Thread safety: waiting(), answered() and done() are the hot path: relaxed atomics, no
+/// lock, no allocation. Everything may be called from any thread. At most one check runs at
+/// a time. The destructor stops and joins the thread (waiting for a check in progress,
+/// which check_timeout bounds).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+
+#include "holdfast/core/clock.hpp"
+
+namespace holdfast {
+
+class Shield;
+
+/// Watches one server's exchanges, checks a suspected silence and trips the Shield's breaker
+/// when it is confirmed (see the top of this file). Not copyable.
+class Liveness {
+ public:
+  /// The thresholds; the constructor checks them.
+  struct Options {
+    /// Work waiting this long with nothing heard from the server makes it suspect. > 0.
+    Duration suspect_after = std::chrono::milliseconds(500);
+    /// The longest quiet time a suspicion can need after answered checks. >= suspect_after.
+    Duration suspect_max = std::chrono::seconds(2);
+    /// What the check may take; the driver bounds its check by it. > 0.
+    Duration check_timeout = std::chrono::milliseconds(500);
+    /// While silent, the pause between the end of one check and the start of the next. > 0.
+    Duration recheck = std::chrono::milliseconds(100);
+    /// How often the background thread looks. > 0.
+    Duration tick = std::chrono::milliseconds(50);
+    bool background = true;  ///< a thread of its own looks every `tick`; false: only tick()
+  };
+
+  /// What one check found.
+  enum class CheckResult : std::uint8_t {
+    kAnswered,  ///< the server answered (whatever it said: a refusal is an answer too)
+    kSilent,    ///< nothing came back within check_timeout
+  };
+  /// Asks the server once, within `deadline`. Exceptions count as kAnswered (no evidence).
+  using CheckFn = std::function<CheckResult(TimePoint deadline)>;
+  /// Called (on the thread that noticed) when the server turns silent (true) and when it
+  /// answers again (false). Must not throw.
+  using ChangeFn = std::function<void(bool silent)>;
+
+  /// REQUIRES: `shield` outlives this object; `check` is not empty (else
+  /// std::invalid_argument, as are options out of range).
+  Liveness(Shield& shield, CheckFn check, ChangeFn on_change = {});
+  /// The same with `options`.
+  Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options options);
+  ~Liveness();
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+  /// An exchange starts waiting for the server at `now`.
+  void waiting(TimePoint now) noexcept {
+    if (waiting_.fetch_add(1, std::memory_order_relaxed) == 0) {
+      quiet_since_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    }
+  }
+  /// Something came back from the server at `now` (bytes, an error, the end of the stream).
+  void answered(TimePoint now) noexcept {
+    // Stored only when it moved: exchanges on many threads answered within one (coarse)
+    // clock tick do not write the shared line again.
+    const std::int64_t ns = now.time_since_epoch().count();
+    if (quiet_since_ns_.load(std::memory_order_relaxed) != ns) {
+      quiet_since_ns_.store(ns, std::memory_order_relaxed);
+    }
+    if (checks_answered_.load(std::memory_order_relaxed) != 0) {
+      checks_answered_.store(0, std::memory_order_relaxed);
+    }
+  }
+  /// The exchange stopped waiting (answered or given up).
+  void done() noexcept { waiting_.fetch_sub(1, std::memory_order_relaxed); }
+
+  /// True from a check that got no answer until one that did.
+  [[nodiscard]] bool silent() const noexcept { return silent_.load(std::memory_order_acquire); }
+  /// How long work has waited with nothing heard from the server (zero when nothing waits).
+  [[nodiscard]] Duration quiet_for(TimePoint now) const noexcept;
+
+  /// One look at `now`: runs a check when one is due (suspicion, or a recheck while silent),
+  /// on this thread. True when a check ran.
+  bool tick(TimePoint now);
+
+  /// Stops the background thread (idempotent; the destructor calls it).
+  void stop() noexcept;
+
+  /// Checks run so far.
+  [[nodiscard]] std::uint64_t checks() const noexcept {
+    return checks_.load(std::memory_order_relaxed);
+  }
+  /// Silences found so far (a check that got no answer while not already silent).
+  [[nodiscard]] std::uint64_t silences() const noexcept {
+    return silences_.load(std::memory_order_relaxed);
+  }
+  /// The options it was built with.
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+
+ private:
+  void loop() noexcept;
+  // The quiet time that makes the server suspect now.
+  [[nodiscard]] Duration suspicion_threshold() const noexcept;
+  void found(CheckResult result, TimePoint now) noexcept;
+
+  Shield* shield_;
+  CheckFn check_;
+  ChangeFn on_change_;
+  Options options_;
+  std::atomic<std::int64_t> waiting_{0};
+  std::atomic<std::int64_t> quiet_since_ns_{0};
+  std::atomic<int> checks_answered_{0};  // answered checks since the last ordinary answer
+  std::atomic<bool> silent_{false};
+  std::atomic<bool> checking_{false};
+  std::int64_t silent_since_ns_ = 0;  // the watch's own (under checking_)
+  std::int64_t last_check_end_ns_ = 0;
+  std::atomic<std::uint64_t> checks_{0};
+  std::atomic<std::uint64_t> silences_{0};
+  std::atomic<bool> stopping_{false};
+  Signal stop_signal_;
+  std::thread thread_;  // last: it uses the members above
+};
+
+}  // namespace holdfast

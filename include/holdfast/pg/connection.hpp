@@ -1,0 +1,318 @@
+/// @file
+/// holdfast::pg::Connection: a thin RAII wrapper over one libpq connection.
+///
+/// @code
+///   auto conn = holdfast::pg::Connection::open("postgresql://app@127.0.0.1:5432/app");
+///   if (!conn) return conn.status();
+///   auto rows = conn->query("SELECT name FROM court WHERE id = $1", {court_id});
+///   if (rows) std::string_view name = rows->text(0, 0);
+/// @endcode
+///
+/// - Extended protocol only: every statement is sent with its parameters apart from the SQL
+///   (PQsendQueryParams / PQsendPrepare / PQsendQueryPrepared). A string with more than one
+///   statement is refused before anything is sent.
+/// - Parameters are typed C++ values (Param); results are read as text or typed values (Rows).
+/// - Notices (and a FATAL that arrives while the connection is idle) are captured on the
+///   connection, never printed to stderr.
+/// - A lost connection is detected from the connection status, not only from a SQLSTATE; the
+///   FATAL behind it is read by draining every result, so a terminated backend reports 57P01
+///   rather than a bare "server closed the connection". Errors become Status values through
+///   holdfast::postgres_status(), connection failures through classify_pg_connect_failure().
+/// - Every wait on the server is bounded by the connection's deadline (set_deadline()): past
+///   it the statement is cancelled, and if the server does not answer the cancel either, the
+///   connection is closed and the Status says the outcome is unknown.
+///
+/// Thread safety: a Connection is used by one thread at a time. Move-only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/status.hpp"
+
+struct pg_result;  // libpq's PGresult
+
+/// The PostgreSQL driver: connections, a pool, the database with its read and write paths,
+/// and the logs table (see pg.hpp).
+namespace holdfast::pg {
+
+namespace detail {
+struct ConnectionAccess;
+}
+
+/// Type OIDs of the parameters we type ourselves (pg_type.dat).
+inline constexpr std::uint32_t kOidUnknown = 0;   ///< the server infers the type, like a literal
+inline constexpr std::uint32_t kOidBool = 16;     ///< bool
+inline constexpr std::uint32_t kOidInt8 = 20;     ///< int8 (bigint)
+inline constexpr std::uint32_t kOidInt4 = 23;     ///< int4 (integer)
+inline constexpr std::uint32_t kOidText = 25;     ///< text
+inline constexpr std::uint32_t kOidFloat8 = 701;  ///< float8 (double precision)
+
+/// One statement parameter: NULL, a bool, an integer, a double or text. Numbers are sent in
+/// text form with their type; text is sent untyped so the server infers its type from the
+/// statement (like a quoted literal), unless built with Param::typed().
+///
+/// A Param refers to the text it was built from: that text must outlive the call it is
+/// passed to (the usual `conn.query(sql, {a, b})` does).
+class Param {
+ public:
+  /// NULL.
+  Param(std::nullptr_t) noexcept : null_(true) {}  // NOLINT(google-explicit-constructor)
+  /// A bool ('t' or 'f', typed bool).
+  Param(bool v) noexcept;  // NOLINT(google-explicit-constructor)
+  /// An integer: int4 for a signed type of at most 4 bytes, otherwise int8.
+  template <class I>
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>) Param(I v)
+  noexcept {  // NOLINT(google-explicit-constructor)
+    if constexpr (std::is_signed_v<I> && sizeof(I) <= 4) {
+      set_int(static_cast<long long>(v), kOidInt4);
+    } else {
+      set_int(static_cast<long long>(v), kOidInt8);
+    }
+  }
+  /// A double (typed float8).
+  Param(double v) noexcept;  // NOLINT(google-explicit-constructor)
+  /// Text, untyped; nullptr is NULL.
+  Param(const char* text) noexcept;  // NOLINT(google-explicit-constructor)
+  /// Text, untyped.
+  Param(const std::string& text) noexcept;  // NOLINT(google-explicit-constructor)
+  /// Text, untyped.
+  Param(std::string_view text) noexcept;  // NOLINT(google-explicit-constructor)
+  /// The optional's value, or NULL when it has none.
+  template <class T>
+  Param(const std::optional<T>& v) noexcept  // NOLINT(google-explicit-constructor)
+      : Param(v ? Param(*v) : Param(nullptr)) {}
+
+  /// Text with an explicit type ("{\"a\":1}" as json, a transaction id as xid8, ...).
+  static Param typed(std::string_view text, std::uint32_t oid) noexcept;
+
+  /// True for NULL.
+  [[nodiscard]] bool is_null() const noexcept { return null_; }
+  /// The type sent with the value; kOidUnknown for untyped text.
+  [[nodiscard]] std::uint32_t oid() const noexcept { return oid_; }
+  /// The text form. NUL-terminated when terminated() is true.
+  [[nodiscard]] std::string_view text() const noexcept {
+    return inline_ ? std::string_view(buf_, length_) : std::string_view(ext_, length_);
+  }
+  /// True when text() is followed by a NUL.
+  [[nodiscard]] bool terminated() const noexcept { return terminated_; }
+
+ private:
+  Param() noexcept = default;
+  void set_int(long long v, std::uint32_t oid) noexcept;
+
+  const char* ext_ = nullptr;
+  std::uint32_t length_ = 0;
+  std::uint32_t oid_ = kOidUnknown;
+  bool null_ = false;
+  bool inline_ = false;
+  bool terminated_ = false;
+  char buf_[32] = {};
+};
+
+/// The rows (or command result) of one statement. Move-only; owns the libpq result.
+/// Row and column indexes are 0-based. Text accessors never fail (NULL reads as "");
+/// typed accessors return a Status naming the column when the value is NULL, does not
+/// parse, or is out of range.
+class Rows {
+ public:
+  /// An empty result: no rows, no columns.
+  Rows() noexcept = default;
+  /// Takes ownership of a libpq result (null: empty).
+  explicit Rows(pg_result* result) noexcept : result_(result) {}
+
+  [[nodiscard]] int size() const noexcept;  ///< number of rows
+  /// True when there are no rows.
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] int columns() const noexcept;  ///< number of columns
+  /// The column's name; empty when out of range.
+  [[nodiscard]] std::string_view column_name(int col) const noexcept;
+  /// The column's index, or -1.
+  [[nodiscard]] int column(std::string_view name) const noexcept;
+
+  /// True for NULL, and for a cell out of range.
+  [[nodiscard]] bool is_null(int row, int col) const noexcept;
+  /// The cell's text; empty for NULL or out of range.
+  [[nodiscard]] std::string_view text(int row, int col) const noexcept;
+
+  /// The cell as a 64-bit integer.
+  [[nodiscard]] Result<long long> int64(int row, int col) const;
+  /// The cell as a 32-bit integer.
+  [[nodiscard]] Result<int> int32(int row, int col) const;
+  /// The cell as a double (NaN and Infinity included).
+  [[nodiscard]] Result<double> float64(int row, int col) const;
+  /// The cell as a bool ('t' or 'f').
+  [[nodiscard]] Result<bool> boolean(int row, int col) const;
+  /// The cell's text, copied; an error for NULL.
+  [[nodiscard]] Result<std::string> string(int row, int col) const;
+
+  /// Rows inserted, updated or deleted by the statement (0 for a query without a count).
+  [[nodiscard]] long long affected() const noexcept;
+  /// The command tag: "SELECT 1", "INSERT 0 1", "UPDATE 3", ...
+  [[nodiscard]] std::string_view command() const noexcept;
+
+  /// The libpq result, still owned by this object.
+  [[nodiscard]] pg_result* native() const noexcept { return result_.get(); }
+
+ private:
+  struct Clear {
+    void operator()(pg_result* r) const noexcept;
+  };
+  [[nodiscard]] Status check_cell(int row, int col) const;
+  std::unique_ptr<pg_result, Clear> result_;
+};
+
+/// A message the server sent besides results (NOTICE, WARNING, ..., or a FATAL that arrived
+/// while the connection was idle).
+struct Notice {
+  std::string severity;  ///< "NOTICE", "WARNING", "FATAL", ... (not localized)
+  std::string sqlstate;  ///< the SQLSTATE, e.g. "01000" for a warning
+  std::string message;   ///< the primary message
+};
+
+/// What libpq says of the session's transaction.
+enum class TxnStatus : std::uint8_t {
+  kIdle,           ///< no transaction open
+  kActive,         ///< a statement is running
+  kInTransaction,  ///< inside a transaction block
+  kInError,        ///< inside a failed transaction block: only ROLLBACK helps
+  kUnknown,        ///< the connection is bad
+};
+
+namespace detail {
+struct ServerWatch;  // src/pg/server_watch.hpp
+}  // namespace detail
+
+/// How Connection::open() connects.
+struct ConnectOptions {
+  /// A connection URL ("postgresql://app@127.0.0.1:5432/app?sslmode=disable") or key=value
+  /// keywords ("host=127.0.0.1 port=5432 dbname=app").
+  std::string conninfo;
+  /// More keywords; they override the conninfo's ({"sslmode", "disable"}).
+  std::vector<std::pair<std::string, std::string>> keywords;
+  /// Shown in pg_stat_activity. Empty: whatever the conninfo says.
+  std::string application_name;
+  /// Server settings for the session, sent with the startup packet so they cost no round
+  /// trip ({"lock_timeout", "2s"}). They replace an `options` keyword of the conninfo.
+  std::vector<std::pair<std::string, std::string>> settings;
+  /// Cap on one connection attempt; the caller's deadline may shorten it.
+  Duration connect_timeout = std::chrono::seconds(5);
+  /// With several hosts (a multi-host URL, "postgresql://h1:5432,h2:5432/app?
+  /// target_session_attrs=read-write"): the most one host may take before the next is tried
+  /// (the last one tried gets whatever is left), so that a host that accepts connections and
+  /// never answers (a frozen primary) is skipped. The host that answered last is tried first;
+  /// a host that a liveness check found silent is tried last, and gets no more than this.
+  Duration host_connect_timeout = std::chrono::seconds(1);
+  /// Reads the deadlines. nullptr: Clock::system().
+  Clock* clock = nullptr;
+  /// TCP keepalives and tcp_user_timeout, so that the kernel notices a peer that died or a
+  /// network that dropped (not only our deadlines): keepalives after `keepalive_idle`
+  /// without traffic, every `keepalive_interval`, `keepalive_count` unanswered ones end the
+  /// connection; data unacknowledged for `tcp_user_timeout` ends it too. The conninfo's own
+  /// keepalives* / tcp_user_timeout keywords win. Zero idle: libpq's defaults (the kernel's).
+  Duration keepalive_idle = std::chrono::seconds(10);
+  /// between keepalives (see keepalive_idle)
+  Duration keepalive_interval = std::chrono::seconds(2);
+  int keepalive_count = 3;  ///< unanswered keepalives that end the connection
+  /// unacknowledged data this long ends the connection
+  Duration tcp_user_timeout = std::chrono::seconds(10);
+  /// Set by pg::Database: the server's liveness watch (DESIGN.md §10). Leave it empty.
+  std::shared_ptr<detail::ServerWatch> watch;
+};
+
+/// One libpq connection (see the top of this file). Move-only; used by one thread at a time.
+class Connection {
+ public:
+  /// A closed connection.
+  Connection() noexcept;
+  /// Takes over the connection; the moved-from one is closed.
+  Connection(Connection&&) noexcept;
+  /// Closes this connection, then takes over `other`'s.
+  Connection& operator=(Connection&&) noexcept;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection();
+
+  /// Connects, waiting no later than `deadline` nor longer than options.connect_timeout.
+  /// On failure the Status carries the server's SQLSTATE when it sent one (53300 too many
+  /// connections, 57P03 starting up, 28P01 authentication, ...), otherwise it is classified
+  /// by classify_pg_connect_failure() (refused, unreachable, timed out).
+  static Result<Connection> open(const ConnectOptions& options,
+                                 TimePoint deadline = TimePoint::max());
+  /// open() with just a conninfo and the default options, no deadline.
+  static Result<Connection> open(std::string_view conninfo);
+
+  /// True while the connection is up as far as libpq knows (no I/O).
+  [[nodiscard]] bool is_open() const noexcept;
+
+  /// Runs one statement. REQUIRES: `sql` holds exactly one statement (else
+  /// INVALID_ARGUMENT, nothing is sent).
+  Result<Rows> query(std::string_view sql, std::span<const Param> params = {});
+  /// query() with a braced list of parameters.
+  Result<Rows> query(std::string_view sql, std::initializer_list<Param> params) {
+    return query(sql, std::span<const Param>(params.begin(), params.size()));
+  }
+  /// Prepares `sql` under `name` on this connection. `params` give the parameter types
+  /// (their values are ignored); fewer than the statement needs leaves the rest inferred.
+  Status prepare(std::string_view name, std::string_view sql, std::span<const Param> params = {});
+  /// Runs a statement prepared on this connection.
+  Result<Rows> query_prepared(std::string_view name, std::span<const Param> params = {});
+  /// query_prepared() with a braced list of parameters.
+  Result<Rows> query_prepared(std::string_view name, std::initializer_list<Param> params) {
+    return query_prepared(name, std::span<const Param>(params.begin(), params.size()));
+  }
+
+  /// A cheap health check for an idle connection (no round trip): reads whatever the server
+  /// sent while it was idle. False when the connection is gone, the server sent a FATAL
+  /// (a terminated backend), a transaction is left open, or (a host of several) a check
+  /// found its host silent while another host answered.
+  [[nodiscard]] bool check() noexcept;
+
+  /// Statements sent after this wait on the server no later than `deadline` (plus a short
+  /// grace for the cancel). TimePoint::max(): no deadline.
+  void set_deadline(TimePoint deadline) noexcept;
+  /// SET statement_timeout for the session (at least 1 ms: 0 would mean "none").
+  Status set_statement_timeout(Duration timeout);
+  /// Same, but only when the session's value differs from `timeout` by more than
+  /// max(20 ms, 10%): a call per statement costs nothing while the window is steady.
+  Status ensure_statement_timeout(Duration timeout);
+  /// The session's statement_timeout as far as this object knows; negative when unknown.
+  [[nodiscard]] Duration statement_timeout() const noexcept;
+
+  /// The session's transaction status; kUnknown without a connection.
+  [[nodiscard]] TxnStatus txn_status() const noexcept;
+  /// The server process id of the session; 0 without a connection.
+  [[nodiscard]] int backend_pid() const noexcept;
+  /// A setting the server reports (GUC_REPORT): "server_version", "application_name",
+  /// "default_transaction_read_only", ... Empty when unknown.
+  [[nodiscard]] std::string_view server_parameter(const char* name) const noexcept;
+  /// Whether the server reports standard_conforming_strings on (anything but "off").
+  [[nodiscard]] bool standard_conforming_strings() const noexcept;
+
+  /// Notices received and not yet taken (the last 32 at most), oldest first.
+  std::vector<Notice> take_notices();
+  /// How many notices this connection has received in all.
+  [[nodiscard]] std::uint64_t notices_received() const noexcept;
+
+  /// Closes now (also done by the destructor).
+  void close() noexcept;
+
+ private:
+  friend struct detail::ConnectionAccess;
+  struct Impl;
+  explicit Connection(std::unique_ptr<Impl> impl) noexcept;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace holdfast::pg

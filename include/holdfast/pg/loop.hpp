@@ -1,0 +1,157 @@
+/// @file
+/// A PostgreSQL connection that an event loop drives: libpq's non-blocking API, and nothing
+/// in it ever waits. The caller owns the waiting: it watches socket() for what the last step
+/// asked (readable or writable) and calls the next step when it is ready. The Asio adapter
+/// (holdfast/adapters/asio_pg.hpp) drives it on an io_context; any other loop (epoll, libuv)
+/// can drive it the same way.
+///
+/// @code
+///   Result<pg::LoopConnection> c = pg::LoopConnection::start(options);   // sends nothing yet
+///   for (pg::Want w = c->want(); w != pg::Want::kNothing; w = c->connect_step())
+///     wait_for(c->socket(), w);                                         // the loop's wait
+///   if (Status s = c->connect_status(); !s.ok()) return s;
+///   for (pg::Want w = c->send(sql, params); w != pg::Want::kNothing; w = c->step())
+///     wait_for(c->socket(), w);
+///   Result<pg::Rows> rows = c->result();
+/// @endcode
+///
+/// Results and failures are classified exactly as Connection::query() classifies them (the
+/// same Status, Fault and outcome), so a retry loop decides on them the same way. A
+/// statement whose deadline passed is cancelled with cancel() (the cancel request is the
+/// one thing libpq 15 cannot send without blocking: it goes off the caller's thread), and
+/// abandon() gives up on it: the connection closes and the outcome is unknown when the
+/// statement was sent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "holdfast/core/result.hpp"
+#include "holdfast/core/status.hpp"
+#include "holdfast/pg/connection.hpp"
+
+struct pg_conn;  // libpq's PGconn
+
+namespace holdfast::pg {
+
+/// What a LoopConnection waits for before its next step.
+enum class Want : std::uint8_t {
+  kRead,     ///< wait until socket() is readable, then call the step again
+  kWrite,    ///< wait until socket() is writable, then call the step again
+  kNothing,  ///< the step is complete: look at its status or result
+};
+
+/// One libpq connection driven by the caller's event loop (see the top of this file).
+/// Move-only; used by one thread (or strand) at a time.
+class LoopConnection {
+ public:
+  /// A closed connection.
+  LoopConnection() noexcept;
+  ~LoopConnection();
+  /// Moves the connection; the moved-from one is closed.
+  LoopConnection(LoopConnection&&) noexcept;
+  /// Closes this one and takes `other`'s connection.
+  LoopConnection& operator=(LoopConnection&&) noexcept;
+  LoopConnection(const LoopConnection&) = delete;
+  LoopConnection& operator=(const LoopConnection&) = delete;
+
+  /// Starts connecting (PQconnectStartParams): resolves nothing that blocks and waits for
+  /// nothing. Then wait for want() and call connect_step() until it returns Want::kNothing.
+  /// Fails at once only when libpq cannot start (no memory, a malformed conninfo).
+  static Result<LoopConnection> start(const ConnectOptions& options);
+  /// start() on host `host` of the several a multi-host conninfo names, alone
+  /// (0 <= host < host_count()). libpq does not time a non-blocking connect, so a host that
+  /// accepts the connection and never answers (a frozen primary) would hold a connect to all of
+  /// them: a caller tries one host at a time, each within ConnectOptions::host_connect_timeout,
+  /// from preferred_host() on.
+  static Result<LoopConnection> start(const ConnectOptions& options, std::size_t host);
+  /// How many hosts `options` names: 1 for a plain conninfo (or one libpq will reject).
+  [[nodiscard]] static std::size_t host_count(const ConnectOptions& options);
+  /// The host to try first: the one that took a connection last, in this process (shared with
+  /// pg::Database's pools).
+  [[nodiscard]] static std::size_t preferred_host(const ConnectOptions& options);
+  /// Remembers that host `host` took a connection, for preferred_host().
+  static void remember_host(const ConnectOptions& options, std::size_t host);
+
+  /// The socket to watch; -1 when closed. It may change during a connect (each host of a
+  /// multi-host conninfo gets its own): look at it again after every step.
+  [[nodiscard]] int socket() const noexcept;
+  /// What the connection waits for now.
+  [[nodiscard]] Want want() const noexcept { return want_; }
+
+  /// Advances the connect after the socket became ready for want(). Returns what to wait for
+  /// next; Want::kNothing once the connect succeeded or failed (connect_status() says which).
+  Want connect_step() noexcept;
+  /// Why the connect failed (classified as Connection::open() classifies it); OK once open.
+  [[nodiscard]] Status connect_status() const;
+
+  /// True while the connection is up and idle or running a statement.
+  [[nodiscard]] bool is_open() const noexcept;
+  /// What libpq says of the session's transaction.
+  [[nodiscard]] TxnStatus txn_status() const noexcept;
+
+  /// Sends one statement with its parameters (PQsendQueryParams) without waiting. The text of
+  /// `sql` and `params` is copied before it returns. Returns what to wait for before step();
+  /// Want::kNothing when it could not be sent (result() then says why; nothing was applied).
+  Want send(std::string_view sql, std::span<const Param> params = {});
+  /// After the socket became ready for what the last send() or step() asked: sends what is
+  /// still unsent and reads what arrived. Want::kNothing once the statement's result is
+  /// complete (or the connection was lost): then call result().
+  Want step() noexcept;
+  /// The last statement's result, classified as Connection::query() classifies it. Call once
+  /// per statement, after send() or step() returned Want::kNothing.
+  Result<Rows> result();
+
+  /// One statement of a pipeline: its SQL and parameters (copied by send_pipeline()).
+  struct Piece {
+    std::string_view sql;             ///< the statement
+    std::span<const Param> params{};  ///< its parameters
+  };
+  /// Sends `pieces` as one pipeline closed by one Sync: one round trip. The server runs them
+  /// in one implicit transaction (unless they begin or end one themselves) and skips the rest
+  /// after a failed one. Returns what to wait for before step(), as send() does; then
+  /// pipeline_result(). At most 8 pieces.
+  Want send_pipeline(std::span<const Piece> pieces);
+  /// The pipeline's results, once step() returned Want::kNothing: out[i] gets piece i's rows
+  /// (REQUIRES out.size() >= the pieces sent). Returns OK, or the first failure with `failed`
+  /// set to its piece (or to the number of pieces when the failure is not a piece's own: the
+  /// connection was lost). Call once per pipeline.
+  Status pipeline_result(std::span<Rows> out, std::size_t* failed = nullptr);
+
+  /// Asks the server to cancel the running statement. libpq 15's cancel request blocks, so it
+  /// is sent off the caller's thread; keep waiting for the statement's end (a cancelled
+  /// statement ends with 57014) or abandon() it.
+  void cancel() noexcept;
+  /// Gives up on the running statement: closes the connection and returns why. `silent`: the
+  /// server was found silent (else the deadline and a cancel went unanswered). The outcome is
+  /// unknown when the statement was sent (whether it was applied cannot be known).
+  Status abandon(bool silent);
+
+  /// Closes now (also done by the destructor).
+  void close() noexcept;
+
+ private:
+  explicit LoopConnection(Connection connection) noexcept;
+  void take(LoopConnection& other) noexcept;
+  Want flush() noexcept;
+  Want pipeline_step(pg_conn* conn) noexcept;
+  void clear_pipeline() noexcept;
+
+  Connection connection_;
+  Want want_ = Want::kNothing;
+  bool sent_ = false;        // the statement went out (its outcome may be unknown)
+  bool connecting_ = false;  // between start() and the end of the connect
+  pg_result* good_ = nullptr;
+  pg_result* bad_ = nullptr;
+  // A pipeline in flight: its pieces, the results gathered so far, and where it stands.
+  static constexpr std::size_t kMaxPieces = 8;
+  std::size_t pieces_ = 0;  // 0: not a pipeline
+  std::size_t at_ = 0;      // the piece whose results come next
+  std::size_t bad_at_ = 0;  // the piece that failed first
+  bool synced_ = false;     // the Sync's result came
+  pg_result* out_[kMaxPieces] = {};
+};
+
+}  // namespace holdfast::pg

@@ -1,0 +1,159 @@
+/// @file
+/// How a pg::Database reaches its servers and answers while they are away
+/// (DatabaseOptions), and how one transaction() or read() runs (TransactionOptions,
+/// ReadOptions). The Database itself: holdfast/pg.hpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/status.hpp"
+#include "holdfast/pg/lost_writes.hpp"
+#include "holdfast/pg/pool.hpp"
+
+namespace holdfast::pg {
+
+/// What each pooled connection of a Database reaches.
+enum class Pooling : std::uint8_t {
+  /// One server session per connection: PostgreSQL itself, or a pooler in session mode.
+  /// Statements are prepared once per connection under a name; `settings` are sent at
+  /// connect.
+  kSession,
+  /// A pooler in transaction mode (PgBouncer's pool_mode = transaction), which may run each
+  /// transaction on another server session. Statements and the driver's own are sent
+  /// unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
+  /// instead of at connect, which such a pooler refuses.
+  kTransaction,
+};
+
+/// How a Database reaches its servers, and how it answers while they are away. Validated
+/// by the Database's constructor.
+struct DatabaseOptions {
+  /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
+  std::string url{};
+  /// Read replicas, preferred for reads in this order: streaming standbys (a server found
+  /// not in recovery serves no replica read). A replica URL may name several hosts with
+  /// target_session_attrs=standby ("postgresql://app@db2,db1/club?target_session_attrs=
+  /// standby"): a standby that was promoted is left, and the next connect takes whichever
+  /// host is a standby then.
+  std::vector<std::string> replica_urls{};
+  /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
+  std::string name = "pg";
+  /// Pool sizes. The primary has both pools, a replica only a read pool. REQUIRES: >= 1.
+  int read_connections = 4;
+  int write_connections = 4;  ///< the primary's write pool; REQUIRES: >= 1
+  /// pg_stat_activity.application_name of every connection.
+  std::string application_name = "holdfast";
+  /// More settings for every call ({"lock_timeout", "2s"}): sent at connect, or with
+  /// Pooling::kTransaction set inside each transaction.
+  std::vector<std::pair<std::string, std::string>> settings{};
+  /// What the URLs reach. The replicas' too.
+  Pooling pooling = Pooling::kSession;
+  /// A replica that has not replayed WAL it received this long ago (replay paused, or too
+  /// slow) is unhealthy: its reads go to the primary and count as failures for its breaker.
+  /// Measured from what the replica reports with each read. REQUIRES: > 0.
+  Duration max_replica_lag = std::chrono::seconds(1);
+  /// Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
+  Shield::Options shield{};
+  /// Cap on one connection attempt (the window may shorten it).
+  Duration connect_timeout = std::chrono::seconds(5);
+  /// Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
+  Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
+  /// > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
+  /// SELECT 1 on the primary; on a replica its replay positions, healthy only within
+  /// max_replica_lag and while it is in recovery. 0: none (requests probe when the open
+  /// period ends).
+  Duration health_probe_interval = Duration::zero();
+  /// Silence (DESIGN.md §10, holdfast/core/liveness.hpp, ADR 0023): when work has waited on a
+  /// server for `silence_after` with nothing heard from it, a check (a connection of its own
+  /// and SELECT 1) that gets no answer within `silence_check_timeout` finds it silent: its
+  /// breaker opens at once, the calls waiting on it give up at once (a read's outcome does not
+  /// matter; a write's is unknown, as at its deadline), and until a check is answered again
+  /// its requests are answered in milliseconds. A slow server that still answers anything
+  /// (a long lock, a brownout) is never found silent. Zero turns the watch off.
+  /// REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
+  Duration silence_after = std::chrono::milliseconds(500);
+  /// what the silence check may take; > 0 when silence_after > 0
+  Duration silence_check_timeout = std::chrono::milliseconds(500);
+  /// Slow copies (DESIGN.md §12, ADR 0041). A replica read not answered within the
+  /// replica's normal latency (the 95th percentile of its last 64 answers, at least
+  /// hedge_min_delay; none before its 16th answer) is also sent to the primary, when a
+  /// primary connection is free and its Shield admits it: the first answer is the read's, the
+  /// other is cancelled and its connection closed. Each replica read earns `hedge_budget` of
+  /// a hedge (at most 10 saved); a hedge spends one. Writes are never hedged; the primary
+  /// holds every write, so a hedged read keeps read-your-writes. 0 turns hedging off.
+  /// REQUIRES: 0 <= hedge_budget <= 1.
+  double hedge_budget = 0.02;
+  /// The least a replica read waits before it is hedged. REQUIRES: > 0.
+  Duration hedge_min_delay = std::chrono::milliseconds(5);
+  /// A replica answer slower than slow_copy_factor x the primary's recent read latency
+  /// (an EWMA), and slower than slow_copy_floor, is slow; so is a hedge the replica lost.
+  /// After 3 slow ones in a row the replica gets no reads but one probe read every
+  /// slow_copy_probe_every (hedged to the primary once it has waited the threshold, so it
+  /// costs its caller at most that), until 2 probes in a row answer within the threshold.
+  /// slow_copy_floor 0 turns it off. REQUIRES: >= 0; factor >= 1; probe_every > 0.
+  Duration slow_copy_floor = std::chrono::milliseconds(20);
+  double slow_copy_factor = 4.0;  ///< see slow_copy_floor
+  /// how often an ejected replica gets a probe read; see slow_copy_floor
+  Duration slow_copy_probe_every = std::chrono::milliseconds(200);
+  /// The idempotency-key table used by once(). A plain or schema-qualified identifier.
+  std::string idempotency_table = "holdfast_idempotency";
+  /// The clock of the pools and Shields. nullptr: Clock::system().
+  Clock* clock = nullptr;
+  /// Confirmed writes a change of writer lost: how many are remembered, how far back a
+  /// change looks, where the ERROR lines go (holdfast/pg/lost_writes.hpp, ADR 0036).
+  LostWritesOptions lost_writes{};
+};
+
+/// The same name as the SQLite driver's: holdfast::pg::Options.
+using Options = DatabaseOptions;
+
+/// The isolation level of a transaction() (BEGIN ISOLATION LEVEL ...).
+enum class Isolation : std::uint8_t {
+  kDefault,         ///< the session's default
+  kReadCommitted,   ///< READ COMMITTED
+  kRepeatableRead,  ///< REPEATABLE READ
+  kSerializable     ///< SERIALIZABLE
+};
+
+/// What happened inside one transaction() call (for callers and tests that want to know).
+struct TransactionReport {
+  int runs = 0;              ///< times the function was called
+  int commits_in_doubt = 0;  ///< COMMITs that lost their connection
+  /// What the last doubt resolved to: kCommitted, kRolledBack or kUnknown
+  /// (kNotInTransaction while no COMMIT was in doubt).
+  TxnState resolution = TxnState::kNotInTransaction;
+  RetryStats retry;  ///< attempts, time slept and why the retry loop stopped
+};
+
+/// How one transaction() runs.
+struct TransactionOptions {
+  /// Operation::transaction(true): the function may be called again after a rollback.
+  Operation operation = Operation::transaction(false, "pg.transaction");
+  Isolation isolation = Isolation::kDefault;  ///< the transaction's isolation level
+  /// BEGIN ... READ ONLY, on a read-only session of the primary.
+  bool read_only = false;
+  /// Filled in when not null.
+  TransactionReport* report = nullptr;
+};
+
+/// How one read() runs; the defaults are the Database's.
+struct ReadOptions {
+  /// Names the read (retry lines); a read is idempotent, whatever `operation` says.
+  Operation operation = Operation::read("pg.read");
+  /// The retry schedule instead of DatabaseOptions::shield.reads, for instance
+  /// RetryPolicy::origin_session() for a session lookup. Its window applies only outside a
+  /// RequestScope. REQUIRES: outlives the call.
+  const RetryPolicy* policy = nullptr;
+  /// Filled in when not null: attempts on every endpoint (a read refused with 25006 and sent
+  /// once more on the write path counts both), time slept, why it stopped.
+  RetryStats* stats = nullptr;
+};
+
+}  // namespace holdfast::pg
