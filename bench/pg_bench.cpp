@@ -22,6 +22,8 @@
 #include <string>
 
 #include "alloc_counter.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 
 namespace {

@@ -31,6 +31,7 @@
 
 #include "alloc_counter.hpp"
 #include "database_impl.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/sqlite.hpp"
 
 namespace {

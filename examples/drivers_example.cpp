@@ -6,6 +6,8 @@
 #include <string>
 
 // [sqlite]
+#include <holdfast/core/shield.hpp>
+#include <holdfast/core/window.hpp>
 #include <holdfast/sqlite.hpp>
 namespace sqlite = holdfast::sqlite;
 
@@ -29,6 +31,7 @@ int on_sqlite() {
 // [/sqlite]
 
 // [postgres]
+#include <holdfast/core/window.hpp>
 #include <holdfast/pg.hpp>
 namespace pg = holdfast::pg;
 

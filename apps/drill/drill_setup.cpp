@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "drill_run.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/sqlite/log_store.hpp"
 
 namespace holdfast::panel::drill {

@@ -9,7 +9,9 @@
 
 #include "club_schema_pg.hpp"
 #include "demo_data.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/url.hpp"
 #include "idempotency.hpp"
 

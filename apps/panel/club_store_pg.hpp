@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "club_store.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/lsn.hpp"
 

@@ -10,6 +10,7 @@
 #include "club_store.hpp"
 #include "data_epoch.hpp"
 #include "holdfast/core/health_probe.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/sqlite.hpp"
 #include "idempotency.hpp"
 

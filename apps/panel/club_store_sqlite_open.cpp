@@ -3,6 +3,9 @@
 // club_store_sqlite.cpp.
 #include "club_store_sqlite.hpp"
 #include "demo_data.hpp"
+#include "holdfast/core/health_probe.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 
 namespace holdfast::panel {
 namespace {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "holdfast/core/shield.hpp"
 #include "holdfast/pg/lost_writes.hpp"
 #include "traffic_ring.hpp"
 

@@ -30,6 +30,9 @@ void default_retry_line(const RetryEvent& e) noexcept {
 
 }  // namespace
 
+// retry_policy.hpp writes the default window as a number, to stay light.
+static_assert(RetryWindow::kDefaultLength == std::chrono::seconds(6));
+
 RetryPolicy::RetryPolicy() : clock_(&Clock::system()) {}
 
 RetryPolicy RetryPolicy::origin_session() {

@@ -23,8 +23,8 @@ Shield::Options Shield::with_clock(Options options, Clock& clock) {
   return options;
 }
 
-Shield::Options Shield::Options::single_attempt() {
-  Options o;
+ShieldOptions ShieldOptions::single_attempt() {
+  ShieldOptions o;
   o.breaker.failure_ratio = 1.0;
   o.breaker.minimum_calls = std::numeric_limits<int>::max();
   o.breaker.consecutive_failures = 0;

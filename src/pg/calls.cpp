@@ -17,7 +17,9 @@
 #include <utility>
 
 #include "database_internal.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/attempt.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

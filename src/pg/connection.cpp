@@ -15,6 +15,7 @@
 
 #include "connection_impl.hpp"
 #include "holdfast/core/classify.hpp"
+#include "holdfast/core/liveness.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/sql.hpp"
 #include "pg_internal.hpp"

@@ -12,7 +12,13 @@
 
 #include "database_internal.hpp"
 #include "holdfast/core/classify.hpp"
+#include "holdfast/core/health_probe.hpp"
+#include "holdfast/core/liveness.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/attempt.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
@@ -481,6 +487,49 @@ Result<Statement> Database::prepare(std::string_view sql) {
   stmt.reason_ = c.reason;
   stmt.changes_session_ = c.changes_session;
   return stmt;
+}
+
+bool Database::silent() const noexcept {
+  return primary_->liveness != nullptr && primary_->liveness->silent();
+}
+
+bool Database::replica_silent(std::size_t i) const {
+  const Endpoint& e = *replicas_.at(i);
+  return e.liveness != nullptr && e.liveness->silent();
+}
+
+Shield& Database::shield() noexcept {
+  return *primary_->shield;
+}
+
+Shield& Database::replica_shield(std::size_t i) {
+  return *replicas_.at(i)->shield;
+}
+
+Pool& Database::read_pool() noexcept {
+  return *primary_->reads;
+}
+
+Pool& Database::write_pool() noexcept {
+  return *primary_->writes;
+}
+
+Pool& Database::replica_pool(std::size_t i) {
+  return *replicas_.at(i)->reads;
+}
+
+Status Database::run_primary(Operation op, holdfast::detail::AttemptRef attempt,
+                             RetryStats* stats) {
+  return run(*primary_, primary_->shield->policy_for(op), op, attempt, stats);
+}
+
+Status Database::transaction_step(bool& one_attempt) {
+  AttemptScope* one = AttemptScope::current();
+  if (one == nullptr) [[likely]]
+    return Status();
+  one_attempt = true;
+  if (one->step() != AttemptScope::Step::kPrimary) return write_in_replica_step(*one);
+  return Status();
 }
 
 }  // namespace holdfast::pg

@@ -13,6 +13,7 @@
 #include "connection_impl.hpp"
 #include "exchange_results.hpp"
 #include "holdfast/core/classify.hpp"
+#include "holdfast/core/liveness.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {

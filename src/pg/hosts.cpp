@@ -11,6 +11,7 @@
 
 #include "connection_impl.hpp"
 #include "holdfast/core/classify.hpp"
+#include "holdfast/core/liveness.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "pg_internal.hpp"
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "array_literal.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/log/logger.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "pg_internal.hpp"

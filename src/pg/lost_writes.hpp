@@ -14,6 +14,7 @@
 
 #include "confirmed_writes.hpp"
 #include "holdfast/core/metrics.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/log/console.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lost_writes.hpp"

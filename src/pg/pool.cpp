@@ -5,6 +5,7 @@
 #include <system_error>
 #include <thread>
 
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg/pool.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"

@@ -12,7 +12,9 @@
 
 #include "database_internal.hpp"
 #include "holdfast/core/clock.hpp"
+#include "holdfast/core/shield.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/attempt.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "slow_copy.hpp"

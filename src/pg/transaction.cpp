@@ -5,6 +5,7 @@
 #include <string>
 
 #include "database_internal.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"

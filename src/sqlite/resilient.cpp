@@ -1,5 +1,11 @@
 #include "holdfast/sqlite/resilient.hpp"
 
+#include <optional>
+
+#include "holdfast/core/retry.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
+
 namespace holdfast::sqlite {
 
 Result<ResilientDatabase> ResilientDatabase::open(Options options, RetryPolicy policy) {
@@ -81,6 +87,19 @@ Result<Transaction> ResilientDatabase::begin(TxnMode mode) {
 Status ResilientDatabase::execute_script(std::string_view sql) {
   return run(write_shield_, Operation::transaction(/*rerunnable=*/true, "sqlite.script"),
              [&] { return db_->execute_script(sql); });
+}
+
+Status ResilientDatabase::run_attempts(Shield* shield, Operation op,
+                                       holdfast::detail::AttemptRef attempt) {
+  std::optional<RequestScope> own;  // a window for the busy handler outside any scope
+  if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
+  if (one_attempt_) return attempt();
+  if (shield != nullptr) return shield->run(policy_, op, attempt);
+  return holdfast::retry(policy_, op, attempt);
+}
+
+Status ResilientDatabase::retry_commit(Transaction& tx) {
+  return holdfast::retry(policy_, Operation::write("sqlite.commit"), [&] { return tx.commit(); });
 }
 
 }  // namespace holdfast::sqlite

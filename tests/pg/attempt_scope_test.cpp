@@ -8,6 +8,9 @@
 #include <string>
 #include <thread>
 
+#include "holdfast/core/window.hpp"
+#include "holdfast/pg/attempt.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

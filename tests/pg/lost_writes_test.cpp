@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "holdfast/core/window.hpp"
 #include "holdfast/log/logger.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

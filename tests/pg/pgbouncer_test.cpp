@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

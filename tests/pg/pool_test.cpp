@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "holdfast/core/circuit_breaker.hpp"
+#include "holdfast/core/window.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

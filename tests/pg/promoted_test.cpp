@@ -13,7 +13,10 @@
 #include <thread>
 
 #include "database_internal.hpp"
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -11,6 +11,9 @@
 #include <memory>
 #include <thread>
 
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
+#include "holdfast/pg/lsn.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

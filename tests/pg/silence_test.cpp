@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 

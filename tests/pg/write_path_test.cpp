@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "holdfast/core/window.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

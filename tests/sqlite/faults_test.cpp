@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/sqlite.hpp"
 #include "sqlite_faults.hpp"
 

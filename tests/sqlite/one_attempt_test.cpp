@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "holdfast/core/shield.hpp"
+#include "holdfast/core/window.hpp"
 #include "holdfast/sqlite.hpp"
 #include "sqlite_faults.hpp"
 

@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "holdfast/core/clock.hpp"
+#include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
 
 namespace holdfast {
@@ -174,34 +175,8 @@ class StripedWindow {
 /// Not copyable; every method may be called from any thread.
 class CircuitBreaker {
  public:
-  /// Plain configuration; validated by the constructor (std::invalid_argument names the
-  /// field). Defaults: the ratio rule follows Hystrix (50% over a 10 s window of 10 buckets,
-  /// at least 20 calls); the consecutive rule and the 30 s cap are the Vietnamese
-  /// origin's breaker (threshold 5, recovery timeout 30 s). See
-  /// docs/adr/0003-breaker-and-throttle.md; for busy_consecutive_failures, ADR 0007; for the open
-  /// period, ADR 0008.
-  struct Options {
-    double failure_ratio = 0.5;  ///< the failed share of the window that opens it; in (0, 1]
-    int minimum_calls = 20;      ///< >= 1: the ratio rule needs this many calls in the window
-    Duration window = std::chrono::seconds(10);  ///< the sliding window's length; > 0
-    int window_buckets = 10;  ///< in [1, 64]; window / window_buckets >= 1 microsecond
-    /// Overload faults in a row that open it at low traffic (and refusals at any traffic);
-    /// >= 0; 0 turns the low-traffic rule off.
-    int consecutive_failures = 5;
-    /// >= 0; 0 turns it off. Once the window holds minimum_calls calls, this many overload
-    /// faults in a row open the breaker too: a whole ratio sample that failed, without
-    /// waiting for the failures to outweigh up to 10 s of earlier successes.
-    int busy_consecutive_failures = 20;
-    /// A success slower than this counts as a failure; >= 0; 0: latency never counts.
-    Duration slow_call_threshold = Duration::zero();
-    /// The first open period; > 0. A Shield's breaker opens for 250 to 800 ms instead
-    /// (Shield::Options::shield_breaker(), ADR 0008).
-    Duration open_initial = std::chrono::milliseconds(500);
-    Duration open_max = std::chrono::seconds(30);    ///< the longest open period; >= open_initial
-    int half_open_probes = 1;                        ///< in [1, 64]: probes admitted at a time
-    int probe_successes_to_close = 1;                ///< successful probes that close it; >= 1
-    Duration probe_lease = std::chrono::seconds(5);  ///< how long a probe may hold its lease; > 0
-  };
+  /// The breaker's options (holdfast::CircuitBreakerOptions).
+  using Options = CircuitBreakerOptions;
 
   class Permit;
   /// Called after every state change (see add_listener()).

@@ -44,6 +44,7 @@
 #include <memory>
 
 #include "holdfast/core/clock.hpp"
+#include "holdfast/core/shield_options.hpp"
 
 namespace holdfast {
 
@@ -51,22 +52,8 @@ namespace holdfast {
 /// copyable; every method may be called from any thread, without a lock.
 class ConcurrencyLimit {
  public:
-  /// Validated by the constructor: std::invalid_argument names the field.
-  struct Options {
-    int initial = 20;  ///< in [min, max]; Netflix concurrency-limits' default
-    int min = 2;       ///< >= 1
-    int max = 1000;    ///< >= min
-    /// How far the recent latency may rise above the long-run one before the limit
-    /// shrinks: 2 = twice as slow. >= 1.
-    double tolerance = 2.0;
-    double smoothing = 0.2;  ///< in (0, 1]: how much of each new estimate is taken
-    int short_samples = 10;  ///< >= 1: the short average's length
-    /// > short_samples: the normal latency may rise by half in this many samples.
-    int long_samples = 5000;
-    /// Retries start only while the work in flight is below this share of the limit. In
-    /// (0, 1].
-    double retry_share = 0.9;
-  };
+  /// The limit's options (holdfast::ConcurrencyLimitOptions).
+  using Options = ConcurrencyLimitOptions;
 
   ConcurrencyLimit();  ///< default options
   /// With `options`; std::invalid_argument names a field out of range.

@@ -38,136 +38,15 @@
 
 #include "holdfast/core/backoff.hpp"
 #include "holdfast/core/clock.hpp"
+#include "holdfast/core/operation.hpp"
 #include "holdfast/core/priority.hpp"
 #include "holdfast/core/random.hpp"
 #include "holdfast/core/result.hpp"
+#include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/core/window.hpp"
 
 namespace holdfast {
-
-/// Whether repeating an operation is harmless even when a failed attempt was applied.
-enum class Idempotency : std::uint8_t {
-  kNonIdempotent,  ///< repeat only when the failed attempt provably applied nothing
-  kIdempotent,     ///< repeating is harmless even if a failed attempt was applied
-};
-
-/// What the callable handed to the loop is.
-struct Operation {
-  /// Whether it may be repeated after an attempt that may have been applied.
-  Idempotency idempotency = Idempotency::kNonIdempotent;
-  /// The callable runs a whole transaction from its start, so faults that roll the
-  /// transaction back (scope kTransaction) may be retried by calling it again.
-  bool reruns_transaction = false;
-  /// Its class under overload (docs/adr/0035-priorities.md): kNormal unless marked. Kept
-  /// before the label so that an Operation stays three words.
-  Priority priority = Priority::kNormal;
-  /// Names the operation in the DEBUG line ("schedule.games").
-  std::string_view label = {};
-
-  /// This operation in class `p`: `Operation::write("payments.create").with_priority(
-  /// Priority::kCritical)`.
-  [[nodiscard]] constexpr Operation with_priority(Priority p) const noexcept {
-    Operation o = *this;
-    o.priority = p;
-    return o;
-  }
-  /// with_priority(Priority::kCritical).
-  [[nodiscard]] constexpr Operation critical() const noexcept {
-    return with_priority(Priority::kCritical);
-  }
-  /// with_priority(Priority::kBackground).
-  [[nodiscard]] constexpr Operation background() const noexcept {
-    return with_priority(Priority::kBackground);
-  }
-
-  /// A read: idempotent, so repeated even after an attempt that may have been applied.
-  static constexpr Operation read(std::string_view label = "read") noexcept {
-    return {Idempotency::kIdempotent, false, Priority::kNormal, label};
-  }
-  /// A write: repeated only when the failed attempt provably applied nothing.
-  static constexpr Operation write(std::string_view label = "write") noexcept {
-    return {Idempotency::kNonIdempotent, false, Priority::kNormal, label};
-  }
-  /// A write that is harmless to repeat (an upsert, a keyed insert): idempotent.
-  static constexpr Operation idempotent_write(std::string_view label = "write") noexcept {
-    return {Idempotency::kIdempotent, false, Priority::kNormal, label};
-  }
-  /// A transaction function. `rerunnable`: calling it again after a rollback is safe.
-  static constexpr Operation transaction(bool rerunnable,
-                                         std::string_view label = "transaction") noexcept {
-    return {Idempotency::kNonIdempotent, rerunnable, Priority::kNormal, label};
-  }
-};
-
-/// Passed to the on_retry hook before each wait.
-struct RetryEvent {
-  std::string_view label;     ///< the operation's label
-  int attempt;                ///< the attempt that just failed (1-based)
-  Duration delay;             ///< the wait before the next attempt
-  Duration window_remaining;  ///< window time left before the wait
-  const Status& status;       ///< the failure
-};
-/// Called before each wait of a retry loop, instead of the default DEBUG line.
-using RetryHook = std::function<void(const RetryEvent&)>;
-
-/// Statistics of one call, returned to the caller (never kept in shared state).
-struct RetryStats {
-  int attempts = 0;  ///< attempts made
-  Duration slept{};  ///< time spent waiting (backoff, and for a Shield the breaker and the queue)
-  StopReason stop = StopReason::kNone;  ///< kNone when the call succeeded
-};
-
-/// How one call is retried: attempts, backoff, window and clock. A copyable value; its
-/// setters validate at once and chain.
-class RetryPolicy {
- public:
-  /// The origin's read policy: 5 attempts, 200/600/1500/3000 ms ±50%, 6 s window.
-  RetryPolicy();
-
-  /// The origin's read policy (the same as RetryPolicy()).
-  static RetryPolicy origin_reads() { return RetryPolicy(); }
-  /// The origin's session read: 150/500/1500/3000 ms ±50%, 5 attempts, 6 s window.
-  static RetryPolicy origin_session();
-  /// One attempt, no retry.
-  static RetryPolicy no_retry();
-
-  /// Setters validate at once and throw std::invalid_argument naming the field.
-  RetryPolicy& max_attempts(int n);  ///< n >= 1
-  /// The delay schedule between attempts.
-  RetryPolicy& backoff(Backoff b);
-  RetryPolicy& window(Duration length);        ///< > 0; used outside any RequestScope
-  RetryPolicy& last_attempt_time(Duration d);  ///< >= 0; window time a last attempt needs
-  /// The clock the loop reads and sleeps on. REQUIRES: `c` outlives the policy's use.
-  RetryPolicy& clock(Clock& c) noexcept;
-  RetryPolicy& seed(std::uint64_t seed) noexcept;  ///< reproducible jitter (tests)
-  RetryPolicy& on_retry(RetryHook hook);           ///< empty: the default DEBUG console line
-
-  /// The most attempts one call makes.
-  [[nodiscard]] int max_attempts() const noexcept { return max_attempts_; }
-  /// The delay schedule.
-  [[nodiscard]] const Backoff& backoff() const noexcept { return backoff_; }
-  /// The window used outside any RequestScope.
-  [[nodiscard]] Duration window() const noexcept { return window_; }
-  /// Window time a last attempt needs: no retry starts with less left.
-  [[nodiscard]] Duration last_attempt_time() const noexcept { return last_attempt_time_; }
-  /// The clock the loop reads and sleeps on.
-  [[nodiscard]] Clock& clock() const noexcept { return *clock_; }
-  /// The jitter seed; unset: each call seeds from Random::from_thread().
-  [[nodiscard]] const std::optional<std::uint64_t>& seed() const noexcept { return seed_; }
-
-  /// Calls the hook, or writes the default DEBUG line. Never throws.
-  void notify_retry(const RetryEvent& event) const noexcept;
-
- private:
-  int max_attempts_ = 5;
-  Backoff backoff_;
-  Duration window_ = RetryWindow::kDefaultLength;
-  Duration last_attempt_time_ = std::chrono::milliseconds(50);
-  Clock* clock_;
-  std::optional<std::uint64_t> seed_;
-  RetryHook on_retry_;
-};
 
 /// What to do after a failed attempt: the one decision type of every retry loop
 /// (holdfast::retry(), Shield::run() and Shield::Call::failed()).

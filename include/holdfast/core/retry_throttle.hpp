@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "holdfast/core/clock.hpp"
+#include "holdfast/core/shield_options.hpp"
 
 namespace holdfast {
 
@@ -34,12 +35,8 @@ namespace holdfast {
 /// method may be called from any thread, lock-free.
 class RetryThrottle {
  public:
-  /// Validated by the constructor: std::invalid_argument names the field.
-  struct Options {
-    double max_tokens = 10.0;      ///< in (0, 1000] (gRFC A6's bounds)
-    double token_ratio = 0.1;      ///< in (0, max_tokens]; kept to 3 decimals, as in gRPC
-    double floor_per_second = 10;  ///< in [0, 1e6]; 0 turns the floor off
-  };
+  /// The throttle's options (holdfast::RetryThrottleOptions).
+  using Options = RetryThrottleOptions;
 
   RetryThrottle();  ///< default options
   /// With `options`; std::invalid_argument names a field out of range.

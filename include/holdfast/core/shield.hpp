@@ -85,6 +85,7 @@
 #include "holdfast/core/result.hpp"
 #include "holdfast/core/retry.hpp"
 #include "holdfast/core/retry_throttle.hpp"
+#include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/core/window.hpp"
 
@@ -95,43 +96,11 @@ namespace holdfast {
 /// any number of threads.
 class Shield {
  public:
-  /// A Shield's breaker options: CircuitBreaker's, with the open period below.
-  static CircuitBreaker::Options shield_breaker() {
-    CircuitBreaker::Options o;
-    o.open_initial = std::chrono::milliseconds(250);
-    o.open_max = std::chrono::milliseconds(800);
-    return o;
-  }
+  /// A Shield's breaker options: CircuitBreaker's, with the open period of ShieldOptions.
+  static CircuitBreaker::Options shield_breaker() { return ShieldOptions::shield_breaker(); }
 
-  /// Copyable configuration, validated by the constructor (std::invalid_argument).
-  struct Options {
-    /// The breaker's open period is 250 ms, doubling on each probe that fails for the
-    /// database's own reasons, to at most 800 ms: the first probe after an outage comes
-    /// within 800 ms of its end, and its answer within a second (ADR 0008). The concurrency limit
-    /// and the throttle keep the load down meanwhile; the origin's 30 s kept a page failing 28 s
-    /// after the lock.
-    CircuitBreaker::Options breaker = shield_breaker();
-    RetryThrottle::Options throttle;                   ///< the retry throttle's bucket and floor
-    ConcurrencyLimit::Options limit;                   ///< the concurrency limit's learning
-    RetryPolicy reads = RetryPolicy::origin_reads();   ///< the policy of idempotent operations
-    RetryPolicy writes = RetryPolicy::origin_reads();  ///< the policy of everything else
-    /// The most a first attempt ever queues for a place under the concurrency limit: the
-    /// ceiling of the line's target and interval (queue_target(), queue_interval()), which
-    /// are learned from the database's normal latency. Zero never queues. >= 0.
-    Duration queue_wait = std::chrono::milliseconds(500);
-    /// The longest a request waits for the breaker's next probe (and only after lock
-    /// contention: see above). >= 0; zero never waits.
-    Duration probe_wait = std::chrono::seconds(1);
-    /// The class of the operations with these labels, whatever their code says (a policy
-    /// file's "priorities"); the others keep Operation::priority. Read only when a request
-    /// has to wait for a place, never on the success path.
-    std::map<std::string, Priority, std::less<>> priorities;
-
-    /// holdfast switched off, for callers that retry on their own and for comparisons: one
-    /// attempt per call, a breaker that never opens, no concurrency limit to speak of, and a
-    /// window of an hour (only the driver's own timeouts bound an attempt).
-    static Options single_attempt();
-  };
+  /// The Shield's options (holdfast::ShieldOptions).
+  using Options = ShieldOptions;
   class Call;
   struct Admission;
 

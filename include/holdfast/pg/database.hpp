@@ -80,22 +80,25 @@
 #include <vector>
 
 #include "holdfast/core/clock.hpp"
-#include "holdfast/core/health_probe.hpp"
 #include "holdfast/core/idempotency.hpp"
-#include "holdfast/core/liveness.hpp"
+#include "holdfast/core/operation.hpp"
 #include "holdfast/core/result.hpp"
-#include "holdfast/core/retry.hpp"
-#include "holdfast/core/shield.hpp"
+#include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
-#include "holdfast/core/window.hpp"
-#include "holdfast/pg/attempt.hpp"
+#include "holdfast/detail/run_attempts.hpp"
 #include "holdfast/pg/connection.hpp"
-#include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/pool.hpp"
 #include "holdfast/pg/sql.hpp"
 
+namespace holdfast {
+class Shield;  // holdfast/core/shield.hpp
+}  // namespace holdfast
+
 namespace holdfast::pg {
+
+class AttemptScope;  // holdfast/pg/attempt.hpp
+struct RoutedCall;   // the same
 
 /// A statement prepared (lazily, once per connection) under a name of its own.
 class Statement {
@@ -264,14 +267,9 @@ class Database {
   Result<KeyedResult> once(std::string_view key, F&& fn, TransactionOptions options = {});
 
   /// Whether the primary (or replica i) is silent now (see silence_after).
-  [[nodiscard]] bool silent() const noexcept {
-    return primary_->liveness != nullptr && primary_->liveness->silent();
-  }
+  [[nodiscard]] bool silent() const noexcept;
   /// Whether replica `i` is silent now (std::out_of_range for a bad index).
-  [[nodiscard]] bool replica_silent(std::size_t i) const {
-    const Endpoint& e = *replicas_.at(i);
-    return e.liveness != nullptr && e.liveness->silent();
-  }
+  [[nodiscard]] bool replica_silent(std::size_t i) const;
 
   /// Whether replica `i` is used less now because it answers far slower than the primary
   /// (DatabaseOptions::slow_copy_floor; std::out_of_range for a bad index).
@@ -287,15 +285,15 @@ class Database {
   }
 
   /// The primary's Shield (breaker, throttle, metrics), and each replica's.
-  [[nodiscard]] Shield& shield() noexcept { return *primary_->shield; }
+  [[nodiscard]] Shield& shield() noexcept;
   /// Replica `i`'s Shield (std::out_of_range for a bad index).
-  [[nodiscard]] Shield& replica_shield(std::size_t i) { return *replicas_.at(i)->shield; }
+  [[nodiscard]] Shield& replica_shield(std::size_t i);
   /// The primary's pool for reads.
-  [[nodiscard]] Pool& read_pool() noexcept { return *primary_->reads; }
+  [[nodiscard]] Pool& read_pool() noexcept;
   /// The primary's pool for writes and transactions.
-  [[nodiscard]] Pool& write_pool() noexcept { return *primary_->writes; }
+  [[nodiscard]] Pool& write_pool() noexcept;
   /// Replica `i`'s read pool (std::out_of_range for a bad index).
-  [[nodiscard]] Pool& replica_pool(std::size_t i) { return *replicas_.at(i)->reads; }
+  [[nodiscard]] Pool& replica_pool(std::size_t i);
   /// How many replicas there are.
   [[nodiscard]] std::size_t replica_count() const noexcept { return replicas_.size(); }
   /// The options it was built with.
@@ -306,54 +304,9 @@ class Database {
   [[nodiscard]] LostWritesReport lost_writes() const;
 
  private:
-  // How far a replica's replay trails the WAL it has received, from what its reads report.
-  class ReplayLag {
-   public:
-    /// The replica had received WAL up to `received` and replayed it up to `replayed` at
-    /// `now`: how long it has been behind WAL it had already received (zero when it is not).
-    Duration observe(std::uint64_t replayed, std::uint64_t received, TimePoint now) noexcept;
-    void forget() noexcept;
-
-   private:
-    std::atomic<std::uint64_t> target_{0};   // received, not yet replayed, when first seen
-    std::atomic<std::int64_t> since_ns_{0};  // when it was first seen
-  };
-  // Whether a replica can have replayed a request's writes, from what its reads reported:
-  // after a read found it behind them, reads that need more than it had replayed skip it
-  // for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
-  class CatchUp {
-   public:
-    /// A read reported the replica at `replayed`.
-    void saw(std::uint64_t replayed) noexcept;
-    /// A read that needed more found the replica at `replayed` at `now`.
-    void behind(std::uint64_t replayed, TimePoint now) noexcept;
-    /// Whether a read that needs `need` should not try the replica at `now`.
-    [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
-    /// Whether a read has reported the replica at or past `need`.
-    [[nodiscard]] bool reached(std::uint64_t need) const noexcept {
-      return known_.load(std::memory_order_relaxed) >= need;
-    }
-
-   private:
-    std::atomic<std::uint64_t> known_{0};     // the highest replay position reported
-    std::atomic<std::uint64_t> stuck_at_{0};  // the replay position when last found behind
-    std::atomic<std::int64_t> hold_ns_{0};
-    std::atomic<std::int64_t> until_ns_{0};
-  };
-  struct Endpoint {
-    std::string name;
-    std::unique_ptr<Shield> shield;
-    std::unique_ptr<Pool> reads;
-    std::unique_ptr<Pool> writes;  ///< primary only
-    ReplayLag lag;                 ///< replicas only
-    CatchUp catch_up;              ///< replicas only
-    /// Its read latency, and (replicas) whether it is used less (slow_copy.hpp).
-    std::unique_ptr<detail::CopyState> copy;
-    /// The server's liveness watch (silence_after > 0): shared with every connection.
-    std::shared_ptr<detail::ServerWatch> watch;
-    std::unique_ptr<HealthProbe> probe;  ///< its thread reads the members above
-    std::unique_ptr<Liveness> liveness;  ///< last: its thread reads the members above
-  };
+  class ReplayLag;  // how far a replica's replay trails (database_internal.hpp)
+  class CatchUp;    // whether a replica can have replayed a request's writes (the same)
+  struct Endpoint;  // a server: its Shield, pools, probe and liveness (the same)
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {
     std::string_view sql;
@@ -380,16 +333,14 @@ class Database {
   };
 
   // The one place every retried operation goes through: the endpoint's Shield (retry
-  // loop, throttle, breaker), inside a RequestScope (one of its own outside any).
+  // loop, throttle, breaker), inside a RequestScope (one of its own outside any). Defined in
+  // database_internal.hpp.
   template <class F>
   auto run(Endpoint& endpoint, const RetryPolicy& policy, Operation op, F&& attempt,
-           RetryStats* stats = nullptr) -> std::invoke_result_t<F&> {
-    if (RequestScope::current_window() != nullptr) {
-      return endpoint.shield->run(policy, op, attempt, stats);
-    }
-    RequestScope scope(policy.window(), endpoint.shield->clock());
-    return endpoint.shield->run(policy, op, attempt, stats);
-  }
+           RetryStats* stats = nullptr) -> std::invoke_result_t<F&>;
+  // run() on the primary with its Shield's policy for `op`, for an attempt seen through a
+  // reference (transaction()).
+  Status run_primary(Operation op, holdfast::detail::AttemptRef attempt, RetryStats* stats);
 
   std::unique_ptr<Endpoint> make_endpoint(std::string name, const std::string& url, bool primary);
   Prefix make_prefix(std::string_view head, std::uint32_t id, std::string_view name) const;
@@ -408,6 +359,9 @@ class Database {
   bool replica_caught_up(std::uint64_t behind) noexcept;
   // A write asked for in a replica step: refused, and the call left to the primary.
   static Status write_in_replica_step(AttemptScope& scope);
+  // For a transaction inside an AttemptScope (`one_attempt` set): OK on the primary's step,
+  // else write_in_replica_step(). Outside one: OK, `one_attempt` left false.
+  static Status transaction_step(bool& one_attempt);
   Result<Rows> write_work(const Work& work, Operation op, RetryStats* stats = nullptr);
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
@@ -532,12 +486,14 @@ auto Database::transaction(F&& fn, TransactionOptions options)
     if (!s.ok()) return R(std::move(s));
     return r;
   };
-  if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
-    if (one->step() != AttemptScope::Step::kPrimary) return R(write_in_replica_step(*one));
+  bool one_attempt = false;  // inside an AttemptScope: its step alone, the primary's only
+  if (Status refused = transaction_step(one_attempt); !refused.ok()) [[unlikely]]
+    return R(std::move(refused));
+  if (one_attempt) [[unlikely]]
     return attempt();
-  }
-  return run(*primary_, primary_->shield->policy_for(options.operation), options.operation, attempt,
-             &report.retry);
+  return holdfast::detail::run_through(attempt, [&](holdfast::detail::AttemptRef a) {
+    return run_primary(options.operation, a, &report.retry);
+  });
 }
 
 template <class F>

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "holdfast/core/clock.hpp"
-#include "holdfast/core/retry.hpp"
-#include "holdfast/core/shield.hpp"
+#include "holdfast/core/operation.hpp"
+#include "holdfast/core/retry_policy.hpp"
+#include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/pg/lost_writes.hpp"
 #include "holdfast/pg/pool.hpp"
@@ -60,7 +61,7 @@ struct DatabaseOptions {
   /// Measured from what the replica reports with each read. REQUIRES: > 0.
   Duration max_replica_lag = std::chrono::seconds(1);
   /// Breaker, throttle and retry policies; each endpoint gets a Shield built from these.
-  Shield::Options shield{};
+  ShieldOptions shield{};
   /// Cap on one connection attempt (the window may shorten it).
   Duration connect_timeout = std::chrono::seconds(5);
   /// Delay between failed connects of a pool (PoolOptions::reconnect_backoff).

@@ -54,8 +54,11 @@
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/random.hpp"
 #include "holdfast/core/result.hpp"
-#include "holdfast/core/window.hpp"
 #include "holdfast/pg/connection.hpp"
+
+namespace holdfast {
+class RetryWindow;  // holdfast/core/window.hpp
+}  // namespace holdfast
 
 namespace holdfast::pg {
 
@@ -76,7 +79,7 @@ struct PoolOptions {
   Backoff reconnect_backoff = Backoff::exponential(std::chrono::milliseconds(50), 2.0,
                                                    std::chrono::seconds(1), Jitter::equal());
   /// Longest wait for a connection outside any RequestScope. REQUIRES: > 0.
-  Duration window = RetryWindow::kDefaultLength;
+  Duration window = std::chrono::seconds(6);  // RetryWindow::kDefaultLength
 };
 
 /// A Pool's counters and state (Pool::stats()).

@@ -43,8 +43,8 @@
 #include <utility>
 
 #include "holdfast/core/idempotency.hpp"
+#include "holdfast/core/operation.hpp"
 #include "holdfast/core/result.hpp"
-#include "holdfast/core/retry.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/detail/sqlite_lease.hpp"
 #include "holdfast/sqlite/options.hpp"

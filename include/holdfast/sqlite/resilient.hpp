@@ -34,14 +34,18 @@
 #include <type_traits>
 #include <utility>
 
+#include "holdfast/core/operation.hpp"
 #include "holdfast/core/result.hpp"
-#include "holdfast/core/retry.hpp"
-#include "holdfast/core/shield.hpp"
+#include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
-#include "holdfast/core/window.hpp"
+#include "holdfast/detail/run_attempts.hpp"
 #include "holdfast/sqlite/database.hpp"
 #include "holdfast/sqlite/options.hpp"
 #include "holdfast/sqlite/query.hpp"
+
+namespace holdfast {
+class Shield;  // holdfast/core/shield.hpp
+}  // namespace holdfast
 
 namespace holdfast::sqlite {
 
@@ -135,12 +139,13 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   // write_shield_ for writes), or through holdfast::retry() without one.
   template <class F>
   auto run(Shield* shield, Operation op, F&& attempt) -> std::invoke_result_t<F&> {
-    std::optional<RequestScope> own;  // a window for the busy handler outside any scope
-    if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
-    if (one_attempt_) return attempt();
-    if (shield != nullptr) return shield->run(policy_, op, attempt);
-    return holdfast::retry(policy_, op, attempt);
+    return holdfast::detail::run_through(
+        attempt, [&](holdfast::detail::AttemptRef a) { return run_attempts(shield, op, a); });
   }
+  // run() for an attempt seen through `attempt` (resilient.cpp).
+  Status run_attempts(Shield* shield, Operation op, holdfast::detail::AttemptRef attempt);
+  // The COMMIT of a transaction, retried alone by holdfast::retry() (resilient.cpp).
+  Status retry_commit(Transaction& tx);
 
   Result<Query> resolve(QueryRef q);
   template <class Body>
@@ -192,9 +197,7 @@ auto ResilientDatabase::transaction(Fn&& fn, Operation op, TxnMode mode)
     // COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone, within
     // the attempt the Shield admitted (a second admission could wait on the place this one
     // holds).
-    Status committed = one_attempt_ ? tx->commit()
-                                    : holdfast::retry(policy_, Operation::write("sqlite.commit"),
-                                                      [&] { return tx->commit(); });
+    Status committed = one_attempt_ ? tx->commit() : retry_commit(*tx);
     if (!committed.ok()) return R(tx->abandon(std::move(committed)));
     return r;
   });
