@@ -1,0 +1,61 @@
+# cmake -DCXX=<compiler> -DINCLUDE_DIR=<repo>/include -DWORK_DIR=<dir> -P budget.cmake
+#
+# For each engine's main header, the lines of holdfast headers one #include of it pulls (each
+# file once, as `wc -l` counts them), against its budget. Fails naming the files when a header
+# is over. The budgets only go down: lower one when a change brings its header under it.
+set(budgets
+  "holdfast/sqlite.hpp=BUDGET_SQLITE"
+  "holdfast/pg.hpp=BUDGET_PG")
+# Issue 43's target is 1,500 each; measured on the change that made this test (ADR 0039).
+set(BUDGET_SQLITE 2398)
+set(BUDGET_PG 2516)
+
+foreach(var CXX INCLUDE_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "budget.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+set(failed "")
+foreach(entry IN LISTS budgets)
+  string(REPLACE "=" ";" pair "${entry}")
+  list(GET pair 0 header)
+  list(GET pair 1 budget_var)
+  set(budget ${${budget_var}})
+  string(MAKE_C_IDENTIFIER "${header}" id)
+  set(tu ${WORK_DIR}/${id}.cpp)
+  file(WRITE ${tu} "#include <${header}>\n")
+  execute_process(COMMAND ${CXX} -std=c++20 -I${INCLUDE_DIR} -E -H -o /dev/null ${tu}
+                  RESULT_VARIABLE rc ERROR_VARIABLE trace)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${header} does not preprocess on its own:\n${trace}")
+  endif()
+  # -H prints one line per include: dots (the depth), a space, the path.
+  string(REGEX MATCHALL "[^\n]*include/holdfast/[^\n]*" lines "${trace}")
+  set(files "${INCLUDE_DIR}/${header}")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^\\.+ " "" path "${line}")
+    get_filename_component(path "${path}" ABSOLUTE)
+    list(APPEND files "${path}")
+  endforeach()
+  list(REMOVE_DUPLICATES files)
+  set(total 0)
+  set(report "")
+  foreach(f IN LISTS files)
+    file(READ "${f}" text)
+    string(REGEX MATCHALL "\n" newlines "${text}")
+    list(LENGTH newlines n)
+    math(EXPR total "${total} + ${n}")
+    file(RELATIVE_PATH rel "${INCLUDE_DIR}" "${f}")
+    string(APPEND report "  ${n}\t${rel}\n")
+  endforeach()
+  list(LENGTH files count)
+  message(STATUS "${header}: ${count} holdfast headers, ${total} lines (budget ${budget})")
+  if(total GREATER budget)
+    string(APPEND failed "${header}: ${total} lines > ${budget}:\n${report}")
+  endif()
+endforeach()
+if(failed)
+  message(FATAL_ERROR "over the header budget:\n${failed}")
+endif()
