@@ -30,6 +30,7 @@
 #include "holdfast/adapters/asio_sqlite.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/lsn.hpp"
 #endif
 
