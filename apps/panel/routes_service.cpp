@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "holdfast/core/shield.hpp"
 #include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "holdfast/core/shield.hpp"
 #include "panel_fixture.hpp"
 #include "traffic_ring.hpp"
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "holdfast/core/shield.hpp"
 #include "panel_fixture.hpp"
 #include "retention_checks.hpp"
 

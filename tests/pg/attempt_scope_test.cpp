@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/lsn.hpp"

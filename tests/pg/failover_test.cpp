@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"

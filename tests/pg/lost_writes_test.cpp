@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/log/logger.hpp"
 #include "holdfast/pg.hpp"

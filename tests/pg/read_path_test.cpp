@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 #include "pg_test_support.hpp"
 
