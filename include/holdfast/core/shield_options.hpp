@@ -16,10 +16,10 @@
 
 namespace holdfast {
 
-/// Plain configuration; validated by the constructor (std::invalid_argument names the
-/// field). Defaults: the ratio rule follows Hystrix (50% over a 10 s window of 10 buckets,
-/// at least 20 calls); the consecutive rule and the 30 s cap are the Vietnamese
-/// origin's breaker (threshold 5, recovery timeout 30 s). See
+/// The options of a CircuitBreaker (CircuitBreaker::Options): plain configuration, validated
+/// by its constructor (std::invalid_argument names the field). Defaults: the ratio rule follows
+/// Hystrix (50% over a 10 s window of 10 buckets, at least 20 calls); the consecutive rule and the
+/// 30 s cap are the Vietnamese origin's breaker (threshold 5, recovery timeout 30 s). See
 /// docs/adr/0003-breaker-and-throttle.md; for busy_consecutive_failures, ADR 0007; for the open
 /// period, ADR 0008.
 struct CircuitBreakerOptions {
@@ -45,7 +45,7 @@ struct CircuitBreakerOptions {
   Duration probe_lease = std::chrono::seconds(5);  ///< how long a probe may hold its lease; > 0
 };
 
-/// Validated by the constructor: std::invalid_argument names the field.
+/// ConcurrencyLimit::Options, validated by its constructor (std::invalid_argument names a field).
 struct ConcurrencyLimitOptions {
   int initial = 20;  ///< in [min, max]; Netflix concurrency-limits' default
   int min = 2;       ///< >= 1
@@ -62,14 +62,14 @@ struct ConcurrencyLimitOptions {
   double retry_share = 0.9;
 };
 
-/// Validated by the constructor: std::invalid_argument names the field.
+/// RetryThrottle::Options, validated by its constructor (std::invalid_argument names a field).
 struct RetryThrottleOptions {
   double max_tokens = 10.0;      ///< in (0, 1000] (gRFC A6's bounds)
   double token_ratio = 0.1;      ///< in (0, max_tokens]; kept to 3 decimals, as in gRPC
   double floor_per_second = 10;  ///< in [0, 1e6]; 0 turns the floor off
 };
 
-/// Copyable configuration, validated by the constructor (std::invalid_argument).
+/// Shield::Options: copyable configuration, validated by the Shield's constructor.
 struct ShieldOptions {
   /// A Shield's breaker options: CircuitBreaker's, with an open period of 250 ms doubling to
   /// at most 800 ms.
