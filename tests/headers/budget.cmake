@@ -6,9 +6,10 @@
 set(budgets
   "holdfast/sqlite.hpp=BUDGET_SQLITE"
   "holdfast/pg.hpp=BUDGET_PG")
-# Issue 43's target is 1,500 each; measured on the change that made this test (ADR 0039).
+# Issue 43's target is 1,500 each; measured on the change that made this test (ADR 0042):
+# pg 2,516, then + 63 for the slow-standby options and hedged reads of ADR 0041.
 set(BUDGET_SQLITE 2398)
-set(BUDGET_PG 2516)
+set(BUDGET_PG 2579)
 
 foreach(var CXX INCLUDE_DIR WORK_DIR)
   if(NOT DEFINED ${var})

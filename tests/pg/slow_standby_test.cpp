@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 
+#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_test_support.hpp"
 
