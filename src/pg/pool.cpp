@@ -123,16 +123,22 @@ Result<PooledConnection> Pool::try_idle(std::size_t leave) {
   std::unique_lock<std::mutex> lock(mutex_);
   const detail::ServerWatch* watch = connect_.watch.get();
   while (idle_.size() > leave && (watch == nullptr || !watch->silent())) {
-    Connection conn = std::move(idle_.back());
-    idle_.pop_back();
-    lock.unlock();
-    if (conn.check()) return PooledConnection(this, std::move(conn), false);
-    conn.close();
-    lock.lock();
-    --open_;
-    ++stats_.discarded;
+    if (std::optional<PooledConnection> conn = take_idle(lock)) return std::move(*conn);
   }
   return Status(Code::kUnavailable, "no connection to spare");
+}
+
+std::optional<PooledConnection> Pool::take_idle(std::unique_lock<std::mutex>& lock) {
+  // Last in, first out: the warmest connection, and idle ones at the bottom can age.
+  Connection conn = std::move(idle_.back());
+  idle_.pop_back();
+  lock.unlock();
+  if (conn.check()) return PooledConnection(this, std::move(conn), false);
+  conn.close();
+  lock.lock();
+  --open_;
+  ++stats_.discarded;
+  return std::nullopt;
 }
 
 Result<PooledConnection> Pool::acquire_for_probe(TimePoint connect_deadline) {
@@ -154,15 +160,7 @@ Result<PooledConnection> Pool::acquire_impl(RetryWindow* window, const TimePoint
       return server_silent();
     }
     if (!idle_.empty()) {
-      // Last in, first out: the warmest connection, and idle ones at the bottom can age.
-      Connection conn = std::move(idle_.back());
-      idle_.pop_back();
-      lock.unlock();
-      if (conn.check()) return PooledConnection(this, std::move(conn), false);
-      conn.close();
-      lock.lock();
-      --open_;
-      ++stats_.discarded;
+      if (std::optional<PooledConnection> conn = take_idle(lock)) return std::move(*conn);
       continue;
     }
     const TimePoint now = clock_->now();

@@ -13,7 +13,30 @@
 namespace holdfast::panel {
 namespace {
 
-using PanelTest = PanelFixture;
+class PanelTest : public PanelFixture {
+ protected:
+  // A payment with `key` (and `extra` headers) made during a write lock that outlasts the
+  // window: refused with 503, "applied":"no", within `within`, and not applied.
+  void expect_refused_during_write_lock(const std::string& key, const http_client::Headers& extra,
+                                        std::chrono::milliseconds within) {
+    auto lock = storm(StormKind::kWrite);
+    http_client::Headers h = cookie_;
+    h.emplace("Idempotency-Key", key);
+    h.insert(extra.begin(), extra.end());
+    const auto start = Steady::now();
+    auto r = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
+    const auto took = Steady::now() - start;
+    lock->end();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_NE(r->body.find("\"applied\":\"no\""), std::string::npos) << r->body;
+    EXPECT_LE(took, within);
+    auto n = store_->database().query_one<std::int64_t>(
+        "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:" + key + "'");
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(n->value_or(-1), 0);
+  }
+};
 
 TEST_F(PanelTest, TheScheduleRenders) {
   auto r = schedule();
@@ -240,42 +263,16 @@ TEST_F(PanelTest, StaleCopiesAreBoundedWhateverDatesClientsAskForAndTheLatestIsK
 }
 
 TEST_F(PanelTest, DuringATwentySecondWriteLockAPaymentIsRefusedWithinTheWindowAndNotApplied) {
-  auto lock = storm(StormKind::kWrite);
-  http_client::Headers h = cookie_;
-  h.emplace("Idempotency-Key", "during-lock");
-  const auto start = Steady::now();
-  auto r = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
-  const auto took = Steady::now() - start;
-  lock->end();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503);
-  EXPECT_NE(r->body.find("\"applied\":\"no\""), std::string::npos) << r->body;
-  EXPECT_LE(took, seconds(7));  // the 6 s window plus 1 s, busy waits included
-  auto n = store_->database().query_one<std::int64_t>(
-      "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:during-lock'");
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ(n->value_or(-1), 0);
+  // The 6 s window plus 1 s, busy waits included.
+  expect_refused_during_write_lock("during-lock", {}, std::chrono::milliseconds(7000));
 }
 
 TEST_F(PanelTest, BehindAProxyThatWaitsLessThanTheWindowAPaymentIsAnsweredBeforeItGivesUp) {
   // Envoy says how long it waits; the panel stops retrying then, so its 503 (not applied,
-  // with Retry-After) reaches the client instead of the proxy's own timeout.
-  auto lock = storm(StormKind::kWrite);
-  http_client::Headers h = cookie_;
-  h.emplace("Idempotency-Key", "behind-a-proxy");
-  h.emplace("x-envoy-expected-rq-timeout-ms", "800");
-  const auto start = Steady::now();
-  auto r = http_->Post("/payments", h, http_client::Params{{"amount_cents", "900"}});
-  const auto took = Steady::now() - start;
-  lock->end();
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503);
-  EXPECT_NE(r->body.find("\"applied\":\"no\""), std::string::npos) << r->body;
-  EXPECT_LE(took, std::chrono::milliseconds(1800));  // its 0.8 s plus 1 s, as the window's
-  auto n = store_->database().query_one<std::int64_t>(
-      "SELECT count(*) FROM idempotency_keys WHERE key LIKE '%:payments:behind-a-proxy'");
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ(n->value_or(-1), 0);
+  // with Retry-After) reaches the client instead of the proxy's own timeout: its 0.8 s plus
+  // 1 s, as the window's.
+  expect_refused_during_write_lock("behind-a-proxy", {{"x-envoy-expected-rq-timeout-ms", "800"}},
+                                   std::chrono::milliseconds(1800));
 }
 
 TEST_F(PanelTest, AnUpstreamTimeoutThatIsNotWholeMillisecondsIsRefusedByName) {

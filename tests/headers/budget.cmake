@@ -7,9 +7,10 @@ set(budgets
   "holdfast/sqlite.hpp=BUDGET_SQLITE"
   "holdfast/pg.hpp=BUDGET_PG")
 # Issue 43's target is 1,500 each; measured on the change that made this test (ADR 0042):
-# pg 2,516, then + 63 for the slow-standby options and hedged reads of ADR 0041.
+# pg 2,516, then + 63 for the slow-standby options and hedged reads of ADR 0041, + 2 for
+# the pool's take_idle().
 set(BUDGET_SQLITE 2398)
-set(BUDGET_PG 2579)
+set(BUDGET_PG 2581)
 
 foreach(var CXX INCLUDE_DIR WORK_DIR)
   if(NOT DEFINED ${var})

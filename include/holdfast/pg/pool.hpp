@@ -209,6 +209,8 @@ class Pool {
     kProbe,   ///< kNoWait, and a connect even while the backoff lasts
   };
   Result<PooledConnection> acquire_impl(RetryWindow* window, const TimePoint* fixed, Mode mode);
+  // `lock` holds mutex_: the warmest idle connection that still works, the dead discarded.
+  std::optional<PooledConnection> take_idle(std::unique_lock<std::mutex>& lock);
   // connect(), then, when a pooler could not reach the server (`verify`), a query.
   Result<Connection> connect_checked(TimePoint until, bool verify);
   // REQUIRES: `lock` holds mutex_ and a connect may start. Opens one connection, connecting
