@@ -65,25 +65,9 @@
 #include <utility>
 #include <vector>
 
-#if defined(HOLDFAST_ASIO_BOOST)
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#else
-#include <asio/awaitable.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/posix/stream_descriptor.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
-#endif
-
 #include "holdfast/adapters/asio.hpp"
+#include "holdfast/adapters/asio_pg_options.hpp"
+#include "holdfast/adapters/asio_pg_slot.hpp"
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg/loop.hpp"
@@ -91,139 +75,6 @@
 
 /// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
 namespace holdfast::asio::pg {
-
-/// How a Client connects and how many connections it keeps.
-struct ClientOptions {
-  /// The server (or servers: a multi-host URL; writes need target_session_attrs=read-write
-  /// when some of them are standbys), keepalives and session settings.
-  holdfast::pg::ConnectOptions connect;
-  /// The most connections open at once; a call that finds them all busy waits on the loop
-  /// for one (within its window).
-  std::size_t max_connections = 8;
-  /// How long a cancelled statement may take to end before its connection is closed.
-  Duration cancel_grace = std::chrono::milliseconds(200);
-  /// The table of async_once()'s keys (the blocking pg::Database's default name and shape:
-  /// key text PRIMARY KEY, result text, created_at timestamptz).
-  std::string idempotency_table = "holdfast_idempotency";
-  /// The Shield's name (its metrics and log lines).
-  std::string shield_name = "postgres";
-  /// The Shield's settings (limit, breaker, throttle).
-  Shield::Options shield;
-  /// Hot standbys that may answer reads (a plain or multi-host conninfo; empty: none). A read
-  /// goes to a standby that has replayed the request's own writes (their commit positions,
-  /// kept in its RequestContext), else to the primary.
-  holdfast::pg::ConnectOptions standby;
-  /// The most connections to the standbys.
-  std::size_t standby_connections = 8;
-  /// How long a read waits for a standby (its connect and its answer) before the primary
-  /// answers it instead, within the same attempt.
-  Duration standby_wait = std::chrono::milliseconds(500);
-  /// Hedged reads: a standby read that has not answered within the standby's normal latency
-  /// (the 95th percentile of its last 64 answers, at least hedge_min_delay) is also sent to the
-  /// primary; the first answer wins and the other is cancelled. At most this share of reads is
-  /// hedged (a budget earned by each read); 0 turns hedging off. Never while the primary's
-  /// connections are all busy.
-  double hedge_budget = 0.02;
-  /// The least a standby read waits before it is hedged.
-  Duration hedge_min_delay = std::chrono::milliseconds(5);
-  /// Silence (DESIGN.md section 10): a read that has heard nothing from the primary for this
-  /// long asks whether the server answers at all (a connection of its own and SELECT 1 within
-  /// silence_check); a server that does not is silent, and the read gives up at once, as do
-  /// the calls that come while the verdict holds (silence_check). A server that answers is
-  /// only slow (a lock wait): the read waits on. Writes wait for their deadline: their outcome
-  /// may still become known.
-  Duration silence_after = std::chrono::seconds(1);
-  /// How long the check may take, and how long its verdict holds.
-  Duration silence_check = std::chrono::milliseconds(500);
-};
-
-namespace detail {
-
-namespace net = ::holdfast::asio::detail::net;
-using ::holdfast::asio::detail::error_code;
-using Clock = std::chrono::steady_clock;
-
-// One connection of the pool and the descriptor the loop watches its socket through. The
-// descriptor never owns the socket (libpq does): it is released before libpq closes it.
-struct Slot {
-  explicit Slot(const net::any_io_executor& ex) : descriptor(ex) {}
-  ~Slot() { forget(); }
-  Slot(const Slot&) = delete;
-  Slot& operator=(const Slot&) = delete;
-
-  void forget() noexcept {
-    if (fd >= 0) {
-      error_code ec;
-      descriptor.cancel(ec);
-      (void)descriptor.release();
-      fd = -1;
-    }
-  }
-  // The descriptor watches the connection's socket as it is now (a connect to several
-  // hosts makes a new socket for each). `fresh`: watch it anew even if its number is the
-  // same (during a connect, libpq may close a socket and get the same number again).
-  void watch(bool fresh) {
-    const int now = conn.socket();
-    if (now == fd && !fresh) return;
-    forget();
-    if (now < 0) return;
-    error_code ec;
-    descriptor.assign(now, ec);
-    if (!ec) fd = now;
-  }
-
-  holdfast::pg::LoopConnection conn;
-  net::posix::stream_descriptor descriptor;
-  int fd = -1;
-  // Set by the winner of a hedged read: the loser gives up its statement at its next step.
-  bool stop = false;
-};
-
-// Waits until the slot's socket is ready for `want`, or `until`. True when ready (or when
-// there is no socket to wait on: libpq then reports the lost connection). At `until` the
-// timer cancels the descriptor's wait; `race` tells a timer that fires after the wait ended
-// (its handler already queued) to leave the descriptor alone.
-inline net::awaitable<bool> ready(Slot& s, holdfast::pg::Want want, TimePoint until, bool fresh) {
-  s.watch(fresh);
-  if (s.fd < 0) co_return true;
-  struct Race {
-    bool over = false;
-    bool expired = false;
-  };
-  auto race = std::make_shared<Race>();
-  net::steady_timer timer(s.descriptor.get_executor(), until);
-  timer.async_wait([race, d = &s.descriptor](const error_code& ec) {
-    if (ec || race->over) return;
-    race->expired = true;
-    error_code ignored;
-    d->cancel(ignored);
-  });
-  error_code ec;
-  const auto what = want == holdfast::pg::Want::kRead ? net::posix::descriptor_base::wait_read
-                                                      : net::posix::descriptor_base::wait_write;
-  co_await s.descriptor.async_wait(what, net::redirect_error(net::use_awaitable, ec));
-  race->over = true;
-  timer.cancel();
-  co_return !race->expired;
-}
-
-// One statement's parameters, copied so that every attempt of the call can send them.
-struct Params {
-  explicit Params(std::span<const holdfast::pg::Param> given) {
-    text.reserve(given.size());
-    for (const holdfast::pg::Param& p : given)
-      text.emplace_back(p.is_null() ? std::string() : std::string(p.text()));
-    params.reserve(given.size());
-    for (std::size_t i = 0; i < given.size(); ++i) {
-      params.push_back(given[i].is_null() ? holdfast::pg::Param(nullptr)
-                                          : holdfast::pg::Param::typed(text[i], given[i].oid()));
-    }
-  }
-  std::vector<std::string> text;
-  std::vector<holdfast::pg::Param> params;
-};
-
-}  // namespace detail
 
 /// PostgreSQL calls on an Asio executor (see the top of asio_pg.hpp). Not copyable or movable.
 template <class Executor = detail::net::any_io_executor>
@@ -455,76 +306,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   }
 
   // A connection from `pool` (or a new one, connected on the loop), before `until`.
-  awaitable<Result<std::unique_ptr<Slot>>> lease(Pool& pool, TimePoint until) {
-    if (pool.silent && detail::Clock::now() < pool.verdict_until) {
-      // Found silent a moment ago: answered at once (the Shield's backoff and breaker decide
-      // when to look again).
-      Status s(Code::kUnavailable, "the server was found silent (no answer to a check)",
-               Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
-      s.with_sqlstate("");
-      co_return s;
-    }
-    for (;;) {
-      while (!pool.idle.empty()) {
-        std::unique_ptr<Slot> s = std::move(pool.idle.back());
-        pool.idle.pop_back();
-        if (s->conn.is_open()) co_return s;
-        --pool.open;  // lost while idle (a terminated backend): find another
-      }
-      if (pool.open < pool.max) {
-        ++pool.open;
-        co_return co_await connect(pool, until);
-      }
-      if (!co_await vacancy(pool, until)) {
-        co_return Status(Code::kDeadlineExceeded,
-                         "no PostgreSQL connection came free within the request's window",
-                         Fault{RetryScope::kNone, Outcome::kNotApplied, Pace::kFast, false});
-      }
-    }
-  }
+  awaitable<Result<std::unique_ptr<Slot>>> lease(Pool& pool, TimePoint until);
 
   // Waits until a connection of `pool` may have come free (true) or `until` passed (false).
-  awaitable<bool> vacancy(Pool& pool, TimePoint until) {
-    auto expired = std::make_shared<bool>(false);
-    detail::net::steady_timer deadline(ex_, until);
-    deadline.async_wait([expired, &pool](const detail::error_code& ec) {
-      if (ec || *expired) return;
-      *expired = true;
-      pool.vacancy.cancel();  // wakes every waiter; each looks again
-    });
-    detail::error_code ec;
-    co_await pool.vacancy.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
-    const bool came_free = !*expired;
-    *expired = true;  // a deadline that fires now finds nothing to do
-    deadline.cancel();
-    co_return came_free || detail::Clock::now() < until;
-  }
+  awaitable<bool> vacancy(Pool& pool, TimePoint until);
 
   // A new connection, connected on the loop before `until`. With several hosts, one host at a
   // time (libpq does not time a non-blocking connect: a frozen host would hold it), each
   // within host_connect_timeout (the last one tried gets what is left), from the one that took
   // a connection last; a refusal moves on to the next at once.
-  awaitable<Result<std::unique_ptr<Slot>>> connect(Pool& pool, TimePoint until) {
-    const holdfast::pg::ConnectOptions& o = pool.options;
-    const TimePoint cap = std::min(until, detail::Clock::now() + o.connect_timeout);
-    const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
-    const std::size_t first = holdfast::pg::LoopConnection::preferred_host(o);
-    Status last;
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t host = (first + k) % n;
-      const TimePoint host_cap =
-          k + 1 < n ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
-      Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, host_cap);
-      if (s.ok()) {
-        if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
-        co_return s;
-      }
-      last = s.status();
-      if (detail::Clock::now() >= cap) break;
-    }
-    give_back(pool, nullptr);
-    co_return last;
-  }
+  awaitable<Result<std::unique_ptr<Slot>>> connect(Pool& pool, TimePoint until);
 
   awaitable<Result<std::unique_ptr<Slot>>> connect_host(const holdfast::pg::ConnectOptions& o,
                                                         std::size_t host, bool alone,
@@ -553,105 +344,24 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // Returns a connection to `pool` (or closes it when it is not idle and open) and wakes the
   // calls waiting for one.
-  void give_back(Pool& pool, std::unique_ptr<Slot> s) {
-    if (s != nullptr && s->conn.is_open() &&
-        s->conn.txn_status() == holdfast::pg::TxnStatus::kIdle) {
-      pool.idle.push_back(std::move(s));
-    } else {
-      if (s != nullptr) s->forget();
-      --pool.open;
-    }
-    pool.vacancy.cancel();
-  }
+  void give_back(Pool& pool, std::unique_ptr<Slot> s);
 
   // Closes every idle connection of `pool`.
-  static void drop_idle(Pool& pool) {
-    for (std::unique_ptr<Slot>& idle : pool.idle) {
-      idle->forget();
-      idle->conn.close();
-    }
-    pool.open -= pool.idle.size();
-    pool.idle.clear();
-  }
+  static void drop_idle(Pool& pool);
 
   // Closes `s` and every idle connection of `pool` (they reach the same server).
-  static void drop_all(Pool& pool, Slot& s) {
-    s.forget();
-    s.conn.close();
-    drop_idle(pool);
-  }
+  static void drop_all(Pool& pool, Slot& s);
 
   // Steps what was sent on `s` until it is complete, cancelling it at `until` and giving up
   // on it (closing the connection) when the cancel's grace passes too. With `silence` (a
   // read's pool), a wait that hears nothing for silence_after asks whether the server answers
   // at all, and gives up at once when it does not. OK when complete.
-  awaitable<Status> drive(Slot& s, Want w, TimePoint until, Pool* silence = nullptr) {
-    bool cancelled = false;
-    TimePoint check_at =
-        silence != nullptr ? detail::Clock::now() + options_.silence_after : TimePoint::max();
-    while (w != Want::kNothing) {
-      const TimePoint wake = cancelled ? until : std::min(until, check_at);
-      const bool ready = co_await detail::ready(s, w, wake, false);
-      if (s.stop) {
-        // The other copy answered a hedged read first: this one is not wanted any more.
-        s.conn.cancel();
-        s.forget();
-        co_return s.conn.abandon(false);
-      }
-      if (ready) {
-        w = s.conn.step();
-        if (silence != nullptr) check_at = detail::Clock::now() + options_.silence_after;
-        continue;
-      }
-      if (!cancelled && detail::Clock::now() < until) {
-        // Nothing heard for silence_after: is the server there at all?
-        check_at = detail::Clock::now() + options_.silence_after;
-        if (co_await answers(*silence)) continue;  // only slow: wait on
-        s.conn.cancel();
-        s.forget();
-        co_return s.conn.abandon(true);
-      }
-      if (!cancelled) {
-        s.conn.cancel();
-        cancelled = true;
-        until = detail::Clock::now() + options_.cancel_grace;
-        continue;
-      }
-      s.forget();
-      co_return s.conn.abandon(false);
-    }
-    co_return Status();
-  }
+  awaitable<Status> drive(Slot& s, Want w, TimePoint until, Pool* silence = nullptr);
 
   // Whether `pool`'s server answers: a connection of its own and SELECT 1 within
   // silence_check. One check at a time per pool; its verdict holds for silence_check. While
   // one runs, others take the server as answering (they look again at their next tick).
-  awaitable<bool> answers(Pool& pool) {
-    const TimePoint now = detail::Clock::now();
-    if (now < pool.verdict_until || pool.checking) co_return !pool.silent || pool.checking;
-    pool.checking = true;
-    const TimePoint until = now + options_.silence_check;
-    const std::size_t host = holdfast::pg::LoopConnection::preferred_host(pool.options);
-    const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
-    Result<std::unique_ptr<Slot>> probe = co_await connect_host(pool.options, host, several, until);
-    bool answered = false;
-    if (probe.ok()) {
-      Result<Rows> one = co_await exchange(**probe, "SELECT 1", {}, until);
-      answered = one.ok() || !one.status().sqlstate().empty();
-      (*probe)->forget();
-    } else {
-      // A refusal is an answer; only a connect that heard nothing until the end is silence.
-      answered = detail::Clock::now() < until;
-    }
-    pool.checking = false;
-    pool.silent = !answered;
-    pool.verdict_until = detail::Clock::now() + options_.silence_check;
-    if (pool.silent) {
-      // Its idle connections reach a server that answers nothing: none is worth keeping.
-      drop_idle(pool);
-    }
-    co_return answered;
-  }
+  awaitable<bool> answers(Pool& pool);
 
   // Sends one statement on `s` and waits for its result (drive()).
   awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
@@ -691,15 +401,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     }
   }
 
-  awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state) {
-    const TimePoint until = attempt_deadline(state->request);
-    if (!state->write && standby_) {
-      if (options_.hedge_budget > 0) co_return co_await hedged_read(state, until);
-      std::optional<Result<Rows>> answered = co_await standby_read(*state, until);
-      if (answered.has_value()) co_return std::move(*answered);
-    }
-    co_return co_await primary_call(state, until, nullptr);
-  }
+  awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state);
 
   // The primary's part of a call: a write, or a read. `in_use` (a hedged read's) is pointed at
   // the connection while the statement runs, so that the other try can stop it.
@@ -736,26 +438,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   };
 
   // Stops the try on `s` (the loser of a hedged read) at once.
-  static void stop(Slot& s) {
-    s.stop = true;
-    detail::error_code ignored;
-    s.descriptor.cancel(ignored);
-  }
+  static void stop(Slot& s);
 
   // Waits until `race` changed (a try ended) or `until`.
-  awaitable<void> race_wait(Race& race, TimePoint until) {
-    auto expired = std::make_shared<bool>(false);
-    detail::net::steady_timer deadline(ex_, until);
-    deadline.async_wait([expired, &race](const detail::error_code& ec) {
-      if (ec || *expired) return;
-      *expired = true;
-      race.wake.cancel();
-    });
-    detail::error_code ec;
-    co_await race.wake.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
-    *expired = true;
-    deadline.cancel();
-  }
+  awaitable<void> race_wait(Race& race, TimePoint until);
 
   // The standby's normal latency: the 95th percentile of its last answers (none yet: none).
   std::optional<Duration> standby_p95() const {
@@ -771,84 +457,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // A read on the standby that, when it has not answered within the standby's normal latency,
   // also goes to the primary (within the hedge budget, and only when a primary connection is
   // free); the first answer wins and the other try is stopped.
-  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, TimePoint until) {
-    hedge_tokens_ = std::min(hedge_tokens_ + options_.hedge_budget, 10.0);
-    auto race = std::make_shared<Race>(ex_);
-    const TimePoint started = detail::Clock::now();
-    detail::net::co_spawn(
-        ex_,
-        [self = this->shared_from_this(), state, race, until, started]() -> awaitable<void> {
-          std::optional<Result<Rows>> answer =
-              co_await self->standby_read(*state, until, &race->standby_slot);
-          if (answer.has_value() && answer->ok()) {
-            self->latencies_[self->latency_count_++ % self->latencies_.size()] =
-                detail::Clock::now() - started;
-          }
-          race->standby.emplace(std::move(answer));
-          race->wake.cancel();
-        },
-        detail::net::detached);
-    const std::optional<Duration> p95 = standby_p95();
-    const Duration delay = std::max(options_.hedge_min_delay, p95.value_or(options_.standby_wait));
-    const TimePoint hedge_at = std::min(until, started + delay);
-    while (!race->standby.has_value() && detail::Clock::now() < hedge_at) {
-      co_await race_wait(*race, hedge_at);
-    }
-    const bool primary_free = !primary_.idle.empty() || primary_.open < primary_.max;
-    if (!race->standby.has_value() && p95.has_value() && hedge_tokens_ >= 1.0 && primary_free) {
-      hedge_tokens_ -= 1.0;
-      ++hedged_;
-      race->hedged = true;
-      detail::net::co_spawn(
-          ex_,
-          [self = this->shared_from_this(), state, race, until]() -> awaitable<void> {
-            Result<Rows> r = co_await self->primary_call(state, until, &race->primary_slot);
-            race->primary.emplace(std::move(r));
-            race->wake.cancel();
-          },
-          detail::net::detached);
-    }
-    // The first usable answer: the standby's when it has one, else the primary's.
-    for (;;) {
-      if (race->standby.has_value() && race->standby->has_value()) {
-        if (race->primary_slot != nullptr) stop(*race->primary_slot);
-        co_return std::move(**race->standby);
-      }
-      if (race->primary.has_value()) {
-        if (race->standby_slot != nullptr) stop(*race->standby_slot);
-        if (!race->standby.has_value()) ++hedges_won_;
-        co_return std::move(*race->primary);
-      }
-      if (race->standby.has_value() && !race->hedged) {
-        // The standby left the read to the primary, and no hedge is running: ask it now.
-        co_return co_await primary_call(state, until, nullptr);
-      }
-      if (detail::Clock::now() >= until) {
-        if (race->standby_slot != nullptr) stop(*race->standby_slot);
-        if (race->primary_slot != nullptr) stop(*race->primary_slot);
-        co_return Status(Code::kDeadlineExceeded, "no copy answered the read within its window",
-                         Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
-      }
-      co_await race_wait(*race, until);
-    }
-  }
+  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, TimePoint until);
 
   // BEGIN, the write, COMMIT and the commit's position: one round trip.
-  awaitable<Result<Rows>> write_once(Slot& s, const Plain& state, TimePoint until) {
-    const Piece pieces[] = {
-        {"BEGIN"}, {state.sql, state.params.params}, {"COMMIT"}, {kPositionSql}};
-    Rows out[4];
-    std::size_t failed = 4;
-    Status st = co_await exchange(s, pieces, out, &failed, until);
-    if (st.ok() || failed == 3) {
-      // Committed (a failure after the COMMIT leaves only the position unknown).
-      wrote(state.request, st.ok() ? &out[3] : nullptr);
-      co_return std::move(out[1]);
-    }
-    // Whether it committed may be unknown: its reads go to the primary from now on.
-    if (st.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
-    co_return st;
-  }
+  awaitable<Result<Rows>> write_once(Slot& s, const Plain& state, TimePoint until);
 
   // A read on a standby: its replay position and the statement in one round trip, answered
   // there when it has replayed the request's writes. Nothing when the primary should answer
@@ -896,23 +508,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     return again;
   }
 
-  awaitable<Result<KeyedResult>> once_attempt(std::shared_ptr<Keyed> state) {
-    const TimePoint until = attempt_deadline(state->request);
-    Result<std::unique_ptr<Slot>> leased = co_await lease(primary_, until);
-    if (!leased.ok()) co_return leased.status();
-    Slot& s = **leased;
-    const holdfast::pg::Param key[] = {holdfast::pg::Param(state->key)};
-    Result<KeyedResult> out = co_await keyed(s, *state, key, until);
-    if (!out.ok() && out.status().sqlstate() == "25006") {
-      out = Result<KeyedResult>(demoted(s, out.status()));
-    }
-    if (!out.ok() && s.conn.is_open() && s.conn.txn_status() != holdfast::pg::TxnStatus::kIdle) {
-      // Roll back on the loop: the connection is reused only once it is idle again.
-      (void)co_await exchange(s, "ROLLBACK", {}, until);
-    }
-    give_back(primary_, std::move(*leased));
-    co_return out;
-  }
+  awaitable<Result<KeyedResult>> once_attempt(std::shared_ptr<Keyed> state);
 
   // BEGIN with the key's claim, then the write and its recorded result, or the recorded result
   // of an earlier call; COMMIT with the commit's position. Each a round trip on the loop.
@@ -976,3 +572,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 };
 
 }  // namespace holdfast::asio::pg
+
+// The Client's members defined out of its class, by what they do.
+#include "holdfast/adapters/asio_pg_attempts.hpp"
+#include "holdfast/adapters/asio_pg_connections.hpp"

@@ -1,0 +1,174 @@
+// Internal to holdfast/adapters/asio_pg.hpp, which includes it after the Client class: how a Client
+// keeps its connections to a server, connects them and drives their exchanges on the loop, and
+// checks a server that stopped answering.
+#pragma once
+
+namespace holdfast::asio::pg {
+
+template <class Executor>
+auto Client<Executor>::lease(Pool& pool, TimePoint until)
+    -> awaitable<Result<std::unique_ptr<Slot>>> {
+  if (pool.silent && detail::Clock::now() < pool.verdict_until) {
+    // Found silent a moment ago: answered at once (the Shield's backoff and breaker decide
+    // when to look again).
+    Status s(Code::kUnavailable, "the server was found silent (no answer to a check)",
+             Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+    s.with_sqlstate("");
+    co_return s;
+  }
+  for (;;) {
+    while (!pool.idle.empty()) {
+      std::unique_ptr<Slot> s = std::move(pool.idle.back());
+      pool.idle.pop_back();
+      if (s->conn.is_open()) co_return s;
+      --pool.open;  // lost while idle (a terminated backend): find another
+    }
+    if (pool.open < pool.max) {
+      ++pool.open;
+      co_return co_await connect(pool, until);
+    }
+    if (!co_await vacancy(pool, until)) {
+      co_return Status(Code::kDeadlineExceeded,
+                       "no PostgreSQL connection came free within the request's window",
+                       Fault{RetryScope::kNone, Outcome::kNotApplied, Pace::kFast, false});
+    }
+  }
+}
+
+template <class Executor>
+auto Client<Executor>::vacancy(Pool& pool, TimePoint until) -> awaitable<bool> {
+  auto expired = std::make_shared<bool>(false);
+  detail::net::steady_timer deadline(ex_, until);
+  deadline.async_wait([expired, &pool](const detail::error_code& ec) {
+    if (ec || *expired) return;
+    *expired = true;
+    pool.vacancy.cancel();  // wakes every waiter; each looks again
+  });
+  detail::error_code ec;
+  co_await pool.vacancy.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
+  const bool came_free = !*expired;
+  *expired = true;  // a deadline that fires now finds nothing to do
+  deadline.cancel();
+  co_return came_free || detail::Clock::now() < until;
+}
+
+template <class Executor>
+auto Client<Executor>::connect(Pool& pool, TimePoint until)
+    -> awaitable<Result<std::unique_ptr<Slot>>> {
+  const holdfast::pg::ConnectOptions& o = pool.options;
+  const TimePoint cap = std::min(until, detail::Clock::now() + o.connect_timeout);
+  const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
+  const std::size_t first = holdfast::pg::LoopConnection::preferred_host(o);
+  Status last;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t host = (first + k) % n;
+    const TimePoint host_cap =
+        k + 1 < n ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
+    Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, host_cap);
+    if (s.ok()) {
+      if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
+      co_return s;
+    }
+    last = s.status();
+    if (detail::Clock::now() >= cap) break;
+  }
+  give_back(pool, nullptr);
+  co_return last;
+}
+
+template <class Executor>
+auto Client<Executor>::give_back(Pool& pool, std::unique_ptr<Slot> s) -> void {
+  if (s != nullptr && s->conn.is_open() && s->conn.txn_status() == holdfast::pg::TxnStatus::kIdle) {
+    pool.idle.push_back(std::move(s));
+  } else {
+    if (s != nullptr) s->forget();
+    --pool.open;
+  }
+  pool.vacancy.cancel();
+}
+
+template <class Executor>
+auto Client<Executor>::drop_idle(Pool& pool) -> void {
+  for (std::unique_ptr<Slot>& idle : pool.idle) {
+    idle->forget();
+    idle->conn.close();
+  }
+  pool.open -= pool.idle.size();
+  pool.idle.clear();
+}
+
+template <class Executor>
+auto Client<Executor>::drop_all(Pool& pool, Slot& s) -> void {
+  s.forget();
+  s.conn.close();
+  drop_idle(pool);
+}
+
+template <class Executor>
+auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) -> awaitable<Status> {
+  bool cancelled = false;
+  TimePoint check_at =
+      silence != nullptr ? detail::Clock::now() + options_.silence_after : TimePoint::max();
+  while (w != Want::kNothing) {
+    const TimePoint wake = cancelled ? until : std::min(until, check_at);
+    const bool ready = co_await detail::ready(s, w, wake, false);
+    if (s.stop) {
+      // The other copy answered a hedged read first: this one is not wanted any more.
+      s.conn.cancel();
+      s.forget();
+      co_return s.conn.abandon(false);
+    }
+    if (ready) {
+      w = s.conn.step();
+      if (silence != nullptr) check_at = detail::Clock::now() + options_.silence_after;
+      continue;
+    }
+    if (!cancelled && detail::Clock::now() < until) {
+      // Nothing heard for silence_after: is the server there at all?
+      check_at = detail::Clock::now() + options_.silence_after;
+      if (co_await answers(*silence)) continue;  // only slow: wait on
+      s.conn.cancel();
+      s.forget();
+      co_return s.conn.abandon(true);
+    }
+    if (!cancelled) {
+      s.conn.cancel();
+      cancelled = true;
+      until = detail::Clock::now() + options_.cancel_grace;
+      continue;
+    }
+    s.forget();
+    co_return s.conn.abandon(false);
+  }
+  co_return Status();
+}
+
+template <class Executor>
+auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
+  const TimePoint now = detail::Clock::now();
+  if (now < pool.verdict_until || pool.checking) co_return !pool.silent || pool.checking;
+  pool.checking = true;
+  const TimePoint until = now + options_.silence_check;
+  const std::size_t host = holdfast::pg::LoopConnection::preferred_host(pool.options);
+  const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
+  Result<std::unique_ptr<Slot>> probe = co_await connect_host(pool.options, host, several, until);
+  bool answered = false;
+  if (probe.ok()) {
+    Result<Rows> one = co_await exchange(**probe, "SELECT 1", {}, until);
+    answered = one.ok() || !one.status().sqlstate().empty();
+    (*probe)->forget();
+  } else {
+    // A refusal is an answer; only a connect that heard nothing until the end is silence.
+    answered = detail::Clock::now() < until;
+  }
+  pool.checking = false;
+  pool.silent = !answered;
+  pool.verdict_until = detail::Clock::now() + options_.silence_check;
+  if (pool.silent) {
+    // Its idle connections reach a server that answers nothing: none is worth keeping.
+    drop_idle(pool);
+  }
+  co_return answered;
+}
+
+}  // namespace holdfast::asio::pg

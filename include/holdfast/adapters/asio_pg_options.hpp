@@ -1,0 +1,59 @@
+/// @file
+/// The options of holdfast::asio::pg::Client (holdfast/adapters/asio_pg.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "holdfast/core/shield.hpp"
+#include "holdfast/pg/connection.hpp"
+
+namespace holdfast::asio::pg {
+
+/// How a Client connects and how many connections it keeps.
+struct ClientOptions {
+  /// The server (or servers: a multi-host URL; writes need target_session_attrs=read-write
+  /// when some of them are standbys), keepalives and session settings.
+  holdfast::pg::ConnectOptions connect;
+  /// The most connections open at once; a call that finds them all busy waits on the loop
+  /// for one (within its window).
+  std::size_t max_connections = 8;
+  /// How long a cancelled statement may take to end before its connection is closed.
+  Duration cancel_grace = std::chrono::milliseconds(200);
+  /// The table of async_once()'s keys (the blocking pg::Database's default name and shape:
+  /// key text PRIMARY KEY, result text, created_at timestamptz).
+  std::string idempotency_table = "holdfast_idempotency";
+  /// The Shield's name (its metrics and log lines).
+  std::string shield_name = "postgres";
+  /// The Shield's settings (limit, breaker, throttle).
+  Shield::Options shield;
+  /// Hot standbys that may answer reads (a plain or multi-host conninfo; empty: none). A read
+  /// goes to a standby that has replayed the request's own writes (their commit positions,
+  /// kept in its RequestContext), else to the primary.
+  holdfast::pg::ConnectOptions standby;
+  /// The most connections to the standbys.
+  std::size_t standby_connections = 8;
+  /// How long a read waits for a standby (its connect and its answer) before the primary
+  /// answers it instead, within the same attempt.
+  Duration standby_wait = std::chrono::milliseconds(500);
+  /// Hedged reads: a standby read that has not answered within the standby's normal latency
+  /// (the 95th percentile of its last 64 answers, at least hedge_min_delay) is also sent to the
+  /// primary; the first answer wins and the other is cancelled. At most this share of reads is
+  /// hedged (a budget earned by each read); 0 turns hedging off. Never while the primary's
+  /// connections are all busy.
+  double hedge_budget = 0.02;
+  /// The least a standby read waits before it is hedged.
+  Duration hedge_min_delay = std::chrono::milliseconds(5);
+  /// Silence (DESIGN.md section 10): a read that has heard nothing from the primary for this
+  /// long asks whether the server answers at all (a connection of its own and SELECT 1 within
+  /// silence_check); a server that does not is silent, and the read gives up at once, as do
+  /// the calls that come while the verdict holds (silence_check). A server that answers is
+  /// only slow (a lock wait): the read waits on. Writes wait for their deadline: their outcome
+  /// may still become known.
+  Duration silence_after = std::chrono::seconds(1);
+  /// How long the check may take, and how long its verdict holds.
+  Duration silence_check = std::chrono::milliseconds(500);
+};
+
+}  // namespace holdfast::asio::pg
