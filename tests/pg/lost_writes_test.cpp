@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -124,13 +125,24 @@ void create_tables(const std::string& url, Database& db) {
   ASSERT_TRUE(db.create_idempotency_table().ok());
 }
 
-TEST(PgLostWrites, WritesConfirmedOnTheOldPrimaryAfterASplitAreReportedByKeyAndPosition) {
-  HOLDFAST_REQUIRE_PG_SERVER();
-  PrivateServer servers(20, /*with_standby=*/true);
-  ASSERT_FALSE(servers.standby_url().empty()) << "the private standby did not start";
-  const std::string a = servers.url();
-  const std::string b = servers.standby_url();
+// A private primary `a` and its streaming standby `b`, which a test promotes or splits.
+class PgLostWrites : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HOLDFAST_REQUIRE_PG_SERVER();
+    servers.emplace(20, /*with_standby=*/true);
+    ASSERT_FALSE(servers->standby_url().empty()) << "the private standby did not start";
+    a = servers->url();
+    b = servers->standby_url();
+  }
+
+  std::optional<PrivateServer> servers;
+  std::string a;
+  std::string b;
   Fixture f;
+};
+
+TEST_F(PgLostWrites, WritesConfirmedOnTheOldPrimaryAfterASplitAreReportedByKeyAndPosition) {
   Database db(options_for(a, b, f.logger));
   ASSERT_NO_FATAL_FAILURE(create_tables(a, db));
 
@@ -152,7 +164,7 @@ TEST(PgLostWrites, WritesConfirmedOnTheOldPrimaryAfterASplitAreReportedByKeyAndP
   EXPECT_EQ(db.lost_writes().changes, 0u);
 
   // A goes; holdfast's next write finds B, the writer now.
-  ASSERT_TRUE(servers.down());
+  ASSERT_TRUE(servers->down());
   ASSERT_NO_FATAL_FAILURE(pay(db, "on-b-1"));
   EXPECT_EQ(Admin(b).count("SELECT count(*) FROM lost_keys WHERE key = 'on-b-1'"), 1);
   ASSERT_TRUE(checked(db, 1)) << f.captured->all();
@@ -182,8 +194,8 @@ TEST(PgLostWrites, WritesConfirmedOnTheOldPrimaryAfterASplitAreReportedByKeyAndP
   // A comes back as a primary of the old timeline and B goes: holdfast follows the writer back
   // to timeline 1, older than timeline 2 it confirmed a write on. A split brain, and the write
   // B confirmed is not on A. What was reported already is not reported again.
-  ASSERT_TRUE(servers.up());
-  ASSERT_TRUE(servers.standby_down());
+  ASSERT_TRUE(servers->up());
+  ASSERT_TRUE(servers->standby_down());
   ASSERT_NO_FATAL_FAILURE(pay(db, "on-a-again"));
   ASSERT_TRUE(checked(db, 2)) << f.captured->all();
   seen = db.lost_writes();
@@ -196,13 +208,7 @@ TEST(PgLostWrites, WritesConfirmedOnTheOldPrimaryAfterASplitAreReportedByKeyAndP
       << f.captured->all();
 }
 
-TEST(PgLostWrites, AFailoverThatLostNothingReportsNothing) {
-  HOLDFAST_REQUIRE_PG_SERVER();
-  PrivateServer servers(20, /*with_standby=*/true);
-  ASSERT_FALSE(servers.standby_url().empty()) << "the private standby did not start";
-  const std::string a = servers.url();
-  const std::string b = servers.standby_url();
-  Fixture f;
+TEST_F(PgLostWrites, AFailoverThatLostNothingReportsNothing) {
   Database db(options_for(a, b, f.logger));
   ASSERT_NO_FATAL_FAILURE(create_tables(a, db));
   for (int i = 0; i < 20; ++i) {
@@ -211,9 +217,9 @@ TEST(PgLostWrites, AFailoverThatLostNothingReportsNothing) {
   }
   ASSERT_TRUE(caught_up(a, b));
   // A clean failover: A stops (its last WAL streamed to B), then B is promoted.
-  ASSERT_TRUE(servers.down());
+  ASSERT_TRUE(servers->down());
   ASSERT_TRUE(promote(b));
-  ASSERT_TRUE(servers.promoted());
+  ASSERT_TRUE(servers->promoted());
   ASSERT_NO_FATAL_FAILURE(pay(db, "clean-on-b"));
   ASSERT_TRUE(checked(db, 1)) << f.captured->all();
   const LostWritesReport seen = db.lost_writes();
@@ -232,17 +238,11 @@ TEST(PgLostWrites, AFailoverThatLostNothingReportsNothing) {
   EXPECT_EQ(db.shield().metrics().snapshot().confirmed_writes_missing, 0u);
 }
 
-TEST(PgLostWrites, WithoutRightsToTheHistoryAnEarlierTimelinesUnkeyedWritesAreUnverifiedNotLost) {
-  HOLDFAST_REQUIRE_PG_SERVER();
-  PrivateServer servers(20, /*with_standby=*/true);
-  ASSERT_FALSE(servers.standby_url().empty()) << "the private standby did not start";
-  const std::string a = servers.url();
-  const std::string b = servers.standby_url();
+TEST_F(PgLostWrites, WithoutRightsToTheHistoryAnEarlierTimelinesUnkeyedWritesAreUnverifiedNotLost) {
   Admin(a).exec("CREATE ROLE lost_app LOGIN");
   Admin(a).exec("CREATE TABLE lost_t (id serial PRIMARY KEY, what text)");
   Admin(a).exec("GRANT ALL ON lost_t, lost_t_id_seq TO lost_app");
   Admin(a).exec("GRANT CREATE ON SCHEMA public TO lost_app");
-  Fixture f;
   Database db(options_for(pgtest::url_as(a, "lost_app"), pgtest::url_as(b, "lost_app"), f.logger));
   ASSERT_TRUE(db.create_idempotency_table().ok());
   ASSERT_NO_FATAL_FAILURE(pay(db, "app-before"));
@@ -251,7 +251,7 @@ TEST(PgLostWrites, WithoutRightsToTheHistoryAnEarlierTimelinesUnkeyedWritesAreUn
   ASSERT_TRUE(promote(b));
   ASSERT_NO_FATAL_FAILURE(pay(db, "app-after"));
   write_unkeyed(db, "app-after-unkeyed");
-  ASSERT_TRUE(servers.down());
+  ASSERT_TRUE(servers->down());
   ASSERT_NO_FATAL_FAILURE(pay(db, "app-on-b"));
   ASSERT_TRUE(checked(db, 1)) << f.captured->all();
   const LostWritesReport seen = db.lost_writes();
