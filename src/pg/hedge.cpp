@@ -46,9 +46,8 @@ void Database::judge_replica(Endpoint& replica, bool lost_hedge, Duration latenc
 }
 
 Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, ReplicaView& view,
-                                    bool probe, Hedge& hedge) {
+                                    bool probe, TimePoint start, Hedge& hedge) {
   hedge = Hedge{};
-  const TimePoint start = clock_->now();
   // A copy that just answered slowly, or a probe, gets no longer than the slow threshold for
   // a new connection: a connect through a slow path would hold the read for
   // kReplicaConnectTimeout, and the primary can answer it now.

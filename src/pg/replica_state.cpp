@@ -154,7 +154,7 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   // No waiting for a busy replica or its reconnect backoff: the primary can answer now.
   ReplicaView view;
   Hedge hedge;
-  Result<Rows> r = replica_read(replica, work, view, probe, hedge);
+  Result<Rows> r = replica_read(replica, work, view, probe, start, hedge);
   const TimePoint end = clock.now();
   if (hedge.sent) ++stats.attempts;  // the primary's try
   if (hedge.primary_won) {

@@ -388,7 +388,7 @@ class Database {
   // One read on `replica` (read_once()), hedged to the primary (DatabaseOptions::hedge_budget)
   // or, for a `probe` of a slow replica, once it waited the slow threshold.
   Result<Rows> replica_read(Endpoint& replica, const Work& work, ReplicaView& view, bool probe,
-                            Hedge& hedge);
+                            TimePoint start, Hedge& hedge);
   // read_once()'s end: the pipeline's status `s` (step `failed` failed) judged, the
   // connection discarded when it must be, `view` filled.
   Result<Rows> finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
