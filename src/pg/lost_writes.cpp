@@ -147,25 +147,85 @@ void LostWrites::log(Level level, const std::string& message) noexcept {
   logger.log(level, "pg.lost_writes", message);
 }
 
-bool LostWrites::check(TimePoint change_at) {
-  const TimePoint deadline = clock_.now() + options_.check_timeout;
-  Result<Connection> opened = Connection::open(connect_, deadline);
-  if (!opened.ok()) return false;
-  Connection& conn = *opened;
-  conn.set_deadline(deadline);
+namespace {
+
+// What the writer says of itself: that it is one (not in recovery), its WAL position, its
+// timeline and which host it is. False when it said no, or could not say.
+bool read_writer(Connection& conn, WriterView& view) {
   Result<Rows> recovery = conn.query("SELECT pg_catalog.pg_is_in_recovery()");
   if (!recovery.ok() || recovery->text(0, 0) != "f") return false;  // not the writer (yet)
   Result<Rows> where = conn.query(
       "SELECT pg_catalog.pg_current_wal_lsn()::text, "
       "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8)");
   if (!where.ok()) return false;
-  WriterView view;
   Result<Lsn> current = Lsn::parse(where->text(0, 0));
   view.current_lsn = current.ok() ? current->value : 0;
   const std::string_view tli = where->text(0, 1);
   std::from_chars(tli.data(), tli.data() + tli.size(), view.timeline, 16);
   view.host = ConnectionAccess::host_id(conn);
-  if (view.timeline == 0 || view.current_lsn == 0) return false;
+  return view.timeline != 0 && view.current_lsn != 0;
+}
+
+// The idempotency keys the writer holds, of those asked for.
+struct FoundKeys {
+  std::unordered_set<std::string> keys;      // whole keys found
+  std::unordered_set<std::uint64_t> hashes;  // the hashes of long keys found by their prefix
+};
+
+bool look_up_keys(Connection& conn, const std::string& table,
+                  const std::vector<const ConfirmedWrite*>& whole_keys,
+                  const std::vector<const ConfirmedWrite*>& long_keys, FoundKeys& found) {
+  if (!whole_keys.empty()) {
+    const std::string keys = array_literal(whole_keys);
+    Result<Rows> r = conn.query(
+        "SELECT key FROM " + table + " WHERE key = ANY($1::pg_catalog.text[])", {Param(keys)});
+    if (!r.ok()) return false;
+    for (int i = 0; i < r->size(); ++i)
+      found.keys.emplace(r->text(i, 0));
+  }
+  if (!long_keys.empty()) {
+    // Keys kept by their first bytes: every key that begins so, known by the hash of all of it.
+    const std::string prefixes = array_literal(long_keys);
+    Result<Rows> r = conn.query("SELECT k.key FROM " + table +
+                                    " k JOIN pg_catalog.unnest($1::pg_catalog.text[]) AS p(prefix) "
+                                    "ON pg_catalog.starts_with(k.key, p.prefix)",
+                                {Param(prefixes)});
+    if (!r.ok()) return false;
+    for (int i = 0; i < r->size(); ++i)
+      found.hashes.insert(key_hash(r->text(i, 0)));
+  }
+  return true;
+}
+
+// The writer's timeline history into `view` (superuser, or EXECUTE on pg_read_file granted);
+// `no_rights` when the role may not read it. False when the connection was lost.
+bool read_history(Connection& conn, WriterView& view, bool& no_rights) {
+  if (view.timeline == 1) {
+    view.history.emplace();  // the first timeline descends from none
+    return true;
+  }
+  const std::string name = "pg_wal/" + timeline_hex(view.timeline) + ".history";
+  Result<Rows> r = conn.query(
+      "SELECT pg_catalog.pg_read_file($1::pg_catalog.text, 0, 1048576, true)", {Param(name)});
+  if (r.ok() && !r->is_null(0, 0)) {
+    view.history = parse_timeline_history(r->text(0, 0));
+  } else if (!r.ok()) {
+    if (!conn.is_open()) return false;
+    no_rights = r.status().sqlstate() == "42501";
+  }
+  return true;
+}
+
+}  // namespace
+
+bool LostWrites::check(TimePoint change_at) {
+  const TimePoint deadline = clock_.now() + options_.check_timeout;
+  Result<Connection> opened = Connection::open(connect_, deadline);
+  if (!opened.ok()) return false;
+  Connection& conn = *opened;
+  conn.set_deadline(deadline);
+  WriterView view;
+  if (!read_writer(conn, view)) return false;
 
   const std::vector<ConfirmedWrite> ring = ring_.snapshot();
   std::vector<const ConfirmedWrite*> candidates;
@@ -183,44 +243,10 @@ bool LostWrites::check(TimePoint change_at) {
     }
   }
 
-  std::unordered_set<std::string> found;
-  std::unordered_set<std::uint64_t> found_hashes;
-  if (!whole_keys.empty()) {
-    const std::string keys = array_literal(whole_keys);
-    Result<Rows> r = conn.query(
-        "SELECT key FROM " + table_ + " WHERE key = ANY($1::pg_catalog.text[])", {Param(keys)});
-    if (!r.ok()) return false;
-    for (int i = 0; i < r->size(); ++i)
-      found.emplace(r->text(i, 0));
-  }
-  if (!long_keys.empty()) {
-    // Keys kept by their first bytes: every key that begins so, known by the hash of all of it.
-    const std::string prefixes = array_literal(long_keys);
-    Result<Rows> r = conn.query("SELECT k.key FROM " + table_ +
-                                    " k JOIN pg_catalog.unnest($1::pg_catalog.text[]) AS p(prefix) "
-                                    "ON pg_catalog.starts_with(k.key, p.prefix)",
-                                {Param(prefixes)});
-    if (!r.ok()) return false;
-    for (int i = 0; i < r->size(); ++i)
-      found_hashes.insert(key_hash(r->text(i, 0)));
-  }
+  FoundKeys found;
+  if (!look_up_keys(conn, table_, whole_keys, long_keys, found)) return false;
   bool no_rights = false;
-  if (need_history) {
-    if (view.timeline == 1) {
-      view.history.emplace();  // the first timeline descends from none
-    } else {
-      // The writer's timeline history: superuser, or EXECUTE on pg_read_file granted.
-      const std::string name = "pg_wal/" + timeline_hex(view.timeline) + ".history";
-      Result<Rows> r = conn.query(
-          "SELECT pg_catalog.pg_read_file($1::pg_catalog.text, 0, 1048576, true)", {Param(name)});
-      if (r.ok() && !r->is_null(0, 0)) {
-        view.history = parse_timeline_history(r->text(0, 0));
-      } else if (!r.ok()) {
-        if (!conn.is_open()) return false;
-        no_rights = r.status().sqlstate() == "42501";
-      }
-    }
-  }
+  if (need_history && !read_history(conn, view, no_rights)) return false;
 
   std::vector<const ConfirmedWrite*> missing;
   std::vector<const ConfirmedWrite*> unverified;
@@ -228,7 +254,7 @@ bool LostWrites::check(TimePoint change_at) {
     Presence p = Presence::kThere;
     if (w->keyed()) {
       const bool there =
-          w->key_whole() ? found.count(w->kept) != 0 : found_hashes.count(w->hash) != 0;
+          w->key_whole() ? found.keys.count(w->kept) != 0 : found.hashes.count(w->hash) != 0;
       p = there ? Presence::kThere : Presence::kMissing;
     } else {
       p = presence_by_position(*w, view);
@@ -252,42 +278,7 @@ bool LostWrites::check(TimePoint change_at) {
     report_.last_finding_at = clock_.now();
     report_.last_missing.clear();
   }
-  if (!missing.empty()) {
-    report_.missing_total += missing.size();
-    metrics_.count_confirmed_writes_missing(missing.size());
-    report_.last_missing.clear();
-    std::size_t keyed = 0;
-    for (std::size_t first = 0; first < missing.size(); first += kWritesPerLine) {
-      const std::size_t end = std::min(missing.size(), first + kWritesPerLine);
-      std::string line = std::to_string(missing.size()) +
-                         " confirmed writes are not on the writer after a change of writer "
-                         "(now " +
-                         writer + ")";
-      if (missing.size() > kWritesPerLine) {
-        line += " [" + std::to_string(first + 1) + "-" + std::to_string(end) + "]";
-      }
-      line += ":";
-      for (std::size_t i = first; i < end; ++i) {
-        const ConfirmedWrite& w = *missing[i];
-        line += i > first ? ", " : " ";
-        if (w.keyed()) {
-          ++keyed;
-          line += "key " + quoted(w.key_for_log()) + " at " + w.position_for_log();
-        } else {
-          line += "a write without a key at " + w.position_for_log();
-        }
-        if (report_.last_missing.size() < 64) {
-          report_.last_missing.push_back(w.keyed() ? w.key_for_log() : w.position_for_log());
-        }
-        reported_.insert(w.ticket);
-      }
-      log(Level::kError, line);
-    }
-    report_.last_finding = std::to_string(missing.size()) + " confirmed writes (" +
-                           std::to_string(keyed) + " with a key) not on the writer (" + writer +
-                           ")";
-    report_.last_finding_at = clock_.now();
-  }
+  if (!missing.empty()) report_missing(writer, missing);
   if (!unverified.empty()) {
     report_.unverified_total += unverified.size();
     metrics_.count_confirmed_writes_unverified(unverified.size());
@@ -317,6 +308,43 @@ bool LostWrites::check(TimePoint change_at) {
     std::erase_if(reported_, [&](std::uint64_t t) { return t < next - ring_.capacity(); });
   }
   return true;
+}
+
+void LostWrites::report_missing(const std::string& writer,
+                                const std::vector<const ConfirmedWrite*>& missing) {
+  report_.missing_total += missing.size();
+  metrics_.count_confirmed_writes_missing(missing.size());
+  report_.last_missing.clear();
+  std::size_t keyed = 0;
+  for (std::size_t first = 0; first < missing.size(); first += kWritesPerLine) {
+    const std::size_t end = std::min(missing.size(), first + kWritesPerLine);
+    std::string line = std::to_string(missing.size()) +
+                       " confirmed writes are not on the writer after a change of writer "
+                       "(now " +
+                       writer + ")";
+    if (missing.size() > kWritesPerLine) {
+      line += " [" + std::to_string(first + 1) + "-" + std::to_string(end) + "]";
+    }
+    line += ":";
+    for (std::size_t i = first; i < end; ++i) {
+      const ConfirmedWrite& w = *missing[i];
+      line += i > first ? ", " : " ";
+      if (w.keyed()) {
+        ++keyed;
+        line += "key " + quoted(w.key_for_log()) + " at " + w.position_for_log();
+      } else {
+        line += "a write without a key at " + w.position_for_log();
+      }
+      if (report_.last_missing.size() < 64) {
+        report_.last_missing.push_back(w.keyed() ? w.key_for_log() : w.position_for_log());
+      }
+      reported_.insert(w.ticket);
+    }
+    log(Level::kError, line);
+  }
+  report_.last_finding = std::to_string(missing.size()) + " confirmed writes (" +
+                         std::to_string(keyed) + " with a key) not on the writer (" + writer + ")";
+  report_.last_finding_at = clock_.now();
 }
 
 LostWritesReport LostWrites::report() const {

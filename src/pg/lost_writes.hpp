@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "confirmed_writes.hpp"
 #include "holdfast/core/metrics.hpp"
@@ -50,6 +51,9 @@ class LostWrites {
   void loop();
   // One check against the writer: true when it was made (whatever it found).
   bool check(TimePoint change_at);
+  // REQUIRES: mutex_ held. Reports `missing` (confirmed writes the writer does not hold): an
+  // ERROR line per 64, the metric, the report.
+  void report_missing(const std::string& writer, const std::vector<const ConfirmedWrite*>& missing);
   void log(Level level, const std::string& message) noexcept;
   std::string host_name(std::uintptr_t host) const;
 
