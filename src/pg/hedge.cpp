@@ -6,6 +6,7 @@
 // its connection closed.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <utility>
 
 #include "database_internal.hpp"
@@ -45,6 +46,70 @@ void Database::judge_replica(Endpoint& replica, bool lost_hedge, Duration latenc
   }
 }
 
+// A replica read (`conn`, on `replica_lease`) not answered within its normal latency: `work`
+// goes to the primary too, if its Shield admits an attempt now, a connection of its is idle
+// and not the last one, and the budget allows (a probe needs none). The primary's rows when
+// it answered first (the replica's try abandoned); none when the replica's answer is awaited.
+std::optional<Rows> Database::hedge_to_primary(Connection& conn, PooledConnection& replica_lease,
+                                               const Work& work, bool probe, Hedge& hedge) {
+  Shield& ps = *primary_->shield;
+  Shield::Call pcall(ps, ps.reads(), Operation::read("pg.read.hedge"));
+  const bool paid = probe || (hedges_->enabled() && hedges_->spend());
+  Shield::Admission pa = paid ? pcall.admit(clock_->now()) : Shield::Admission{};
+  if (paid && pa.kind != Shield::Admission::Kind::kAttempt && !probe) hedges_->refund();
+  if (pa.kind == Shield::Admission::Kind::kAttempt) {
+    Result<PooledConnection> plase = primary_->reads->try_idle(kHedgeLeavesIdle);
+    if (!plase.ok()) {
+      pa.permit.cancel();
+      if (!probe) hedges_->refund();
+    } else {
+      hedged_.fetch_add(1, std::memory_order_relaxed);
+      hedge.sent = true;
+      Connection& pconn = **plase;
+      detail::CallPipeline q;
+      add_prefix(q, pconn, read_prefix_);
+      const std::size_t pmain = add_work(q, pconn, work);
+      std::array<Rows, Steps::kMax> pout;
+      std::size_t pfailed = q.steps.size;
+      bool psent = false;
+      const TimePoint t0 = clock_->now();
+      Status pst = ConnectionAccess::pipeline_send(pconn, q.steps.span(), psent);
+      const RetryWindow* w = RequestScope::current_window();
+      const TimePoint until =
+          t0 + (w != nullptr ? w->remaining(t0) : primary_->shield->reads().window());
+      const int first = pst.ok() ? ConnectionAccess::first_answer(conn, &pconn, until) : 0;
+      if (first == 1) {
+        pst = ConnectionAccess::pipeline_collect(pconn, q.steps.span(), psent, pout, &pfailed);
+        q.marks.apply(pconn, pfailed);
+        const TimePoint end = clock_->now();
+        if (pst.ok()) {
+          // The primary answered first: its answer is the read's; the replica's read is
+          // cancelled and its connection, mid-statement, closed.
+          hedge.primary_won = true;
+          hedges_won_.fetch_add(1, std::memory_order_relaxed);
+          ConnectionAccess::abandon(conn);
+          replica_lease.discard();
+          primary_->copy->latency.record(end - t0);
+          pcall.succeeded(std::move(pa.permit),
+                          ps.breaker().measures_latency() ? end - t0 : Duration::zero());
+          return std::move(pout[pmain]);
+        }
+        // The primary's answer is a failure: recorded for its Shield; the replica's is
+        // awaited.
+        if (!detail::pooler_refused(*plase, pst) && !pconn.is_open()) plase->discard();
+        (void)pcall.failed(std::move(pa.permit), pst, end, end - t0);
+      } else {
+        // The replica answered first (or neither before the window's end): the primary's
+        // try is given up.
+        ConnectionAccess::abandon(pconn);
+        plase->discard();
+        pa.permit.cancel();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, ReplicaView& view,
                                     bool probe, TimePoint start, Hedge& hedge) {
   hedge = Hedge{};
@@ -80,63 +145,9 @@ Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, Replica
   bool sent = false;
   Status s = ConnectionAccess::pipeline_send(conn, p.steps.span(), sent);
   if (s.ok() && ConnectionAccess::first_answer(conn, nullptr, start + delay) < 0) {
-    // Not answered within its normal latency: the primary is asked too, if its Shield
-    // admits an attempt now, a connection of its is idle and not the last one, and the
-    // budget allows (a probe needs none).
-    Shield& ps = *primary_->shield;
-    Shield::Call pcall(ps, ps.reads(), Operation::read("pg.read.hedge"));
-    const bool paid = probe || (hedges_->enabled() && hedges_->spend());
-    Shield::Admission pa = paid ? pcall.admit(clock_->now()) : Shield::Admission{};
-    if (paid && pa.kind != Shield::Admission::Kind::kAttempt && !probe) hedges_->refund();
-    if (pa.kind == Shield::Admission::Kind::kAttempt) {
-      Result<PooledConnection> plase = primary_->reads->try_idle(kHedgeLeavesIdle);
-      if (!plase.ok()) {
-        pa.permit.cancel();
-        if (!probe) hedges_->refund();
-      } else {
-        hedged_.fetch_add(1, std::memory_order_relaxed);
-        hedge.sent = true;
-        Connection& pconn = **plase;
-        detail::CallPipeline q;
-        add_prefix(q, pconn, read_prefix_);
-        const std::size_t pmain = add_work(q, pconn, work);
-        std::array<Rows, Steps::kMax> pout;
-        std::size_t pfailed = q.steps.size;
-        bool psent = false;
-        const TimePoint t0 = clock_->now();
-        Status pst = ConnectionAccess::pipeline_send(pconn, q.steps.span(), psent);
-        const RetryWindow* w = RequestScope::current_window();
-        const TimePoint until =
-            t0 + (w != nullptr ? w->remaining(t0) : primary_->shield->reads().window());
-        const int first = pst.ok() ? ConnectionAccess::first_answer(conn, &pconn, until) : 0;
-        if (first == 1) {
-          pst = ConnectionAccess::pipeline_collect(pconn, q.steps.span(), psent, pout, &pfailed);
-          q.marks.apply(pconn, pfailed);
-          const TimePoint end = clock_->now();
-          if (pst.ok()) {
-            // The primary answered first: its answer is the read's; the replica's read is
-            // cancelled and its connection, mid-statement, closed.
-            hedge.primary_won = true;
-            hedges_won_.fetch_add(1, std::memory_order_relaxed);
-            ConnectionAccess::abandon(conn);
-            lease->discard();
-            primary_->copy->latency.record(end - t0);
-            pcall.succeeded(std::move(pa.permit),
-                            ps.breaker().measures_latency() ? end - t0 : Duration::zero());
-            return std::move(pout[pmain]);
-          }
-          // The primary's answer is a failure: recorded for its Shield; the replica's is
-          // awaited.
-          if (!detail::pooler_refused(*plase, pst) && !pconn.is_open()) plase->discard();
-          (void)pcall.failed(std::move(pa.permit), pst, end, end - t0);
-        } else {
-          // The replica answered first (or neither before the window's end): the primary's
-          // try is given up.
-          ConnectionAccess::abandon(pconn);
-          plase->discard();
-          pa.permit.cancel();
-        }
-      }
+    // Not answered within its normal latency: the primary is asked too (hedge_to_primary()).
+    if (std::optional<Rows> won = hedge_to_primary(conn, *lease, work, probe, hedge)) {
+      return std::move(*won);
     }
   }
   if (s.ok() && !hedge.sent && give_up_at != TimePoint::max() &&

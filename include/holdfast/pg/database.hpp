@@ -379,16 +379,16 @@ class Database {
     kFailed,    ///< it could not answer (breaker open, busy, down, lagging): the primary answers
     kBehind,    ///< it has not replayed the request's own writes yet: the primary answers
   };
-  // What became of a replica read's hedge (hedge.cpp).
-  struct Hedge {
+  struct Hedge {               // what became of a replica read's hedge (hedge.cpp)
     bool sent = false;         // the read went to the primary too
     bool primary_won = false;  // the primary's answer is the read's
     bool gave_up = false;      // a slow replica's try was given up, no hedge sent
   };
-  // One read on `replica` (read_once()), hedged to the primary (DatabaseOptions::hedge_budget)
-  // or, for a `probe` of a slow replica, once it waited the slow threshold.
+  // One read on `replica` from `start`, hedged to the primary or given up (hedge.cpp).
   Result<Rows> replica_read(Endpoint& replica, const Work& work, ReplicaView& view, bool probe,
                             TimePoint start, Hedge& hedge);
+  std::optional<Rows> hedge_to_primary(Connection& conn, PooledConnection& replica_lease,
+                                       const Work& work, bool probe, Hedge& hedge);
   // read_once()'s end: the pipeline's status `s` (step `failed` failed) judged, the
   // connection discarded when it must be, `view` filled.
   Result<Rows> finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
