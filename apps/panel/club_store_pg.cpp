@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "club_reads_pg.hpp"
 #include "club_schema_pg.hpp"
 #include "demo_data.hpp"
 #include "holdfast/core/shield.hpp"
@@ -22,6 +23,25 @@ using pgschema::int_at;
 using pgschema::kIdempotencyTable;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+
+// Every session's settings: timestamps in UTC, and a lock waited for at most busy_timeout.
+std::vector<std::pair<std::string, std::string>> session_settings(const ClubStore::Options& o) {
+  return {{"TimeZone", "UTC"},
+          {"lock_timeout",
+           std::to_string(std::chrono::ceil<std::chrono::milliseconds>(o.busy_timeout).count())}};
+}
+
+// holdfast's Shields: the policy file's, or the library's defaults except that while a
+// breaker is open a request is answered at once -- a stale page, or a 503 with Retry-After --
+// instead of waiting up to a second for the probe after lock contention and then for the
+// lock itself (lock_timeout): a PostgreSQL lock such as a migration's ACCESS EXCLUSIVE is
+// held for seconds, not the milliseconds of a SQLite writer.
+Shield::Options holdfast_shield(const ClubStore::Options& o) {
+  if (o.policy) return *o.policy;
+  Shield::Options s;
+  s.probe_wait = Duration::zero();
+  return s;
+}
 
 // The origin's session schedule (150/500/1500/3000 ms) for holdfast; the baselines keep
 // their single attempt. Its clock does not matter: the driver's window is on the store's.
@@ -58,10 +78,7 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   pg::DatabaseOptions base;
   base.url = o.pg_url;
   base.application_name = o.pg_application_name;
-  base.settings = {
-      {"TimeZone", "UTC"},
-      {"lock_timeout",
-       std::to_string(std::chrono::ceil<std::chrono::milliseconds>(o.busy_timeout).count())}};
+  base.settings = session_settings(o);
   base.idempotency_table = kIdempotencyTable;
   base.clock = store->clock_;
   if (o.strategy != Strategy::kHoldfast) {
@@ -69,14 +86,7 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
     base.shield = Shield::Options::single_attempt();
     base.silence_after = Duration::zero();
   }
-  if (o.strategy == Strategy::kHoldfast) {
-    // While a breaker is open a request is answered at once -- a stale page, or a 503 with
-    // Retry-After -- instead of waiting up to a second for the probe after lock contention
-    // and then for the lock itself (lock_timeout): a PostgreSQL lock such as a migration's
-    // ACCESS EXCLUSIVE is held for seconds, not the milliseconds of a SQLite writer.
-    base.shield.probe_wait = Duration::zero();
-  }
-  if (o.strategy == Strategy::kHoldfast && o.policy) base.shield = *o.policy;
+  if (o.strategy == Strategy::kHoldfast) base.shield = holdfast_shield(o);
   // While a breaker is open, one SELECT 1 every 250 ms finds the server back (as the SQLite
   // panel's probes do), rather than the next request after a growing open period.
   if (o.strategy == Strategy::kHoldfast) base.health_probe_interval = milliseconds(250);
@@ -118,6 +128,28 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   return std::unique_ptr<ClubStore>(std::move(store));
 }
 
+std::optional<asio::pg::ClientOptions> PgClubStore::lane_options() const {
+  const Options& o = options_;
+  if (o.strategy != Strategy::kHoldfast || o.pg_transaction_pooling ||
+      o.pg_replica_urls.size() > 1) {
+    return std::nullopt;
+  }
+  asio::pg::ClientOptions c;
+  c.connect.conninfo = o.pg_url;
+  c.connect.application_name = o.pg_application_name;
+  c.connect.settings = session_settings(o);
+  c.max_connections = static_cast<std::size_t>(std::max(o.read_connections, 1));
+  c.idempotency_table = kIdempotencyTable;
+  c.shield_name = "club.reads";
+  c.shield = holdfast_shield(o);
+  if (!o.pg_replica_urls.empty()) {
+    c.standby = c.connect;
+    c.standby.conninfo = o.pg_replica_urls.front();
+    c.standby_connections = c.max_connections;
+  }
+  return c;
+}
+
 PgClubStore::PgClubStore(Options options, std::string where)
     : ClubStore(std::move(options)), where_(std::move(where)) {}
 
@@ -153,88 +185,29 @@ Result<std::optional<User>> PgClubStore::session(std::string_view token, std::st
   pg::ReadOptions lookup;
   lookup.operation = Operation::read("session.read");
   if (options_.strategy == Strategy::kHoldfast) lookup.policy = &session_schedule();
-  recall_writes("session:" + std::string(token));  // a sign-in just now, on this process
+  recall_session(token);
   Result<pg::Rows> rows = run(lookup.operation, [&] {
-    return reads_->read(
-        "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = s.user_id "
-        "WHERE s.token = $1 AND s.expires_at > $2",
-        {token, now_utc}, lookup);
+    return reads_->read(pgreads::kSession, {token, now_utc}, lookup);
   });
   if (!rows.ok()) return rows.status();
-  if (rows->empty()) return std::optional<User>();
-  Result<std::int64_t> id = int_at(*rows, 0, 0);
-  if (!id.ok()) return id.status();
-  recall_writes("user:" + std::to_string(*id));
-  return std::optional<User>(User{*id, std::string(rows->text(0, 1)), std::string(rows->text(0, 2)),
-                                  std::string(rows->text(0, 3))});
+  Result<std::optional<User>> user = pgreads::session_of(*rows);
+  if (user.ok() && user->has_value()) recall_user((*user)->id);
+  return user;
 }
 
 Result<std::vector<Game>> PgClubStore::games_on(std::string_view date) {
-  Result<pg::Rows> rows = run(Operation::read("schedule.games"), [&] {
-    return reads_->read(
-        // The model's "2026-11-30T18:00".
-        "SELECT g.id, c.name, a.name, a.color, to_char(g.starts_at, 'YYYY-MM-DD\"T\"HH24:MI'), "
-        "to_char(g.ends_at, 'YYYY-MM-DD\"T\"HH24:MI'), g.capacity, "
-        "(SELECT count(*) FROM signups s WHERE s.game_id = g.id) "
-        "FROM games g JOIN courts c ON c.id = g.court_id "
-        "JOIN activity_types a ON a.id = g.activity_type_id "
-        "WHERE g.starts_at >= $1::date AND g.starts_at < $1::date + 1 "
-        "ORDER BY g.starts_at, c.name",
-        {date});
-  });
+  Result<pg::Rows> rows =
+      run(Operation::read("schedule.games"), [&] { return reads_->read(pgreads::kGames, {date}); });
   if (!rows.ok()) return rows.status();
-  std::vector<Game> games;
-  games.reserve(static_cast<std::size_t>(rows->size()));
-  for (int r = 0; r < rows->size(); ++r) {
-    Result<std::int64_t> id = int_at(*rows, r, 0);
-    Result<std::int64_t> capacity = int_at(*rows, r, 6);
-    Result<std::int64_t> taken = int_at(*rows, r, 7);
-    if (!id.ok()) return id.status();
-    if (!capacity.ok()) return capacity.status();
-    if (!taken.ok()) return taken.status();
-    games.push_back(Game{*id, std::string(rows->text(r, 1)), std::string(rows->text(r, 2)),
-                         std::string(rows->text(r, 3)), std::string(rows->text(r, 4)),
-                         std::string(rows->text(r, 5)), static_cast<int>(*capacity),
-                         static_cast<int>(*taken)});
-  }
-  return games;
+  return pgreads::games_of(*rows);
 }
 
 Result<ScheduleContext> PgClubStore::context_on(std::string_view date) {
-  // One statement, one round trip: the club's name and currency, the courts in order, the
-  // day's holiday (the date is its key) and the day's cash, one row each, by kind. On the
-  // lane it is one attempt of one call, as each of the page's other reads.
-  Result<pg::Rows> rows = run(Operation::read("schedule.context"), [&] {
-    return reads_->read(
-        "SELECT kind, a, b FROM ("
-        "SELECT 0 AS kind, 0::bigint AS ord, key AS a, value AS b FROM settings "
-        "WHERE key IN ('club_name', 'currency') "
-        "UNION ALL SELECT 1, id, name, NULL FROM courts "
-        "UNION ALL SELECT 2, 0, name, NULL FROM holidays WHERE date = $1::date "
-        "UNION ALL SELECT 3, 0, count(*)::text, coalesce(sum(amount_cents), 0)::bigint::text "
-        "FROM payments WHERE created_at >= $1::date AND created_at < $1::date + 1"
-        ") context ORDER BY kind, ord",
-        {date});
-  });
+  // On the lane it is one attempt of one call, as each of the page's other reads.
+  Result<pg::Rows> rows = run(Operation::read("schedule.context"),
+                              [&] { return reads_->read(pgreads::kContext, {date}); });
   if (!rows.ok()) return rows.status();
-  ScheduleContext ctx;
-  for (int r = 0; r < rows->size(); ++r) {
-    const std::string_view kind = rows->text(r, 0);
-    const std::string_view a = rows->text(r, 1);
-    if (kind == "0" && a == "club_name") ctx.club_name = rows->text(r, 2);
-    if (kind == "0" && a == "currency") ctx.currency = rows->text(r, 2);
-    if (kind == "1") ctx.courts.emplace_back(a);
-    if (kind == "2") ctx.holidays.emplace_back(a);
-    if (kind == "3") {
-      Result<std::int64_t> count = int_at(*rows, r, 1);
-      Result<std::int64_t> cents = int_at(*rows, r, 2);
-      if (!count.ok()) return count.status();
-      if (!cents.ok()) return cents.status();
-      ctx.payments_today = *count;
-      ctx.cash_today_cents = *cents;
-    }
-  }
-  return ctx;
+  return pgreads::context_of(*rows);
 }
 
 Result<std::optional<std::int64_t>> PgClubStore::user_id_by_email(std::string_view email) {
@@ -270,14 +243,10 @@ Status PgClubStore::end_session(std::string_view token) {
 
 Result<std::optional<ClubStore::Credentials>> PgClubStore::credentials_once(
     std::string_view email) {
-  Result<pg::Rows> user = run(Operation::read("login.user").critical(), [&] {
-    return reads_->read("SELECT id, password_hash FROM users WHERE email = $1", {email});
-  });
+  Result<pg::Rows> user = run(Operation::read("login.user").critical(),
+                              [&] { return reads_->read(pgreads::kCredentials, {email}); });
   if (!user.ok()) return user.status();
-  if (user->empty()) return std::optional<Credentials>();
-  Result<std::int64_t> id = int_at(*user, 0, 0);
-  if (!id.ok()) return id.status();
-  return std::optional<Credentials>(Credentials{*id, std::string(user->text(0, 1))});
+  return pgreads::credentials_of(*user);
 }
 
 Status PgClubStore::rehash_once(std::int64_t user_id, std::string_view fresh,

@@ -21,11 +21,21 @@
 #include <utility>
 
 #include "club_store.hpp"
+#include "holdfast/adapters/asio_pg_options.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/lsn.hpp"
 
 namespace holdfast::panel {
+
+// The lane's reads when they run on its event loop (pg_lane.hpp): their Shield and how many
+// of them a standby answered, so that the store's counts and its reads' breaker include them.
+class LaneReads {
+ public:
+  virtual ~LaneReads() = default;
+  virtual Shield& shield() noexcept = 0;
+  [[nodiscard]] virtual std::uint64_t standby_reads() const noexcept = 0;
+};
 
 class PgClubStore final : public ClubStore {
  public:
@@ -90,8 +100,32 @@ class PgClubStore final : public ClubStore {
                 writes_->shield().metrics().snapshot().attempts;
     for (std::size_t i = 0; i < reads_->replica_count(); ++i)
       s.standby += reads_->replica_shield(i).metrics().snapshot().attempts;
+    if (lane_ != nullptr) {
+      // Each of the Client's attempts went to one server; a standby's answered read is one.
+      const std::uint64_t all = lane_->shield().metrics().snapshot().attempts;
+      const std::uint64_t standby = std::min(lane_->standby_reads(), all);
+      s.primary += all - standby;
+      s.standby += standby;
+    }
     return s;
   }
+
+  // The Client options of the lane's reads on the event loop (pg_lane.hpp), or nullopt when
+  // they stay blocking jobs: not holdfast, more than one standby, or a pooler in
+  // transaction mode (the Client sends the session's settings at connect, which PgBouncer
+  // refuses).
+  [[nodiscard]] std::optional<asio::pg::ClientOptions> lane_options() const;
+  // The lane's reads now run on the event loop (`lane`), or no longer (nullptr): the reads'
+  // Shield is theirs. REQUIRES: no request is being served (the server starts or stopped).
+  void attach_lane(LaneReads* lane) noexcept {
+    lane_ = lane;
+    if (options_.strategy != Strategy::kHoldfast) return;
+    read_shield_ = lane != nullptr ? &lane->shield() : &reads_->shield();
+  }
+  // Read-your-writes within this process (see remember_write()): the current request's
+  // reads must see the last write of the session `token` (its sign-in), or of the user.
+  void recall_session(std::string_view token) { recall_writes("session:" + std::string(token)); }
+  void recall_user(std::int64_t id) { recall_writes("user:" + std::to_string(id)); }
   [[nodiscard]] std::optional<pg::LostWritesReport> lost_writes() const override {
     if (options_.strategy != Strategy::kHoldfast) return std::nullopt;
     return writes_->lost_writes();
@@ -181,6 +215,7 @@ class PgClubStore final : public ClubStore {
   std::unique_ptr<pg::Database> reads_;
   std::unique_ptr<pg::Database> writes_;
   std::optional<AsyncAccess> async_;  // holdfast only
+  LaneReads* lane_ = nullptr;         // attach_lane()
 };
 
 }  // namespace holdfast::panel

@@ -420,9 +420,10 @@ HttpServer::HttpServer(Options options, Handler handler)
       handler_(std::move(handler)),
       own_answers_(options_.clock != nullptr ? *options_.clock : Clock::system()) {}
 
-void HttpServer::serve_async(AsyncRoutes routes, AsyncHandler handler) {
+void HttpServer::serve_async(AsyncRoutes routes, AsyncHandler handler, LaneHooks hooks) {
   async_routes_ = std::move(routes);
   async_handler_ = std::move(handler);
+  lane_hooks_ = std::move(hooks);
 }
 
 HttpServer::~HttpServer() {
@@ -509,6 +510,10 @@ void HttpServer::stop() noexcept {
     lane->pool.stop();
     lane->pool.join();
   }
+  if (!impl.async.loops.empty() && lane_hooks_.stopped) lane_hooks_.stopped();
+  // The requests still in flight on the async lane end here, their places in any Shield
+  // given back.
+  impl.async.loops.clear();
   if (impl.spare_fd >= 0) ::close(impl.spare_fd);
   impl_.reset();
 }

@@ -134,6 +134,15 @@ class HttpServer {
   // Says, on the event loop, whether a request (not a light one) goes to the AsyncHandler.
   // Cheap and thread-safe.
   using AsyncRoutes = std::function<bool(const http::Request& req)>;
+  // What lives on the async lane's first event loop (a database client whose round trips
+  // wait there): `started` is called by start() with that loop's executor before any request
+  // comes; `stopped` by stop() once every thread of the server has ended, while the loops
+  // still exist (their unfinished operations are destroyed with them right after), so that
+  // what `started` made can be let go of before its loop goes. Either may be empty.
+  struct LaneHooks {
+    std::function<void(const boost::asio::any_io_executor& loop)> started;
+    std::function<void()> stopped;
+  };
 
   // What the server has done (for tests and /metrics).
   struct Counters {
@@ -153,7 +162,7 @@ class HttpServer {
 
   // Before start(): the requests `routes` accepts are served by `handler` on the async lane
   // (Options::async_workers > 0), the others by the Handler.
-  void serve_async(AsyncRoutes routes, AsyncHandler handler);
+  void serve_async(AsyncRoutes routes, AsyncHandler handler, LaneHooks hooks = {});
   // Where an AsyncHandler runs CPU-heavy work (Options::async_cpu_workers threads):
   //   co_await boost::asio::co_spawn(server.cpu_executor(), job(), boost::asio::use_awaitable);
   // resumes the handler on its own event loop when the job is done. A job still queued when
@@ -198,6 +207,7 @@ class HttpServer {
   Handler handler_;
   AsyncRoutes async_routes_;
   AsyncHandler async_handler_;
+  LaneHooks lane_hooks_;
   int port_ = 0;
   int max_connections_ = 0;
   Counters counters_;

@@ -71,6 +71,7 @@ void HttpServer::Impl::start_async_lane() {
     async.blocking.push_back(
         std::make_unique<net::thread_pool>(static_cast<std::size_t>(std::max(threads, 1))));
   }
+  if (self.lane_hooks_.started) self.lane_hooks_.started(async.loops.front()->get_executor());
   for (auto& loop : async.loops) {
     async.threads.emplace_back([io = loop.get()] {
       // Kept running when idle; an exception out of a handler (none is expected: the
@@ -106,8 +107,7 @@ void HttpServer::Impl::stop_async_lane() noexcept {
     pool->join();
   }
   async.blocking.clear();
-  // The requests still in flight end here, their places in any Shield given back.
-  async.loops.clear();
+  // The loops go in HttpServer::stop(), after LaneHooks::stopped.
 }
 
 boost::asio::any_io_executor HttpServer::cpu_executor() const {

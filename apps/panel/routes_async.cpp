@@ -21,6 +21,9 @@
 #include "async_call.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
+#ifdef HOLDFAST_PANEL_HAVE_PG
+#include "pg_lane.hpp"
+#endif
 
 namespace holdfast::panel {
 
@@ -49,10 +52,15 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     if (req.received != TimePoint{}) ctx.window().open(req.received);
     cap_by_upstream(req, ctx.window());
     if (options_.store->async_access()->blocking()) {
-      // PostgreSQL: the tries block, on the pools sized to the connections (start()); the
-      // reads must see the writes the client's hf_wal cookie names, as on the workers.
-      ctx.read_jobs = http_->blocking_executor(0);
-      ctx.write_jobs = http_->blocking_executor(1);
+      // PostgreSQL: the writes' tries block, on a pool sized to the connections (start()),
+      // and so do the reads' unless they wait on this loop (pg_lane_); the reads must see the
+      // writes the client's hf_wal cookie names, as on the workers.
+      if (pg_lane_ != nullptr) {
+        ctx.write_jobs = http_->blocking_executor(0);
+      } else {
+        ctx.read_jobs = http_->blocking_executor(0);
+        ctx.write_jobs = http_->blocking_executor(1);
+      }
       const lane::OnThisThread request(ctx);
       options_.store->require_position(cookie_value(req, kWritePositionCookie));
     }
@@ -201,12 +209,19 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   ClubStore& store = *options_.store;
   using Found = Result<std::optional<ClubStore::Credentials>>;
   // Signing in is critical (ADR 0035): its reads and its session keep their places.
-  const Found user = co_await read_call<Found>(store, ctx, Operation::read("login.user").critical(),
-                                               [&] { return store.credentials_once(ask.email); });
-  if (!user.ok()) co_return user.status();
+  std::optional<Found> user;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) user.emplace(co_await pg_lane_->credentials(ctx, ask.email));
+#endif
+  if (!user) {
+    user.emplace(co_await read_call<Found>(store, ctx, Operation::read("login.user").critical(),
+                                           [&] { return store.credentials_once(ask.email); }));
+  }
+  if (!user->ok()) co_return user->status();
   // An unknown email goes through the same gate and costs the same check (the store's
   // dummy hash), so that neither the answer nor its time tells whether it has an account.
-  const ClubStore::Credentials* found = user->has_value() ? &**user : nullptr;
+  const std::optional<ClubStore::Credentials>& stored = **user;
+  const ClubStore::Credentials* found = stored.has_value() ? &*stored : nullptr;
   ClubStore::SignInCheck check;
   {
     GatePlace place(*sign_in_gate_);
@@ -252,6 +267,9 @@ net::awaitable<Result<std::optional<User>>> PanelServer::session_async(const std
                                                                        lane::Context& ctx,
                                                                        Priority priority) {
   if (token.empty()) co_return std::optional<User>();
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) co_return co_await pg_lane_->session(ctx, token, now, priority);
+#endif
   ClubStore& store = *options_.store;
   // On the sessions' own schedule (ClubStore::session()).
   co_return co_await read_call<Result<std::optional<User>>>(
@@ -288,6 +306,29 @@ net::awaitable<void> PanelServer::get_status_async(const http::Request& req, htt
   const std::string token = session_token(req);
   const Result<std::optional<User>> who = co_await session_async(token, now_utc(), ctx);
   if (status_allowed_of(res, req.path, image, token, who)) answer_status(res, image);
+}
+
+std::optional<HttpServer::LaneHooks> PanelServer::event_loop_reads() {
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  std::optional<Result<asio::pg::ClientOptions>> wanted = PgLane::wanted(*options_.store);
+  if (!wanted) return std::nullopt;
+  if (!wanted->ok()) {
+    // The reads stay blocking jobs, which work with these options; say why once.
+    options_.logger->warn(
+        "panel", "the reads stay blocking jobs: " + std::string(wanted->status().message()));
+    return std::nullopt;
+  }
+  HttpServer::LaneHooks hooks;
+  hooks.started = [this, client = std::move(**wanted)](const net::any_io_executor& loop) {
+    // Checked by wanted(): only memory could fail it.
+    Result<std::unique_ptr<PgLane>> lane = PgLane::open(*options_.store, loop, client);
+    if (lane.ok()) pg_lane_ = std::move(*lane);
+  };
+  hooks.stopped = [this] { pg_lane_.reset(); };
+  return hooks;
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace holdfast::panel

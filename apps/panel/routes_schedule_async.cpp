@@ -5,12 +5,16 @@
 // copy is answered again while the data epoch shows nothing committed since (ADR 0031).
 
 #include <memory>
+#include <optional>
 
 #include <boost/asio/awaitable.hpp>
 
 #include "async_call.hpp"
 #include "server.hpp"
 #include "session_toucher.hpp"
+#ifdef HOLDFAST_PANEL_HAVE_PG
+#include "pg_lane.hpp"
+#endif
 
 namespace holdfast::panel {
 
@@ -62,21 +66,34 @@ net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const 
     counters_.current_copy++;
     co_return;
   }
-  Result<std::vector<Game>> games = co_await read_call<Result<std::vector<Game>>>(
-      store, ctx, Operation::read("schedule.games"), [&] { return store.games_once(ask.date); });
-  if (!games.ok()) {
-    read.failure = games.status();
+  // (Optional: a Result is not default-constructible.)
+  std::optional<Result<std::vector<Game>>> games;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) games.emplace(co_await pg_lane_->games(ctx, ask.date));
+#endif
+  if (!games) {
+    games.emplace(co_await read_call<Result<std::vector<Game>>>(
+        store, ctx, Operation::read("schedule.games"), [&] { return store.games_once(ask.date); }));
+  }
+  if (!games->ok()) {
+    read.failure = games->status();
     co_return;
   }
-  Result<ScheduleContext> context =
-      co_await read_call<Result<ScheduleContext>>(store, ctx, Operation::read("schedule.context"),
-                                                  [&] { return store.context_once(ask.date); });
-  if (!context.ok()) {
-    read.failure = context.status();
+  std::optional<Result<ScheduleContext>> context;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) context.emplace(co_await pg_lane_->context(ctx, ask.date));
+#endif
+  if (!context) {
+    context.emplace(
+        co_await read_call<Result<ScheduleContext>>(store, ctx, Operation::read("schedule.context"),
+                                                    [&] { return store.context_once(ask.date); }));
+  }
+  if (!context->ok()) {
+    read.failure = context->status();
     co_return;
   }
-  read.schedule =
-      std::make_shared<const Schedule>(Schedule{ask.date, std::move(*games), std::move(*context)});
+  read.schedule = std::make_shared<const Schedule>(
+      Schedule{ask.date, std::move(**games), std::move(**context)});
 }
 
 }  // namespace holdfast::panel

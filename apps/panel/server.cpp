@@ -54,7 +54,14 @@ Status PanelServer::start() {
   const bool use_async =
       options_.async_lane && async != nullptr && &options_.store->clock() == &Clock::system();
   if (use_async) o.async_workers = std::max(async->connections, 1);
-  if (use_async && async->blocking()) {
+  std::optional<HttpServer::LaneHooks> loop_reads;
+  if (use_async && async->blocking()) loop_reads = event_loop_reads();
+  if (loop_reads) {
+    // PostgreSQL's reads wait on one event loop (ADR 0043); the writes' tries still block in
+    // libpq, on a pool sized to the write connections (blocking_executor(0)).
+    o.async_workers = 1;
+    o.blocking_pools = {async->write_jobs};
+  } else if (use_async && async->blocking()) {
     // PostgreSQL: each try blocks in libpq, on a pool sized to the connections it shares
     // (ADR 0032); the event loops only wait, so two are plenty.
     o.async_workers = 2;
@@ -65,7 +72,8 @@ Status PanelServer::start() {
   if (use_async) {
     server->serve_async(
         &PanelServer::is_async_route,
-        [this](const http::Request& req, http::Response& res) { return handle_async(req, res); });
+        [this](const http::Request& req, http::Response& res) { return handle_async(req, res); },
+        loop_reads ? std::move(*loop_reads) : HttpServer::LaneHooks{});
   }
   // Set before it starts: a request served at once may use it (the CPU executor, /status).
   http_ = std::move(server);

@@ -38,6 +38,7 @@ class DatabaseSink;
 namespace holdfast::panel {
 
 class Housekeeper;
+class PgLane;
 class SessionToucher;
 namespace lane {
 struct Context;
@@ -340,8 +341,14 @@ class PanelServer {
   void answer_payment(http::Response& res, const Result<PaymentReceipt>& paid);
   void answer_signup(http::Response& res, const Result<SignupReceipt>& added);
 
+  // The lane's PostgreSQL reads on its event loop (pg_lane.hpp): the hooks that make and
+  // release them with the loop, or nullopt when the reads stay blocking jobs (PgLane::wanted()).
+  std::optional<HttpServer::LaneHooks> event_loop_reads();
+
   Options options_;
   std::unique_ptr<HttpServer> http_;
+  // Made and released by event_loop_reads()' hooks (shared: PgLane is complete only there).
+  std::shared_ptr<PgLane> pg_lane_;
   int port_ = 0;
   PanelCounters counters_;
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status

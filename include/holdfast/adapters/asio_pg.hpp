@@ -51,6 +51,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
@@ -72,6 +73,7 @@
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg/loop.hpp"
 #include "holdfast/pg/lsn.hpp"
+#include "holdfast/pg/options.hpp"
 
 /// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
 namespace holdfast::asio::pg {
@@ -114,12 +116,19 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   [[nodiscard]] Shield& shield() noexcept { return shield_; }
   /// Connections open now to the primary (idle or in use).
   [[nodiscard]] std::size_t open_connections() const noexcept { return primary_.open; }
-  /// Reads a standby answered (the rest went to the primary).
-  [[nodiscard]] std::uint64_t standby_reads() const noexcept { return standby_reads_; }
+  /// Reads a standby answered (the rest went to the primary). Like the two below, readable
+  /// from any thread (a metrics page's).
+  [[nodiscard]] std::uint64_t standby_reads() const noexcept {
+    return standby_reads_.load(std::memory_order_relaxed);
+  }
   /// Reads that were hedged (also sent to the primary), and those the primary's answer won.
-  [[nodiscard]] std::uint64_t hedged_reads() const noexcept { return hedged_; }
+  [[nodiscard]] std::uint64_t hedged_reads() const noexcept {
+    return hedged_.load(std::memory_order_relaxed);
+  }
   /// Hedged reads the primary answered first.
-  [[nodiscard]] std::uint64_t hedges_won() const noexcept { return hedges_won_; }
+  [[nodiscard]] std::uint64_t hedges_won() const noexcept {
+    return hedges_won_.load(std::memory_order_relaxed);
+  }
 
   /// Runs a read: repeated after any failure the engine says may pass, within the request's
   /// window; answered by a standby that has the request's writes, else by the primary.
@@ -135,6 +144,21 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
                   std::initializer_list<holdfast::pg::Param> params, Token&& token) {
     return async_read(request, label, sql, std::span(params.begin(), params.size()),
                       std::forward<Token>(token));
+  }
+  /// async_read() with the blocking pg::Database's ReadOptions: the operation (its label and
+  /// its priority class; a read is idempotent whatever it says), a retry schedule of its own
+  /// (e.g. RetryPolicy::origin_session() for a session lookup; it must outlive the call) and
+  /// where the call's RetryStats go (filled in before the completion runs).
+  template <class Token>
+  auto async_read(const RequestContext& request, std::string_view sql,
+                  std::span<const holdfast::pg::Param> params,
+                  const holdfast::pg::ReadOptions& read, Token&& token) {
+    Operation op = read.operation;
+    op.idempotency = Idempotency::kIdempotent;
+    RunOptions run = run_options(request);
+    run.policy = read.policy;
+    run.stats = read.stats;
+    return call(request, op, sql, params, false, run, std::forward<Token>(token));
   }
 
   /// Runs a write (one statement, its own transaction, with its commit position read in the
@@ -279,11 +303,17 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   template <class Token>
   auto call(const RequestContext& request, Operation op, std::string_view sql,
             std::span<const holdfast::pg::Param> params, bool write, Token&& token) {
+    return call(request, op, sql, params, write, run_options(request), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto call(const RequestContext& request, Operation op, std::string_view sql,
+            std::span<const holdfast::pg::Param> params, bool write, const RunOptions& run,
+            Token&& token) {
     auto state = std::make_shared<Plain>(request, sql, params, write);
     auto attempt = [this, state](Done<Result<Rows>> done) {
       spawn<Result<Rows>>(plain_attempt(state), std::move(done));
     };
-    return async_run<Result<Rows>>(ex_, shield_, op, run_options(request), std::move(attempt),
+    return async_run<Result<Rows>>(ex_, shield_, op, run, std::move(attempt),
                                    std::forward<Token>(token));
   }
 
@@ -484,7 +514,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       if (out[0].text(0, 1) != "t") {
         drop_all(*standby_, s);  // promoted: no replica any more
       } else if (replayed.ok() && replayed->value >= mine.value) {
-        ++standby_reads_;
+        standby_reads_.fetch_add(1, std::memory_order_relaxed);
         answer = std::move(out[1]);
       }
     } else if (failed == 1 && !st.fault().transient()) {
@@ -557,12 +587,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   Shield shield_;
   Pool primary_;
   std::optional<Pool> standby_;
-  std::uint64_t standby_reads_ = 0;
+  std::atomic<std::uint64_t> standby_reads_{0};
   // Hedging: the budget (a share of a token per read), the count, and the standby's recent
   // latencies (a ring).
   double hedge_tokens_ = 0;
-  std::uint64_t hedged_ = 0;
-  std::uint64_t hedges_won_ = 0;
+  std::atomic<std::uint64_t> hedged_{0};
+  std::atomic<std::uint64_t> hedges_won_{0};
   std::array<Duration, 64> latencies_{};
   std::size_t latency_count_ = 0;
   std::string claim_sql_;

@@ -65,7 +65,7 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until
   const bool primary_free = !primary_.idle.empty() || primary_.open < primary_.max;
   if (!race->standby.has_value() && p95.has_value() && hedge_tokens_ >= 1.0 && primary_free) {
     hedge_tokens_ -= 1.0;
-    ++hedged_;
+    hedged_.fetch_add(1, std::memory_order_relaxed);
     race->hedged = true;
     detail::net::co_spawn(
         ex_,
@@ -84,7 +84,7 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until
     }
     if (race->primary.has_value()) {
       if (race->standby_slot != nullptr) stop(*race->standby_slot);
-      if (!race->standby.has_value()) ++hedges_won_;
+      if (!race->standby.has_value()) hedges_won_.fetch_add(1, std::memory_order_relaxed);
       co_return std::move(*race->primary);
     }
     if (race->standby.has_value() && !race->hedged) {
