@@ -16,13 +16,13 @@
 #include "holdfast/core/liveness.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
-#include "slow_copy.hpp"
 
 namespace holdfast::pg {
 namespace {

@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "database_internal.hpp"
+#include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
-#include "slow_copy.hpp"
 
 namespace holdfast::pg {
 namespace {
@@ -34,16 +34,8 @@ bool Database::replica_slow(std::size_t i) const {
 
 void Database::judge_replica(Endpoint& replica, bool lost_hedge, Duration latency,
                              TimePoint now) noexcept {
-  detail::CopyState& c = *replica.copy;
-  if (!lost_hedge) c.latency.record(latency);
-  if (options_.slow_copy_floor <= Duration::zero()) return;
-  const Duration threshold =
-      detail::slow_threshold(primary_->copy->latency.recent(), c.slow.rule());
-  if (lost_hedge || latency > threshold) {
-    (void)c.slow.slow(now);
-  } else {
-    (void)c.slow.fast();
-  }
+  (void)detail::judge_replica(*replica.copy, primary_->copy->latency.recent(), lost_hedge, latency,
+                              now);
 }
 
 // A replica read (`conn`, on `replica_lease`) not answered within its normal latency: `work`
@@ -118,8 +110,7 @@ Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, Replica
   // kReplicaConnectTimeout, and the primary can answer it now.
   const Duration threshold =
       detail::slow_threshold(primary_->copy->latency.recent(), replica.copy->slow.rule());
-  const bool suspect =
-      probe || (options_.slow_copy_floor > Duration::zero() && replica.copy->slow.suspect());
+  const bool suspect = probe || replica.copy->slow.suspect();
   const Duration connect_cap = suspect ? threshold : detail::kReplicaConnectTimeout;
   // A probe, or a read of a replica whose last answer was slow, waits for it no longer than
   // an answer counts as fast: then it is hedged, or, when no hedge can go, given up (the

@@ -13,11 +13,11 @@
 #include "database_internal.hpp"
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/shield.hpp"
+#include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/attempt.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
-#include "slow_copy.hpp"
 
 namespace holdfast::pg {
 
@@ -136,15 +136,12 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   answer = ReplicaAnswer::kFailed;
   // A replica far slower than the primary gets no reads but its probes (ADR 0041); after the
   // primary failed (`past_hold`), a slow answer beats none.
-  bool probe = false;
-  if (!past_hold && options_.slow_copy_floor > Duration::zero()) {
-    const detail::SlowCopy::Use use = replica.copy->slow.use(start);
-    if (use == detail::SlowCopy::Use::kSkip) [[unlikely]] {
-      return Status(Code::kUnavailable,
-                    replica.name + " answers far slower than the primary: the primary answers");
-    }
-    probe = use == detail::SlowCopy::Use::kProbe;
+  const detail::SlowCopy::Use use = replica.copy->slow.use(start, /*primary_failed=*/past_hold);
+  if (use == detail::SlowCopy::Use::kSkip) [[unlikely]] {
+    return Status(Code::kUnavailable,
+                  replica.name + " answers far slower than the primary: the primary answers");
   }
+  const bool probe = use == detail::SlowCopy::Use::kProbe;
   Shield::Call call(shield, shield.reads(), Operation::read("pg.read.replica"));
   Shield::Admission a = call.admit(start);
   if (a.kind != Shield::Admission::Kind::kAttempt) {

@@ -1,4 +1,4 @@
-#include "slow_copy.hpp"
+#include "holdfast/detail/slow_copy.hpp"
 
 #include <algorithm>
 
@@ -74,6 +74,17 @@ bool SlowCopy::fast() noexcept {
   if (fast_run_.fetch_add(1, std::memory_order_relaxed) + 1 < rule_.fast_to_return) return false;
   fast_run_.store(0, std::memory_order_relaxed);
   return ejected_.exchange(false, std::memory_order_relaxed);
+}
+
+bool judge_replica(CopyState& replica, Duration primary_recent, bool lost_hedge, Duration latency,
+                   TimePoint now) noexcept {
+  if (!lost_hedge) replica.latency.record(latency);
+  if (!replica.slow.on()) return false;
+  if (lost_hedge || latency > slow_threshold(primary_recent, replica.slow.rule())) {
+    return replica.slow.slow(now);
+  }
+  (void)replica.slow.fast();
+  return false;
 }
 
 bool HedgeBudget::spend() noexcept {

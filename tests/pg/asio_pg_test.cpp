@@ -16,10 +16,12 @@
 #if defined(HOLDFAST_ASIO_BOOST)
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 namespace net = boost::asio;
 #else
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 namespace net = asio;
 #endif
 
@@ -140,6 +142,14 @@ TEST(AsioPgOptions, OptionsThatCanNeverWorkAreRefusedByName) {
   ClientOptions zero = options_for("postgresql://127.0.0.1/x");
   zero.max_connections = 0;
   EXPECT_FALSE(Client<>::open(io.get_executor(), zero).ok());
+  ClientOptions factor = options_for("postgresql://127.0.0.1/x");
+  factor.slow_copy_factor = 0.5;  // faster than the primary would count as slow
+  Result<std::shared_ptr<Client<>>> c = Client<>::open(io.get_executor(), factor);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("slow_copy_factor"), std::string::npos);
+  ClientOptions off = options_for("postgresql://127.0.0.1/x");
+  off.slow_copy_floor = 0ms;  // ejection off: allowed
+  EXPECT_TRUE(Client<>::open(io.get_executor(), off).ok());
 }
 
 // The blocking drivers' answer to a frozen server, on the loop: no thread waits for it.
@@ -387,6 +397,163 @@ TEST(AsioPgStandby, ASlowStandbysReadIsHedgedToThePrimary) {
     EXPECT_LT(took, 0.4);  // not the standby's 0.8 s
     EXPECT_EQ(client->hedged_reads(), 1u);
     EXPECT_EQ(client->hedges_won(), 1u);
+  });
+}
+
+// A function that answers 'primary' on the primary and 'standby' on the standby, 0.8 s later
+// there while a flag (written on the primary, replayed by the standby) is set: a standby
+// made slow and fast again at will. With fail_primary the primary raises lock_not_available,
+// which a read retries.
+class SlowableStandby {
+ public:
+  explicit SlowableStandby(const PrivateServer& servers)
+      : primary_(servers.url()),
+        standby_(servers.standby_url()),
+        flag_(unique("asio_slow_flag")),
+        who_(unique("asio_who")) {
+    primary_.exec("CREATE TABLE " + flag_ + " (slow boolean NOT NULL)");
+    primary_.exec("INSERT INTO " + flag_ + " VALUES (false)");
+    primary_.exec("CREATE FUNCTION " + who_ +
+                  "(fail_primary boolean) RETURNS text LANGUAGE plpgsql AS $$ BEGIN "
+                  "IF NOT pg_is_in_recovery() THEN "
+                  "IF fail_primary THEN RAISE EXCEPTION 'refused' USING ERRCODE = '55P03'; END IF; "
+                  "RETURN 'primary'; END IF; "
+                  "IF (SELECT slow FROM " +
+                  flag_ + ") THEN PERFORM pg_sleep(0.8); END IF; RETURN 'standby'; END $$");
+    ready_ = seen_by_standby(false);
+  }
+  [[nodiscard]] bool ready() const { return ready_; }
+  // Makes the standby slow (or fast again), once it has replayed the change.
+  bool set_slow(bool slow) {
+    primary_.exec("UPDATE " + flag_ + " SET slow = " + (slow ? "true" : "false"));
+    return seen_by_standby(slow);
+  }
+  [[nodiscard]] std::string read(bool fail_primary = false) const {
+    return "SELECT " + who_ + (fail_primary ? "(true)" : "(false)");
+  }
+
+ private:
+  bool seen_by_standby(bool slow) {
+    return eventually([&] {
+      return standby_.count("SELECT count(*) FROM pg_proc WHERE proname = '" + who_ + "'") == 1 &&
+             standby_.count("SELECT count(*) FROM " + flag_ +
+                            " WHERE slow = " + (slow ? "true" : "false")) == 1;
+    });
+  }
+  Admin primary_;
+  Admin standby_;
+  std::string flag_;
+  std::string who_;
+  bool ready_ = false;
+};
+
+ClientOptions with_standby(const PrivateServer& servers) {
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  o.standby_wait = 3s;  // a slow answer is waited for, not cut short
+  return o;
+}
+
+// Reads that teach the Client the standby's normal latency, then slow reads until the standby
+// is found slow: three slow answers (or tries given up at the slow threshold) in a row.
+net::awaitable<void> eject(Client<>& client, SlowableStandby& s) {
+  for (int i = 0; i < 20; ++i) {
+    RequestContext request(5s);
+    Result<Rows> r = co_await client.async_read(request, "who", s.read(), {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+  }
+  EXPECT_GT(client.standby_reads(), 0u);
+  EXPECT_FALSE(client.standby_slow());
+  EXPECT_TRUE(s.set_slow(true));
+  for (int i = 0; i < 6 && !client.standby_slow(); ++i) {
+    RequestContext request(5s);
+    Result<Rows> r = co_await client.async_read(request, "who", s.read(), {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+  }
+  EXPECT_TRUE(client.standby_slow());
+  EXPECT_EQ(client.standby_ejections(), 1u);
+}
+
+// Outlier ejection (ADR 0041, the blocking driver's rule and code): a standby that answers,
+// but far slower than the primary, is found slow within a few reads and used less: reads go to
+// the primary and no longer wait for it. Once it is fast again, probes bring it back.
+TEST(AsioPgStandby, AStandbyFarSlowerThanThePrimaryIsUsedLessUntilItIsFastAgain) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  SlowableStandby standby(servers);
+  ASSERT_TRUE(standby.ready());
+  ClientOptions o = with_standby(servers);
+  o.slow_copy_probe_every = 50ms;  // probes come often enough for a short test
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    co_await eject(*client, standby);
+
+    // Used less: the primary answers without waiting for the standby's 0.8 s (a probe among
+    // these waits for it at most the slow threshold, then is hedged).
+    const std::uint64_t standby_answers = client->standby_reads();
+    for (int i = 0; i < 5; ++i) {
+      RequestContext request(5s);
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> r =
+          co_await client->async_read(request, "who", standby.read(), {}, net::use_awaitable);
+      const double took = seconds_since(started);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (r.ok()) {
+        EXPECT_EQ(r->text(0, 0), "primary") << "read " << i;
+      }
+      EXPECT_LT(took, 0.4) << "read " << i;
+    }
+    EXPECT_EQ(client->standby_reads(), standby_answers);
+
+    // Fast again: two fast probes in a row, and the standby answers reads again.
+    EXPECT_TRUE(standby.set_slow(false));
+    net::steady_timer pause(io);
+    bool back = false;
+    for (int i = 0; i < 200 && !back; ++i) {
+      RequestContext request(5s);
+      Result<Rows> r =
+          co_await client->async_read(request, "who", standby.read(), {}, net::use_awaitable);
+      back = r.ok() && r->text(0, 0) == "standby" && !client->standby_slow();
+      pause.expires_after(10ms);
+      co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_TRUE(back);
+    EXPECT_EQ(client->standby_ejections(), 1u);
+  });
+}
+
+// After the primary failed a read, its retry goes back to a standby found slow: a slow answer
+// beats none. Other reads still go to the primary. (No probe during the test: one would also
+// reach the standby.)
+TEST(AsioPgStandby, AReadThePrimaryFailedGoesBackToASlowStandby) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  SlowableStandby standby(servers);
+  ASSERT_TRUE(standby.ready());
+  ClientOptions o = with_standby(servers);
+  o.slow_copy_probe_every = 60s;
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    co_await eject(*client, standby);
+    RequestContext failing(5s);
+    Result<Rows> r =
+        co_await client->async_read(failing, "who", standby.read(true), {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) {
+      EXPECT_EQ(r->text(0, 0), "standby");
+    }
+    EXPECT_TRUE(client->standby_slow());
+    RequestContext other(5s);
+    Result<Rows> o2 =
+        co_await client->async_read(other, "who", standby.read(), {}, net::use_awaitable);
+    EXPECT_TRUE(o2.ok()) << o2.status().to_string();
+    if (o2.ok()) {
+      EXPECT_EQ(o2->text(0, 0), "primary");
+    }
   });
 }
 

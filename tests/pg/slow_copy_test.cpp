@@ -1,7 +1,8 @@
-// The slow-copy rule (src/pg/slow_copy.hpp, ADR 0041) on virtual time: when a replica is
-// ejected for answering far slower than the primary, how often it is probed, when it comes
-// back, and the hedge budget. No server, no sleep.
-#include "slow_copy.hpp"
+// The slow-copy rule (holdfast/detail/slow_copy.hpp, ADR 0041; pg::Database and
+// asio::pg::Client both decide with it) on virtual time: when a replica is ejected for
+// answering far slower than the primary, how often it is probed, when it comes back, and the
+// hedge budget. No server, no sleep.
+#include "holdfast/detail/slow_copy.hpp"
 
 #include <gtest/gtest.h>
 
@@ -78,6 +79,57 @@ TEST(SlowCopyRule, TwoFastProbesInARowBringItBackAndASlowOneBetweenKeepsItOut) {
   EXPECT_FALSE(copy.slow(clock.now()));
   EXPECT_FALSE(copy.slow(clock.now()));
   EXPECT_TRUE(copy.slow(clock.now()));
+}
+
+TEST(SlowCopyRule, AReadAfterThePrimaryFailedUsesAnEjectedCopyAndIsNoProbe) {
+  ManualClock clock;
+  SlowCopy copy(rule());
+  for (int i = 0; i < 3; ++i)
+    copy.slow(clock.now());
+  ASSERT_TRUE(copy.ejected());
+  EXPECT_EQ(copy.use(clock.now(), /*primary_failed=*/false), SlowCopy::Use::kSkip);
+  EXPECT_EQ(copy.use(clock.now(), /*primary_failed=*/true), SlowCopy::Use::kRead);
+  clock.advance(milliseconds(200));
+  // The probe is still due for the next read that did not follow a failure of the primary.
+  EXPECT_EQ(copy.use(clock.now(), /*primary_failed=*/true), SlowCopy::Use::kRead);
+  EXPECT_EQ(copy.use(clock.now(), /*primary_failed=*/false), SlowCopy::Use::kProbe);
+}
+
+TEST(SlowCopyRule, AnswersAreJudgedAgainstThePrimarysRecentLatency) {
+  ManualClock clock;
+  CopyState replica(rule());
+  const Duration primary = milliseconds(10);  // threshold 40 ms
+  EXPECT_FALSE(judge_replica(replica, primary, false, milliseconds(39), clock.now()));
+  EXPECT_FALSE(replica.slow.suspect());
+  EXPECT_EQ(replica.latency.answers(), 1u);
+  EXPECT_FALSE(judge_replica(replica, primary, false, milliseconds(41), clock.now()));
+  EXPECT_TRUE(replica.slow.suspect());
+  // A hedge it lost is slow too, and its latency (never known) is not recorded.
+  EXPECT_FALSE(judge_replica(replica, primary, /*lost_hedge=*/true, Duration::zero(), clock.now()));
+  EXPECT_EQ(replica.latency.answers(), 2u);
+  EXPECT_TRUE(judge_replica(replica, primary, false, milliseconds(100), clock.now()));
+  EXPECT_TRUE(replica.slow.ejected());
+  // Two fast probes bring it back.
+  EXPECT_FALSE(judge_replica(replica, primary, false, milliseconds(5), clock.now()));
+  EXPECT_TRUE(replica.slow.ejected());
+  EXPECT_FALSE(judge_replica(replica, primary, false, milliseconds(5), clock.now()));
+  EXPECT_FALSE(replica.slow.ejected());
+}
+
+TEST(SlowCopyRule, AFloorOfZeroTurnsEjectionOffButTheLatencyIsStillLearned) {
+  ManualClock clock;
+  SlowCopyRule off = rule();
+  off.floor = Duration::zero();
+  CopyState replica(off);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_FALSE(
+        judge_replica(replica, milliseconds(1), false, std::chrono::seconds(1), clock.now()));
+    EXPECT_FALSE(judge_replica(replica, milliseconds(1), true, Duration::zero(), clock.now()));
+  }
+  EXPECT_FALSE(replica.slow.ejected());
+  EXPECT_FALSE(replica.slow.suspect());
+  EXPECT_EQ(replica.slow.use(clock.now()), SlowCopy::Use::kRead);
+  EXPECT_EQ(replica.latency.answers(), 5u);
 }
 
 TEST(SlowCopyRule, TheP95IsKnownFromTheSixteenthAnswerAndFollowsTheLast64) {

@@ -43,6 +43,9 @@
 /// Reads go to a hot standby (ClientOptions::standby) when it has replayed the request's own
 /// writes: each write reads its commit position in its own round trip and keeps it in the
 /// RequestContext, and a standby read asks for the standby's replay position in its own.
+/// A standby read not answered within the standby's normal latency is hedged to the primary,
+/// and a standby far slower than the primary is used less (ClientOptions::hedge_budget and
+/// slow_copy_floor: the blocking pg::Database's rule, docs/adr/0041).
 ///
 /// Not yet here (the blocking pg::Database has them): silence found by a liveness check before
 /// the deadline, a standby's lag and timeline judged, statement_timeout sent with each call,
@@ -71,6 +74,7 @@
 #include "holdfast/adapters/asio_pg_slot.hpp"
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg/loop.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/options.hpp"
@@ -107,6 +111,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       return Status(Code::kInvalidArgument,
                     "ClientOptions::cancel_grace and standby_wait must not be negative");
     }
+    if (options.slow_copy_floor < Duration::zero() || !(options.slow_copy_factor >= 1.0) ||
+        options.slow_copy_probe_every <= Duration::zero()) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::slow_copy_floor must not be negative, slow_copy_factor must "
+                    "be at least 1 and slow_copy_probe_every greater than zero");
+    }
     return std::shared_ptr<Client>(new Client(ex, std::move(options)));
   }
   Client(const Client&) = delete;
@@ -128,6 +138,13 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// Hedged reads the primary answered first.
   [[nodiscard]] std::uint64_t hedges_won() const noexcept {
     return hedges_won_.load(std::memory_order_relaxed);
+  }
+  /// Whether the standby is used less now because it answers far slower than the primary
+  /// (ClientOptions::slow_copy_floor): reads go to the primary but for its probes.
+  [[nodiscard]] bool standby_slow() const noexcept { return standby_copy_.slow.ejected(); }
+  /// How often the standby was found slow and used less (ClientOptions::slow_copy_floor).
+  [[nodiscard]] std::uint64_t standby_ejections() const noexcept {
+    return standby_copy_.slow.ejections();
   }
 
   /// Runs a read: repeated after any failure the engine says may pass, within the request's
@@ -250,6 +267,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     std::string sql;
     detail::Params params;
     bool write;
+    bool primary_failed = false;  // a read's primary try failed: its next one reads the standby
   };
   struct Keyed : Plain {
     Keyed(const RequestContext& r, std::string k, std::string s,
@@ -273,7 +291,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       : ex_(ex),
         options_(std::move(options)),
         shield_(options_.shield_name, options_.shield),
-        primary_(ex, options_.connect, options_.max_connections) {
+        primary_(ex, options_.connect, options_.max_connections),
+        standby_copy_(slow_copy_rule(options_)) {
     if (!options_.standby.conninfo.empty()) {
       standby_.emplace(ex, options_.standby, options_.standby_connections);
     }
@@ -284,6 +303,14 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     create_sql_ = "CREATE TABLE IF NOT EXISTS " + t +
                   " (key text PRIMARY KEY, result text, "
                   "created_at timestamptz NOT NULL DEFAULT now())";
+  }
+
+  static holdfast::pg::detail::SlowCopyRule slow_copy_rule(const ClientOptions& o) {
+    holdfast::pg::detail::SlowCopyRule rule;
+    rule.floor = o.slow_copy_floor;
+    rule.factor = o.slow_copy_factor;
+    rule.probe_every = o.slow_copy_probe_every;
+    return rule;
   }
 
   // When this attempt must be over: the request's deadline. PostgreSQL does not say that a
@@ -438,14 +465,22 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   awaitable<Result<Rows>> primary_call(std::shared_ptr<Plain> state, TimePoint until,
                                        Slot** in_use) {
     Result<std::unique_ptr<Slot>> slot = co_await lease(primary_, until);
-    if (!slot.ok()) co_return slot.status();
+    if (!slot.ok()) {
+      if (!state->write && in_use == nullptr) state->primary_failed = true;
+      co_return slot.status();
+    }
     if (in_use != nullptr) *in_use = slot->get();
     // (Not a conditional expression: g++ 12 loses the result of a co_await inside one.)
     Result<Rows> r = Status(Code::kInternal, "not run");
     if (state->write) {
       r = co_await write_once(**slot, *state, until);
     } else {
+      // The primary's read latency (its round trip, not the wait for a connection) is what a
+      // standby's is judged against (ADR 0041).
+      const TimePoint sent = detail::Clock::now();
       r = co_await exchange(**slot, state->sql, state->params.params, until, &primary_);
+      if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
+      if (!r.ok() && in_use == nullptr) state->primary_failed = true;
     }
     if (!r.ok() && r.status().sqlstate() == "25006") {
       r = Result<Rows>(demoted(**slot, r.status()));
@@ -465,6 +500,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     Slot* standby_slot = nullptr;
     Slot* primary_slot = nullptr;
     bool hedged = false;  // the primary's try was started
+    bool judged = false;  // what the read says of the standby's speed was judged
   };
 
   // Stops the try on `s` (the loser of a hedged read) at once.
@@ -475,19 +511,33 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // The standby's normal latency: the 95th percentile of its last answers (none yet: none).
   std::optional<Duration> standby_p95() const {
-    if (latency_count_ < 16) return std::nullopt;
-    const std::size_t n = std::min<std::size_t>(latency_count_, latencies_.size());
-    std::array<Duration, 64> sorted{};
-    std::copy(latencies_.begin(), latencies_.begin() + static_cast<std::ptrdiff_t>(n),
-              sorted.begin());
-    std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n));
-    return sorted[(n * 95) / 100];
+    const Duration p95 = standby_copy_.latency.p95();
+    if (p95 <= Duration::zero()) return std::nullopt;
+    return p95;
+  }
+
+  // standby_read()'s `took` when the standby did not answer in time (a hedge it lost, a try
+  // given up, standby_wait passed): a slow answer whose latency is unknown.
+  static constexpr Duration kUnanswered = Duration::max();
+
+  // What a standby read says of the standby's speed: `took` from standby_read(), or
+  // kUnanswered; nothing when negative (no answer from a standby). Outlier ejection, with
+  // the blocking driver's code (holdfast/detail/slow_copy.hpp).
+  void judge_standby(Duration took) {
+    if (took < Duration::zero()) return;
+    const bool unanswered = took == kUnanswered;
+    (void)holdfast::pg::detail::judge_replica(standby_copy_, primary_latency_.recent(), unanswered,
+                                              unanswered ? Duration::zero() : took,
+                                              detail::Clock::now());
   }
 
   // A read on the standby that, when it has not answered within the standby's normal latency,
   // also goes to the primary (within the hedge budget, and only when a primary connection is
-  // free); the first answer wins and the other try is stopped.
-  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, TimePoint until);
+  // free); the first answer wins and the other try is stopped. A `probe` of a standby used
+  // less, or a read of one whose last answer was slow (`suspect`), waits for it at most the
+  // slow threshold: then it is hedged (a probe needs no budget) or given up.
+  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, TimePoint until, bool probe,
+                                      bool suspect);
 
   // BEGIN, the write, COMMIT and the commit's position: one round trip.
   awaitable<Result<Rows>> write_once(Slot& s, const Plain& state, TimePoint until);
@@ -495,36 +545,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // A read on a standby: its replay position and the statement in one round trip, answered
   // there when it has replayed the request's writes. Nothing when the primary should answer
   // instead (no standby within standby_wait, behind, promoted, or failed by its own state).
+  // `took` (when given) is set to the time from `started` to the standby's answer, or to a
+  // negative duration when it did not answer as a standby.
   awaitable<std::optional<Result<Rows>>> standby_read(const Plain& state, TimePoint until,
-                                                      Slot** in_use = nullptr) {
-    const holdfast::WritePosition mine = state.request.position();
-    if (mine.primary_only) co_return std::nullopt;
-    const TimePoint cap = std::min(until, detail::Clock::now() + options_.standby_wait);
-    Result<std::unique_ptr<Slot>> slot = co_await lease(*standby_, cap);
-    if (!slot.ok()) co_return std::nullopt;
-    Slot& s = **slot;
-    if (in_use != nullptr) *in_use = &s;
-    const Piece pieces[] = {{kStandbyHead}, {state.sql, state.params.params}};
-    Rows out[2];
-    std::size_t failed = 2;
-    Status st = co_await exchange(s, pieces, out, &failed, cap);
-    std::optional<Result<Rows>> answer;
-    if (st.ok()) {
-      Result<holdfast::pg::Lsn> replayed = holdfast::pg::Lsn::parse(out[0].text(0, 0));
-      if (out[0].text(0, 1) != "t") {
-        drop_all(*standby_, s);  // promoted: no replica any more
-      } else if (replayed.ok() && replayed->value >= mine.value) {
-        standby_reads_.fetch_add(1, std::memory_order_relaxed);
-        answer = std::move(out[1]);
-      }
-    } else if (failed == 1 && !st.fault().transient()) {
-      answer = Result<Rows>(std::move(st));  // the statement's own error: the primary's too
-    }
-    if (in_use != nullptr) *in_use = nullptr;
-    s.stop = false;
-    give_back(*standby_, std::move(*slot));
-    co_return answer;
-  }
+                                                      TimePoint started, Slot** in_use = nullptr,
+                                                      Duration* took = nullptr);
 
   // A write refused because the server is read-only (25006: a primary demoted, or a standby
   // reached): nothing was applied. Its connection and the idle ones (to the same server) go,
@@ -543,44 +568,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // BEGIN with the key's claim, then the write and its recorded result, or the recorded result
   // of an earlier call; COMMIT with the commit's position. Each a round trip on the loop.
   awaitable<Result<KeyedResult>> keyed(Slot& s, const Keyed& state,
-                                       std::span<const holdfast::pg::Param> key, TimePoint until) {
-    const Piece begin[] = {{"BEGIN"}, {claim_sql_, key}};
-    Rows begun[2];
-    std::size_t failed = 2;
-    Status claimed = co_await exchange(s, begin, begun, &failed, until);
-    if (!claimed.ok()) co_return claimed;
-    KeyedResult kept;
-    if (begun[1].affected() == 1) {
-      Result<Rows> wrote_rows = co_await exchange(s, state.sql, state.params.params, until);
-      if (!wrote_rows.ok()) co_return wrote_rows.status();
-      if (!wrote_rows->empty()) kept.result = std::string(wrote_rows->text(0, 0));
-    } else {
-      Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until);
-      if (!recorded.ok()) co_return recorded.status();
-      if (recorded->empty()) {
-        // The row that conflicted was rolled back after all: run the transaction again.
-        co_return Status(Code::kAborted, "idempotency key conflicted but is not recorded",
-                         Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
-      }
-      kept.result = std::string(recorded->text(0, 0));
-      kept.replayed = true;
-      Result<Rows> ended = co_await exchange(s, "ROLLBACK", {}, until);
-      if (!ended.ok()) co_return ended.status();
-      co_return kept;
-    }
-    const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
-                                          holdfast::pg::Param(kept.result)};
-    const Piece end[] = {{record_sql_, record}, {"COMMIT"}, {kPositionSql}};
-    Rows ended[3];
-    failed = 3;
-    Status committed = co_await exchange(s, end, ended, &failed, until);
-    if (committed.ok() || failed == 2) {
-      wrote(state.request, committed.ok() ? &ended[2] : nullptr);
-      co_return kept;
-    }
-    if (committed.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
-    co_return committed;
-  }
+                                       std::span<const holdfast::pg::Param> key, TimePoint until);
 
   Executor ex_;
   ClientOptions options_;
@@ -588,13 +576,14 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   Pool primary_;
   std::optional<Pool> standby_;
   std::atomic<std::uint64_t> standby_reads_{0};
-  // Hedging: the budget (a share of a token per read), the count, and the standby's recent
-  // latencies (a ring).
+  // Hedging: the budget (a share of a token per read) and the counts.
   double hedge_tokens_ = 0;
   std::atomic<std::uint64_t> hedged_{0};
   std::atomic<std::uint64_t> hedges_won_{0};
-  std::array<Duration, 64> latencies_{};
-  std::size_t latency_count_ = 0;
+  // What reads have shown of the standby's speed (its latency, whether it is used less) and
+  // of the primary's (ADR 0041); the same classes as pg::Database's, used on the executor only.
+  holdfast::pg::detail::CopyState standby_copy_;
+  holdfast::pg::detail::CopyLatency primary_latency_;
   std::string claim_sql_;
   std::string recorded_sql_;
   std::string record_sql_;

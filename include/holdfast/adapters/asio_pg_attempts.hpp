@@ -1,5 +1,6 @@
 // Internal to holdfast/adapters/asio_pg.hpp, which includes it after the Client class: a Client's
-// attempts: reads (hedged to the primary when a standby is slow), writes and keyed writes.
+// attempts: reads (hedged to the primary when a standby is slow, and sent to the primary when
+// it is far slower: ADR 0041), writes and keyed writes.
 #pragma once
 
 namespace holdfast::asio::pg {
@@ -7,12 +8,69 @@ namespace holdfast::asio::pg {
 template <class Executor>
 auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<Result<Rows>> {
   const TimePoint until = attempt_deadline(state->request);
-  if (!state->write && standby_) {
-    if (options_.hedge_budget > 0) co_return co_await hedged_read(state, until);
-    std::optional<Result<Rows>> answered = co_await standby_read(*state, until);
-    if (answered.has_value()) co_return std::move(*answered);
+  if (!state->write && standby_ && !state->request.position().primary_only) {
+    // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
+    // whose primary try failed comes back to it whatever its state: a slow answer beats none.
+    using Use = holdfast::pg::detail::SlowCopy::Use;
+    const TimePoint started = detail::Clock::now();
+    const Use use = standby_copy_.slow.use(started, state->primary_failed);
+    if (use != Use::kSkip) {
+      const bool probe = use == Use::kProbe;
+      const bool suspect = probe || (!state->primary_failed && standby_copy_.slow.suspect());
+      if (options_.hedge_budget > 0 || suspect) {
+        co_return co_await hedged_read(state, until, probe, suspect);
+      }
+      Duration took{-1};
+      std::optional<Result<Rows>> answered =
+          co_await standby_read(*state, until, started, nullptr, &took);
+      judge_standby(took);
+      if (answered.has_value()) co_return std::move(*answered);
+    }
   }
   co_return co_await primary_call(state, until, nullptr);
+}
+
+template <class Executor>
+auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoint started,
+                                    Slot** in_use, Duration* took)
+    -> awaitable<std::optional<Result<Rows>>> {
+  const holdfast::WritePosition mine = state.request.position();
+  if (mine.primary_only) co_return std::nullopt;
+  const TimePoint cap = std::min(until, detail::Clock::now() + options_.standby_wait);
+  Result<std::unique_ptr<Slot>> slot = co_await lease(*standby_, cap);
+  if (!slot.ok()) co_return std::nullopt;
+  Slot& s = **slot;
+  if (in_use != nullptr) *in_use = &s;
+  const Piece pieces[] = {{kStandbyHead}, {state.sql, state.params.params}};
+  Rows out[2];
+  std::size_t failed = 2;
+  Status st = co_await exchange(s, pieces, out, &failed, cap);
+  const TimePoint end = detail::Clock::now();
+  std::optional<Result<Rows>> answer;
+  if (st.ok()) {
+    Result<holdfast::pg::Lsn> replayed = holdfast::pg::Lsn::parse(out[0].text(0, 0));
+    if (out[0].text(0, 1) != "t") {
+      drop_all(*standby_, s);  // promoted: no replica any more
+    } else {
+      if (took != nullptr) *took = end - started;
+      if (replayed.ok() && replayed->value >= mine.value) {
+        standby_reads_.fetch_add(1, std::memory_order_relaxed);
+        answer = std::move(out[1]);
+      }
+    }
+  } else if (failed == 1 && !st.fault().transient()) {
+    answer = Result<Rows>(std::move(st));  // the statement's own error: the primary's too
+  } else if (took != nullptr && !s.stop && end >= cap &&
+             end - started > holdfast::pg::detail::slow_threshold(primary_latency_.recent(),
+                                                                  standby_copy_.slow.rule())) {
+    // Not answered within standby_wait: slower than any answer that counts as fast (without
+    // this a standby slower than standby_wait would never be found slow).
+    *took = kUnanswered;
+  }
+  if (in_use != nullptr) *in_use = nullptr;
+  s.stop = false;
+  give_back(*standby_, std::move(*slot));
+  co_return answer;
 }
 
 template <class Executor>
@@ -38,33 +96,43 @@ auto Client<Executor>::race_wait(Race& race, TimePoint until) -> awaitable<void>
 }
 
 template <class Executor>
-auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until)
-    -> awaitable<Result<Rows>> {
-  hedge_tokens_ = std::min(hedge_tokens_ + options_.hedge_budget, 10.0);
+auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until, bool probe,
+                                   bool suspect) -> awaitable<Result<Rows>> {
+  if (!probe) hedge_tokens_ = std::min(hedge_tokens_ + options_.hedge_budget, 10.0);
   auto race = std::make_shared<Race>(ex_);
   const TimePoint started = detail::Clock::now();
   detail::net::co_spawn(
       ex_,
       [self = this->shared_from_this(), state, race, until, started]() -> awaitable<void> {
+        Duration took{-1};
         std::optional<Result<Rows>> answer =
-            co_await self->standby_read(*state, until, &race->standby_slot);
-        if (answer.has_value() && answer->ok()) {
-          self->latencies_[self->latency_count_++ % self->latencies_.size()] =
-              detail::Clock::now() - started;
+            co_await self->standby_read(*state, until, started, &race->standby_slot, &took);
+        if (!race->judged) {
+          race->judged = true;
+          self->judge_standby(took);
         }
         race->standby.emplace(std::move(answer));
         race->wake.cancel();
       },
       detail::net::detached);
   const std::optional<Duration> p95 = standby_p95();
-  const Duration delay = std::max(options_.hedge_min_delay, p95.value_or(options_.standby_wait));
+  // Above this an answer is slow (ADR 0041). A probe waits for the standby that long; a read
+  // of a standby whose last answer was slow is hedged by then at the latest.
+  const Duration threshold =
+      holdfast::pg::detail::slow_threshold(primary_latency_.recent(), standby_copy_.slow.rule());
+  Duration delay = threshold;
+  if (!probe) {
+    delay = std::max(options_.hedge_min_delay, p95.value_or(options_.standby_wait));
+    if (suspect) delay = std::min(delay, threshold);
+  }
   const TimePoint hedge_at = std::min(until, started + delay);
   while (!race->standby.has_value() && detail::Clock::now() < hedge_at) {
     co_await race_wait(*race, hedge_at);
   }
   const bool primary_free = !primary_.idle.empty() || primary_.open < primary_.max;
-  if (!race->standby.has_value() && p95.has_value() && hedge_tokens_ >= 1.0 && primary_free) {
-    hedge_tokens_ -= 1.0;
+  const bool paid = probe || (options_.hedge_budget > 0 && p95.has_value() && hedge_tokens_ >= 1.0);
+  if (!race->standby.has_value() && paid && primary_free) {
+    if (!probe) hedge_tokens_ -= 1.0;
     hedged_.fetch_add(1, std::memory_order_relaxed);
     race->hedged = true;
     detail::net::co_spawn(
@@ -75,16 +143,35 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until
           race->wake.cancel();
         },
         detail::net::detached);
+  } else if (suspect) {
+    // No hedge could go: a standby that was just slow gets the threshold, then its try is
+    // given up (another slow answer) and the primary answers.
+    const TimePoint give_up_at = std::min(until, started + threshold);
+    while (!race->standby.has_value() && detail::Clock::now() < give_up_at) {
+      co_await race_wait(*race, give_up_at);
+    }
+    if (!race->standby.has_value()) {
+      if (race->standby_slot != nullptr) stop(*race->standby_slot);
+      race->judged = true;
+      judge_standby(kUnanswered);
+      co_return co_await primary_call(state, until, nullptr);
+    }
   }
-  // The first usable answer: the standby's when it has one, else the primary's.
+  // The first usable answer: the standby's when it has one, else the primary's. A failed
+  // primary answer does not win while the standby's may still come.
   for (;;) {
     if (race->standby.has_value() && race->standby->has_value()) {
       if (race->primary_slot != nullptr) stop(*race->primary_slot);
       co_return std::move(**race->standby);
     }
-    if (race->primary.has_value()) {
+    if (race->primary.has_value() && (race->primary->ok() || race->standby.has_value())) {
       if (race->standby_slot != nullptr) stop(*race->standby_slot);
-      if (!race->standby.has_value()) hedges_won_.fetch_add(1, std::memory_order_relaxed);
+      if (!race->standby.has_value()) {
+        // The primary answered first: the standby lost the hedge (a slow answer for it).
+        hedges_won_.fetch_add(1, std::memory_order_relaxed);
+        race->judged = true;
+        judge_standby(kUnanswered);
+      }
       co_return std::move(*race->primary);
     }
     if (race->standby.has_value() && !race->hedged) {
@@ -136,6 +223,47 @@ auto Client<Executor>::once_attempt(std::shared_ptr<Keyed> state)
   }
   give_back(primary_, std::move(*leased));
   co_return out;
+}
+
+template <class Executor>
+auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfast::pg::Param> key,
+                             TimePoint until) -> awaitable<Result<KeyedResult>> {
+  const Piece begin[] = {{"BEGIN"}, {claim_sql_, key}};
+  Rows begun[2];
+  std::size_t failed = 2;
+  Status claimed = co_await exchange(s, begin, begun, &failed, until);
+  if (!claimed.ok()) co_return claimed;
+  KeyedResult kept;
+  if (begun[1].affected() == 1) {
+    Result<Rows> wrote_rows = co_await exchange(s, state.sql, state.params.params, until);
+    if (!wrote_rows.ok()) co_return wrote_rows.status();
+    if (!wrote_rows->empty()) kept.result = std::string(wrote_rows->text(0, 0));
+  } else {
+    Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until);
+    if (!recorded.ok()) co_return recorded.status();
+    if (recorded->empty()) {
+      // The row that conflicted was rolled back after all: run the transaction again.
+      co_return Status(Code::kAborted, "idempotency key conflicted but is not recorded",
+                       Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+    }
+    kept.result = std::string(recorded->text(0, 0));
+    kept.replayed = true;
+    Result<Rows> ended = co_await exchange(s, "ROLLBACK", {}, until);
+    if (!ended.ok()) co_return ended.status();
+    co_return kept;
+  }
+  const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
+                                        holdfast::pg::Param(kept.result)};
+  const Piece end[] = {{record_sql_, record}, {"COMMIT"}, {kPositionSql}};
+  Rows ended[3];
+  failed = 3;
+  Status committed = co_await exchange(s, end, ended, &failed, until);
+  if (committed.ok() || failed == 2) {
+    wrote(state.request, committed.ok() ? &ended[2] : nullptr);
+    co_return kept;
+  }
+  if (committed.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
+  co_return committed;
 }
 
 }  // namespace holdfast::asio::pg

@@ -45,6 +45,20 @@ struct ClientOptions {
   double hedge_budget = 0.02;
   /// The least a standby read waits before it is hedged.
   Duration hedge_min_delay = std::chrono::milliseconds(5);
+  /// Outlier ejection (the blocking pg::DatabaseOptions::slow_copy_floor's rule, the same
+  /// code): a standby answer slower than slow_copy_factor x the primary's recent read latency
+  /// (an EWMA), and slower than slow_copy_floor, is slow; so is a hedge the standby lost. After
+  /// 3 slow ones in a row the standby gets no reads but one probe read every
+  /// slow_copy_probe_every (hedged to the primary, or given up, once it has waited the
+  /// threshold, so it costs its caller at most that), until 2 probes in a row answer within
+  /// the threshold. A read whose primary try failed goes back to the standby whatever its
+  /// state: a slow answer beats none. 0 turns it off. Must not be negative.
+  Duration slow_copy_floor = std::chrono::milliseconds(20);
+  /// How many times the primary's recent read latency a slow standby answer takes (see
+  /// slow_copy_floor). At least 1.
+  double slow_copy_factor = 4.0;
+  /// How often a standby used less gets a probe read (see slow_copy_floor). Greater than 0.
+  Duration slow_copy_probe_every = std::chrono::milliseconds(200);
   /// Silence (DESIGN.md section 10): a read that has heard nothing from the primary for this
   /// long asks whether the server answers at all (a connection of its own and SELECT 1 within
   /// silence_check); a server that does not is silent, and the read gives up at once, as do

@@ -1,8 +1,10 @@
-// What reads have shown of each copy's latency (not installed): a copy's recent latency
-// (CopyLatency: an EWMA and the 95th percentile of its last 64 answers), whether a replica is
-// used less because it answers far slower than the primary (SlowCopy: outlier ejection), and
-// the budget of hedged reads (HedgeBudget). All of it atomics: no lock and no allocation on a
-// read's way. pg::Database's use of them: hedge.cpp and replica_state.cpp; ADR 0041.
+// Internal (not part of the API; public only because the header-only asio::pg::Client uses
+// it too): what reads have shown of each copy's latency (CopyLatency: an EWMA and the 95th
+// percentile of its last 64 answers), whether a replica is used less because it answers far
+// slower than the primary (SlowCopy and judge_replica(): outlier ejection), and the budget of
+// hedged reads (HedgeBudget). Compiled in holdfast::pg, so the blocking pg::Database
+// (src/pg/hedge.cpp, replica_state.cpp) and the Client (adapters/asio_pg_attempts.hpp) decide
+// with the same code. All of it atomics: no lock and no allocation on a read's way. ADR 0041.
 #pragma once
 
 #include <array>
@@ -71,15 +73,23 @@ class SlowCopy {
 
   // Whether a read at `now` uses the copy. At most one kProbe per probe_every.
   [[nodiscard]] Use use(TimePoint now) noexcept;
+  // The same for a read that comes back to the replica after the primary failed it: a slow
+  // answer beats none, so it reads whatever the copy's state (and is no probe).
+  [[nodiscard]] Use use(TimePoint now, bool primary_failed) noexcept {
+    return primary_failed || !on() ? Use::kRead : use(now);
+  }
+  // Whether the rule is on (floor > 0).
+  [[nodiscard]] bool on() const noexcept { return rule_.floor > Duration::zero(); }
   // An answer slower than the threshold, or a hedge the copy lost, at `now`. True when it
   // ejected the copy.
   bool slow(TimePoint now) noexcept;
   // An answer within the threshold. True when it brought the copy back.
   bool fast() noexcept;
   [[nodiscard]] bool ejected() const noexcept { return ejected_.load(std::memory_order_relaxed); }
-  // Whether its last answer was slow (it may be about to be ejected).
+  // Whether its last answer was slow (it may be about to be ejected); never while the rule
+  // is off.
   [[nodiscard]] bool suspect() const noexcept {
-    return slow_run_.load(std::memory_order_relaxed) != 0;
+    return on() && slow_run_.load(std::memory_order_relaxed) != 0;
   }
   [[nodiscard]] std::uint64_t ejections() const noexcept {
     return ejections_.load(std::memory_order_relaxed);
@@ -122,11 +132,20 @@ class HedgeBudget {
   std::atomic<std::int64_t> tokens_;
 };
 
-// What a pg::Database knows of one copy's speed (its Endpoint's).
+// What a pg::Database (an Endpoint's) or an asio::pg::Client knows of one copy's speed.
 struct CopyState {
   explicit CopyState(const SlowCopyRule& rule) noexcept : slow(rule) {}
   CopyLatency latency;  // of its reads' answers
   SlowCopy slow;        // replicas only
 };
+
+// What a replica's answer after `latency` says of its speed, `primary_recent` being the
+// primary's recent read latency (CopyLatency::recent()): the latency is recorded, and the
+// answer is slow (SlowCopy::slow()) above slow_threshold(), else fast. A hedge the replica
+// lost (`lost_hedge`: the primary answered first, or its try was given up) is slow and its
+// latency is not recorded (the answer never came). While the rule is off only the latency is
+// recorded. True when it ejected the replica.
+bool judge_replica(CopyState& replica, Duration primary_recent, bool lost_hedge, Duration latency,
+                   TimePoint now) noexcept;
 
 }  // namespace holdfast::pg::detail
