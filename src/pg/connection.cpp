@@ -253,12 +253,12 @@ Status Connection::Impl::lost(std::string_view sqlstate, std::string_view messag
   return s;
 }
 
-void Connection::Impl::bind(std::span<const Param> params) {
+void Connection::Impl::bind(std::span<const Param> params, bool copy_all) {
   values.resize(params.size());
   types.resize(params.size());
   std::size_t need = 0;
   for (const Param& p : params) {
-    if (!p.is_null() && !p.terminated()) need += p.text().size() + 1;
+    if (!p.is_null() && (copy_all || !p.terminated())) need += p.text().size() + 1;
   }
   arena.clear();
   arena.reserve(need);
@@ -267,7 +267,7 @@ void Connection::Impl::bind(std::span<const Param> params) {
     types[i] = p.oid();
     if (p.is_null()) {
       values[i] = nullptr;
-    } else if (p.terminated()) {
+    } else if (p.terminated() && !copy_all) {
       values[i] = p.text().data();
     } else {
       const std::size_t at = arena.size();

@@ -60,9 +60,9 @@ struct Connection::Impl {
   // The status of a connection that is gone, with the best explanation we have.
   // `outcome`: whether the statement may have been applied.
   Status lost(std::string_view sqlstate, std::string_view message, Outcome outcome) const;
-  // Fills values/types for `params`; string views that are not NUL-terminated are copied
-  // into the arena first.
-  void bind(std::span<const Param> params);
+  // Fills values/types for `params`; string views that are not NUL-terminated (all of
+  // them with `copy_all`) are copied into the arena first.
+  void bind(std::span<const Param> params, bool copy_all = false);
   // Asks the server to cancel the running statement, off this thread (server_watch.hpp).
   void cancel() const noexcept;
 

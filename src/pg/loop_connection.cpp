@@ -6,6 +6,8 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -40,6 +42,9 @@ void LoopConnection::take(LoopConnection& other) noexcept {
   synced_ = std::exchange(other.synced_, false);
   for (std::size_t i = 0; i < kMaxPieces; ++i)
     out_[i] = std::exchange(other.out_[i], nullptr);
+  prepared_ = std::move(other.prepared_);
+  other.prepared_.clear();
+  preparing_ = std::exchange(other.preparing_, kMaxPrepared);
 }
 
 LoopConnection::LoopConnection(LoopConnection&& other) noexcept {
@@ -146,6 +151,65 @@ Want LoopConnection::send(std::string_view sql, std::span<const Param> params) {
   return want_ = flush();
 }
 
+namespace {
+
+// The name of send_prepared()'s statement `id` on a connection.
+void statement_name(std::size_t id, std::string& out) {
+  out.assign("holdfast_loop_");
+  out.append(std::to_string(id));
+}
+
+}  // namespace
+
+Want LoopConnection::send_prepared(std::string_view sql, std::span<const Param> params) {
+  std::size_t id = 0;
+  while (id < prepared_.size() && prepared_[id] != sql)
+    ++id;
+  if (id == prepared_.size() && id >= kMaxPrepared) return send(sql, params);
+  PQclear(std::exchange(good_, nullptr));
+  PQclear(std::exchange(bad_, nullptr));
+  sent_ = false;
+  preparing_ = kMaxPrepared;
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (impl == nullptr || connecting_ || !impl->ready().ok()) return want_ = Want::kNothing;
+  statement_name(id, impl->name);
+  const int n = static_cast<int>(params.size());
+  if (id < prepared_.size()) {
+    impl->bind(params);
+    sent_ = PQsendQueryPrepared(impl->conn, impl->name.c_str(), n, impl->values.data(), nullptr,
+                                nullptr, 0) != 0;
+    if (!sent_) return want_ = Want::kNothing;
+    return want_ = flush();
+  }
+  // Prepared first; step() executes it once the server has it, with the values bound here
+  // (copied: the caller's may be gone by then). Remembered now, forgotten if it fails.
+  prepared_.reserve(kMaxPrepared);
+  prepared_.emplace_back(sql);
+  impl->bind(params, /*copy_all=*/true);
+  if (PQsendPrepare(impl->conn, impl->name.c_str(), prepared_.back().c_str(), n,
+                    impl->types.data()) == 0) {
+    prepared_.pop_back();
+    return want_ = Want::kNothing;
+  }
+  preparing_ = id;
+  return want_ = flush();
+}
+
+// The statement send_prepared() prepared is there (or failed): executes it, or ends.
+Want LoopConnection::execute_prepared() noexcept {
+  preparing_ = kMaxPrepared;
+  auto* impl = ConnectionAccess::impl(connection_);
+  if (bad_ != nullptr || impl == nullptr) {
+    prepared_.pop_back();  // not prepared: result() says why (nothing ran)
+    return Want::kNothing;
+  }
+  PQclear(std::exchange(good_, nullptr));  // the prepare's own result
+  sent_ = PQsendQueryPrepared(impl->conn, impl->name.c_str(), static_cast<int>(impl->values.size()),
+                              impl->values.data(), nullptr, nullptr, 0) != 0;
+  if (!sent_) return Want::kNothing;
+  return flush();
+}
+
 Want LoopConnection::step() noexcept {
   PGconn* conn = ConnectionAccess::native(connection_);
   if (conn == nullptr || want_ == Want::kNothing) return want_ = Want::kNothing;
@@ -162,6 +226,11 @@ Want LoopConnection::step() noexcept {
   if (pieces_ != 0) return want_ = pipeline_step(conn);
   while (PQisBusy(conn) == 0) {
     PGresult* r = PQgetResult(conn);
+    if (r == nullptr && preparing_ != kMaxPrepared) {
+      want_ = execute_prepared();
+      if (want_ != Want::kRead) return want_;
+      continue;
+    }
     if (r == nullptr) return want_ = Want::kNothing;
     const ExecStatusType st = PQresultStatus(r);
     if (is_rows(st)) {
@@ -272,6 +341,12 @@ Status LoopConnection::pipeline_result(std::span<Rows> out, std::size_t* failed)
 Result<Rows> LoopConnection::result() {
   Rows good(std::exchange(good_, nullptr));
   Rows bad(std::exchange(bad_, nullptr));
+  if (bad.native() != nullptr) {
+    // The server has forgotten its prepared statements (a pooler's DISCARD ALL): prepare
+    // them again.
+    const char* state = PQresultErrorField(bad.native(), PG_DIAG_SQLSTATE);
+    if (state != nullptr && std::string_view(state) == "26000") prepared_.clear();
+  }
   auto* impl = ConnectionAccess::impl(connection_);
   if (impl == nullptr || impl->conn == nullptr) return Impl::closed();
   if (bad.native() != nullptr || !sent_ || PQstatus(impl->conn) != CONNECTION_OK) {
@@ -300,11 +375,15 @@ Status LoopConnection::abandon(bool silent) {
   Impl::Wait w{TimePoint::max()};
   w.silent = silent;
   want_ = Want::kNothing;
+  prepared_.clear();
+  preparing_ = kMaxPrepared;
   return impl->stuck(w, sent_);  // closes the connection
 }
 
 void LoopConnection::close() noexcept {
   clear_pipeline();
+  prepared_.clear();
+  preparing_ = kMaxPrepared;
   PQclear(std::exchange(good_, nullptr));
   PQclear(std::exchange(bad_, nullptr));
   connecting_ = false;

@@ -29,6 +29,7 @@ namespace {
 
 using holdfast::Code;
 using holdfast::KeyedResult;
+using holdfast::Operation;
 using holdfast::Outcome;
 using holdfast::RequestContext;
 using holdfast::Result;
@@ -125,6 +126,47 @@ TEST_F(AsioPg, ReadsWritesAndKeyedWritesOnOneLoop) {
     EXPECT_FALSE(bad.ok());
     EXPECT_EQ(bad.status().sqlstate(), "42P01");  // classified as the engine says: not retried
     EXPECT_LE(client.open_connections(), 4u);
+  });
+}
+
+TEST_F(AsioPg, AReadIsPreparedOncePerConnectionAndNothingIsPreparedBehindATransactionPooler) {
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    // How many statements the read's own session has prepared (it counts itself when
+    // prepared), on the one connection the Client keeps.
+    const std::string prepared_here = "SELECT count(*) FROM pg_prepared_statements";
+    for (const holdfast::pg::Pooling pooling :
+         {holdfast::pg::Pooling::kSession, holdfast::pg::Pooling::kTransaction}) {
+      ClientOptions o = options_for(url_);
+      o.max_connections = 1;
+      o.pooling = pooling;
+      std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+      RequestContext request;
+      // A text that is not NUL-terminated where the Client keeps it: the values sent with the
+      // prepare must be the call's own.
+      const std::string notes = "plain keyed";
+      const Param one[] = {Param(std::string_view(notes).substr(0, 5))};
+      const std::string count = "SELECT count(*), $1::text FROM " + table_;
+      holdfast::pg::ReadOptions read;
+      read.operation = Operation::read("t.count").critical();
+      for (int i = 0; i < 3; ++i) {
+        Result<Rows> r = co_await client->async_read(request, count, one, read, net::use_awaitable);
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+        if (r.ok()) {
+          EXPECT_EQ(r->text(0, 1), "plain");
+        }
+      }
+      // A statement the server refuses is not kept: the next one is prepared under its name.
+      Result<Rows> bad = co_await client->async_read(
+          request, "t.bad", "SELECT * FROM no_such_table", {}, net::use_awaitable);
+      EXPECT_EQ(bad.status().sqlstate(), "42P01");
+      Result<Rows> n =
+          co_await client->async_read(request, "t.prepared", prepared_here, {}, net::use_awaitable);
+      EXPECT_TRUE(n.ok()) << n.status().to_string();
+      if (n.ok()) {
+        EXPECT_EQ(n->text(0, 0), pooling == holdfast::pg::Pooling::kSession ? "2" : "0");
+      }
+      EXPECT_EQ(client->open_connections(), 1u);
+    }
   });
 }
 

@@ -420,11 +420,13 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // one runs, others take the server as answering (they look again at their next tick).
   awaitable<bool> answers(Pool& pool);
 
-  // Sends one statement on `s` and waits for its result (drive()).
+  // Sends one statement on `s` (`prepared`: as a prepared statement of the connection) and
+  // waits for its result (drive()).
   awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
                                    std::span<const holdfast::pg::Param> params, TimePoint until,
-                                   Pool* silence = nullptr) {
-    Status st = co_await drive(s, s.conn.send(sql, params), until, silence);
+                                   Pool* silence = nullptr, bool prepared = false) {
+    const Want first = prepared ? s.conn.send_prepared(sql, params) : s.conn.send(sql, params);
+    Status st = co_await drive(s, first, until, silence);
     if (!st.ok()) co_return st;
     co_return s.conn.result();
   }
@@ -478,7 +480,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       // The primary's read latency (its round trip, not the wait for a connection) is what a
       // standby's is judged against (ADR 0041).
       const TimePoint sent = detail::Clock::now();
-      r = co_await exchange(**slot, state->sql, state->params.params, until, &primary_);
+      r = co_await exchange(**slot, state->sql, state->params.params, until, &primary_,
+                            options_.pooling == holdfast::pg::Pooling::kSession);
       if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
       if (!r.ok() && in_use == nullptr) state->primary_failed = true;
     }

@@ -8,6 +8,7 @@
 
 #include "holdfast/core/shield.hpp"
 #include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/options.hpp"
 
 namespace holdfast::asio::pg {
 
@@ -19,6 +20,13 @@ struct ClientOptions {
   /// The most connections open at once; a call that finds them all busy waits on the loop
   /// for one (within its window).
   std::size_t max_connections = 8;
+  /// What the connections reach: the server itself or a pooler in session mode
+  /// (Pooling::kSession: a read sent to the primary is prepared once per connection and then
+  /// executed by name, so the server parses and plans it once), or a pooler in transaction
+  /// mode (Pooling::kTransaction: nothing is prepared, since the next transaction may run on
+  /// a server session that never saw it; the session settings of `connect` must then be ones
+  /// the pooler accepts at connect).
+  holdfast::pg::Pooling pooling = holdfast::pg::Pooling::kSession;
   /// How long a cancelled statement may take to end before its connection is closed.
   Duration cancel_grace = std::chrono::milliseconds(200);
   /// The table of async_once()'s keys (the blocking pg::Database's default name and shape:

@@ -26,7 +26,9 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "holdfast/core/result.hpp"
 #include "holdfast/core/status.hpp"
@@ -96,6 +98,14 @@ class LoopConnection {
   /// `sql` and `params` is copied before it returns. Returns what to wait for before step();
   /// Want::kNothing when it could not be sent (result() then says why; nothing was applied).
   Want send(std::string_view sql, std::span<const Param> params = {});
+  /// send() as a prepared statement of this connection: the first time a text is sent it is
+  /// prepared (one more round trip, within the same step()s), then executed by name, so the
+  /// server parses and plans it once per connection. At most kMaxPrepared texts per
+  /// connection; others are sent as send() sends them. Not behind a pooler in transaction
+  /// mode (the next transaction may run on a session that never saw the statement).
+  Want send_prepared(std::string_view sql, std::span<const Param> params = {});
+  /// How many statement texts one connection keeps prepared (send_prepared()).
+  static constexpr std::size_t kMaxPrepared = 32;
   /// After the socket became ready for what the last send() or step() asked: sends what is
   /// still unsent and reads what arrived. Want::kNothing once the statement's result is
   /// complete (or the connection was lost): then call result().
@@ -137,6 +147,7 @@ class LoopConnection {
   void take(LoopConnection& other) noexcept;
   Want flush() noexcept;
   Want pipeline_step(pg_conn* conn) noexcept;
+  Want execute_prepared() noexcept;
   void clear_pipeline() noexcept;
 
   Connection connection_;
@@ -152,6 +163,11 @@ class LoopConnection {
   std::size_t bad_at_ = 0;  // the piece that failed first
   bool synced_ = false;     // the Sync's result came
   pg_result* out_[kMaxPieces] = {};
+  // send_prepared(): the texts prepared on this connection (statement i is "holdfast_loop_i"),
+  // and the one being prepared now (its execution follows once the server has it).
+  std::vector<std::string> prepared_;
+  std::size_t preparing_ = kMaxPrepared;  // kMaxPrepared: none
+  std::span<const Param> preparing_params_{};
 };
 
 }  // namespace holdfast::pg
