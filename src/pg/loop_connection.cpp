@@ -121,6 +121,13 @@ bool LoopConnection::is_open() const noexcept {
   return !connecting_ && connection_.is_open();
 }
 
+bool LoopConnection::in_hot_standby() const noexcept {
+  PGconn* conn = ConnectionAccess::native(connection_);
+  if (conn == nullptr || connecting_) return false;
+  const char* on = PQparameterStatus(conn, "in_hot_standby");
+  return on != nullptr && std::string_view(on) == "on";
+}
+
 TxnStatus LoopConnection::txn_status() const noexcept {
   return connection_.txn_status();
 }

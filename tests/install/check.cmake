@@ -7,7 +7,9 @@
 #   - pkg-config: holdfast-core, holdfast-sqlite, holdfast-pg and holdfast, compiled with
 #     `pkg-config --cflags --libs`, with no language-standard flag in the Cflags and
 #     sqlite3 / libpq in Requires.private; holdfast-policy without nlohmann-json.
-# Variables: BUILD_DIR, SOURCE_DIR (tests/install), WORK_DIR, CXX_FLAGS, GENERATOR.
+# Variables: BUILD_DIR, SOURCE_DIR (tests/install), WORK_DIR, LINK_FLAGS, GENERATOR.
+# The consumers are compiled plainly (what a user's build does) and linked with LINK_FLAGS:
+# the sanitizers' runtimes when the installed libraries were built with them.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -49,7 +51,7 @@ function(consumer name)
   cmake_parse_arguments(arg "" "EXPECT_FAILURE" "ARGS" ${ARGN})
   set(dir ${WORK_DIR}/consumer-${name})
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${dir} -G ${GENERATOR}
-                          -DCMAKE_PREFIX_PATH=${prefix} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" ${arg_ARGS}
+                          -DCMAKE_PREFIX_PATH=${prefix} "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}" ${arg_ARGS}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(arg_EXPECT_FAILURE)
     if(rc EQUAL 0)
@@ -121,7 +123,7 @@ if(requires MATCHES "nlohmann" OR policy_targets MATCHES "nlohmann")
   message(FATAL_ERROR "the installed holdfast::policy depends on nlohmann-json")
 endif()
 
-separate_arguments(cxx_flags UNIX_COMMAND "${CXX_FLAGS}")
+separate_arguments(link_flags UNIX_COMMAND "${LINK_FLAGS}")
 # pkg_consumer(<modules> <CONSUMER_USES_ definitions>...)
 function(pkg_consumer modules)
   pkg_config(cflags --cflags ${modules})
@@ -135,7 +137,7 @@ function(pkg_consumer modules)
     list(APPEND defines -DCONSUMER_USES_${use}=1)
   endforeach()
   set(exe ${WORK_DIR}/pkgconfig-${modules})
-  run(c++ ${cxx_flags} -std=c++20 ${defines} ${SOURCE_DIR}/consumer.cpp -o ${exe} ${flags})
+  run(c++ -std=c++20 ${defines} ${SOURCE_DIR}/consumer.cpp -o ${exe} ${link_flags} ${flags})
   run(${exe})
 endfunction()
 

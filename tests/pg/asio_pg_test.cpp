@@ -352,6 +352,47 @@ TEST_F(AsioPg, AWriteFindsTheHostThatTakesWrites) {
   EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE note = 'written'"), 1);
 }
 
+// "postgresql://u@127.0.0.1:A/db" with `first` (a host:port) before its one host.
+std::string with_host_first(const std::string& url, const std::string& first) {
+  const std::size_t at = url.find('@');
+  return url.substr(0, at + 1) + first + "," + url.substr(at + 1);
+}
+
+// The host:port of "postgresql://u@HOST:PORT/db".
+std::string host_port(const std::string& url) {
+  const std::size_t at = url.find('@') + 1;
+  return url.substr(at, url.find('/', at) - at);
+}
+
+// With several hosts, the primary's pool skips a standby (as target_session_attrs=read-write
+// would): a standby reached while the primary is away may lack the request's own writes.
+TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
+  const std::string primary = server_url();
+  const std::string standby = standby_url();
+  if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    // The standby first: its host is skipped and the primary answers.
+    ClientOptions both = options_for(with_host_first(primary, host_port(standby)));
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), both).value();
+    RequestContext request;
+    Result<Rows> where = co_await client->async_read(
+        request, "t.recovery", "SELECT pg_catalog.pg_is_in_recovery()", {}, net::use_awaitable);
+    EXPECT_TRUE(where.ok()) << where.status().to_string();
+    if (where.ok()) {
+      EXPECT_EQ(where->text(0, 0), "f");
+    }
+    // Only the standby answers: the read is refused, naming it, rather than answered there.
+    ClientOptions only = options_for(with_host_first(standby, "127.0.0.1:1"));
+    std::shared_ptr<Client<>> lone = Client<>::open(io.get_executor(), only).value();
+    RequestContext short_request(1s, holdfast::Clock::system());
+    Result<Rows> refused =
+        co_await lone->async_read(short_request, "t.recovery", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().to_string().find("is a standby"), std::string::npos)
+        << refused.status().to_string();
+  });
+}
+
 // Reads on a hot standby with read-your-writes: a request's write keeps its commit position
 // in the request, and its reads go to the standby only once the standby has replayed it.
 // With the standby's replay paused, the request's own read is answered by the primary (and

@@ -47,9 +47,12 @@
 /// and a standby far slower than the primary is used less (ClientOptions::hedge_budget and
 /// slow_copy_floor: the blocking pg::Database's rule, docs/adr/0041).
 ///
+/// A read sent to the primary is prepared once per connection and then executed by name
+/// (ClientOptions::pooling: not behind a pooler in transaction mode).
+///
 /// Not yet here (the blocking pg::Database has them): silence found by a liveness check before
 /// the deadline, a standby's lag and timeline judged, statement_timeout sent with each call,
-/// prepared statements, transactions of several statements written by the caller.
+/// prepared standby reads and writes, transactions of several statements written by the caller.
 #pragma once
 
 #include <algorithm>

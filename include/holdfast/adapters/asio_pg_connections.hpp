@@ -65,6 +65,17 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
     const TimePoint host_cap =
         k + 1 < n ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
     Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, host_cap);
+    if (s.ok() && n > 1 && &pool == &primary_ && (*s)->conn.in_hot_standby()) {
+      // With several hosts the primary's pool takes only the server that takes writes (as
+      // target_session_attrs=read-write would): a standby reached while the primary is away
+      // may not have the request's own writes, and its reads would miss them.
+      (*s)->forget();
+      (*s)->conn.close();
+      s = Status(Code::kUnavailable,
+                 "host " + std::to_string(host + 1) + " of " + std::to_string(n) +
+                     " is a standby (in recovery)",
+                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
+    }
     if (s.ok()) {
       if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
       co_return s;

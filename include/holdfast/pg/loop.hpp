@@ -91,6 +91,10 @@ class LoopConnection {
 
   /// True while the connection is up and idle or running a statement.
   [[nodiscard]] bool is_open() const noexcept;
+  /// Whether the server said it is a hot standby (in recovery: it takes no writes and may not
+  /// have replayed a write yet): the in_hot_standby parameter PostgreSQL 14+ reports at connect
+  /// and whenever it changes. False for a closed connection or an older server.
+  [[nodiscard]] bool in_hot_standby() const noexcept;
   /// What libpq says of the session's transaction.
   [[nodiscard]] TxnStatus txn_status() const noexcept;
 
