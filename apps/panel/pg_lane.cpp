@@ -77,34 +77,37 @@ net::awaitable<Result<std::optional<User>>> PgLane::session(lane::Context& ctx,
   co_return user;
 }
 
+template <class T, class Decode>
+net::awaitable<Result<T>> PgLane::decoded(lane::Context& ctx, std::string_view sql,
+                                          std::span<const pg::Param> params, Operation op,
+                                          Decode decode) {
+  pg::ReadOptions read_options;
+  read_options.operation = op;
+  Result<pg::Rows> rows = co_await read(ctx, sql, params, read_options);
+  if (!rows.ok()) co_return rows.status();
+  co_return decode(*rows);
+}
+
 net::awaitable<Result<std::vector<Game>>> PgLane::games(lane::Context& ctx,
                                                         const std::string& date) {
-  pg::ReadOptions read_options;
-  read_options.operation = Operation::read("schedule.games");
   const pg::Param params[] = {date};
-  Result<pg::Rows> rows = co_await read(ctx, pgreads::kGames, params, read_options);
-  if (!rows.ok()) co_return rows.status();
-  co_return pgreads::games_of(*rows);
+  co_return co_await decoded<std::vector<Game>>(
+      ctx, pgreads::kGames, params, Operation::read("schedule.games"), pgreads::games_of);
 }
 
 net::awaitable<Result<ScheduleContext>> PgLane::context(lane::Context& ctx,
                                                         const std::string& date) {
-  pg::ReadOptions read_options;
-  read_options.operation = Operation::read("schedule.context");
   const pg::Param params[] = {date};
-  Result<pg::Rows> rows = co_await read(ctx, pgreads::kContext, params, read_options);
-  if (!rows.ok()) co_return rows.status();
-  co_return pgreads::context_of(*rows);
+  co_return co_await decoded<ScheduleContext>(
+      ctx, pgreads::kContext, params, Operation::read("schedule.context"), pgreads::context_of);
 }
 
 net::awaitable<Result<std::optional<ClubStore::Credentials>>> PgLane::credentials(
     lane::Context& ctx, const std::string& email) {
-  pg::ReadOptions read_options;
-  read_options.operation = Operation::read("login.user").critical();
   const pg::Param params[] = {email};
-  Result<pg::Rows> rows = co_await read(ctx, pgreads::kCredentials, params, read_options);
-  if (!rows.ok()) co_return rows.status();
-  co_return pgreads::credentials_of(*rows);
+  co_return co_await decoded<std::optional<ClubStore::Credentials>>(
+      ctx, pgreads::kCredentials, params, Operation::read("login.user").critical(),
+      pgreads::credentials_of);
 }
 
 }  // namespace holdfast::panel

@@ -70,6 +70,11 @@ class PgLane final : public LaneReads {
   boost::asio::awaitable<Result<pg::Rows>> read(lane::Context& ctx, std::string_view sql,
                                                 std::span<const pg::Param> params,
                                                 const pg::ReadOptions& options);
+  // read() with `op`, its rows decoded by `decode` (club_reads_pg.hpp).
+  template <class T, class Decode>
+  boost::asio::awaitable<Result<T>> decoded(lane::Context& ctx, std::string_view sql,
+                                            std::span<const pg::Param> params, Operation op,
+                                            Decode decode);
 
   PgClubStore& store_;
   std::shared_ptr<asio::pg::Client<>> client_;

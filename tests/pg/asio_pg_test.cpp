@@ -352,6 +352,35 @@ TEST_F(AsioPg, AWriteFindsTheHostThatTakesWrites) {
   EXPECT_EQ(admin_->count("SELECT count(*) FROM " + table_ + " WHERE note = 'written'"), 1);
 }
 
+// A standby whose connect hangs (a frozen host, or after a failover one that is no standby any
+// more) costs one read its standby_wait; the reads of the next silence_check go to the primary
+// at once, and then one read looks again.
+TEST_F(AsioPg, AStandbyThatCannotBeConnectedIsNotWaitedForByEveryRead) {
+  SilentListener frozen;
+  ASSERT_GT(frozen.port(), 0);
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for(url_);
+    o.standby.conninfo =
+        "postgresql://postgres@127.0.0.1:" + std::to_string(frozen.port()) + "/postgres";
+    o.standby_wait = 300ms;
+    o.silence_check = 3s;
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (int i = 0; i < 6; ++i) {
+      RequestContext request;
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> r =
+          co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
+      const double took = seconds_since(started);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (i > 0) {
+        EXPECT_LT(took, 0.25) << "read " << i << " waited for the standby again";
+      }
+    }
+    EXPECT_EQ(client->standby_reads(), 0u);
+    EXPECT_EQ(frozen.tried(), 1);  // one connect, not one per read
+  });
+}
+
 // "postgresql://u@127.0.0.1:A/db" with `first` (a host:port) before its one host.
 std::string with_host_first(const std::string& url, const std::string& first) {
   const std::size_t at = url.find('@');
@@ -530,12 +559,28 @@ class SlowableStandby {
   bool ready_ = false;
 };
 
-ClientOptions with_standby(const PrivateServer& servers) {
-  ClientOptions o = options_for(servers.url());
-  o.standby.conninfo = servers.standby_url();
-  o.standby_wait = 3s;  // a slow answer is waited for, not cut short
-  return o;
-}
+// A private primary and standby whose standby can be made slow, and a Client's options for
+// them that probe an ejected standby every `probe_every`.
+class AsioPgSlowStandby : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (servers_.url().empty() || servers_.standby_url().empty()) {
+      GTEST_SKIP() << "could not start a private primary and standby";
+    }
+    standby_.emplace(servers_);
+    ASSERT_TRUE(standby_->ready());
+  }
+  [[nodiscard]] ClientOptions options(holdfast::Duration probe_every) const {
+    ClientOptions o = options_for(servers_.url());
+    o.standby.conninfo = servers_.standby_url();
+    o.standby_wait = 3s;  // a slow answer is waited for, not cut short
+    o.slow_copy_probe_every = probe_every;
+    return o;
+  }
+
+  PrivateServer servers_{20, /*with_standby=*/true};
+  std::optional<SlowableStandby> standby_;
+};
 
 // Reads that teach the Client the standby's normal latency, then slow reads until the standby
 // is found slow: three slow answers (or tries given up at the slow threshold) in a row.
@@ -560,15 +605,9 @@ net::awaitable<void> eject(Client<>& client, SlowableStandby& s) {
 // Outlier ejection (ADR 0041, the blocking driver's rule and code): a standby that answers,
 // but far slower than the primary, is found slow within a few reads and used less: reads go to
 // the primary and no longer wait for it. Once it is fast again, probes bring it back.
-TEST(AsioPgStandby, AStandbyFarSlowerThanThePrimaryIsUsedLessUntilItIsFastAgain) {
-  PrivateServer servers(20, /*with_standby=*/true);
-  if (servers.url().empty() || servers.standby_url().empty()) {
-    GTEST_SKIP() << "could not start a private primary and standby";
-  }
-  SlowableStandby standby(servers);
-  ASSERT_TRUE(standby.ready());
-  ClientOptions o = with_standby(servers);
-  o.slow_copy_probe_every = 50ms;  // probes come often enough for a short test
+TEST_F(AsioPgSlowStandby, AStandbyFarSlowerThanThePrimaryIsUsedLessUntilItIsFastAgain) {
+  SlowableStandby& standby = *standby_;
+  const ClientOptions o = options(50ms);  // probes come often enough for a short test
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     co_await eject(*client, standby);
@@ -610,15 +649,9 @@ TEST(AsioPgStandby, AStandbyFarSlowerThanThePrimaryIsUsedLessUntilItIsFastAgain)
 // After the primary failed a read, its retry goes back to a standby found slow: a slow answer
 // beats none. Other reads still go to the primary. (No probe during the test: one would also
 // reach the standby.)
-TEST(AsioPgStandby, AReadThePrimaryFailedGoesBackToASlowStandby) {
-  PrivateServer servers(20, /*with_standby=*/true);
-  if (servers.url().empty() || servers.standby_url().empty()) {
-    GTEST_SKIP() << "could not start a private primary and standby";
-  }
-  SlowableStandby standby(servers);
-  ASSERT_TRUE(standby.ready());
-  ClientOptions o = with_standby(servers);
-  o.slow_copy_probe_every = 60s;
+TEST_F(AsioPgSlowStandby, AReadThePrimaryFailedGoesBackToASlowStandby) {
+  SlowableStandby& standby = *standby_;
+  const ClientOptions o = options(60s);
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     co_await eject(*client, standby);

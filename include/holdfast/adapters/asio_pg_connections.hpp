@@ -83,6 +83,13 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
     last = s.status();
     if (detail::Clock::now() >= cap) break;
   }
+  if (&pool != &primary_) {
+    // No standby to be had (stopped, or its hosts frozen or not standbys any more, as after a
+    // failover): the reads of the next silence_check go to the primary at once instead of each
+    // waiting standby_wait for a connect that fails again.
+    pool.silent = true;
+    pool.verdict_until = detail::Clock::now() + options_.silence_check;
+  }
   give_back(pool, nullptr);
   co_return last;
 }

@@ -43,7 +43,8 @@ struct ClientOptions {
   /// The most connections to the standbys.
   std::size_t standby_connections = 8;
   /// How long a read waits for a standby (its connect and its answer) before the primary
-  /// answers it instead, within the same attempt.
+  /// answers it instead, within the same attempt. When no standby connection can be made, the
+  /// reads of the next silence_check go to the primary at once.
   Duration standby_wait = std::chrono::milliseconds(500);
   /// Hedged reads: a standby read that has not answered within the standby's normal latency
   /// (the 95th percentile of its last 64 answers, at least hedge_min_delay) is also sent to the
