@@ -297,7 +297,7 @@ class Database {
  private:
   class Impl;  // the rest of a Database: its servers, pools and paths (src/pg/database_impl.hpp)
 
-  // transaction()'s and once()'s steps, compiled (transaction.cpp).
+  // transaction()'s and once()'s steps, compiled: each hands its call to the Impl.
   Result<Transaction> begin(const TransactionOptions& options, int run);
   // Commits (fn_status OK) or rolls back, resolving a COMMIT in doubt.
   Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
