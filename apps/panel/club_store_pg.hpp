@@ -25,6 +25,7 @@
 #include "holdfast/core/shield.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/lsn.hpp"
+#include "holdfast/pg/pool.hpp"
 
 namespace holdfast::panel {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "database_internal.hpp"
+#include "database_impl.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/attempt.hpp"
@@ -36,8 +36,9 @@ using detail::Steps;
 // ---------------------------------------------------------------------------------------
 // Reads
 
-Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
-                                 ReplicaView* view, Duration replica_connect, Duration* exchange) {
+Result<Rows> Database::Impl::read_once(Endpoint& endpoint, const Work& work, bool may_wait,
+                                       ReplicaView* view, Duration replica_connect,
+                                       Duration* exchange) {
   // A replica's new connection gets replica_connect: the primary can answer instead.
   Result<PooledConnection> lease =
       this->lease(*endpoint.reads, may_wait, view != nullptr ? replica_connect : Duration::max());
@@ -55,9 +56,9 @@ Result<Rows> Database::read_once(Endpoint& endpoint, const Work& work, bool may_
   return finish_read(endpoint, *lease, std::move(s), out, head, main, failed, view);
 }
 
-Result<Rows> Database::finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
-                                   std::span<Rows> out, std::size_t head, std::size_t main,
-                                   std::size_t failed, ReplicaView* view) {
+Result<Rows> Database::Impl::finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
+                                         std::span<Rows> out, std::size_t head, std::size_t main,
+                                         std::size_t failed, ReplicaView* view) {
   Connection& conn = *lease;
   if (!s.ok()) {
     if (detail::pooler_refused(lease, s)) return nothing_applied(std::move(s));
@@ -80,7 +81,7 @@ Result<Rows> Database::finish_read(Endpoint& endpoint, PooledConnection& lease, 
   return std::move(out[main]);
 }
 
-Result<Rows> Database::read_work(const Work& work, const ReadOptions& options) {
+Result<Rows> Database::Impl::read_work(const Work& work, const ReadOptions& options) {
   if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
     return read_step(work, *one);
   }
@@ -108,8 +109,8 @@ Result<Rows> Database::read_work(const Work& work, const ReadOptions& options) {
   return r;
 }
 
-Result<Rows> Database::read(std::string_view sql, std::span<const Param> params,
-                            const ReadOptions& options) {
+Result<Rows> Database::Impl::read(std::string_view sql, std::span<const Param> params,
+                                  const ReadOptions& options) {
   const SqlClass c = classify_sql(sql, standard_strings_.load(std::memory_order_relaxed));
   if (c.kind == SqlKind::kInvalid) return refused("refused: ", c);
   if (c.kind != SqlKind::kRead) {
@@ -118,8 +119,8 @@ Result<Rows> Database::read(std::string_view sql, std::span<const Param> params,
   return read_work(Work{sql, nullptr, params}, options);
 }
 
-Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params,
-                            const ReadOptions& options) {
+Result<Rows> Database::Impl::read(const Statement& stmt, std::span<const Param> params,
+                                  const ReadOptions& options) {
   if (stmt.name_.empty()) {
     return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");
   }
@@ -134,7 +135,7 @@ Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params
 // ---------------------------------------------------------------------------------------
 // Writes
 
-Result<Rows> Database::write_once(const Work& work) {
+Result<Rows> Database::Impl::write_once(const Work& work) {
   Result<PooledConnection> lease = this->lease(*primary_->writes, true);
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
@@ -169,7 +170,7 @@ Result<Rows> Database::write_once(const Work& work) {
   return failed < main ? nothing_applied(std::move(s)) : s;
 }
 
-Result<Rows> Database::write_work(const Work& work, Operation op, RetryStats* stats) {
+Result<Rows> Database::Impl::write_work(const Work& work, Operation op, RetryStats* stats) {
   // The statement is its own whole transaction: one that the server rolled back (40001,
   // 40P01) may be re-run like a re-runnable transaction.
   op.reruns_transaction = true;
@@ -182,7 +183,7 @@ Result<Rows> Database::write_work(const Work& work, Operation op, RetryStats* st
       [&]() -> Result<Rows> { return write_once(work); }, stats);
 }
 
-Result<Rows> Database::write_classified(const SqlClass& c, const Work& work, Operation op) {
+Result<Rows> Database::Impl::write_classified(const SqlClass& c, const Work& work, Operation op) {
   if (c.kind == SqlKind::kInvalid) return refused("refused: ", c);
   if (c.changes_session) {
     return refused(
@@ -193,12 +194,14 @@ Result<Rows> Database::write_classified(const SqlClass& c, const Work& work, Ope
   return write_work(work, op);
 }
 
-Result<Rows> Database::write(std::string_view sql, std::span<const Param> params, Operation op) {
+Result<Rows> Database::Impl::write(std::string_view sql, std::span<const Param> params,
+                                   Operation op) {
   const SqlClass c = classify_sql(sql, standard_strings_.load(std::memory_order_relaxed));
   return write_classified(c, Work{sql, nullptr, params}, op);
 }
 
-Result<Rows> Database::write(const Statement& stmt, std::span<const Param> params, Operation op) {
+Result<Rows> Database::Impl::write(const Statement& stmt, std::span<const Param> params,
+                                   Operation op) {
   if (stmt.name_.empty()) {
     return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");
   }
@@ -206,7 +209,7 @@ Result<Rows> Database::write(const Statement& stmt, std::span<const Param> param
   return write_classified(c, Work{stmt.sql_, &stmt, params}, op);
 }
 
-Result<Rows> Database::query(std::string_view sql, std::span<const Param> params) {
+Result<Rows> Database::Impl::query(std::string_view sql, std::span<const Param> params) {
   const SqlClass c = classify_sql(sql, standard_strings_.load(std::memory_order_relaxed));
   if (c.kind == SqlKind::kRead) return read_work(Work{sql, nullptr, params}, ReadOptions{});
   return write_classified(c, Work{sql, nullptr, params}, Operation::write("pg.write"));

@@ -1,4 +1,4 @@
-// Database: construction, what every call does (a connection, its deadline, the prefix),
+// Database::Impl: construction, what every call does (a connection, its deadline, the prefix),
 // and prepared statements. The read and write paths are calls.cpp's; transactions are
 // transaction.cpp's.
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "database_internal.hpp"
+#include "database_impl.hpp"
 #include "holdfast/core/classify.hpp"
 #include "holdfast/core/health_probe.hpp"
 #include "holdfast/core/liveness.hpp"
@@ -227,7 +227,7 @@ using detail::refused;
 // ---------------------------------------------------------------------------------------
 // Construction
 
-Database::Database(DatabaseOptions options)
+Database::Impl::Impl(DatabaseOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &Clock::system()) {
   validate(options_);
@@ -267,21 +267,11 @@ Database::Database(DatabaseOptions options)
   }
 }
 
-LostWritesReport Database::lost_writes() const {
+LostWritesReport Database::Impl::lost_writes() const {
   return lost_ != nullptr ? lost_->report() : LostWritesReport{};
 }
 
-Result<std::unique_ptr<Database>> Database::open(DatabaseOptions options) {
-  try {
-    return std::make_unique<Database>(std::move(options));
-  } catch (const std::invalid_argument& e) {
-    return Status(Code::kInvalidArgument, e.what());
-  } catch (const std::exception& e) {
-    return Status(Code::kInternal, std::string("pg::Database::open: ") + e.what());
-  }
-}
-
-Database::~Database() {
+Database::Impl::~Impl() {
   // The driver's own threads go first, while everything they use is still there: the health
   // probe's (it connects through the pools, and a connect reports to the Liveness), the
   // Liveness's (it uses the pools and Shields), then the pools' connect threads (their
@@ -299,8 +289,8 @@ Database::~Database() {
   if (primary_ != nullptr) stop(*primary_);
 }
 
-Database::Prefix Database::make_prefix(std::string_view head, std::uint32_t id,
-                                       std::string_view name) const {
+Database::Impl::Prefix Database::Impl::make_prefix(std::string_view head, std::uint32_t id,
+                                                   std::string_view name) const {
   Prefix p;
   p.sql = std::string(head);
   if (options_.pooling == Pooling::kTransaction) {
@@ -317,8 +307,9 @@ Database::Prefix Database::make_prefix(std::string_view head, std::uint32_t id,
   return p;
 }
 
-std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
-                                                            const std::string& url, bool primary) {
+std::unique_ptr<Database::Impl::Endpoint> Database::Impl::make_endpoint(std::string name,
+                                                                        const std::string& url,
+                                                                        bool primary) {
   auto e = std::make_unique<Endpoint>();
   e->name = std::move(name);
   e->shield = std::make_unique<Shield>(e->name, options_.shield, *clock_);
@@ -419,13 +410,13 @@ std::unique_ptr<Database::Endpoint> Database::make_endpoint(std::string name,
 // ---------------------------------------------------------------------------------------
 // What every call does
 
-TimePoint Database::connect_deadline(Duration cap) const {
+TimePoint Database::Impl::connect_deadline(Duration cap) const {
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining() : options_.connect_timeout;
   return clock_->now() + std::min({left, options_.connect_timeout, cap});
 }
 
-void Database::open_request_window() const {
+void Database::Impl::open_request_window() const {
   // PostgreSQL does not tell a client that its statement waits for a lock (nor a pool
   // wait from a slow server), so the window opens when the request first goes to the
   // database (SQLite's opens when its busy handler first waits). Opened at the first
@@ -435,7 +426,8 @@ void Database::open_request_window() const {
   if (w != nullptr && !w->is_open()) w->open(clock_->now());
 }
 
-Result<PooledConnection> Database::lease(Pool& pool, bool may_wait, Duration connect_at_most) {
+Result<PooledConnection> Database::Impl::lease(Pool& pool, bool may_wait,
+                                               Duration connect_at_most) {
   open_request_window();
   Result<PooledConnection> lease =
       may_wait ? pool.acquire() : pool.try_acquire(connect_deadline(connect_at_most));
@@ -445,8 +437,8 @@ Result<PooledConnection> Database::lease(Pool& pool, bool may_wait, Duration con
   return lease;
 }
 
-std::size_t Database::add_prefix(detail::CallPipeline& p, Connection& conn,
-                                 const Prefix& prefix) const {
+std::size_t Database::Impl::add_prefix(detail::CallPipeline& p, Connection& conn,
+                                       const Prefix& prefix) const {
   const TimePoint now = clock_->now();
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining(now) : primary_->shield->reads().window();
@@ -466,7 +458,8 @@ std::size_t Database::add_prefix(detail::CallPipeline& p, Connection& conn,
   return detail::add_statement(p.steps, conn, prefix.sql, prefix.name, prefix.id, params, p.marks);
 }
 
-std::size_t Database::add_work(detail::CallPipeline& p, Connection& conn, const Work& work) const {
+std::size_t Database::Impl::add_work(detail::CallPipeline& p, Connection& conn,
+                                     const Work& work) const {
   const bool named = work.stmt != nullptr && options_.pooling == Pooling::kSession;
   return detail::add_statement(p.steps, conn, work.sql,
                                named ? work.stmt->name_ : std::string_view(),
@@ -476,7 +469,7 @@ std::size_t Database::add_work(detail::CallPipeline& p, Connection& conn, const 
 // ---------------------------------------------------------------------------------------
 // Statements
 
-Result<Statement> Database::prepare(std::string_view sql) {
+Result<Statement> Database::Impl::prepare(std::string_view sql) {
   const SqlClass c = classify_sql(sql, standard_strings_.load(std::memory_order_relaxed));
   if (c.kind == SqlKind::kInvalid) return refused("refused: ", c);
   Statement stmt;
@@ -489,41 +482,21 @@ Result<Statement> Database::prepare(std::string_view sql) {
   return stmt;
 }
 
-bool Database::silent() const noexcept {
+bool Database::Impl::silent() const noexcept {
   return primary_->liveness != nullptr && primary_->liveness->silent();
 }
 
-bool Database::replica_silent(std::size_t i) const {
+bool Database::Impl::replica_silent(std::size_t i) const {
   const Endpoint& e = *replicas_.at(i);
   return e.liveness != nullptr && e.liveness->silent();
 }
 
-Shield& Database::shield() noexcept {
-  return *primary_->shield;
-}
-
-Shield& Database::replica_shield(std::size_t i) {
-  return *replicas_.at(i)->shield;
-}
-
-Pool& Database::read_pool() noexcept {
-  return *primary_->reads;
-}
-
-Pool& Database::write_pool() noexcept {
-  return *primary_->writes;
-}
-
-Pool& Database::replica_pool(std::size_t i) {
-  return *replicas_.at(i)->reads;
-}
-
-Status Database::run_primary(Operation op, holdfast::detail::AttemptRef attempt,
-                             RetryStats* stats) {
+Status Database::Impl::run_primary(Operation op, holdfast::detail::AttemptRef attempt,
+                                   RetryStats* stats) {
   return run(*primary_, primary_->shield->policy_for(op), op, attempt, stats);
 }
 
-Status Database::transaction_step(bool& one_attempt) {
+Status Database::Impl::transaction_step(bool& one_attempt) {
   AttemptScope* one = AttemptScope::current();
   if (one == nullptr) [[likely]]
     return Status();

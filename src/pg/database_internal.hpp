@@ -1,4 +1,5 @@
-// What database.cpp, calls.cpp and transaction.cpp share (not installed).
+// The helpers Database::Impl's files share (not installed): a call's pipeline, how a
+// failure is judged, what a replica's read says of it. Database::Impl: database_impl.hpp.
 #pragma once
 
 #include <cstddef>
@@ -8,13 +9,11 @@
 #include <string_view>
 #include <vector>
 
-#include "holdfast/core/health_probe.hpp"
-#include "holdfast/core/liveness.hpp"
-#include "holdfast/core/shield.hpp"
-#include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/attempt.hpp"
+#include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lsn.hpp"
+#include "holdfast/pg/pool.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg::detail {
@@ -107,66 +106,3 @@ ReplicaVerdict replica_verdict(bool in_recovery, std::uint64_t replayed, bool re
 Status not_a_replica(const std::string& name);
 
 }  // namespace holdfast::pg::detail
-
-namespace holdfast::pg {
-
-// How far a replica's replay trails the WAL it has received, from what its reads report.
-class Database::ReplayLag {
- public:
-  /// The replica had received WAL up to `received` and replayed it up to `replayed` at
-  /// `now`: how long it has been behind WAL it had already received (zero when it is not).
-  Duration observe(std::uint64_t replayed, std::uint64_t received, TimePoint now) noexcept;
-  void forget() noexcept;
-
- private:
-  std::atomic<std::uint64_t> target_{0};   // received, not yet replayed, when first seen
-  std::atomic<std::int64_t> since_ns_{0};  // when it was first seen
-};
-// Whether a replica can have replayed a request's writes, from what its reads reported:
-// after a read found it behind them, reads that need more than it had replayed skip it
-// for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
-class Database::CatchUp {
- public:
-  /// A read reported the replica at `replayed`.
-  void saw(std::uint64_t replayed) noexcept;
-  /// A read that needed more found the replica at `replayed` at `now`.
-  void behind(std::uint64_t replayed, TimePoint now) noexcept;
-  /// Whether a read that needs `need` should not try the replica at `now`.
-  [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
-  /// Whether a read has reported the replica at or past `need`.
-  [[nodiscard]] bool reached(std::uint64_t need) const noexcept {
-    return known_.load(std::memory_order_relaxed) >= need;
-  }
-
- private:
-  std::atomic<std::uint64_t> known_{0};     // the highest replay position reported
-  std::atomic<std::uint64_t> stuck_at_{0};  // the replay position when last found behind
-  std::atomic<std::int64_t> hold_ns_{0};
-  std::atomic<std::int64_t> until_ns_{0};
-};
-struct Database::Endpoint {
-  std::string name;
-  std::unique_ptr<Shield> shield;
-  std::unique_ptr<Pool> reads;
-  std::unique_ptr<Pool> writes;  ///< primary only
-  ReplayLag lag;                 ///< replicas only
-  CatchUp catch_up;              ///< replicas only
-  /// Its read latency, and (replicas) whether it is used less (slow_copy.hpp).
-  std::unique_ptr<detail::CopyState> copy;
-  /// The server's liveness watch (silence_after > 0): shared with every connection.
-  std::shared_ptr<detail::ServerWatch> watch;
-  std::unique_ptr<HealthProbe> probe;  ///< its thread reads the members above
-  std::unique_ptr<Liveness> liveness;  ///< last: its thread reads the members above
-};
-
-template <class F>
-auto Database::run(Endpoint& endpoint, const RetryPolicy& policy, Operation op, F&& attempt,
-                   RetryStats* stats) -> std::invoke_result_t<F&> {
-  if (RequestScope::current_window() != nullptr) {
-    return endpoint.shield->run(policy, op, attempt, stats);
-  }
-  RequestScope scope(policy.window(), endpoint.shield->clock());
-  return endpoint.shield->run(policy, op, attempt, stats);
-}
-
-}  // namespace holdfast::pg

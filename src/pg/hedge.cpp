@@ -9,7 +9,7 @@
 #include <optional>
 #include <utility>
 
-#include "database_internal.hpp"
+#include "database_impl.hpp"
 #include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
@@ -28,12 +28,12 @@ constexpr std::size_t kHedgeLeavesIdle = 1;
 
 }  // namespace
 
-bool Database::replica_slow(std::size_t i) const {
+bool Database::Impl::replica_slow(std::size_t i) const {
   return replicas_.at(i)->copy->slow.ejected();
 }
 
-void Database::judge_replica(Endpoint& replica, bool lost_hedge, Duration latency,
-                             TimePoint now) noexcept {
+void Database::Impl::judge_replica(Endpoint& replica, bool lost_hedge, Duration latency,
+                                   TimePoint now) noexcept {
   (void)detail::judge_replica(*replica.copy, primary_->copy->latency.recent(), lost_hedge, latency,
                               now);
 }
@@ -42,8 +42,9 @@ void Database::judge_replica(Endpoint& replica, bool lost_hedge, Duration latenc
 // goes to the primary too, if its Shield admits an attempt now, a connection of its is idle
 // and not the last one, and the budget allows (a probe needs none). The primary's rows when
 // it answered first (the replica's try abandoned); none when the replica's answer is awaited.
-std::optional<Rows> Database::hedge_to_primary(Connection& conn, PooledConnection& replica_lease,
-                                               const Work& work, bool probe, Hedge& hedge) {
+std::optional<Rows> Database::Impl::hedge_to_primary(Connection& conn,
+                                                     PooledConnection& replica_lease,
+                                                     const Work& work, bool probe, Hedge& hedge) {
   Shield& ps = *primary_->shield;
   Shield::Call pcall(ps, ps.reads(), Operation::read("pg.read.hedge"));
   const bool paid = probe || (hedges_->enabled() && hedges_->spend());
@@ -102,8 +103,8 @@ std::optional<Rows> Database::hedge_to_primary(Connection& conn, PooledConnectio
   return std::nullopt;
 }
 
-Result<Rows> Database::replica_read(Endpoint& replica, const Work& work, ReplicaView& view,
-                                    bool probe, TimePoint start, Hedge& hedge) {
+Result<Rows> Database::Impl::replica_read(Endpoint& replica, const Work& work, ReplicaView& view,
+                                          bool probe, TimePoint start, Hedge& hedge) {
   hedge = Hedge{};
   // A copy that just answered slowly, or a probe, gets no longer than the slow threshold for
   // a new connection: a connect through a slow path would hold the read for

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "holdfast/core/window.hpp"
+#include "holdfast/pg/options.hpp"
 #include "holdfast/pg/pool.hpp"
 #include "pg_internal.hpp"
 #include "server_watch.hpp"
@@ -37,6 +38,10 @@ Status refused_again(Status failed, Duration delay) {
 }
 
 }  // namespace
+
+Backoff detail::pool_reconnect_backoff() {
+  return PoolOptions{}.reconnect_backoff;
+}
 
 PooledConnection::PooledConnection(PooledConnection&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "database_internal.hpp"
+#include "database_impl.hpp"
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/detail/slow_copy.hpp"
@@ -21,8 +21,8 @@
 
 namespace holdfast::pg {
 
-Duration Database::ReplayLag::observe(std::uint64_t replayed, std::uint64_t received,
-                                      TimePoint now) noexcept {
+Duration Database::Impl::ReplayLag::observe(std::uint64_t replayed, std::uint64_t received,
+                                            TimePoint now) noexcept {
   // Concurrent reads may interleave here: each sees a consistent enough picture, as the
   // positions only grow and the answer is a lower bound of the lag.
   const std::int64_t now_ns =
@@ -41,12 +41,12 @@ Duration Database::ReplayLag::observe(std::uint64_t replayed, std::uint64_t rece
   return std::chrono::nanoseconds(now_ns - since_ns_.load(std::memory_order_relaxed));
 }
 
-void Database::ReplayLag::forget() noexcept {
+void Database::Impl::ReplayLag::forget() noexcept {
   target_.store(0, std::memory_order_relaxed);
 }
 
-Status Database::replay_lag_status(Endpoint& replica, std::uint64_t replayed,
-                                   std::uint64_t received, TimePoint now, Duration max_lag) {
+Status Database::Impl::replay_lag_status(Endpoint& replica, std::uint64_t replayed,
+                                         std::uint64_t received, TimePoint now, Duration max_lag) {
   const Duration lag = replica.lag.observe(replayed, received, now);
   if (lag <= max_lag) return Status();
   Status s(Code::kUnavailable,
@@ -79,14 +79,14 @@ std::int64_t ns_of(TimePoint t) noexcept {
 }
 }  // namespace
 
-void Database::CatchUp::saw(std::uint64_t replayed) noexcept {
+void Database::Impl::CatchUp::saw(std::uint64_t replayed) noexcept {
   std::uint64_t known = known_.load(std::memory_order_relaxed);
   while (replayed > known &&
          !known_.compare_exchange_weak(known, replayed, std::memory_order_relaxed)) {
   }
 }
 
-void Database::CatchUp::behind(std::uint64_t replayed, TimePoint now) noexcept {
+void Database::Impl::CatchUp::behind(std::uint64_t replayed, TimePoint now) noexcept {
   // Racing reads may each set the hold; any of their answers is a fair one.
   saw(replayed);
   const std::int64_t last = hold_ns_.load(std::memory_order_relaxed);
@@ -97,7 +97,7 @@ void Database::CatchUp::behind(std::uint64_t replayed, TimePoint now) noexcept {
   until_ns_.store(ns_of(now) + hold, std::memory_order_relaxed);
 }
 
-bool Database::CatchUp::skip(std::uint64_t need, TimePoint now) const noexcept {
+bool Database::Impl::CatchUp::skip(std::uint64_t need, TimePoint now) const noexcept {
   // A replica reported past `need` can answer (the read still checks); one found behind
   // is given its hold to catch up before a read tries it again.
   return need > known_.load(std::memory_order_relaxed) &&
@@ -122,8 +122,8 @@ Status detail::not_a_replica(const std::string& name) {
   return s;
 }
 
-Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool past_hold,
-                                   ReplicaAnswer& answer, RetryStats& stats) {
+Result<Rows> Database::Impl::try_replica(Endpoint& replica, const Work& work, bool past_hold,
+                                         ReplicaAnswer& answer, RetryStats& stats) {
   Shield& shield = *replica.shield;
   Clock& clock = shield.clock();
   const TimePoint start = clock.now();
@@ -228,8 +228,8 @@ Result<Rows> Database::try_replica(Endpoint& replica, const Work& work, bool pas
   return r;
 }
 
-Result<Rows> Database::replica_pass(const Work& work, RoutedCall& route, bool again,
-                                    RetryStats& stats) {
+Result<Rows> Database::Impl::replica_pass(const Work& work, RoutedCall& route, bool again,
+                                          RetryStats& stats) {
   Status why(Code::kUnavailable, "no replica answered: the primary answers");
   // A position of an older timeline than the primary's cannot be compared with a standby's
   // replay position: the primary answers (it holds what survived the promotion).
@@ -256,7 +256,7 @@ Result<Rows> Database::replica_pass(const Work& work, RoutedCall& route, bool ag
   return why;
 }
 
-Result<Rows> Database::primary_read(const Work& work, RoutedCall& route) {
+Result<Rows> Database::Impl::primary_read(const Work& work, RoutedCall& route) {
   // Between the primary's attempts, a replica that was only behind may have been seen past
   // the request's writes by other reads: it answers instead of a retry.
   if (route.primary_attempts > 1 && route.behind != 0 && replica_caught_up(route.behind)) {
@@ -280,8 +280,8 @@ bool RoutedCall::replicas_again_after(const Status& primary) const noexcept {
   return !primary.ok() && behind != 0 && (is_own_shedding(primary) || primary.fault().transient());
 }
 
-Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
-                                   RetryStats& stats) {
+Result<Rows> Database::Impl::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
+                                         RetryStats& stats) {
   RoutedCall route;
   if (Result<Rows> r = replica_pass(work, route, /*again=*/false, stats); !route.unanswered) {
     return r;
@@ -310,7 +310,7 @@ Result<Rows> Database::read_routed(const Work& work, const RetryPolicy& policy, 
   return r;
 }
 
-bool Database::replica_caught_up(std::uint64_t behind) noexcept {
+bool Database::Impl::replica_caught_up(std::uint64_t behind) noexcept {
   const std::uint64_t need = detail::request_position().lsn;
   for (std::size_t i = 0; i < replicas_.size() && i < 64; ++i) {
     if (((behind >> i) & 1) != 0 && replicas_[i]->catch_up.reached(need)) return true;
@@ -343,13 +343,13 @@ AttemptScope* AttemptScope::current() noexcept {
   return current_attempt_scope;
 }
 
-Status Database::write_in_replica_step(AttemptScope& scope) {
+Status Database::Impl::write_in_replica_step(AttemptScope& scope) {
   scope.call().unanswered = true;
   return Status(Code::kFailedPrecondition,
                 "a write in a replica step of a routed call: only the primary step writes");
 }
 
-Result<Rows> Database::read_step(const Work& work, AttemptScope& scope) {
+Result<Rows> Database::Impl::read_step(const Work& work, AttemptScope& scope) {
   RoutedCall& route = scope.call();
   if (scope.step() != AttemptScope::Step::kPrimary) {
     RetryStats stats;  // the Shields' metrics count the attempts; nobody reads these
@@ -379,14 +379,14 @@ void raise_timeline(std::atomic<std::uint32_t>& newest, std::uint32_t timeline) 
 
 }  // namespace
 
-void Database::wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host,
-                     const Connection* conn, std::string_view key) noexcept {
+void Database::Impl::wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host,
+                           const Connection* conn, std::string_view key) noexcept {
   detail::note_write(lsn, timeline);
   raise_timeline(timeline_, timeline);
   if (lost_ != nullptr) lost_->confirmed(lsn, timeline, host, conn, key);
 }
 
-bool Database::predates_promotion(std::uint32_t timeline) noexcept {
+bool Database::Impl::predates_promotion(std::uint32_t timeline) noexcept {
   // Only the primary's own answers raise the newest timeline, never a position a request
   // brought: a client could forge one (a cookie), and its timeline would send every other
   // request's reads to the primary.

@@ -2,9 +2,11 @@
 // and the idempotency keys of once().
 #include <algorithm>
 #include <array>
+#include <new>
 #include <string>
+#include <utility>
 
-#include "database_internal.hpp"
+#include "database_impl.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
 #include "pg_internal.hpp"
@@ -63,8 +65,45 @@ void roll_back(PooledConnection& conn) {
 // ---------------------------------------------------------------------------------------
 // Transaction
 
+Transaction::Transaction(PooledConnection&& conn, int run, bool named_statements) noexcept
+    : run_(run), named_statements_(named_statements) {
+  static_assert(
+      sizeof(PooledConnection) <= sizeof(lease_) && alignof(PooledConnection) <= alignof(void*),
+      "Transaction::lease_ must hold a PooledConnection");
+  new (lease_) PooledConnection(std::move(conn));
+}
+
+Transaction::Transaction(Transaction&& other) noexcept
+    : xid_(std::move(other.xid_)),
+      key_(other.key_),
+      failure_(std::move(other.failure_)),
+      run_(other.run_),
+      named_statements_(other.named_statements_) {
+  new (lease_) PooledConnection(std::move(other.lease()));
+}
+
+Transaction& Transaction::operator=(Transaction&& other) noexcept {
+  lease() = std::move(other.lease());
+  xid_ = std::move(other.xid_);
+  key_ = other.key_;
+  failure_ = std::move(other.failure_);
+  run_ = other.run_;
+  named_statements_ = other.named_statements_;
+  return *this;
+}
+
 Transaction::~Transaction() {
-  if (conn_->txn_status() != TxnStatus::kIdle) conn_.discard();
+  PooledConnection& conn = lease();
+  if (conn->txn_status() != TxnStatus::kIdle) conn.discard();
+  conn.~PooledConnection();
+}
+
+PooledConnection& Transaction::lease() noexcept {
+  return *std::launder(reinterpret_cast<PooledConnection*>(lease_));
+}
+
+Connection& Transaction::connection() noexcept {
+  return *lease();
 }
 
 Result<Rows> Transaction::record(Result<Rows> r) {
@@ -78,7 +117,7 @@ Result<Rows> Transaction::record(Result<Rows> r) {
 
 Result<Rows> Transaction::query(std::string_view sql, std::span<const Param> params) {
   if (!failure_.ok()) return failure_;
-  const bool scs = conn_->standard_conforming_strings();
+  const bool scs = lease()->standard_conforming_strings();
   if (const SqlClass c = classify_sql(sql, scs); c.kind == SqlKind::kInvalid) {
     return detail::refused("refused: ", c);
   }
@@ -89,7 +128,7 @@ Result<Rows> Transaction::query(std::string_view sql, std::span<const Param> par
     s.with_sqlstate("");
     return s;
   }
-  return record(ConnectionAccess::query_unchecked(*conn_, sql, params));
+  return record(ConnectionAccess::query_unchecked(*lease(), sql, params));
 }
 
 Result<Rows> Transaction::query(const Statement& stmt, std::span<const Param> params) {
@@ -97,19 +136,19 @@ Result<Rows> Transaction::query(const Statement& stmt, std::span<const Param> pa
   if (stmt.name_.empty()) {
     return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");
   }
-  if (detail::ends_transaction(stmt.sql_, conn_->standard_conforming_strings())) {
+  if (detail::ends_transaction(stmt.sql_, lease()->standard_conforming_strings())) {
     return Status(Code::kInvalidArgument,
                   "refused inside transaction(): the Statement ends the transaction");
   }
   if (!named_statements_)
-    return record(ConnectionAccess::query_unchecked(*conn_, stmt.sql_, params));
-  return record(run_prepared(*conn_, stmt.name_, stmt.sql_, stmt.id_, params));
+    return record(ConnectionAccess::query_unchecked(*lease(), stmt.sql_, params));
+  return record(run_prepared(*lease(), stmt.name_, stmt.sql_, stmt.id_, params));
 }
 
 // ---------------------------------------------------------------------------------------
 // Begin and finish
 
-Result<Transaction> Database::begin(const TransactionOptions& options, int run) {
+Result<Transaction> Database::Impl::begin(const TransactionOptions& options, int run) {
   Pool& pool = options.read_only ? *primary_->reads : *primary_->writes;
   Result<PooledConnection> lease = this->lease(pool, true);
   if (!lease.ok()) return lease.status();
@@ -134,29 +173,29 @@ Result<Transaction> Database::begin(const TransactionOptions& options, int run) 
   return tx;
 }
 
-Status Database::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
+Status Database::Impl::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
   if (several_hosts_ && (fn_status.sqlstate() == "25006" || tx.failure_.sqlstate() == "25006"))
       [[unlikely]] {
     // A re-runnable transaction runs again on the writer; any other is answered with the
     // refusal (its function may have done more than SQL).
     Status s = detail::left_demoted_primary(
-        tx.conn_, *primary_->writes, fn_status.sqlstate() == "25006" ? fn_status : tx.failure_,
+        tx.lease(), *primary_->writes, fn_status.sqlstate() == "25006" ? fn_status : tx.failure_,
         RetryScope::kTransaction);
     s.with_txn_state(TxnState::kRolledBack);
     return s;
   }
   if (!fn_status.ok()) {
-    roll_back(tx.conn_);
+    roll_back(tx.lease());
     return in_transaction(fn_status);
   }
   if (!tx.failure_.ok()) {
-    roll_back(tx.conn_);
+    roll_back(tx.lease());
     Status s = tx.failure_;
     s.annotate("the transaction function returned OK after a failed statement");
     return s;
   }
   if (tx.connection().txn_status() != TxnStatus::kInTransaction) {
-    roll_back(tx.conn_);
+    roll_back(tx.lease());
     Status s(Code::kInternal, "the transaction is no longer open at COMMIT");
     s.with_txn_state(TxnState::kUnknown);
     return s;
@@ -164,7 +203,7 @@ Status Database::finish(Transaction& tx, const Status& fn_status, TransactionRep
   return commit(tx, report);
 }
 
-Status Database::commit(Transaction& tx, TransactionReport& report) {
+Status Database::Impl::commit(Transaction& tx, TransactionReport& report) {
   Connection& conn = tx.connection();
   // COMMIT and, for a transaction that may have written, the WAL position after it (for
   // the request's reads on replicas): one round trip.
@@ -192,16 +231,17 @@ Status Database::commit(Transaction& tx, TransactionReport& report) {
   if (conn.is_open()) {
     // The server refused the COMMIT (a serialization failure, a deferred constraint): it
     // rolled the transaction back.
-    roll_back(tx.conn_);
+    roll_back(tx.lease());
     return in_transaction(committed);
   }
   // The connection was lost during COMMIT: the transaction may or may not have committed.
-  tx.conn_.discard();
+  tx.lease().discard();
   ++report.commits_in_doubt;
   return commit_in_doubt(tx, committed, report);
 }
 
-Status Database::commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report) {
+Status Database::Impl::commit_in_doubt(Transaction& tx, const Status& lost,
+                                       TransactionReport& report) {
   if (tx.xid_.empty()) {
     // A READ ONLY transaction wrote nothing: its outcome does not matter.
     return in_transaction(lost);
@@ -235,8 +275,8 @@ Status Database::commit_in_doubt(Transaction& tx, const Status& lost, Transactio
   return s;
 }
 
-TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn,
-                           std::uint32_t& timeline, std::uintptr_t& host) {
+TxnState Database::Impl::resolve(std::string_view xid, Status& why, std::uint64_t& lsn,
+                                 std::uint32_t& timeline, std::uintptr_t& host) {
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = std::max(
       w != nullptr ? w->remaining() : primary_->shield->writes().window(), kMinResolveTime);
@@ -286,7 +326,7 @@ TxnState Database::resolve(std::string_view xid, Status& why, std::uint64_t& lsn
 // ---------------------------------------------------------------------------------------
 // Idempotency keys
 
-Status Database::create_idempotency_table() {
+Status Database::Impl::create_idempotency_table() {
   const std::string sql = "CREATE TABLE IF NOT EXISTS " + options_.idempotency_table +
                           " (key text PRIMARY KEY, result text, "
                           "created_at timestamptz NOT NULL DEFAULT now())";
@@ -297,14 +337,14 @@ Status Database::create_idempotency_table() {
   return r.status();
 }
 
-Result<bool> Database::claim_key(Transaction& tx, std::string_view key) {
+Result<bool> Database::Impl::claim_key(Transaction& tx, std::string_view key) {
   const Param params[] = {Param(key)};
   Result<Rows> r = tx.query(claim_sql_, params);
   if (!r.ok()) return r.status();
   return r->affected() == 1;
 }
 
-Result<std::string> Database::recorded_result(Transaction& tx, std::string_view key) {
+Result<std::string> Database::Impl::recorded_result(Transaction& tx, std::string_view key) {
   const Param params[] = {Param(key)};
   Result<Rows> r = tx.query(recorded_sql_, params);
   if (!r.ok()) return r.status();
@@ -317,7 +357,8 @@ Result<std::string> Database::recorded_result(Transaction& tx, std::string_view 
   return std::string(r->text(0, 0));
 }
 
-Status Database::record_result(Transaction& tx, std::string_view key, std::string_view result) {
+Status Database::Impl::record_result(Transaction& tx, std::string_view key,
+                                     std::string_view result) {
   const Param params[] = {Param(key), Param(result)};
   Result<Rows> r = tx.query(record_sql_, params);
   return r.ok() ? Status() : r.status();

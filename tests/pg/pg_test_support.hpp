@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/connection.hpp"
 
 namespace holdfast::pgtest {
 

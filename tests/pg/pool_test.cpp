@@ -10,6 +10,7 @@
 
 #include "holdfast/core/circuit_breaker.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/pg/pool.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

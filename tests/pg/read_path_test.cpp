@@ -9,6 +9,7 @@
 
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/pg/pool.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -10,6 +10,7 @@
 
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/pool.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "holdfast/core/window.hpp"
+#include "holdfast/pg/pool.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

@@ -11,7 +11,8 @@
 /// - Extended protocol only: every statement is sent with its parameters apart from the SQL
 ///   (PQsendQueryParams / PQsendPrepare / PQsendQueryPrepared). A string with more than one
 ///   statement is refused before anything is sent.
-/// - Parameters are typed C++ values (Param); results are read as text or typed values (Rows).
+/// - Parameters are typed C++ values (Param, param.hpp); results are read as text or typed
+///   values (Rows, rows.hpp).
 /// - Notices (and a FATAL that arrives while the connection is idle) are captured on the
 ///   connection, never printed to stderr.
 /// - A lost connection is detected from the connection status, not only from a SQLSTATE; the
@@ -29,19 +30,17 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/result.hpp"
 #include "holdfast/core/status.hpp"
-
-struct pg_result;  // libpq's PGresult
+#include "holdfast/pg/param.hpp"
+#include "holdfast/pg/rows.hpp"
 
 /// The PostgreSQL driver: connections, a pool, the database with its read and write paths,
 /// and the logs table (see pg.hpp).
@@ -50,128 +49,6 @@ namespace holdfast::pg {
 namespace detail {
 struct ConnectionAccess;
 }
-
-/// Type OIDs of the parameters we type ourselves (pg_type.dat).
-inline constexpr std::uint32_t kOidUnknown = 0;   ///< the server infers the type, like a literal
-inline constexpr std::uint32_t kOidBool = 16;     ///< bool
-inline constexpr std::uint32_t kOidInt8 = 20;     ///< int8 (bigint)
-inline constexpr std::uint32_t kOidInt4 = 23;     ///< int4 (integer)
-inline constexpr std::uint32_t kOidText = 25;     ///< text
-inline constexpr std::uint32_t kOidFloat8 = 701;  ///< float8 (double precision)
-
-/// One statement parameter: NULL, a bool, an integer, a double or text. Numbers are sent in
-/// text form with their type; text is sent untyped so the server infers its type from the
-/// statement (like a quoted literal), unless built with Param::typed().
-///
-/// A Param refers to the text it was built from: that text must outlive the call it is
-/// passed to (the usual `conn.query(sql, {a, b})` does).
-class Param {
- public:
-  /// NULL.
-  Param(std::nullptr_t) noexcept : null_(true) {}  // NOLINT(google-explicit-constructor)
-  /// A bool ('t' or 'f', typed bool).
-  Param(bool v) noexcept;  // NOLINT(google-explicit-constructor)
-  /// An integer: int4 for a signed type of at most 4 bytes, otherwise int8.
-  template <class I>
-  requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>) Param(I v)
-  noexcept {  // NOLINT(google-explicit-constructor)
-    if constexpr (std::is_signed_v<I> && sizeof(I) <= 4) {
-      set_int(static_cast<long long>(v), kOidInt4);
-    } else {
-      set_int(static_cast<long long>(v), kOidInt8);
-    }
-  }
-  /// A double (typed float8).
-  Param(double v) noexcept;  // NOLINT(google-explicit-constructor)
-  /// Text, untyped; nullptr is NULL.
-  Param(const char* text) noexcept;  // NOLINT(google-explicit-constructor)
-  /// Text, untyped.
-  Param(const std::string& text) noexcept;  // NOLINT(google-explicit-constructor)
-  /// Text, untyped.
-  Param(std::string_view text) noexcept;  // NOLINT(google-explicit-constructor)
-  /// The optional's value, or NULL when it has none.
-  template <class T>
-  Param(const std::optional<T>& v) noexcept  // NOLINT(google-explicit-constructor)
-      : Param(v ? Param(*v) : Param(nullptr)) {}
-
-  /// Text with an explicit type ("{\"a\":1}" as json, a transaction id as xid8, ...).
-  static Param typed(std::string_view text, std::uint32_t oid) noexcept;
-
-  /// True for NULL.
-  [[nodiscard]] bool is_null() const noexcept { return null_; }
-  /// The type sent with the value; kOidUnknown for untyped text.
-  [[nodiscard]] std::uint32_t oid() const noexcept { return oid_; }
-  /// The text form. NUL-terminated when terminated() is true.
-  [[nodiscard]] std::string_view text() const noexcept {
-    return inline_ ? std::string_view(buf_, length_) : std::string_view(ext_, length_);
-  }
-  /// True when text() is followed by a NUL.
-  [[nodiscard]] bool terminated() const noexcept { return terminated_; }
-
- private:
-  Param() noexcept = default;
-  void set_int(long long v, std::uint32_t oid) noexcept;
-
-  const char* ext_ = nullptr;
-  std::uint32_t length_ = 0;
-  std::uint32_t oid_ = kOidUnknown;
-  bool null_ = false;
-  bool inline_ = false;
-  bool terminated_ = false;
-  char buf_[32] = {};
-};
-
-/// The rows (or command result) of one statement. Move-only; owns the libpq result.
-/// Row and column indexes are 0-based. Text accessors never fail (NULL reads as "");
-/// typed accessors return a Status naming the column when the value is NULL, does not
-/// parse, or is out of range.
-class Rows {
- public:
-  /// An empty result: no rows, no columns.
-  Rows() noexcept = default;
-  /// Takes ownership of a libpq result (null: empty).
-  explicit Rows(pg_result* result) noexcept : result_(result) {}
-
-  [[nodiscard]] int size() const noexcept;  ///< number of rows
-  /// True when there are no rows.
-  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
-  [[nodiscard]] int columns() const noexcept;  ///< number of columns
-  /// The column's name; empty when out of range.
-  [[nodiscard]] std::string_view column_name(int col) const noexcept;
-  /// The column's index, or -1.
-  [[nodiscard]] int column(std::string_view name) const noexcept;
-
-  /// True for NULL, and for a cell out of range.
-  [[nodiscard]] bool is_null(int row, int col) const noexcept;
-  /// The cell's text; empty for NULL or out of range.
-  [[nodiscard]] std::string_view text(int row, int col) const noexcept;
-
-  /// The cell as a 64-bit integer.
-  [[nodiscard]] Result<long long> int64(int row, int col) const;
-  /// The cell as a 32-bit integer.
-  [[nodiscard]] Result<int> int32(int row, int col) const;
-  /// The cell as a double (NaN and Infinity included).
-  [[nodiscard]] Result<double> float64(int row, int col) const;
-  /// The cell as a bool ('t' or 'f').
-  [[nodiscard]] Result<bool> boolean(int row, int col) const;
-  /// The cell's text, copied; an error for NULL.
-  [[nodiscard]] Result<std::string> string(int row, int col) const;
-
-  /// Rows inserted, updated or deleted by the statement (0 for a query without a count).
-  [[nodiscard]] long long affected() const noexcept;
-  /// The command tag: "SELECT 1", "INSERT 0 1", "UPDATE 3", ...
-  [[nodiscard]] std::string_view command() const noexcept;
-
-  /// The libpq result, still owned by this object.
-  [[nodiscard]] pg_result* native() const noexcept { return result_.get(); }
-
- private:
-  struct Clear {
-    void operator()(pg_result* r) const noexcept;
-  };
-  [[nodiscard]] Status check_cell(int row, int col) const;
-  std::unique_ptr<pg_result, Clear> result_;
-};
 
 /// A message the server sent besides results (NOTICE, WARNING, ..., or a FATAL that arrived
 /// while the connection was idle).

@@ -67,8 +67,7 @@
 /// to the function it is passed to.
 #pragma once
 
-#include <atomic>
-#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -77,18 +76,16 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
-#include "holdfast/core/clock.hpp"
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/operation.hpp"
 #include "holdfast/core/result.hpp"
 #include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/detail/run_attempts.hpp"
-#include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/options.hpp"
-#include "holdfast/pg/pool.hpp"
+#include "holdfast/pg/param.hpp"
+#include "holdfast/pg/rows.hpp"
 #include "holdfast/pg/sql.hpp"
 
 namespace holdfast {
@@ -97,8 +94,9 @@ class Shield;  // holdfast/core/shield.hpp
 
 namespace holdfast::pg {
 
-class AttemptScope;  // holdfast/pg/attempt.hpp
-struct RoutedCall;   // the same
+class Connection;        // holdfast/pg/connection.hpp
+class Pool;              // holdfast/pg/pool.hpp
+class PooledConnection;  // the same
 
 /// A statement prepared (lazily, once per connection) under a name of its own.
 class Statement {
@@ -126,12 +124,6 @@ class Statement {
 using KeyedResult = holdfast::KeyedResult;
 
 class Database;
-namespace detail {
-struct CallPipeline;
-class LostWrites;
-struct CopyState;
-class HedgeBudget;
-}  // namespace detail
 
 /// The transaction a transaction() function runs in. Statements may be anything but the
 /// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
@@ -140,9 +132,9 @@ class HedgeBudget;
 class Transaction {
  public:
   /// Move-only.
-  Transaction(Transaction&&) noexcept = default;
+  Transaction(Transaction&& other) noexcept;
   /// Move-only.
-  Transaction& operator=(Transaction&&) noexcept = default;
+  Transaction& operator=(Transaction&& other) noexcept;
   /// A transaction still open here (an exception left the function) is ended by closing
   /// its connection, which makes the server roll it back.
   ~Transaction();
@@ -164,16 +156,19 @@ class Transaction {
   [[nodiscard]] std::string_view xid() const noexcept { return xid_; }
   /// 1 for the first run of the function, 2 for its first re-run, ...
   [[nodiscard]] int run_number() const noexcept { return run_; }
-  /// The connection the transaction runs on (for what the Transaction does not offer).
-  [[nodiscard]] Connection& connection() noexcept { return *conn_; }
+  /// The connection the transaction runs on (for what the Transaction does not offer; its
+  /// members are in holdfast/pg/connection.hpp).
+  [[nodiscard]] Connection& connection() noexcept;
 
  private:
   friend class Database;
-  Transaction(PooledConnection conn, int run, bool named_statements) noexcept
-      : conn_(std::move(conn)), run_(run), named_statements_(named_statements) {}
+  Transaction(PooledConnection&& conn, int run, bool named_statements) noexcept;
   Result<Rows> record(Result<Rows> r);
+  PooledConnection& lease() noexcept;  // the connection, as the pool lent it
 
-  PooledConnection conn_;
+  // The PooledConnection, built in place (transaction.cpp checks that it fits): no
+  // allocation per transaction, and no pool.hpp here.
+  alignas(void*) std::byte lease_[3 * sizeof(void*)];
   std::string xid_;
   std::string_view key_;  // once()'s idempotency key: recorded with the commit (ADR 0036)
   Status failure_;        // the first failed statement
@@ -276,195 +271,47 @@ class Database {
   [[nodiscard]] bool replica_slow(std::size_t i) const;
   /// Replica reads also sent to the primary (DatabaseOptions::hedge_budget), probes of a
   /// slow replica included.
-  [[nodiscard]] std::uint64_t hedged_reads() const noexcept {
-    return hedged_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] std::uint64_t hedged_reads() const noexcept;
   /// Hedged reads the primary answered first.
-  [[nodiscard]] std::uint64_t hedges_won() const noexcept {
-    return hedges_won_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] std::uint64_t hedges_won() const noexcept;
 
   /// The primary's Shield (breaker, throttle, metrics), and each replica's.
   [[nodiscard]] Shield& shield() noexcept;
   /// Replica `i`'s Shield (std::out_of_range for a bad index).
   [[nodiscard]] Shield& replica_shield(std::size_t i);
-  /// The primary's pool for reads.
+  /// The primary's pool for reads (Pool's members are in holdfast/pg/pool.hpp).
   [[nodiscard]] Pool& read_pool() noexcept;
   /// The primary's pool for writes and transactions.
   [[nodiscard]] Pool& write_pool() noexcept;
   /// Replica `i`'s read pool (std::out_of_range for a bad index).
   [[nodiscard]] Pool& replica_pool(std::size_t i);
   /// How many replicas there are.
-  [[nodiscard]] std::size_t replica_count() const noexcept { return replicas_.size(); }
+  [[nodiscard]] std::size_t replica_count() const noexcept;
   /// The options it was built with.
-  [[nodiscard]] const DatabaseOptions& options() const noexcept { return options_; }
+  [[nodiscard]] const DatabaseOptions& options() const noexcept;
   /// What the watch for confirmed writes a change of writer lost has found so far
   /// (holdfast/pg/lost_writes.hpp): empty when DatabaseOptions::lost_writes.remember
   /// is 0. Takes a lock: for a status page, not for every request.
   [[nodiscard]] LostWritesReport lost_writes() const;
 
  private:
-  class ReplayLag;  // how far a replica's replay trails (database_internal.hpp)
-  class CatchUp;    // whether a replica can have replayed a request's writes (the same)
-  struct Endpoint;  // a server: its Shield, pools, probe and liveness (the same)
-  // What a read or write runs: SQL text, or a prepared Statement.
-  struct Work {
-    std::string_view sql;
-    const Statement* stmt = nullptr;
-    std::span<const Param> params;
-  };
-  // The statement a call opens with (database.cpp): its SQL, and its name and id when it is
-  // prepared on each connection (Pooling::kSession).
-  struct Prefix {
-    std::string sql;
-    std::string name;
-    std::uint32_t id = 0;
-  };
-  // OK, or why `replica` is unhealthy: it reported `replayed` and `received` at `now` and
-  // has been behind WAL it had received for longer than `max_lag`.
-  static Status replay_lag_status(Endpoint& replica, std::uint64_t replayed, std::uint64_t received,
-                                  TimePoint now, Duration max_lag);
-  // What a replica said about itself with a read (the replica prefix's columns).
-  struct ReplicaView {
-    std::uint64_t replayed = 0;
-    std::uint64_t received = 0;
-    bool read_committed = false;  ///< the read's snapshot came after the replay position
-    bool in_recovery = true;      ///< false: not a standby (promoted), so no replica
-  };
+  class Impl;  // the rest of a Database: its servers, pools and paths (src/pg/database_impl.hpp)
 
-  // The one place every retried operation goes through: the endpoint's Shield (retry
-  // loop, throttle, breaker), inside a RequestScope (one of its own outside any). Defined in
-  // database_internal.hpp.
-  template <class F>
-  auto run(Endpoint& endpoint, const RetryPolicy& policy, Operation op, F&& attempt,
-           RetryStats* stats = nullptr) -> std::invoke_result_t<F&>;
-  // run() on the primary with its Shield's policy for `op`, for an attempt seen through a
-  // reference (transaction()).
-  Status run_primary(Operation op, holdfast::detail::AttemptRef attempt, RetryStats* stats);
-
-  std::unique_ptr<Endpoint> make_endpoint(std::string name, const std::string& url, bool primary);
-  Prefix make_prefix(std::string_view head, std::uint32_t id, std::string_view name) const;
-  Result<Rows> read_work(const Work& work, const ReadOptions& options);
-  Result<Rows> read_routed(const Work& work, const RetryPolicy& policy, Operation op,
-                           RetryStats& stats);
-  // One attempt of `scope`'s step of a read (AttemptScope).
-  Result<Rows> read_step(const Work& work, AttemptScope& scope);
-  // Each replica once (`again`: those `route` found only behind, past their hold) until
-  // one answers; none did: `route.unanswered`. The steps of read_routed() and read_step().
-  Result<Rows> replica_pass(const Work& work, RoutedCall& route, bool again, RetryStats& stats);
-  // One attempt on the primary for `route`, or CANCELLED when a replica that was behind has
-  // caught up since its first attempt (`route.left_to_replica`).
-  Result<Rows> primary_read(const Work& work, RoutedCall& route);
-  // Whether a replica marked in `behind` has been seen past the request's position.
-  bool replica_caught_up(std::uint64_t behind) noexcept;
-  // A write asked for in a replica step: refused, and the call left to the primary.
-  static Status write_in_replica_step(AttemptScope& scope);
-  // For a transaction inside an AttemptScope (`one_attempt` set): OK on the primary's step,
-  // else write_in_replica_step(). Outside one: OK, `one_attempt` left false.
-  static Status transaction_step(bool& one_attempt);
-  Result<Rows> write_work(const Work& work, Operation op, RetryStats* stats = nullptr);
-  Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
-  // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
-  // a replica, and closes the session and its idle siblings to its host when the replica
-  // is not in recovery. A replica's new connection gets at most `replica_connect`.
-  // `exchange` (when not null): how long the round trip took, the wait for a connection left
-  // out.
-  Result<Rows> read_once(Endpoint& endpoint, const Work& work, bool may_wait, ReplicaView* view,
-                         Duration replica_connect = Duration::max(), Duration* exchange = nullptr);
-  // One write on the primary, in a transaction of its own, and its commit's position.
-  Result<Rows> write_once(const Work& work);
-  // What a replica made of a read.
-  enum class ReplicaAnswer : std::uint8_t {
-    kAnswered,  ///< the result is the read's (rows, or a failure the primary would meet too)
-    kFailed,    ///< it could not answer (breaker open, busy, down, lagging): the primary answers
-    kBehind,    ///< it has not replayed the request's own writes yet: the primary answers
-  };
-  struct Hedge {               // what became of a replica read's hedge (hedge.cpp)
-    bool sent = false;         // the read went to the primary too
-    bool primary_won = false;  // the primary's answer is the read's
-    bool gave_up = false;      // a slow replica's try was given up, no hedge sent
-  };
-  // One read on `replica` from `start`, hedged to the primary or given up (hedge.cpp).
-  Result<Rows> replica_read(Endpoint& replica, const Work& work, ReplicaView& view, bool probe,
-                            TimePoint start, Hedge& hedge);
-  std::optional<Rows> hedge_to_primary(Connection& conn, PooledConnection& replica_lease,
-                                       const Work& work, bool probe, Hedge& hedge);
-  // read_once()'s end: the pipeline's status `s` (step `failed` failed) judged, the
-  // connection discarded when it must be, `view` filled.
-  Result<Rows> finish_read(Endpoint& endpoint, PooledConnection& lease, Status s,
-                           std::span<Rows> out, std::size_t head, std::size_t main,
-                           std::size_t failed, ReplicaView* view);
-  // What `replica`'s answer after `latency` (or its lost hedge) says of its speed.
-  void judge_replica(Endpoint& replica, bool lost_hedge, Duration latency, TimePoint now) noexcept;
-  // One admitted read on a replica (counted in `stats`). A replica found behind the
-  // request's writes moments ago is not asked again until its hold ends, unless
-  // `past_hold`.
-  Result<Rows> try_replica(Endpoint& replica, const Work& work, bool past_hold,
-                           ReplicaAnswer& answer, RetryStats& stats);
-  // A connection of `pool` for a call: waits for one (`may_wait`) or takes one only if free.
-  // A new connection is given at most `connect_at_most` (when it does not wait).
-  Result<PooledConnection> lease(Pool& pool, bool may_wait,
-                                 Duration connect_at_most = Duration::max());
-  // Opens the current request's window if it is not open yet (see database.cpp).
-  void open_request_window() const;
-  // Starts a call's pipeline on `conn`: sets the connection's deadline from the current
-  // window and adds `prefix` with the statement_timeout that leaves (and, with
-  // Pooling::kTransaction, the settings). Returns the prefix's step.
-  std::size_t add_prefix(detail::CallPipeline& p, Connection& conn, const Prefix& prefix) const;
-  // Adds the work's statement (prepared under its name with Pooling::kSession); returns its
-  // step.
-  std::size_t add_work(detail::CallPipeline& p, Connection& conn, const Work& work) const;
-  // When a new connection must be up by: the window's end, at most connect_timeout away.
-  // `cap`: at most this far away, too.
-  TimePoint connect_deadline(Duration cap = Duration::max()) const;
-
+  // transaction()'s and once()'s steps, compiled: each hands its call to the Impl.
   Result<Transaction> begin(const TransactionOptions& options, int run);
   // Commits (fn_status OK) or rolls back, resolving a COMMIT in doubt.
   Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
-  Status commit(Transaction& tx, TransactionReport& report);
-  Status commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report);
-  // What became of transaction `xid`; `lsn` and `timeline`: the primary's WAL position when
-  // it answered.
-  // `host`: which host of the URL answered (ConnectionAccess::host_id()).
-  TxnState resolve(std::string_view xid, Status& why, std::uint64_t& lsn, std::uint32_t& timeline,
-                   std::uintptr_t& host);
-  // A write of the current request committed at `lsn` (0: not known) on `timeline` (0: not
-  // known), on the writer of `host` (`conn`, when not null, names it), with idempotency key
-  // `key` (empty: none): the request's position (detail::note_write()), the newest timeline
-  // seen, and the confirmed writes a change of writer checks (ADR 0036).
-  void wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host, const Connection* conn,
-             std::string_view key) noexcept;
-  // Whether a request's position of `timeline` (0: not known) is of a timeline older than
-  // the newest this Database has seen (after a promotion): only the primary may answer.
-  bool predates_promotion(std::uint32_t timeline) noexcept;
+  // For a transaction inside an AttemptScope (`one_attempt` set): OK on the primary's step,
+  // else refused. Outside one: OK, `one_attempt` left false.
+  static Status transaction_step(bool& one_attempt);
+  // The primary's Shield's retry loop with its policy for `op`, for an attempt seen through
+  // a reference.
+  Status run_primary(Operation op, holdfast::detail::AttemptRef attempt, RetryStats* stats);
   Result<bool> claim_key(Transaction& tx, std::string_view key);
   Result<std::string> recorded_result(Transaction& tx, std::string_view key);
   Status record_result(Transaction& tx, std::string_view key, std::string_view result);
 
-  const DatabaseOptions options_;
-  Clock* clock_;
-  std::unique_ptr<Endpoint> primary_;
-  std::vector<std::unique_ptr<Endpoint>> replicas_;
-  std::unique_ptr<detail::HedgeBudget> hedges_;
-  std::atomic<std::uint64_t> hedged_{0};
-  std::atomic<std::uint64_t> hedges_won_{0};
-  std::atomic<bool> standard_strings_{true};
-  // The URL names several hosts (failover: the writer is the one not in recovery).
-  bool several_hosts_ = false;
-  // The newest timeline of the primary's writes (not of positions requests brought: a
-  // client may forge those).
-  std::atomic<std::uint32_t> timeline_{0};
-  // Confirmed writes a change of writer lost (null: lost_writes.remember is 0).
-  std::unique_ptr<detail::LostWrites> lost_;
-  // Pooling::kTransaction: `settings` as prefix parameters (name, value, name, ...).
-  std::vector<Param> setting_params_;
-  Prefix read_prefix_;     // READ ONLY + statement_timeout
-  Prefix replica_prefix_;  // the same, and the replica's replay position
-  Prefix write_prefix_;    // statement_timeout
-  Prefix begin_prefix_;    // statement_timeout, and the transaction id
-  std::string claim_sql_;
-  std::string recorded_sql_;
-  std::string record_sql_;
+  std::unique_ptr<Impl> impl_;
 };
 
 template <class F>

@@ -16,9 +16,13 @@
 #include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/pg/lost_writes.hpp"
-#include "holdfast/pg/pool.hpp"
 
 namespace holdfast::pg {
+
+namespace detail {
+// PoolOptions::reconnect_backoff's default (pool.cpp), so this header needs no pool.hpp.
+Backoff pool_reconnect_backoff();
+}  // namespace detail
 
 /// What each pooled connection of a Database reaches.
 enum class Pooling : std::uint8_t {
@@ -65,7 +69,7 @@ struct DatabaseOptions {
   /// Cap on one connection attempt (the window may shorten it).
   Duration connect_timeout = std::chrono::seconds(5);
   /// Delay between failed connects of a pool (PoolOptions::reconnect_backoff).
-  Backoff reconnect_backoff = PoolOptions{}.reconnect_backoff;
+  Backoff reconnect_backoff = detail::pool_reconnect_backoff();
   /// > 0: a background HealthProbe per endpoint at this interval while its breaker is open:
   /// SELECT 1 on the primary; on a replica its replay positions, healthy only within
   /// max_replica_lag and while it is in recovery. 0: none (requests probe when the open
