@@ -121,6 +121,11 @@ bool LoopConnection::is_open() const noexcept {
   return !connecting_ && connection_.is_open();
 }
 
+bool LoopConnection::check() noexcept {
+  if (connecting_ || want_ != Want::kNothing) return false;
+  return connection_.check();
+}
+
 bool LoopConnection::in_hot_standby() const noexcept {
   PGconn* conn = ConnectionAccess::native(connection_);
   if (conn == nullptr || connecting_) return false;

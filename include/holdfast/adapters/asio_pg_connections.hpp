@@ -20,8 +20,12 @@ auto Client<Executor>::lease(Pool& pool, TimePoint until)
     while (!pool.idle.empty()) {
       std::unique_ptr<Slot> s = std::move(pool.idle.back());
       pool.idle.pop_back();
-      if (s->conn.is_open()) co_return s;
-      --pool.open;  // lost while idle (a terminated backend): find another
+      if (s->conn.check()) co_return s;
+      // Lost while idle (a terminated backend, whose FATAL came while nobody read): find
+      // another rather than send a statement into it and fail the attempt.
+      s->forget();
+      s->conn.close();
+      --pool.open;
     }
     if (pool.open < pool.max) {
       ++pool.open;

@@ -91,6 +91,10 @@ class LoopConnection {
 
   /// True while the connection is up and idle or running a statement.
   [[nodiscard]] bool is_open() const noexcept;
+  /// Connection::check() for an idle connection (no round trip): false when what the server
+  /// sent while it was idle says it is gone (a terminated backend's FATAL, end of file), so
+  /// that a pool hands out another instead of sending a statement into a dead connection.
+  [[nodiscard]] bool check() noexcept;
   /// Whether the server said it is a hot standby (in recovery: it takes no writes and may not
   /// have replayed a write yet): the in_hot_standby parameter PostgreSQL 14+ reports at connect
   /// and whenever it changes. False for a closed connection or an older server.
