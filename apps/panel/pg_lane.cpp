@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "club_reads_pg.hpp"
@@ -16,12 +15,7 @@ std::optional<Result<asio::pg::ClientOptions>> PgLane::wanted(const ClubStore& s
   if (pg_store == nullptr) return std::nullopt;
   std::optional<asio::pg::ClientOptions> options = pg_store->lane_options();
   if (!options) return std::nullopt;
-  // The Client checks its options when it opens; it connects only when first used, so a
-  // Client on a loop that never runs checks them and nothing more.
-  net::io_context check;
-  Result<std::shared_ptr<asio::pg::Client<>>> client =
-      asio::pg::Client<>::open(check.get_executor(), *options);
-  if (!client.ok()) return Result<asio::pg::ClientOptions>(client.status());
+  if (Status bad = options->check(); !bad.ok()) return Result<asio::pg::ClientOptions>(bad);
   return Result<asio::pg::ClientOptions>(std::move(*options));
 }
 

@@ -91,35 +91,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
  public:
   /// A client of the server `options.connect` names, on `ex`. It connects lazily, on the first
   /// call, so a server that is away now is no error here. Fails on options that can never work
-  /// (no conninfo, no connection allowed, a table name that is not an identifier), naming the
-  /// field. The Client is shared: a hedged read's losing try keeps it alive until it has
-  /// stopped, so the caller may let go of it as soon as its own calls have completed.
+  /// (ClientOptions::check()), naming the field. The Client is shared: a hedged read's losing try
+  /// keeps it alive until it has stopped, so the caller may let go of it as soon as its own calls
+  /// have completed.
   static Result<std::shared_ptr<Client>> open(const Executor& ex, ClientOptions options) {
-    if (options.connect.conninfo.empty()) {
-      return Status(Code::kInvalidArgument, "ClientOptions::connect.conninfo is empty");
-    }
-    if (options.max_connections == 0) {
-      return Status(Code::kInvalidArgument, "ClientOptions::max_connections must be at least 1");
-    }
-    if (!options.standby.conninfo.empty() && options.standby_connections == 0) {
-      return Status(Code::kInvalidArgument,
-                    "ClientOptions::standby_connections must be at least 1 with a standby");
-    }
-    if (!holdfast::detail::is_table_name(options.idempotency_table)) {
-      return Status(Code::kInvalidArgument, "ClientOptions::idempotency_table '" +
-                                                options.idempotency_table +
-                                                "' is not a plain or schema-qualified identifier");
-    }
-    if (options.cancel_grace < Duration::zero() || options.standby_wait < Duration::zero()) {
-      return Status(Code::kInvalidArgument,
-                    "ClientOptions::cancel_grace and standby_wait must not be negative");
-    }
-    if (options.slow_copy_floor < Duration::zero() || !(options.slow_copy_factor >= 1.0) ||
-        options.slow_copy_probe_every <= Duration::zero()) {
-      return Status(Code::kInvalidArgument,
-                    "ClientOptions::slow_copy_floor must not be negative, slow_copy_factor must "
-                    "be at least 1 and slow_copy_probe_every greater than zero");
-    }
+    if (Status bad = options.check(); !bad.ok()) return bad;
     return std::shared_ptr<Client>(new Client(ex, std::move(options)));
   }
   Client(const Client&) = delete;

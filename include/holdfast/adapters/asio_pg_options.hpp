@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <string>
 
+#include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/shield.hpp"
+#include "holdfast/core/status.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/options.hpp"
 
@@ -77,6 +79,38 @@ struct ClientOptions {
   Duration silence_after = std::chrono::seconds(1);
   /// How long the check may take, and how long its verdict holds.
   Duration silence_check = std::chrono::milliseconds(500);
+
+  /// OK, or INVALID_ARGUMENT naming the field of options that can never work: no conninfo, no
+  /// connection allowed, a table name that is not an identifier, a negative time, a slow-copy
+  /// rule that cannot hold. Client::open() refuses such options; a caller may check them first.
+  [[nodiscard]] Status check() const {
+    if (connect.conninfo.empty()) {
+      return Status(Code::kInvalidArgument, "ClientOptions::connect.conninfo is empty");
+    }
+    if (max_connections == 0) {
+      return Status(Code::kInvalidArgument, "ClientOptions::max_connections must be at least 1");
+    }
+    if (!standby.conninfo.empty() && standby_connections == 0) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::standby_connections must be at least 1 with a standby");
+    }
+    if (!holdfast::detail::is_table_name(idempotency_table)) {
+      return Status(Code::kInvalidArgument, "ClientOptions::idempotency_table '" +
+                                                idempotency_table +
+                                                "' is not a plain or schema-qualified identifier");
+    }
+    if (cancel_grace < Duration::zero() || standby_wait < Duration::zero()) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::cancel_grace and standby_wait must not be negative");
+    }
+    if (slow_copy_floor < Duration::zero() || !(slow_copy_factor >= 1.0) ||
+        slow_copy_probe_every <= Duration::zero()) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::slow_copy_floor must not be negative, slow_copy_factor must "
+                    "be at least 1 and slow_copy_probe_every greater than zero");
+    }
+    return Status();
+  }
 };
 
 }  // namespace holdfast::asio::pg
