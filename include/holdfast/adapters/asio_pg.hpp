@@ -344,6 +344,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // A connection from `pool` (or a new one, connected on the loop), before `until`.
   awaitable<Result<std::unique_ptr<Slot>>> lease(Pool& pool, TimePoint until);
 
+  // Waits until `signal` is cancelled (true: something changed) or `until` passes (false).
+  // `signal` never expires by itself (it is set to TimePoint::max()).
+  awaitable<bool> signalled(detail::net::steady_timer& signal, TimePoint until);
   // Waits until a connection of `pool` may have come free (true) or `until` passed (false).
   awaitable<bool> vacancy(Pool& pool, TimePoint until);
 

@@ -82,17 +82,7 @@ auto Client<Executor>::stop(Slot& s) -> void {
 
 template <class Executor>
 auto Client<Executor>::race_wait(Race& race, TimePoint until) -> awaitable<void> {
-  auto expired = std::make_shared<bool>(false);
-  detail::net::steady_timer deadline(ex_, until);
-  deadline.async_wait([expired, &race](const detail::error_code& ec) {
-    if (ec || *expired) return;
-    *expired = true;
-    race.wake.cancel();
-  });
-  detail::error_code ec;
-  co_await race.wake.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
-  *expired = true;
-  deadline.cancel();
+  (void)co_await signalled(race.wake, until);
 }
 
 template <class Executor>

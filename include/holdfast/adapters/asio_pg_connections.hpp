@@ -40,19 +40,27 @@ auto Client<Executor>::lease(Pool& pool, TimePoint until)
 }
 
 template <class Executor>
-auto Client<Executor>::vacancy(Pool& pool, TimePoint until) -> awaitable<bool> {
+auto Client<Executor>::signalled(detail::net::steady_timer& signal, TimePoint until)
+    -> awaitable<bool> {
   auto expired = std::make_shared<bool>(false);
   detail::net::steady_timer deadline(ex_, until);
-  deadline.async_wait([expired, &pool](const detail::error_code& ec) {
+  deadline.async_wait([expired, &signal](const detail::error_code& ec) {
     if (ec || *expired) return;
     *expired = true;
-    pool.vacancy.cancel();  // wakes every waiter; each looks again
+    signal.cancel();  // wakes every waiter on it; each looks again
   });
   detail::error_code ec;
-  co_await pool.vacancy.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
-  const bool came_free = !*expired;
+  co_await signal.async_wait(detail::net::redirect_error(detail::net::use_awaitable, ec));
+  const bool woken = !*expired;
   *expired = true;  // a deadline that fires now finds nothing to do
   deadline.cancel();
+  co_return woken;
+}
+
+template <class Executor>
+auto Client<Executor>::vacancy(Pool& pool, TimePoint until) -> awaitable<bool> {
+  // (Not inside ||: g++ 12 may lose the result of a co_await inside a conditional.)
+  const bool came_free = co_await signalled(pool.vacancy, until);
   co_return came_free || detail::Clock::now() < until;
 }
 
