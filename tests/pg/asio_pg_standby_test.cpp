@@ -1,0 +1,302 @@
+// holdfast::asio::pg::Client with hot standbys, against real servers: reads with read-your-writes,
+// a multi-host primary URL that never reads a standby, hedged reads of a slow standby, and
+// outlier ejection (ADR 0041). Runs on Boost.Asio (HOLDFAST_ASIO_BOOST) or standalone Asio.
+#include "asio_pg_test_support.hpp"
+
+namespace {
+
+using namespace holdfast::asio_pg_test;
+
+// "postgresql://u@127.0.0.1:A/db" with `first` (a host:port) before its one host.
+std::string with_host_first(const std::string& url, const std::string& first) {
+  const std::size_t at = url.find('@');
+  return url.substr(0, at + 1) + first + "," + url.substr(at + 1);
+}
+
+// The host:port of "postgresql://u@HOST:PORT/db".
+std::string host_port(const std::string& url) {
+  const std::size_t at = url.find('@') + 1;
+  return url.substr(at, url.find('/', at) - at);
+}
+
+// With several hosts, the primary's pool skips a standby (as target_session_attrs=read-write
+// would): a standby reached while the primary is away may lack the request's own writes.
+TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
+  const std::string primary = server_url();
+  const std::string standby = standby_url();
+  if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    // The standby first: its host is skipped and the primary answers.
+    ClientOptions both = options_for(with_host_first(primary, host_port(standby)));
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), both).value();
+    RequestContext request;
+    Result<Rows> where = co_await client->async_read(
+        request, "t.recovery", "SELECT pg_catalog.pg_is_in_recovery()", {}, net::use_awaitable);
+    EXPECT_TRUE(where.ok()) << where.status().to_string();
+    if (where.ok()) {
+      EXPECT_EQ(where->text(0, 0), "f");
+    }
+    // Only the standby answers: the read is refused, naming it, rather than answered there.
+    ClientOptions only = options_for(with_host_first(standby, "127.0.0.1:1"));
+    std::shared_ptr<Client<>> lone = Client<>::open(io.get_executor(), only).value();
+    RequestContext short_request(1s, holdfast::Clock::system());
+    Result<Rows> refused =
+        co_await lone->async_read(short_request, "t.recovery", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().to_string().find("is a standby"), std::string::npos)
+        << refused.status().to_string();
+  });
+}
+
+// Reads on a hot standby with read-your-writes: a request's write keeps its commit position
+// in the request, and its reads go to the standby only once the standby has replayed it.
+// With the standby's replay paused, the request's own read is answered by the primary (and
+// sees its write); another request's read is still answered by the standby.
+TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  const std::string table = unique("asio_standby");
+  Admin primary(servers.url());
+  Admin standby(servers.standby_url());
+  primary.exec("CREATE TABLE " + table + " (id bigserial PRIMARY KEY, note text)");
+  ASSERT_TRUE(eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = '" + table + "'") == 1;
+  }));
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string insert = "INSERT INTO " + table + " (note) VALUES ($1)";
+    const std::string count = "SELECT count(*) FROM " + table;
+
+    // Replay going: another request's read is the standby's.
+    RequestContext other;
+    Result<Rows> r0 = co_await client->async_read(other, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(r0.ok()) << r0.status().to_string();
+    EXPECT_EQ(client->standby_reads(), 1u);
+
+    ReplayPause pause(standby);
+    EXPECT_TRUE(pause.paused());
+    RequestContext mine;
+    const Param note[] = {Param("mine")};
+    Result<Rows> wrote =
+        co_await client->async_write(mine, "insert", insert, note, net::use_awaitable);
+    EXPECT_TRUE(wrote.ok()) << wrote.status().to_string();
+    EXPECT_NE(mine.position().value, 0u);  // the commit's position, kept in the request
+
+    Result<Rows> own = co_await client->async_read(mine, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(own.ok()) << own.status().to_string();
+    if (own.ok()) {
+      EXPECT_EQ(own->text(0, 0), "1");  // its own write, from the primary
+    }
+    EXPECT_EQ(client->standby_reads(), 1u);
+
+    RequestContext later;
+    Result<Rows> stale = co_await client->async_read(later, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(stale.ok()) << stale.status().to_string();
+    EXPECT_EQ(client->standby_reads(), 2u);  // a request without writes may read the standby
+    pause.resume();
+  });
+}
+
+// Hedged reads: a standby that answers, but slowly (a statement that sleeps only in
+// recovery), is not silent; once the standby's normal latency is learned, a read it has not
+// answered by then also goes to the primary, whose answer wins, and the standby's try stops.
+TEST(AsioPgStandby, ASlowStandbysReadIsHedgedToThePrimary) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  o.hedge_budget = 0.1;  // 20 reads earn 2 hedges
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (int i = 0; i < 20; ++i) {
+      RequestContext warm;
+      Result<Rows> r =
+          co_await client->async_read(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+    }
+    EXPECT_EQ(client->hedged_reads(), 0u);
+    const std::string slow_on_standby =
+        "SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT 2 FROM pg_sleep(0.8)) ELSE 1 END";
+    RequestContext request;
+    const auto started = std::chrono::steady_clock::now();
+    Result<Rows> r =
+        co_await client->async_read(request, "slow", slow_on_standby, {}, net::use_awaitable);
+    const double took = seconds_since(started);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) {
+      EXPECT_EQ(r->text(0, 0), "1");  // the primary's answer
+    }
+    EXPECT_LT(took, 0.4);  // not the standby's 0.8 s
+    EXPECT_EQ(client->hedged_reads(), 1u);
+    EXPECT_EQ(client->hedges_won(), 1u);
+  });
+}
+
+// A function that answers 'primary' on the primary and 'standby' on the standby, 0.8 s later
+// there while a flag (written on the primary, replayed by the standby) is set: a standby
+// made slow and fast again at will. With fail_primary the primary raises lock_not_available,
+// which a read retries.
+class SlowableStandby {
+ public:
+  explicit SlowableStandby(const PrivateServer& servers)
+      : primary_(servers.url()),
+        standby_(servers.standby_url()),
+        flag_(unique("asio_slow_flag")),
+        who_(unique("asio_who")) {
+    primary_.exec("CREATE TABLE " + flag_ + " (slow boolean NOT NULL)");
+    primary_.exec("INSERT INTO " + flag_ + " VALUES (false)");
+    primary_.exec("CREATE FUNCTION " + who_ +
+                  "(fail_primary boolean) RETURNS text LANGUAGE plpgsql AS $$ BEGIN "
+                  "IF NOT pg_is_in_recovery() THEN "
+                  "IF fail_primary THEN RAISE EXCEPTION 'refused' USING ERRCODE = '55P03'; END IF; "
+                  "RETURN 'primary'; END IF; "
+                  "IF (SELECT slow FROM " +
+                  flag_ + ") THEN PERFORM pg_sleep(0.8); END IF; RETURN 'standby'; END $$");
+    ready_ = seen_by_standby(false);
+  }
+  [[nodiscard]] bool ready() const { return ready_; }
+  // Makes the standby slow (or fast again), once it has replayed the change.
+  bool set_slow(bool slow) {
+    primary_.exec("UPDATE " + flag_ + " SET slow = " + (slow ? "true" : "false"));
+    return seen_by_standby(slow);
+  }
+  [[nodiscard]] std::string read(bool fail_primary = false) const {
+    return "SELECT " + who_ + (fail_primary ? "(true)" : "(false)");
+  }
+
+ private:
+  bool seen_by_standby(bool slow) {
+    return eventually([&] {
+      return standby_.count("SELECT count(*) FROM pg_proc WHERE proname = '" + who_ + "'") == 1 &&
+             standby_.count("SELECT count(*) FROM " + flag_ +
+                            " WHERE slow = " + (slow ? "true" : "false")) == 1;
+    });
+  }
+  Admin primary_;
+  Admin standby_;
+  std::string flag_;
+  std::string who_;
+  bool ready_ = false;
+};
+
+// A private primary and standby whose standby can be made slow, and a Client's options for
+// them that probe an ejected standby every `probe_every`.
+class AsioPgSlowStandby : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (servers_.url().empty() || servers_.standby_url().empty()) {
+      GTEST_SKIP() << "could not start a private primary and standby";
+    }
+    standby_.emplace(servers_);
+    ASSERT_TRUE(standby_->ready());
+  }
+  [[nodiscard]] ClientOptions options(holdfast::Duration probe_every) const {
+    ClientOptions o = options_for(servers_.url());
+    o.standby.conninfo = servers_.standby_url();
+    o.standby_wait = 3s;  // a slow answer is waited for, not cut short
+    o.slow_copy_probe_every = probe_every;
+    return o;
+  }
+
+  PrivateServer servers_{20, /*with_standby=*/true};
+  std::optional<SlowableStandby> standby_;
+};
+
+// Reads that teach the Client the standby's normal latency, then slow reads until the standby
+// is found slow: three slow answers (or tries given up at the slow threshold) in a row.
+net::awaitable<void> eject(Client<>& client, SlowableStandby& s) {
+  for (int i = 0; i < 20; ++i) {
+    RequestContext request(5s);
+    Result<Rows> r = co_await client.async_read(request, "who", s.read(), {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+  }
+  EXPECT_GT(client.standby_reads(), 0u);
+  EXPECT_FALSE(client.standby_slow());
+  EXPECT_TRUE(s.set_slow(true));
+  for (int i = 0; i < 6 && !client.standby_slow(); ++i) {
+    RequestContext request(5s);
+    Result<Rows> r = co_await client.async_read(request, "who", s.read(), {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+  }
+  EXPECT_TRUE(client.standby_slow());
+  EXPECT_EQ(client.standby_ejections(), 1u);
+}
+
+// Outlier ejection (ADR 0041, the blocking driver's rule and code): a standby that answers,
+// but far slower than the primary, is found slow within a few reads and used less: reads go to
+// the primary and no longer wait for it. Once it is fast again, probes bring it back.
+TEST_F(AsioPgSlowStandby, AStandbyFarSlowerThanThePrimaryIsUsedLessUntilItIsFastAgain) {
+  SlowableStandby& standby = *standby_;
+  const ClientOptions o = options(50ms);  // probes come often enough for a short test
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    co_await eject(*client, standby);
+
+    // Used less: the primary answers without waiting for the standby's 0.8 s (a probe among
+    // these waits for it at most the slow threshold, then is hedged).
+    const std::uint64_t standby_answers = client->standby_reads();
+    for (int i = 0; i < 5; ++i) {
+      RequestContext request(5s);
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> r =
+          co_await client->async_read(request, "who", standby.read(), {}, net::use_awaitable);
+      const double took = seconds_since(started);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (r.ok()) {
+        EXPECT_EQ(r->text(0, 0), "primary") << "read " << i;
+      }
+      EXPECT_LT(took, 0.4) << "read " << i;
+    }
+    EXPECT_EQ(client->standby_reads(), standby_answers);
+
+    // Fast again: two fast probes in a row, and the standby answers reads again.
+    EXPECT_TRUE(standby.set_slow(false));
+    net::steady_timer pause(io);
+    bool back = false;
+    for (int i = 0; i < 200 && !back; ++i) {
+      RequestContext request(5s);
+      Result<Rows> r =
+          co_await client->async_read(request, "who", standby.read(), {}, net::use_awaitable);
+      back = r.ok() && r->text(0, 0) == "standby" && !client->standby_slow();
+      pause.expires_after(10ms);
+      co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_TRUE(back);
+    EXPECT_EQ(client->standby_ejections(), 1u);
+  });
+}
+
+// After the primary failed a read, its retry goes back to a standby found slow: a slow answer
+// beats none. Other reads still go to the primary. (No probe during the test: one would also
+// reach the standby.)
+TEST_F(AsioPgSlowStandby, AReadThePrimaryFailedGoesBackToASlowStandby) {
+  SlowableStandby& standby = *standby_;
+  const ClientOptions o = options(60s);
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    co_await eject(*client, standby);
+    RequestContext failing(5s);
+    Result<Rows> r =
+        co_await client->async_read(failing, "who", standby.read(true), {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) {
+      EXPECT_EQ(r->text(0, 0), "standby");
+    }
+    EXPECT_TRUE(client->standby_slow());
+    RequestContext other(5s);
+    Result<Rows> o2 =
+        co_await client->async_read(other, "who", standby.read(), {}, net::use_awaitable);
+    EXPECT_TRUE(o2.ok()) << o2.status().to_string();
+    if (o2.ok()) {
+      EXPECT_EQ(o2->text(0, 0), "primary");
+    }
+  });
+}
+
+}  // namespace
