@@ -176,7 +176,7 @@ Status detail::nothing_applied(Status s) {
   return s;
 }
 
-Status detail::in_transaction(Status s) {
+Status in_transaction(Status s) {
   if (s.ok() || s.txn_state() != TxnState::kNotInTransaction) return s;
   Fault f = s.fault();
   if (f.scope != RetryScope::kNone) f.scope = RetryScope::kTransaction;

@@ -66,9 +66,7 @@ std::size_t add_statement(Steps& steps, Connection& conn, std::string_view sql,
 // A failure before anything of ours could have been applied (connect, BEGIN, the prefix,
 // a Parse).
 Status nothing_applied(Status s);
-// A failure inside a transaction: the server rolls the whole transaction back, so only a
-// re-run of all of it can help, and nothing of it was applied.
-Status in_transaction(Status s);
+using holdfast::pg::in_transaction;  // holdfast/pg/attempt.hpp
 // After a failed call on `lease`: true when `s` is a pooler's own refusal saying it cannot
 // reach the server (pooler_cannot_reach_server()). The connection then goes back to the
 // pool as a failed connect (PooledConnection::server_unreachable(), which sets `s`'s

@@ -12,6 +12,7 @@
 
 #include "holdfast/core/liveness.hpp"
 #include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/sql.hpp"
 
 struct pg_conn;  // libpq's PGconn
 
@@ -133,8 +134,6 @@ struct RequestPosition {
 // primary's (0: not known). No-op outside a RequestScope.
 void note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept;
 
-// True for a statement that ends (or starts) a transaction block: COMMIT, END, ABORT,
-// ROLLBACK (but not ROLLBACK TO SAVEPOINT), BEGIN, START TRANSACTION, PREPARE TRANSACTION.
-bool ends_transaction(std::string_view sql, bool standard_conforming_strings) noexcept;
+using holdfast::pg::ends_transaction;  // holdfast/pg/sql.hpp
 
 }  // namespace holdfast::pg::detail

@@ -511,7 +511,7 @@ SqlClass classify_sql(std::string_view sql, bool standard_conforming_strings) no
   return Classifier(sql, standard_conforming_strings).run();
 }
 
-bool detail::ends_transaction(std::string_view sql, bool standard_conforming_strings) noexcept {
+bool ends_transaction(std::string_view sql, bool standard_conforming_strings) noexcept {
   Lexer lexer(sql, standard_conforming_strings);
   const Token first = lexer.next();
   if (first.type != Tok::kWord) return false;

@@ -27,20 +27,6 @@ constexpr Duration kMinResolveTime = std::chrono::seconds(2);
 constexpr Duration kResolvePauseFirst = std::chrono::milliseconds(10);
 constexpr Duration kResolvePauseMax = std::chrono::milliseconds(200);
 
-std::string_view begin_sql(Isolation isolation, bool read_only) noexcept {
-  static constexpr std::array<std::string_view, 8> kBegin = {
-      "BEGIN",
-      "BEGIN READ ONLY",
-      "BEGIN ISOLATION LEVEL READ COMMITTED",
-      "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
-      "BEGIN ISOLATION LEVEL REPEATABLE READ",
-      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-      "BEGIN ISOLATION LEVEL SERIALIZABLE",
-      "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY",
-  };
-  return kBegin[static_cast<std::size_t>(isolation) * 2 + (read_only ? 1 : 0)];
-}
-
 // Runs a Statement on `conn`, preparing it there the first time.
 Result<Rows> run_prepared(Connection& conn, const std::string& name, const std::string& sql,
                           std::uint32_t id, std::span<const Param> params) {
@@ -61,6 +47,20 @@ void roll_back(PooledConnection& conn) {
 }
 
 }  // namespace
+
+std::string_view begin_statement(Isolation isolation, bool read_only) noexcept {
+  static constexpr std::array<std::string_view, 8> kBegin = {
+      "BEGIN",
+      "BEGIN READ ONLY",
+      "BEGIN ISOLATION LEVEL READ COMMITTED",
+      "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
+      "BEGIN ISOLATION LEVEL REPEATABLE READ",
+      "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+      "BEGIN ISOLATION LEVEL SERIALIZABLE",
+      "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY",
+  };
+  return kBegin[static_cast<std::size_t>(isolation) * 2 + (read_only ? 1 : 0)];
+}
 
 // ---------------------------------------------------------------------------------------
 // Transaction
@@ -155,7 +155,8 @@ Result<Transaction> Database::Impl::begin(const TransactionOptions& options, int
   Connection& conn = **lease;
   // BEGIN, then statement_timeout (SET LOCAL) and the transaction id: one round trip.
   detail::CallPipeline p;
-  p.steps.add(Step{Step::Kind::kQuery, begin_sql(options.isolation, options.read_only), {}, {}});
+  p.steps.add(
+      Step{Step::Kind::kQuery, begin_statement(options.isolation, options.read_only), {}, {}});
   const std::size_t head = add_prefix(p, conn, options.read_only ? write_prefix_ : begin_prefix_);
   std::array<Rows, 3> out;
   std::size_t failed = p.steps.size;

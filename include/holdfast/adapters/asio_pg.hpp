@@ -50,9 +50,14 @@
 /// A read sent to the primary is prepared once per connection and then executed by name
 /// (ClientOptions::pooling: not behind a pooler in transaction mode).
 ///
+/// Transactions of several statements are coroutines of the caller's (async_transaction(),
+/// async_once() with a function): each statement a round trip on the loop, BEGIN sent with the
+/// first and COMMIT with the commit's position, a COMMIT in doubt resolved as pg::Database
+/// resolves it.
+///
 /// Not yet here (the blocking pg::Database has them): silence found by a liveness check before
-/// the deadline, a standby's lag and timeline judged, statement_timeout sent with each call,
-/// prepared standby reads and writes, transactions of several statements written by the caller.
+/// the deadline of a write, a standby's lag and timeline judged, statement_timeout sent with
+/// each call, prepared standby reads and writes, Statements prepared inside a transaction.
 #pragma once
 
 #include <algorithm>
@@ -63,12 +68,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -78,9 +85,11 @@
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/detail/slow_copy.hpp"
+#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/loop.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/options.hpp"
+#include "holdfast/pg/sql.hpp"
 
 /// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
 namespace holdfast::asio::pg {
@@ -187,14 +196,17 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   template <class Token>
   auto async_once(const RequestContext& request, std::string_view key, std::string_view sql,
                   std::span<const holdfast::pg::Param> params, Token&& token) {
-    Operation op = Operation::transaction(true, "pg.once");
-    op.idempotency = Idempotency::kIdempotent;
-    auto state = std::make_shared<Keyed>(request, std::string(key), std::string(sql), params);
-    auto attempt = [this, state](Done<Result<KeyedResult>> done) {
-      spawn<Result<KeyedResult>>(once_attempt(state), std::move(done));
-    };
-    return async_run<Result<KeyedResult>>(ex_, shield_, op, run_options(request),
-                                          std::move(attempt), std::forward<Token>(token));
+    holdfast::pg::TransactionOptions options;
+    options.operation = Operation::transaction(true, "pg.once");
+    auto statement = std::make_shared<Plain>(request, sql, params, true);
+    return async_once(
+        request, key,
+        [statement](Transaction& tx) -> awaitable<Result<std::string>> {
+          Result<Rows> rows = co_await tx.query(statement->sql, statement->params.params);
+          if (!rows.ok()) co_return rows.status();
+          co_return rows->empty() ? std::string() : std::string(rows->text(0, 0));
+        },
+        options, std::forward<Token>(token));
   }
   /// async_once() with the parameters in braces.
   template <class Token>
@@ -202,6 +214,76 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
                   std::initializer_list<holdfast::pg::Param> params, Token&& token) {
     return async_once(request, key, sql, std::span(params.begin(), params.size()),
                       std::forward<Token>(token));
+  }
+
+  class Transaction;
+
+  /// Runs `fn`, a coroutine taking a Transaction&, as one transaction on the primary: BEGIN
+  /// (`options.isolation`, `options.read_only`) goes with its first statement, COMMIT with
+  /// the commit's position after it returns OK; an error it returns (or a failed statement,
+  /// or an exception) rolls back. `fn` returns awaitable<Result<T>>; the call completes with
+  /// void(Result<T>): `fn`'s result once committed.
+  ///
+  /// It runs again, within the request's window, only when the engine says the failure may
+  /// pass and nothing was applied: after a failed statement or COMMIT the server rolled the
+  /// transaction back (a serialization failure, a deadlock, a lost connection before
+  /// COMMIT), but only a function marked re-runnable (`options.operation` =
+  /// Operation::transaction(true, label)) is called again; any other is answered with the
+  /// failure. A COMMIT that lost its connection is resolved on a new one (pg_xact_status(),
+  /// for up to the window or 2 s): committed is success, rolled back is a failure that
+  /// applied nothing, and a commit that cannot be resolved completes with Outcome::kUnknown,
+  /// never repeated (async_once() is the transaction that may be). `options.report`, if set,
+  /// is filled in before the completion runs.
+  ///
+  /// @code
+  ///   holdfast::Result<std::int64_t> id = co_await client->async_transaction(
+  ///       request,
+  ///       [&](Client<>::Transaction& tx) -> asio::awaitable<holdfast::Result<std::int64_t>> {
+  ///         const holdfast::pg::Param game[] = {game_id};
+  ///         holdfast::Result<holdfast::pg::Rows> seats = co_await tx.query(
+  ///             "SELECT capacity FROM games WHERE id = $1 FOR UPDATE", game);
+  ///         ...
+  ///       },
+  ///       options, asio::use_awaitable);
+  /// @endcode
+  template <class Fn, class Token>
+  requires std::is_invocable_v<Fn&, Transaction&>
+  auto async_transaction(const RequestContext& request, Fn fn,
+                         const holdfast::pg::TransactionOptions& options, Token&& token) {
+    using R = typename std::invoke_result_t<Fn&, Transaction&>::value_type;
+    auto state = std::make_shared<Transacted<R>>(request, std::move(fn), options);
+    auto attempt = [this, state](Done<R> done) {
+      spawn<R>(transaction_attempt(state), std::move(done));
+    };
+    RunOptions run = run_options(request);
+    if (options.report != nullptr) run.stats = &options.report->retry;
+    return async_run<R>(ex_, shield_, options.operation, run, std::move(attempt),
+                        std::forward<Token>(token));
+  }
+
+  /// async_once() with a transaction of the caller's: `fn` (a coroutine taking a
+  /// Transaction&, returning awaitable<Result<std::string>>) runs at most once for `key`,
+  /// in the key's transaction; the string it returns is recorded with the key and is the
+  /// KeyedResult's `result`, for this call and every later one with the same key. Repeated
+  /// whatever happened, an unknown commit included (the key tells the next attempt). A key is
+  /// one row for every caller: scope it as async_once() says. `options.isolation` applies;
+  /// the operation's label and priority too (it is idempotent whatever it says).
+  /// REQUIRES: the table exists (async_create_idempotency_table()).
+  template <class Fn, class Token>
+  requires std::is_invocable_v<Fn&, Transaction&>
+  auto async_once(const RequestContext& request, std::string_view key, Fn fn,
+                  const holdfast::pg::TransactionOptions& options, Token&& token) {
+    Operation op = options.operation;
+    op.idempotency = Idempotency::kIdempotent;
+    auto state = std::make_shared<Keyed>(request, std::string(key), KeyedFunction(std::move(fn)),
+                                         begin_statement(options));
+    auto attempt = [this, state](Done<Result<KeyedResult>> done) {
+      spawn<Result<KeyedResult>>(once_attempt(state), std::move(done));
+    };
+    RunOptions run = run_options(request);
+    if (options.report != nullptr) run.stats = &options.report->retry;
+    return async_run<Result<KeyedResult>>(ex_, shield_, op, run, std::move(attempt),
+                                          std::forward<Token>(token));
   }
 
   /// Creates async_once()'s table when it is missing (the same table pg::Database's
@@ -248,12 +330,35 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     bool write;
     bool primary_failed = false;  // a read's primary try failed: its next one reads the standby
   };
-  struct Keyed : Plain {
-    Keyed(const RequestContext& r, std::string k, std::string s,
-          std::span<const holdfast::pg::Param> p)
-        : Plain(r, s, p, true), key(std::move(k)) {}
+  // What one async_once() keeps for all its attempts.
+  using KeyedFunction = std::function<awaitable<Result<std::string>>(Transaction&)>;
+  struct Keyed {
+    Keyed(const RequestContext& r, std::string k, KeyedFunction f, std::string_view b)
+        : request(r), key(std::move(k)), fn(std::move(f)), begin(b) {}
+    RequestContext request;
     std::string key;
+    KeyedFunction fn;
+    std::string_view begin;  // static text (holdfast::pg::begin_statement())
   };
+  // What one async_transaction() keeps for all its attempts (R: its Result<T>).
+  template <class R>
+  struct Transacted {
+    template <class Fn>
+    Transacted(const RequestContext& r, Fn&& f, const holdfast::pg::TransactionOptions& o)
+        : request(r),
+          fn(std::forward<Fn>(f)),
+          begin(begin_statement(o)),
+          writes(!o.read_only),
+          report(o.report) {}
+    RequestContext request;
+    std::function<awaitable<R>(Transaction&)> fn;
+    std::string_view begin;  // static text
+    bool writes;             // not READ ONLY: its id is read (for a COMMIT in doubt)
+    holdfast::pg::TransactionReport* report;
+  };
+  static std::string_view begin_statement(const holdfast::pg::TransactionOptions& o) {
+    return holdfast::pg::begin_statement(o.isolation, o.read_only);
+  }
 
   // A write's commit position and timeline, read in the write's own round trip (as
   // pg::Database's writes do).
@@ -279,6 +384,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
     recorded_sql_ = "SELECT result FROM " + t + " WHERE key = $1";
     record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
+    resolve_sql_ = "SELECT w.*, pg_catalog.pg_xact_status($1::pg_catalog.xid8) FROM (" +
+                   std::string(kPositionSql) + ") w";
     create_sql_ = "CREATE TABLE IF NOT EXISTS " + t +
                   " (key text PRIMARY KEY, result text, "
                   "created_at timestamptz NOT NULL DEFAULT now())";
@@ -409,6 +516,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
                                    Pool* silence = nullptr, bool prepared = false) {
     const Want first = prepared ? s.conn.send_prepared(sql, params) : s.conn.send(sql, params);
     Status st = co_await drive(s, first, until, silence);
+    lost(s);
     if (!st.ok()) co_return st;
     co_return s.conn.result();
   }
@@ -418,8 +526,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
                              std::size_t* failed, TimePoint until) {
     *failed = pieces.size();
     Status st = co_await drive(s, s.conn.send_pipeline(pieces), until);
+    lost(s);
     if (!st.ok()) co_return st;
     co_return s.conn.pipeline_result(out, failed);
+  }
+
+  // A connection found lost (libpq closed its socket) stops being watched at once: its socket's
+  // number may be given to the next connection, whose watch the old one's release would end
+  // (a COMMIT in doubt is resolved on a new connection while the lost one is still held).
+  static void lost(Slot& s) {
+    if (!s.conn.is_open()) s.forget();
   }
 
   // Keeps a write's commit position in its request (for its later reads on a standby), or
@@ -540,18 +656,59 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // reached): nothing was applied. Its connection and the idle ones (to the same server) go,
   // so that the next connect finds the server that takes writes (with several hosts and
   // target_session_attrs=read-write), and the write may go once more.
-  Status demoted(Slot& s, const Status& refused) {
+  // `scope`: what may run again (a transaction's function only when it is re-runnable).
+  Status demoted(Slot& s, const Status& refused, RetryScope scope = RetryScope::kReconnect) {
     drop_all(primary_, s);
     Status again(Code::kUnavailable, std::string(refused.message()),
-                 Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kFast, true});
+                 Fault{scope, Outcome::kNotApplied, Pace::kFast, true});
     again.with_sqlstate("25006");
     return again;
   }
 
   awaitable<Result<KeyedResult>> once_attempt(std::shared_ptr<Keyed> state);
 
-  // BEGIN with the key's claim, then the write and its recorded result, or the recorded result
-  // of an earlier call; COMMIT with the commit's position. Each a round trip on the loop.
+  // One attempt of an async_transaction(): a connection, the function, COMMIT or ROLLBACK.
+  template <class R>
+  awaitable<R> transaction_attempt(std::shared_ptr<Transacted<R>> state);
+
+  // Calls a transaction function; an exception it throws is an internal error (R's).
+  template <class R, class Fn>
+  static awaitable<R> call_function(Fn& fn, Transaction& tx) {
+    try {
+      co_return co_await fn(tx);
+    } catch (const std::exception& e) {
+      co_return R(
+          Status(Code::kInternal, std::string("the transaction function threw: ") + e.what()));
+    } catch (...) {
+      co_return R(Status(Code::kInternal, "the transaction function threw"));
+    }
+  }
+
+  // What the function's outcome means for the transaction: its error, or the failure of a
+  // statement it went on after (its own error returned as it is), or OK.
+  static Status function_failure(const Status& returned, const Transaction& tx);
+
+  // COMMIT (with the commit's position when it may have written) of `tx` on `s`; a COMMIT
+  // that lost its connection is resolved.
+  awaitable<Status> commit(Slot& s, Transaction& tx, const RequestContext& request,
+                           holdfast::pg::TransactionReport* report);
+
+  // Whether transaction `xid`, whose COMMIT lost its connection (`lost`), committed: asked on
+  // new connections (pg_xact_status()) until the request's deadline, and for at least
+  // kMinResolveTime. Success when it committed (its position kept in the request).
+  awaitable<Status> resolve(const std::string& xid, const Status& lost,
+                            const RequestContext& request, holdfast::pg::TransactionReport* report);
+
+  // Ends a transaction left open on `s` (ROLLBACK on the loop); one that cannot be ended
+  // leaves `s` not idle, and give_back() closes it.
+  awaitable<void> roll_back(Slot& s, TimePoint until) {
+    if (s.conn.is_open() && s.conn.txn_status() != holdfast::pg::TxnStatus::kIdle) {
+      (void)co_await exchange(s, "ROLLBACK", {}, until);
+    }
+  }
+
+  // BEGIN with the key's claim, then the function and its recorded result, or the recorded
+  // result of an earlier call; COMMIT with the commit's position. Round trips on the loop.
   awaitable<Result<KeyedResult>> keyed(Slot& s, const Keyed& state,
                                        std::span<const holdfast::pg::Param> key, TimePoint until);
 
@@ -573,6 +730,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   std::string recorded_sql_;
   std::string record_sql_;
   std::string create_sql_;
+  std::string resolve_sql_;
 };
 
 }  // namespace holdfast::asio::pg
@@ -580,3 +738,4 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 // The Client's members defined out of its class, by what they do.
 #include "holdfast/adapters/asio_pg_attempts.hpp"
 #include "holdfast/adapters/asio_pg_connections.hpp"
+#include "holdfast/adapters/asio_pg_transactions.hpp"

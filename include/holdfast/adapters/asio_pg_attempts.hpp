@@ -1,6 +1,6 @@
 // Internal to holdfast/adapters/asio_pg.hpp, which includes it after the Client class: a Client's
 // attempts: reads (hedged to the primary when a standby is slow, and sent to the primary when
-// it is far slower: ADR 0041), writes and keyed writes.
+// it is far slower: ADR 0041) and writes. Transactions: asio_pg_transactions.hpp.
 #pragma once
 
 namespace holdfast::asio::pg {
@@ -193,67 +193,6 @@ auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
   // Whether it committed may be unknown: its reads go to the primary from now on.
   if (st.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
   co_return st;
-}
-
-template <class Executor>
-auto Client<Executor>::once_attempt(std::shared_ptr<Keyed> state)
-    -> awaitable<Result<KeyedResult>> {
-  const TimePoint until = attempt_deadline(state->request);
-  Result<std::unique_ptr<Slot>> leased = co_await lease(primary_, until);
-  if (!leased.ok()) co_return leased.status();
-  Slot& s = **leased;
-  const holdfast::pg::Param key[] = {holdfast::pg::Param(state->key)};
-  Result<KeyedResult> out = co_await keyed(s, *state, key, until);
-  if (!out.ok() && out.status().sqlstate() == "25006") {
-    out = Result<KeyedResult>(demoted(s, out.status()));
-  }
-  if (!out.ok() && s.conn.is_open() && s.conn.txn_status() != holdfast::pg::TxnStatus::kIdle) {
-    // Roll back on the loop: the connection is reused only once it is idle again.
-    (void)co_await exchange(s, "ROLLBACK", {}, until);
-  }
-  give_back(primary_, std::move(*leased));
-  co_return out;
-}
-
-template <class Executor>
-auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfast::pg::Param> key,
-                             TimePoint until) -> awaitable<Result<KeyedResult>> {
-  const Piece begin[] = {{"BEGIN"}, {claim_sql_, key}};
-  Rows begun[2];
-  std::size_t failed = 2;
-  Status claimed = co_await exchange(s, begin, begun, &failed, until);
-  if (!claimed.ok()) co_return claimed;
-  KeyedResult kept;
-  if (begun[1].affected() == 1) {
-    Result<Rows> wrote_rows = co_await exchange(s, state.sql, state.params.params, until);
-    if (!wrote_rows.ok()) co_return wrote_rows.status();
-    if (!wrote_rows->empty()) kept.result = std::string(wrote_rows->text(0, 0));
-  } else {
-    Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until);
-    if (!recorded.ok()) co_return recorded.status();
-    if (recorded->empty()) {
-      // The row that conflicted was rolled back after all: run the transaction again.
-      co_return Status(Code::kAborted, "idempotency key conflicted but is not recorded",
-                       Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
-    }
-    kept.result = std::string(recorded->text(0, 0));
-    kept.replayed = true;
-    Result<Rows> ended = co_await exchange(s, "ROLLBACK", {}, until);
-    if (!ended.ok()) co_return ended.status();
-    co_return kept;
-  }
-  const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
-                                        holdfast::pg::Param(kept.result)};
-  const Piece end[] = {{record_sql_, record}, {"COMMIT"}, {kPositionSql}};
-  Rows ended[3];
-  failed = 3;
-  Status committed = co_await exchange(s, end, ended, &failed, until);
-  if (committed.ok() || failed == 2) {
-    wrote(state.request, committed.ok() ? &ended[2] : nullptr);
-    co_return kept;
-  }
-  if (committed.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
-  co_return committed;
 }
 
 }  // namespace holdfast::asio::pg

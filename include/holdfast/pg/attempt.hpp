@@ -90,4 +90,11 @@ class AttemptScope {
   AttemptScope* previous_;
 };
 
+/// A statement's failure inside a transaction, as the transaction's: the server rolls the
+/// whole transaction back, so nothing of it was applied and only a re-run of all of it can
+/// help (a retryable fault's scope becomes RetryScope::kTransaction; its state
+/// TxnState::kRolledBack). A status that already has a transaction state is returned as it
+/// is. Both drivers' transactions use it (pg::Database's and asio::pg::Client's).
+[[nodiscard]] Status in_transaction(Status s);
+
 }  // namespace holdfast::pg
