@@ -1,6 +1,7 @@
 // A small HTTP service on Boost.Beast whose PostgreSQL calls go through holdfast's adapter on
-// the same event loop: GET /games reads, POST /pay pays once per Idempotency-Key. No thread
-// waits for the database: one thread serves every connection and every query.
+// the same event loop: GET /games reads, POST /pay pays once per Idempotency-Key (a transaction
+// of two statements). No thread waits for the database: one thread serves every connection and
+// every query.
 //
 //   asio_pg_example postgresql://app@127.0.0.1:5432/app [port]
 //
@@ -42,11 +43,24 @@ net::awaitable<http::response<http::string_body>> answer(
     if (n.ok()) res.body() = std::string(n->text(0, 0)) + " games\n";
     if (!n.ok()) failed = n.status();
   } else if (req.method() == http::verb::post && req.target() == "/pay") {
+    // The payment and the club's total commit together, once per Idempotency-Key: a retry
+    // after a lost COMMIT finds the key and answers with the first payment's id.
     const std::string key(req["Idempotency-Key"]);
-    const holdfast::pg::Param payment[] = {holdfast::pg::Param(key)};
+    holdfast::pg::TransactionOptions pay;
+    pay.operation = holdfast::Operation::transaction(true, "payments.create");
     holdfast::Result<holdfast::KeyedResult> paid = co_await db.async_once(
-        request, key, "INSERT INTO asio_example_payments (key) VALUES ($1) RETURNING id", payment,
-        net::use_awaitable);
+        request, key,
+        [&](Db::Transaction& tx) -> net::awaitable<holdfast::Result<std::string>> {
+          const holdfast::pg::Param payment[] = {holdfast::pg::Param(key)};
+          holdfast::Result<holdfast::pg::Rows> id = co_await tx.query(
+              "INSERT INTO asio_example_payments (key) VALUES ($1) RETURNING id", payment);
+          if (!id.ok()) co_return id.status();
+          holdfast::Result<holdfast::pg::Rows> total =
+              co_await tx.query("UPDATE asio_example_totals SET payments = payments + 1");
+          if (!total.ok()) co_return total.status();
+          co_return std::string(id->text(0, 0));  // recorded with the key
+        },
+        pay, net::use_awaitable);
     if (paid.ok()) {
       res.body() = "payment " + paid->result + (paid->replayed ? " (already paid)\n" : "\n");
     } else {
@@ -125,6 +139,9 @@ net::awaitable<void> set_up(Db& db, int& wrong) {
   const char* tables[] = {
       "CREATE TABLE IF NOT EXISTS asio_example_games (id serial PRIMARY KEY, name text)",
       "CREATE TABLE IF NOT EXISTS asio_example_payments (id serial PRIMARY KEY, key text)",
+      "CREATE TABLE IF NOT EXISTS asio_example_totals (payments bigint NOT NULL)",
+      "INSERT INTO asio_example_totals SELECT 0 WHERE NOT EXISTS "
+      "(SELECT 1 FROM asio_example_totals)",
       "DELETE FROM holdfast_idempotency WHERE key = 'example-key-1'"};
   holdfast::Result<holdfast::pg::Rows> keys =
       co_await db.async_create_idempotency_table(request, net::use_awaitable);
