@@ -130,11 +130,11 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
 
 std::optional<asio::pg::ClientOptions> PgClubStore::lane_options() const {
   const Options& o = options_;
-  if (o.strategy != Strategy::kHoldfast || o.pg_transaction_pooling ||
-      o.pg_replica_urls.size() > 1) {
-    return std::nullopt;
-  }
+  if (o.strategy != Strategy::kHoldfast || o.pg_replica_urls.size() > 1) return std::nullopt;
   asio::pg::ClientOptions c;
+  // Behind PgBouncer in transaction mode: nothing prepared, the settings set in each
+  // transaction (the pooler refuses them at connect).
+  if (o.pg_transaction_pooling) c.pooling = pg::Pooling::kTransaction;
   c.connect.conninfo = o.pg_url;
   c.connect.application_name = o.pg_application_name;
   c.connect.settings = session_settings(o);

@@ -112,9 +112,7 @@ class PgClubStore final : public ClubStore {
   }
 
   // The Client options of the lane's reads on the event loop (pg_lane.hpp), or nullopt when
-  // they stay blocking jobs: not holdfast, more than one standby, or a pooler in
-  // transaction mode (the Client sends the session's settings at connect, which PgBouncer
-  // refuses).
+  // they stay blocking jobs: not holdfast, or more than one standby (the Client takes one).
   [[nodiscard]] std::optional<asio::pg::ClientOptions> lane_options() const;
   // The lane's reads now run on the event loop (`lane`), or no longer (nullptr): the reads'
   // Shield is theirs. REQUIRES: no request is being served (the server starts or stopped).

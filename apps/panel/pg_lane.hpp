@@ -6,10 +6,10 @@
 // retries within the request's window through its Shield ("club.reads"). The writes are
 // still the store's blocking transactions (async_call.hpp's write_call()).
 //
-// Used when the store is holdfast's on PostgreSQL, at most one standby, and no pooler in
-// transaction mode (the Client sends its session settings at connect, which PgBouncer
-// refuses): PgLane::wanted(). Otherwise the reads are blocking jobs routed by
-// pg::Database (async_call.hpp's routed_read()).
+// Used when the store is holdfast's on PostgreSQL with at most one standby, directly or
+// behind PgBouncer in transaction mode (the Client then sets the session's settings in each
+// transaction): PgLane::wanted(). With several standbys the reads are blocking jobs routed
+// by pg::Database (async_call.hpp's routed_read()).
 #pragma once
 
 #include <cstdint>

@@ -114,6 +114,56 @@ TEST_F(AsioPg, AReadIsPreparedOncePerConnectionAndNothingIsPreparedBehindATransa
   });
 }
 
+TEST_F(AsioPg, BehindAPoolerInTransactionModeTheSettingsGoWithEachTransaction) {
+  // PgBouncer refuses session settings at connect: the Client sets them in each transaction
+  // (pg_catalog.set_config(..., true)), so every read, write and transaction runs with them
+  // and none outlives its transaction on the pooler's shared server sessions.
+  Bouncer bouncer(url_);
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for(bouncer.url());
+    o.pooling = holdfast::pg::Pooling::kTransaction;
+    o.connect.settings = {{"lock_timeout", "1234ms"}, {"TimeZone", "Asia/Ho_Chi_Minh"}};
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    RequestContext request;
+    const std::string settings =
+        "SELECT current_setting('lock_timeout'), current_setting('TimeZone')";
+    Result<Rows> read =
+        co_await client->async_read(request, "t.settings", settings, {}, net::use_awaitable);
+    EXPECT_TRUE(read.ok()) << read.status().to_string();
+    if (read.ok()) {
+      EXPECT_EQ(read->text(0, 0), "1234ms");
+      EXPECT_EQ(read->text(0, 1), "Asia/Ho_Chi_Minh");
+    }
+    const Param note[] = {Param("bounced")};
+    Result<Rows> wrote = co_await client->async_write(
+        request, "t.insert",
+        "INSERT INTO " + table_ + " (note) VALUES ($1) RETURNING current_setting('lock_timeout')",
+        note, net::use_awaitable);
+    EXPECT_TRUE(wrote.ok()) << wrote.status().to_string();
+    if (wrote.ok()) {
+      EXPECT_EQ(wrote->text(0, 0), "1234ms");
+    }
+    holdfast::pg::TransactionOptions t;
+    Result<std::string> in_tx = co_await client->async_transaction(
+        request,
+        [&](Client<>::Transaction& tx) -> net::awaitable<Result<std::string>> {
+          (void)co_await tx.query("SELECT 1");
+          Result<Rows> r = co_await tx.query(settings);  // the second statement: still set
+          if (!r.ok()) co_return r.status();
+          co_return std::string(r->text(0, 0));
+        },
+        t, net::use_awaitable);
+    EXPECT_TRUE(in_tx.ok() && *in_tx == "1234ms") << in_tx.status().to_string();
+    const std::string key = unique("key");
+    Result<KeyedResult> keyed = co_await client->async_once(
+        request, key, "SELECT current_setting('TimeZone')", {}, net::use_awaitable);
+    EXPECT_TRUE(keyed.ok() && keyed->result == "Asia/Ho_Chi_Minh") << keyed.status().to_string();
+  });
+  // Nothing was set for the session: a plain connection through the pooler sees the defaults.
+  Admin plain(bouncer.url());
+  EXPECT_NE(plain.exec("SHOW lock_timeout").text(0, 0), "1234ms");
+}
+
 TEST(AsioPgOptions, OptionsThatCanNeverWorkAreRefusedByName) {
   net::io_context io;
   ClientOptions none;

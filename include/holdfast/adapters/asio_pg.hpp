@@ -375,20 +375,42 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       : ex_(ex),
         options_(std::move(options)),
         shield_(options_.shield_name, options_.shield),
-        primary_(ex, options_.connect, options_.max_connections),
+        primary_(ex, connect_options(options_, options_.connect), options_.max_connections),
         standby_copy_(slow_copy_rule(options_)) {
     if (!options_.standby.conninfo.empty()) {
-      standby_.emplace(ex, options_.standby, options_.standby_connections);
+      standby_.emplace(ex, connect_options(options_, options_.standby),
+                       options_.standby_connections);
     }
     const std::string& t = options_.idempotency_table;
     claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
     recorded_sql_ = "SELECT result FROM " + t + " WHERE key = $1";
     record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
+    const std::vector<std::pair<std::string, std::string>>& set = options_.connect.settings;
+    if (options_.pooling == holdfast::pg::Pooling::kTransaction && !set.empty()) {
+      settings_sql_ = "SELECT ";
+      for (std::size_t i = 0; i < set.size(); ++i) {
+        if (i > 0) settings_sql_ += ", ";
+        settings_sql_ += "pg_catalog.set_config($" + std::to_string(2 * i + 1) + ", $" +
+                         std::to_string(2 * i + 2) + ", true)";
+      }
+      for (const auto& [name, value] : set) {
+        settings_params_.emplace_back(name);
+        settings_params_.emplace_back(value);
+      }
+    }
     resolve_sql_ = "SELECT w.*, pg_catalog.pg_xact_status($1::pg_catalog.xid8) FROM (" +
                    std::string(kPositionSql) + ") w";
     create_sql_ = "CREATE TABLE IF NOT EXISTS " + t +
                   " (key text PRIMARY KEY, result text, "
                   "created_at timestamptz NOT NULL DEFAULT now())";
+  }
+
+  // What a pool connects with: behind a pooler in transaction mode, without the session's
+  // settings (the pooler refuses them at connect; they are set in each transaction instead).
+  static holdfast::pg::ConnectOptions connect_options(const ClientOptions& o,
+                                                      holdfast::pg::ConnectOptions c) {
+    if (o.pooling == holdfast::pg::Pooling::kTransaction) c.settings.clear();
+    return c;
   }
 
   static holdfast::pg::detail::SlowCopyRule slow_copy_rule(const ClientOptions& o) {
@@ -521,14 +543,55 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     co_return s.conn.result();
   }
 
-  // Sends `pieces` on `s` as one pipeline and waits for its results (drive()).
+  // exchange()'s `settings_at` when the pipeline begins no transaction (nothing to set).
+  static constexpr std::size_t kNoSettings = static_cast<std::size_t>(-1);
+
+  // Sends `pieces` on `s` as one pipeline and waits for its results (drive()). Behind a pooler
+  // in transaction mode the session's settings are set in each transaction instead of at
+  // connect (as pg::Database does): `settings_at` is where the transaction the pipeline runs
+  // in begins, and the settings go there; `out` and `failed` count only `pieces`.
   awaitable<Status> exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
-                             std::size_t* failed, TimePoint until) {
+                             std::size_t* failed, TimePoint until,
+                             std::size_t settings_at = kNoSettings, Pool* silence = nullptr) {
     *failed = pieces.size();
-    Status st = co_await drive(s, s.conn.send_pipeline(pieces), until);
+    if (settings_at == kNoSettings || settings_sql_.empty()) {
+      Status st = co_await drive(s, s.conn.send_pipeline(pieces), until, silence);
+      lost(s);
+      if (!st.ok()) co_return st;
+      co_return s.conn.pipeline_result(out, failed);
+    }
+    std::array<Piece, 8> all;
+    std::array<Rows, 8> got;
+    const std::size_t n = std::min(pieces.size() + 1, all.size());
+    for (std::size_t i = 0, k = 0; i < n; ++i) {
+      all[i] = i == settings_at ? Piece{settings_sql_, settings_params_} : pieces[k++];
+    }
+    Status st = co_await drive(s, s.conn.send_pipeline(std::span(all.data(), n)), until, silence);
     lost(s);
     if (!st.ok()) co_return st;
-    co_return s.conn.pipeline_result(out, failed);
+    std::size_t at = n;
+    st = s.conn.pipeline_result(std::span(got.data(), n), &at);
+    for (std::size_t i = 0, k = 0; i < n; ++i) {
+      if (i != settings_at && k < out.size()) out[k++] = std::move(got[i]);
+    }
+    // A failed setting fails the piece after it (nothing of that one ran).
+    *failed = at <= settings_at ? at : at - 1;
+    co_return st;
+  }
+
+  // A read outside any transaction: with the settings in front of it when they go with each
+  // transaction (exchange() above), else alone (prepared when `prepared`).
+  awaitable<Result<Rows>> read_once(Slot& s, std::string_view sql,
+                                    std::span<const holdfast::pg::Param> params, TimePoint until,
+                                    Pool* silence, bool prepared) {
+    if (settings_sql_.empty())
+      co_return co_await exchange(s, sql, params, until, silence, prepared);
+    const Piece piece[] = {{sql, params}};
+    Rows out[1];
+    std::size_t failed = 1;
+    Status st = co_await exchange(s, piece, out, &failed, until, 0, silence);
+    if (!st.ok()) co_return st;
+    co_return std::move(out[0]);
   }
 
   // A connection found lost (libpq closed its socket) stops being watched at once: its socket's
@@ -578,8 +641,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       // The primary's read latency (its round trip, not the wait for a connection) is what a
       // standby's is judged against (ADR 0041).
       const TimePoint sent = detail::Clock::now();
-      r = co_await exchange(**slot, state->sql, state->params.params, until, &primary_,
-                            options_.pooling == holdfast::pg::Pooling::kSession);
+      r = co_await read_once(**slot, state->sql, state->params.params, until, &primary_,
+                             options_.pooling == holdfast::pg::Pooling::kSession);
       if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
       if (!r.ok() && in_use == nullptr) state->primary_failed = true;
     }
@@ -731,6 +794,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   std::string record_sql_;
   std::string create_sql_;
   std::string resolve_sql_;
+  // Behind a pooler in transaction mode: the session's settings, set in each transaction
+  // (empty otherwise), and their names and values as its parameters.
+  std::string settings_sql_;
+  std::vector<holdfast::pg::Param> settings_params_;
 };
 
 }  // namespace holdfast::asio::pg

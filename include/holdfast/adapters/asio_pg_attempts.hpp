@@ -44,7 +44,7 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
   const Piece pieces[] = {{kStandbyHead}, {state.sql, state.params.params}};
   Rows out[2];
   std::size_t failed = 2;
-  Status st = co_await exchange(s, pieces, out, &failed, cap);
+  Status st = co_await exchange(s, pieces, out, &failed, cap, 0);
   const TimePoint end = detail::Clock::now();
   std::optional<Result<Rows>> answer;
   if (st.ok()) {
@@ -184,7 +184,7 @@ auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
   const Piece pieces[] = {{"BEGIN"}, {state.sql, state.params.params}, {"COMMIT"}, {kPositionSql}};
   Rows out[4];
   std::size_t failed = 4;
-  Status st = co_await exchange(s, pieces, out, &failed, until);
+  Status st = co_await exchange(s, pieces, out, &failed, until, 1);
   if (st.ok() || failed == 3) {
     // Committed (a failure after the COMMIT leaves only the position unknown).
     wrote(state.request, st.ok() ? &out[3] : nullptr);

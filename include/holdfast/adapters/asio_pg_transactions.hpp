@@ -41,8 +41,8 @@ class Client<Executor>::Transaction {
           want_xid_ ? std::span<const Piece>(with_id) : std::span<const Piece>(plain);
       Rows out[3];
       std::size_t failed = pieces.size();
-      Status st =
-          co_await client_.exchange(slot_, pieces, std::span(out, pieces.size()), &failed, until_);
+      Status st = co_await client_.exchange(slot_, pieces, std::span(out, pieces.size()), &failed,
+                                            until_, 1);
       if (st.ok()) {
         if (want_xid_) xid_ = std::string(out[1].text(0, 0));
         r = std::move(out[pieces.size() - 1]);
@@ -239,7 +239,7 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
   const Piece begin[] = {{state.begin}, {claim_sql_, key}};
   Rows begun[2];
   std::size_t failed = 2;
-  Status claimed = co_await exchange(s, begin, begun, &failed, until);
+  Status claimed = co_await exchange(s, begin, begun, &failed, until, 1);
   if (!claimed.ok()) co_return holdfast::pg::in_transaction(std::move(claimed));
   KeyedResult kept;
   if (begun[1].affected() == 1) {
