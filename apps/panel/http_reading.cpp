@@ -130,8 +130,8 @@ HeadCheck check_head(const Parser& parser, const HttpServer::Options& options) {
   // "identity", two fields) leaves its length to guesswork, where a request can be smuggled.
   if (const std::size_t codings = head.count(bhttp::field::transfer_encoding); codings > 0) {
     const auto coding = head[bhttp::field::transfer_encoding];
-    if (codings != 1 || !iequals(trimmed(std::string_view(coding.data(), coding.size())),
-                                 "chunked")) {
+    if (codings != 1 ||
+        !iequals(trimmed(std::string_view(coding.data(), coding.size())), "chunked")) {
       out.status = 400;
       out.why = "bad request: Transfer-Encoding must be exactly \"chunked\"\n";
       return out;
