@@ -116,15 +116,8 @@ void validate(const DatabaseOptions& o) {
         "set");
   }
   if (o.lost_writes.remember > 0) {
-    if (o.lost_writes.horizon <= Duration::zero()) {
-      throw std::invalid_argument("DatabaseOptions::lost_writes.horizon must be greater than zero");
-    }
-    if (o.lost_writes.check_timeout <= Duration::zero()) {
-      throw std::invalid_argument(
-          "DatabaseOptions::lost_writes.check_timeout must be greater than zero");
-    }
-    if (o.lost_writes.check_attempts < 1) {
-      throw std::invalid_argument("DatabaseOptions::lost_writes.check_attempts must be at least 1");
+    if (Status bad = o.lost_writes.check(); !bad.ok()) {
+      throw std::invalid_argument("DatabaseOptions::" + std::string(bad.message()));
     }
   }
   if (!(o.hedge_budget >= 0.0 && o.hedge_budget <= 1.0)) {

@@ -355,3 +355,69 @@ LostWritesReport LostWrites::report() const {
 }
 
 }  // namespace holdfast::pg::detail
+
+namespace holdfast::pg {
+
+Status LostWritesOptions::check() const {
+  const LostWritesOptions& o = *this;
+  if (o.remember == 0) return Status(Code::kInvalidArgument, "lost_writes.remember is 0 (off)");
+  if (o.horizon <= Duration::zero()) {
+    return Status(Code::kInvalidArgument, "lost_writes.horizon must be greater than zero");
+  }
+  if (o.check_timeout <= Duration::zero()) {
+    return Status(Code::kInvalidArgument, "lost_writes.check_timeout must be greater than zero");
+  }
+  if (o.check_attempts < 1) {
+    return Status(Code::kInvalidArgument, "lost_writes.check_attempts must be at least 1");
+  }
+  return Status();
+}
+
+// ---------------------------------------------------------------------------------------
+// LostWritesWatch: a LostWrites with the newest timeline of its own.
+
+struct LostWritesWatch::Impl {
+  Impl(const LostWritesOptions& options, ConnectOptions connect, std::string table,
+       Metrics& metrics, Clock& clock)
+      : lost(options, std::move(connect), std::move(table), newest, metrics, clock) {}
+  std::atomic<std::uint32_t> newest{0};
+  detail::LostWrites lost;
+};
+
+Result<std::unique_ptr<LostWritesWatch>> LostWritesWatch::open(const LostWritesOptions& options,
+                                                               const ConnectOptions& connect,
+                                                               std::string table, Metrics& metrics,
+                                                               Clock& clock) {
+  if (Status bad = options.check(); !bad.ok()) return bad;
+  if (table.empty()) {
+    return Status(Code::kInvalidArgument, "LostWritesWatch: no idempotency-key table named");
+  }
+  ConnectOptions check = connect;
+  detail::ConnectionAccess::ask_for_writer(check);
+  if (check.clock == nullptr) check.clock = &clock;
+  try {
+    return std::unique_ptr<LostWritesWatch>(new LostWritesWatch(
+        std::make_unique<Impl>(options, std::move(check), std::move(table), metrics, clock)));
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kResourceExhausted, "LostWritesWatch: no memory for its ring");
+  }
+}
+
+LostWritesWatch::LostWritesWatch(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+LostWritesWatch::~LostWritesWatch() = default;
+
+void LostWritesWatch::confirmed(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host,
+                                std::string_view key) noexcept {
+  std::uint32_t seen = impl_->newest.load(std::memory_order_relaxed);
+  while (timeline > seen &&
+         !impl_->newest.compare_exchange_weak(seen, timeline, std::memory_order_relaxed)) {
+  }
+  impl_->lost.confirmed(lsn, timeline, host, nullptr, key);
+}
+
+LostWritesReport LostWritesWatch::report() const {
+  return impl_->lost.report();
+}
+
+}  // namespace holdfast::pg

@@ -26,9 +26,11 @@ namespace holdfast::pg {
 namespace {
 
 using pgtest::Admin;
+using pgtest::caught_up;
 using pgtest::eventually;
 using pgtest::host_port;
 using pgtest::PrivateServer;
+using pgtest::promote;
 using pgtest::two_hosts;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -94,25 +96,6 @@ Lsn write_unkeyed(Database& db, const std::string& what) {
   auto r = db.write("INSERT INTO lost_t (what) VALUES ($1)", {what});
   EXPECT_TRUE(r.ok()) << what << ": " << r.status().to_string();
   return request_lsn();
-}
-
-// Waits (really) until `standby` has replayed everything `primary` has written so far.
-bool caught_up(const std::string& primary, const std::string& standby) {
-  const std::string lsn =
-      std::string(Admin(primary).exec("SELECT pg_current_wal_lsn()::text").text(0, 0));
-  return eventually(
-      [&] {
-        return Admin(standby).count("SELECT (pg_last_wal_replay_lsn() >= $1::pg_lsn)::int",
-                                    {lsn}) == 1;
-      },
-      milliseconds(10000));
-}
-
-bool promote(const std::string& standby) {
-  Admin(standby).exec("SELECT pg_promote()");
-  return eventually(
-      [&] { return Admin(standby).count("SELECT (NOT pg_is_in_recovery())::int") == 1; },
-      milliseconds(10000));
 }
 
 // Waits until the Database has completed `n` checks.

@@ -414,4 +414,24 @@ class ReplayPause {
   bool resumed_ = false;
 };
 
+// Waits (really) until `standby` has replayed everything `primary` has written so far.
+inline bool caught_up(const std::string& primary, const std::string& standby) {
+  const std::string lsn =
+      std::string(Admin(primary).exec("SELECT pg_current_wal_lsn()::text").text(0, 0));
+  return eventually(
+      [&] {
+        return Admin(standby).count("SELECT (pg_last_wal_replay_lsn() >= $1::pg_lsn)::int",
+                                    {lsn}) == 1;
+      },
+      std::chrono::milliseconds(10000));
+}
+
+// Promotes `standby` and waits (really) until it takes writes.
+inline bool promote(const std::string& standby) {
+  Admin(standby).exec("SELECT pg_promote()");
+  return eventually(
+      [&] { return Admin(standby).count("SELECT (NOT pg_is_in_recovery())::int") == 1; },
+      std::chrono::milliseconds(10000));
+}
+
 }  // namespace holdfast::pgtest

@@ -87,6 +87,7 @@
 #include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/loop.hpp"
+#include "holdfast/pg/lost_writes.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/sql.hpp"
@@ -133,6 +134,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// How often the standby was found slow and used less (ClientOptions::slow_copy_floor).
   [[nodiscard]] std::uint64_t standby_ejections() const noexcept {
     return standby_copy_.slow.ejections();
+  }
+
+  /// What the lost-writes watch found so far (ClientOptions::lost_writes; all zero when it is
+  /// off). Readable from any thread.
+  [[nodiscard]] holdfast::pg::LostWritesReport lost_writes() const {
+    return lost_ != nullptr ? lost_->report() : holdfast::pg::LostWritesReport{};
   }
 
   /// Runs a read: repeated after any failure the engine says may pass, within the request's
@@ -398,6 +405,15 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
         settings_params_.emplace_back(value);
       }
     }
+    if (options_.lost_writes.remember > 0) {
+      // The checker reaches the writer as the primary's pool does (a blocking connection of
+      // its own, off the loop). Options were checked: only memory can fail it (then no watch).
+      Result<std::unique_ptr<holdfast::pg::LostWritesWatch>> watch =
+          holdfast::pg::LostWritesWatch::open(options_.lost_writes, primary_.options,
+                                              options_.idempotency_table, shield_.metrics(),
+                                              holdfast::Clock::system());
+      if (watch.ok()) lost_ = std::move(*watch);
+    }
     resolve_sql_ = "SELECT w.*, pg_catalog.pg_xact_status($1::pg_catalog.xid8) FROM (" +
                    std::string(kPositionSql) + ") w";
     create_sql_ = "CREATE TABLE IF NOT EXISTS " + t +
@@ -602,10 +618,13 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   }
 
   // Keeps a write's commit position in its request (for its later reads on a standby), or
-  // marks it unknown: its reads then go to the primary.
-  static void wrote(const RequestContext& request, const Rows* position) {
+  // marks it unknown: its reads then go to the primary. The write was confirmed on `s`'s
+  // server (with idempotency key `key`): the lost-writes watch remembers it.
+  void wrote(const RequestContext& request, const Rows* position, const Slot& s,
+             std::string_view key = {}) {
     if (position == nullptr || position->is_null(0, 0)) {
       request.position_unknown();
+      if (lost_ != nullptr) lost_->confirmed(0, 0, s.host, key);
       return;
     }
     Result<holdfast::pg::Lsn> lsn = holdfast::pg::Lsn::parse(position->text(0, 0));
@@ -619,6 +638,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     } else {
       request.position_unknown();
     }
+    if (lost_ != nullptr) lost_->confirmed(lsn.ok() ? lsn->value : 0, timeline, s.host, key);
   }
 
   awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state);
@@ -759,8 +779,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // Whether transaction `xid`, whose COMMIT lost its connection (`lost`), committed: asked on
   // new connections (pg_xact_status()) until the request's deadline, and for at least
   // kMinResolveTime. Success when it committed (its position kept in the request).
+  // `in_doubt`: the connection the COMMIT was lost on (its server confirmed it, if anyone).
   awaitable<Status> resolve(const std::string& xid, const Status& lost,
-                            const RequestContext& request, holdfast::pg::TransactionReport* report);
+                            const RequestContext& request, holdfast::pg::TransactionReport* report,
+                            const Slot& in_doubt);
 
   // Ends a transaction left open on `s` (ROLLBACK on the loop); one that cannot be ended
   // leaves `s` not idle, and give_back() closes it.
@@ -798,6 +820,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // (empty otherwise), and their names and values as its parameters.
   std::string settings_sql_;
   std::vector<holdfast::pg::Param> settings_params_;
+  // Confirmed writes a change of writer lost (null: ClientOptions::lost_writes.remember is 0).
+  std::unique_ptr<holdfast::pg::LostWritesWatch> lost_;
 };
 
 }  // namespace holdfast::asio::pg

@@ -187,7 +187,7 @@ auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
   Status st = co_await exchange(s, pieces, out, &failed, until, 1);
   if (st.ok() || failed == 3) {
     // Committed (a failure after the COMMIT leaves only the position unknown).
-    wrote(state.request, st.ok() ? &out[3] : nullptr);
+    wrote(state.request, st.ok() ? &out[3] : nullptr, s);
     co_return std::move(out[1]);
   }
   // Whether it committed may be unknown: its reads go to the primary from now on.

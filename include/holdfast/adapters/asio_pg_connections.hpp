@@ -90,6 +90,7 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
     }
     if (s.ok()) {
       if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
+      (*s)->host = host + 1;
       co_return s;
     }
     last = s.status();

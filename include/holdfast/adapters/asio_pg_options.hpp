@@ -79,6 +79,11 @@ struct ClientOptions {
   Duration silence_after = std::chrono::seconds(1);
   /// How long the check may take, and how long its verdict holds.
   Duration silence_check = std::chrono::milliseconds(500);
+  /// The watch for confirmed writes a change of writer lost (pg::DatabaseOptions::lost_writes,
+  /// ADR 0036): every write, transaction and keyed call the Client confirms is remembered, and
+  /// after a failover a thread of the watch's own checks the new writer for them
+  /// (Client::lost_writes()). `remember` 0 turns it off.
+  holdfast::pg::LostWritesOptions lost_writes;
 
   /// OK, or INVALID_ARGUMENT naming the field of options that can never work: no conninfo, no
   /// connection allowed, a table name that is not an identifier, a negative time, a slow-copy
@@ -108,6 +113,11 @@ struct ClientOptions {
       return Status(Code::kInvalidArgument,
                     "ClientOptions::slow_copy_floor must not be negative, slow_copy_factor must "
                     "be at least 1 and slow_copy_probe_every greater than zero");
+    }
+    if (lost_writes.remember > 0) {
+      if (Status bad = lost_writes.check(); !bad.ok()) {
+        return Status(Code::kInvalidArgument, "ClientOptions::" + std::string(bad.message()));
+      }
     }
     return Status();
   }

@@ -2,6 +2,7 @@
 // socket's readiness as an awaitable) and a statement's parameters kept across attempts.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +70,8 @@ struct Slot {
   int fd = -1;
   // Set by the winner of a hedged read: the loser gives up its statement at its next step.
   bool stop = false;
+  // Which host of the pool's conninfo it reached (its index + 1), for the lost-writes watch.
+  std::uintptr_t host = 0;
 };
 
 // Waits until the slot's socket is ready for `want`, or `until`. True when ready (or when

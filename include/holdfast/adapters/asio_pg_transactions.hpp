@@ -139,7 +139,7 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
       aborted.with_txn_state(TxnState::kRolledBack);
       co_return aborted;
     }
-    if (n == 2) wrote(request, committed.ok() ? &out[1] : nullptr);
+    if (n == 2) wrote(request, committed.ok() ? &out[1] : nullptr, s);
     co_return Status();
   }
   // The server refused the COMMIT (a serialization failure, a deferred constraint): it rolled
@@ -148,13 +148,14 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
   // The connection was lost during COMMIT: it may or may not have committed.
   if (report != nullptr) ++report->commits_in_doubt;
   if (n == 1) co_return holdfast::pg::in_transaction(std::move(committed));  // READ ONLY
-  co_return co_await resolve(tx.xid_, committed, request, report);
+  co_return co_await resolve(tx.xid_, committed, request, report, s);
 }
 
 template <class Executor>
 auto Client<Executor>::resolve(const std::string& xid, const Status& lost,
                                const RequestContext& request,
-                               holdfast::pg::TransactionReport* report) -> awaitable<Status> {
+                               holdfast::pg::TransactionReport* report, const Slot& in_doubt)
+    -> awaitable<Status> {
   // Knowing the outcome matters more than the window: at least this long, even when the
   // window is spent (as pg::Database resolves a COMMIT in doubt).
   constexpr Duration kMinResolveTime = std::chrono::seconds(2);
@@ -174,7 +175,7 @@ auto Client<Executor>::resolve(const std::string& xid, const Status& lost,
         break;
       }
       if (r.ok() && r->text(0, 2) == "committed") {
-        wrote(request, &*r);
+        wrote(request, &*r, in_doubt);
         state = TxnState::kCommitted;
         break;
       }
@@ -273,7 +274,7 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
       co_return Status(Code::kAborted, "COMMIT rolled the transaction back",
                        Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
     }
-    wrote(state.request, committed.ok() ? &ended[2] : nullptr);
+    wrote(state.request, committed.ok() ? &ended[2] : nullptr, s, state.key);
     co_return kept;
   }
   if (committed.fault().outcome == Outcome::kUnknown) state.request.position_unknown();
