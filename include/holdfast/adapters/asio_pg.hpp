@@ -183,6 +183,15 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
                    std::span<const holdfast::pg::Param> params, Token&& token) {
     return call(request, Operation::write(label), sql, params, true, std::forward<Token>(token));
   }
+  /// async_write() with an Operation, as pg::Database::write() takes one: its label, its
+  /// priority class, and whether repeating it is safe (Operation::idempotent_write(): a
+  /// write whose outcome is unknown is then repeated too).
+  template <class Token>
+  auto async_write(const RequestContext& request, std::string_view sql,
+                   std::span<const holdfast::pg::Param> params, const Operation& op,
+                   Token&& token) {
+    return call(request, op, sql, params, true, std::forward<Token>(token));
+  }
   /// async_write() with the parameters in braces.
   template <class Token>
   auto async_write(const RequestContext& request, std::string_view label, std::string_view sql,
@@ -405,6 +414,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
         settings_params_.emplace_back(value);
       }
     }
+    several_hosts_ = holdfast::pg::LoopConnection::host_count(options_.connect) > 1;
     if (options_.lost_writes.remember > 0) {
       // The checker reaches the writer as the primary's pool does (a blocking connection of
       // its own, off the loop). Options were checked: only memory can fail it (then no watch).
@@ -666,7 +676,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
       if (!r.ok() && in_use == nullptr) state->primary_failed = true;
     }
-    if (!r.ok() && r.status().sqlstate() == "25006") {
+    if (!r.ok() && r.status().sqlstate() == "25006" && several_hosts_) {
       r = Result<Rows>(demoted(**slot, r.status()));
     }
     if (in_use != nullptr) *in_use = nullptr;
@@ -820,6 +830,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // (empty otherwise), and their names and values as its parameters.
   std::string settings_sql_;
   std::vector<holdfast::pg::Param> settings_params_;
+  // The primary's conninfo names several hosts: a read-only refusal (25006) is a primary
+  // demoted under us, and the call goes again to the host that takes writes. With one host it
+  // is the server's answer (default_transaction_read_only), as pg::Database takes it.
+  bool several_hosts_ = false;
   // Confirmed writes a change of writer lost (null: ClientOptions::lost_writes.remember is 0).
   std::unique_ptr<holdfast::pg::LostWritesWatch> lost_;
 };

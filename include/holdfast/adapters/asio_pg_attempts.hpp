@@ -184,7 +184,7 @@ auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
   const Piece pieces[] = {{"BEGIN"}, {state.sql, state.params.params}, {"COMMIT"}, {kPositionSql}};
   Rows out[4];
   std::size_t failed = 4;
-  Status st = co_await exchange(s, pieces, out, &failed, until, 1);
+  Status st = co_await exchange(s, pieces, out, &failed, until, 1, &primary_);
   if (st.ok() || failed == 3) {
     // Committed (a failure after the COMMIT leaves only the position unknown).
     wrote(state.request, st.ok() ? &out[3] : nullptr, s);

@@ -198,6 +198,9 @@ auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
   if (pool.silent) {
     // Its idle connections reach a server that answers nothing: none is worth keeping.
     drop_idle(pool);
+    // The primary's silence trips the Shield's breaker (docs/adr/0037), so that a call given
+    // up on it is answered at once with Retry-After instead of retried for its window.
+    if (&pool == &primary_) shield_.server_silent(holdfast::Clock::system().now());
   }
   co_return answered;
 }

@@ -74,8 +74,9 @@ struct ClientOptions {
   /// long asks whether the server answers at all (a connection of its own and SELECT 1 within
   /// silence_check); a server that does not is silent, and the read gives up at once, as do
   /// the calls that come while the verdict holds (silence_check). A server that answers is
-  /// only slow (a lock wait): the read waits on. Writes wait for their deadline: their outcome
-  /// may still become known.
+  /// only slow (a lock wait): the read waits on. So does a write, a transaction's statement or
+  /// COMMIT: on a silent server it gives up at once, its outcome unknown unless nothing was
+  /// sent (docs/adr/0037; a keyed call is then repeated and finds its key).
   Duration silence_after = std::chrono::seconds(1);
   /// How long the check may take, and how long its verdict holds.
   Duration silence_check = std::chrono::milliseconds(500);

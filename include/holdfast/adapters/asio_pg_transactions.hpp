@@ -42,7 +42,7 @@ class Client<Executor>::Transaction {
       Rows out[3];
       std::size_t failed = pieces.size();
       Status st = co_await client_.exchange(slot_, pieces, std::span(out, pieces.size()), &failed,
-                                            until_, 1);
+                                            until_, 1, &client_.primary_);
       if (st.ok()) {
         if (want_xid_) xid_ = std::string(out[1].text(0, 0));
         r = std::move(out[pieces.size() - 1]);
@@ -50,7 +50,7 @@ class Client<Executor>::Transaction {
         r = std::move(st);
       }
     } else {
-      r = co_await client_.exchange(slot_, sql, params, until_);
+      r = co_await client_.exchange(slot_, sql, params, until_, &client_.primary_);
     }
     if (!r.ok()) {
       failure_ = holdfast::pg::in_transaction(r.status());
@@ -104,7 +104,7 @@ auto Client<Executor>::transaction_attempt(std::shared_ptr<Transacted<R>> state)
   Status failed = function_failure(out.ok() ? Status() : out.status(), tx);
   if (failed.ok() && tx.begun_) failed = co_await commit(s, tx, state->request, state->report);
   if (!failed.ok()) {
-    if (failed.sqlstate() == "25006") {
+    if (failed.sqlstate() == "25006" && several_hosts_) {
       // A primary demoted under it: the function runs again on the new one when it may.
       failed = demoted(s, failed, RetryScope::kTransaction);
       failed.with_txn_state(TxnState::kRolledBack);
@@ -130,8 +130,8 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
   const std::size_t n = tx.want_xid_ ? 2 : 1;
   Rows out[2];
   std::size_t failed = n;
-  Status committed =
-      co_await exchange(s, std::span(pieces, n), std::span(out, n), &failed, tx.until_);
+  Status committed = co_await exchange(s, std::span(pieces, n), std::span(out, n), &failed,
+                                       tx.until_, kNoSettings, &primary_);
   if (committed.ok() || (n == 2 && failed == 1)) {
     if (out[0].command() == "ROLLBACK") {
       Status aborted(Code::kAborted, "COMMIT rolled the transaction back",
@@ -225,7 +225,7 @@ auto Client<Executor>::once_attempt(std::shared_ptr<Keyed> state)
   Slot& s = **leased;
   const holdfast::pg::Param key[] = {holdfast::pg::Param(state->key)};
   Result<KeyedResult> out = co_await keyed(s, *state, key, until);
-  if (!out.ok() && out.status().sqlstate() == "25006") {
+  if (!out.ok() && out.status().sqlstate() == "25006" && several_hosts_) {
     out = Result<KeyedResult>(demoted(s, out.status()));
   }
   // Rolled back on the loop: the connection is reused only once it is idle again.
@@ -240,7 +240,7 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
   const Piece begin[] = {{state.begin}, {claim_sql_, key}};
   Rows begun[2];
   std::size_t failed = 2;
-  Status claimed = co_await exchange(s, begin, begun, &failed, until, 1);
+  Status claimed = co_await exchange(s, begin, begun, &failed, until, 1, &primary_);
   if (!claimed.ok()) co_return holdfast::pg::in_transaction(std::move(claimed));
   KeyedResult kept;
   if (begun[1].affected() == 1) {
@@ -250,7 +250,7 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
     if (!failure.ok()) co_return holdfast::pg::in_transaction(std::move(failure));
     kept.result = std::move(*made);
   } else {
-    Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until);
+    Result<Rows> recorded = co_await exchange(s, recorded_sql_, key, until, &primary_);
     if (!recorded.ok()) co_return holdfast::pg::in_transaction(recorded.status());
     if (recorded->empty()) {
       // The row that conflicted was rolled back after all: run the transaction again.
@@ -268,7 +268,7 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
   const Piece end[] = {{record_sql_, record}, {"COMMIT"}, {kPositionSql}};
   Rows ended[3];
   failed = 3;
-  Status committed = co_await exchange(s, end, ended, &failed, until);
+  Status committed = co_await exchange(s, end, ended, &failed, until, kNoSettings, &primary_);
   if (committed.ok() || failed == 2) {
     if (ended[1].command() == "ROLLBACK") {
       co_return Status(Code::kAborted, "COMMIT rolled the transaction back",
