@@ -81,7 +81,8 @@ Status no_async_calls() {
   return Status(Code::kUnimplemented, "this store's calls are not driven asynchronously");
 }
 
-// The key of a payment or a sign-up with the fingerprint of the request's parameters.
+}  // namespace
+
 IdempotencyKey payment_key(std::int64_t amount_cents, std::string_view method,
                            std::string_view key) {
   IdempotencyKey keyed{key, {}};
@@ -97,7 +98,6 @@ IdempotencyKey sign_up_key(std::int64_t game_id, std::string_view key) {
   if (!key.empty()) keyed.fingerprint = request_fingerprint({{"game_id", std::to_string(game_id)}});
   return keyed;
 }
-}  // namespace
 
 Result<std::optional<User>> ClubStore::session_once(std::string_view, std::string_view) {
   return no_async_calls();

@@ -38,6 +38,12 @@ struct IdempotencyKey {
   std::string fingerprint;
 };
 
+// The key of a payment or a sign-up, with the fingerprint of the request's parameters (none
+// without a key).
+[[nodiscard]] IdempotencyKey payment_key(std::int64_t amount_cents, std::string_view method,
+                                         std::string_view key);
+[[nodiscard]] IdempotencyKey sign_up_key(std::int64_t game_id, std::string_view key);
+
 // The refusal of a sign-up for a game that has already started; the server answers it 409.
 inline constexpr std::string_view kGameStartedMessage =
     "the game has already started: sign-ups are closed";

@@ -9,6 +9,7 @@
 
 #include "club_reads_pg.hpp"
 #include "club_schema_pg.hpp"
+#include "club_writes_pg.hpp"
 #include "demo_data.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
@@ -128,10 +129,14 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
   return std::unique_ptr<ClubStore>(std::move(store));
 }
 
-std::optional<asio::pg::ClientOptions> PgClubStore::lane_options() const {
+std::optional<PgClubStore::LaneOptions> PgClubStore::lane_options() const {
   const Options& o = options_;
   if (o.strategy != Strategy::kHoldfast || o.pg_replica_urls.size() > 1) return std::nullopt;
   asio::pg::ClientOptions c;
+  // Silence as the store's Databases find it (their defaults).
+  const pg::DatabaseOptions database;
+  c.silence_after = database.silence_after;
+  c.silence_check = database.silence_check_timeout;
   // Behind PgBouncer in transaction mode: nothing prepared, the settings set in each
   // transaction (the pooler refuses them at connect).
   if (o.pg_transaction_pooling) c.pooling = pg::Pooling::kTransaction;
@@ -147,7 +152,14 @@ std::optional<asio::pg::ClientOptions> PgClubStore::lane_options() const {
     c.standby.conninfo = o.pg_replica_urls.front();
     c.standby_connections = c.max_connections;
   }
-  return c;
+  // As the store's two Databases: the reads' Client confirms no write (no watch), the
+  // writes' has no standby and its own Shield, so that failing writes do not stop reads.
+  LaneOptions lane{c, c};
+  lane.reads.lost_writes.remember = 0;
+  lane.writes.standby = {};
+  lane.writes.max_connections = static_cast<std::size_t>(std::max(o.pg_write_connections, 1));
+  lane.writes.shield_name = "club.writes";
+  return lane;
 }
 
 PgClubStore::PgClubStore(Options options, std::string where)
@@ -236,9 +248,7 @@ Status PgClubStore::refresh_session(std::string_view token, std::string_view now
 Status PgClubStore::end_session(std::string_view token) {
   // Deleting a row by its key twice deletes it once: a retry is safe.
   const Operation op = Operation::idempotent_write("session.end");
-  return run(op,
-             [&] { return writes_->write("DELETE FROM sessions WHERE token = $1", {token}, op); })
-      .status();
+  return run(op, [&] { return writes_->write(pgwrites::kEndSession, {token}, op); }).status();
 }
 
 Result<std::optional<ClubStore::Credentials>> PgClubStore::credentials_once(
@@ -255,9 +265,7 @@ Status PgClubStore::rehash_once(std::int64_t user_id, std::string_view fresh,
   // applying it twice is applying it once.
   const Operation op = Operation::idempotent_write("login.rehash");
   Status s = run(op, [&] {
-               return writes_->write(
-                   "UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3",
-                   {fresh, user_id, stored}, op);
+               return writes_->write(pgwrites::kRehash, {fresh, user_id, stored}, op);
              }).status();
   if (s.ok()) remember_write("user:" + std::to_string(user_id));
   return s;
@@ -268,11 +276,7 @@ Status PgClubStore::insert_session_once(std::string_view token, std::int64_t use
   // Inserting a fresh random token twice is impossible, so a retry of it is safe.
   const Operation op = Operation::idempotent_write("login.session").critical();
   Status s = run(op, [&] {
-               return writes_->write(
-                   "INSERT INTO sessions(token, user_id, created_at, last_seen, expires_at) "
-                   "VALUES ($1, $2, $3, $3, $3::timestamptz + interval '30 days') "
-                   "ON CONFLICT (token) DO NOTHING",
-                   {token, user_id, now_utc}, op);
+               return writes_->write(pgwrites::kInsertSession, {token, user_id, now_utc}, op);
              }).status();
   if (s.ok()) remember_write("session:" + std::string(token));
   return s;
@@ -284,11 +288,8 @@ Status PgClubStore::cap_sessions_once(std::int64_t user_id, std::string_view now
   const Operation op = Operation::idempotent_write("login.session_cap").background();
   return run(op,
              [&] {
-               return writes_->write(
-                   "DELETE FROM sessions WHERE user_id = $1 AND (expires_at <= $2::timestamptz OR "
-                   "token NOT IN (SELECT token FROM sessions WHERE user_id = $1 AND expires_at > "
-                   "$2::timestamptz ORDER BY created_at DESC, token DESC LIMIT $3::bigint))",
-                   {user_id, now_utc, std::int64_t{kSessionsPerUser}}, op);
+               return writes_->write(pgwrites::kCapSessions,
+                                     {user_id, now_utc, std::int64_t{kSessionsPerUser}}, op);
              })
       .status();
 }
@@ -343,12 +344,10 @@ Result<PaymentReceipt> PgClubStore::do_pay(std::int64_t user_id, std::int64_t am
                                            std::string_view method, const IdempotencyKey& key,
                                            std::string_view now_utc) {
   const auto insert = [&](pg::Transaction& tx) -> Result<std::int64_t> {
-    Result<pg::Rows> r = tx.query(
-        "INSERT INTO payments(user_id, amount_cents, method, created_at) "
-        "VALUES ($1, $2, $3, $4) RETURNING id",
-        {user_id, amount_cents, method, now_utc});
+    Result<pg::Rows> r =
+        tx.query(pgwrites::kInsertPayment, {user_id, amount_cents, method, now_utc});
     if (!r.ok()) return r.status();
-    return int_at(*r, 0, 0);
+    return pgwrites::id_of(*r);
   };
   Result<std::pair<std::int64_t, bool>> made = create_row(user_id, "payments", key, insert);
   if (!made.ok()) return made.status();
@@ -389,32 +388,16 @@ Result<std::pair<std::int64_t, bool>> PgClubStore::create_row(
 Result<SignupReceipt> PgClubStore::do_sign_up(std::int64_t user_id, std::int64_t game_id,
                                               const IdempotencyKey& key, std::string_view now_utc) {
   const auto add = [&](pg::Transaction& tx) -> Result<std::int64_t> {
-    // The game's row lock makes concurrent sign-ups for one game take turns, and the count
-    // that follows (a new statement: a new snapshot) sees every sign-up committed before.
-    Result<pg::Rows> game = tx.query(
-        "SELECT capacity, starts_at <= ($2::timestamptz AT TIME ZONE 'UTC') FROM games "
-        "WHERE id = $1 FOR UPDATE",
-        {game_id, now_utc});
+    Result<pg::Rows> game = tx.query(pgwrites::kLockGame, {game_id, now_utc});
     if (!game.ok()) return game.status();
-    if (game->empty()) return Status(Code::kNotFound, "no such game");
-    if (game->text(0, 1) == "t") return Status(Code::kOutOfRange, std::string(kGameStartedMessage));
-    Result<std::int64_t> capacity = int_at(*game, 0, 0);
+    Result<std::int64_t> capacity = pgwrites::open_game(*game);
     if (!capacity.ok()) return capacity.status();
-    Result<pg::Rows> taken = tx.query(
-        "SELECT count(*), count(*) FILTER (WHERE user_id = $2) FROM signups WHERE game_id = $1",
-        {game_id, user_id});
+    Result<pg::Rows> taken = tx.query(pgwrites::kSeatsTaken, {game_id, user_id});
     if (!taken.ok()) return taken.status();
-    Result<std::int64_t> n = int_at(*taken, 0, 0);
-    if (!n.ok()) return n.status();
-    Result<std::int64_t> mine = int_at(*taken, 0, 1);
-    if (!mine.ok()) return mine.status();
-    if (*mine > 0) return Status(Code::kAlreadyExists, "already signed up for this game");
-    if (*capacity - *n <= 0) return Status(Code::kFailedPrecondition, "the game is full");
-    Result<pg::Rows> added = tx.query(
-        "INSERT INTO signups(game_id, user_id, created_at) VALUES ($1, $2, $3) RETURNING id",
-        {game_id, user_id, now_utc});
+    if (Status full = pgwrites::seat_free(*taken, *capacity); !full.ok()) return full;
+    Result<pg::Rows> added = tx.query(pgwrites::kInsertSignup, {game_id, user_id, now_utc});
     if (!added.ok()) return added.status();
-    return int_at(*added, 0, 0);
+    return pgwrites::id_of(*added);
   };
   Result<std::pair<std::int64_t, bool>> made = create_row(user_id, "signups", key, add);
   if (!made.ok()) return made.status();
@@ -426,10 +409,7 @@ Status PgClubStore::do_record_report(std::string_view path, std::string_view dig
   const Operation op = Operation::write("problem_reports.create");
   return run(op,
              [&] {
-               return writes_->write(
-                   "INSERT INTO problem_reports(path, digest, note, created_at) "
-                   "VALUES ($1, $2, $3, $4)",
-                   {path, digest, note, now_utc}, op);
+               return writes_->write(pgwrites::kInsertReport, {path, digest, note, now_utc}, op);
              })
       .status();
 }

@@ -29,13 +29,18 @@
 
 namespace holdfast::panel {
 
-// The lane's reads when they run on its event loop (pg_lane.hpp): their Shield and how many
-// of them a standby answered, so that the store's counts and its reads' breaker include them.
-class LaneReads {
+// The lane's calls when they run on its event loop (pg_lane.hpp): their Shields, how many
+// reads a standby answered and what the writes' lost-writes watch found, so that the store's
+// counts, breakers and findings include them.
+class LaneCalls {
  public:
-  virtual ~LaneReads() = default;
+  virtual ~LaneCalls() = default;
   virtual Shield& shield() noexcept = 0;
+  // The lane's writes' Shield.
+  virtual Shield& write_shield() noexcept = 0;
   [[nodiscard]] virtual std::uint64_t standby_reads() const noexcept = 0;
+  // What the lane's watch for confirmed writes a failover lost found (its writes').
+  [[nodiscard]] virtual pg::LostWritesReport lost_writes() const = 0;
 };
 
 class PgClubStore final : public ClubStore {
@@ -102,32 +107,50 @@ class PgClubStore final : public ClubStore {
     for (std::size_t i = 0; i < reads_->replica_count(); ++i)
       s.standby += reads_->replica_shield(i).metrics().snapshot().attempts;
     if (lane_ != nullptr) {
-      // Each of the Client's attempts went to one server; a standby's answered read is one.
+      // Each of the Clients' attempts went to one server; a standby's answered read is one.
       const std::uint64_t all = lane_->shield().metrics().snapshot().attempts;
       const std::uint64_t standby = std::min(lane_->standby_reads(), all);
-      s.primary += all - standby;
+      s.primary += all - standby + lane_->write_shield().metrics().snapshot().attempts;
       s.standby += standby;
     }
     return s;
   }
 
-  // The Client options of the lane's reads on the event loop (pg_lane.hpp), or nullopt when
-  // they stay blocking jobs: not holdfast, or more than one standby (the Client takes one).
-  [[nodiscard]] std::optional<asio::pg::ClientOptions> lane_options() const;
-  // The lane's reads now run on the event loop (`lane`), or no longer (nullptr): the reads'
-  // Shield is theirs. REQUIRES: no request is being served (the server starts or stopped).
-  void attach_lane(LaneReads* lane) noexcept {
+  // The Clients of the lane's calls on the event loop (pg_lane.hpp): the reads' (with the
+  // standby) and the writes' (with the lost-writes watch and a Shield of their own), as the
+  // store's two Databases.
+  struct LaneOptions {
+    asio::pg::ClientOptions reads;
+    asio::pg::ClientOptions writes;
+  };
+  // Their options, or nullopt when the lane's calls stay blocking jobs: not holdfast, or more
+  // than one standby (a Client takes one).
+  [[nodiscard]] std::optional<LaneOptions> lane_options() const;
+  // The lane's calls now run on the event loop (`lane`), or no longer (nullptr): the reads'
+  // and the writes' Shields are its Clients'. REQUIRES: no request is being served (the
+  // server starts or stopped).
+  void attach_lane(LaneCalls* lane) noexcept {
     lane_ = lane;
     if (options_.strategy != Strategy::kHoldfast) return;
     read_shield_ = lane != nullptr ? &lane->shield() : &reads_->shield();
+    write_shield_ = lane != nullptr ? &lane->write_shield() : &writes_->shield();
   }
   // Read-your-writes within this process (see remember_write()): the current request's
   // reads must see the last write of the session `token` (its sign-in), or of the user.
   void recall_session(std::string_view token) { recall_writes("session:" + std::string(token)); }
   void recall_user(std::int64_t id) { recall_writes("user:" + std::to_string(id)); }
+  // The current request wrote for user `id` (a payment): its later requests on this process
+  // must see the write (remember_write()).
+  void remember_user_write(std::int64_t id) { remember_write("user:" + std::to_string(id)); }
+  // The current request opened session `token` (a sign-in).
+  void remember_session_write(std::string_view token) {
+    remember_write("session:" + std::string(token));
+  }
   [[nodiscard]] std::optional<pg::LostWritesReport> lost_writes() const override {
     if (options_.strategy != Strategy::kHoldfast) return std::nullopt;
-    return writes_->lost_writes();
+    pg::LostWritesReport seen = writes_->lost_writes();
+    if (lane_ != nullptr) seen = merged(seen, lane_->lost_writes());
+    return seen;
   }
   [[nodiscard]] std::vector<const Shield*> standby_shields() const override {
     std::vector<const Shield*> out;
@@ -208,13 +231,31 @@ class PgClubStore final : public ClubStore {
   }
   static constexpr std::size_t kMaxRemembered = 100'000;
 
+  // Two watches' findings as one: the counts added, the later last finding.
+  static pg::LostWritesReport merged(pg::LostWritesReport a, const pg::LostWritesReport& b) {
+    a.changes += b.changes;
+    a.checks += b.checks;
+    a.checks_failed += b.checks_failed;
+    a.missing_total += b.missing_total;
+    a.unverified_total += b.unverified_total;
+    a.split_brains += b.split_brains;
+    a.dropped += b.dropped;
+    if (!b.last_finding.empty() &&
+        (a.last_finding.empty() || b.last_finding_at > a.last_finding_at)) {
+      a.last_finding = b.last_finding;
+      a.last_finding_at = b.last_finding_at;
+      a.last_missing = b.last_missing;
+    }
+    return a;
+  }
+
   std::string where_;  // the URL with its password masked, for messages
   std::mutex last_write_mutex_;
   std::map<std::string, pg::Lsn, std::less<>> last_write_;
   std::unique_ptr<pg::Database> reads_;
   std::unique_ptr<pg::Database> writes_;
   std::optional<AsyncAccess> async_;  // holdfast only
-  LaneReads* lane_ = nullptr;         // attach_lane()
+  LaneCalls* lane_ = nullptr;         // attach_lane()
 };
 
 }  // namespace holdfast::panel

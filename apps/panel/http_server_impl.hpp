@@ -164,7 +164,9 @@ struct HttpServer::Impl {
   // How many connections requests of the routes that are not light may hold at once.
   [[nodiscard]] std::size_t heavy_room() const;
   // How many of the light lane's places one address may hold.
-  [[nodiscard]] std::size_t light_share() const { return std::max<std::size_t>(2, light.limit / 4); }
+  [[nodiscard]] std::size_t light_share() const {
+    return std::max<std::size_t>(2, light.limit / 4);
+  }
 };
 
 }  // namespace holdfast::panel

@@ -5,36 +5,44 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "club_reads_pg.hpp"
+#include "club_writes_pg.hpp"
+#include "idempotency.hpp"
 
 namespace holdfast::panel {
 
 namespace net = boost::asio;
 
-std::optional<Result<asio::pg::ClientOptions>> PgLane::wanted(const ClubStore& store) {
+std::optional<Result<PgClubStore::LaneOptions>> PgLane::wanted(const ClubStore& store) {
   const auto* pg_store = dynamic_cast<const PgClubStore*>(&store);
   if (pg_store == nullptr) return std::nullopt;
-  std::optional<asio::pg::ClientOptions> options = pg_store->lane_options();
+  std::optional<PgClubStore::LaneOptions> options = pg_store->lane_options();
   if (!options) return std::nullopt;
-  if (Status bad = options->check(); !bad.ok()) return Result<asio::pg::ClientOptions>(bad);
-  return Result<asio::pg::ClientOptions>(std::move(*options));
+  for (const asio::pg::ClientOptions* o : {&options->reads, &options->writes}) {
+    if (Status bad = o->check(); !bad.ok()) return Result<PgClubStore::LaneOptions>(bad);
+  }
+  return Result<PgClubStore::LaneOptions>(std::move(*options));
 }
 
 Result<std::unique_ptr<PgLane>> PgLane::open(ClubStore& store, const net::any_io_executor& loop,
-                                             asio::pg::ClientOptions options) {
+                                             PgClubStore::LaneOptions options) {
   auto* pg_store = dynamic_cast<PgClubStore*>(&store);
   if (pg_store == nullptr) {
     return Status(Code::kInvalidArgument, "PgLane: the store is not on PostgreSQL");
   }
-  Result<std::shared_ptr<asio::pg::Client<>>> client =
-      asio::pg::Client<>::open(loop, std::move(options));
-  if (!client.ok()) return client.status();
-  std::unique_ptr<PgLane> lane(new PgLane(*pg_store, std::move(*client)));
+  Result<std::shared_ptr<asio::pg::Client<>>> reads =
+      asio::pg::Client<>::open(loop, std::move(options.reads));
+  if (!reads.ok()) return reads.status();
+  Result<std::shared_ptr<asio::pg::Client<>>> writes =
+      asio::pg::Client<>::open(loop, std::move(options.writes));
+  if (!writes.ok()) return writes.status();
+  std::unique_ptr<PgLane> lane(new PgLane(*pg_store, std::move(*reads), std::move(*writes)));
   pg_store->attach_lane(lane.get());
   return lane;
 }
 
-PgLane::PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> client)
-    : store_(store), client_(std::move(client)) {}
+PgLane::PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> reads,
+               std::shared_ptr<asio::pg::Client<>> writes)
+    : store_(store), reads_(std::move(reads)), writes_(std::move(writes)) {}
 
 PgLane::~PgLane() {
   store_.attach_lane(nullptr);
@@ -44,7 +52,7 @@ net::awaitable<Result<pg::Rows>> PgLane::read(lane::Context& ctx, std::string_vi
                                               std::span<const pg::Param> params,
                                               const pg::ReadOptions& options) {
   store_.count_call();
-  co_return co_await client_->async_read(ctx.request, sql, params, options, net::use_awaitable);
+  co_return co_await reads_->async_read(ctx.request, sql, params, options, net::use_awaitable);
 }
 
 net::awaitable<Result<std::optional<User>>> PgLane::session(lane::Context& ctx,
@@ -102,6 +110,136 @@ net::awaitable<Result<std::optional<ClubStore::Credentials>>> PgLane::credential
   co_return co_await decoded<std::optional<ClubStore::Credentials>>(
       ctx, pgreads::kCredentials, params, Operation::read("login.user").critical(),
       pgreads::credentials_of);
+}
+
+net::awaitable<Result<std::pair<std::int64_t, bool>>> PgLane::create_row(lane::Context& ctx,
+                                                                         std::int64_t user_id,
+                                                                         std::string_view route,
+                                                                         const IdempotencyKey& key,
+                                                                         RowBody body) {
+  store_.count_call();
+  pg::TransactionOptions t;
+  t.operation = Operation::transaction(/*rerunnable=*/true, std::string(route) + ".create")
+                    .with_priority(route_priority(route));
+  if (key.key.empty()) {
+    Result<std::int64_t> id =
+        co_await writes_->async_transaction(ctx.request, body, t, net::use_awaitable);
+    if (!id.ok()) co_return id.status();
+    co_return std::pair<std::int64_t, bool>(*id, false);
+  }
+  const std::string keyed = scoped_key(user_id, route, key.key);
+  Result<KeyedResult> r = co_await writes_->async_once(
+      ctx.request, keyed,
+      [&](Tx& tx) -> net::awaitable<Result<std::string>> {
+        Result<std::int64_t> id = co_await body(tx);
+        if (!id.ok()) co_return id.status();
+        co_return key_record(key.fingerprint, *id);
+      },
+      t, net::use_awaitable);
+  if (!r.ok()) co_return r.status();
+  Result<std::int64_t> id = recorded_id(r->result, key.fingerprint);
+  if (!id.ok()) co_return id.status();
+  co_return std::pair<std::int64_t, bool>(*id, r->replayed);
+}
+
+net::awaitable<Result<PaymentReceipt>> PgLane::pay(lane::Context& ctx, std::int64_t user_id,
+                                                   std::int64_t amount_cents,
+                                                   const std::string& method,
+                                                   const std::string& key, const std::string& now) {
+  if (Status bad = ClubStore::check_payment(amount_cents, method, key); !bad.ok()) co_return bad;
+  const IdempotencyKey keyed = payment_key(amount_cents, method, key);
+  const pg::Param params[] = {user_id, amount_cents, method, now};
+  Result<std::pair<std::int64_t, bool>> made = co_await create_row(
+      ctx, user_id, "payments", keyed, [&](Tx& tx) -> net::awaitable<Result<std::int64_t>> {
+        Result<pg::Rows> r = co_await tx.query(pgwrites::kInsertPayment, params);
+        if (!r.ok()) co_return r.status();
+        co_return pgwrites::id_of(*r);
+      });
+  if (!made.ok()) co_return made.status();
+  {
+    const lane::OnThisThread request(ctx);
+    store_.remember_user_write(user_id);  // the user's next pages on this process see it
+  }
+  co_return PaymentReceipt{made->first, amount_cents, made->second};
+}
+
+net::awaitable<Result<SignupReceipt>> PgLane::sign_up(lane::Context& ctx, std::int64_t user_id,
+                                                      std::int64_t game_id, const std::string& key,
+                                                      const std::string& now) {
+  if (Status bad = ClubStore::check_sign_up(game_id, key); !bad.ok()) co_return bad;
+  const IdempotencyKey keyed = sign_up_key(game_id, key);
+  const pg::Param lock[] = {game_id, now};
+  const pg::Param seats[] = {game_id, user_id};
+  const pg::Param add[] = {game_id, user_id, now};
+  Result<std::pair<std::int64_t, bool>> made = co_await create_row(
+      ctx, user_id, "signups", keyed, [&](Tx& tx) -> net::awaitable<Result<std::int64_t>> {
+        Result<pg::Rows> game = co_await tx.query(pgwrites::kLockGame, lock);
+        if (!game.ok()) co_return game.status();
+        Result<std::int64_t> capacity = pgwrites::open_game(*game);
+        if (!capacity.ok()) co_return capacity.status();
+        Result<pg::Rows> taken = co_await tx.query(pgwrites::kSeatsTaken, seats);
+        if (!taken.ok()) co_return taken.status();
+        if (Status full = pgwrites::seat_free(*taken, *capacity); !full.ok()) co_return full;
+        Result<pg::Rows> added = co_await tx.query(pgwrites::kInsertSignup, add);
+        if (!added.ok()) co_return added.status();
+        co_return pgwrites::id_of(*added);
+      });
+  if (!made.ok()) co_return made.status();
+  co_return SignupReceipt{made->first, game_id, made->second};
+}
+
+net::awaitable<Status> PgLane::record_report(lane::Context& ctx, const std::string& path,
+                                             const std::string& digest, const std::string& note,
+                                             const std::string& now) {
+  if (Status bad = ClubStore::check_report(path, digest, note); !bad.ok()) co_return bad;
+  const pg::Param params[] = {path, digest, note, now};
+  co_return co_await write(ctx, pgwrites::kInsertReport, params,
+                           Operation::write("problem_reports.create"));
+}
+
+net::awaitable<Status> PgLane::write(lane::Context& ctx, std::string_view sql,
+                                     std::span<const pg::Param> params, const Operation& op) {
+  store_.count_call();
+  Result<pg::Rows> r =
+      co_await writes_->async_write(ctx.request, sql, params, op, net::use_awaitable);
+  co_return r.status();
+}
+
+net::awaitable<Status> PgLane::rehash(lane::Context& ctx, std::int64_t user_id,
+                                      const std::string& fresh, const std::string& stored) {
+  const pg::Param params[] = {fresh, user_id, stored};
+  const Status s =
+      co_await write(ctx, pgwrites::kRehash, params, Operation::idempotent_write("login.rehash"));
+  if (s.ok()) {
+    const lane::OnThisThread request(ctx);
+    store_.remember_user_write(user_id);
+  }
+  co_return s;
+}
+
+net::awaitable<Status> PgLane::insert_session(lane::Context& ctx, const std::string& token,
+                                              std::int64_t user_id, const std::string& now) {
+  const pg::Param params[] = {token, user_id, now};
+  const Status s = co_await write(ctx, pgwrites::kInsertSession, params,
+                                  Operation::idempotent_write("login.session").critical());
+  if (s.ok()) {
+    const lane::OnThisThread request(ctx);
+    store_.remember_session_write(token);  // the session's next page sees it
+  }
+  co_return s;
+}
+
+net::awaitable<Status> PgLane::cap_sessions(lane::Context& ctx, std::int64_t user_id,
+                                            const std::string& now) {
+  const pg::Param params[] = {user_id, now, std::int64_t{ClubStore::kSessionsPerUser}};
+  co_return co_await write(ctx, pgwrites::kCapSessions, params,
+                           Operation::idempotent_write("login.session_cap").background());
+}
+
+net::awaitable<Status> PgLane::end_session(lane::Context& ctx, const std::string& token) {
+  const pg::Param params[] = {token};
+  co_return co_await write(ctx, pgwrites::kEndSession, params,
+                           Operation::idempotent_write("session.end"));
 }
 
 }  // namespace holdfast::panel

@@ -1,10 +1,12 @@
-// The async lane's PostgreSQL reads on the event loop (ADR 0043): the session, the
-// schedule's games and context, and a sign-in's credentials, each one call of the library's
-// holdfast::asio::pg::Client. A round trip is a wait on the lane's loop, not a thread: the
-// Client drives libpq's non-blocking API there, routes each read to the standby when it has
-// the request's writes (else the primary), hedges a slow standby's read, finds silence, and
-// retries within the request's window through its Shield ("club.reads"). The writes are
-// still the store's blocking transactions (async_call.hpp's write_call()).
+// The async lane's PostgreSQL calls on the event loop (ADR 0043): the session, the schedule's
+// games and context, a sign-in's credentials, payments, sign-ups and problem reports, each one
+// call of the library's holdfast::asio::pg::Client. A round trip is a wait on the lane's loop,
+// not a thread: the Client drives libpq's non-blocking API there, routes each read to the
+// standby when it has the request's writes (else the primary), hedges a slow standby's read,
+// finds silence, retries within the request's window through its Shield ("club.reads"), keys
+// payments and sign-ups with async_once() and watches for confirmed writes a failover lost.
+// The sessions' writes (sign-in, sign-out) are still the store's blocking calls
+// (async_call.hpp's write_call()).
 //
 // Used when the store is holdfast's on PostgreSQL with at most one standby, directly or
 // behind PgBouncer in transaction mode (the Client then sets the session's settings in each
@@ -13,11 +15,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -31,16 +35,16 @@
 
 namespace holdfast::panel {
 
-class PgLane final : public LaneReads {
+class PgLane final : public LaneCalls {
  public:
-  // The Client's options for `store`, checked as the Client checks them (a Status naming
-  // what is wrong); nullopt when the lane's reads stay blocking jobs (see the top).
-  static std::optional<Result<asio::pg::ClientOptions>> wanted(const ClubStore& store);
-  // A Client on `loop` (the lane's one event loop) for `store`, attached to it
-  // (PgClubStore::attach_lane()) so that its Shield and attempts are the store's reads'.
+  // The Clients' options for `store`, checked as a Client checks them (a Status naming what
+  // is wrong); nullopt when the lane's calls stay blocking jobs (see the top).
+  static std::optional<Result<PgClubStore::LaneOptions>> wanted(const ClubStore& store);
+  // The two Clients on `loop` (the lane's one event loop) for `store`, attached to it
+  // (PgClubStore::attach_lane()) so that their Shields and attempts are the store's.
   static Result<std::unique_ptr<PgLane>> open(ClubStore& store,
                                               const boost::asio::any_io_executor& loop,
-                                              asio::pg::ClientOptions options);
+                                              PgClubStore::LaneOptions options);
   // Detaches from the store and lets go of the Client: call it before the loop goes
   // (HttpServer::LaneHooks::stopped).
   ~PgLane() override;
@@ -60,16 +64,57 @@ class PgLane final : public LaneReads {
   boost::asio::awaitable<Result<std::optional<ClubStore::Credentials>>> credentials(
       lane::Context& ctx, const std::string& email);
 
-  Shield& shield() noexcept override { return client_->shield(); }
+  // ClubStore's pay(), sign_up() and record_report() on the loop: one transaction each through
+  // the writes' Client (keyed with async_once() when the request has an Idempotency-Key), with
+  // the blocking store's statements and refusals (club_writes_pg.hpp) and its input checks
+  // first.
+  boost::asio::awaitable<Result<PaymentReceipt>> pay(lane::Context& ctx, std::int64_t user_id,
+                                                     std::int64_t amount_cents,
+                                                     const std::string& method,
+                                                     const std::string& key,
+                                                     const std::string& now);
+  boost::asio::awaitable<Result<SignupReceipt>> sign_up(lane::Context& ctx, std::int64_t user_id,
+                                                        std::int64_t game_id,
+                                                        const std::string& key,
+                                                        const std::string& now);
+  boost::asio::awaitable<Status> record_report(lane::Context& ctx, const std::string& path,
+                                               const std::string& digest, const std::string& note,
+                                               const std::string& now);
+  // A sign-in's writes and a sign-out's (the blocking store's rehash_once(),
+  // insert_session_once(), cap_sessions_once() and end_session_once(), with their statements,
+  // operations and what they remember for the user's next reads).
+  boost::asio::awaitable<Status> rehash(lane::Context& ctx, std::int64_t user_id,
+                                        const std::string& fresh, const std::string& stored);
+  boost::asio::awaitable<Status> insert_session(lane::Context& ctx, const std::string& token,
+                                                std::int64_t user_id, const std::string& now);
+  boost::asio::awaitable<Status> cap_sessions(lane::Context& ctx, std::int64_t user_id,
+                                              const std::string& now);
+  boost::asio::awaitable<Status> end_session(lane::Context& ctx, const std::string& token);
+
+  Shield& shield() noexcept override { return reads_->shield(); }
+  Shield& write_shield() noexcept override { return writes_->shield(); }
+  [[nodiscard]] pg::LostWritesReport lost_writes() const override { return writes_->lost_writes(); }
   [[nodiscard]] std::uint64_t standby_reads() const noexcept override {
-    return client_->standby_reads();
+    return reads_->standby_reads();
   }
 
  private:
-  PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> client);
+  PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> reads,
+         std::shared_ptr<asio::pg::Client<>> writes);
   boost::asio::awaitable<Result<pg::Rows>> read(lane::Context& ctx, std::string_view sql,
                                                 std::span<const pg::Param> params,
                                                 const pg::ReadOptions& options);
+  // One write statement through the writes' Client.
+  boost::asio::awaitable<Status> write(lane::Context& ctx, std::string_view sql,
+                                       std::span<const pg::Param> params, const Operation& op);
+  using Tx = asio::pg::Client<>::Transaction;
+  // A transaction that makes one row and returns its id.
+  using RowBody = std::function<boost::asio::awaitable<Result<std::int64_t>>(Tx&)>;
+  // PgClubStore::create_row() on the loop: `body` as one transaction re-run after a rollback
+  // (40001, 40P01), with `key` once for "<user>:<route>:<key>" and its record; {id, replayed}.
+  boost::asio::awaitable<Result<std::pair<std::int64_t, bool>>> create_row(
+      lane::Context& ctx, std::int64_t user_id, std::string_view route, const IdempotencyKey& key,
+      RowBody body);
   // read() with `op`, its rows decoded by `decode` (club_reads_pg.hpp).
   template <class T, class Decode>
   boost::asio::awaitable<Result<T>> decoded(lane::Context& ctx, std::string_view sql,
@@ -77,7 +122,8 @@ class PgLane final : public LaneReads {
                                             Decode decode);
 
   PgClubStore& store_;
-  std::shared_ptr<asio::pg::Client<>> client_;
+  std::shared_ptr<asio::pg::Client<>> reads_;
+  std::shared_ptr<asio::pg::Client<>> writes_;
 };
 
 }  // namespace holdfast::panel

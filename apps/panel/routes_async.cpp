@@ -101,18 +101,35 @@ net::awaitable<void> PanelServer::post_write_async(const http::Request& req, htt
   const Idempotency idempotency =
       in->key.empty() ? Idempotency::kNonIdempotent : Idempotency::kIdempotent;
   if (payment) {
-    const Operation op{idempotency, true, priority, "payments.create"};
-    const Result<PaymentReceipt> paid = co_await write_call<Result<PaymentReceipt>>(
-        store, ctx, op,
-        [&] { return store.pay_once(in->user_id, in->value, in->method, in->key, now); });
+    std::optional<Result<PaymentReceipt>> paid;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+    if (pg_lane_ != nullptr) {
+      paid.emplace(co_await pg_lane_->pay(ctx, in->user_id, in->value, in->method, in->key, now));
+    }
+#endif
+    if (!paid) {
+      const Operation op{idempotency, true, priority, "payments.create"};
+      paid.emplace(co_await write_call<Result<PaymentReceipt>>(store, ctx, op, [&] {
+        return store.pay_once(in->user_id, in->value, in->method, in->key, now);
+      }));
+    }
     const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
-    answer_payment(res, paid);
+    answer_payment(res, *paid);
   } else {
-    const Operation op{idempotency, true, priority, "signups.create"};
-    const Result<SignupReceipt> added = co_await write_call<Result<SignupReceipt>>(
-        store, ctx, op, [&] { return store.sign_up_once(in->user_id, in->value, in->key, now); });
+    std::optional<Result<SignupReceipt>> added;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+    if (pg_lane_ != nullptr) {
+      added.emplace(co_await pg_lane_->sign_up(ctx, in->user_id, in->value, in->key, now));
+    }
+#endif
+    if (!added) {
+      const Operation op{idempotency, true, priority, "signups.create"};
+      added.emplace(co_await write_call<Result<SignupReceipt>>(store, ctx, op, [&] {
+        return store.sign_up_once(in->user_id, in->value, in->key, now);
+      }));
+    }
     const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
-    answer_signup(res, added);
+    answer_signup(res, *added);
   }
 }
 
@@ -123,12 +140,18 @@ net::awaitable<void> PanelServer::post_logout_async(const http::Request& req, ht
   const std::string token = session_token(req);
   if (!token.empty()) {
     if (!logout_allowed(req, res, token)) co_return;
-    const Status ended =
-        co_await write_call<Status>(store, ctx, Operation::idempotent_write("session.end"),
-                                    [&] { return store.end_session_once(token); });
-    if (!ended.ok()) {
+    std::optional<Status> ended;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+    if (pg_lane_ != nullptr) ended.emplace(co_await pg_lane_->end_session(ctx, token));
+#endif
+    if (!ended) {
+      ended.emplace(co_await write_call<Status>(store, ctx,
+                                                Operation::idempotent_write("session.end"),
+                                                [&] { return store.end_session_once(token); }));
+    }
+    if (!ended->ok()) {
       // The session lives on: say so rather than pretend (the cookie is kept).
-      answers_->failure(res, ended, "/logout", false);
+      answers_->failure(res, *ended, "/logout", false);
       co_return;
     }
   }
@@ -239,9 +262,17 @@ net::awaitable<Result<std::string>> PanelServer::sign_in_async(const SignInAsk& 
   }
   if (!check.fresh_hash.empty()) {
     // Its failure is not the sign-in's: the next one tries again.
-    (void)co_await write_call<Status>(store, ctx, Operation::idempotent_write("login.rehash"), [&] {
-      return store.rehash_once(found->user_id, check.fresh_hash, found->password_hash);
-    });
+#ifdef HOLDFAST_PANEL_HAVE_PG
+    if (pg_lane_ != nullptr) {
+      (void)co_await pg_lane_->rehash(ctx, found->user_id, check.fresh_hash, found->password_hash);
+    }
+#endif
+    if (pg_lane_ == nullptr) {
+      (void)co_await write_call<Status>(
+          store, ctx, Operation::idempotent_write("login.rehash"), [&] {
+            return store.rehash_once(found->user_id, check.fresh_hash, found->password_hash);
+          });
+    }
   }
   co_return co_await open_session_async(found->user_id, ctx);
 }
@@ -251,6 +282,15 @@ net::awaitable<Result<std::string>> PanelServer::open_session_async(std::int64_t
   ClubStore& store = *options_.store;
   const std::string token = ClubStore::new_token();
   const std::string now = now_utc();
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) {
+    const Status opened = co_await pg_lane_->insert_session(ctx, token, user_id, now);
+    if (!opened.ok()) co_return opened;
+    // Its failure is not the sign-in's: the next one tries again.
+    (void)co_await pg_lane_->cap_sessions(ctx, user_id, now);
+    co_return token;
+  }
+#endif
   const Status opened = co_await write_call<Status>(
       store, ctx, Operation::idempotent_write("login.session").critical(),
       [&] { return store.insert_session_once(token, user_id, now); });
@@ -293,10 +333,19 @@ net::awaitable<void> PanelServer::post_report_async(const http::Request& req, ht
   const std::optional<ReportAsk> ask = report_asked(req, res);
   if (!ask) co_return;
   ClubStore& store = *options_.store;
-  const Status recorded = co_await write_call<Status>(
-      store, ctx, Operation::write("problem_reports.create"),
-      [&] { return store.record_report_once(ask->path, ask->digest, ask->note, ask->now); });
-  answer_report(res, *ask, recorded);
+  std::optional<Status> recorded;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) {
+    recorded.emplace(
+        co_await pg_lane_->record_report(ctx, ask->path, ask->digest, ask->note, ask->now));
+  }
+#endif
+  if (!recorded) {
+    recorded.emplace(co_await write_call<Status>(
+        store, ctx, Operation::write("problem_reports.create"),
+        [&] { return store.record_report_once(ask->path, ask->digest, ask->note, ask->now); }));
+  }
+  answer_report(res, *ask, *recorded);
 }
 
 net::awaitable<void> PanelServer::get_status_async(const http::Request& req, http::Response& res,
@@ -310,7 +359,7 @@ net::awaitable<void> PanelServer::get_status_async(const http::Request& req, htt
 
 std::optional<HttpServer::LaneHooks> PanelServer::event_loop_reads() {
 #ifdef HOLDFAST_PANEL_HAVE_PG
-  std::optional<Result<asio::pg::ClientOptions>> wanted = PgLane::wanted(*options_.store);
+  std::optional<Result<PgClubStore::LaneOptions>> wanted = PgLane::wanted(*options_.store);
   if (!wanted) return std::nullopt;
   if (!wanted->ok()) {
     // The reads stay blocking jobs, which work with these options; say why once.
@@ -319,9 +368,9 @@ std::optional<HttpServer::LaneHooks> PanelServer::event_loop_reads() {
     return std::nullopt;
   }
   HttpServer::LaneHooks hooks;
-  hooks.started = [this, client = std::move(**wanted)](const net::any_io_executor& loop) {
+  hooks.started = [this, clients = std::move(**wanted)](const net::any_io_executor& loop) {
     // Checked by wanted(): only memory could fail it.
-    Result<std::unique_ptr<PgLane>> lane = PgLane::open(*options_.store, loop, client);
+    Result<std::unique_ptr<PgLane>> lane = PgLane::open(*options_.store, loop, clients);
     if (lane.ok()) pg_lane_ = std::move(*lane);
   };
   hooks.stopped = [this] { pg_lane_.reset(); };
