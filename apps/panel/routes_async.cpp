@@ -52,12 +52,10 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     if (req.received != TimePoint{}) ctx.window().open(req.received);
     cap_by_upstream(req, ctx.window());
     if (options_.store->async_access()->blocking()) {
-      // PostgreSQL: the writes' tries block, on a pool sized to the connections (start()),
-      // and so do the reads' unless they wait on this loop (pg_lane_); the reads must see the
-      // writes the client's hf_wal cookie names, as on the workers.
-      if (pg_lane_ != nullptr) {
-        ctx.write_jobs = http_->blocking_executor(0);
-      } else {
+      // PostgreSQL: the calls wait on this loop (pg_lane_), or their tries block, on pools
+      // sized to the connections (start()); the reads must see the writes the client's hf_wal
+      // cookie names, as on the workers.
+      if (pg_lane_ == nullptr) {
         ctx.read_jobs = http_->blocking_executor(0);
         ctx.write_jobs = http_->blocking_executor(1);
       }
@@ -357,14 +355,14 @@ net::awaitable<void> PanelServer::get_status_async(const http::Request& req, htt
   if (status_allowed_of(res, req.path, image, token, who)) answer_status(res, image);
 }
 
-std::optional<HttpServer::LaneHooks> PanelServer::event_loop_reads() {
+std::optional<HttpServer::LaneHooks> PanelServer::event_loop_calls() {
 #ifdef HOLDFAST_PANEL_HAVE_PG
   std::optional<Result<PgClubStore::LaneOptions>> wanted = PgLane::wanted(*options_.store);
   if (!wanted) return std::nullopt;
   if (!wanted->ok()) {
-    // The reads stay blocking jobs, which work with these options; say why once.
+    // The calls stay blocking jobs, which work with these options; say why once.
     options_.logger->warn(
-        "panel", "the reads stay blocking jobs: " + std::string(wanted->status().message()));
+        "panel", "the calls stay blocking jobs: " + std::string(wanted->status().message()));
     return std::nullopt;
   }
   HttpServer::LaneHooks hooks;

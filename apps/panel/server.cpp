@@ -54,13 +54,13 @@ Status PanelServer::start() {
   const bool use_async =
       options_.async_lane && async != nullptr && &options_.store->clock() == &Clock::system();
   if (use_async) o.async_workers = std::max(async->connections, 1);
-  std::optional<HttpServer::LaneHooks> loop_reads;
-  if (use_async && async->blocking()) loop_reads = event_loop_reads();
-  if (loop_reads) {
-    // PostgreSQL's reads wait on one event loop (ADR 0043); the writes' tries still block in
-    // libpq, on a pool sized to the write connections (blocking_executor(0)).
+  std::optional<HttpServer::LaneHooks> loop_calls;
+  if (use_async && async->blocking()) loop_calls = event_loop_calls();
+  if (loop_calls) {
+    // PostgreSQL's calls, reads and writes, wait on one event loop (ADR 0043, 0044): no
+    // thread of the lane's blocks in libpq.
     o.async_workers = 1;
-    o.blocking_pools = {async->write_jobs};
+    o.blocking_pools = {};
   } else if (use_async && async->blocking()) {
     // PostgreSQL: each try blocks in libpq, on a pool sized to the connections it shares
     // (ADR 0032); the event loops only wait, so two are plenty.
@@ -73,7 +73,7 @@ Status PanelServer::start() {
     server->serve_async(
         &PanelServer::is_async_route,
         [this](const http::Request& req, http::Response& res) { return handle_async(req, res); },
-        loop_reads ? std::move(*loop_reads) : HttpServer::LaneHooks{});
+        loop_calls ? std::move(*loop_calls) : HttpServer::LaneHooks{});
   }
   // Set before it starts: a request served at once may use it (the CPU executor, /status).
   http_ = std::move(server);

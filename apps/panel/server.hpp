@@ -341,13 +341,13 @@ class PanelServer {
   void answer_payment(http::Response& res, const Result<PaymentReceipt>& paid);
   void answer_signup(http::Response& res, const Result<SignupReceipt>& added);
 
-  // The lane's PostgreSQL reads on its event loop (pg_lane.hpp): the hooks that make and
-  // release them with the loop, or nullopt when the reads stay blocking jobs (PgLane::wanted()).
-  std::optional<HttpServer::LaneHooks> event_loop_reads();
+  // The lane's PostgreSQL calls on its event loop (pg_lane.hpp): the hooks that make and
+  // release them with the loop, or nullopt when the calls stay blocking jobs (PgLane::wanted()).
+  std::optional<HttpServer::LaneHooks> event_loop_calls();
 
   Options options_;
   std::unique_ptr<HttpServer> http_;
-  // Made and released by event_loop_reads()' hooks (shared: PgLane is complete only there).
+  // Made and released by event_loop_calls()' hooks (shared: PgLane is complete only there).
   std::shared_ptr<PgLane> pg_lane_;
   int port_ = 0;
   PanelCounters counters_;
