@@ -5,8 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "striped_window.hpp"
-
 namespace holdfast {
 namespace {
 

@@ -67,6 +67,7 @@
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
+#include "holdfast/detail/striped_window.hpp"
 
 namespace holdfast {
 
@@ -138,38 +139,6 @@ struct WindowCounts {
   std::uint64_t calls = 0;     ///< calls recorded
   std::uint64_t failures = 0;  ///< of them, overload failures
 };
-
-namespace detail {
-
-// The breaker's sliding window. Internal: its contract and code are in
-// src/core/striped_window.hpp; it is declared here only because the breaker holds it on
-// the cache line every call reads.
-class StripedWindow {
- public:
-  StripedWindow(int buckets, std::int64_t bucket_ns);
-  ~StripedWindow();
-  StripedWindow(const StripedWindow&) = delete;
-  StripedWindow& operator=(const StripedWindow&) = delete;
-
-  inline void count(std::int64_t end_ns, bool failure) noexcept;
-  [[nodiscard]] WindowCounts sum(std::int64_t now_ns) const noexcept;
-  inline void forget(std::int64_t now_ns) noexcept;
-
- private:
-  struct Line;
-  [[nodiscard]] inline std::int64_t bucket_index(std::int64_t ns) const noexcept;
-  [[nodiscard]] inline std::atomic<std::uint64_t>* stripe_at(unsigned stripe) const noexcept;
-
-  const std::int64_t bucket_ns_;
-  const int buckets_;
-  // Cache lines per stripe: a power of two (1 << stripe_shift_), so a stripe is found
-  // with a shift.
-  const unsigned stripe_shift_;
-  std::unique_ptr<Line[]> ring_;
-  std::atomic<std::int64_t> since_bucket_{0};
-};
-
-}  // namespace detail
 
 /// Stops sending work to a database that fails from overload (see the top of this file).
 /// Not copyable; every method may be called from any thread.
