@@ -109,7 +109,8 @@ inline void StripedWindow::forget(std::int64_t now_ns) noexcept {
 // count_slow() would store.
 inline void StripedWindow::count(std::int64_t end_ns, bool failure) noexcept {
   using namespace window_bits;
-  const unsigned stripe_index = thread_stripe();
+  // A thread with no stripe yet (kNoStripe) claims one in count_slow().
+  const unsigned stripe_index = thread_stripe_index;
   if (stripe_index < kOwnedStripes) [[likely]] {
     std::atomic<std::uint64_t>* stripe = stripe_at(stripe_index);
     const auto start = static_cast<std::int64_t>(stripe[1].load(std::memory_order_relaxed));
