@@ -5,8 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "striped_window.hpp"
-
 namespace holdfast {
 namespace {
 
@@ -389,23 +387,15 @@ Duration CircuitBreaker::open_duration() const noexcept {
 
 void CircuitBreaker::finish_call(const Permit& permit, CallResult result,
                                  Duration latency) noexcept {
+  if (result == CallResult::kSuccess) [[likely]] {
+    call_succeeded(permit.word_, permit.time_ns_, latency);
+    return;
+  }
   if (result == CallResult::kNeutral) return;
   // A result from before the last state change (generation) says nothing about now.
   if (word_.load(std::memory_order_acquire) != permit.word_) return;
   const std::int64_t lat = std::max<std::int64_t>(latency.count(), 0);
-  if (result == CallResult::kSuccess && slow_ns_ > 0 && lat > slow_ns_) {
-    result = CallResult::kFailure;
-  }
-  const std::int64_t end_ns = permit.time_ns_ + lat;
-  if (result == CallResult::kSuccess) [[likely]] {
-    window_.count(end_ns, false);
-    if (consecutive_.load(std::memory_order_relaxed) != 0) {
-      consecutive_.store(0, std::memory_order_relaxed);
-      refused_.store(0, std::memory_order_relaxed);
-    }
-    return;
-  }
-  call_failed(permit.word_, end_ns, result == CallResult::kRefused);
+  call_failed(permit.word_, permit.time_ns_ + lat, result == CallResult::kRefused);
 }
 
 void CircuitBreaker::call_failed(std::uint64_t word, std::int64_t end_ns, bool refused) noexcept {

@@ -67,6 +67,7 @@
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
+#include "holdfast/detail/striped_window.hpp"
 
 namespace holdfast {
 
@@ -138,38 +139,6 @@ struct WindowCounts {
   std::uint64_t calls = 0;     ///< calls recorded
   std::uint64_t failures = 0;  ///< of them, overload failures
 };
-
-namespace detail {
-
-// The breaker's sliding window. Internal: its contract and code are in
-// src/core/striped_window.hpp; it is declared here only because the breaker holds it on
-// the cache line every call reads.
-class StripedWindow {
- public:
-  StripedWindow(int buckets, std::int64_t bucket_ns);
-  ~StripedWindow();
-  StripedWindow(const StripedWindow&) = delete;
-  StripedWindow& operator=(const StripedWindow&) = delete;
-
-  inline void count(std::int64_t end_ns, bool failure) noexcept;
-  [[nodiscard]] WindowCounts sum(std::int64_t now_ns) const noexcept;
-  inline void forget(std::int64_t now_ns) noexcept;
-
- private:
-  struct Line;
-  [[nodiscard]] inline std::int64_t bucket_index(std::int64_t ns) const noexcept;
-  [[nodiscard]] inline std::atomic<std::uint64_t>* stripe_at(unsigned stripe) const noexcept;
-
-  const std::int64_t bucket_ns_;
-  const int buckets_;
-  // Cache lines per stripe: a power of two (1 << stripe_shift_), so a stripe is found
-  // with a shift.
-  const unsigned stripe_shift_;
-  std::unique_ptr<Line[]> ring_;
-  std::atomic<std::int64_t> since_bucket_{0};
-};
-
-}  // namespace detail
 
 /// Stops sending work to a database that fails from overload (see the top of this file).
 /// Not copyable; every method may be called from any thread.
@@ -260,6 +229,7 @@ class CircuitBreaker {
 
  private:
   friend class Permit;
+  friend class Shield;  // its success path keeps no Permit (call_word(), call_succeeded())
   static constexpr std::uint64_t kStateMask = 3;
   struct ProbeLease {
     bool busy = false;
@@ -272,6 +242,17 @@ class CircuitBreaker {
   }
 
   Permit acquire_slow(TimePoint now) noexcept;
+  // The state word an ordinary call is admitted with (generation << 2 | state): closed when
+  // its state bits are 0 (acquire_if_closed() without the Permit).
+  [[nodiscard]] std::uint64_t call_word() const noexcept {
+    return word_.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] static bool closed(std::uint64_t word) noexcept { return (word & kStateMask) == 0; }
+  // The Permit acquire_if_closed(now) gives when it reads `word` (REQUIRES: closed(word)).
+  [[nodiscard]] Permit call_permit(std::uint64_t word, TimePoint now) noexcept;
+  // Records the success of an ordinary call admitted with `word` at `start_ns`, after
+  // `latency`: what its Permit's record(CallResult::kSuccess, latency) does.
+  void call_succeeded(std::uint64_t word, std::int64_t start_ns, Duration latency) noexcept;
   void finish_call(const Permit& permit, CallResult result, Duration latency) noexcept;
   [[gnu::noinline]] void call_failed(std::uint64_t word, std::int64_t end_ns,
                                      bool refused) noexcept;
@@ -428,13 +409,33 @@ class CircuitBreaker::Permit {
   std::uint8_t lease_ = 0;
 };
 
+inline CircuitBreaker::Permit CircuitBreaker::call_permit(std::uint64_t word,
+                                                          TimePoint now) noexcept {
+  return Permit(this, word, now.time_since_epoch().count(), Permit::Kind::kCall,
+                BreakerState::kClosed, 0);
+}
+
 inline CircuitBreaker::Permit CircuitBreaker::acquire_if_closed(TimePoint now) noexcept {
-  const std::uint64_t w = word_.load(std::memory_order_acquire);
-  if ((w & kStateMask) == 0) [[likely]] {
-    return Permit(this, w, now.time_since_epoch().count(), Permit::Kind::kCall,
-                  BreakerState::kClosed, 0);
-  }
+  const std::uint64_t w = call_word();
+  if (closed(w)) [[likely]]
+    return call_permit(w, now);
   return Permit();
+}
+
+inline void CircuitBreaker::call_succeeded(std::uint64_t word, std::int64_t start_ns,
+                                           Duration latency) noexcept {
+  // A result from before the last state change (generation) says nothing about now.
+  if (word_.load(std::memory_order_acquire) != word) return;
+  const std::int64_t lat = latency.count() > 0 ? latency.count() : 0;
+  if (slow_ns_ > 0 && lat > slow_ns_) [[unlikely]] {
+    call_failed(word, start_ns + lat, false);  // slower than slow_call_threshold
+    return;
+  }
+  window_.count(start_ns + lat, false);
+  if (consecutive_.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    consecutive_.store(0, std::memory_order_relaxed);
+    refused_.store(0, std::memory_order_relaxed);
+  }
 }
 
 inline CircuitBreaker::Permit CircuitBreaker::acquire(TimePoint now) noexcept {

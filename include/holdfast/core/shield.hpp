@@ -214,6 +214,9 @@ class Shield {
   // Records an attempt's success (`latency`: zero when not measured): the breaker, the
   // throttle, the metrics and the limit's latency sample.
   void on_success(CircuitBreaker::Permit&& permit, Duration latency) noexcept;
+  // on_success() of run()'s first attempt, not timed (no latency sample), admitted by a
+  // closed breaker whose state word was `word` at `start`.
+  void on_untimed_success(std::uint64_t word, TimePoint start) noexcept;
   void on_transition(const BreakerTransition& t);
   // The wait queue (first come, first served), under wait_mutex_. `call` joins it at `now`,
   // to wait until `until` at the latest.
@@ -492,6 +495,12 @@ inline void Shield::on_success(CircuitBreaker::Permit&& permit, Duration latency
   if (latency > Duration::zero()) limit_.record(latency, false);
 }
 
+inline void Shield::on_untimed_success(std::uint64_t word, TimePoint start) noexcept {
+  breaker_.call_succeeded(word, start.time_since_epoch().count(), Duration::zero());
+  throttle_.record_success();
+  metrics_.count_success();
+}
+
 template <class F>
 auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStats* stats)
     -> std::invoke_result_t<F&> {
@@ -503,21 +512,26 @@ auto Shield::run(const RetryPolicy& policy, Operation op, F&& attempt, RetryStat
   // thread is timed precisely, as the concurrency limit's latency sample.
   TimePoint start = system_clock_ ? SystemClock::read_coarse() : clock.coarse_now();
   // The common case needs no Call: the breaker is closed and the limit relaxed (it counts
-  // nothing), so the first attempt goes at once and its success has nothing to undo.
-  CircuitBreaker::Permit first = breaker_.acquire_if_closed(start);
-  if (first && !limit_.tight()) [[likely]] {
+  // nothing), so the first attempt goes at once and its success has nothing to undo. It
+  // holds the breaker's state word instead of a Permit (acquire_if_closed(start)): an
+  // ordinary call's permit left unrecorded, if the attempt throws, records nothing.
+  const std::uint64_t word = breaker_.call_word();
+  if (CircuitBreaker::closed(word) && !limit_.tight()) [[likely]] {
     const bool timed = breaker_.measures_latency() || limit_.wants_sample(start);
     const TimePoint t0 = timed ? clock.now() : start;
     R r = attempt();
     if (is_ok(r)) [[likely]] {
-      on_success(std::move(first), timed ? clock.now() - t0 : Duration::zero());
+      if (timed) {
+        on_success(breaker_.call_permit(word, start), clock.now() - t0);
+      } else {
+        on_untimed_success(word, start);
+      }
       if (stats != nullptr) *stats = RetryStats{1, Duration::zero(), StopReason::kNone};
       return r;
     }
-    run_failed(policy, op, std::move(first), t0, start, attempt, r, stats);
+    run_failed(policy, op, breaker_.call_permit(word, start), t0, start, attempt, r, stats);
     return r;
   }
-  first.cancel();  // refused, or taken by the concurrency limit's rules below: no call
   // Off the common path the breaker and the limit decide on the precise time: a refusal's
   // retry_after() measured from the coarse one (a tick behind) could end before the open
   // period does, and a caller who waits it out would be refused again.
