@@ -79,6 +79,53 @@ TEST(ConcurrencyLimit, LatencyRisingAboveTwiceNormalShrinksItByAtMostHalfASample
   EXPECT_LT(limit.limit(), 20.0);
 }
 
+TEST(ConcurrencyLimit, ALatencyFarAboveToleranceTakesTheLimitToItsMinimum) {
+  // 200 processes sharing 80 workers each see the database 100 x slower than normal. The
+  // queue allowance (at least 1) once held every limit at 4 or more against the gradient's
+  // floor of one half; far above tolerance it shrinks, and the limit goes to its minimum.
+  ConcurrencyLimit::Options o = small(20);
+  o.min = 2;
+  ConcurrencyLimit limit(o);
+  for (int i = 0; i < 20; ++i)
+    busy_sample(limit, 1, milliseconds(2));
+  for (int i = 0; i < 200; ++i)
+    busy_sample(limit, static_cast<int>(limit.limit()), milliseconds(200));
+  EXPECT_LT(limit.limit(), 2.5);
+  // Within 4 x tolerance (here 5 x the normal: 2.5 x tolerance) the allowance stays whole.
+  ConcurrencyLimit moderate(o);
+  for (int i = 0; i < 20; ++i)
+    busy_sample(moderate, 1, milliseconds(2));
+  for (int i = 0; i < 200; ++i)
+    busy_sample(moderate, static_cast<int>(moderate.limit()), milliseconds(10));
+  EXPECT_GE(moderate.limit(), 3.9) << "2 x an allowance of at least sqrt(4)";
+}
+
+TEST(ConcurrencyLimit, ALuckyFirstAnswerDoesNotSetTheNormalLatency) {
+  // An exponential service of 5 ms answers within 10 us one time in 500. The normal latency
+  // is the mean of the first short_samples (5) answers, not the first one alone (which it
+  // would then keep for minutes: it rises only by creeping).
+  ConcurrencyLimit limit(small(20));
+  busy_sample(limit, 1, std::chrono::microseconds(10));
+  for (int i = 0; i < 4; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  EXPECT_NEAR(static_cast<double>(std::chrono::nanoseconds(limit.normal_latency()).count()),
+              4'002'000.0, 10.0);
+  for (int i = 0; i < 20; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  EXPECT_FALSE(limit.tight()) << "5 ms is within twice the normal";
+}
+
+TEST(ConcurrencyLimit, ADroppedCallIsNoAnswerForTheNormalLatency) {
+  // A call given up at its 1 s timeout before any answer says nothing about the normal pace.
+  ConcurrencyLimit limit(small(20));
+  busy_sample(limit, 1, std::chrono::seconds(1), /*dropped=*/true);
+  EXPECT_EQ(limit.normal_latency(), Duration::zero());
+  EXPECT_TRUE(limit.tight()) << "no answer yet, and a call timed out";
+  for (int i = 0; i < 5; ++i)
+    busy_sample(limit, 1, milliseconds(5));
+  EXPECT_EQ(limit.normal_latency(), milliseconds(5));
+}
+
 TEST(ConcurrencyLimit, TheNormalLatencyDoesNotLearnAQueue) {
   ConcurrencyLimit limit(small(20));
   for (int i = 0; i < 20; ++i)

@@ -20,8 +20,8 @@ using std::chrono::seconds;
 using holdfast::test_support::quiet_options;
 
 // A Shield whose limit of one is taken by `holder`'s attempt, with a database that answers
-// in about 1 ms normally and 2.6 ms lately: the line's target is 5 ms (the floor), its
-// interval 50 ms.
+// in about 1 ms normally (its first answers) and 4 ms lately: the line's target is 5 ms (the
+// floor), its interval 50 ms.
 struct FullLimit {
   ManualClock clock;
   std::optional<Shield> shield;
@@ -31,7 +31,8 @@ struct FullLimit {
     Shield::Options o = quiet_options();
     o.limit.min = o.limit.initial = o.limit.max = 1;
     shield.emplace("main", o, clock);
-    shield->limit().record(milliseconds(1), false);
+    for (int i = 0; i < o.limit.short_samples; ++i)
+      shield->limit().record(milliseconds(1), false);
     shield->limit().record(milliseconds(10), false);
   }
   std::unique_ptr<Shield::Call> call(std::uint64_t seed) {

@@ -152,14 +152,16 @@ TEST(Shield, WhileTheDatabaseIsBusyStopsWithThrottledWhenTheThrottleRefusesARetr
   ManualClock clock;
   Shield::Options o = quiet_options();
   o.throttle.floor_per_second = 0;
-  o.limit.min = 1;
+  // A limit of two whatever the latency (100 x the normal would shrink it below two).
+  o.limit.min = 2;
   o.limit.initial = 2;
   o.limit.max = 2;
   Shield shield("main", o, clock);
   for (int i = 0; i < 5; ++i)
     shield.throttle().record_failure();
   // Busy: the database answers slower than normal, and another call holds a place.
-  shield.limit().record(milliseconds(5), false);
+  for (int i = 0; i < o.limit.short_samples; ++i)
+    shield.limit().record(milliseconds(5), false);
   shield.limit().record(milliseconds(500), false);
   ASSERT_TRUE(shield.limit().tight());
   shield.limit().acquire();
@@ -486,7 +488,8 @@ TEST(Shield, APlaceComesBackWhenTheAttemptFailsOrTheCallIsGone) {
   Shield::Call waiter(shield, shield.reads(), Operation::read(), &w3, Random(3));
   // The database answers slower than normal (a millisecond): the limit counts and checks
   // from now on; the waits it expects (a few ms) fit in the line.
-  shield.limit().record(milliseconds(1), false);
+  for (int i = 0; i < o.limit.short_samples; ++i)
+    shield.limit().record(milliseconds(1), false);
   shield.limit().record(milliseconds(10), false);
   Shield::Admission a = failing.admit(clock.now());
   ASSERT_EQ(a.kind, Shield::Admission::Kind::kAttempt);

@@ -280,7 +280,9 @@ void expect_every_kind(const Seen& seen) {
   EXPECT_GT(get(seen.admissions, AdmissionKind::kAttempt), 10000u);
   EXPECT_GT(get(seen.admissions, AdmissionKind::kWait), 10u);
   EXPECT_GT(get(seen.admissions, AdmissionKind::kStop), 10u);
-  EXPECT_GT(seen.retries, 40u);  // 44 with hedged reads (some stragglers end in a hedge)
+  // 44 with hedged reads (some stragglers end in a hedge); 40 since the limit's allowance
+  // shrinks far above tolerance (ADR 0045): the capacity drop leaves retries less room.
+  EXPECT_GT(seen.retries, 30u);
   EXPECT_GT(get(seen.stops, StopReason::kAtCapacity), 10u);
   EXPECT_GT(get(seen.stops, StopReason::kBreakerOpen), 10u);
 }

@@ -12,15 +12,20 @@
 /// @endcode
 ///
 /// The rule (docs/adr/0008-admission-by-learned-capacity.md) follows Netflix's Gradient2: a
-/// short moving average of the sampled latency (the last ~10 samples) against the normal
-/// latency, the low end of that average: it follows lower latencies at once and higher ones
-/// only by creeping up by half every `long_samples` (5000) samples, so a long queue does not
-/// become normal. While the short one stays within `tolerance` times the normal one the database is
-/// answering at its normal pace and the limit grows by a small queue allowance per sample;
-/// when the short one rises above, the limit shrinks in proportion (at most by half per
-/// sample, smoothed). A dropped call (it timed out: the database kept the work but the caller
-/// gave up) halves the target at once. The limit only grows while the work in flight is at
-/// least half of it: a quiet service learns nothing about a larger load.
+/// short moving average of the sampled latency (the last `short_samples`, 5) against the
+/// normal latency, the low end of that average: it starts as the mean of the first
+/// `short_samples` answers, then follows lower latencies at once (within about a hundred
+/// answers) and higher ones only by creeping up by half every `long_samples` (5000)
+/// samples, so a long queue does not become normal. While the short one stays within `tolerance`
+/// times the normal one the database is answering at its normal pace and the limit grows by a small
+/// queue allowance per sample; when the short one rises above, the limit shrinks in proportion (at
+/// most by half per sample, smoothed). The allowance is per process: when the short average is more
+/// than 4 times the tolerated latency it shrinks in proportion, so that many processes, each with a
+/// small share, do not hold a queue of their allowances at the database
+/// (docs/adr/0045-many-processes-queue-less.md). A dropped call (it timed out: the database
+/// kept the work but the caller gave up) halves the target at once. The limit only grows while
+/// the work in flight is at least half of it: a quiet service learns nothing about a larger
+/// load.
 ///
 /// First attempts may fill the limit; retries start only below `retry_share` of it, so that
 /// under overload retries use spare capacity and nothing else.
@@ -112,7 +117,7 @@ class ConcurrencyLimit {
   [[nodiscard]] bool has_room_for_retry() const noexcept;
   /// The recent latency (short average); zero before the first sample.
   [[nodiscard]] Duration recent_latency() const noexcept;
-  /// The normal latency (long average); zero before the first sample.
+  /// The normal latency (long average); zero before the first answer (a dropped call is none).
   [[nodiscard]] Duration normal_latency() const noexcept;
   /// True while admissions are counted and checked (see above).
   [[nodiscard]] bool tight() const noexcept { return tight_.load(std::memory_order_relaxed); }
@@ -145,6 +150,7 @@ class ConcurrencyLimit {
   std::atomic<double> limit_;
   std::atomic<double> short_ns_{0.0};
   std::atomic<double> long_ns_{0.0};
+  std::atomic<int> samples_{0};  // answers seen, counted up to long_samples / 50
 };
 
 }  // namespace holdfast
