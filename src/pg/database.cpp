@@ -116,7 +116,7 @@ void validate(const DatabaseOptions& o) {
         "set");
   }
   if (o.lost_writes.remember > 0) {
-    if (Status bad = o.lost_writes.check(); !bad.ok()) {
+    if (Status bad = check(o.lost_writes); !bad.ok()) {
       throw std::invalid_argument("DatabaseOptions::" + std::string(bad.message()));
     }
   }

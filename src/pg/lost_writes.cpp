@@ -358,8 +358,7 @@ LostWritesReport LostWrites::report() const {
 
 namespace holdfast::pg {
 
-Status LostWritesOptions::check() const {
-  const LostWritesOptions& o = *this;
+Status check(const LostWritesOptions& o) {
   if (o.remember == 0) return Status(Code::kInvalidArgument, "lost_writes.remember is 0 (off)");
   if (o.horizon <= Duration::zero()) {
     return Status(Code::kInvalidArgument, "lost_writes.horizon must be greater than zero");
@@ -388,7 +387,7 @@ Result<std::unique_ptr<LostWritesWatch>> LostWritesWatch::open(const LostWritesO
                                                                const ConnectOptions& connect,
                                                                std::string table, Metrics& metrics,
                                                                Clock& clock) {
-  if (Status bad = options.check(); !bad.ok()) return bad;
+  if (Status bad = check(options); !bad.ok()) return bad;
   if (table.empty()) {
     return Status(Code::kInvalidArgument, "LostWritesWatch: no idempotency-key table named");
   }

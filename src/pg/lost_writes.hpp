@@ -19,6 +19,7 @@
 #include "holdfast/log/console.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lost_writes.hpp"
+#include "holdfast/pg/lost_writes_watch.hpp"
 
 namespace holdfast::pg::detail {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "holdfast/core/liveness.hpp"
+#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/sql.hpp"
 
@@ -134,6 +135,6 @@ struct RequestPosition {
 // primary's (0: not known). No-op outside a RequestScope.
 void note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept;
 
-using holdfast::pg::ends_transaction;  // holdfast/pg/sql.hpp
+using holdfast::pg::ends_transaction;  // holdfast/pg/attempt.hpp
 
 }  // namespace holdfast::pg::detail

@@ -31,14 +31,7 @@ class AsioPgTransaction : public ::testing::Test {
     admin_->exec(
         "CREATE TABLE IF NOT EXISTS holdfast_idempotency (key text PRIMARY KEY, result text, "
         "created_at timestamptz NOT NULL DEFAULT now())");
-    // Sleeps at COMMIT when the transaction asked for it (a deferred trigger), so that the
-    // backend can be terminated during its COMMIT before it committed.
-    admin_->exec("CREATE FUNCTION " + fn_ +
-                 "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                 "IF current_setting('hf.slow_commit', true) = 'on' THEN "
-                 "PERFORM pg_sleep(30); END IF; RETURN NULL; END $$");
-    admin_->exec("CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + table_ +
-                 " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn_ + "()");
+    make_commit_slow(*admin_, table_, fn_);
   }
   void TearDown() override {
     if (!admin_) return;
@@ -53,20 +46,8 @@ class AsioPgTransaction : public ::testing::Test {
   }
 
   // Terminates the Client's backend once it is in COMMIT and waiting for `wait_event`.
-  std::thread kill_during_commit(std::string wait_event) {
-    return std::thread([this, wait_event] {
-      Admin killer(url_);
-      const bool found = eventually(
-          [&] {
-            return killer.count(
-                       "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                       "= $1 AND query = 'COMMIT' AND wait_event = $2",
-                       {app_, wait_event}) == 1;
-          },
-          std::chrono::milliseconds(8000));
-      EXPECT_TRUE(found) << "the COMMIT never waited for " << wait_event;
-      EXPECT_EQ(killer.terminate(app_), 1);
-    });
+  std::thread kill_during_commit(const std::string& wait_event) {
+    return holdfast::pgtest::kill_during_commit(url_, app_, wait_event);
   }
 
   std::string url_;

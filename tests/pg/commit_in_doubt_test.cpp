@@ -25,12 +25,7 @@ class PgCommitInDoubt : public testing::Test {
     app_ = unique("hf_doubter");
     admin_->exec("CREATE TABLE " + table_ + " (id serial PRIMARY KEY, v text)");
     // Sleeps at COMMIT when the transaction asked for it.
-    admin_->exec("CREATE FUNCTION " + fn_ +
-                 "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                 "IF current_setting('hf.slow_commit', true) = 'on' THEN "
-                 "PERFORM pg_sleep(30); END IF; RETURN NULL; END $$");
-    admin_->exec("CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + table_ +
-                 " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn_ + "()");
+    pgtest::make_commit_slow(*admin_, table_, fn_);
   }
   void TearDown() override {
     if (!admin_) return;
@@ -40,20 +35,8 @@ class PgCommitInDoubt : public testing::Test {
   long long rows() { return admin_->count("SELECT count(*) FROM " + table_); }
 
   // Terminates our backend once it is in COMMIT and waiting for `wait_event`.
-  std::thread kill_during_commit(std::string wait_event) {
-    return std::thread([this, wait_event] {
-      Admin killer(server_url());
-      const bool found = pgtest::eventually(
-          [&] {
-            return killer.count(
-                       "SELECT count(*) FROM pg_stat_activity WHERE application_name "
-                       "= $1 AND query = 'COMMIT' AND wait_event = $2",
-                       {app_, wait_event}) == 1;
-          },
-          std::chrono::milliseconds(8000));
-      EXPECT_TRUE(found) << "the COMMIT never waited for " << wait_event;
-      EXPECT_EQ(killer.terminate(app_), 1);
-    });
+  std::thread kill_during_commit(const std::string& wait_event) {
+    return pgtest::kill_during_commit(server_url(), app_, wait_event);
   }
 
   DatabaseOptions options() {

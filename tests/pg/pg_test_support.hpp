@@ -434,4 +434,36 @@ inline bool promote(const std::string& standby) {
       std::chrono::milliseconds(10000));
 }
 
+// Makes `table`'s inserts sleep 30 s at COMMIT when their transaction set hf.slow_commit =
+// 'on' (function `fn`, a deferred constraint trigger), so that a test can terminate the backend
+// during its COMMIT, before it committed (FAULTS.md: a COMMIT in doubt).
+inline void make_commit_slow(Admin& admin, const std::string& table, const std::string& fn) {
+  admin.exec("CREATE FUNCTION " + fn +
+             "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+             "IF current_setting('hf.slow_commit', true) = 'on' THEN "
+             "PERFORM pg_sleep(30); END IF; RETURN NULL; END $$");
+  admin.exec("CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON " + table +
+             " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + fn + "()");
+}
+
+// Terminates the backend of application `app` on `url` once it is in COMMIT and waiting for
+// `wait_event` ("PgSleep": make_commit_slow()'s; "SyncRep": a synchronous standby that does
+// not exist, after the local commit).
+inline std::thread kill_during_commit(const std::string& url, const std::string& app,
+                                      const std::string& wait_event) {
+  return std::thread([url, app, wait_event] {
+    Admin killer(url);
+    const bool found = eventually(
+        [&] {
+          return killer.count(
+                     "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                     "= $1 AND query = 'COMMIT' AND wait_event = $2",
+                     {app, wait_event}) == 1;
+        },
+        std::chrono::milliseconds(8000));
+    EXPECT_TRUE(found) << "the COMMIT never waited for " << wait_event;
+    EXPECT_EQ(killer.terminate(app), 1);
+  });
+}
+
 }  // namespace holdfast::pgtest

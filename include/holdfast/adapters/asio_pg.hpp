@@ -87,7 +87,7 @@
 #include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/loop.hpp"
-#include "holdfast/pg/lost_writes.hpp"
+#include "holdfast/pg/lost_writes_watch.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/sql.hpp"

@@ -10,6 +10,7 @@
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/pg/connection.hpp"
+#include "holdfast/pg/lost_writes_watch.hpp"
 #include "holdfast/pg/options.hpp"
 
 namespace holdfast::asio::pg {
@@ -116,7 +117,7 @@ struct ClientOptions {
                     "be at least 1 and slow_copy_probe_every greater than zero");
     }
     if (lost_writes.remember > 0) {
-      if (Status bad = lost_writes.check(); !bad.ok()) {
+      if (Status bad = holdfast::pg::check(lost_writes); !bad.ok()) {
         return Status(Code::kInvalidArgument, "ClientOptions::" + std::string(bad.message()));
       }
     }

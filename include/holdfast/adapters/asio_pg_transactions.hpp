@@ -91,6 +91,7 @@ auto Client<Executor>::function_failure(const Status& returned, const Transactio
   return s;
 }
 
+/// One attempt of an async_transaction(): a connection, the function, COMMIT or ROLLBACK.
 template <class Executor>
 template <class R>
 auto Client<Executor>::transaction_attempt(std::shared_ptr<Transacted<R>> state) -> awaitable<R> {

@@ -54,10 +54,7 @@ struct ConcurrencyLimitOptions {
   /// shrinks: 2 = twice as slow. >= 1.
   double tolerance = 2.0;
   double smoothing = 0.2;  ///< in (0, 1]: how much of each new estimate is taken
-  /// >= 1: the short average's length, and how many first samples set the normal latency.
-  /// 5: with 10, 200 processes that each time a few calls a second learned of a capacity
-  /// drop too late (ADR 0045).
-  int short_samples = 5;
+  int short_samples = 5;   ///< >= 1: short average's length; as many first set the normal
   /// > short_samples: the normal latency may rise by half in this many samples.
   int long_samples = 5000;
   /// Retries start only while the work in flight is below this share of the limit. In

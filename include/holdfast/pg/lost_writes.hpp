@@ -37,17 +37,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "holdfast/core/clock.hpp"
-#include "holdfast/core/result.hpp"
 
 namespace holdfast {
 class Logger;
-class Metrics;
 }  // namespace holdfast
 
 namespace holdfast::pg {
@@ -68,10 +64,6 @@ struct LostWritesOptions {
   /// Where the ERROR and WARN lines go (context "pg.lost_writes"). nullptr: a console logger
   /// of the library's own (stderr). REQUIRES: outlives the Database.
   Logger* logger = nullptr;
-
-  /// OK when these can work (`remember` > 0 and the rest in range), else INVALID_ARGUMENT
-  /// naming the field ("lost_writes.horizon must be greater than zero").
-  [[nodiscard]] Status check() const;
 };
 
 /// What a Database found so far (Database::lost_writes()).
@@ -89,43 +81,6 @@ struct LostWritesReport {
   /// The keys (or, for writes without one, "timeline:position") of the last finding's
   /// missing writes; at most 64.
   std::vector<std::string> last_missing;
-};
-
-struct ConnectOptions;
-
-/// The watch a pg::Database keeps for confirmed writes a change of writer lost, for a driver
-/// that confirms writes itself (asio::pg::Client keeps one): told each write it confirmed,
-/// it notices a change of writer and checks the new one, on a thread of its own, as described
-/// above. Thread-safe.
-class LostWritesWatch {
- public:
-  /// A watch with `options` whose checks reach the writer with `connect` (connections of its
-  /// own; they ask for a server that takes writes, as target_session_attrs=read-write does),
-  /// looking up keys in the idempotency-key table `table`. Findings count in `metrics` (the
-  /// driver's Shield's). Fails on options that can never work, naming the field
-  /// (`options.remember` 0 included: no watch is then wanted). REQUIRES: `metrics`, `clock`
-  /// and `options.logger` outlive the watch.
-  static Result<std::unique_ptr<LostWritesWatch>> open(const LostWritesOptions& options,
-                                                       const ConnectOptions& connect,
-                                                       std::string table, Metrics& metrics,
-                                                       Clock& clock);
-  ~LostWritesWatch();
-  LostWritesWatch(const LostWritesWatch&) = delete;
-  LostWritesWatch& operator=(const LostWritesWatch&) = delete;
-
-  /// A write was confirmed at commit position `lsn` on `timeline` (0: not known) by server
-  /// `host` (a number of the driver's that is the same for one server and differs between
-  /// servers, e.g. its index in a multi-host URL + 1), with idempotency key `key` (empty:
-  /// none). No lock and no allocation unless the writer changed.
-  void confirmed(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host,
-                 std::string_view key) noexcept;
-  /// What the watch found so far.
-  [[nodiscard]] LostWritesReport report() const;
-
- private:
-  struct Impl;
-  explicit LostWritesWatch(std::unique_ptr<Impl> impl) noexcept;
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace holdfast::pg

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -127,10 +126,6 @@ enum class Isolation : std::uint8_t {
   kRepeatableRead,  ///< REPEATABLE READ
   kSerializable     ///< SERIALIZABLE
 };
-
-/// The BEGIN that opens a transaction at `isolation` (READ ONLY when `read_only`), as both
-/// drivers send it. Static text.
-[[nodiscard]] std::string_view begin_statement(Isolation isolation, bool read_only) noexcept;
 
 /// What happened inside one transaction() call (for callers and tests that want to know).
 struct TransactionReport {

@@ -62,10 +62,4 @@ struct SqlClass {
 [[nodiscard]] SqlClass classify_sql(std::string_view sql,
                                     bool standard_conforming_strings = true) noexcept;
 
-/// True for a statement that ends (or starts) a transaction block: COMMIT, END, ABORT,
-/// ROLLBACK (but not ROLLBACK TO SAVEPOINT), BEGIN, START TRANSACTION, PREPARE TRANSACTION.
-/// A transaction function's statements may not: the driver begins and ends the transaction.
-[[nodiscard]] bool ends_transaction(std::string_view sql,
-                                    bool standard_conforming_strings = true) noexcept;
-
 }  // namespace holdfast::pg
