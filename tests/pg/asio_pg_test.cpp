@@ -164,6 +164,34 @@ TEST_F(AsioPg, BehindAPoolerInTransactionModeTheSettingsGoWithEachTransaction) {
   EXPECT_NE(plain.exec("SHOW lock_timeout").text(0, 0), "1234ms");
 }
 
+TEST(AsioPgRefused, ARefusingServerIsAnsweredAtOnceWithRetryAfterNotAfterTheWindow) {
+  // Nothing listens on port 1 (a stopped server): after refused connects the pool waits a
+  // growing backoff step, and a call meanwhile is answered at once with the refusal and when
+  // to come back, as pg::Database's pool answers, instead of retrying for its whole window.
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for("postgresql://postgres@127.0.0.1:1/postgres");
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (int i = 0; i < 3; ++i) {
+      RequestContext request;  // a 6 s window each
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> wrote = co_await client->async_write(
+          request, "t.insert", "INSERT INTO nowhere VALUES (1)", {}, net::use_awaitable);
+      const auto took = std::chrono::steady_clock::now() - started;
+      EXPECT_FALSE(wrote.ok());
+      EXPECT_EQ(wrote.status().fault().outcome, Outcome::kNotApplied);
+      // The first rides out the short waits (a restart is back within about a second), as
+      // pg::Database's loop does; the later ones find the pool backing off.
+      EXPECT_LT(took, i == 0 ? std::chrono::seconds(5) : std::chrono::seconds(1))
+          << wrote.status().to_string();
+      if (i > 0) {
+        EXPECT_EQ(wrote.status().stop_reason(), StopReason::kBreakerOpen)
+            << wrote.status().to_string();
+        EXPECT_GT(wrote.status().retry_after(), std::chrono::milliseconds(0));
+      }
+    }
+  });
+}
+
 TEST(AsioPgOptions, OptionsThatCanNeverWorkAreRefusedByName) {
   net::io_context io;
   ClientOptions none;

@@ -83,6 +83,7 @@
 #include "holdfast/adapters/asio_pg_options.hpp"
 #include "holdfast/adapters/asio_pg_slot.hpp"
 #include "holdfast/core/idempotency.hpp"
+#include "holdfast/core/random.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg/attempt.hpp"
@@ -329,6 +330,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     std::vector<std::unique_ptr<Slot>> idle;
     std::size_t open = 0;
     detail::net::steady_timer vacancy;  // cancelled whenever a connection comes free
+    // Failed connects in a row (the primary's): until next_connect_at a call that finds no
+    // idle connection is answered at once, as pg::Database's pool answers (ADR 0017).
+    int connect_failures = 0;
+    TimePoint next_connect_at{};
+    Duration previous_delay{};
+    Status last_connect_error;
     // The last silence check's verdict, and until when it holds.
     bool silent = false;
     TimePoint verdict_until{};
@@ -534,6 +541,36 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       co_return st;
     }
     co_return s;
+  }
+
+  // A connect of the primary's failed with `why`: the next one waits a step of
+  // ClientOptions::reconnect_backoff (a refusing or frozen server is not asked by every call).
+  // Returns that wait.
+  Duration connect_failed(Pool& pool, const Status& why) {
+    ++pool.connect_failures;
+    const Duration delay =
+        options_.reconnect_backoff.delay(pool.connect_failures, pool.previous_delay, rng_);
+    pool.previous_delay = delay;
+    pool.next_connect_at = detail::Clock::now() + delay;
+    pool.last_connect_error = why;
+    return delay;
+  }
+
+  // The answer while the primary's pool waits to connect again: the last connect's failure,
+  // as no load of ours on the server (not overload, nothing applied), with when to come back.
+  // Like an open breaker: the retry loop answers now rather than wait to be refused.
+  static Status connect_backing_off(const Pool& pool, Duration left) {
+    Status s = pool.last_connect_error;
+    Fault f = s.fault();
+    f.overload = false;
+    f.outcome = Outcome::kNotApplied;
+    s.with_fault(f);
+    s.annotate("the pool connects again in " +
+               std::to_string(std::chrono::ceil<std::chrono::milliseconds>(left).count()) +
+               " ms (" + std::to_string(pool.connect_failures) +
+               " failed connects in a row; the last said)");
+    s.with_stop(StopReason::kBreakerOpen, 0, left);
+    return s;
   }
 
   // Returns a connection to `pool` (or closes it when it is not idle and open) and wakes the
@@ -834,6 +871,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // demoted under us, and the call goes again to the host that takes writes. With one host it
   // is the server's answer (default_transaction_read_only), as pg::Database takes it.
   bool several_hosts_ = false;
+  // The reconnect backoff's jitter.
+  holdfast::Random rng_ = holdfast::Random::from_thread();
   // Confirmed writes a change of writer lost (null: ClientOptions::lost_writes.remember is 0).
   std::unique_ptr<holdfast::pg::LostWritesWatch> lost_;
 };

@@ -27,6 +27,11 @@ auto Client<Executor>::lease(Pool& pool, TimePoint until)
       s->conn.close();
       --pool.open;
     }
+    if (pool.connect_failures > 0 && &pool == &primary_) {
+      const TimePoint now = detail::Clock::now();
+      if (now < pool.next_connect_at)
+        co_return connect_backing_off(pool, pool.next_connect_at - now);
+    }
     if (pool.open < pool.max) {
       ++pool.open;
       co_return co_await connect(pool, until);
@@ -91,10 +96,17 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
     if (s.ok()) {
       if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
       (*s)->host = host + 1;
+      pool.connect_failures = 0;
+      pool.previous_delay = Duration::zero();
       co_return s;
     }
     last = s.status();
     if (detail::Clock::now() >= cap) break;
+  }
+  if (&pool == &primary_) {
+    // Not a give-up: the call may try again once the wait passed (as pg::Database's pool says).
+    const Duration wait = connect_failed(pool, last);
+    last.with_stop(StopReason::kNone, 0, wait);
   }
   if (&pool != &primary_) {
     // No standby to be had (stopped, or its hosts frozen or not standbys any more, as after a

@@ -30,6 +30,10 @@ struct ClientOptions {
   /// a server session that never saw it; the session settings of `connect` must then be ones
   /// the pooler accepts at connect).
   holdfast::pg::Pooling pooling = holdfast::pg::Pooling::kSession;
+  /// The wait after a failed connect to the primary before the next one (pg::DatabaseOptions'
+  /// default); meanwhile a call that finds no idle connection is answered at once with the
+  /// connect's failure and Retry-After, as pg::Database's pool answers.
+  Backoff reconnect_backoff = holdfast::pg::detail::pool_reconnect_backoff();
   /// How long a cancelled statement may take to end before its connection is closed.
   Duration cancel_grace = std::chrono::milliseconds(200);
   /// The table of async_once()'s keys (the blocking pg::Database's default name and shape:
