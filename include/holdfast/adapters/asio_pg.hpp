@@ -520,58 +520,17 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   awaitable<Result<std::unique_ptr<Slot>>> connect_host(const holdfast::pg::ConnectOptions& o,
                                                         std::size_t host, bool alone,
-                                                        TimePoint until) {
-    Result<holdfast::pg::LoopConnection> started =
-        alone ? holdfast::pg::LoopConnection::start(o, host)
-              : holdfast::pg::LoopConnection::start(o);
-    if (!started.ok()) co_return started.status();
-    auto s = std::make_unique<Slot>(ex_);
-    s->conn = std::move(*started);
-    for (Want w = s->conn.want(); w != Want::kNothing; w = s->conn.connect_step()) {
-      if (!co_await detail::ready(*s, w, until, true)) {
-        s->forget();
-        co_return Status(Code::kUnavailable, "no PostgreSQL connection within the deadline",
-                         Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true})
-            .with_sqlstate("");
-      }
-    }
-    Status st = s->conn.connect_status();
-    if (!st.ok()) {
-      s->forget();
-      co_return st;
-    }
-    co_return s;
-  }
+                                                        TimePoint until);
 
   // A connect of the primary's failed with `why`: the next one waits a step of
   // ClientOptions::reconnect_backoff (a refusing or frozen server is not asked by every call).
   // Returns that wait.
-  Duration connect_failed(Pool& pool, const Status& why) {
-    ++pool.connect_failures;
-    const Duration delay =
-        options_.reconnect_backoff.delay(pool.connect_failures, pool.previous_delay, rng_);
-    pool.previous_delay = delay;
-    pool.next_connect_at = detail::Clock::now() + delay;
-    pool.last_connect_error = why;
-    return delay;
-  }
+  Duration connect_failed(Pool& pool, const Status& why);
 
   // The answer while the primary's pool waits to connect again: the last connect's failure,
   // as no load of ours on the server (not overload, nothing applied), with when to come back.
   // Like an open breaker: the retry loop answers now rather than wait to be refused.
-  static Status connect_backing_off(const Pool& pool, Duration left) {
-    Status s = pool.last_connect_error;
-    Fault f = s.fault();
-    f.overload = false;
-    f.outcome = Outcome::kNotApplied;
-    s.with_fault(f);
-    s.annotate("the pool connects again in " +
-               std::to_string(std::chrono::ceil<std::chrono::milliseconds>(left).count()) +
-               " ms (" + std::to_string(pool.connect_failures) +
-               " failed connects in a row; the last said)");
-    s.with_stop(StopReason::kBreakerOpen, 0, left);
-    return s;
-  }
+  static Status connect_backing_off(const Pool& pool, Duration left);
 
   // Returns a connection to `pool` (or closes it when it is not idle and open) and wakes the
   // calls waiting for one.
@@ -615,32 +574,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // in begins, and the settings go there; `out` and `failed` count only `pieces`.
   awaitable<Status> exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
                              std::size_t* failed, TimePoint until,
-                             std::size_t settings_at = kNoSettings, Pool* silence = nullptr) {
-    *failed = pieces.size();
-    if (settings_at == kNoSettings || settings_sql_.empty()) {
-      Status st = co_await drive(s, s.conn.send_pipeline(pieces), until, silence);
-      lost(s);
-      if (!st.ok()) co_return st;
-      co_return s.conn.pipeline_result(out, failed);
-    }
-    std::array<Piece, 8> all;
-    std::array<Rows, 8> got;
-    const std::size_t n = std::min(pieces.size() + 1, all.size());
-    for (std::size_t i = 0, k = 0; i < n; ++i) {
-      all[i] = i == settings_at ? Piece{settings_sql_, settings_params_} : pieces[k++];
-    }
-    Status st = co_await drive(s, s.conn.send_pipeline(std::span(all.data(), n)), until, silence);
-    lost(s);
-    if (!st.ok()) co_return st;
-    std::size_t at = n;
-    st = s.conn.pipeline_result(std::span(got.data(), n), &at);
-    for (std::size_t i = 0, k = 0; i < n; ++i) {
-      if (i != settings_at && k < out.size()) out[k++] = std::move(got[i]);
-    }
-    // A failed setting fails the piece after it (nothing of that one ran).
-    *failed = at <= settings_at ? at : at - 1;
-    co_return st;
-  }
+                             std::size_t settings_at = kNoSettings, Pool* silence = nullptr);
 
   // A read outside any transaction: with the settings in front of it when they go with each
   // transaction (exchange() above), else alone (prepared when `prepared`).
@@ -668,59 +602,14 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // marks it unknown: its reads then go to the primary. The write was confirmed on `s`'s
   // server (with idempotency key `key`): the lost-writes watch remembers it.
   void wrote(const RequestContext& request, const Rows* position, const Slot& s,
-             std::string_view key = {}) {
-    if (position == nullptr || position->is_null(0, 0)) {
-      request.position_unknown();
-      if (lost_ != nullptr) lost_->confirmed(0, 0, s.host, key);
-      return;
-    }
-    Result<holdfast::pg::Lsn> lsn = holdfast::pg::Lsn::parse(position->text(0, 0));
-    std::uint32_t timeline = 0;
-    const std::string_view t = position->text(0, 1);
-    if (std::from_chars(t.data(), t.data() + t.size(), timeline, 16).ec != std::errc()) {
-      timeline = 0;
-    }
-    if (lsn.ok()) {
-      request.raise_position(lsn->value, timeline);
-    } else {
-      request.position_unknown();
-    }
-    if (lost_ != nullptr) lost_->confirmed(lsn.ok() ? lsn->value : 0, timeline, s.host, key);
-  }
+             std::string_view key = {});
 
   awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state);
 
   // The primary's part of a call: a write, or a read. `in_use` (a hedged read's) is pointed at
   // the connection while the statement runs, so that the other try can stop it.
   awaitable<Result<Rows>> primary_call(std::shared_ptr<Plain> state, TimePoint until,
-                                       Slot** in_use) {
-    Result<std::unique_ptr<Slot>> slot = co_await lease(primary_, until);
-    if (!slot.ok()) {
-      if (!state->write && in_use == nullptr) state->primary_failed = true;
-      co_return slot.status();
-    }
-    if (in_use != nullptr) *in_use = slot->get();
-    // (Not a conditional expression: g++ 12 loses the result of a co_await inside one.)
-    Result<Rows> r = Status(Code::kInternal, "not run");
-    if (state->write) {
-      r = co_await write_once(**slot, *state, until);
-    } else {
-      // The primary's read latency (its round trip, not the wait for a connection) is what a
-      // standby's is judged against (ADR 0041).
-      const TimePoint sent = detail::Clock::now();
-      r = co_await read_once(**slot, state->sql, state->params.params, until, &primary_,
-                             options_.pooling == holdfast::pg::Pooling::kSession);
-      if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
-      if (!r.ok() && in_use == nullptr) state->primary_failed = true;
-    }
-    if (!r.ok() && r.status().sqlstate() == "25006" && several_hosts_) {
-      r = Result<Rows>(demoted(**slot, r.status()));
-    }
-    if (in_use != nullptr) *in_use = nullptr;
-    (*slot)->stop = false;
-    give_back(primary_, std::move(*slot));
-    co_return r;
-  }
+                                       Slot** in_use);
 
   // A hedged read's two tries: what each said, and the connection each is on (to stop it).
   struct Race {

@@ -195,4 +195,57 @@ auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
   co_return st;
 }
 
+template <class Executor>
+auto Client<Executor>::wrote(const RequestContext& request, const Rows* position, const Slot& s,
+                             std::string_view key) -> void {
+  if (position == nullptr || position->is_null(0, 0)) {
+    request.position_unknown();
+    if (lost_ != nullptr) lost_->confirmed(0, 0, s.host, key);
+    return;
+  }
+  Result<holdfast::pg::Lsn> lsn = holdfast::pg::Lsn::parse(position->text(0, 0));
+  std::uint32_t timeline = 0;
+  const std::string_view t = position->text(0, 1);
+  if (std::from_chars(t.data(), t.data() + t.size(), timeline, 16).ec != std::errc()) {
+    timeline = 0;
+  }
+  if (lsn.ok()) {
+    request.raise_position(lsn->value, timeline);
+  } else {
+    request.position_unknown();
+  }
+  if (lost_ != nullptr) lost_->confirmed(lsn.ok() ? lsn->value : 0, timeline, s.host, key);
+}
+
+template <class Executor>
+auto Client<Executor>::primary_call(std::shared_ptr<Plain> state, TimePoint until, Slot** in_use)
+    -> awaitable<Result<Rows>> {
+  Result<std::unique_ptr<Slot>> slot = co_await lease(primary_, until);
+  if (!slot.ok()) {
+    if (!state->write && in_use == nullptr) state->primary_failed = true;
+    co_return slot.status();
+  }
+  if (in_use != nullptr) *in_use = slot->get();
+  // (Not a conditional expression: g++ 12 loses the result of a co_await inside one.)
+  Result<Rows> r = Status(Code::kInternal, "not run");
+  if (state->write) {
+    r = co_await write_once(**slot, *state, until);
+  } else {
+    // The primary's read latency (its round trip, not the wait for a connection) is what a
+    // standby's is judged against (ADR 0041).
+    const TimePoint sent = detail::Clock::now();
+    r = co_await read_once(**slot, state->sql, state->params.params, until, &primary_,
+                           options_.pooling == holdfast::pg::Pooling::kSession);
+    if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
+    if (!r.ok() && in_use == nullptr) state->primary_failed = true;
+  }
+  if (!r.ok() && r.status().sqlstate() == "25006" && several_hosts_) {
+    r = Result<Rows>(demoted(**slot, r.status()));
+  }
+  if (in_use != nullptr) *in_use = nullptr;
+  (*slot)->stop = false;
+  give_back(primary_, std::move(*slot));
+  co_return r;
+}
+
 }  // namespace holdfast::asio::pg

@@ -217,4 +217,84 @@ auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
   co_return answered;
 }
 
+template <class Executor>
+auto Client<Executor>::connect_host(const holdfast::pg::ConnectOptions& o, std::size_t host,
+                                    bool alone, TimePoint until)
+    -> awaitable<Result<std::unique_ptr<Slot>>> {
+  Result<holdfast::pg::LoopConnection> started =
+      alone ? holdfast::pg::LoopConnection::start(o, host) : holdfast::pg::LoopConnection::start(o);
+  if (!started.ok()) co_return started.status();
+  auto s = std::make_unique<Slot>(ex_);
+  s->conn = std::move(*started);
+  for (Want w = s->conn.want(); w != Want::kNothing; w = s->conn.connect_step()) {
+    if (!co_await detail::ready(*s, w, until, true)) {
+      s->forget();
+      co_return Status(Code::kUnavailable, "no PostgreSQL connection within the deadline",
+                       Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true})
+          .with_sqlstate("");
+    }
+  }
+  Status st = s->conn.connect_status();
+  if (!st.ok()) {
+    s->forget();
+    co_return st;
+  }
+  co_return s;
+}
+
+template <class Executor>
+auto Client<Executor>::connect_failed(Pool& pool, const Status& why) -> Duration {
+  ++pool.connect_failures;
+  const Duration delay =
+      options_.reconnect_backoff.delay(pool.connect_failures, pool.previous_delay, rng_);
+  pool.previous_delay = delay;
+  pool.next_connect_at = detail::Clock::now() + delay;
+  pool.last_connect_error = why;
+  return delay;
+}
+
+template <class Executor>
+auto Client<Executor>::connect_backing_off(const Pool& pool, Duration left) -> Status {
+  Status s = pool.last_connect_error;
+  Fault f = s.fault();
+  f.overload = false;
+  f.outcome = Outcome::kNotApplied;
+  s.with_fault(f);
+  s.annotate("the pool connects again in " +
+             std::to_string(std::chrono::ceil<std::chrono::milliseconds>(left).count()) + " ms (" +
+             std::to_string(pool.connect_failures) + " failed connects in a row; the last said)");
+  s.with_stop(StopReason::kBreakerOpen, 0, left);
+  return s;
+}
+
+template <class Executor>
+auto Client<Executor>::exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
+                                std::size_t* failed, TimePoint until, std::size_t settings_at,
+                                Pool* silence) -> awaitable<Status> {
+  *failed = pieces.size();
+  if (settings_at == kNoSettings || settings_sql_.empty()) {
+    Status st = co_await drive(s, s.conn.send_pipeline(pieces), until, silence);
+    lost(s);
+    if (!st.ok()) co_return st;
+    co_return s.conn.pipeline_result(out, failed);
+  }
+  std::array<Piece, 8> all;
+  std::array<Rows, 8> got;
+  const std::size_t n = std::min(pieces.size() + 1, all.size());
+  for (std::size_t i = 0, k = 0; i < n; ++i) {
+    all[i] = i == settings_at ? Piece{settings_sql_, settings_params_} : pieces[k++];
+  }
+  Status st = co_await drive(s, s.conn.send_pipeline(std::span(all.data(), n)), until, silence);
+  lost(s);
+  if (!st.ok()) co_return st;
+  std::size_t at = n;
+  st = s.conn.pipeline_result(std::span(got.data(), n), &at);
+  for (std::size_t i = 0, k = 0; i < n; ++i) {
+    if (i != settings_at && k < out.size()) out[k++] = std::move(got[i]);
+  }
+  // A failed setting fails the piece after it (nothing of that one ran).
+  *failed = at <= settings_at ? at : at - 1;
+  co_return st;
+}
+
 }  // namespace holdfast::asio::pg
