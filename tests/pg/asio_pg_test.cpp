@@ -326,6 +326,181 @@ TEST_F(AsioPg, AReadOnAFrozenServerGivesUpOnceItIsFoundSilent) {
   });
 }
 
+// Once the primary is found silent, the Client's probe looks again every health_probe_every:
+// until it answers, every call is answered at once (past the verdict's silence_check too: no
+// call connects to the frozen server and waits), and when it answers the breaker the silence
+// tripped closes at once instead of after its open period (seconds).
+TEST_F(AsioPg, WhileTheServerIsSilentCallsAreAnsweredAtOnceAndItsProbeFindsItBack) {
+  PrivateServer frozen_server;
+  if (frozen_server.url().empty()) GTEST_SKIP() << "could not start a private server";
+  ClientOptions o = options_for(frozen_server.url());
+  o.silence_after = 500ms;
+  o.silence_check = 500ms;
+  o.health_probe_every = 100ms;
+  o.shield.reads = holdfast::RetryPolicy::no_retry();
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    RequestContext warm;
+    Result<Rows> w = co_await client->async_read(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    Freeze freeze(frozen_server.postmaster_pid());
+    EXPECT_TRUE(freeze.frozen());
+    RequestContext first;
+    Result<Rows> found =
+        co_await client->async_read(first, "frozen", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_FALSE(found.ok());
+
+    // 1.5 s of calls, three times the verdict's 500 ms: each answered at once, none sent.
+    net::steady_timer pause(io);
+    double slowest = 0;
+    const auto silent_since = std::chrono::steady_clock::now();
+    while (seconds_since(silent_since) < 1.5) {
+      RequestContext r;
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> read =
+          co_await client->async_read(r, "frozen", "SELECT 1", {}, net::use_awaitable);
+      Result<Rows> write =
+          co_await client->async_write(r, "frozen.write", "SELECT 1", {}, net::use_awaitable);
+      slowest = std::max(slowest, seconds_since(started));
+      EXPECT_FALSE(read.ok());
+      EXPECT_FALSE(write.ok());
+      EXPECT_EQ(write.status().fault().outcome, Outcome::kNotApplied) << write.status().to_string();
+      pause.expires_after(100ms);
+      co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_LT(slowest, 0.2) << "a call waited on the silent server";
+
+    // Thawed: the probe finds it back and the breaker closes; the calls are served again well
+    // before the breaker's open period would have ended by itself.
+    freeze.thaw();
+    const auto thawed = std::chrono::steady_clock::now();
+    bool served = false;
+    while (!served && seconds_since(thawed) < 3.0) {
+      RequestContext r;
+      Result<Rows> read =
+          co_await client->async_read(r, "back", "SELECT 1", {}, net::use_awaitable);
+      served = read.ok();
+      pause.expires_after(50ms);
+      if (!served) co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_TRUE(served);
+    EXPECT_LT(seconds_since(thawed), 1.0) << "served only after the breaker's open period";
+  });
+}
+
+// With several hosts the probe tries them all at once: a frozen primary does not hold up the
+// standby promoted meanwhile, and the first write after the promotion goes to it.
+TEST_F(AsioPg, WithSeveralHostsTheProbeFindsTheStandbyPromotedWhileThePrimaryIsFrozen) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.standby_url().empty()) GTEST_SKIP() << "could not start a private standby";
+  const std::string a = servers.url();
+  const std::string b = servers.standby_url();
+  Admin(a).exec("CREATE TABLE probe_t (id serial PRIMARY KEY)");
+  ASSERT_TRUE(caught_up(a, b));
+  ClientOptions o = options_for(two_hosts(host_port(a), b));
+  o.silence_after = 500ms;
+  o.silence_check = 500ms;
+  o.health_probe_every = 100ms;
+  o.shield.writes = holdfast::RetryPolicy::no_retry();
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string insert = "INSERT INTO probe_t DEFAULT VALUES";
+    RequestContext warm;
+    Result<Rows> w = co_await client->async_write(warm, "warm", insert, {}, net::use_awaitable);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    Freeze freeze(servers.postmaster_pid());
+    EXPECT_TRUE(freeze.frozen());
+    RequestContext first;
+    Result<Rows> found =
+        co_await client->async_write(first, "frozen", insert, {}, net::use_awaitable);
+    EXPECT_FALSE(found.ok());
+
+    net::steady_timer pause(io);
+    double slowest = 0;
+    const auto silent_since = std::chrono::steady_clock::now();
+    while (seconds_since(silent_since) < 1.5) {
+      RequestContext r;
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> write =
+          co_await client->async_write(r, "frozen", insert, {}, net::use_awaitable);
+      slowest = std::max(slowest, seconds_since(started));
+      EXPECT_FALSE(write.ok());
+      pause.expires_after(100ms);
+      co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_LT(slowest, 0.2) << "a call waited on the frozen primary";
+
+    EXPECT_TRUE(promote(b));
+    const auto promoted = std::chrono::steady_clock::now();
+    bool served = false;
+    while (!served && seconds_since(promoted) < 5.0) {
+      RequestContext r;
+      Result<Rows> write = co_await client->async_write(r, "after", insert, {}, net::use_awaitable);
+      served = write.ok();
+      pause.expires_after(50ms);
+      if (!served) co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_TRUE(served);
+    EXPECT_LT(seconds_since(promoted), 1.0) << "the promoted standby was found late";
+    EXPECT_GE(Admin(b).count("SELECT count(*) FROM probe_t"), 2);
+  });
+}
+
+// Two sibling Clients of one primary (one for reads, one for writes, each with its own
+// Shield): the silence the reads found answers the next write at once, and the probe's answer
+// serves both again.
+TEST_F(AsioPg, SiblingClientsShareWhatTheyFoundOfASilentPrimary) {
+  PrivateServer frozen_server;
+  if (frozen_server.url().empty()) GTEST_SKIP() << "could not start a private server";
+  ClientOptions o = options_for(frozen_server.url());
+  o.silence_after = 500ms;
+  o.silence_check = 500ms;
+  o.health_probe_every = 100ms;
+  o.shield.reads = holdfast::RetryPolicy::no_retry();
+  ClientOptions elsewhere = options_for(url_);
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> reads = Client<>::open(io.get_executor(), o).value();
+    EXPECT_FALSE(Client<>::open(io.get_executor(), elsewhere, reads).ok());
+    ClientOptions w = o;
+    w.shield_name = "writes";
+    std::shared_ptr<Client<>> writes = Client<>::open(io.get_executor(), w, reads).value();
+    RequestContext warm;
+    Result<Rows> r = co_await reads->async_read(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+    Result<Rows> x = co_await writes->async_write(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_TRUE(r.ok() && x.ok());
+    Freeze freeze(frozen_server.postmaster_pid());
+    EXPECT_TRUE(freeze.frozen());
+    RequestContext first;
+    Result<Rows> found =
+        co_await reads->async_read(first, "frozen", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_FALSE(found.ok());
+    // The writes' Client has an idle connection to the frozen server, yet is answered at once.
+    RequestContext next;
+    auto started = std::chrono::steady_clock::now();
+    Result<Rows> write =
+        co_await writes->async_write(next, "frozen.write", "SELECT 1", {}, net::use_awaitable);
+    EXPECT_FALSE(write.ok());
+    EXPECT_EQ(write.status().fault().outcome, Outcome::kNotApplied) << write.status().to_string();
+    EXPECT_LT(seconds_since(started), 0.2) << "the write found the silence again by itself";
+
+    freeze.thaw();
+    const auto thawed = std::chrono::steady_clock::now();
+    bool served = false;
+    net::steady_timer pause(io);
+    while (!served && seconds_since(thawed) < 3.0) {
+      RequestContext again;
+      Result<Rows> w2 =
+          co_await writes->async_write(again, "back", "SELECT 1", {}, net::use_awaitable);
+      served = w2.ok();
+      pause.expires_after(50ms);
+      if (!served) co_await pause.async_wait(net::use_awaitable);
+    }
+    EXPECT_TRUE(served);
+    EXPECT_LT(seconds_since(thawed), 1.0) << "the writes were served only after their breaker's "
+                                             "open period";
+  });
+}
+
 // Several hosts: libpq does not time a non-blocking connect, so the client tries one host at a
 // time. A frozen first host (it completes the TCP handshake and never answers) costs the first
 // read host_connect_timeout, and later reads nothing: the host that answered goes first.

@@ -109,6 +109,30 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     if (Status bad = options.check(); !bad.ok()) return bad;
     return std::shared_ptr<Client>(new Client(ex, std::move(options)));
   }
+  /// A Client for the same primary as `sibling`, with a Shield and connections of its own,
+  /// that shares with it (and its other siblings) whether the primary answers: silence found
+  /// by one trips every sibling's breaker and answers their calls at once, one probe looks for
+  /// the server, and its answer closes every breaker. For example one Client for reads and one
+  /// for writes, so that failing writes do not stop the reads, yet a frozen server the reads
+  /// found answers the next write at once instead of after a silence of its own.
+  /// REQUIRES: `sibling` runs on the same executor (one handler at a time for both).
+  /// INVALID_ARGUMENT when its options are invalid or `sibling` reaches another primary
+  /// (connect.conninfo differs).
+  static Result<std::shared_ptr<Client>> open(const Executor& ex, ClientOptions options,
+                                              const std::shared_ptr<Client>& sibling) {
+    if (sibling == nullptr || sibling->options_.connect.conninfo != options.connect.conninfo) {
+      return Status(Code::kInvalidArgument,
+                    "Client::open(ex, options, sibling): the sibling must be a Client of the same "
+                    "primary (the same connect.conninfo)");
+    }
+    Result<std::shared_ptr<Client>> c = open(ex, std::move(options));
+    if (!c.ok()) return c;
+    std::shared_ptr<Verdict> shared = sibling->primary_.verdict;
+    if (shared->clients.empty()) shared->clients.push_back(sibling);
+    shared->clients.push_back(*c);
+    (*c)->primary_.verdict = std::move(shared);
+    return c;
+  }
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
@@ -319,6 +343,30 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   template <class T>
   using awaitable = detail::net::awaitable<T>;
 
+  // Whether a server answers: the last silence check's verdict, and until when it holds
+  // (while the primary's probe runs: until the probe finds it answering). The primary's is
+  // shared by the Clients opened as siblings, which `clients` lists.
+  struct Verdict {
+    bool silent = false;
+    TimePoint verdict_until{};
+    bool checking = false;
+    bool probing = false;
+    TimePoint asked_at{};  // the last call that found the server silent while it was probed
+    std::vector<std::weak_ptr<Client>> clients;
+  };
+  // Calls `f` with this Client and each live sibling sharing its primary's verdict.
+  template <class F>
+  void for_each_sibling(F f) {
+    bool self = false;
+    for (const std::weak_ptr<Client>& w : primary_.verdict->clients) {
+      if (std::shared_ptr<Client> c = w.lock()) {
+        self = self || c.get() == this;
+        f(*c);
+      }
+    }
+    if (!self) f(*this);
+  }
+
   // The connections to one server (the primary, or the standbys).
   struct Pool {
     Pool(const Executor& ex, holdfast::pg::ConnectOptions o, std::size_t most)
@@ -336,10 +384,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     TimePoint next_connect_at{};
     Duration previous_delay{};
     Status last_connect_error;
-    // The last silence check's verdict, and until when it holds.
-    bool silent = false;
-    TimePoint verdict_until{};
-    bool checking = false;
+    // The last silence check's verdict (the primary's: shared with the sibling Clients).
+    std::shared_ptr<Verdict> verdict = std::make_shared<Verdict>();
   };
 
   // What one call keeps for all its attempts.
@@ -552,6 +598,29 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // silence_check. One check at a time per pool; its verdict holds for silence_check. While
   // one runs, others take the server as answering (they look again at their next tick).
   awaitable<bool> answers(Pool& pool);
+
+  // The primary's health probe (ClientOptions::health_probe_every), started when a check
+  // found it silent: every health_probe_every, a connection of its own to each host (but one
+  // still being probed) and SELECT 1, until one that takes writes answers (the pool is
+  // answering again, keeps that connection and the Shield's breaker closes) or no call has
+  // come for kProbeIdle (the next call looks for itself). `self` keeps the Client while it runs.
+  awaitable<void> probe(std::shared_ptr<Client> self);
+  static constexpr Duration kProbeIdle = std::chrono::seconds(10);
+  // What a probe's hosts share: which are being probed, the first connection that answered
+  // as the primary, and whether the probe is over.
+  struct Probing {
+    Probing(const Executor& ex, std::size_t hosts) : busy(hosts, false), wake(ex) {
+      wake.expires_at(TimePoint::max());
+    }
+    std::vector<bool> busy;
+    std::unique_ptr<Slot> answered;
+    bool over = false;
+    detail::net::steady_timer wake;  // cancelled when a host answered
+  };
+  // The probe of `host`: connected before `until`, a primary (with several hosts), and
+  // SELECT 1 answered within silence_check.
+  awaitable<void> probe_host(std::shared_ptr<Client> self, std::shared_ptr<Probing> probing,
+                             std::size_t host, TimePoint until);
 
   // Sends one statement on `s` (`prepared`: as a prepared statement of the connection) and
   // waits for its result (drive()).

@@ -8,15 +8,21 @@ namespace holdfast::asio::pg {
 template <class Executor>
 auto Client<Executor>::lease(Pool& pool, TimePoint until)
     -> awaitable<Result<std::unique_ptr<Slot>>> {
-  if (pool.silent && detail::Clock::now() < pool.verdict_until) {
-    // Found silent a moment ago: answered at once (the Shield's backoff and breaker decide
-    // when to look again).
-    Status s(Code::kUnavailable, "the server was found silent (no answer to a check)",
-             Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
-    s.with_sqlstate("");
-    co_return s;
-  }
   for (;;) {
+    if (pool.verdict->silent &&
+        (pool.verdict->probing || detail::Clock::now() < pool.verdict->verdict_until)) {
+      // Found silent a moment ago, or not yet answering the probe: answered at once (the
+      // Shield's backoff and breaker decide when to look again; the probe closes the breaker).
+      // Looked at again after each wait for a connection to come free.
+      if (pool.verdict->probing) pool.verdict->asked_at = detail::Clock::now();
+      Status s(Code::kUnavailable,
+               pool.verdict->probing
+                   ? "the server was found silent and has not answered a probe since"
+                   : "the server was found silent (no answer to a check)",
+               Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, true});
+      s.with_sqlstate("");
+      co_return s;
+    }
     while (!pool.idle.empty()) {
       std::unique_ptr<Slot> s = std::move(pool.idle.back());
       pool.idle.pop_back();
@@ -112,8 +118,8 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
     // No standby to be had (stopped, or its hosts frozen or not standbys any more, as after a
     // failover): the reads of the next silence_check go to the primary at once instead of each
     // waiting standby_wait for a connect that fails again.
-    pool.silent = true;
-    pool.verdict_until = detail::Clock::now() + options_.silence_check;
+    pool.verdict->silent = true;
+    pool.verdict->verdict_until = detail::Clock::now() + options_.silence_check;
   }
   give_back(pool, nullptr);
   co_return last;
@@ -189,32 +195,117 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
 template <class Executor>
 auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
   const TimePoint now = detail::Clock::now();
-  if (now < pool.verdict_until || pool.checking) co_return !pool.silent || pool.checking;
-  pool.checking = true;
+  if (now < pool.verdict->verdict_until || pool.verdict->checking || pool.verdict->probing) {
+    co_return !pool.verdict->silent || pool.verdict->checking;
+  }
+  pool.verdict->checking = true;
   const TimePoint until = now + options_.silence_check;
   const std::size_t host = holdfast::pg::LoopConnection::preferred_host(pool.options);
   const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
-  Result<std::unique_ptr<Slot>> probe = co_await connect_host(pool.options, host, several, until);
+  Result<std::unique_ptr<Slot>> check = co_await connect_host(pool.options, host, several, until);
   bool answered = false;
-  if (probe.ok()) {
-    Result<Rows> one = co_await exchange(**probe, "SELECT 1", {}, until);
+  if (check.ok()) {
+    Result<Rows> one = co_await exchange(**check, "SELECT 1", {}, until);
     answered = one.ok() || !one.status().sqlstate().empty();
-    (*probe)->forget();
+    (*check)->forget();
   } else {
     // A refusal is an answer; only a connect that heard nothing until the end is silence.
     answered = detail::Clock::now() < until;
   }
-  pool.checking = false;
-  pool.silent = !answered;
-  pool.verdict_until = detail::Clock::now() + options_.silence_check;
-  if (pool.silent) {
+  pool.verdict->checking = false;
+  pool.verdict->silent = !answered;
+  pool.verdict->verdict_until = detail::Clock::now() + options_.silence_check;
+  if (pool.verdict->silent) {
     // Its idle connections reach a server that answers nothing: none is worth keeping.
     drop_idle(pool);
-    // The primary's silence trips the Shield's breaker (docs/adr/0037), so that a call given
-    // up on it is answered at once with Retry-After instead of retried for its window.
-    if (&pool == &primary_) shield_.server_silent(holdfast::Clock::system().now());
+    if (&pool == &primary_) {
+      // The primary's silence trips the Shields' breakers (docs/adr/0037), this Client's and
+      // its siblings', so that a call given up on it is answered at once with Retry-After
+      // instead of retried for its window.
+      const TimePoint at = holdfast::Clock::system().now();
+      for_each_sibling([at](Client& c) {
+        c.shield_.server_silent(at);
+        drop_idle(c.primary_);
+        c.primary_.vacancy.cancel();  // the calls waiting for a connection are answered now
+      });
+      if (options_.health_probe_every > Duration::zero()) {
+        pool.verdict->probing = true;
+        pool.verdict->asked_at = detail::Clock::now();
+        detail::net::co_spawn(ex_, probe(this->shared_from_this()), detail::net::detached);
+      }
+    }
   }
   co_return answered;
+}
+
+template <class Executor>
+auto Client<Executor>::probe(std::shared_ptr<Client> self) -> awaitable<void> {
+  Pool& pool = self->primary_;
+  const holdfast::pg::ConnectOptions& o = pool.options;
+  const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
+  auto probing = std::make_shared<Probing>(ex_, n);
+  for (;;) {
+    const TimePoint now = detail::Clock::now();
+    if (now - pool.verdict->asked_at > kProbeIdle)
+      break;  // nobody asks: the next call looks itself
+    // Every host at once, each tick, but for one still being probed: a frozen host does not
+    // hold up another promoted meanwhile.
+    const TimePoint until = now + (n > 1 ? o.host_connect_timeout : o.connect_timeout);
+    for (std::size_t host = 0; host < n; ++host) {
+      if (probing->busy[host]) continue;
+      probing->busy[host] = true;
+      detail::net::co_spawn(ex_, probe_host(self, probing, host, until), detail::net::detached);
+    }
+    (void)co_await signalled(probing->wake, now + options_.health_probe_every);
+    if (probing->answered == nullptr) continue;
+    // Answering again: the pool keeps this connection, connects without waiting, and the
+    // breaker the silence tripped closes (a probe answered, as pg::Database's HealthProbe).
+    pool.connect_failures = 0;
+    pool.previous_delay = Duration::zero();
+    if (pool.open < pool.max) {
+      ++pool.open;
+      give_back(pool, std::move(probing->answered));
+    }
+    const TimePoint at = holdfast::Clock::system().now();
+    for_each_sibling([at, this](Client& c) {
+      c.shield_.server_back(at, Duration::zero());
+      if (&c == this) return;
+      // The siblings connect again (after a failover their idle connections reach the old
+      // primary), without waiting for a backoff.
+      drop_idle(c.primary_);
+      c.primary_.connect_failures = 0;
+      c.primary_.previous_delay = Duration::zero();
+    });
+    break;
+  }
+  probing->over = true;  // a probe still out closes what it gets
+  pool.verdict->probing = false;
+  pool.verdict->silent = false;
+  pool.verdict->verdict_until = TimePoint{};
+}
+
+template <class Executor>
+auto Client<Executor>::probe_host(std::shared_ptr<Client> self, std::shared_ptr<Probing> probing,
+                                  std::size_t host, TimePoint until) -> awaitable<void> {
+  const holdfast::pg::ConnectOptions& o = self->primary_.options;
+  const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
+  Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, until);
+  // With several hosts only the one that takes writes is the primary (as connect() judges).
+  if (s.ok() && !(n > 1 && (*s)->conn.in_hot_standby())) {
+    Result<Rows> one =
+        co_await exchange(**s, "SELECT 1", {}, detail::Clock::now() + options_.silence_check);
+    if (one.ok() && !probing->over && probing->answered == nullptr) {
+      if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
+      (*s)->host = host + 1;
+      probing->answered = std::move(*s);
+      probing->wake.cancel();
+    }
+  }
+  if (s.ok() && *s != nullptr) {
+    (*s)->forget();
+    (*s)->conn.close();
+  }
+  probing->busy[host] = false;
 }
 
 template <class Executor>

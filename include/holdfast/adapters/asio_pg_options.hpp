@@ -85,6 +85,15 @@ struct ClientOptions {
   Duration silence_after = std::chrono::seconds(1);
   /// How long the check may take, and how long its verdict holds.
   Duration silence_check = std::chrono::milliseconds(500);
+  /// Once the primary is found silent, a probe of the Client's own (a connection through the
+  /// host list and SELECT 1 within silence_check) looks again this often, on the executor; until
+  /// one answers, the verdict holds and every call is answered at once (none waits on a silent
+  /// server, nor connects to it), and the answer closes the Shield's breaker (as
+  /// pg::DatabaseOptions::health_probe_interval does). The probe stops when the server answers,
+  /// or when no call has found it silent for 10 s (the next call then looks for itself); while
+  /// it runs it is work on the executor (io_context::run() does not return). 0: no probe (the
+  /// verdict holds silence_check; then a call looks again).
+  Duration health_probe_every = std::chrono::milliseconds(250);
   /// The watch for confirmed writes a change of writer lost (pg::DatabaseOptions::lost_writes,
   /// ADR 0036): every write, transaction and keyed call the Client confirms is remembered, and
   /// after a failover a thread of the watch's own checks the new writer for them
@@ -110,9 +119,11 @@ struct ClientOptions {
                                                 idempotency_table +
                                                 "' is not a plain or schema-qualified identifier");
     }
-    if (cancel_grace < Duration::zero() || standby_wait < Duration::zero()) {
+    if (cancel_grace < Duration::zero() || standby_wait < Duration::zero() ||
+        health_probe_every < Duration::zero()) {
       return Status(Code::kInvalidArgument,
-                    "ClientOptions::cancel_grace and standby_wait must not be negative");
+                    "ClientOptions::cancel_grace, standby_wait and health_probe_every must not be "
+                    "negative");
     }
     if (slow_copy_floor < Duration::zero() || !(slow_copy_factor >= 1.0) ||
         slow_copy_probe_every <= Duration::zero()) {
