@@ -37,7 +37,7 @@ struct StormSpec {
 [[nodiscard]] std::string storm_name(const StormSpec& spec);
 
 struct DrillOptions {
-  std::vector<Strategy> strategies = all_strategies();
+  std::vector<Strategy> strategies = baselines::all_strategies();
   std::vector<StormSpec> storms;  // empty: the defaults (see default_storms())
   int workers = 8;                // per strategy
   double warmup_s = 2.0;

@@ -37,9 +37,8 @@ Result<PgStrategy> parse_pg_strategy(const std::string& name) {
   }
   if (!parse_strategy(name, s.strategy)) {
     return Status(Code::kInvalidArgument,
-                  fmt::format("unknown strategy '{}' (none, naive, backoff, origin-breaker, "
-                              "holdfast, holdfast+pgbouncer)",
-                              name));
+                  fmt::format("unknown strategy '{}' ({}, holdfast+pgbouncer)", name,
+                              baselines::strategy_names()));
   }
   // Only holdfast reads from replicas; the baselines are the origins' code, which has none.
   s.replica = s.strategy == Strategy::kHoldfast;

@@ -71,13 +71,14 @@ int Instance::breaker_state() {
   if (store->read_shield() != nullptr) {
     return std::max(level(store->read_shield()), level(store->write_shield()));
   }
-  if (OriginBreaker* b = store->origin_breaker()) {
+  if (baselines::OriginBreaker* b = store->origin_breaker()) {
+    using State = baselines::OriginBreaker::State;
     switch (b->state()) {
-      case OriginBreaker::State::kClosed:
+      case State::kClosed:
         return 0;
-      case OriginBreaker::State::kHalfOpen:
+      case State::kHalfOpen:
         return 1;
-      case OriginBreaker::State::kOpen:
+      case State::kOpen:
         return 2;
     }
   }

@@ -32,11 +32,19 @@
 namespace holdfast::cli {
 namespace {
 
+// The names of every strategy (baselines/strategy.hpp): the drill's default.
+std::vector<std::string> every_strategy() {
+  std::vector<std::string> names;
+  for (baselines::Strategy s : baselines::kAllStrategies)
+    names.emplace_back(to_string(s));
+  return names;
+}
+
 struct DrillArgs {
   panel::DrillOptions options;
   std::vector<double> storms = {2, 5, 20};
   std::vector<std::string> kinds = {"write", "read"};
-  std::vector<std::string> strategies = {"none", "naive", "backoff", "origin-breaker", "holdfast"};
+  std::vector<std::string> strategies = every_strategy();
   std::string engine = "sqlite";
   std::vector<std::string> faults;  // empty: all of them
   int processes = 3;
@@ -149,8 +157,8 @@ void run_drill_command(DrillArgs& args) {
   options.strategies.clear();
   for (const std::string& name : args.strategies) {
     panel::Strategy s;
-    if (!panel::parse_strategy(name, s)) {
-      eprint("error: unknown strategy '{}'\n", name);
+    if (!baselines::parse_strategy(name, s)) {
+      eprint("error: unknown strategy '{}' ({})\n", name, baselines::strategy_names());
       throw CLI::RuntimeError(2);
     }
     options.strategies.push_back(s);

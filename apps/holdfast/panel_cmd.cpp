@@ -97,9 +97,8 @@ std::string not_a_database_file(const std::string& path) {
 
 void run_panel(const PanelArgs& args) {
   panel::Strategy strategy;
-  if (!panel::parse_strategy(args.strategy, strategy)) {
-    eprint("error: unknown --strategy '{}' (none, naive, backoff, origin-breaker, holdfast)\n",
-           args.strategy);
+  if (!baselines::parse_strategy(args.strategy, strategy)) {
+    eprint("error: unknown --strategy '{}' ({})\n", args.strategy, baselines::strategy_names());
     throw CLI::RuntimeError(2);
   }
   if (args.pg.empty()) {

@@ -18,8 +18,6 @@
 namespace holdfast::panel {
 namespace {
 
-using std::chrono::seconds;
-
 Status bad(std::string_view what) {
   return Status(Code::kInvalidArgument, std::string(what));
 }
@@ -56,23 +54,8 @@ Result<std::unique_ptr<ClubStore>> ClubStore::open(Options options) {
 
 ClubStore::ClubStore(Options options)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? options_.clock : &Clock::system()) {
-  // naive: immediate retry, 3 more tries, no window to speak of.
-  naive_.max_attempts(4)
-      .backoff(Backoff::steps({Duration::zero()}, Jitter::none()))
-      .window(std::chrono::hours(1))
-      .clock(*clock_)
-      .on_retry([](const RetryEvent&) {});
-  // Tenacity: stop_after_attempt(3), wait_exponential(multiplier=1, min=1, max=10).
-  tenacity_.max_attempts(3)
-      .backoff(Backoff::exponential(seconds(1), 2.0, seconds(10), Jitter::none()))
-      .window(std::chrono::hours(1))
-      .clock(*clock_)
-      .on_retry([](const RetryEvent&) {});
-  if (options_.strategy == Strategy::kOriginBreaker) {
-    origin_breaker_ = std::make_unique<OriginBreaker>(*clock_);
-  }
-}
+      clock_(options_.clock != nullptr ? options_.clock : &Clock::system()),
+      baseline_(options_.strategy, *clock_) {}
 
 ClubStore::~ClubStore() = default;
 

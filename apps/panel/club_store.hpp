@@ -1,6 +1,6 @@
 // The demo club's database: schema, demo data, and every query the panel makes, each run
-// through the panel's Strategy (holdfast or a baseline), with every database attempt
-// counted so the drill can report attempts per request.
+// through the panel's Strategy (holdfast, or a baseline's loop: apps/drill/baselines), with
+// every database attempt counted so the drill can report attempts per request.
 //
 // Two backends behind one interface, chosen by ClubStore::open():
 //   - SQLite (Options::path; club_store_sqlite.cpp): the drill's backend;
@@ -16,9 +16,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
+#include "baselines/runner.hpp"
 #include "club_model.hpp"
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/result.hpp"
@@ -274,9 +274,7 @@ class ClubStore {
   // "sqlite" or "postgresql".
   [[nodiscard]] virtual std::string_view backend() const noexcept = 0;
   // Database attempts made so far (each statement or transaction try).
-  [[nodiscard]] virtual std::uint64_t attempts() const noexcept {
-    return attempts_.load(std::memory_order_relaxed);
-  }
+  [[nodiscard]] virtual std::uint64_t attempts() const noexcept { return baseline_.attempts(); }
   // Database calls the panel made so far: each statement or transaction it asked the
   // driver (holdfast) or the baseline's retry loop for, before any retry or refusal.
   [[nodiscard]] std::uint64_t calls() const noexcept {
@@ -305,7 +303,8 @@ class ClubStore {
   }
   // holdfast on PostgreSQL: the Shields of the standbys reads may go to; empty otherwise.
   [[nodiscard]] virtual std::vector<const Shield*> standby_shields() const { return {}; }
-  [[nodiscard]] OriginBreaker* origin_breaker() noexcept { return origin_breaker_.get(); }
+  // origin-breaker only (nullptr otherwise): the breaker in front of its loop.
+  [[nodiscard]] baselines::OriginBreaker* origin_breaker() noexcept { return baseline_.breaker(); }
   // The SQLite store's database; nullptr for PostgreSQL.
   [[nodiscard]] virtual sqlite::Database* sqlite_database() noexcept { return nullptr; }
   // The same as a reference, for the SQLite-only drill and tests. REQUIRES: the SQLite
@@ -343,69 +342,19 @@ class ClubStore {
   virtual Status do_record_report_once(std::string_view path, std::string_view digest,
                                        std::string_view note, std::string_view now_utc);
 
-  // The baselines (REQUIRES: strategy() is not holdfast): `attempt` run once, or in the
-  // baseline's own retry loop, each call counted as one attempt. The baselines retry
-  // whatever looks transient, as a plain retry decorator does.
-  template <class F>
-  auto run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&>;
-
-  // One more call (calls()): the backends' run() counts each.
-
   Options options_;
   Clock* clock_;
   // holdfast: set by the backend to the Shields it owns or its driver owns.
   Shield* read_shield_ = nullptr;
   Shield* write_shield_ = nullptr;
+  // The baselines: the backends hand it each call when the strategy is not holdfast
+  // (baseline_.run(op, attempt)); it counts their attempts (holdfast's are its Shields').
+  baselines::Runner baseline_;
 
  private:
-  // The baselines' attempts (holdfast's are its Shields' metrics).
-  std::atomic<std::uint64_t> attempts_{0};
   std::atomic<std::uint64_t> calls_{0};
   std::mutex dummy_mutex_;
   std::string dummy_hash_;  // dummy_hash(), once made
-  RetryPolicy naive_;
-  RetryPolicy tenacity_;
-  std::unique_ptr<OriginBreaker> origin_breaker_;
 };
-
-template <class F>
-auto ClubStore::run_baseline(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
-  using R = std::invoke_result_t<F&>;
-  const auto counted = [&]() -> R {
-    attempts_.fetch_add(1, std::memory_order_relaxed);
-    R r = attempt();
-    if (is_ok(r)) return r;
-    // The driver made one attempt (a single-attempt policy) and marked the failure given
-    // up. The baseline's own loop must see it as a plain driver returns it: to holdfast's
-    // loops a give-up is final (docs/adr/0001), and the baseline would never retry.
-    Status plain(status_of(r));
-    plain.with_stop(StopReason::kNone, 0);
-    return R(std::move(plain));
-  };
-  const Operation anything{Idempotency::kIdempotent, true, op.priority, op.label};
-  switch (options_.strategy) {
-    case Strategy::kNone:
-    case Strategy::kHoldfast:
-      return counted();
-    case Strategy::kNaive:
-      return retry(naive_, anything, counted);
-    case Strategy::kBackoff:
-      return retry(tenacity_, anything, counted);
-    case Strategy::kOriginBreaker: {
-      if (!origin_breaker_->can_attempt()) {
-        return R(
-            Status(Code::kUnavailable, "Circuit OPEN - database unavailable, request skipped"));
-      }
-      R r = retry(tenacity_, anything, counted);
-      if (is_ok(r)) {
-        origin_breaker_->record_success();
-      } else {
-        origin_breaker_->record_failure();
-      }
-      return r;
-    }
-  }
-  return counted();
-}
 
 }  // namespace holdfast::panel

@@ -172,7 +172,7 @@ auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
   // On the lane (inside an AttemptScope) the lane counts the call: each *_once() is one
   // driver call, whatever its steps and retries.
   if (pg::AttemptScope::current() == nullptr) count_call();
-  if (options_.strategy != Strategy::kHoldfast) return run_baseline(op, attempt);
+  if (options_.strategy != Strategy::kHoldfast) return baseline_.run(op, attempt);
   // The driver bounds the page by its window (it opens it at the first statement).
   return attempt();
 }

@@ -14,7 +14,7 @@ template <class F>
 auto SqliteClubStore::run(Operation op, F&& call) -> std::invoke_result_t<F&> {
   count_call();
   if (reads_ != nullptr) return call();
-  return run_baseline(op, call);
+  return baseline_.run(op, call);
 }
 
 namespace {

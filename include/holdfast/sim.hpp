@@ -245,8 +245,8 @@ struct Strategy {
 
   /// One attempt per request, no retry.
   static Strategy none();
-  static Strategy naive();    ///< 4 attempts, no wait between them
-  static Strategy backoff();  ///< stop after 4 attempts; waits 1 s, 2 s, 4 s (cap 10 s)
+  static Strategy naive();    ///< the drill's naive: 4 attempts, no wait between them
+  static Strategy backoff();  ///< the drill's backoff: stop after 3 attempts; waits 1 s, 2 s
   /// The origin's read policy under a Shield: 5 attempts, 6 s window, throttle and breaker.
   static Strategy holdfast();
 };

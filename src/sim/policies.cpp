@@ -2,49 +2,26 @@
 #include <chrono>
 #include <limits>
 
-#include "holdfast/core/backoff.hpp"
+#include "baselines/parameters.hpp"
+#include "drill_strategy.hpp"
 #include "holdfast/core/retry.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/sim.hpp"
 #include "seeds.hpp"
 
 namespace holdfast::sim {
-namespace {
-
-using std::chrono::hours;
-using std::chrono::seconds;
-
-// The "window" of strategies that have none: they stop on attempts only.
-constexpr Duration kNoWindow = hours(24 * 365);
-
-}  // namespace
-
 std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept {
   return detail::mix(seed, request + 16);
 }
 
 RetryPolicy retry_policy(const Strategy& st, Clock& clock) {
   RetryPolicy p;
-  switch (st.kind) {
-    case StrategyKind::kNone:
-      p = RetryPolicy::no_retry();
-      p.window(kNoWindow);
-      break;
-    case StrategyKind::kNaive:
-      p.max_attempts(st.max_attempts)
-          .backoff(Backoff::steps({Duration::zero()}, Jitter::none()))
-          .window(kNoWindow);
-      break;
-    case StrategyKind::kBackoff:
-      // Tenacity's wait_exponential(multiplier=1, min=1, max=10): 1 s, 2 s, 4 s, 8 s, 10 s.
-      p.max_attempts(st.max_attempts)
-          .backoff(Backoff::exponential(seconds(1), 2.0, seconds(10), Jitter::none()))
-          .window(kNoWindow);
-      break;
-    case StrategyKind::kHoldfast:
-      p = st.options ? st.options->reads : RetryPolicy::origin_reads();
-      p.max_attempts(st.max_attempts).window(st.window);
-      break;
+  if (st.kind == StrategyKind::kHoldfast) {
+    p = st.options ? st.options->reads : RetryPolicy::origin_reads();
+    p.max_attempts(st.max_attempts).window(st.window);
+  } else {
+    // The drill's loop of the same name (none, naive, backoff), with st.max_attempts.
+    p = baselines::retry_policy(detail::drill_strategy(st.kind), st.max_attempts);
   }
   // Millions of retries: no per-retry DEBUG line, whatever HOLDFAST_LOG_LEVEL says.
   p.on_retry([](const RetryEvent&) {});

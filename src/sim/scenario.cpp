@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "baselines/parameters.hpp"
+#include "drill_strategy.hpp"
 #include "holdfast/sim.hpp"
 
 namespace holdfast::sim {
@@ -94,17 +96,7 @@ std::string_view to_string(TriggerKind k) noexcept {
 }
 
 std::string_view to_string(StrategyKind k) noexcept {
-  switch (k) {
-    case StrategyKind::kNone:
-      return "none";
-    case StrategyKind::kNaive:
-      return "naive";
-    case StrategyKind::kBackoff:
-      return "backoff";
-    case StrategyKind::kHoldfast:
-      return "holdfast";
-  }
-  return "?";
+  return baselines::to_string(detail::drill_strategy(k));
 }
 
 bool parse_distribution(std::string_view text, ServiceDistribution& out) noexcept {
@@ -263,11 +255,11 @@ Strategy Strategy::none() {
 }
 
 Strategy Strategy::naive() {
-  return strategy_of("naive", StrategyKind::kNaive, 4);
+  return strategy_of("naive", StrategyKind::kNaive, baselines::kNaiveAttempts);
 }
 
 Strategy Strategy::backoff() {
-  return strategy_of("backoff", StrategyKind::kBackoff, 4);
+  return strategy_of("backoff", StrategyKind::kBackoff, baselines::kBackoffAttempts);
 }
 
 Strategy Strategy::holdfast() {
@@ -371,19 +363,27 @@ Status Strategy::validate() const {
 
 Result<Strategy> parse_strategy(std::string_view text, const Strategy& base_holdfast) {
   const std::string_view kind = text.substr(0, text.find(':'));
-  Strategy s;
-  if (kind == "none") {
-    s = Strategy::none();
-  } else if (kind == "naive") {
-    s = Strategy::naive();
-  } else if (kind == "backoff") {
-    s = Strategy::backoff();
-  } else if (kind == "holdfast") {
-    s = base_holdfast;
-    s.kind = StrategyKind::kHoldfast;
-  } else {
+  baselines::Strategy named{};
+  if (!baselines::parse_strategy(kind, named) || named == baselines::Strategy::kOriginBreaker) {
     return invalid("unknown strategy '" + std::string(kind) +
                    "' (known: none, naive, backoff, holdfast)");
+  }
+  Strategy s;
+  switch (named) {
+    case baselines::Strategy::kNone:
+      s = Strategy::none();
+      break;
+    case baselines::Strategy::kNaive:
+      s = Strategy::naive();
+      break;
+    case baselines::Strategy::kBackoff:
+    case baselines::Strategy::kOriginBreaker:
+      s = Strategy::backoff();
+      break;
+    case baselines::Strategy::kHoldfast:
+      s = base_holdfast;
+      s.kind = StrategyKind::kHoldfast;
+      break;
   }
   s.name = std::string(text);
   std::string_view rest = text.substr(kind.size());

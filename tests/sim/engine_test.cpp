@@ -63,7 +63,8 @@ TEST(SimStory, TenacityStyleBackoffOnlyDelaysTheStorm) {
   s.metastable_after = seconds(35);
   const Report backoff = run_ok(s, Strategy::backoff());
   EXPECT_TRUE(backoff.metastable);
-  EXPECT_GT(backoff.seconds[60].amplification, 3.5);
+  // Nearly every request makes all of its 3 attempts, only later.
+  EXPECT_GT(backoff.seconds[60].amplification, 2.5);
 }
 
 // --- holdfast, as the issue asks --------------------------------------------------------

@@ -11,7 +11,7 @@ using std::chrono::seconds;
 TEST(SimStrategy, TheFourKindsHaveTheDocumentedDefaults) {
   EXPECT_EQ(Strategy::none().max_attempts, 1);
   EXPECT_EQ(Strategy::naive().max_attempts, 4);
-  EXPECT_EQ(Strategy::backoff().max_attempts, 4);
+  EXPECT_EQ(Strategy::backoff().max_attempts, 3);  // the drill's: stop_after_attempt(3)
   const Strategy h = Strategy::holdfast();
   EXPECT_EQ(h.max_attempts, 5);
   EXPECT_EQ(h.window, seconds(6));
