@@ -199,14 +199,9 @@ class ClubStore {
     Duration busy_timeout{};  // Options::busy_timeout: one attempt's wait for a lock
     // Whether data_epoch_once() observes the file's change epoch (SQLite).
     bool data_epoch = false;
-    // PostgreSQL (ADR 0032): each try blocks for round trips (libpq), so it runs as a job on
-    // a pool of read_jobs threads (reads) or write_jobs (writes), inside a pg::AttemptScope
-    // step; reads go to the `standbys` first, as pg::Database routes them. 0: the tries run
-    // on the event loop (SQLite).
-    int read_jobs = 0;
-    int write_jobs = 0;
-    int standbys = 0;
-    [[nodiscard]] bool blocking() const noexcept { return read_jobs > 0; }
+    // PostgreSQL: the lane's calls are the library's asio::pg::Client's, on one event loop
+    // (PgLane, ADRs 0043, 0044); the *_once() forms below are SQLite's.
+    bool postgres = false;
   };
   // nullptr when this store has none (a baseline, whose loop is what the drill compares):
   // its calls block the calling thread.

@@ -119,19 +119,15 @@ Result<std::unique_ptr<ClubStore>> PgClubStore::open(Options options) {
     a.writes = &store->write_shield_->writes();
     a.connections = o.read_connections;
     a.busy_timeout = o.busy_timeout;
-    // A read's job may wait for a connection of the primary's pool or try each standby's
-    // (never waiting there): one thread per connection it may hold.
-    a.standbys = static_cast<int>(store->reads_->replica_count());
-    a.read_jobs = std::max(o.read_connections, 1) * (1 + a.standbys);
-    a.write_jobs = std::max(o.pg_write_connections, 1);
+    a.postgres = true;
     store->async_ = a;
   }
   return std::unique_ptr<ClubStore>(std::move(store));
 }
 
-std::optional<PgClubStore::LaneOptions> PgClubStore::lane_options() const {
+std::optional<Result<PgClubStore::LaneOptions>> PgClubStore::lane_options() const {
   const Options& o = options_;
-  if (o.strategy != Strategy::kHoldfast || o.pg_replica_urls.size() > 1) return std::nullopt;
+  if (o.strategy != Strategy::kHoldfast) return std::nullopt;
   asio::pg::ClientOptions c;
   // Silence as the store's Databases find it (their defaults).
   const pg::DatabaseOptions database;
@@ -148,8 +144,13 @@ std::optional<PgClubStore::LaneOptions> PgClubStore::lane_options() const {
   c.shield_name = "club.reads";
   c.shield = holdfast_shield(o);
   if (!o.pg_replica_urls.empty()) {
+    // Several standbys are one list of hosts: the Client reads from one that answers.
+    Result<std::string> standbys = pg::any_of(o.pg_replica_urls);
+    if (!standbys.ok()) {
+      return Result<LaneOptions>(Status(standbys.status()).annotate("the standbys' URLs"));
+    }
     c.standby = c.connect;
-    c.standby.conninfo = o.pg_replica_urls.front();
+    c.standby.conninfo = std::move(*standbys);
     c.standby_connections = c.max_connections;
   }
   // As the store's two Databases: the reads' Client confirms no write (no watch), the
@@ -159,7 +160,7 @@ std::optional<PgClubStore::LaneOptions> PgClubStore::lane_options() const {
   lane.writes.standby = {};
   lane.writes.max_connections = static_cast<std::size_t>(std::max(o.pg_write_connections, 1));
   lane.writes.shield_name = "club.writes";
-  return lane;
+  return Result<LaneOptions>(std::move(lane));
 }
 
 PgClubStore::PgClubStore(Options options, std::string where)
@@ -169,9 +170,7 @@ PgClubStore::~PgClubStore() = default;
 
 template <class F>
 auto PgClubStore::run(Operation op, F&& attempt) -> std::invoke_result_t<F&> {
-  // On the lane (inside an AttemptScope) the lane counts the call: each *_once() is one
-  // driver call, whatever its steps and retries.
-  if (pg::AttemptScope::current() == nullptr) count_call();
+  count_call();
   if (options_.strategy != Strategy::kHoldfast) return baseline_.run(op, attempt);
   // The driver bounds the page by its window (it opens it at the first statement).
   return attempt();

@@ -70,19 +70,11 @@ class PgClubStore final : public ClubStore {
     if (Result<pg::Lsn> lsn = pg::Lsn::parse(position); lsn.ok()) pg::require_lsn(*lsn);
   }
 
-  // holdfast: the lane's access (ADR 0032). The *_once() forms below are the blocking
-  // calls themselves: inside a pg::AttemptScope (the lane's jobs) each driver call in them
-  // makes one attempt of the scope's step; outside one, each runs its whole loop.
+  // holdfast: the lane's access; its calls are PgLane's (the library's Client).
   [[nodiscard]] const AsyncAccess* async_access() const noexcept override {
     return async_ ? &*async_ : nullptr;
   }
-  Result<std::optional<User>> session_once(std::string_view token,
-                                           std::string_view now_utc) override {
-    return session(token, now_utc);
-  }
-  Result<std::vector<Game>> games_once(std::string_view date) override { return games_on(date); }
-  Result<ScheduleContext> context_once(std::string_view date) override { return context_on(date); }
-  Status end_session_once(std::string_view token) override { return end_session(token); }
+  // One call each of the blocking sign-in's steps (credentials(), rehash(), open_session()).
   Result<std::optional<Credentials>> credentials_once(std::string_view email) override;
   Status rehash_once(std::int64_t user_id, std::string_view fresh,
                      std::string_view stored) override;
@@ -123,9 +115,10 @@ class PgClubStore final : public ClubStore {
     asio::pg::ClientOptions reads;
     asio::pg::ClientOptions writes;
   };
-  // Their options, or nullopt when the lane's calls stay blocking jobs: not holdfast, or more
-  // than one standby (a Client takes one).
-  [[nodiscard]] std::optional<LaneOptions> lane_options() const;
+  // Their options (several standbys as one list of hosts, pg::any_of()), or nullopt when
+  // the store is not holdfast's (a baseline: its calls block, on the workers); an error when
+  // the standbys' URLs differ in more than their hosts.
+  [[nodiscard]] std::optional<Result<LaneOptions>> lane_options() const;
   // The lane's calls now run on the event loop (`lane`), or no longer (nullptr): the reads'
   // and the writes' Shields are its Clients'. REQUIRES: no request is being served (the
   // server starts or stopped).
@@ -185,20 +178,6 @@ class PgClubStore final : public ClubStore {
                                    const IdempotencyKey& key, std::string_view now_utc) override;
   Status do_record_report(std::string_view path, std::string_view digest, std::string_view note,
                           std::string_view now_utc) override;
-  Result<PaymentReceipt> do_pay_once(std::int64_t user_id, std::int64_t amount_cents,
-                                     std::string_view method, const IdempotencyKey& key,
-                                     std::string_view now_utc) override {
-    return do_pay(user_id, amount_cents, method, key, now_utc);
-  }
-  Result<SignupReceipt> do_sign_up_once(std::int64_t user_id, std::int64_t game_id,
-                                        const IdempotencyKey& key,
-                                        std::string_view now_utc) override {
-    return do_sign_up(user_id, game_id, key, now_utc);
-  }
-  Status do_record_report_once(std::string_view path, std::string_view digest,
-                               std::string_view note, std::string_view now_utc) override {
-    return do_record_report(path, digest, note, now_utc);
-  }
 
   // One panel operation: holdfast lets the driver's Shield retry it; a baseline wraps the
   // driver's single attempt in its own loop.

@@ -81,10 +81,6 @@ class HttpServer {
     // stalls an event loop of the lane: at most this many such jobs run at once, the others
     // wait their turn holding no thread.
     int async_cpu_workers = 2;
-    // Pools of threads for the async routes' blocking calls (blocking_executor(i)), one
-    // size each: a driver whose calls block (PostgreSQL's libpq) sizes each to the
-    // connections its calls share, so that a call waits for a connection holding no thread.
-    std::vector<int> blocking_pools;
     // For the whole request head; also how long a keep-alive connection may stay idle.
     std::chrono::milliseconds head_deadline{5000};
     std::chrono::milliseconds body_deadline{10000};  // for the whole body
@@ -168,11 +164,6 @@ class HttpServer {
   // resumes the handler on its own event loop when the job is done. A job still queued when
   // the server stops is dropped with its request. REQUIRES: started with an async lane.
   [[nodiscard]] boost::asio::any_io_executor cpu_executor() const;
-  // Where an AsyncHandler runs a blocking call: the pool Options::blocking_pools[i] sized.
-  // Jobs being run when the server stops finish first (a database call ends within its
-  // request's window); those still queued are dropped with their requests. REQUIRES:
-  // started with an async lane, i < blocking_pools.size().
-  [[nodiscard]] boost::asio::any_io_executor blocking_executor(std::size_t i) const;
 
   // Binds, listens and starts the event loop and the workers. A port in use is
   // UNAVAILABLE, a host that is not an address or a name of one INVALID_ARGUMENT, each

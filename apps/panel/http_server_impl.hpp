@@ -93,8 +93,6 @@ struct HttpServer::Impl {
     std::size_t pending = 0;  // in flight; the event loop's
     // CPU-heavy jobs of the handlers (HttpServer::cpu_executor()).
     std::unique_ptr<net::thread_pool> cpu;
-    // Blocking calls of the handlers (HttpServer::blocking_executor()).
-    std::vector<std::unique_ptr<net::thread_pool>> blocking;
   } async;
   std::atomic<bool> stopping{false};
   // Every open connection counts against max_connections (open_count) and its address's

@@ -67,10 +67,6 @@ void HttpServer::Impl::start_async_lane() {
   }
   async.cpu = std::make_unique<net::thread_pool>(
       static_cast<std::size_t>(std::max(options.async_cpu_workers, 1)));
-  for (const int threads : options.blocking_pools) {
-    async.blocking.push_back(
-        std::make_unique<net::thread_pool>(static_cast<std::size_t>(std::max(threads, 1))));
-  }
   if (self.lane_hooks_.started) self.lane_hooks_.started(async.loops.front()->get_executor());
   for (auto& loop : async.loops) {
     async.threads.emplace_back([io = loop.get()] {
@@ -101,21 +97,11 @@ void HttpServer::Impl::stop_async_lane() noexcept {
     async.cpu->join();
     async.cpu.reset();
   }
-  // So are the blocking calls; one being made finishes first, as it refers to its request.
-  for (auto& pool : async.blocking) {
-    pool->stop();
-    pool->join();
-  }
-  async.blocking.clear();
   // The loops go in HttpServer::stop(), after LaneHooks::stopped.
 }
 
 boost::asio::any_io_executor HttpServer::cpu_executor() const {
   return impl_->async.cpu->get_executor();
-}
-
-boost::asio::any_io_executor HttpServer::blocking_executor(std::size_t i) const {
-  return impl_->async.blocking.at(i)->get_executor();
 }
 
 void HttpServer::Impl::serve(Exchange& ex) noexcept {

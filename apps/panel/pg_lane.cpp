@@ -15,12 +15,12 @@ namespace net = boost::asio;
 std::optional<Result<PgClubStore::LaneOptions>> PgLane::wanted(const ClubStore& store) {
   const auto* pg_store = dynamic_cast<const PgClubStore*>(&store);
   if (pg_store == nullptr) return std::nullopt;
-  std::optional<PgClubStore::LaneOptions> options = pg_store->lane_options();
-  if (!options) return std::nullopt;
-  for (const asio::pg::ClientOptions* o : {&options->reads, &options->writes}) {
+  std::optional<Result<PgClubStore::LaneOptions>> options = pg_store->lane_options();
+  if (!options || !options->ok()) return options;
+  for (const asio::pg::ClientOptions* o : {&(*options)->reads, &(*options)->writes}) {
     if (Status bad = o->check(); !bad.ok()) return Result<PgClubStore::LaneOptions>(bad);
   }
-  return Result<PgClubStore::LaneOptions>(std::move(*options));
+  return options;
 }
 
 Result<std::unique_ptr<PgLane>> PgLane::open(ClubStore& store, const net::any_io_executor& loop,

@@ -4,14 +4,15 @@
 // not a thread: the Client drives libpq's non-blocking API there, routes each read to the
 // standby when it has the request's writes (else the primary), hedges a slow standby's read,
 // finds silence, retries within the request's window through its Shield ("club.reads"), keys
-// payments and sign-ups with async_once() and watches for confirmed writes a failover lost.
-// The sessions' writes (sign-in, sign-out) are still the store's blocking calls
-// (async_call.hpp's write_call()).
+// payments and sign-ups with async_once() and watches for confirmed writes a failover lost;
+// the sessions' writes (sign-in, sign-out) too. The writes' Client is the reads' sibling
+// (ADR 0047): a silence one finds answers the other's calls at once.
 //
-// Used when the store is holdfast's on PostgreSQL with at most one standby, directly or
-// behind PgBouncer in transaction mode (the Client then sets the session's settings in each
-// transaction): PgLane::wanted(). With several standbys the reads are blocking jobs routed
-// by pg::Database (async_call.hpp's routed_read()).
+// Used when the store is holdfast's on PostgreSQL, directly or behind PgBouncer in
+// transaction mode (the Client then sets the session's settings in each transaction), with
+// any number of standbys (one list of hosts, pg::any_of()): PgLane::wanted(). When it cannot
+// be (standbys' URLs that differ in more than their hosts), the routes are served on the
+// panel's workers.
 #pragma once
 
 #include <cstdint>

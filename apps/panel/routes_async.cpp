@@ -51,13 +51,15 @@ net::awaitable<void> PanelServer::handle_async(const http::Request& req, http::R
     lane::Context ctx(options_.window, options_.store->clock());
     if (req.received != TimePoint{}) ctx.window().open(req.received);
     cap_by_upstream(req, ctx.window());
-    if (options_.store->async_access()->blocking()) {
-      // PostgreSQL: the calls wait on this loop (pg_lane_), or their tries block, on pools
-      // sized to the connections (start()); the reads must see the writes the client's hf_wal
-      // cookie names, as on the workers.
+    if (options_.store->async_access()->postgres) {
+      // PostgreSQL: the calls wait on this loop (pg_lane_); the reads must see the writes the
+      // client's hf_wal cookie names, as on the workers.
       if (pg_lane_ == nullptr) {
-        ctx.read_jobs = http_->blocking_executor(0);
-        ctx.write_jobs = http_->blocking_executor(1);
+        res.status = 503;  // the lane's Clients did not open (only memory could fail them)
+        res.set_header("Retry-After", "1");
+        res.set_content("the panel is starting; try again in a second\n",
+                        "text/plain; charset=utf-8");
+        co_return;
       }
       const lane::OnThisThread request(ctx);
       options_.store->require_position(cookie_value(req, kWritePositionCookie));
@@ -360,9 +362,9 @@ std::optional<HttpServer::LaneHooks> PanelServer::event_loop_calls() {
   std::optional<Result<PgClubStore::LaneOptions>> wanted = PgLane::wanted(*options_.store);
   if (!wanted) return std::nullopt;
   if (!wanted->ok()) {
-    // The calls stay blocking jobs, which work with these options; say why once.
-    options_.logger->warn(
-        "panel", "the calls stay blocking jobs: " + std::string(wanted->status().message()));
+    // Served on the workers (their blocking calls work with these options); say why once.
+    options_.logger->warn("panel", "the PostgreSQL routes are served on the workers: " +
+                                       std::string(wanted->status().message()));
     return std::nullopt;
   }
   HttpServer::LaneHooks hooks;

@@ -51,21 +51,17 @@ Status PanelServer::start() {
   // The schedule's reads and the writes on the async lane when the store can leave its
   // waits to async_run (holdfast) on real time (asio's timers are).
   const ClubStore::AsyncAccess* async = options_.store->async_access();
-  const bool use_async =
+  bool use_async =
       options_.async_lane && async != nullptr && &options_.store->clock() == &Clock::system();
   if (use_async) o.async_workers = std::max(async->connections, 1);
   std::optional<HttpServer::LaneHooks> loop_calls;
-  if (use_async && async->blocking()) loop_calls = event_loop_calls();
-  if (loop_calls) {
+  if (use_async && async->postgres) {
     // PostgreSQL's calls, reads and writes, wait on one event loop (ADR 0043, 0044): no
-    // thread of the lane's blocks in libpq.
+    // thread of the lane's blocks in libpq. Without the lane's Clients (event_loop_calls()
+    // said why) the routes are served on the workers.
+    loop_calls = event_loop_calls();
+    use_async = loop_calls.has_value();
     o.async_workers = 1;
-    o.blocking_pools = {};
-  } else if (use_async && async->blocking()) {
-    // PostgreSQL: each try blocks in libpq, on a pool sized to the connections it shares
-    // (ADR 0032); the event loops only wait, so two are plenty.
-    o.async_workers = 2;
-    o.blocking_pools = {async->read_jobs, async->write_jobs};  // blocking_executor(0), (1)
   }
   auto server = std::make_unique<HttpServer>(
       std::move(o), [this](const http::Request& req, http::Response& res) { handle(req, res); });

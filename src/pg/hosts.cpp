@@ -184,6 +184,116 @@ Result<Connection> Connection::open(const ConnectOptions& options, TimePoint dea
   return last;
 }
 
+namespace {
+
+// A conninfo's keywords that have a value (libpq's parse), but its hosts and ports.
+struct Parsed {
+  std::vector<std::pair<std::string, std::string>> settings;
+  std::vector<std::string> host;
+  std::vector<std::string> port;
+};
+
+Result<Parsed> parse_conninfo(const std::string& conninfo, std::size_t which) {
+  char* err = nullptr;
+  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &err);
+  if (options == nullptr) {
+    std::string why = err != nullptr ? err : "out of memory";
+    if (err != nullptr) PQfreemem(err);
+    while (!why.empty() && why.back() == '\n')
+      why.pop_back();
+    return Status(Code::kInvalidArgument, "pg::any_of: conninfo " + std::to_string(which + 1) +
+                                              " cannot be parsed: " + why);
+  }
+  Parsed p;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    const std::string_view key(o->keyword);
+    if (key == "host") {
+      p.host = split_list(o->val);
+    } else if (key == "port") {
+      p.port = split_list(o->val);
+    } else {
+      p.settings.emplace_back(o->keyword, o->val);
+    }
+  }
+  PQconninfoFree(options);
+  if (p.host.empty()) p.host.emplace_back();  // libpq's default host
+  if (p.port.size() == 1) p.port.resize(p.host.size(), p.port.front());
+  if (p.port.empty()) p.port.resize(p.host.size());  // libpq's default port
+  if (p.port.size() != p.host.size()) {
+    return Status(Code::kInvalidArgument, "pg::any_of: conninfo " + std::to_string(which + 1) +
+                                              " names " + std::to_string(p.host.size()) +
+                                              " hosts and " + std::to_string(p.port.size()) +
+                                              " ports");
+  }
+  return p;
+}
+
+// A key=value conninfo's value, quoted as libpq reads it.
+std::string quoted(std::string_view value) {
+  std::string out = "'";
+  for (const char c : value) {
+    if (c == '\'' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "'";
+}
+
+std::string joined(const std::vector<std::string>& list) {
+  std::string out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (i > 0) out += ',';
+    out += list[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> any_of(std::span<const std::string> conninfos) {
+  if (conninfos.empty()) return Status(Code::kInvalidArgument, "pg::any_of: no conninfo given");
+  Parsed all;
+  for (std::size_t i = 0; i < conninfos.size(); ++i) {
+    Result<Parsed> p = parse_conninfo(conninfos[i], i);
+    if (!p.ok()) return p.status();
+    if (i == 0) {
+      all.settings = p->settings;
+    } else if (p->settings != all.settings) {
+      // Name the first setting that differs (not its value: it may be a password).
+      std::string differs;
+      for (const auto& [key, value] : p->settings) {
+        bool same = false;
+        for (const auto& [k, v] : all.settings)
+          same = same || (k == key && v == value);
+        if (!same) {
+          differs = key;
+          break;
+        }
+      }
+      if (differs.empty()) {
+        for (const auto& [key, value] : all.settings) {
+          bool there = false;
+          for (const auto& [k, v] : p->settings)
+            there = there || k == key;
+          if (!there) {
+            differs = key;
+            break;
+          }
+        }
+      }
+      return Status(Code::kInvalidArgument, "pg::any_of: conninfo " + std::to_string(i + 1) +
+                                                " differs from the first in '" + differs +
+                                                "' (only hosts and ports may differ)");
+    }
+    all.host.insert(all.host.end(), p->host.begin(), p->host.end());
+    all.port.insert(all.port.end(), p->port.begin(), p->port.end());
+  }
+  std::string out = "host=" + quoted(joined(all.host)) + " port=" + quoted(joined(all.port));
+  for (const auto& [key, value] : all.settings)
+    out += " " + key + "=" + quoted(value);
+  return out;
+}
+
 std::size_t detail::ConnectionAccess::host_count(const std::string& conninfo) {
   ConnectOptions o;
   o.conninfo = conninfo;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "club_store.hpp"
 #include "drill_pg_process.hpp"
@@ -39,10 +40,16 @@ std::string today() {
 // by its pid) when destroyed.
 class PanelProcess {
  public:
-  PanelProcess(const std::string& url, const std::string& replica, const fs::path& output) {
-    Result<drill::ChildProcess> p = drill::ChildProcess::spawn(
-        {HOLDFAST_EXE, "panel", "--pg", url, "--pg-replica", replica, "--port", "0"}, {},
-        output.string());
+  PanelProcess(const std::string& url, const std::string& replica, const fs::path& output)
+      : PanelProcess(url, std::vector<std::string>{replica}, output) {}
+  PanelProcess(const std::string& url, const std::vector<std::string>& replicas,
+               const fs::path& output) {
+    std::vector<std::string> args = {HOLDFAST_EXE, "panel", "--pg", url, "--port", "0"};
+    for (const std::string& replica : replicas) {
+      args.push_back("--pg-replica");
+      args.push_back(replica);
+    }
+    Result<drill::ChildProcess> p = drill::ChildProcess::spawn(args, {}, output.string());
     if (!p.ok()) {
       ADD_FAILURE() << p.status().to_string();
       return;
@@ -62,6 +69,17 @@ class PanelProcess {
     if (port_ == 0) ADD_FAILURE() << "the panel did not start: " << drill::read_text(output);
   }
   [[nodiscard]] int port() const { return port_; }
+  // Its threads now (/proc/PID/task).
+  [[nodiscard]] long threads() const {
+    const fs::path tasks = fs::path("/proc") / std::to_string(process_.pid()) / "task";
+    std::error_code ec;
+    long n = 0;
+    for (auto it = fs::directory_iterator(tasks, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      ++n;
+    }
+    return n;
+  }
 
  private:
   drill::ChildProcess process_;
@@ -200,6 +218,62 @@ TEST(PanelPgProcesses, TheWritePositionCookieMakesAnotherProcessReadTheClientsOw
       << metrics->body.substr(0, 2000);
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+// Several standbys are one list of hosts for the lane's Client (pg::any_of()): with the
+// first one down, the pages are read from the other, on the event loop (no blocking jobs).
+TEST(PanelPgProcesses, WithTwoStandbysTheFirstOneDownThePagesAreReadFromTheOther) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  ScratchDatabase db;
+  Admin primary(pgtest::server_url());
+  Admin standby(pgtest::standby_url());
+  ASSERT_TRUE(standby_caught_up(primary, standby));
+  const std::string replica = url_for_database(pgtest::standby_url(), db.name());
+  // The same standby URL on a port nobody listens on (9: discard, refused at once).
+  const std::size_t colon = replica.find(':', replica.find("@"));
+  ASSERT_NE(colon, std::string::npos) << replica;
+  const std::string down =
+      replica.substr(0, colon) + ":9" + replica.substr(replica.find('/', colon));
+  const fs::path dir = fs::temp_directory_path() / pgtest::unique("holdfast-e2e-two-standbys");
+  fs::create_directories(dir);
+  PanelProcess panel(db.url(), {down, replica}, dir / "panel.log");
+  ASSERT_GT(panel.port(), 0);
+  http_client::Client via("127.0.0.1", panel.port());
+  via.set_read_timeout(seconds(30));
+  auto login = via.Post(
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  ASSERT_TRUE(login);
+  ASSERT_EQ(login->status, 303) << login->body;
+  const std::string session = cookie_pair(set_cookie_line(*login, "session"));
+  ASSERT_TRUE(standby_caught_up(primary, standby));
+  Admin standby_db(replica);
+  const auto served_by_standby = [&] {
+    return standby_db.count(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()");
+  };
+  const long long before = served_by_standby();
+  for (int i = 0; i < 10; ++i)
+    EXPECT_GE(payments_on_page(via, session), 0);
+  // Statistics reach pg_stat_database within a second or so (PostgreSQL 15's stats flush).
+  long long after = served_by_standby();
+  for (int i = 0; i < 30 && after < before + 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    standby_db.exec("SELECT pg_stat_clear_snapshot()");
+    after = served_by_standby();
+  }
+  EXPECT_GE(after, before + 10) << "the standby did not serve the pages' reads";
+  const std::string log = drill::read_text((dir / "panel.log").string());
+  EXPECT_EQ(log.find("served on the workers"), std::string::npos) << log;
+  // On the event loop like a panel with one standby: no pool of threads for blocking reads
+  // (which took 4 read connections x 3 copies + the writes' before).
+  PanelProcess one(db.url(), replica, dir / "one.log");
+  ASSERT_GT(one.port(), 0);
+  http_client::Client via_one("127.0.0.1", one.port());
+  via_one.set_read_timeout(seconds(30));
+  for (int i = 0; i < 10; ++i)
+    EXPECT_GE(payments_on_page(via_one, session), 0);
+  EXPECT_LE(panel.threads(), one.threads() + 3)
+      << "two standbys: " << panel.threads() << " threads, one standby: " << one.threads();
 }
 
 // Issue 45, item 3: with --pg-replica the standby answers the payment's session read, so its

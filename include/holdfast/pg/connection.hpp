@@ -108,6 +108,15 @@ struct ConnectOptions {
   std::shared_ptr<detail::ServerWatch> watch;
 };
 
+/// One conninfo that reaches any of `conninfos` (URLs or key=value conninfos, each of one or
+/// more hosts): every host and port of them in one multi-host list, in their order, and the
+/// rest of the settings they share; tried as a multi-host conninfo is (one host at a time,
+/// from the one that answered last). For example several standbys for one pool:
+/// asio::pg::ClientOptions::standby. INVALID_ARGUMENT when `conninfos` is empty, one of them
+/// cannot be parsed, or one differs from the first in anything but its hosts and ports (the
+/// setting is named, its value is not: it may be a password).
+[[nodiscard]] Result<std::string> any_of(std::span<const std::string> conninfos);
+
 /// One libpq connection (see the top of this file). Move-only; used by one thread at a time.
 class Connection {
  public:
