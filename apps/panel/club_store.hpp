@@ -214,9 +214,9 @@ class ClubStore {
                                                    std::string_view now_utc);
   virtual Result<std::vector<Game>> games_once(std::string_view date);
   virtual Result<ScheduleContext> context_once(std::string_view date);
-  // One attempt at the file's change epoch (data_epoch.hpp): a schedule read after epoch e
-  // is still the file's while this answers e. 0 when this store keeps none (then every
-  // schedule is read).
+  // One attempt at the file's change epoch (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp):
+  // a schedule read after epoch e is still the file's while this answers e. 0 when this store keeps
+  // none (then every schedule is read).
   virtual Result<std::uint64_t> data_epoch_once() { return std::uint64_t{0}; }
   // One attempt of pay(), sign_up() and end_session(), the same way. Each attempt is the
   // whole transaction; one that fails has applied nothing (it rolled back), or, with an

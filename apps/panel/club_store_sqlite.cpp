@@ -137,7 +137,8 @@ Result<ScheduleContext> SqliteClubStore::context_once(std::string_view date) {
 }
 
 Result<std::uint64_t> SqliteClubStore::data_epoch_once() {
-  Result<std::optional<std::int64_t>> epoch = once_.query_one<std::int64_t>(DataEpoch::kObserveSql);
+  Result<std::optional<std::int64_t>> epoch =
+      once_.query_one<std::int64_t>(sqlite::ChangeEpoch::kObserveSql);
   if (!epoch.ok()) return epoch.status();
   // No row would be a SQLite without the pragma: 0, no epoch, every schedule is read.
   return epoch->has_value() ? static_cast<std::uint64_t>(**epoch) : std::uint64_t{0};

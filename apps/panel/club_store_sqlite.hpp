@@ -8,10 +8,10 @@
 #include <optional>
 
 #include "club_store.hpp"
-#include "data_epoch.hpp"
 #include "holdfast/core/health_probe.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/sqlite.hpp"
+#include "holdfast/sqlite/change_epoch.hpp"
 #include "idempotency.hpp"
 
 namespace holdfast::panel {
@@ -51,7 +51,7 @@ class SqliteClubStore final : public ClubStore {
   [[nodiscard]] std::uint64_t attempts() const noexcept override;
 
  private:
-  SqliteClubStore(Options options, sqlite::Database db, std::unique_ptr<DataEpoch> epoch);
+  SqliteClubStore(Options options, sqlite::Database db, std::unique_ptr<sqlite::ChangeEpoch> epoch);
 
   Result<std::optional<Credentials>> do_credentials(std::string_view email) override;
   Status do_rehash(std::int64_t user_id, std::string_view fresh, std::string_view stored) override;
@@ -83,7 +83,7 @@ class SqliteClubStore final : public ClubStore {
   }
 
   // What every connection of db_ reports its data_version to; outlives them.
-  std::unique_ptr<DataEpoch> epoch_;
+  std::unique_ptr<sqlite::ChangeEpoch> epoch_;
   // holdfast only (nullptr for a baseline); built before db_, which refers to them.
   std::unique_ptr<Shield> reads_;
   std::unique_ptr<Shield> writes_;

@@ -85,7 +85,7 @@ Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
   db_options.read_connections = options.read_connections;
   db_options.idempotency_table = "idempotency_keys";
   if (options.clock != nullptr) db_options.clock = options.clock;
-  auto epoch = std::make_unique<DataEpoch>();
+  auto epoch = std::make_unique<sqlite::ChangeEpoch>();
   db_options.on_connect = [e = epoch.get()](sqlite3* conn, sqlite::Role) {
     return e->attach(conn);
   };
@@ -96,7 +96,7 @@ Result<std::unique_ptr<ClubStore>> SqliteClubStore::open(Options options) {
 }
 
 SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db,
-                                 std::unique_ptr<DataEpoch> epoch)
+                                 std::unique_ptr<sqlite::ChangeEpoch> epoch)
     : ClubStore(std::move(options)),
       epoch_(std::move(epoch)),
       reads_(shield_for(options_, "club.reads", *clock_)),

@@ -50,7 +50,8 @@ net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const 
   read.user = **who;
   toucher_->touch(ask.token);
   // Nothing committed since the last good copy was read: it is the answer, without the
-  // five queries (data_epoch.hpp). A store without an epoch (PostgreSQL) reads every page.
+  // five queries (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp). A store without an epoch
+  // (PostgreSQL) reads every page.
   if (store.async_access()->data_epoch) {
     const Result<std::uint64_t> epoch = co_await read_call<Result<std::uint64_t>>(
         store, ctx, Operation::read("schedule.epoch"), [&] { return store.data_epoch_once(); });

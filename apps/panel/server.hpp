@@ -373,7 +373,8 @@ class PanelServer {
   void keep_stale_copy(const std::string& date, std::shared_ptr<const Schedule> schedule,
                        std::string_view now, std::uint64_t epoch);
   // The date's last good copy when it was read after observing `epoch` (not 0) and so is
-  // still the file's content (data_epoch.hpp); it is confirmed as of `now`. Else nullptr.
+  // still the file's content (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp); it is
+  // confirmed as of `now`. Else nullptr.
   [[nodiscard]] std::shared_ptr<const Schedule> current_copy(const std::string& date,
                                                              std::uint64_t epoch,
                                                              std::string_view now) const;

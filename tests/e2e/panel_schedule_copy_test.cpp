@@ -1,6 +1,6 @@
 // The schedule's current copy (ADR 0031): on the async lane the day's last good copy is
 // answered again, without its queries, only while PRAGMA data_version shows nothing
-// committed since it was read. DataEpoch on real SQLite connections, then the panel.
+// committed since it was read. sqlite::ChangeEpoch on real SQLite connections, then the panel.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data_epoch.hpp"
 #include "demo_data.hpp"
+#include "holdfast/sqlite/change_epoch.hpp"
 #include "panel_fixture.hpp"
 #include "sqlite_faults.hpp"  // RawConnection, TempDir
 
@@ -25,14 +25,14 @@ RawConnection open_raw(const std::string& path) {
   return std::move(*c);
 }
 
-// One observation (DataEpoch::kObserveSql) on `c`.
+// One observation (sqlite::ChangeEpoch::kObserveSql) on `c`.
 std::int64_t observe(RawConnection& c) {
-  Result<std::int64_t> epoch = c.query_int(DataEpoch::kObserveSql);
+  Result<std::int64_t> epoch = c.query_int(sqlite::ChangeEpoch::kObserveSql);
   EXPECT_TRUE(epoch.ok()) << epoch.status().to_string();
   return epoch.ok() ? *epoch : -1;
 }
 
-class DataEpochTest : public ::testing::Test {
+class ChangeEpochTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(open_raw(path_)
@@ -44,9 +44,9 @@ class DataEpochTest : public ::testing::Test {
 };
 
 // Observations on one connection answer the same epoch until another connection -- here
-// one DataEpoch knows nothing of, as another process's would be -- commits.
-TEST_F(DataEpochTest, TheEpochMovesOnlyWhenAnotherConnectionHasCommitted) {
-  DataEpoch epoch;
+// one ChangeEpoch knows nothing of, as another process's would be -- commits.
+TEST_F(ChangeEpochTest, TheEpochMovesOnlyWhenAnotherConnectionHasCommitted) {
+  sqlite::ChangeEpoch epoch;
   RawConnection reader = open_raw(path_);
   ASSERT_TRUE(epoch.attach(reader.handle()).ok());
   RawConnection other = open_raw(path_);
@@ -63,8 +63,8 @@ TEST_F(DataEpochTest, TheEpochMovesOnlyWhenAnotherConnectionHasCommitted) {
 
 // A copy stamped with the epoch one connection observed is checked by observations on
 // others: a commit after the copy shows on whichever connection looks next.
-TEST_F(DataEpochTest, ACommitShowsWhicheverConnectionLooksNext) {
-  DataEpoch epoch;
+TEST_F(ChangeEpochTest, ACommitShowsWhicheverConnectionLooksNext) {
+  sqlite::ChangeEpoch epoch;
   RawConnection a = open_raw(path_);
   RawConnection b = open_raw(path_);
   ASSERT_TRUE(epoch.attach(a.handle()).ok());
