@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -239,6 +240,15 @@ std::string quoted(std::string_view value) {
   return out + "'";
 }
 
+// The name of the first setting of `a` that `b` lacks or holds with another value.
+std::optional<std::string> first_not_in(const std::vector<std::pair<std::string, std::string>>& a,
+                                        const std::vector<std::pair<std::string, std::string>>& b) {
+  for (const auto& setting : a) {
+    if (std::find(b.begin(), b.end(), setting) == b.end()) return setting.first;
+  }
+  return std::nullopt;
+}
+
 std::string joined(const std::vector<std::string>& list) {
   std::string out;
   for (std::size_t i = 0; i < list.size(); ++i) {
@@ -260,27 +270,9 @@ Result<std::string> any_of(std::span<const std::string> conninfos) {
       all.settings = p->settings;
     } else if (p->settings != all.settings) {
       // Name the first setting that differs (not its value: it may be a password).
-      std::string differs;
-      for (const auto& [key, value] : p->settings) {
-        bool same = false;
-        for (const auto& [k, v] : all.settings)
-          same = same || (k == key && v == value);
-        if (!same) {
-          differs = key;
-          break;
-        }
-      }
-      if (differs.empty()) {
-        for (const auto& [key, value] : all.settings) {
-          bool there = false;
-          for (const auto& [k, v] : p->settings)
-            there = there || k == key;
-          if (!there) {
-            differs = key;
-            break;
-          }
-        }
-      }
+      const std::string differs =
+          first_not_in(p->settings, all.settings)
+              .value_or(first_not_in(all.settings, p->settings).value_or(""));
       return Status(Code::kInvalidArgument, "pg::any_of: conninfo " + std::to_string(i + 1) +
                                                 " differs from the first in '" + differs +
                                                 "' (only hosts and ports may differ)");

@@ -126,6 +126,24 @@ std::string cookie_pair(const std::string& line) {
   return line.substr(0, line.find(';'));
 }
 
+// A sign-in's session cookie ("name=value") and CSRF token.
+struct SignedIn {
+  std::string session;
+  std::string csrf;
+};
+
+// Signs in as the demo user through `http`; empty (and a failure) when the sign-in was not
+// the 303 it should be.
+SignedIn sign_in(http_client::Client& http) {
+  auto login = http.Post(
+      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
+  if (!login || login->status != 303) {
+    ADD_FAILURE() << "sign-in: " << (login ? login->body : std::string("no answer"));
+    return {};
+  }
+  return {cookie_pair(set_cookie_line(*login, "session")), login->get_header_value("X-CSRF-Token")};
+}
+
 // "Today's payments" on a fresh schedule page loaded with `cookie`; -1 when the answer is
 // not a fresh page.
 long long payments_on_page(http_client::Client& http, const std::string& cookie) {
@@ -240,11 +258,8 @@ TEST(PanelPgProcesses, WithTwoStandbysTheFirstOneDownThePagesAreReadFromTheOther
   ASSERT_GT(panel.port(), 0);
   http_client::Client via("127.0.0.1", panel.port());
   via.set_read_timeout(seconds(30));
-  auto login = via.Post(
-      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
-  ASSERT_TRUE(login);
-  ASSERT_EQ(login->status, 303) << login->body;
-  const std::string session = cookie_pair(set_cookie_line(*login, "session"));
+  const std::string session = sign_in(via).session;
+  ASSERT_FALSE(session.empty());
   ASSERT_TRUE(standby_caught_up(primary, standby));
   Admin standby_db(replica);
   const auto served_by_standby = [&] {
@@ -290,11 +305,9 @@ TEST(PanelPgProcesses, WithAStandbyAPaymentInFlightWhenThePrimaryFreezesIsAnswer
   ASSERT_GT(panel.port(), 0);
   http_client::Client http("127.0.0.1", panel.port());
   http.set_read_timeout(seconds(30));
-  auto login = http.Post(
-      "/login", http_client::Params{{"email", "Ada.Nowak@club.example"}, {"password", "demo"}});
-  ASSERT_TRUE(login);
-  ASSERT_EQ(login->status, 303) << login->body;
-  const std::string session = cookie_pair(set_cookie_line(*login, "session"));
+  const SignedIn signed_in = sign_in(http);
+  const std::string& session = signed_in.session;
+  ASSERT_FALSE(session.empty());
   Admin primary(servers.url());
   Admin standby(servers.standby_url());
   ASSERT_TRUE(standby_caught_up(primary, standby));  // the session is there too
@@ -306,10 +319,8 @@ TEST(PanelPgProcesses, WithAStandbyAPaymentInFlightWhenThePrimaryFreezesIsAnswer
   std::optional<http_client::Result> paid;
   std::chrono::steady_clock::time_point answered;
   std::thread payer([&] {
-    paid =
-        http.Post("/payments",
-                  {{"Cookie", session}, {"X-CSRF-Token", login->get_header_value("X-CSRF-Token")}},
-                  http_client::Params{{"amount_cents", "1250"}, {"method", "card"}});
+    paid = http.Post("/payments", {{"Cookie", session}, {"X-CSRF-Token", signed_in.csrf}},
+                     http_client::Params{{"amount_cents", "1250"}, {"method", "card"}});
     answered = std::chrono::steady_clock::now();
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -107,7 +107,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// have completed.
   static Result<std::shared_ptr<Client>> open(const Executor& ex, ClientOptions options) {
     if (Status bad = options.check(); !bad.ok()) return bad;
-    return std::shared_ptr<Client>(new Client(ex, std::move(options)));
+    std::shared_ptr<Client> c(new Client(ex, std::move(options)));
+    c->primary_.verdict->clients.push_back(c);
+    return c;
   }
   /// A Client for the same primary as `sibling`, with a Shield and connections of its own,
   /// that shares with it (and its other siblings) whether the primary answers: silence found
@@ -119,20 +121,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// INVALID_ARGUMENT when its options are invalid or `sibling` reaches another primary
   /// (connect.conninfo differs).
   static Result<std::shared_ptr<Client>> open(const Executor& ex, ClientOptions options,
-                                              const std::shared_ptr<Client>& sibling) {
-    if (sibling == nullptr || sibling->options_.connect.conninfo != options.connect.conninfo) {
-      return Status(Code::kInvalidArgument,
-                    "Client::open(ex, options, sibling): the sibling must be a Client of the same "
-                    "primary (the same connect.conninfo)");
-    }
-    Result<std::shared_ptr<Client>> c = open(ex, std::move(options));
-    if (!c.ok()) return c;
-    std::shared_ptr<Verdict> shared = sibling->primary_.verdict;
-    if (shared->clients.empty()) shared->clients.push_back(sibling);
-    shared->clients.push_back(*c);
-    (*c)->primary_.verdict = std::move(shared);
-    return c;
-  }
+                                              const std::shared_ptr<Client>& sibling);
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
@@ -345,7 +334,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // Whether a server answers: the last silence check's verdict, and until when it holds
   // (while the primary's probe runs: until the probe finds it answering). The primary's is
-  // shared by the Clients opened as siblings, which `clients` lists.
+  // shared by the Clients opened as siblings, which `clients` lists (each Client's own lists
+  // itself).
   struct Verdict {
     bool silent = false;
     TimePoint verdict_until{};
@@ -357,14 +347,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // Calls `f` with this Client and each live sibling sharing its primary's verdict.
   template <class F>
   void for_each_sibling(F f) {
-    bool self = false;
     for (const std::weak_ptr<Client>& w : primary_.verdict->clients) {
-      if (std::shared_ptr<Client> c = w.lock()) {
-        self = self || c.get() == this;
-        f(*c);
-      }
+      if (std::shared_ptr<Client> c = w.lock()) f(*c);
     }
-    if (!self) f(*this);
   }
 
   // The connections to one server (the primary, or the standbys).

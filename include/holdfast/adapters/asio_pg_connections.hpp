@@ -6,6 +6,25 @@
 namespace holdfast::asio::pg {
 
 template <class Executor>
+auto Client<Executor>::open(const Executor& ex, ClientOptions options,
+                            const std::shared_ptr<Client>& sibling)
+    -> Result<std::shared_ptr<Client>> {
+  if (sibling == nullptr || sibling->options_.connect.conninfo != options.connect.conninfo) {
+    return Status(Code::kInvalidArgument,
+                  "Client::open(ex, options, sibling): the sibling must be a Client of the same "
+                  "primary (the same connect.conninfo)");
+  }
+  Result<std::shared_ptr<Client>> c = open(ex, std::move(options));
+  if (!c.ok()) return c;
+  std::shared_ptr<Verdict> shared = sibling->primary_.verdict;
+  // Siblings gone are forgotten: the list holds the live ones and this one.
+  std::erase_if(shared->clients, [](const std::weak_ptr<Client>& w) { return w.expired(); });
+  shared->clients.push_back(*c);
+  (*c)->primary_.verdict = std::move(shared);
+  return c;
+}
+
+template <class Executor>
 auto Client<Executor>::lease(Pool& pool, TimePoint until)
     -> awaitable<Result<std::unique_ptr<Slot>>> {
   for (;;) {
