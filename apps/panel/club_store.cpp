@@ -86,6 +86,13 @@ Result<std::optional<User>> ClubStore::session_once(std::string_view, std::strin
   return no_async_calls();
 }
 
+Result<ClubStore::StampedSession> ClubStore::stamped_session_once(std::string_view token,
+                                                                  std::string_view now_utc) {
+  Result<std::optional<User>> user = session_once(token, now_utc);
+  if (!user.ok()) return user.status();
+  return StampedSession{std::move(*user), 0};
+}
+
 Result<std::vector<Game>> ClubStore::games_once(std::string_view) {
   return no_async_calls();
 }

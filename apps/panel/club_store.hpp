@@ -197,7 +197,7 @@ class ClubStore {
     const RetryPolicy* writes = nullptr;    // the writes'
     int connections = 0;
     Duration busy_timeout{};  // Options::busy_timeout: one attempt's wait for a lock
-    // Whether data_epoch_once() observes the file's change epoch (SQLite).
+    // Whether stamped_session_once() observes the file's change epoch (SQLite).
     bool data_epoch = false;
     // PostgreSQL: the lane's calls are the library's asio::pg::Client's, on one event loop
     // (PgLane, ADRs 0043, 0044); the *_once() forms below are SQLite's.
@@ -214,10 +214,17 @@ class ClubStore {
                                                    std::string_view now_utc);
   virtual Result<std::vector<Game>> games_once(std::string_view date);
   virtual Result<ScheduleContext> context_once(std::string_view date);
-  // One attempt at the file's change epoch (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp):
-  // a schedule read after epoch e is still the file's while this answers e. 0 when this store keeps
-  // none (then every schedule is read).
-  virtual Result<std::uint64_t> data_epoch_once() { return std::uint64_t{0}; }
+  // A session as session_once() reads it, and the file's change epoch (sqlite::ChangeEpoch,
+  // holdfast/sqlite/change_epoch.hpp) observed by the same statement: a schedule read after
+  // it is still the file's while a later observation answers the same epoch.
+  struct StampedSession {
+    std::optional<User> user;
+    std::uint64_t epoch = 0;  // 0: this store keeps none (then every schedule is read)
+  };
+  // One attempt of that, one statement where the store keeps an epoch. The base class:
+  // session_once() and no epoch.
+  virtual Result<StampedSession> stamped_session_once(std::string_view token,
+                                                      std::string_view now_utc);
   // One attempt of pay(), sign_up() and end_session(), the same way. Each attempt is the
   // whole transaction; one that fails has applied nothing (it rolled back), or, with an
   // idempotency key, may be made again and applies at most once. The input is checked as

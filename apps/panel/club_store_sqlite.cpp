@@ -5,6 +5,8 @@
 
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "demo_data.hpp"  // day_after()
 #include "idempotency.hpp"
 
@@ -136,12 +138,34 @@ Result<ScheduleContext> SqliteClubStore::context_once(std::string_view date) {
   return read_context(once_, kOnce, date);
 }
 
-Result<std::uint64_t> SqliteClubStore::data_epoch_once() {
-  Result<std::optional<std::int64_t>> epoch =
-      once_.query_one<std::int64_t>(sqlite::ChangeEpoch::kObserveSql);
-  if (!epoch.ok()) return epoch.status();
-  // No row would be a SQLite without the pragma: 0, no epoch, every schedule is read.
-  return epoch->has_value() ? static_cast<std::uint64_t>(**epoch) : std::uint64_t{0};
+Result<ClubStore::StampedSession> SqliteClubStore::stamped_session_once(std::string_view token,
+                                                                        std::string_view now_utc) {
+  // One row whatever the session: the observation, and the user or NULLs. One statement is
+  // one read transaction, so the epoch is observed before any read it will stamp.
+  using Row = std::tuple<std::int64_t, std::optional<std::int64_t>, std::optional<std::string>,
+                         std::optional<std::string>, std::optional<std::string>>;
+  Result<std::vector<Row>> rows =
+      once_.query<std::int64_t, std::optional<std::int64_t>, std::optional<std::string>,
+                  std::optional<std::string>, std::optional<std::string>>(
+          "SELECT holdfast_change_epoch(d.data_version), u.id, u.name, u.email, u.role "
+          "FROM pragma_data_version d LEFT JOIN sessions s ON s.token = ? AND s.expires_at > ? "
+          "LEFT JOIN users u ON u.id = s.user_id",
+          token, now_utc);
+  if (!rows.ok()) return rows.status();
+  StampedSession out;
+  // No row would be a SQLite without the pragma: no epoch, every schedule is read.
+  if (rows->empty()) {
+    Result<std::optional<User>> user = session_once(token, now_utc);
+    if (!user.ok()) return user.status();
+    out.user = std::move(*user);
+    return out;
+  }
+  auto& [epoch, id, name, email, role] = rows->front();
+  out.epoch = static_cast<std::uint64_t>(epoch);
+  if (id && name && email && role) {
+    out.user = User{*id, std::move(*name), std::move(*email), std::move(*role)};
+  }
+  return out;
 }
 
 Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::string_view email) {
@@ -279,7 +303,7 @@ Result<int> SqliteClubStore::delete_expired_sessions(std::string_view now_utc, i
 }
 
 Result<int> SqliteClubStore::delete_old_idempotency_keys(std::string_view now_utc, int limit) {
-  const std::string age = "-" + std::to_string(kIdempotencyKeyAge.count()) + " hours";
+  const std::string age = fmt::format("-{} hours", kIdempotencyKeyAge.count());
   Result<sqlite::Exec> r =
       run(Operation::idempotent_write("retention.idempotency_keys").background(), [&] {
         return db_.execute(

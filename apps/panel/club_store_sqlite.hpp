@@ -33,7 +33,8 @@ class SqliteClubStore final : public ClubStore {
                                            std::string_view now_utc) override;
   Result<std::vector<Game>> games_once(std::string_view date) override;
   Result<ScheduleContext> context_once(std::string_view date) override;
-  Result<std::uint64_t> data_epoch_once() override;
+  Result<StampedSession> stamped_session_once(std::string_view token,
+                                              std::string_view now_utc) override;
   Status end_session(std::string_view token) override;
   Status end_session_once(std::string_view token) override;
   Result<std::optional<Credentials>> credentials_once(std::string_view email) override;

@@ -45,19 +45,9 @@ std::string escape_html(std::string_view text) {
   return svg::escape(text);
 }
 
-std::string render_schedule(const Schedule& s, const User& user,
-                            const std::optional<std::string>& stale_as_of) {
+std::shared_ptr<const SchedulePage> SchedulePage::of(Schedule schedule) {
+  const Schedule& s = schedule;
   std::string body;
-  body += fmt::format(
-      "<header><strong>{}</strong><span>Dashboard &rarr; Schedule &middot; {} ({})</span>"
-      "</header><main>",
-      escape_html(s.context.club_name), escape_html(user.name), escape_html(user.role));
-  if (stale_as_of) {
-    body += fmt::format(
-        "<div class=\"banner stale\" id=\"stale-banner\">The database is busy right now. "
-        "This schedule is as of {} and will refresh by itself.</div>",
-        escape_html(*stale_as_of));
-  }
   for (const auto& h : s.context.holidays) {
     body += fmt::format("<div class=\"banner holiday\">Holiday: {}</div>", escape_html(h));
   }
@@ -77,10 +67,41 @@ std::string render_schedule(const Schedule& s, const User& user,
   }
   if (s.games.empty()) body += "<tr><td colspan=\"4\">No games on this day.</td></tr>";
   body += "</tbody></table></main>";
-  body +=
-      "<footer><form method=\"post\" action=\"/report\"><input type=\"hidden\" name=\"path\" "
-      "value=\"/dashboard/schedule\"><button>Report a problem</button></form></footer>";
-  return page("Schedule", body);
+  return std::make_shared<const SchedulePage>(SchedulePage{std::move(schedule), std::move(body)});
+}
+
+std::string render_schedule(const SchedulePage& page, const User& user,
+                            const std::optional<std::string>& stale_as_of, std::string_view csrf) {
+  // The bytes page() would give, appended in place: the copy's part is the bulk of them.
+  std::string out;
+  out.reserve(kStyle.size() + page.body.size() + 1024);
+  out += "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Schedule</title>";
+  out += kStyle;
+  out += "</head><body><header><strong>";
+  out += escape_html(page.schedule.context.club_name);
+  out += "</strong><span>Dashboard &rarr; Schedule &middot; ";
+  out += escape_html(user.name);
+  out += " (";
+  out += escape_html(user.role);
+  out += ")</span></header><main>";
+  if (stale_as_of) {
+    out +=
+        "<div class=\"banner stale\" id=\"stale-banner\">The database is busy right now. "
+        "This schedule is as of ";
+    out += escape_html(*stale_as_of);
+    out += " and will refresh by itself.</div>";
+  }
+  out += page.body;
+  out += "<footer><form method=\"post\" action=\"/report\">";
+  if (!csrf.empty()) {
+    out += "<input type=\"hidden\" name=\"csrf_token\" value=\"";
+    out += escape_html(csrf);
+    out += "\">";
+  }
+  out +=
+      "<input type=\"hidden\" name=\"path\" value=\"/dashboard/schedule\"><button>Report a "
+      "problem</button></form></footer></body></html>";
+  return out;
 }
 
 std::string render_busy(int retry_after_seconds, std::string_view digest) {

@@ -68,9 +68,9 @@ void send_to_sign_in(http::Response& res, bool as_json) {
 }  // namespace
 
 struct PanelServer::StaleCopy {
-  StaleCopy(std::shared_ptr<const Schedule> s, std::string_view now, std::uint64_t k,
+  StaleCopy(std::shared_ptr<const SchedulePage> p, std::string_view now, std::uint64_t k,
             std::uint64_t e)
-      : schedule(std::move(s)), kept(k), epoch(e) {
+      : page(std::move(p)), kept(k), epoch(e) {
     confirm(now);
   }
   // The last time the database showed this copy to be the file's content.
@@ -86,31 +86,30 @@ struct PanelServer::StaleCopy {
     if (now.size() >= 19) as_of_s.store(two(11) * 3600 + two(14) * 60 + two(17));
   }
 
-  std::shared_ptr<const Schedule> schedule;
+  std::shared_ptr<const SchedulePage> page;       // the schedule, its page's own part rendered
   mutable std::atomic<std::uint32_t> as_of_s{0};  // seconds into the UTC day
   std::uint64_t kept = 0;   // when it was kept, in the order of keep_stale_copy() calls
   std::uint64_t epoch = 0;  // the data epoch observed before it was read (0: none)
 };
 
-void PanelServer::keep_stale_copy(const std::string& date, std::shared_ptr<const Schedule> schedule,
+void PanelServer::keep_stale_copy(const std::string& date, std::shared_ptr<const SchedulePage> page,
                                   std::string_view now, std::uint64_t epoch) {
   std::lock_guard<std::mutex> lock(stale_mutex_);
   // The client picks the date: past kStaleCopies, the copy kept longest ago gives way.
-  put_bounded(
-      last_good_, date,
-      std::make_shared<const StaleCopy>(std::move(schedule), now, ++stale_copies_kept_, epoch),
-      kStaleCopies, [](const auto& a, const auto& b) { return a->kept < b->kept; });
+  put_bounded(last_good_, date,
+              std::make_shared<const StaleCopy>(std::move(page), now, ++stale_copies_kept_, epoch),
+              kStaleCopies, [](const auto& a, const auto& b) { return a->kept < b->kept; });
 }
 
-std::shared_ptr<const Schedule> PanelServer::current_copy(const std::string& date,
-                                                          std::uint64_t epoch,
-                                                          std::string_view now) const {
+std::shared_ptr<const SchedulePage> PanelServer::current_copy(const std::string& date,
+                                                              std::uint64_t epoch,
+                                                              std::string_view now) const {
   if (epoch == 0) return nullptr;
   std::lock_guard<std::mutex> lock(stale_mutex_);
   const auto it = last_good_.find(date);
   if (it == last_good_.end() || it->second->epoch != epoch) return nullptr;
   it->second->confirm(now);
-  return it->second->schedule;
+  return it->second->page;
 }
 
 std::size_t PanelServer::stale_copies() const {
@@ -157,7 +156,7 @@ std::optional<Status> PanelServer::answer_schedule(const http::Request& req, htt
   ScheduleRead read;
   Schedule schedule;
   read.failure = read_schedule(ask.token, ask.date, ask.now, schedule, read.user, read.signed_out);
-  if (read.failure.ok()) read.schedule = std::make_shared<const Schedule>(std::move(schedule));
+  if (read.failure.ok()) read.page = SchedulePage::of(std::move(schedule));
   return answer_schedule_read(ask, res, read);
 }
 
@@ -183,16 +182,15 @@ std::optional<Status> PanelServer::answer_schedule_read(const ScheduleAsk& ask, 
     return read.failure;
   }
   if (holdfast() && !read.current_copy) {
-    keep_stale_copy(ask.date, read.schedule, ask.now, read.epoch);
+    keep_stale_copy(ask.date, read.page, ask.now, read.epoch);
   }
   counters_.ok++;
-  res.set_header("X-CSRF-Token", csrf_token(ask.token));
+  const std::string csrf = csrf_token(ask.token);
+  res.set_header("X-CSRF-Token", csrf);
   if (as_json) {
-    res.set_content(schedule_json(*read.schedule, std::nullopt).dump(), "application/json");
+    res.set_content(schedule_json(read.page->schedule, std::nullopt).dump(), "application/json");
   } else {
-    res.set_content(with_csrf_fields(render_schedule(*read.schedule, user, std::nullopt),
-                                     csrf_token(ask.token)),
-                    kHtml);
+    res.set_content(render_schedule(*read.page, user, std::nullopt, csrf), kHtml);
   }
   return std::nullopt;
 }
@@ -253,10 +251,10 @@ bool PanelServer::answer_stale_schedule(http::Response& res, const std::string& 
   counters_.ok++;
   res.set_header("X-Holdfast-Stale", as_of);
   if (as_json) {
-    res.set_content(schedule_json(*copy->schedule, as_of).dump(), "application/json");
+    res.set_content(schedule_json(copy->page->schedule, as_of).dump(), "application/json");
   } else {
     User someone = user.id != 0 ? user : User{0, "signed-in user", "", "member"};
-    res.set_content(render_schedule(*copy->schedule, someone, as_of), kHtml);
+    res.set_content(render_schedule(*copy->page, someone, as_of, {}), kHtml);
   }
   return true;
 }

@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "async_call.hpp"
+#include "schedule_reads.hpp"
 #include "server.hpp"
 #include "session_toucher.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
@@ -36,36 +37,62 @@ net::awaitable<void> PanelServer::get_schedule_async(const http::Request& req, h
 net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const ScheduleAsk& ask,
                                                       ScheduleRead& read) {
   ClubStore& store = *options_.store;
-  const Result<std::optional<User>> who = co_await session_async(ask.token, ask.now, ctx);
-  if (!who.ok()) {
-    read.failure = who.status();
+  // The session, and on SQLite the file's change epoch in the same statement.
+  std::optional<Result<ClubStore::StampedSession>> stamped;
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  if (pg_lane_ != nullptr) {
+    Result<std::optional<User>> who = co_await session_async(ask.token, ask.now, ctx);
+    if (who.ok()) {
+      stamped.emplace(ClubStore::StampedSession{std::move(*who), 0});
+    } else {
+      stamped.emplace(who.status());
+    }
+  }
+#endif
+  if (!stamped) {
+    stamped.emplace(co_await read_call<Result<ClubStore::StampedSession>>(
+        store, ctx, Operation::read("session.read"),
+        [&] { return store.stamped_session_once(ask.token, ask.now); },
+        store.async_access()->sessions));
+  }
+  if (!stamped->ok()) {
+    read.failure = stamped->status();
     co_return;
   }
-  if (!who->has_value()) {
+  if (!(*stamped)->user) {
     // Only the database's own answer "no such session" signs a client out.
     read.signed_out = true;
     read.failure = Status(Code::kPermissionDenied, "no live session");
     co_return;
   }
-  read.user = **who;
+  read.user = *(*stamped)->user;
+  read.epoch = (*stamped)->epoch;
   toucher_->touch(ask.token);
   // Nothing committed since the last good copy was read: it is the answer, without the
-  // five queries (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp). A store without an epoch
-  // (PostgreSQL) reads every page.
-  if (store.async_access()->data_epoch) {
-    const Result<std::uint64_t> epoch = co_await read_call<Result<std::uint64_t>>(
-        store, ctx, Operation::read("schedule.epoch"), [&] { return store.data_epoch_once(); });
-    if (!epoch.ok()) {
-      read.failure = epoch.status();
-      co_return;
-    }
-    read.epoch = *epoch;
-  }
-  if (std::shared_ptr<const Schedule> copy = current_copy(ask.date, read.epoch, ask.now)) {
-    read.schedule = std::move(copy);
+  // schedule's queries (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp). A store
+  // without an epoch (PostgreSQL) reads every page.
+  if (std::shared_ptr<const SchedulePage> copy = current_copy(ask.date, read.epoch, ask.now)) {
+    read.page = std::move(copy);
     read.current_copy = true;
     counters_.current_copy++;
     co_return;
+  }
+  // The copy is old: one request reads the day, those that observed no later epoch wait for
+  // its answer (schedule_reads.hpp). Without an epoch (PostgreSQL) nothing says a read under
+  // way began after this request's own writes: each reads.
+  std::optional<ScheduleReads::Ticket> ticket;
+  if (read.epoch != 0) {
+    ticket.emplace(schedule_reads_->join(ask.date, read.epoch));
+    if (!ticket->leads()) {
+      if (std::shared_ptr<const SchedulePage> page =
+              co_await ticket->answer(ctx.window().remaining())) {
+        read.page = std::move(page);
+        read.current_copy = true;  // the leader keeps it
+        counters_.current_copy++;
+        co_return;
+      }
+      ticket.reset();  // the leader's read failed: this request reads for itself
+    }
   }
   // (Optional: a Result is not default-constructible.)
   std::optional<Result<std::vector<Game>>> games;
@@ -93,8 +120,8 @@ net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const 
     read.failure = context->status();
     co_return;
   }
-  read.schedule = std::make_shared<const Schedule>(
-      Schedule{ask.date, std::move(**games), std::move(**context)});
+  read.page = SchedulePage::of(Schedule{ask.date, std::move(**games), std::move(**context)});
+  if (ticket) ticket->land(read.page);
 }
 
 }  // namespace holdfast::panel

@@ -136,18 +136,6 @@ std::string request_field(const http::Request& req, const std::string& name) {
   return "?";  // present but not a string or whole number: refused by the route's checks
 }
 
-std::string with_csrf_fields(std::string html, std::string_view token) {
-  const std::string field =
-      fmt::format("<input type=\"hidden\" name=\"csrf_token\" value=\"{}\">", token);
-  for (std::size_t at = html.find("<form method=\"post\""); at != std::string::npos;
-       at = html.find("<form method=\"post\"", at + 1)) {
-    const std::size_t close = html.find('>', at);
-    if (close == std::string::npos) break;
-    html.insert(close + 1, field);
-  }
-  return html;
-}
-
 void AttemptLimiter::forget_old(std::deque<TimePoint>& events, TimePoint now) const {
   while (!events.empty() && events.front() + window_ <= now)
     events.pop_front();

@@ -54,9 +54,6 @@ namespace holdfast::panel {
 // strings and numbers), else from the query or form.
 [[nodiscard]] std::string request_field(const http::Request& req, const std::string& name);
 
-// `html` with a hidden csrf_token field in each <form method="post">.
-[[nodiscard]] std::string with_csrf_fields(std::string html, std::string_view token);
-
 // At most `limit` events per key within `window`; thread-safe. An attempt whose outcome is
 // not known yet holds a place until it is settled, so callers racing on a key cannot all
 // pass the check before any of them counts.

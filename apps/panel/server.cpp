@@ -6,6 +6,7 @@
 
 #include "housekeeper.hpp"
 #include "route_helpers.hpp"
+#include "schedule_reads.hpp"
 #include "session_toucher.hpp"
 #include "status_page.hpp"
 #include "traffic_ring.hpp"
@@ -20,6 +21,7 @@ PanelServer::PanelServer(Options options) : options_(std::move(options)) {
   answers_ = std::make_unique<Answers>(*options_.logger, counters_, holdfast());
   if (holdfast()) {
     toucher_ = std::make_unique<SessionToucher>(*options_.store);
+    schedule_reads_ = std::make_unique<ScheduleReads>();
   }
   install_guards();
   Clock& clock = options_.store->clock();

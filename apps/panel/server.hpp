@@ -39,6 +39,8 @@ namespace holdfast::panel {
 
 class Housekeeper;
 class PgLane;
+class ScheduleReads;
+struct SchedulePage;
 class SessionToucher;
 namespace lane {
 struct Context;
@@ -247,7 +249,7 @@ class PanelServer {
   // What the reads found (read_schedule()'s outputs).
   struct ScheduleRead {
     Status failure;
-    std::shared_ptr<const Schedule> schedule;  // set when failure is OK
+    std::shared_ptr<const SchedulePage> page;  // set when failure is OK
     User user;
     bool signed_out = false;
     std::uint64_t epoch = 0;    // the data epoch observed before the reads (0: none)
@@ -370,14 +372,17 @@ class PanelServer {
   struct StaleCopy;
   // Keeps `schedule` as the date's last good copy, read at `now` (ISO-8601 UTC) after the
   // data epoch `epoch` was observed (0: none).
-  void keep_stale_copy(const std::string& date, std::shared_ptr<const Schedule> schedule,
+  void keep_stale_copy(const std::string& date, std::shared_ptr<const SchedulePage> page,
                        std::string_view now, std::uint64_t epoch);
   // The date's last good copy when it was read after observing `epoch` (not 0) and so is
   // still the file's content (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp); it is
   // confirmed as of `now`. Else nullptr.
-  [[nodiscard]] std::shared_ptr<const Schedule> current_copy(const std::string& date,
-                                                             std::uint64_t epoch,
-                                                             std::string_view now) const;
+  [[nodiscard]] std::shared_ptr<const SchedulePage> current_copy(const std::string& date,
+                                                                 std::uint64_t epoch,
+                                                                 std::string_view now) const;
+  // The reads of a day's schedule under way on the async lane, each shared by the requests
+  // that miss the day's copy meanwhile.
+  std::unique_ptr<ScheduleReads> schedule_reads_;
   mutable std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
   std::uint64_t stale_copies_kept_ = 0;
