@@ -165,7 +165,8 @@ read -r nginx_rate nginx_p99 _ < <(measure "http://127.0.0.1:$nginx_port/schedul
 bytes="$(wc -c <"$dir/www/schedule.html")"
 echo "schedule page on $engine ($bytes bytes), $connections keep-alive connections, ${seconds_each} s each, $(nproc) cores:"
 printf '  holdfast panel  %9.0f requests/s  p99 %7.2f ms  (%s answers not 2xx%s)\n' "$panel_rate" "$panel_p99" "$panel_bad" "$writes"
-[[ -n "$copies" && -n "$asked" ]] &&
+# (PostgreSQL keeps no copy: every page is read.)
+[[ "$engine" == sqlite && -n "$copies" && -n "$asked" ]] &&
   printf '                  %s of %s requests answered from the day\x27s current copy (no schedule query)\n' "$copies" "$asked"
 if [[ -n "$floor" ]]; then
   printf '  pgbench floor   %9.0f pages/s     (the 3 statements prepared, %s ms average)\n' "$floor" "$floor_ms"
