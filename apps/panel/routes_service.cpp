@@ -39,7 +39,7 @@ std::string PanelServer::metrics_text() const {
   counter("stale_pages_total", "Schedules served from the last good copy.", counters_.stale.load());
   counter("current_copy_pages_total",
           "Schedules answered from the day's copy because nothing was committed since it was "
-          "read (no schedule query made).",
+          "read, or from another request's read of the day (no schedule query made).",
           counters_.current_copy.load());
   counter("bad_requests_total", "Requests answered 4xx for bad input.",
           counters_.bad_request.load());
