@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/result.hpp"
+#include "holdfast/detail/table_name.hpp"
 
 namespace holdfast {
 

@@ -9,6 +9,7 @@
 #include "holdfast/core/classify.hpp"
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/table_name.hpp"
 #include "holdfast/sqlite/database.hpp"
 
 namespace holdfast::sqlite {
