@@ -27,11 +27,11 @@
 /// through PgBouncer in transaction mode too (Pooling::kTransaction). A call's statements
 /// travel in one round trip (a libpq pipeline).
 ///
-/// Read path (read()): the SQL must classify as a read (classify_sql); it runs in a READ ONLY
-/// transaction, so a statement misjudged as a read -- SELECT f() where f inserts -- is
-/// refused with 25006 and never applied; it is then sent once more on the write path (the
-/// second attempt shows in RetryStats). Transient faults are retried within the request's
-/// window. Reads prefer a replica that has replayed the request's own writes (see
+/// Read path (read()): the SQL must classify as a read (classify_sql, pg/sql.hpp); it runs
+/// in a READ ONLY transaction, so a statement misjudged as a read -- SELECT f() where f
+/// inserts -- is refused with 25006 and never applied; it is then sent once more on the write
+/// path (the second attempt shows in RetryStats). Transient faults are retried within the
+/// request's window. Reads prefer a replica that has replayed the request's own writes (see
 /// pg/lsn.hpp) and fall back to the primary while the replica's breaker is open, it
 /// just failed, it is behind those writes, it lags more than max_replica_lag (which also
 /// counts against its breaker), or it is not in recovery at all: a standby that was promoted
@@ -86,7 +86,7 @@
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/param.hpp"
 #include "holdfast/pg/rows.hpp"
-#include "holdfast/pg/sql.hpp"
+#include "holdfast/pg/sql_kind.hpp"
 
 namespace holdfast {
 class Shield;  // holdfast/core/shield.hpp
