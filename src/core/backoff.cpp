@@ -5,6 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/random.hpp"
+
 namespace holdfast {
 namespace {
 

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "holdfast/core/idempotency.hpp"
+#include "holdfast/core/priority.hpp"
 #include "holdfast/core/result.hpp"
+#include "holdfast/detail/table_name.hpp"
 
 namespace holdfast {
 
@@ -28,6 +29,28 @@ std::string_view to_string(Outcome outcome) noexcept {
 
 std::string_view to_string(Pace pace) noexcept {
   return pace == Pace::kFast ? "fast" : "slow";
+}
+
+std::string_view to_string(Priority p) noexcept {
+  switch (p) {
+    case Priority::kCritical:
+      return "critical";
+    case Priority::kBackground:
+      return "background";
+    case Priority::kNormal:
+      break;
+  }
+  return "normal";
+}
+
+bool parse_priority(std::string_view text, Priority& out) noexcept {
+  for (Priority p : {Priority::kCritical, Priority::kNormal, Priority::kBackground}) {
+    if (text == to_string(p)) {
+      out = p;
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string_view to_string(Code code) noexcept {

@@ -20,6 +20,7 @@
 #include "holdfast/core/liveness.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/run_attempts.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/pool.hpp"

@@ -108,36 +108,4 @@ LostWritesReport Database::lost_writes() const {
   return impl_->lost_writes();
 }
 
-// ---------------------------------------------------------------------------------------
-// transaction()'s and once()'s steps
-
-Result<Transaction> Database::begin(const TransactionOptions& options, int run) {
-  return impl_->begin(options, run);
-}
-
-Status Database::finish(Transaction& tx, const Status& fn_status, TransactionReport& report) {
-  return impl_->finish(tx, fn_status, report);
-}
-
-Status Database::transaction_step(bool& one_attempt) {
-  return Impl::transaction_step(one_attempt);
-}
-
-Status Database::run_primary(Operation op, holdfast::detail::AttemptRef attempt,
-                             RetryStats* stats) {
-  return impl_->run_primary(op, attempt, stats);
-}
-
-Result<bool> Database::claim_key(Transaction& tx, std::string_view key) {
-  return impl_->claim_key(tx, key);
-}
-
-Result<std::string> Database::recorded_result(Transaction& tx, std::string_view key) {
-  return impl_->recorded_result(tx, key);
-}
-
-Status Database::record_result(Transaction& tx, std::string_view key, std::string_view result) {
-  return impl_->record_result(tx, key, result);
-}
-
 }  // namespace holdfast::pg

@@ -338,6 +338,53 @@ Status Database::Impl::create_idempotency_table() {
   return r.status();
 }
 
+// ---------------------------------------------------------------------------------------
+// transaction() and once(), behind their templates
+
+Status Database::run_transaction(detail::TransactionFn fn, const TransactionOptions& options) {
+  TransactionReport local;
+  TransactionReport& report = options.report != nullptr ? *options.report : local;
+  report = TransactionReport{};
+  auto attempt = [&]() -> Status {
+    ++report.runs;
+    Result<Transaction> tx = impl_->begin(options, report.runs);
+    if (!tx.ok()) return tx.status();
+    const Status fn_status = fn(*tx);
+    // Not OK whenever fn failed: the rollback, as the failure of the transaction.
+    return impl_->finish(*tx, fn_status, report);
+  };
+  bool one_attempt = false;  // inside an AttemptScope: its step alone, the primary's only
+  if (Status refused = Impl::transaction_step(one_attempt); !refused.ok()) [[unlikely]]
+    return refused;
+  if (one_attempt) [[unlikely]]
+    return attempt();
+  return impl_->run_primary(options.operation, holdfast::detail::AttemptRef(attempt),
+                            &report.retry);
+}
+
+Result<KeyedResult> Database::run_once(std::string_view key, detail::TransactionFn fn,
+                                       std::string& result, TransactionOptions options) {
+  // Repeating is harmless whatever happened: the key makes the write apply at most once.
+  options.operation.idempotency = Idempotency::kIdempotent;
+  options.operation.reruns_transaction = true;
+  return transaction(
+      [&](Transaction& tx) -> Result<KeyedResult> {
+        tx.key_ = key;
+        Result<bool> claimed = impl_->claim_key(tx, key);
+        if (!claimed.ok()) return claimed.status();
+        if (!*claimed) {
+          Result<std::string> recorded = impl_->recorded_result(tx, key);
+          if (!recorded.ok()) return recorded.status();
+          return KeyedResult{std::move(*recorded), true};
+        }
+        result.clear();  // fn's of this run only (empty when fn returns Status)
+        if (Status s = fn(tx); !s.ok()) return s;
+        if (Status s = impl_->record_result(tx, key, result); !s.ok()) return s;
+        return KeyedResult{std::move(result), false};
+      },
+      options);
+}
+
 Result<bool> Database::Impl::claim_key(Transaction& tx, std::string_view key) {
   const Param params[] = {Param(key)};
   Result<Rows> r = tx.query(claim_sql_, params);

@@ -7,7 +7,9 @@
 
 #include "database_impl.hpp"
 #include "holdfast/core/classify.hpp"
+#include "holdfast/core/clock.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/table_name.hpp"
 #include "holdfast/sqlite/database.hpp"
 
 namespace holdfast::sqlite {
@@ -546,6 +548,10 @@ Status Database::create_idempotency_table() {
 }
 
 namespace detail {
+
+Clock* system_clock() noexcept {
+  return &Clock::system();
+}
 
 Result<std::optional<std::string>> recorded_result(Transaction& tx, const std::string& table,
                                                    std::string_view key) {

@@ -1,6 +1,11 @@
 #include <sqlite3.h>
 
+#include <cstdint>
+#include <limits>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "connection.hpp"
 #include "database_impl.hpp"
@@ -62,60 +67,141 @@ std::span<const std::byte> Row::blob(int column) const noexcept {
   return {static_cast<const std::byte*>(p), static_cast<std::size_t>(n)};
 }
 
+namespace {
+
+// One look at the column: its storage class, and its value when the class fits.
 // sqlite3_column_value() hands out an "unprotected" value, which SQLite only promises to be
 // safe when nothing else uses the connection at the same time. Our connections are opened
 // SQLITE_OPEN_NOMUTEX and used by one thread at a time, so one look at the column serves
 // both its class and its value.
-Type Row::integer_cell(int column, std::int64_t& out) const noexcept {
-  sqlite3_value* v = sqlite3_column_value(stmt_, column);
+Type integer_cell(sqlite3_stmt* stmt, int column, std::int64_t& out) noexcept {
+  sqlite3_value* v = sqlite3_column_value(stmt, column);
   const int t = sqlite3_value_type(v);
   if (t == SQLITE_INTEGER) out = sqlite3_value_int64(v);
   return static_cast<Type>(t);
 }
 
-Type Row::number_cell(int column, double& out) const noexcept {
-  sqlite3_value* v = sqlite3_column_value(stmt_, column);
+Type number_cell(sqlite3_stmt* stmt, int column, double& out) noexcept {
+  sqlite3_value* v = sqlite3_column_value(stmt, column);
   const int t = sqlite3_value_type(v);
   if (t == SQLITE_INTEGER || t == SQLITE_FLOAT) out = sqlite3_value_double(v);
   return static_cast<Type>(t);
 }
 
-Type Row::text_cell(int column, std::string_view& out) const noexcept {
-  const int t = sqlite3_column_type(stmt_, column);
-  if (t == SQLITE_TEXT) out = text(column);
+Type text_cell(const Row& row, sqlite3_stmt* stmt, int column, std::string_view& out) noexcept {
+  const int t = sqlite3_column_type(stmt, column);
+  if (t == SQLITE_TEXT) out = row.text(column);
   return static_cast<Type>(t);
 }
 
-Type Row::blob_cell(int column, std::span<const std::byte>& out) const noexcept {
-  const int t = sqlite3_column_type(stmt_, column);
-  if (t == SQLITE_BLOB) out = blob(column);
+Type blob_cell(const Row& row, sqlite3_stmt* stmt, int column,
+               std::span<const std::byte>& out) noexcept {
+  const int t = sqlite3_column_type(stmt, column);
+  if (t == SQLITE_BLOB) out = row.blob(column);
   return static_cast<Type>(t);
 }
 
-Status Row::not_a(int column, Type has, bool* null, std::string_view wanted) const {
+Status mismatch(const Row& row, sqlite3_stmt* stmt, int column, std::string_view wanted) {
+  const std::string index = std::to_string(column);
+  const char* sql = sqlite3_sql(stmt);
+  const std::string_view in = sql != nullptr ? detail::sql_excerpt(sql) : std::string_view();
+  if (column < 0 || column >= row.size()) {
+    return sqlite_status(
+        SQLITE_RANGE, detail::cat({"column ", index, " does not exist in '", in, "' (it returns ",
+                                   std::to_string(row.size()), " columns)"}));
+  }
+  return sqlite_status(SQLITE_MISMATCH, detail::cat({"column ", index, " ('", row.name(column),
+                                                     "') holds ", to_string(row.type(column)),
+                                                     ", not ", wanted, ", in '", in, "'"}));
+}
+
+// The Status for a column whose class `has` is not `wanted` (or OK for an allowed NULL).
+Status not_a(const Row& row, sqlite3_stmt* stmt, int column, Type has, bool* null,
+             std::string_view wanted) {
   if (has == Type::kNull) {
     if (null != nullptr) {
       *null = true;
       return Status();
     }
-    return mismatch(column, "a value (read a nullable column as std::optional)");
+    return mismatch(row, stmt, column, "a value (read a nullable column as std::optional)");
   }
-  return mismatch(column, wanted);
+  return mismatch(row, stmt, column, wanted);
 }
 
-Status Row::mismatch(int column, std::string_view wanted) const {
-  const std::string index = std::to_string(column);
-  const char* sql = sqlite3_sql(stmt_);
-  const std::string_view in = sql != nullptr ? detail::sql_excerpt(sql) : std::string_view();
-  if (column < 0 || column >= size()) {
-    return sqlite_status(
-        SQLITE_RANGE, detail::cat({"column ", index, " does not exist in '", in, "' (it returns ",
-                                   std::to_string(size()), " columns)"}));
+}  // namespace
+
+template <class U>
+Status Row::fetch(int column, U& out, bool* null) const {
+  if constexpr (std::is_integral_v<U>) {
+    std::int64_t v = 0;
+    const Type t = integer_cell(stmt_, column, v);
+    if (t != Type::kInteger) [[unlikely]]
+      return not_a(*this, stmt_, column, t, null, "an integer");
+    if constexpr (std::is_same_v<U, bool>) {
+      out = v != 0;
+      return Status();
+    } else if constexpr (std::is_signed_v<U> && sizeof(U) < sizeof(std::int64_t)) {
+      if (v < std::numeric_limits<U>::min() || v > std::numeric_limits<U>::max()) {
+        return mismatch(*this, stmt_, column, "an integer in the range of the requested type");
+      }
+    } else if constexpr (std::is_unsigned_v<U>) {
+      if (v < 0 || static_cast<std::uint64_t>(v) > std::numeric_limits<U>::max()) {
+        return mismatch(*this, stmt_, column, "an integer in the range of the requested type");
+      }
+    }
+    out = static_cast<U>(v);
+    return Status();
+  } else if constexpr (std::is_floating_point_v<U>) {
+    double v = 0;
+    const Type t = number_cell(stmt_, column, v);
+    if (t != Type::kInteger && t != Type::kFloat)
+      return not_a(*this, stmt_, column, t, null, "a number");
+    out = static_cast<U>(v);
+    return Status();
+  } else if constexpr (std::is_same_v<U, std::string_view> || std::is_same_v<U, std::string>) {
+    std::string_view v;
+    const Type t = text_cell(*this, stmt_, column, v);
+    if (t != Type::kText) return not_a(*this, stmt_, column, t, null, "text");
+    out = U(v);
+    return Status();
+  } else {
+    static_assert(std::is_same_v<U, Blob> || std::is_same_v<U, std::vector<std::byte>>);
+    std::span<const std::byte> v;
+    const Type t = blob_cell(*this, stmt_, column, v);
+    if (t != Type::kBlob) return not_a(*this, stmt_, column, t, null, "a blob");
+    if constexpr (std::is_same_v<U, Blob>) {
+      out = Blob{v};
+    } else {
+      out.assign(v.begin(), v.end());
+    }
+    return Status();
   }
-  return sqlite_status(SQLITE_MISMATCH,
-                       detail::cat({"column ", index, " ('", name(column), "') holds ",
-                                    to_string(type(column)), ", not ", wanted, ", in '", in, "'"}));
 }
+
+// Every type of detail::kReadable.
+template Status Row::fetch(int, bool&, bool*) const;
+template Status Row::fetch(int, char&, bool*) const;
+template Status Row::fetch(int, signed char&, bool*) const;
+template Status Row::fetch(int, unsigned char&, bool*) const;
+template Status Row::fetch(int, wchar_t&, bool*) const;
+template Status Row::fetch(int, char8_t&, bool*) const;
+template Status Row::fetch(int, char16_t&, bool*) const;
+template Status Row::fetch(int, char32_t&, bool*) const;
+template Status Row::fetch(int, short&, bool*) const;
+template Status Row::fetch(int, unsigned short&, bool*) const;
+template Status Row::fetch(int, int&, bool*) const;
+template Status Row::fetch(int, unsigned&, bool*) const;
+template Status Row::fetch(int, long&, bool*) const;
+template Status Row::fetch(int, unsigned long&, bool*) const;
+template Status Row::fetch(int, long long&, bool*) const;
+template Status Row::fetch(int, unsigned long long&, bool*) const;
+template Status Row::fetch(int, float&, bool*) const;
+template Status Row::fetch(int, double&, bool*) const;
+template Status Row::fetch(int, long double&, bool*) const;
+template Status Row::fetch(int, std::string_view&, bool*) const;
+template Status Row::fetch(int, std::string&, bool*) const;
+template Status Row::fetch(int, Blob&, bool*) const;
+template Status Row::fetch(int, std::vector<std::byte>&, bool*) const;
 
 // --- Statement -----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg/pool.hpp"
+#include "holdfast/pg/sql.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {

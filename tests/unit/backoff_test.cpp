@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "holdfast/core/random.hpp"
+
 namespace holdfast {
 namespace {
 

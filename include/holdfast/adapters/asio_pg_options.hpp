@@ -9,6 +9,7 @@
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/status.hpp"
+#include "holdfast/detail/table_name.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lost_writes_watch.hpp"
 #include "holdfast/pg/options.hpp"

@@ -57,6 +57,7 @@
 #include "holdfast/core/retry.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/status.hpp"
+#include "holdfast/detail/as_result.hpp"
 
 /// holdfast over libpqxx: classified errors and retried transactions (see libpqxx.hpp).
 namespace holdfast::libpqxx {

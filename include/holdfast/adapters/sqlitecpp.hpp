@@ -52,6 +52,7 @@
 #include "holdfast/core/retry.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/status.hpp"
+#include "holdfast/detail/as_result.hpp"
 
 /// holdfast over SQLiteCpp: classified errors and retried statements and transactions (see
 /// sqlitecpp.hpp).

@@ -24,10 +24,11 @@
 #include <initializer_list>
 #include <vector>
 
-#include "holdfast/core/clock.hpp"
-#include "holdfast/core/random.hpp"
+#include "holdfast/core/duration.hpp"
 
 namespace holdfast {
+
+class Random;  // holdfast/core/random.hpp
 
 /// How a Backoff spreads its nominal delay d (see the table at the top of this file). A
 /// copyable value.

@@ -17,12 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace holdfast {
+#include "holdfast/core/duration.hpp"
 
-/// Every duration in holdfast: nanoseconds.
-using Duration = std::chrono::nanoseconds;
-/// An instant on the steady clock (a Clock's now()), in nanoseconds.
-using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
+namespace holdfast {
 
 /// Something sleepers can be woken by before their deadline (a breaker waking the requests
 /// that wait for its probe). A sleeper remembers generation() before it sleeps; it is woken

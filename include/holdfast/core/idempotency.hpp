@@ -15,7 +15,6 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
 namespace holdfast {
 
@@ -26,12 +25,5 @@ struct KeyedResult {
   /// True when an earlier call recorded the key: fn did not run this time.
   bool replayed = false;
 };
-
-namespace detail {
-// True for a plain or schema-qualified SQL identifier ("keys", "app.keys"): ASCII letters,
-// digits and '_', no part starting with a digit. Table names from options are checked with it
-// before they are written into SQL.
-[[nodiscard]] bool is_table_name(std::string_view name) noexcept;
-}  // namespace detail
 
 }  // namespace holdfast

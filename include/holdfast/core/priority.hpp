@@ -32,26 +32,8 @@ enum class Priority : std::uint8_t {
 inline constexpr int kPriorities = 3;
 
 /// "critical", "normal", "background".
-[[nodiscard]] constexpr std::string_view to_string(Priority p) noexcept {
-  switch (p) {
-    case Priority::kCritical:
-      return "critical";
-    case Priority::kBackground:
-      return "background";
-    case Priority::kNormal:
-      break;
-  }
-  return "normal";
-}
+[[nodiscard]] std::string_view to_string(Priority p) noexcept;
 /// "critical", "normal" or "background" into `out`; false (and `out` untouched) otherwise.
-[[nodiscard]] constexpr bool parse_priority(std::string_view text, Priority& out) noexcept {
-  for (Priority p : {Priority::kCritical, Priority::kNormal, Priority::kBackground}) {
-    if (text == to_string(p)) {
-      out = p;
-      return true;
-    }
-  }
-  return false;
-}
+[[nodiscard]] bool parse_priority(std::string_view text, Priority& out) noexcept;
 
 }  // namespace holdfast

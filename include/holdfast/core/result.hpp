@@ -134,23 +134,6 @@ struct is_result : std::false_type {};
 template <class T>
 struct is_result<Result<T>> : std::true_type {};
 
-namespace detail {
-// The Result a retry helper returns for a callable returning R: Result<R> for a value,
-// Result<void> for Status, R itself for a Result.
-template <class R>
-struct AsResult {
-  using type = Result<R>;
-};
-template <>
-struct AsResult<Status> {
-  using type = Result<void>;
-};
-template <class U>
-struct AsResult<Result<U>> {
-  using type = Result<U>;
-};
-}  // namespace detail
-
 /// The Status of a Status or a Result (the retry loop accepts callables returning either).
 inline const Status& status_of(const Status& s) noexcept {
   return s;

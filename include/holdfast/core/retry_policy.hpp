@@ -11,10 +11,12 @@
 #include <string_view>
 
 #include "holdfast/core/backoff.hpp"
-#include "holdfast/core/clock.hpp"
+#include "holdfast/core/duration.hpp"
 #include "holdfast/core/status.hpp"
 
 namespace holdfast {
+
+class Clock;  // holdfast/core/clock.hpp
 
 /// Passed to the on_retry hook before each wait.
 struct RetryEvent {

@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "holdfast/core/clock.hpp"
+#include "holdfast/core/duration.hpp"
 #include "holdfast/core/priority.hpp"
 #include "holdfast/core/retry_policy.hpp"
 

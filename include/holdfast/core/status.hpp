@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/core/clock.hpp"
+#include "holdfast/core/duration.hpp"
 #include "holdfast/core/fault.hpp"
 
 /// holdfast: keeps a service answering while its database is locked, overloaded or restarting.

@@ -27,11 +27,11 @@
 /// through PgBouncer in transaction mode too (Pooling::kTransaction). A call's statements
 /// travel in one round trip (a libpq pipeline).
 ///
-/// Read path (read()): the SQL must classify as a read (classify_sql); it runs in a READ ONLY
-/// transaction, so a statement misjudged as a read -- SELECT f() where f inserts -- is
-/// refused with 25006 and never applied; it is then sent once more on the write path (the
-/// second attempt shows in RetryStats). Transient faults are retried within the request's
-/// window. Reads prefer a replica that has replayed the request's own writes (see
+/// Read path (read()): the SQL must classify as a read (classify_sql, pg/sql.hpp); it runs
+/// in a READ ONLY transaction, so a statement misjudged as a read -- SELECT f() where f
+/// inserts -- is refused with 25006 and never applied; it is then sent once more on the write
+/// path (the second attempt shows in RetryStats). Transient faults are retried within the
+/// request's window. Reads prefer a replica that has replayed the request's own writes (see
 /// pg/lsn.hpp) and fall back to the primary while the replica's breaker is open, it
 /// just failed, it is behind those writes, it lags more than max_replica_lag (which also
 /// counts against its breaker), or it is not in recovery at all: a standby that was promoted
@@ -71,6 +71,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -82,11 +83,10 @@
 #include "holdfast/core/result.hpp"
 #include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
-#include "holdfast/detail/run_attempts.hpp"
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/param.hpp"
 #include "holdfast/pg/rows.hpp"
-#include "holdfast/pg/sql.hpp"
+#include "holdfast/pg/sql_kind.hpp"
 
 namespace holdfast {
 class Shield;  // holdfast/core/shield.hpp
@@ -97,6 +97,24 @@ namespace holdfast::pg {
 class Connection;        // holdfast/pg/connection.hpp
 class Pool;              // holdfast/pg/pool.hpp
 class PooledConnection;  // the same
+class Transaction;
+
+namespace detail {
+// A transaction function seen through a pointer and a function pointer, so that
+// transaction() and once() run it from compiled code: nothing allocated or copied per call.
+class TransactionFn {
+ public:
+  template <class F>
+  explicit TransactionFn(F& fn) noexcept
+      : object_(&fn),
+        call_([](void* o, Transaction& tx) -> Status { return (*static_cast<F*>(o))(tx); }) {}
+  Status operator()(Transaction& tx) const { return call_(object_, tx); }
+
+ private:
+  void* object_;
+  Status (*call_)(void*, Transaction&);
+};
+}  // namespace detail
 
 /// A statement prepared (lazily, once per connection) under a name of its own.
 class Statement {
@@ -297,19 +315,12 @@ class Database {
  private:
   class Impl;  // the rest of a Database: its servers, pools and paths (src/pg/database_impl.hpp)
 
-  // transaction()'s and once()'s steps, compiled: each hands its call to the Impl.
-  Result<Transaction> begin(const TransactionOptions& options, int run);
-  // Commits (fn_status OK) or rolls back, resolving a COMMIT in doubt.
-  Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
-  // For a transaction inside an AttemptScope (`one_attempt` set): OK on the primary's step,
-  // else refused. Outside one: OK, `one_attempt` left false.
-  static Status transaction_step(bool& one_attempt);
-  // The primary's Shield's retry loop with its policy for `op`, for an attempt seen through
-  // a reference.
-  Status run_primary(Operation op, holdfast::detail::AttemptRef attempt, RetryStats* stats);
-  Result<bool> claim_key(Transaction& tx, std::string_view key);
-  Result<std::string> recorded_result(Transaction& tx, std::string_view key);
-  Status record_result(Transaction& tx, std::string_view key, std::string_view result);
+  // transaction() and once() without their templates (transaction.cpp): the retry loop,
+  // BEGIN, `fn`, COMMIT (a COMMIT in doubt resolved), and for once() the key's row. Returns
+  // the Status of the whole; `fn` leaves its own result in the caller's variable.
+  Status run_transaction(detail::TransactionFn fn, const TransactionOptions& options);
+  Result<KeyedResult> run_once(std::string_view key, detail::TransactionFn fn, std::string& result,
+                               TransactionOptions options);
 
   std::unique_ptr<Impl> impl_;
 };
@@ -321,26 +332,17 @@ auto Database::transaction(F&& fn, TransactionOptions options)
   static_assert(std::is_same_v<R, Status> || is_result<R>::value,
                 "holdfast::pg::Database::transaction: the function must return "
                 "holdfast::Status or holdfast::Result<T>");
-  TransactionReport local;
-  TransactionReport& report = options.report != nullptr ? *options.report : local;
-  report = TransactionReport{};
-  auto attempt = [&]() -> R {
-    ++report.runs;
-    Result<Transaction> tx = begin(options, report.runs);
-    if (!tx.ok()) return R(Status(tx.status()));
-    R r = fn(*tx);
-    Status s = finish(*tx, status_of(r), report);
-    if (!s.ok()) return R(std::move(s));
-    return r;
-  };
-  bool one_attempt = false;  // inside an AttemptScope: its step alone, the primary's only
-  if (Status refused = transaction_step(one_attempt); !refused.ok()) [[unlikely]]
-    return R(std::move(refused));
-  if (one_attempt) [[unlikely]]
-    return attempt();
-  return holdfast::detail::run_through(attempt, [&](holdfast::detail::AttemptRef a) {
-    return run_primary(options.operation, a, &report.retry);
-  });
+  if constexpr (std::is_same_v<R, Status>) {
+    auto run = [&](Transaction& tx) -> Status { return fn(tx); };
+    return run_transaction(detail::TransactionFn(run), options);
+  } else {
+    std::optional<R> last;  // the last run's result: the call's, when the whole succeeded
+    auto run = [&](Transaction& tx) -> Status { return last.emplace(fn(tx)).status(); };
+    Status s = run_transaction(detail::TransactionFn(run), options);
+    if (s.ok()) [[likely]]
+      return std::move(*last);
+    return R(std::move(s));
+  }
 }
 
 template <class F>
@@ -349,32 +351,18 @@ Result<KeyedResult> Database::once(std::string_view key, F&& fn, TransactionOpti
   static_assert(std::is_same_v<R, Status> || std::is_same_v<R, Result<std::string>>,
                 "holdfast::pg::Database::once: the function must return holdfast::Status "
                 "or holdfast::Result<std::string>");
-  // Repeating is harmless whatever happened: the key makes the write apply at most once.
-  options.operation.idempotency = Idempotency::kIdempotent;
-  options.operation.reruns_transaction = true;
-  return transaction(
-      [&](Transaction& tx) -> Result<KeyedResult> {
-        tx.key_ = key;
-        Result<bool> claimed = claim_key(tx, key);
-        if (!claimed.ok()) return claimed.status();
-        if (!*claimed) {
-          Result<std::string> recorded = recorded_result(tx, key);
-          if (!recorded.ok()) return recorded.status();
-          return KeyedResult{std::move(*recorded), true};
-        }
-        std::string result;
-        if constexpr (std::is_same_v<R, Status>) {
-          Status s = fn(tx);
-          if (!s.ok()) return s;
-        } else {
-          Result<std::string> r = fn(tx);
-          if (!r.ok()) return r.status();
-          result = std::move(*r);
-        }
-        if (Status s = record_result(tx, key, result); !s.ok()) return s;
-        return KeyedResult{std::move(result), false};
-      },
-      options);
+  std::string result;  // what fn returned, recorded with the key
+  auto run = [&](Transaction& tx) -> Status {
+    if constexpr (std::is_same_v<R, Status>) {
+      return fn(tx);
+    } else {
+      Result<std::string> r = fn(tx);
+      if (!r.ok()) return r.status();
+      result = std::move(*r);
+      return Status();
+    }
+  };
+  return run_once(key, detail::TransactionFn(run), result, std::move(options));
 }
 
 }  // namespace holdfast::pg

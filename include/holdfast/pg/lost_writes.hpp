@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "holdfast/core/clock.hpp"
+#include "holdfast/core/duration.hpp"
 
 namespace holdfast {
 class Logger;

@@ -10,12 +10,16 @@
 #include <utility>
 #include <vector>
 
-#include "holdfast/core/clock.hpp"
+#include "holdfast/core/duration.hpp"
 #include "holdfast/core/operation.hpp"
 #include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/pg/lost_writes.hpp"
+
+namespace holdfast {
+class Clock;  // holdfast/core/clock.hpp
+}  // namespace holdfast
 
 namespace holdfast::pg {
 

@@ -23,21 +23,12 @@
 /// Pure and thread-safe; allocates nothing.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "holdfast/pg/sql_kind.hpp"
+
 namespace holdfast::pg {
-
-/// Which path a SQL text may run on.
-enum class SqlKind : std::uint8_t {
-  kRead,     ///< may run on the read path (and be retried there)
-  kWrite,    ///< must run on the write path
-  kInvalid,  ///< cannot run: empty, unterminated literal or comment, more than one statement
-};
-
-/// "read", "write", "invalid".
-[[nodiscard]] std::string_view to_string(SqlKind kind) noexcept;
 
 /// What classify_sql() found in one SQL text.
 struct SqlClass {

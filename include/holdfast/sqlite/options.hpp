@@ -20,12 +20,21 @@
 #include <string>
 #include <string_view>
 
-#include "holdfast/core/clock.hpp"
+#include "holdfast/core/duration.hpp"
 #include "holdfast/core/status.hpp"
 
 struct sqlite3;  // the C handle, for Options::on_connect (no sqlite3.h here)
 
+namespace holdfast {
+class Clock;  // holdfast/core/clock.hpp
+}  // namespace holdfast
+
 namespace holdfast::sqlite {
+
+namespace detail {
+// &Clock::system(), Options::clock's default (database.cpp), so this header needs no clock.hpp.
+Clock* system_clock() noexcept;
+}  // namespace detail
 
 /// SQLite's journal mode (PRAGMA journal_mode), set when the database is opened.
 enum class JournalMode : std::uint8_t {
@@ -97,8 +106,9 @@ struct Options {
   /// identifier; created by create_idempotency_table().
   std::string idempotency_table = "holdfast_idempotency";
 
-  /// Times busy waits and waits for connections. REQUIRES: outlives the Database.
-  Clock* clock = &Clock::system();
+  /// Times busy waits and waits for connections; Clock::system() unless set. REQUIRES: outlives
+  /// the Database.
+  Clock* clock = detail::system_clock();
 
   /// Called once for every connection right after it opens, before holdfast prepares
   /// anything on it: register functions, set connection pragmas. A non-OK Status fails the

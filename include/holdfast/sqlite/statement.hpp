@@ -92,6 +92,14 @@ template <class T>
 struct is_named<Named<T>> : std::true_type {};
 template <class>
 inline constexpr bool kUnsupported = false;
+// The types Row::read() reads (Row::fetch() is compiled for each, in statement.cpp).
+template <class U, class... Ts>
+inline constexpr bool kOneOf = (std::is_same_v<U, Ts> || ...);
+template <class U>
+inline constexpr bool kReadable =
+    kOneOf<U, bool, char, signed char, unsigned char, wchar_t, char8_t, char16_t, char32_t, short,
+           unsigned short, int, unsigned, long, unsigned long, long long, unsigned long long, float,
+           double, long double, std::string_view, std::string, Blob, std::vector<std::byte>>;
 struct StatementAccess;
 }  // namespace detail
 
@@ -134,18 +142,11 @@ class Row {
   friend class Statement;
   friend struct detail::StatementAccess;
 
-  // One look at the column: its storage class, and its value when the class fits.
-  Type integer_cell(int column, std::int64_t& out) const noexcept;
-  Type number_cell(int column, double& out) const noexcept;
-  Type text_cell(int column, std::string_view& out) const noexcept;
-  Type blob_cell(int column, std::span<const std::byte>& out) const noexcept;
-  // Reads the column into `out`, checked. A NULL sets *null when null is given (the caller
-  // reads a std::optional), else it is a mismatch.
+  // Reads the column into `out`, checked: compiled for each type of detail::kReadable
+  // (statement.cpp). A NULL sets *null when null is given (the caller reads a std::optional),
+  // else it is a mismatch.
   template <class U>
   Status fetch(int column, U& out, bool* null) const;
-  // The Status for a column whose class `has` is not `wanted` (or OK for an allowed NULL).
-  Status not_a(int column, Type has, bool* null, std::string_view wanted) const;
-  [[nodiscard]] Status mismatch(int column, std::string_view wanted) const;
   sqlite3_stmt* stmt_ = nullptr;
 };
 
@@ -273,6 +274,8 @@ T Row::get(int column) const {
 template <class T>
 Status Row::read(int column, T& out) const {
   if constexpr (detail::is_optional<T>::value) {
+    static_assert(detail::kReadable<typename T::value_type>,
+                  "holdfast::sqlite::Row: cannot read this type");
     typename T::value_type value{};
     bool null = false;
     if (Status s = fetch(column, value, &null); !s.ok()) return s;
@@ -283,6 +286,7 @@ Status Row::read(int column, T& out) const {
     }
     return Status();
   } else {
+    static_assert(detail::kReadable<T>, "holdfast::sqlite::Row: cannot read this type");
     return fetch(column, out, nullptr);
   }
 }
@@ -292,54 +296,6 @@ Result<T> Row::read(int column) const {
   T value{};
   if (Status s = read(column, value); !s.ok()) return s;
   return value;
-}
-
-template <class U>
-Status Row::fetch(int column, U& out, bool* null) const {
-  if constexpr (std::is_integral_v<U>) {
-    std::int64_t v = 0;
-    const Type t = integer_cell(column, v);
-    if (t != Type::kInteger) [[unlikely]]
-      return not_a(column, t, null, "an integer");
-    if constexpr (std::is_same_v<U, bool>) {
-      out = v != 0;
-      return Status();
-    } else if constexpr (std::is_signed_v<U> && sizeof(U) < sizeof(std::int64_t)) {
-      if (v < std::numeric_limits<U>::min() || v > std::numeric_limits<U>::max()) {
-        return mismatch(column, "an integer in the range of the requested type");
-      }
-    } else if constexpr (std::is_unsigned_v<U>) {
-      if (v < 0 || static_cast<std::uint64_t>(v) > std::numeric_limits<U>::max()) {
-        return mismatch(column, "an integer in the range of the requested type");
-      }
-    }
-    out = static_cast<U>(v);
-    return Status();
-  } else if constexpr (std::is_floating_point_v<U>) {
-    double v = 0;
-    const Type t = number_cell(column, v);
-    if (t != Type::kInteger && t != Type::kFloat) return not_a(column, t, null, "a number");
-    out = static_cast<U>(v);
-    return Status();
-  } else if constexpr (std::is_same_v<U, std::string_view> || std::is_same_v<U, std::string>) {
-    std::string_view v;
-    const Type t = text_cell(column, v);
-    if (t != Type::kText) return not_a(column, t, null, "text");
-    out = U(v);
-    return Status();
-  } else if constexpr (std::is_same_v<U, Blob> || std::is_same_v<U, std::vector<std::byte>>) {
-    std::span<const std::byte> v;
-    const Type t = blob_cell(column, v);
-    if (t != Type::kBlob) return not_a(column, t, null, "a blob");
-    if constexpr (std::is_same_v<U, Blob>) {
-      out = Blob{v};
-    } else {
-      out.assign(v.begin(), v.end());
-    }
-    return Status();
-  } else {
-    static_assert(detail::kUnsupported<U>, "holdfast::sqlite::Row: cannot read this type");
-  }
 }
 
 template <class T>
