@@ -82,15 +82,9 @@ IdempotencyKey sign_up_key(std::int64_t game_id, std::string_view key) {
   return keyed;
 }
 
-Result<std::optional<User>> ClubStore::session_once(std::string_view, std::string_view) {
+Result<ClubStore::StampedSession> ClubStore::stamped_session_once(std::string_view,
+                                                                  std::string_view) {
   return no_async_calls();
-}
-
-Result<ClubStore::StampedSession> ClubStore::stamped_session_once(std::string_view token,
-                                                                  std::string_view now_utc) {
-  Result<std::optional<User>> user = session_once(token, now_utc);
-  if (!user.ok()) return user.status();
-  return StampedSession{std::move(*user), 0};
 }
 
 Result<std::vector<Game>> ClubStore::games_once(std::string_view) {

@@ -197,8 +197,6 @@ class ClubStore {
     const RetryPolicy* writes = nullptr;    // the writes'
     int connections = 0;
     Duration busy_timeout{};  // Options::busy_timeout: one attempt's wait for a lock
-    // Whether stamped_session_once() observes the file's change epoch (SQLite).
-    bool data_epoch = false;
     // PostgreSQL: the lane's calls are the library's asio::pg::Client's, on one event loop
     // (PgLane, ADRs 0043, 0044); the *_once() forms below are SQLite's.
     bool postgres = false;
@@ -206,25 +204,21 @@ class ClubStore {
   // nullptr when this store has none (a baseline, whose loop is what the drill compares):
   // its calls block the calling thread.
   [[nodiscard]] virtual const AsyncAccess* async_access() const noexcept { return nullptr; }
-  // One attempt of session(), games_on() and context_on() (on SQLite the context's four
-  // queries in one attempt; on PostgreSQL one statement), with no retry and no Shield: what
-  // an async_run attempt calls, inside a RequestScope of the request's window. The base
-  // class answers UNIMPLEMENTED.
-  virtual Result<std::optional<User>> session_once(std::string_view token,
-                                                   std::string_view now_utc);
-  virtual Result<std::vector<Game>> games_once(std::string_view date);
-  virtual Result<ScheduleContext> context_once(std::string_view date);
-  // A session as session_once() reads it, and the file's change epoch (sqlite::ChangeEpoch,
+  // A session as session() reads it, and the file's change epoch (sqlite::ChangeEpoch,
   // holdfast/sqlite/change_epoch.hpp) observed by the same statement: a schedule read after
   // it is still the file's while a later observation answers the same epoch.
   struct StampedSession {
     std::optional<User> user;
     std::uint64_t epoch = 0;  // 0: this store keeps none (then every schedule is read)
   };
-  // One attempt of that, one statement where the store keeps an epoch. The base class:
-  // session_once() and no epoch.
+  // One attempt of session() (with the epoch), games_on() and context_on() (on SQLite the
+  // context's four queries in one attempt), with no retry and no Shield: what an async_run
+  // attempt calls, inside a RequestScope of the request's window. The base class answers
+  // UNIMPLEMENTED.
   virtual Result<StampedSession> stamped_session_once(std::string_view token,
                                                       std::string_view now_utc);
+  virtual Result<std::vector<Game>> games_once(std::string_view date);
+  virtual Result<ScheduleContext> context_once(std::string_view date);
   // One attempt of pay(), sign_up() and end_session(), the same way. Each attempt is the
   // whole transaction; one that fails has applied nothing (it rolled back), or, with an
   // idempotency key, may be made again and applies at most once. The input is checked as

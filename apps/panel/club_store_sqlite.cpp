@@ -24,20 +24,31 @@ namespace {
 // The schedule's reads, written once for both ways they run: `run(op, call)` is the store's
 // run() (holdfast's retries inside `db`, or a baseline's loop) or, for one attempt driven by
 // async_run, a plain call on the one-attempt view.
+// The session's user and, observed by the same statement (one read transaction, so before
+// any read the epoch stamps), the file's change epoch: one row whatever the session, the
+// user's columns NULL when there is none.
 template <class Run>
-Result<std::optional<User>> read_session(sqlite::ResilientDatabase& db, Run&& run,
-                                         std::string_view token, std::string_view now_utc) {
-  using Row = std::tuple<std::int64_t, std::string, std::string, std::string>;
+Result<ClubStore::StampedSession> read_session(sqlite::ResilientDatabase& db, Run&& run,
+                                               std::string_view token, std::string_view now_utc) {
+  using Row = std::tuple<std::int64_t, std::optional<std::int64_t>, std::optional<std::string>,
+                         std::optional<std::string>, std::optional<std::string>>;
   Result<std::vector<Row>> rows = run(Operation::read("session.read"), [&] {
-    return db.query<std::int64_t, std::string, std::string, std::string>(
-        "SELECT u.id, u.name, u.email, u.role FROM sessions s JOIN users u ON u.id = "
-        "s.user_id WHERE s.token = ? AND s.expires_at > ?",
+    return db.query<std::int64_t, std::optional<std::int64_t>, std::optional<std::string>,
+                    std::optional<std::string>, std::optional<std::string>>(
+        "SELECT holdfast_change_epoch(d.data_version), u.id, u.name, u.email, u.role "
+        "FROM pragma_data_version d LEFT JOIN sessions s ON s.token = ? AND s.expires_at > ? "
+        "LEFT JOIN users u ON u.id = s.user_id",
         token, now_utc);
   });
   if (!rows.ok()) return rows.status();
-  if (rows->empty()) return std::optional<User>();
-  auto& [id, name, email, role] = rows->front();
-  return std::optional<User>(User{id, std::move(name), std::move(email), std::move(role)});
+  if (rows->empty()) return Status(Code::kInternal, "PRAGMA data_version answered no row");
+  auto& [epoch, id, name, email, role] = rows->front();
+  ClubStore::StampedSession out;
+  out.epoch = static_cast<std::uint64_t>(epoch);
+  if (id && name && email && role) {
+    out.user = User{*id, std::move(*name), std::move(*email), std::move(*role)};
+  }
+  return out;
 }
 
 template <class Run>
@@ -114,7 +125,9 @@ Status exec_in(sqlite::ResilientDatabase& db, Run&& run, Operation op, sqlite::Q
 
 Result<std::optional<User>> SqliteClubStore::session(std::string_view token,
                                                      std::string_view now_utc) {
-  return read_session(sessions_, store_run(), token, now_utc);
+  Result<StampedSession> read = read_session(sessions_, store_run(), token, now_utc);
+  if (!read.ok()) return read.status();
+  return std::move(read->user);
 }
 
 Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
@@ -123,11 +136,6 @@ Result<std::vector<Game>> SqliteClubStore::games_on(std::string_view date) {
 
 Result<ScheduleContext> SqliteClubStore::context_on(std::string_view date) {
   return read_context(db_, store_run(), date);
-}
-
-Result<std::optional<User>> SqliteClubStore::session_once(std::string_view token,
-                                                          std::string_view now_utc) {
-  return read_session(once_, kOnce, token, now_utc);
 }
 
 Result<std::vector<Game>> SqliteClubStore::games_once(std::string_view date) {
@@ -140,32 +148,7 @@ Result<ScheduleContext> SqliteClubStore::context_once(std::string_view date) {
 
 Result<ClubStore::StampedSession> SqliteClubStore::stamped_session_once(std::string_view token,
                                                                         std::string_view now_utc) {
-  // One row whatever the session: the observation, and the user or NULLs. One statement is
-  // one read transaction, so the epoch is observed before any read it will stamp.
-  using Row = std::tuple<std::int64_t, std::optional<std::int64_t>, std::optional<std::string>,
-                         std::optional<std::string>, std::optional<std::string>>;
-  Result<std::vector<Row>> rows =
-      once_.query<std::int64_t, std::optional<std::int64_t>, std::optional<std::string>,
-                  std::optional<std::string>, std::optional<std::string>>(
-          "SELECT holdfast_change_epoch(d.data_version), u.id, u.name, u.email, u.role "
-          "FROM pragma_data_version d LEFT JOIN sessions s ON s.token = ? AND s.expires_at > ? "
-          "LEFT JOIN users u ON u.id = s.user_id",
-          token, now_utc);
-  if (!rows.ok()) return rows.status();
-  StampedSession out;
-  // No row would be a SQLite without the pragma: no epoch, every schedule is read.
-  if (rows->empty()) {
-    Result<std::optional<User>> user = session_once(token, now_utc);
-    if (!user.ok()) return user.status();
-    out.user = std::move(*user);
-    return out;
-  }
-  auto& [epoch, id, name, email, role] = rows->front();
-  out.epoch = static_cast<std::uint64_t>(epoch);
-  if (id && name && email && role) {
-    out.user = User{*id, std::move(*name), std::move(*email), std::move(*role)};
-  }
-  return out;
+  return read_session(once_, kOnce, token, now_utc);
 }
 
 Result<std::optional<std::int64_t>> SqliteClubStore::user_id_by_email(std::string_view email) {

@@ -29,8 +29,6 @@ class SqliteClubStore final : public ClubStore {
   [[nodiscard]] const AsyncAccess* async_access() const noexcept override {
     return async_ ? &*async_ : nullptr;
   }
-  Result<std::optional<User>> session_once(std::string_view token,
-                                           std::string_view now_utc) override;
   Result<std::vector<Game>> games_once(std::string_view date) override;
   Result<ScheduleContext> context_once(std::string_view date) override;
   Result<StampedSession> stamped_session_once(std::string_view token,

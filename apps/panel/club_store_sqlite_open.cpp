@@ -109,7 +109,6 @@ SqliteClubStore::SqliteClubStore(Options options, sqlite::Database db,
   async_ = AsyncAccess{reads_.get(),         writes_.get(), &sessions_.policy(),
                        &db_.policy(),        &db_.policy(), options_.read_connections,
                        options_.busy_timeout};
-  async_->data_epoch = true;
   read_shield_ = reads_.get();
   write_shield_ = writes_.get();
   HealthProbe::Options every;

@@ -306,15 +306,27 @@ net::awaitable<Result<std::optional<User>>> PanelServer::session_async(const std
                                                                        const std::string& now,
                                                                        lane::Context& ctx,
                                                                        Priority priority) {
-  if (token.empty()) co_return std::optional<User>();
+  Result<ClubStore::StampedSession> read =
+      co_await stamped_session_async(token, now, ctx, priority);
+  if (!read.ok()) co_return read.status();
+  co_return std::move(read->user);
+}
+
+net::awaitable<Result<ClubStore::StampedSession>> PanelServer::stamped_session_async(
+    const std::string& token, const std::string& now, lane::Context& ctx, Priority priority) {
+  if (token.empty()) co_return ClubStore::StampedSession{};
 #ifdef HOLDFAST_PANEL_HAVE_PG
-  if (pg_lane_ != nullptr) co_return co_await pg_lane_->session(ctx, token, now, priority);
+  if (pg_lane_ != nullptr) {
+    Result<std::optional<User>> who = co_await pg_lane_->session(ctx, token, now, priority);
+    if (!who.ok()) co_return who.status();
+    co_return ClubStore::StampedSession{std::move(*who), 0};
+  }
 #endif
   ClubStore& store = *options_.store;
   // On the sessions' own schedule (ClubStore::session()).
-  co_return co_await read_call<Result<std::optional<User>>>(
+  co_return co_await read_call<Result<ClubStore::StampedSession>>(
       store, ctx, Operation::read("session.read").with_priority(priority),
-      [&] { return store.session_once(token, now); }, store.async_access()->sessions);
+      [&] { return store.stamped_session_once(token, now); }, store.async_access()->sessions);
 }
 
 net::awaitable<void> PanelServer::get_login_link_async(const http::Request& req,

@@ -38,35 +38,20 @@ net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const 
                                                       ScheduleRead& read) {
   ClubStore& store = *options_.store;
   // The session, and on SQLite the file's change epoch in the same statement.
-  std::optional<Result<ClubStore::StampedSession>> stamped;
-#ifdef HOLDFAST_PANEL_HAVE_PG
-  if (pg_lane_ != nullptr) {
-    Result<std::optional<User>> who = co_await session_async(ask.token, ask.now, ctx);
-    if (who.ok()) {
-      stamped.emplace(ClubStore::StampedSession{std::move(*who), 0});
-    } else {
-      stamped.emplace(who.status());
-    }
-  }
-#endif
-  if (!stamped) {
-    stamped.emplace(co_await read_call<Result<ClubStore::StampedSession>>(
-        store, ctx, Operation::read("session.read"),
-        [&] { return store.stamped_session_once(ask.token, ask.now); },
-        store.async_access()->sessions));
-  }
-  if (!stamped->ok()) {
-    read.failure = stamped->status();
+  Result<ClubStore::StampedSession> stamped =
+      co_await stamped_session_async(ask.token, ask.now, ctx);
+  if (!stamped.ok()) {
+    read.failure = stamped.status();
     co_return;
   }
-  if (!(*stamped)->user) {
+  if (!stamped->user) {
     // Only the database's own answer "no such session" signs a client out.
     read.signed_out = true;
     read.failure = Status(Code::kPermissionDenied, "no live session");
     co_return;
   }
-  read.user = *(*stamped)->user;
-  read.epoch = (*stamped)->epoch;
+  read.user = *stamped->user;
+  read.epoch = stamped->epoch;
   toucher_->touch(ask.token);
   // Nothing committed since the last good copy was read: it is the answer, without the
   // schedule's queries (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp). A store

@@ -291,6 +291,10 @@ class PanelServer {
   boost::asio::awaitable<Result<std::optional<User>>> session_async(
       const std::string& token, const std::string& now, lane::Context& ctx,
       Priority priority = Priority::kNormal);
+  // The same with the file's change epoch observed by the same read (0 on PostgreSQL).
+  boost::asio::awaitable<Result<ClubStore::StampedSession>> stamped_session_async(
+      const std::string& token, const std::string& now, lane::Context& ctx,
+      Priority priority = Priority::kNormal);
   // What an async sign-in's session (a token) is, or why there is none.
   boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
                                                             lane::Context& ctx);
