@@ -70,7 +70,6 @@ class Database::Impl {
 
  private:
   friend class Database;  // its accessors read the members
-  class ReplayLag;        // how far a replica's replay trails (below)
   class CatchUp;          // whether a replica can have replayed a request's writes (below)
   struct Endpoint;        // a server: its Shield, pools, probe and liveness (below)
   // What a read or write runs: SQL text, or a prepared Statement.
@@ -221,18 +220,6 @@ class Database::Impl {
   std::string record_sql_;
 };
 
-// How far a replica's replay trails the WAL it has received, from what its reads report.
-class Database::Impl::ReplayLag {
- public:
-  /// The replica had received WAL up to `received` and replayed it up to `replayed` at
-  /// `now`: how long it has been behind WAL it had already received (zero when it is not).
-  Duration observe(std::uint64_t replayed, std::uint64_t received, TimePoint now) noexcept;
-  void forget() noexcept;
-
- private:
-  std::atomic<std::uint64_t> target_{0};   // received, not yet replayed, when first seen
-  std::atomic<std::int64_t> since_ns_{0};  // when it was first seen
-};
 // Whether a replica can have replayed a request's writes, from what its reads reported:
 // after a read found it behind them, reads that need more than it had replayed skip it
 // for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
@@ -260,9 +247,9 @@ struct Database::Impl::Endpoint {
   std::unique_ptr<Shield> shield;
   std::unique_ptr<Pool> reads;
   std::unique_ptr<Pool> writes;  ///< primary only
-  ReplayLag lag;                 ///< replicas only
   CatchUp catch_up;              ///< replicas only
-  /// Its read latency, and (replicas) whether it is used less (slow_copy.hpp).
+  /// Its read latency, and (replicas) whether it is used less and its replay lag
+  /// (slow_copy.hpp).
   std::unique_ptr<detail::CopyState> copy;
   /// The server's liveness watch (silence_after > 0): shared with every connection.
   std::shared_ptr<detail::ServerWatch> watch;

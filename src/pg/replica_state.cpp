@@ -21,8 +21,8 @@
 
 namespace holdfast::pg {
 
-Duration Database::Impl::ReplayLag::observe(std::uint64_t replayed, std::uint64_t received,
-                                            TimePoint now) noexcept {
+Duration detail::ReplayLag::observe(std::uint64_t replayed, std::uint64_t received,
+                                    TimePoint now) noexcept {
   // Concurrent reads may interleave here: each sees a consistent enough picture, as the
   // positions only grow and the answer is a lower bound of the lag.
   const std::int64_t now_ns =
@@ -41,13 +41,13 @@ Duration Database::Impl::ReplayLag::observe(std::uint64_t replayed, std::uint64_
   return std::chrono::nanoseconds(now_ns - since_ns_.load(std::memory_order_relaxed));
 }
 
-void Database::Impl::ReplayLag::forget() noexcept {
+void detail::ReplayLag::forget() noexcept {
   target_.store(0, std::memory_order_relaxed);
 }
 
 Status Database::Impl::replay_lag_status(Endpoint& replica, std::uint64_t replayed,
                                          std::uint64_t received, TimePoint now, Duration max_lag) {
-  const Duration lag = replica.lag.observe(replayed, received, now);
+  const Duration lag = replica.copy->lag.observe(replayed, received, now);
   if (lag <= max_lag) return Status();
   Status s(Code::kUnavailable,
            replica.name + " has not replayed WAL it received " + ms_text(lag) +
@@ -180,7 +180,7 @@ Result<Rows> Database::Impl::try_replica(Endpoint& replica, const Work& work, bo
   }
   ++stats.attempts;
   if (!r.ok()) {
-    replica.lag.forget();
+    replica.copy->lag.forget();
     // Recorded for the replica's breaker and throttle; the retry, if any, is the primary's.
     (void)call.failed(std::move(a.permit), r.status(), end, end - start);
     if (!r.status().fault().transient()) answer = ReplicaAnswer::kAnswered;
@@ -195,7 +195,7 @@ Result<Rows> Database::Impl::try_replica(Endpoint& replica, const Work& work, bo
     // the primary's own pools may still be waiting on the old, frozen primary (measured:
     // without this, pages right after a promotion waited out their 6 s window). A read that
     // must see its writes goes to the primary, as for a replica behind them.
-    replica.lag.forget();
+    replica.copy->lag.forget();
     Status s = detail::not_a_replica(replica.name);
     (void)call.failed(std::move(a.permit), s, end, end - start);
     if (need == 0) {

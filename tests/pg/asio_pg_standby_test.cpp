@@ -1,6 +1,7 @@
 // holdfast::asio::pg::Client with hot standbys, against real servers: reads with read-your-writes,
-// a multi-host primary URL that never reads a standby, hedged reads of a slow standby, and
-// outlier ejection (ADR 0041). Runs on Boost.Asio (HOLDFAST_ASIO_BOOST) or standalone Asio.
+// a multi-host primary URL that never reads a standby, a standby whose replay lags, hedged
+// reads of a slow standby, and outlier ejection (ADR 0041). Runs on Boost.Asio
+// (HOLDFAST_ASIO_BOOST) or standalone Asio.
 #include "asio_pg_test_support.hpp"
 
 namespace {
@@ -99,6 +100,67 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
     EXPECT_EQ(client->standby_reads(), 2u);  // a request without writes may read the standby
     pause.resume();
   });
+}
+
+// A standby whose replay is paused while WAL keeps arriving serves ever older answers: once
+// it has not replayed what it received for max_standby_lag, its reads go to the primary (and
+// every one is answered meanwhile); once it replays again, they return to it.
+TEST(AsioPgStandby, AStandbyWhoseReplayLagsBeyondTheBoundAnswersNoReads) {
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  const std::string table = unique("asio_lagging");
+  Admin primary(servers.url());
+  Admin standby(servers.standby_url());
+  primary.exec("CREATE TABLE " + table + " (id int)");
+  ASSERT_TRUE(eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = '" + table + "'") == 1;
+  }));
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  o.max_standby_lag = 300ms;
+  o.hedge_budget = 0;  // who answers is the routing's choice alone
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string who = "SELECT pg_catalog.pg_is_in_recovery()";
+    net::steady_timer pause_a_little(io);
+    // Which copy answered a read of a request without writes: "t" the standby, "f" the
+    // primary, "error" none.
+    auto answered_by = [&]() -> net::awaitable<std::string> {
+      RequestContext request(2s, holdfast::Clock::system());
+      Result<Rows> r = co_await client->async_read(request, "who", who, {}, net::use_awaitable);
+      co_return r.ok() ? std::string(r->text(0, 0)) : "error: " + r.status().to_string();
+    };
+    EXPECT_EQ(co_await answered_by(), "t");
+
+    ReplayPause pause(standby);
+    EXPECT_TRUE(pause.paused());
+    primary.exec("INSERT INTO " + table + " VALUES (1)");  // received, not replayed
+    const auto paused_at = std::chrono::steady_clock::now();
+    std::string last = "t";
+    while (last == "t" && seconds_since(paused_at) < 5.0) {
+      last = co_await answered_by();
+      pause_a_little.expires_after(20ms);
+      co_await pause_a_little.async_wait(net::use_awaitable);
+    }
+    EXPECT_EQ(last, "f") << "the lagging standby kept answering, or a read failed";
+    EXPECT_GE(seconds_since(paused_at), 0.3);
+    EXPECT_GE(client->standby_lagging_reads(), 1u);
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(co_await answered_by(), "f") << "read " << i << " while the standby lags";
+    }
+
+    pause.resume();
+    bool back = false;
+    for (int i = 0; i < 250 && !back; ++i) {
+      back = co_await answered_by() == "t";
+      pause_a_little.expires_after(20ms);
+      co_await pause_a_little.async_wait(net::use_awaitable);
+    }
+    EXPECT_TRUE(back) << "reads did not return to the standby once it replayed again";
+  });
+  primary.exec("DROP TABLE " + table);
 }
 
 // Hedged reads: a standby that answers, but slowly (a statement that sleeps only in

@@ -55,9 +55,13 @@
 /// first and COMMIT with the commit's position, a COMMIT in doubt resolved as pg::Database
 /// resolves it.
 ///
-/// Not yet here (the blocking pg::Database has them): silence found by a liveness check before
-/// the deadline of a write, a standby's lag and timeline judged, statement_timeout sent with
-/// each call, prepared standby reads and writes, Statements prepared inside a transaction.
+/// A standby that has not replayed what it received for ClientOptions::max_standby_lag answers
+/// no reads, and a read whose position is of a timeline older than the newest the primary's
+/// writes showed goes to the primary (pg::Database's rules, docs/adr/0050).
+///
+/// Not yet here (the blocking pg::Database has them): statement_timeout sent with each call
+/// (the Client cancels a statement at its deadline instead), prepared standby reads and
+/// writes, Statements prepared inside a transaction, reads spread over several standbys.
 #pragma once
 
 #include <algorithm>
@@ -148,6 +152,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// How often the standby was found slow and used less (ClientOptions::slow_copy_floor).
   [[nodiscard]] std::uint64_t standby_ejections() const noexcept {
     return standby_copy_.slow.ejections();
+  }
+  /// Reads whose standby answer was not taken because the standby had not replayed WAL it
+  /// received for longer than ClientOptions::max_standby_lag (the primary answered them).
+  [[nodiscard]] std::uint64_t standby_lagging_reads() const noexcept {
+    return lagging_reads_.load(std::memory_order_relaxed);
   }
 
   /// What the lost-writes watch found so far (ClientOptions::lost_writes; all zero when it is
@@ -333,14 +342,17 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   using awaitable = detail::net::awaitable<T>;
 
   // Whether a server answers: the last silence check's verdict, and until when it holds
-  // (while the primary's probe runs: until the probe finds it answering). The primary's is
-  // shared by the Clients opened as siblings, which `clients` lists (each Client's own lists
-  // itself).
+  // (while the primary's probe runs: until the probe finds it answering); for the primary also
+  // the newest timeline its writes' commit positions showed. The primary's is shared by the
+  // Clients opened as siblings, which `clients` lists (each Client's own lists itself).
   struct Verdict {
     bool silent = false;
     TimePoint verdict_until{};
     bool checking = false;
     bool probing = false;
+    // Raised only by the primary's own answers, never by a position a request brought: a
+    // forged cookie would send every other request's reads to the primary.
+    std::uint32_t newest_timeline = 0;
     TimePoint asked_at{};  // the last call that found the server silent while it was probed
     std::vector<std::weak_ptr<Client>> clients;
   };
@@ -420,10 +432,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, "
       "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, "
       "8)";
-  // What a standby has replayed, and whether it is a standby at all (a promoted one keeps
-  // its last replay position and is no replica).
+  // What a standby has replayed, whether it is a standby at all (a promoted one keeps its
+  // last replay position and is no replica), and what it has received (its replay lag).
   static constexpr std::string_view kStandbyHead =
-      "SELECT pg_catalog.pg_last_wal_replay_lsn()::text, pg_catalog.pg_is_in_recovery()";
+      "SELECT pg_catalog.pg_last_wal_replay_lsn()::text, pg_catalog.pg_is_in_recovery(), "
+      "pg_catalog.pg_last_wal_receive_lsn()::text";
 
   Client(const Executor& ex, ClientOptions options)
       : ex_(ex),
@@ -694,6 +707,25 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // given up, standby_wait passed): a slow answer whose latency is unknown.
   static constexpr Duration kUnanswered = Duration::max();
 
+  // Whether a read with the request's `position` may go to the standby. Not when it must
+  // see the primary (a write's outcome unknown), nor when the position is of a timeline older
+  // than the newest the primary's writes showed, through this Client or a sibling (a
+  // promotion forked the history: the new
+  // timeline's positions cannot be compared with it, and the primary holds what survived),
+  // nor while the standby's replay was last found lagging (max_standby_lag): then one read
+  // every kLagRecheck looks again, and the others go to the primary meanwhile.
+  bool standby_may_answer(const holdfast::WritePosition& position, TimePoint now) {
+    if (position.primary_only) return false;
+    if (position.timeline != 0 && position.timeline < primary_.verdict->newest_timeline) {
+      return false;
+    }
+    if (lagging_until_ == TimePoint{}) return true;
+    if (now < lagging_until_) return false;
+    lagging_until_ = now + kLagRecheck;  // this read looks
+    return true;
+  }
+  static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
+
   // What a standby read says of the standby's speed: `took` from standby_read(), or
   // kUnanswered; nothing when negative (no answer from a standby). Outlier ejection, with
   // the blocking driver's code (holdfast/detail/slow_copy.hpp).
@@ -801,6 +833,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // of the primary's (ADR 0041); the same classes as pg::Database's, used on the executor only.
   holdfast::pg::detail::CopyState standby_copy_;
   holdfast::pg::detail::CopyLatency primary_latency_;
+  // Until when reads skip the standby because its replay lags (TimePoint{}: it did not).
+  TimePoint lagging_until_{};
+  std::atomic<std::uint64_t> lagging_reads_{0};
   std::string claim_sql_;
   std::string recorded_sql_;
   std::string record_sql_;

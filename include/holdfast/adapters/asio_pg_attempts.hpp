@@ -8,7 +8,8 @@ namespace holdfast::asio::pg {
 template <class Executor>
 auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<Result<Rows>> {
   const TimePoint until = attempt_deadline(state->request);
-  if (!state->write && standby_ && !state->request.position().primary_only) {
+  if (!state->write && standby_ &&
+      standby_may_answer(state->request.position(), detail::Clock::now())) {
     // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
     // whose primary try failed comes back to it whatever its state: a slow answer beats none.
     using Use = holdfast::pg::detail::SlowCopy::Use;
@@ -35,7 +36,7 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
                                     Slot** in_use, Duration* took)
     -> awaitable<std::optional<Result<Rows>>> {
   const holdfast::WritePosition mine = state.request.position();
-  if (mine.primary_only) co_return std::nullopt;
+  if (mine.primary_only) co_return std::nullopt;  // a write of the request's became unknown
   const TimePoint cap = std::min(until, detail::Clock::now() + options_.standby_wait);
   Result<std::unique_ptr<Slot>> slot = co_await lease(*standby_, cap);
   if (!slot.ok()) co_return std::nullopt;
@@ -50,12 +51,26 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
   if (st.ok()) {
     Result<holdfast::pg::Lsn> replayed = holdfast::pg::Lsn::parse(out[0].text(0, 0));
     if (out[0].text(0, 1) != "t") {
+      standby_copy_.lag.forget();
       drop_all(*standby_, s);  // promoted: no replica any more
     } else {
       if (took != nullptr) *took = end - started;
-      if (replayed.ok() && replayed->value >= mine.value) {
-        standby_reads_.fetch_add(1, std::memory_order_relaxed);
-        answer = std::move(out[1]);
+      // Not streaming (no receive position): nothing received waits to be replayed.
+      Result<holdfast::pg::Lsn> received = holdfast::pg::Lsn::parse(out[0].text(0, 2));
+      const std::uint64_t at = replayed.ok() ? replayed->value : 0;
+      if (standby_copy_.lag.observe(at, received.ok() ? received->value : at, end) >
+          options_.max_standby_lag) {
+        // Its answer is older than the primary's by more than the standby may lag (replay
+        // paused, or too slow to keep up): the primary answers, as pg::Database's replica
+        // rule (DatabaseOptions::max_replica_lag) has it.
+        lagging_until_ = end + kLagRecheck;
+        lagging_reads_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        lagging_until_ = TimePoint{};
+        if (replayed.ok() && replayed->value >= mine.value) {
+          standby_reads_.fetch_add(1, std::memory_order_relaxed);
+          answer = std::move(out[1]);
+        }
       }
     }
   } else if (failed == 1 && !st.fault().transient()) {
@@ -67,6 +82,9 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
     // this a standby slower than standby_wait would never be found slow).
     *took = kUnanswered;
   }
+  // No answer from the standby itself (lost, or silent): its lag is measured anew from its
+  // next answer, as pg::Database's replica rule does after a failure.
+  if (failed == 0 && !s.stop && !st.ok()) standby_copy_.lag.forget();
   if (in_use != nullptr) *in_use = nullptr;
   s.stop = false;
   give_back(*standby_, std::move(*slot));
@@ -209,6 +227,7 @@ auto Client<Executor>::wrote(const RequestContext& request, const Rows* position
   if (std::from_chars(t.data(), t.data() + t.size(), timeline, 16).ec != std::errc()) {
     timeline = 0;
   }
+  primary_.verdict->newest_timeline = std::max(primary_.verdict->newest_timeline, timeline);
   if (lsn.ok()) {
     request.raise_position(lsn->value, timeline);
   } else {

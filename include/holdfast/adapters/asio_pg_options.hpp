@@ -54,6 +54,11 @@ struct ClientOptions {
   /// answers it instead, within the same attempt. When no standby connection can be made, the
   /// reads of the next silence_check go to the primary at once.
   Duration standby_wait = std::chrono::milliseconds(500);
+  /// A standby that has not replayed WAL it received this long ago (its replay paused, or too
+  /// slow to keep up) answers no reads: they go to the primary, and one read every 250 ms
+  /// looks again (pg::DatabaseOptions::max_replica_lag's rule and default). Measured from what
+  /// the standby reports with each read. Greater than 0.
+  Duration max_standby_lag = std::chrono::seconds(1);
   /// Hedged reads: a standby read that has not answered within the standby's normal latency
   /// (the 95th percentile of its last 64 answers, at least hedge_min_delay) is also sent to the
   /// primary; the first answer wins and the other is cancelled. At most this share of reads is
@@ -125,6 +130,10 @@ struct ClientOptions {
       return Status(Code::kInvalidArgument,
                     "ClientOptions::cancel_grace, standby_wait and health_probe_every must not be "
                     "negative");
+    }
+    if (max_standby_lag <= Duration::zero()) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::max_standby_lag must be greater than zero");
     }
     if (slow_copy_floor < Duration::zero() || !(slow_copy_factor >= 1.0) ||
         slow_copy_probe_every <= Duration::zero()) {

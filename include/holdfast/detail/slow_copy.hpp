@@ -1,10 +1,11 @@
 // Internal (not part of the API; public only because the header-only asio::pg::Client uses
 // it too): what reads have shown of each copy's latency (CopyLatency: an EWMA and the 95th
 // percentile of its last 64 answers), whether a replica is used less because it answers far
-// slower than the primary (SlowCopy and judge_replica(): outlier ejection), and the budget of
-// hedged reads (HedgeBudget). Compiled in holdfast::pg, so the blocking pg::Database
-// (src/pg/hedge.cpp, replica_state.cpp) and the Client (adapters/asio_pg_attempts.hpp) decide
-// with the same code. All of it atomics: no lock and no allocation on a read's way. ADR 0041.
+// slower than the primary (SlowCopy and judge_replica(): outlier ejection), how far its replay
+// trails what it received (ReplayLag), and the budget of hedged reads (HedgeBudget). Compiled
+// in holdfast::pg, so the blocking pg::Database (src/pg/hedge.cpp, replica_state.cpp) and the
+// Client (adapters/asio_pg_attempts.hpp) decide with the same code. All of it atomics: no lock
+// and no allocation on a read's way. ADRs 0041, 0050.
 #pragma once
 
 #include <array>
@@ -132,11 +133,30 @@ class HedgeBudget {
   std::atomic<std::int64_t> tokens_;
 };
 
-// What a pg::Database (an Endpoint's) or an asio::pg::Client knows of one copy's speed.
+// How far a replica's replay trails the WAL it has received, from what its reads report (a
+// replay paused, or too slow to keep up): its answers are that much older than it could
+// give. Concurrent observations may interleave: positions only grow, and the answer is a
+// lower bound of the lag.
+class ReplayLag {
+ public:
+  // The replica had received WAL up to `received` and replayed it up to `replayed` at
+  // `now`: how long it has been behind WAL it had already received (zero when it is not).
+  Duration observe(std::uint64_t replayed, std::uint64_t received, TimePoint now) noexcept;
+  // Starts again (the replica failed, or is no replica any more).
+  void forget() noexcept;
+
+ private:
+  std::atomic<std::uint64_t> target_{0};   // received, not yet replayed, when first seen
+  std::atomic<std::int64_t> since_ns_{0};  // when it was first seen
+};
+
+// What a pg::Database (an Endpoint's) or an asio::pg::Client knows of one copy: its speed
+// and, for a replica, how far its replay trails.
 struct CopyState {
   explicit CopyState(const SlowCopyRule& rule) noexcept : slow(rule) {}
   CopyLatency latency;  // of its reads' answers
   SlowCopy slow;        // replicas only
+  ReplayLag lag;        // replicas only
 };
 
 // What a replica's answer after `latency` says of its speed, `primary_recent` being the
