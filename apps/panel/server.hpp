@@ -135,6 +135,8 @@ class PanelServer {
   static constexpr int kLightWorkers = 4;
 
   void install_guards();
+  // The async lane's threads for a store of `connections` (server.cpp).
+  [[nodiscard]] static int lane_threads(int connections);
   // Every request: the guards, its route (by method and path; the routes live in
   // routes_<resource>.cpp), then record_traffic(). On HttpServer's workers.
   void handle(const http::Request& req, http::Response& res);
