@@ -10,7 +10,8 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "async_call.hpp"
-#include "schedule_reads.hpp"
+#include "holdfast/adapters/asio_shared_reads.hpp"
+#include "html.hpp"
 #include "server.hpp"
 #include "session_toucher.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
@@ -63,9 +64,9 @@ net::awaitable<void> PanelServer::read_schedule_async(lane::Context& ctx, const 
     co_return;
   }
   // The copy is old: one request reads the day, those that observed no later epoch wait for
-  // its answer (schedule_reads.hpp). Without an epoch (PostgreSQL) nothing says a read under
+  // its answer (asio::SharedReads). Without an epoch (PostgreSQL) nothing says a read under
   // way began after this request's own writes: each reads.
-  std::optional<ScheduleReads::Ticket> ticket;
+  std::optional<asio::SharedReads<SchedulePage>::Ticket> ticket;
   if (read.epoch != 0) {
     ticket.emplace(schedule_reads_->join(ask.date, read.epoch));
     if (!ticket->leads()) {

@@ -5,9 +5,9 @@
 #include <string_view>
 #include <thread>
 
+#include "holdfast/adapters/asio_shared_reads.hpp"
 #include "housekeeper.hpp"
 #include "route_helpers.hpp"
-#include "schedule_reads.hpp"
 #include "session_toucher.hpp"
 #include "status_page.hpp"
 #include "traffic_ring.hpp"
@@ -22,7 +22,7 @@ PanelServer::PanelServer(Options options) : options_(std::move(options)) {
   answers_ = std::make_unique<Answers>(*options_.logger, counters_, holdfast());
   if (holdfast()) {
     toucher_ = std::make_unique<SessionToucher>(*options_.store);
-    schedule_reads_ = std::make_unique<ScheduleReads>();
+    schedule_reads_ = std::make_unique<asio::SharedReads<SchedulePage>>();
   }
   install_guards();
   Clock& clock = options_.store->clock();

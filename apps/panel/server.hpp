@@ -35,11 +35,15 @@ namespace holdfast {
 class DatabaseSink;
 }
 
+namespace holdfast::asio {
+template <class T>
+class SharedReads;
+}
+
 namespace holdfast::panel {
 
 class Housekeeper;
 class PgLane;
-class ScheduleReads;
 struct SchedulePage;
 class SessionToucher;
 namespace lane {
@@ -387,8 +391,8 @@ class PanelServer {
                                                                  std::uint64_t epoch,
                                                                  std::string_view now) const;
   // The reads of a day's schedule under way on the async lane, each shared by the requests
-  // that miss the day's copy meanwhile.
-  std::unique_ptr<ScheduleReads> schedule_reads_;
+  // that miss the day's copy meanwhile (holdfast/adapters/asio_shared_reads.hpp).
+  std::unique_ptr<asio::SharedReads<SchedulePage>> schedule_reads_;
   mutable std::mutex stale_mutex_;
   std::map<std::string, std::shared_ptr<const StaleCopy>> last_good_;
   std::uint64_t stale_copies_kept_ = 0;

@@ -2,6 +2,7 @@
 // Backoffs are a few milliseconds; the tests assert counts, order and statuses, never how
 // long anything took.
 #include "holdfast/adapters/asio.hpp"
+#include "holdfast/adapters/asio_shared_reads.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 namespace net = ::boost::asio;
 #else
 #include <asio/bind_cancellation_slot.hpp>
@@ -25,14 +27,17 @@ namespace net = ::boost::asio;
 #include <asio/post.hpp>
 #include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 namespace net = ::asio;
 #endif
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -424,6 +429,80 @@ TEST(AsioAdapter, OverloadOpensTheBreakerAndLaterCallsFailFast) {
   EXPECT_EQ(late->stop_reason(), StopReason::kBreakerOpen);
   EXPECT_GT(late->retry_after(), Duration::zero());
   EXPECT_EQ(calls, calls_before);
+}
+
+// SharedReads: the requests that miss a cached answer after a commit share one read of it.
+// The first leads the read; the others (which observed no later epoch) wait for its answer
+// on their own event loop, here one of its own thread.
+TEST(SharedReads, RequestsThatObservedNoLaterEpochShareOneRead) {
+  SharedReads<std::string> reads;
+  SharedReads<std::string>::Ticket leader = reads.join("2026-12-06", 7);
+  ASSERT_TRUE(leader.leads());
+  SharedReads<std::string>::Ticket same = reads.join("2026-12-06", 7);
+  SharedReads<std::string>::Ticket older = reads.join("2026-12-06", 6);
+  EXPECT_FALSE(same.leads());
+  EXPECT_FALSE(older.leads()) << "a read begun after a later observation shows what it asks";
+  SharedReads<std::string>::Ticket other_key = reads.join("2026-12-07", 7);
+  EXPECT_TRUE(other_key.leads());
+  EXPECT_EQ(reads.under_way(), 2u);
+
+  net::io_context loop(1);
+  auto work = net::make_work_guard(loop);
+  std::thread runs([&] { loop.run(); });
+  std::future<std::shared_ptr<const std::string>> first =
+      net::co_spawn(loop, same.answer(std::chrono::hours(1)), net::use_future);
+  std::future<std::shared_ptr<const std::string>> second =
+      net::co_spawn(loop, older.answer(std::chrono::hours(1)), net::use_future);
+  EXPECT_EQ(first.wait_for(milliseconds(0)), std::future_status::timeout);
+  const auto page = std::make_shared<const std::string>("the day's page");
+  leader.land(page);
+  EXPECT_EQ(first.get(), page);
+  EXPECT_EQ(second.get(), page);
+  EXPECT_EQ(reads.under_way(), 1u) << "the key's read ended when it landed";
+  // A request that comes after the landing leads the next read.
+  EXPECT_TRUE(reads.join("2026-12-06", 7).leads());
+  work.reset();
+  runs.join();
+}
+
+// An epoch moved after a read began: a request that observed it leads a read of its own,
+// and the older read's landing does not end the newer one.
+TEST(SharedReads, ARequestThatObservedALaterEpochReadsAgain) {
+  SharedReads<std::string> reads;
+  SharedReads<std::string>::Ticket before = reads.join("k", 7);
+  SharedReads<std::string>::Ticket after = reads.join("k", 8);
+  EXPECT_TRUE(before.leads());
+  EXPECT_TRUE(after.leads());
+  EXPECT_FALSE(reads.join("k", 8).leads());
+  before.land(std::make_shared<const std::string>("older"));
+  EXPECT_EQ(reads.under_way(), 1u) << "the older read's landing ended the newer one";
+}
+
+// A leader whose read fails, or whose coroutine goes, lets its waiters go at once: each
+// reads for itself, none waits out its `longest`. A waiter whose leader never answers gets
+// nothing once its own `longest` has passed.
+TEST(SharedReads, WhenTheLeaderFailsItsWaitersReadForThemselves) {
+  SharedReads<std::string> reads;
+  std::optional<SharedReads<std::string>::Ticket> leader(reads.join("k", 7));
+  SharedReads<std::string>::Ticket waiter = reads.join("k", 7);
+  net::io_context loop(1);
+  std::future<std::shared_ptr<const std::string>> answer =
+      net::co_spawn(loop, waiter.answer(std::chrono::hours(1)), net::use_future);
+  loop.poll();
+  EXPECT_EQ(answer.wait_for(milliseconds(0)), std::future_status::timeout);
+  leader.reset();  // destroyed without landing: a failed read
+  loop.run();      // returns once the waiter has resumed: nothing else is left to run
+  EXPECT_EQ(answer.get(), nullptr);
+  EXPECT_EQ(reads.under_way(), 0u);
+
+  SharedReads<std::string>::Ticket silent = reads.join("k", 8);
+  SharedReads<std::string>::Ticket patient = reads.join("k", 8);
+  loop.restart();
+  std::future<std::shared_ptr<const std::string>> late =
+      net::co_spawn(loop, patient.answer(milliseconds(1)), net::use_future);
+  loop.run();
+  EXPECT_EQ(late.get(), nullptr) << "a waiter whose leader never answered read nothing";
+  EXPECT_TRUE(silent.leads());
 }
 
 }  // namespace

@@ -2,22 +2,15 @@
 // answered again, without its queries, only while PRAGMA data_version shows nothing
 // committed since it was read. sqlite::ChangeEpoch on real SQLite connections, then the panel.
 #include <cstdint>
-#include <future>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
-
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include "demo_data.hpp"
 #include "holdfast/sqlite/change_epoch.hpp"
 #include "panel_fixture.hpp"
-#include "schedule_reads.hpp"
 #include "sqlite_faults.hpp"  // RawConnection, TempDir
 
 namespace holdfast::panel {
@@ -85,79 +78,6 @@ TEST_F(ChangeEpochTest, ACommitShowsWhicheverConnectionLooksNext) {
   const std::int64_t moved = observe(b);
   EXPECT_NE(moved, stamp) << "connection b missed the commit";
   EXPECT_EQ(observe(a), moved);
-}
-
-// A day's page as a read would give it.
-std::shared_ptr<const SchedulePage> page_of(const std::string& date) {
-  Schedule s;
-  s.date = date;
-  return SchedulePage::of(std::move(s));
-}
-
-// The requests that miss the day's copy after a commit share one read: the first leads it,
-// the others (which saw no later epoch) wait for its answer on their own event loop.
-TEST(ScheduleReadsTest, RequestsThatMissTheCopyShareOneReadOfTheDay) {
-  namespace net = boost::asio;
-  ScheduleReads reads;
-  ScheduleReads::Ticket leader = reads.join("2026-12-06", 7);
-  ASSERT_TRUE(leader.leads());
-  ScheduleReads::Ticket same = reads.join("2026-12-06", 7);
-  ScheduleReads::Ticket older = reads.join("2026-12-06", 6);
-  EXPECT_FALSE(same.leads());
-  EXPECT_FALSE(older.leads()) << "a read begun after a later observation shows what it asks";
-  ScheduleReads::Ticket other_day = reads.join("2026-12-07", 7);
-  EXPECT_TRUE(other_day.leads());
-  EXPECT_EQ(reads.under_way(), 2u);
-
-  // The waiters on an event loop of their own thread, as the lane's are.
-  net::io_context loop(1);
-  auto work = net::make_work_guard(loop);
-  std::thread runs([&] { loop.run(); });
-  std::future<std::shared_ptr<const SchedulePage>> first =
-      net::co_spawn(loop, same.answer(std::chrono::hours(1)), net::use_future);
-  std::future<std::shared_ptr<const SchedulePage>> second =
-      net::co_spawn(loop, older.answer(std::chrono::hours(1)), net::use_future);
-  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
-  const std::shared_ptr<const SchedulePage> page = page_of("2026-12-06");
-  leader.land(page);
-  EXPECT_EQ(first.get(), page);
-  EXPECT_EQ(second.get(), page);
-  EXPECT_EQ(reads.under_way(), 1u) << "the day's read ended when it landed";
-  // A request that comes after the landing leads the next read.
-  EXPECT_TRUE(reads.join("2026-12-06", 7).leads());
-  work.reset();
-  runs.join();
-}
-
-// A commit after a read began: a request that saw it leads a read of its own, and the
-// older read's waiters still get the older read's answer.
-TEST(ScheduleReadsTest, ARequestThatSawALaterCommitReadsAgain) {
-  ScheduleReads reads;
-  ScheduleReads::Ticket before = reads.join("2026-12-06", 7);
-  ScheduleReads::Ticket after = reads.join("2026-12-06", 8);
-  EXPECT_TRUE(before.leads());
-  EXPECT_TRUE(after.leads());
-  EXPECT_FALSE(reads.join("2026-12-06", 8).leads());
-  before.land(page_of("2026-12-06"));
-  EXPECT_EQ(reads.under_way(), 1u) << "the older read's landing ended the newer one";
-}
-
-// A leader whose read fails, or whose coroutine goes, lets its waiters go at once: each
-// reads for itself, none waits out its window.
-TEST(ScheduleReadsTest, WhenTheLeaderFailsItsWaitersReadForThemselves) {
-  namespace net = boost::asio;
-  ScheduleReads reads;
-  std::optional<ScheduleReads::Ticket> leader(reads.join("2026-12-06", 7));
-  ScheduleReads::Ticket waiter = reads.join("2026-12-06", 7);
-  net::io_context loop(1);
-  std::future<std::shared_ptr<const SchedulePage>> answer =
-      net::co_spawn(loop, waiter.answer(std::chrono::hours(1)), net::use_future);
-  loop.poll();
-  EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
-  leader.reset();  // destroyed without landing: a failed read
-  loop.run();      // returns once the waiter has resumed: nothing else is left to run
-  EXPECT_EQ(answer.get(), nullptr);
-  EXPECT_EQ(reads.under_way(), 0u);
 }
 
 using PanelScheduleCopyTest = PanelFixture;
