@@ -24,6 +24,7 @@ namespace {
 // The schedule's reads, written once for both ways they run: `run(op, call)` is the store's
 // run() (holdfast's retries inside `db`, or a baseline's loop) or, for one attempt driven by
 // async_run, a plain call on the one-attempt view.
+
 // The session's user and, observed by the same statement (one read transaction, so before
 // any read the epoch stamps), the file's change epoch: one row whatever the session, the
 // user's columns NULL when there is none.

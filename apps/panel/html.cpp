@@ -26,6 +26,19 @@ std::string money(std::int64_t cents, std::string_view currency) {
   return fmt::format("{}.{:02} {}", cents / 100, cents % 100, escape_html(currency));
 }
 
+// What every page begins with, up to and including <body>: `head` (a refresh, a page's own
+// style rules) before the title, and the panel's style after it. kPageEnd closes the page.
+void open_page(std::string& out, std::string_view title, std::string_view head) {
+  out += "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">";
+  out += head;
+  out += "<title>";
+  out += escape_html(title);
+  out += "</title>";
+  out += kStyle;
+  out += "</head><body>";
+}
+constexpr std::string_view kPageEnd = "</body></html>";
+
 std::string time_of(std::string_view iso) {
   // "2026-11-30T18:00" -> "18:00"
   const auto t = iso.find('T');
@@ -35,10 +48,12 @@ std::string time_of(std::string_view iso) {
 }  // namespace
 
 std::string page(std::string_view title, std::string_view body, std::string_view head) {
-  return fmt::format(
-      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{}<title>{}</title>{}"
-      "</head><body>{}</body></html>",
-      head, escape_html(title), kStyle, body);
+  std::string out;
+  out.reserve(kStyle.size() + head.size() + body.size() + 256);
+  open_page(out, title, head);
+  out += body;
+  out += kPageEnd;
+  return out;
 }
 
 std::string escape_html(std::string_view text) {
@@ -72,12 +87,11 @@ std::shared_ptr<const SchedulePage> SchedulePage::of(Schedule schedule) {
 
 std::string render_schedule(const SchedulePage& page, const User& user,
                             const std::optional<std::string>& stale_as_of, std::string_view csrf) {
-  // The bytes page() would give, appended in place: the copy's part is the bulk of them.
+  // Appended in place, as page() does: the copy's part is the bulk of the bytes.
   std::string out;
   out.reserve(kStyle.size() + page.body.size() + 1024);
-  out += "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Schedule</title>";
-  out += kStyle;
-  out += "</head><body><header><strong>";
+  open_page(out, "Schedule", {});
+  out += "<header><strong>";
   out += escape_html(page.schedule.context.club_name);
   out += "</strong><span>Dashboard &rarr; Schedule &middot; ";
   out += escape_html(user.name);
@@ -100,7 +114,8 @@ std::string render_schedule(const SchedulePage& page, const User& user,
   }
   out +=
       "<input type=\"hidden\" name=\"path\" value=\"/dashboard/schedule\"><button>Report a "
-      "problem</button></form></footer></body></html>";
+      "problem</button></form></footer>";
+  out += kPageEnd;
   return out;
 }
 

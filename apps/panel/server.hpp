@@ -380,7 +380,7 @@ class PanelServer {
   std::mutex confirmed_mutex_;
   std::map<std::string, ConfirmedSession> confirmed_;
   struct StaleCopy;
-  // Keeps `schedule` as the date's last good copy, read at `now` (ISO-8601 UTC) after the
+  // Keeps `page` as the date's last good copy, read at `now` (ISO-8601 UTC) after the
   // data epoch `epoch` was observed (0: none).
   void keep_stale_copy(const std::string& date, std::shared_ptr<const SchedulePage> page,
                        std::string_view now, std::uint64_t epoch);

@@ -710,10 +710,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // Whether a read with the request's `position` may go to the standby. Not when it must
   // see the primary (a write's outcome unknown), nor when the position is of a timeline older
   // than the newest the primary's writes showed, through this Client or a sibling (a
-  // promotion forked the history: the new
-  // timeline's positions cannot be compared with it, and the primary holds what survived),
-  // nor while the standby's replay was last found lagging (max_standby_lag): then one read
-  // every kLagRecheck looks again, and the others go to the primary meanwhile.
+  // promotion forked the history: the new timeline's positions cannot be compared with it,
+  // and the primary holds what survived), nor while the standby's replay was last found
+  // lagging (max_standby_lag): then one read every kLagRecheck looks again, and the others go
+  // to the primary meanwhile.
   bool standby_may_answer(const holdfast::WritePosition& position, TimePoint now) {
     if (position.primary_only) return false;
     if (position.timeline != 0 && position.timeline < primary_.verdict->newest_timeline) {
