@@ -3,8 +3,10 @@
 # throwaway server under CONNECTIONS clients (wrk on the schedule page), the primary frozen
 # (SIGSTOP of the postmaster and every backend) for FREEZE_SECONDS, and once a second the
 # panel's thread count and how many of its threads wait in a blocking socket call (their
-# /proc/PID/task/*/wchan: poll, select, a socket read or connect). Prints one line per second
-# and a summary; the server is thawed and removed however the script ends.
+# /proc/PID/task/*/wchan: poll, select, a socket read or connect; not an event loop's epoll),
+# naming those that are not the library's cancel requests (holdfast names its threads hf-*).
+# Prints one line per second and a summary; the server is thawed and removed however the
+# script ends.
 #   scripts/freeze-threads.sh [build/release/apps/holdfast/holdfast]
 # Env: FREEZE_SECONDS (20), CONNECTIONS (16).
 set -euo pipefail
@@ -53,15 +55,29 @@ wrk_pid=$!
 
 most_threads=0
 most_blocking=0
+most_other=0
 sample() {
-  local threads blocking
+  local threads blocking=0 other=0 t name wchan names=""
   threads=$(ls "/proc/$panel_pid/task" | wc -l)
-  blocking=$(for t in /proc/"$panel_pid"/task/*; do cat "$t/wchan" 2>/dev/null; echo; done |
-    grep -cE 'poll|select|wait_woken|sk_wait|tcp_|inet_' || true)
-  echo "$1: $threads threads, $blocking in a blocking socket wait"
+  # A thread blocked in a socket call: its wchan is poll, select or a socket wait. An event
+  # loop's own wait (epoll) is not one: it waits for every socket at once. Besides the
+  # library's cancel requests (threads named hf-pg-cancel), only the log writer may be seen
+  # there: it writes the panel's log lines to the database from a thread of its own.
+  for t in /proc/"$panel_pid"/task/*; do
+    wchan="$(cat "$t/wchan" 2>/dev/null || true)"
+    [[ "$wchan" =~ poll|select|wait_woken|sk_wait|tcp_|inet_ && ! "$wchan" =~ epoll ]] || continue
+    blocking=$((blocking + 1))
+    name="$(cat "$t/comm" 2>/dev/null || true)"
+    if [[ "$name" != hf-pg-cancel ]]; then
+      other=$((other + 1))
+      names+=" $name"
+    fi
+  done
+  echo "$1: $threads threads, $blocking in a blocking socket wait ($other not a cancel request${names:+:$names})"
   if [[ "$1" == frozen* ]]; then
     (( threads > most_threads )) && most_threads=$threads
     (( blocking > most_blocking )) && most_blocking=$blocking
+    (( other > most_other )) && most_other=$other
   fi
   return 0
 }
@@ -82,5 +98,5 @@ wait "$wrk_pid" || true
 wrk_pid=""
 non2xx="$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p' "$dir/wrk.txt")"
 echo "summary: $before threads before, at most $most_threads during the ${freeze_seconds} s freeze," \
-     "at most $most_blocking in a blocking socket wait; $(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$dir/wrk.txt") pages," \
+     "at most $most_blocking in a blocking socket wait ($most_other not a cancel request); $(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$dir/wrk.txt") pages," \
      "${non2xx:-0} not 2xx"

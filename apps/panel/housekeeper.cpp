@@ -1,12 +1,17 @@
 #include "housekeeper.hpp"
 
+#include <pthread.h>
+
 #include "holdfast/core/window.hpp"
 #include "route_helpers.hpp"
 
 namespace holdfast::panel {
 
 Housekeeper::Housekeeper(ClubStore& store, std::chrono::milliseconds every)
-    : store_(store), every_(every), thread_([this] { loop(); }) {}
+    : store_(store), every_(every), thread_([this] {
+        pthread_setname_np(pthread_self(), "hf-housekeeper");  // seen in top -H and /proc
+        loop();
+      }) {}
 
 Housekeeper::~Housekeeper() {
   {

@@ -1,6 +1,7 @@
 #include "http_server_impl.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -485,7 +486,10 @@ Status HttpServer::start() {
   impl_ = std::move(impl);
   impl_->start_async_lane();
   net::co_spawn(impl_->io, impl_->accept_loop(), net::detached);
-  impl_->loop = std::thread([io = &impl_->io] { io->run(); });
+  impl_->loop = std::thread([io = &impl_->io] {
+    pthread_setname_np(pthread_self(), "hf-http");  // seen in top -H and /proc
+    io->run();
+  });
   return Status();
 }
 

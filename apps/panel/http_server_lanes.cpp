@@ -2,6 +2,8 @@
 // heavy lane of worker threads, each with a bounded queue, and the async lane of
 // coroutines (ADR 0029).
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include <boost/asio/co_spawn.hpp>
@@ -70,6 +72,7 @@ void HttpServer::Impl::start_async_lane() {
   if (self.lane_hooks_.started) self.lane_hooks_.started(async.loops.front()->get_executor());
   for (auto& loop : async.loops) {
     async.threads.emplace_back([io = loop.get()] {
+      pthread_setname_np(pthread_self(), "hf-lane");  // seen in top -H and /proc
       // Kept running when idle; an exception out of a handler (none is expected: the
       // handler's are caught above) does not end the loop.
       auto work = net::make_work_guard(*io);

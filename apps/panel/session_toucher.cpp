@@ -1,5 +1,7 @@
 #include "session_toucher.hpp"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include "holdfast/core/window.hpp"
@@ -7,7 +9,11 @@
 
 namespace holdfast::panel {
 
-SessionToucher::SessionToucher(ClubStore& store) : store_(store), thread_([this] { loop(); }) {}
+SessionToucher::SessionToucher(ClubStore& store)
+    : store_(store), thread_([this] {
+        pthread_setname_np(pthread_self(), "hf-sessions");  // seen in top -H and /proc
+        loop();
+      }) {}
 
 SessionToucher::~SessionToucher() {
   {

@@ -1,5 +1,7 @@
 #include "holdfast/core/health_probe.hpp"
 
+#include <pthread.h>
+
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -15,7 +17,12 @@ HealthProbe::HealthProbe(CircuitBreaker& breaker, ProbeFn probe, Options options
   if (options_.interval <= Duration::zero()) {
     throw std::invalid_argument("HealthProbe::Options::interval must be greater than zero");
   }
-  if (options_.background) thread_ = std::thread([this] { loop(); });
+  if (options_.background) {
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "hf-probe");  // seen in top -H and /proc
+      loop();
+    });
+  }
 }
 
 HealthProbe::~HealthProbe() {

@@ -1,5 +1,7 @@
 #include "holdfast/core/liveness.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
@@ -36,7 +38,12 @@ Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options op
                                 ") must not be below suspect_after (" +
                                 ms_text(options_.suspect_after) + ")");
   }
-  if (options_.background) thread_ = std::thread([this] { loop(); });
+  if (options_.background) {
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "hf-liveness");  // seen in top -H and /proc
+      loop();
+    });
+  }
 }
 
 Liveness::~Liveness() {

@@ -1,5 +1,7 @@
 #include "holdfast/log/database_sink.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -354,7 +356,10 @@ DatabaseSink::DatabaseSink(LogStore& store, Options options) {
   require(options.linger.count() > 0, "linger must be at least 1 ms");
   require(options.shutdown_drain.count() >= 0, "shutdown_drain must not be negative");
   state_ = std::make_unique<State>(store, options);
-  state_->writer.thread = std::thread([s = state_.get()] { s->run(); });
+  state_->writer.thread = std::thread([s = state_.get()] {
+    pthread_setname_np(pthread_self(), "hf-log-writer");  // seen in top -H and /proc
+    s->run();
+  });
 }
 
 DatabaseSink::DatabaseSink(std::unique_ptr<LogStore> store, Options options)

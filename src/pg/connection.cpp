@@ -333,6 +333,7 @@ Result<Connection> detail::ConnectionAccess::start(const ConnectOptions& options
   if (!host.empty()) k.host = &host;
   fill_keywords(options, k);
   impl->statement_timeout_ms = k.statement_timeout_ms;
+  detail::prepare_cancels();
   PGconn* conn = PQconnectStartParams(k.keys.data(), k.values.data(), /*expand_dbname=*/1);
   if (conn == nullptr) {
     return Status(Code::kResourceExhausted, "libpq could not allocate a connection");

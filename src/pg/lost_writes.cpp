@@ -4,6 +4,8 @@
 // does not hold.
 #include "lost_writes.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <charconv>
 #include <utility>
@@ -108,7 +110,11 @@ void LostWrites::changed(Writer to, const Connection* conn) noexcept {
     ++report_.changes;
     pending_ = true;
     change_at_ = clock_.now();
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    if (!thread_.joinable())
+      thread_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "hf-pg-lost");  // seen in top -H and /proc
+        loop();
+      });
   } catch (...) {
     return;  // no thread to be had: this change goes unchecked, the next one may not
   }

@@ -1,3 +1,5 @@
+#include <pthread.h>
+
 #include <algorithm>
 #include <new>
 #include <stdexcept>
@@ -285,6 +287,7 @@ std::uint64_t Pool::connect_in_background(TimePoint until) {
   ++probing_;
   try {
     connector_ = std::thread([this, id, until, verify]() noexcept {
+      pthread_setname_np(pthread_self(), "hf-pg-connect");  // seen in top -H and /proc
       Result<Connection> conn = [&]() -> Result<Connection> {
         try {
           return connect_checked(until, verify);

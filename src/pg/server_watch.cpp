@@ -1,5 +1,6 @@
 #include "server_watch.hpp"
 
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -47,9 +48,17 @@ std::shared_ptr<ServerWatch> host_watch(const std::string& host) {
 
 namespace {
 
-// A few threads that send cancel requests, and a bounded queue of them.
+// A few threads that send cancel requests, and a bounded queue of them. The threads start
+// with it, before the first connection, so a frozen server (when cancels are sent) does not
+// grow the process's thread count.
 class Canceller {
  public:
+  Canceller() noexcept {
+    for (int i = 0; i < kMaxThreads; ++i) {
+      if (!add_thread()) break;  // submit() tries again when a cancel finds none idle
+    }
+  }
+
   void submit(PGcancel* cancel) noexcept {
     std::unique_lock<std::mutex> lock(mutex_);
     if (queue_.size() >= kMaxQueued) {
@@ -64,14 +73,8 @@ class Canceller {
       PQfreeCancel(cancel);
       return;
     }
-    if (idle_ == 0 && threads_ < kMaxThreads) {
-      try {
-        std::thread([this] { run(); }).detach();
-        ++threads_;
-      } catch (const std::system_error&) {
-        // No thread to be had: one already running takes it when it is free.
-      }
-    }
+    // No thread to be had: one already running takes it when it is free.
+    if (idle_ == 0 && threads_ < kMaxThreads) (void)add_thread();
     lock.unlock();
     ready_.notify_one();
   }
@@ -79,6 +82,20 @@ class Canceller {
  private:
   static constexpr std::size_t kMaxQueued = 256;
   static constexpr int kMaxThreads = 4;
+
+  // REQUIRES: mutex_ held, or the constructor running.
+  bool add_thread() noexcept {
+    try {
+      std::thread([this] {
+        pthread_setname_np(pthread_self(), "hf-pg-cancel");  // seen in top -H and /proc
+        run();
+      }).detach();
+    } catch (const std::system_error&) {
+      return false;
+    }
+    ++threads_;
+    return true;
+  }
 
   void run() noexcept {
     for (;;) {
@@ -111,6 +128,10 @@ Canceller& canceller() {
 }
 
 }  // namespace
+
+void prepare_cancels() noexcept {
+  (void)canceller();
+}
 
 void cancel_off_thread(PGconn* conn) noexcept {
   if (conn == nullptr) return;

@@ -46,5 +46,8 @@ std::shared_ptr<ServerWatch> host_watch(const std::string& host);
 // thread is stuck on such a server, later cancels are dropped (their connections are closed
 // anyway: a thawed server ends the backend when it next writes to the closed socket).
 void cancel_off_thread(PGconn* conn) noexcept;
+// Starts the cancel threads if they have not started: every connection does before it
+// connects, so that they exist before a server freezes and are not started by it.
+void prepare_cancels() noexcept;
 
 }  // namespace holdfast::pg::detail
