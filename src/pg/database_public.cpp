@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "database_impl.hpp"
+#include "holdfast/pg/lost_writes.hpp"
 
 namespace holdfast::pg {
 

@@ -13,8 +13,11 @@ set(budgets
 # core/clock.hpp (a Clock is only declared) or core/random.hpp; pg::Database::transaction()
 # and once() behind one compiled function each (no detail/run_attempts.hpp); pg::SqlKind in
 # pg/sql_kind.hpp (no pg/sql.hpp); sqlite::Row's checked reads compiled: pg 1,679, sqlite 2,143.
+# pg::LostWritesReport (and the overview of the watch) only in pg/lost_writes.hpp, its options
+# in pg/options.hpp, and pg/database.hpp's overview shortened to what docs/library.md and
+# docs/scale-out.md say at length: pg 1,591.
 set(BUDGET_SQLITE 2143)
-set(BUDGET_PG 1679)
+set(BUDGET_PG 1591)
 
 foreach(var CXX INCLUDE_DIR WORK_DIR)
   if(NOT DEFINED ${var})

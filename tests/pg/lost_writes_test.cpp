@@ -19,6 +19,7 @@
 #include "holdfast/core/window.hpp"
 #include "holdfast/log/logger.hpp"
 #include "holdfast/pg.hpp"
+#include "holdfast/pg/lost_writes.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "pg_test_support.hpp"
 

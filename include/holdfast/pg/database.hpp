@@ -22,46 +22,22 @@
 ///   }
 /// @endcode
 ///
-/// Every call is one transaction of its own that leaves nothing behind on its connection:
-/// its read-only mode and statement_timeout are set inside it (SET LOCAL), so it works
-/// through PgBouncer in transaction mode too (Pooling::kTransaction). A call's statements
-/// travel in one round trip (a libpq pipeline).
-///
-/// Read path (read()): the SQL must classify as a read (classify_sql, pg/sql.hpp); it runs
-/// in a READ ONLY transaction, so a statement misjudged as a read -- SELECT f() where f
-/// inserts -- is refused with 25006 and never applied; it is then sent once more on the write
-/// path (the second attempt shows in RetryStats). Transient faults are retried within the
-/// request's window. Reads prefer a replica that has replayed the request's own writes (see
-/// pg/lsn.hpp) and fall back to the primary while the replica's breaker is open, it
-/// just failed, it is behind those writes, it lags more than max_replica_lag (which also
-/// counts against its breaker), or it is not in recovery at all: a standby that was promoted
-/// is no replica (its frozen replay position says nothing), so that read counts against its
-/// breaker too and the replica pool closes its sessions to that host, and the next connect
-/// goes through the replica URL's hosts (with target_session_attrs=standby, to the standby
-/// of the moment; ADR 0025). Once a replica has been found behind a request's writes, reads
-/// that need later writes go straight to the primary for a while (50 ms, doubling up to 1 s
-/// while its replay stays where it was), so a standby that stopped replaying -- after the
-/// primary restarted, until it streams again -- costs no second attempt per read.
-///
-/// Write path (write()): one attempt, unless the fault proves nothing was applied (lock
-/// timeout, statement timeout, refused connection, a serialization failure of the
-/// statement's own transaction). A lost connection means the outcome is unknown: not
-/// retried unless the caller passes an idempotent Operation.
-///
-/// Transactions (transaction()): BEGIN, the transaction id (pg_current_xact_id()), the
-/// function, COMMIT. Any error rolls the whole transaction back; 40001/40P01 (and any other
-/// fault that a re-run can help) re-run the whole function when the caller declared it
-/// re-runnable (Operation::transaction(true)). A connection lost during COMMIT is resolved
-/// with pg_xact_status() on a new connection: committed -> success; aborted -> rolled back
-/// (and re-run if re-runnable); no answer -> Status with txn_state kUnknown. Never guessed.
-///
-/// Idempotency keys (once()): the write and the key's row commit in one transaction, so a
-/// call repeated with the same key -- after any failure, an unknown outcome included --
-/// returns the first call's result and never applies the write twice.
-///
-/// Every call goes RequestScope -> Shield (retry loop, throttle, breaker) -> pool -> libpq.
-/// The remaining window caps the pool wait, the server's statement_timeout and the client's
-/// wait on the socket.
+/// Every call is one transaction of its own, sent in one round trip, with its settings set
+/// inside it (SET LOCAL), so it works through PgBouncer in transaction mode too. The paths
+/// (docs/library.md and docs/scale-out.md say the whole of each):
+///   - read(): SQL that classifies as a read (pg/sql.hpp) runs READ ONLY (a misjudged write
+///     gets 25006, nothing applied, and goes once more as a write), retried within the
+///     request's window, on a replica that has replayed the request's writes (pg/lsn.hpp),
+///     is no further behind than max_replica_lag and still in recovery, else on the primary;
+///   - write(): one attempt, unless the fault proves nothing was applied, or the Operation
+///     says the write is idempotent;
+///   - transaction(): re-run whole on 40001/40P01 when declared re-runnable; a COMMIT in
+///     doubt is resolved with pg_xact_status(), never guessed (TxnState::kUnknown when no
+///     server answers);
+///   - once(): the write and its key's row commit together, so a repeat returns the first
+///     call's result and never applies the write twice.
+/// Every call goes RequestScope -> Shield -> pool -> libpq; what the window has left caps the
+/// pool wait, the server's statement_timeout and the wait on the socket.
 ///
 /// Thread safety: a Database may be used from any number of threads. A Transaction belongs
 /// to the function it is passed to.
@@ -98,6 +74,7 @@ class Connection;        // holdfast/pg/connection.hpp
 class Pool;              // holdfast/pg/pool.hpp
 class PooledConnection;  // the same
 class Transaction;
+struct LostWritesReport;  // holdfast/pg/lost_writes.hpp
 
 namespace detail {
 // A transaction function seen through a pointer and a function pointer, so that
@@ -308,8 +285,9 @@ class Database {
   /// The options it was built with.
   [[nodiscard]] const DatabaseOptions& options() const noexcept;
   /// What the watch for confirmed writes a change of writer lost has found so far
-  /// (holdfast/pg/lost_writes.hpp): empty when DatabaseOptions::lost_writes.remember
-  /// is 0. Takes a lock: for a status page, not for every request.
+  /// (include holdfast/pg/lost_writes.hpp to read it): empty when
+  /// DatabaseOptions::lost_writes.remember is 0. Takes a lock: for a status page, not for every
+  /// request.
   [[nodiscard]] LostWritesReport lost_writes() const;
 
  private:

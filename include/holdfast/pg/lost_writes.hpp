@@ -34,37 +34,14 @@
 /// unverified (a WARN line, holdfast_confirmed_writes_unverified_total).
 #pragma once
 
-#include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "holdfast/core/duration.hpp"
-
-namespace holdfast {
-class Logger;
-}  // namespace holdfast
+#include "holdfast/pg/options.hpp"  // LostWritesOptions
 
 namespace holdfast::pg {
-
-/// How a Database watches for confirmed writes a change of writer lost.
-struct LostWritesOptions {
-  /// How many confirmed writes are remembered (a ring, allocated once when the Database is
-  /// made: about 150 bytes each). 0 turns the check off.
-  std::size_t remember = 4096;
-  /// Writes confirmed this long before a change of writer are checked; older ones are not
-  /// (a failover that loses writes loses the last few seconds'). REQUIRES: > 0.
-  Duration horizon = std::chrono::seconds(60);
-  /// One check's deadline (a connection of its own, three statements). A check that fails
-  /// is tried again, up to `check_attempts` times, a second apart. REQUIRES: > 0.
-  Duration check_timeout = std::chrono::seconds(5);
-  /// Tries of one check. REQUIRES: >= 1.
-  int check_attempts = 10;
-  /// Where the ERROR and WARN lines go (context "pg.lost_writes"). nullptr: a console logger
-  /// of the library's own (stderr). REQUIRES: outlives the Database.
-  Logger* logger = nullptr;
-};
 
 /// What a Database found so far (Database::lost_writes()).
 struct LostWritesReport {

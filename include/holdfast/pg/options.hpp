@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -15,10 +16,10 @@
 #include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/shield_options.hpp"
 #include "holdfast/core/status.hpp"
-#include "holdfast/pg/lost_writes.hpp"
 
 namespace holdfast {
-class Clock;  // holdfast/core/clock.hpp
+class Clock;   // holdfast/core/clock.hpp
+class Logger;  // holdfast/log/logger.hpp
 }  // namespace holdfast
 
 namespace holdfast::pg {
@@ -39,6 +40,25 @@ enum class Pooling : std::uint8_t {
   /// unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
   /// instead of at connect, which such a pooler refuses.
   kTransaction,
+};
+
+/// How a Database watches for confirmed writes a change of writer lost (what it finds:
+/// holdfast/pg/lost_writes.hpp).
+struct LostWritesOptions {
+  /// How many confirmed writes are remembered (a ring, allocated once when the Database is
+  /// made: about 150 bytes each). 0 turns the check off.
+  std::size_t remember = 4096;
+  /// Writes confirmed this long before a change of writer are checked; older ones are not
+  /// (a failover that loses writes loses the last few seconds'). REQUIRES: > 0.
+  Duration horizon = std::chrono::seconds(60);
+  /// One check's deadline (a connection of its own, three statements). A check that fails
+  /// is tried again, up to `check_attempts` times, a second apart. REQUIRES: > 0.
+  Duration check_timeout = std::chrono::seconds(5);
+  /// Tries of one check. REQUIRES: >= 1.
+  int check_attempts = 10;
+  /// Where the ERROR and WARN lines go (context "pg.lost_writes"). nullptr: a console logger
+  /// of the library's own (stderr). REQUIRES: outlives the Database.
+  Logger* logger = nullptr;
 };
 
 /// How a Database reaches its servers, and how it answers while they are away. Validated
