@@ -8,18 +8,6 @@ namespace {
 
 using namespace holdfast::asio_pg_test;
 
-// "postgresql://u@127.0.0.1:A/db" with `first` (a host:port) before its one host.
-std::string with_host_first(const std::string& url, const std::string& first) {
-  const std::size_t at = url.find('@');
-  return url.substr(0, at + 1) + first + "," + url.substr(at + 1);
-}
-
-// The host:port of "postgresql://u@HOST:PORT/db".
-std::string host_port(const std::string& url) {
-  const std::size_t at = url.find('@') + 1;
-  return url.substr(at, url.find('/', at) - at);
-}
-
 // With several hosts, the primary's pool skips a standby (as target_session_attrs=read-write
 // would): a standby reached while the primary is away may lack the request's own writes.
 TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
@@ -28,7 +16,7 @@ TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
   if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     // The standby first: its host is skipped and the primary answers.
-    ClientOptions both = options_for(with_host_first(primary, host_port(standby)));
+    ClientOptions both = options_for(two_hosts(host_port(standby), primary));
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), both).value();
     RequestContext request;
     Result<Rows> where = co_await client->async_read(
@@ -38,7 +26,7 @@ TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
       EXPECT_EQ(where->text(0, 0), "f");
     }
     // Only the standby answers: the read is refused, naming it, rather than answered there.
-    ClientOptions only = options_for(with_host_first(standby, "127.0.0.1:1"));
+    ClientOptions only = options_for(two_hosts("127.0.0.1:1", standby));
     std::shared_ptr<Client<>> lone = Client<>::open(io.get_executor(), only).value();
     RequestContext short_request(1s, holdfast::Clock::system());
     Result<Rows> refused =
