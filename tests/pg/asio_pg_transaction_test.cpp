@@ -300,3 +300,51 @@ TEST_F(AsioPgTransaction, AKeyedFunctionRunsOnceForItsKey) {
 }
 
 }  // namespace
+
+// Every call that begins a transaction tells the server what its deadline leaves, as
+// pg::Database does: the server then ends a statement at the deadline by itself, even when
+// the Client's cancel cannot reach it (a cut network), so that it holds no lock long after
+// its caller has gone. Read back inside the call: a write, and a transaction's statements.
+TEST_F(AsioPgTransaction, TheServerIsToldTheDeadlineAsTheStatementTimeout) {
+  const std::string timeout_ms =
+      "SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), options()).value();
+    RequestContext write_request(2s, holdfast::Clock::system());
+    Result<Rows> in_write =
+        co_await client->async_write(write_request, "timeout", timeout_ms, {}, net::use_awaitable);
+    EXPECT_TRUE(in_write.ok()) << in_write.status().to_string();
+    if (in_write.ok()) {
+      const long long ms = std::stoll(std::string(in_write->text(0, 0)));
+      EXPECT_GE(ms, 1);
+      EXPECT_LE(ms, 2000);
+    }
+
+    RequestContext tx_request(3s, holdfast::Clock::system());
+    Result<long long> in_tx = co_await client->async_transaction(
+        tx_request,
+        [&](Tx& tx) -> Awaitable<Result<long long>> {
+          Result<Rows> first = co_await tx.query(timeout_ms);
+          if (!first.ok()) co_return first.status();
+          Result<Rows> second = co_await tx.query(timeout_ms);  // SET LOCAL: still there
+          if (!second.ok()) co_return second.status();
+          EXPECT_EQ(first->text(0, 0), second->text(0, 0));
+          co_return std::stoll(std::string(second->text(0, 0)));
+        },
+        TransactionOptions{}, net::use_awaitable);
+    EXPECT_TRUE(in_tx.ok()) << in_tx.status().to_string();
+    if (in_tx.ok()) {
+      EXPECT_GE(*in_tx, 1);
+      EXPECT_LE(*in_tx, 3000);
+    }
+
+    // Local to each call's transaction: the next call on the connection has its own.
+    RequestContext later(4s, holdfast::Clock::system());
+    Result<Rows> next =
+        co_await client->async_write(later, "timeout", timeout_ms, {}, net::use_awaitable);
+    EXPECT_TRUE(next.ok()) << next.status().to_string();
+    if (next.ok()) {
+      EXPECT_GT(std::stoll(std::string(next->text(0, 0))), 2000);
+    }
+  });
+}

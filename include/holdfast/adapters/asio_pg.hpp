@@ -59,9 +59,14 @@
 /// no reads, and a read whose position is of a timeline older than the newest the primary's
 /// writes showed goes to the primary (pg::Database's rules, docs/adr/0050).
 ///
-/// Not yet here (the blocking pg::Database has them): statement_timeout sent with each call
-/// (the Client cancels a statement at its deadline instead), prepared standby reads and
-/// writes, Statements prepared inside a transaction, reads spread over several standbys.
+/// Every call that begins a transaction (a write, a transaction, a keyed write) and every
+/// standby read tells the server what its deadline leaves (SET LOCAL statement_timeout, in the
+/// same round trip), so that the server ends the statement by itself even when the cancel
+/// cannot reach it. A read sent to the primary prepared goes alone: only the cancel ends it.
+///
+/// Not yet here (the blocking pg::Database has them): statement_timeout on a prepared read,
+/// prepared standby reads and writes, Statements prepared inside a transaction, reads spread
+/// over several standbys.
 #pragma once
 
 #include <algorithm>
@@ -634,11 +639,20 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // exchange()'s `settings_at` when the pipeline begins no transaction (nothing to set).
   static constexpr std::size_t kNoSettings = static_cast<std::size_t>(-1);
+  static constexpr std::string_view kStatementTimeoutSql =
+      "SELECT pg_catalog.set_config('statement_timeout', $1, true)";
+  // A deadline further away than this sends no statement_timeout (PostgreSQL's largest is
+  // INT_MAX milliseconds; a call without a deadline has TimePoint::max()).
+  static constexpr Duration kLongestStatementTimeout = std::chrono::hours(24 * 24);
+  // The milliseconds from now to `until`, rounded up, written into `buf`; nothing when
+  // `until` is further than kLongestStatementTimeout.
+  static std::optional<std::string_view> statement_timeout_text(TimePoint until, char (&buf)[24]);
 
-  // Sends `pieces` on `s` as one pipeline and waits for its results (drive()). Behind a pooler
-  // in transaction mode the session's settings are set in each transaction instead of at
-  // connect (as pg::Database does): `settings_at` is where the transaction the pipeline runs
-  // in begins, and the settings go there; `out` and `failed` count only `pieces`.
+  // Sends `pieces` on `s` as one pipeline and waits for its results (drive()). `settings_at`
+  // is where the transaction the pipeline runs in begins: there go what the deadline leaves as
+  // the server's statement_timeout (as pg::Database sends it), and, behind a pooler in
+  // transaction mode, the session's settings (set in each transaction instead of at connect).
+  // `out` and `failed` count only `pieces`.
   awaitable<Status> exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
                              std::size_t* failed, TimePoint until,
                              std::size_t settings_at = kNoSettings, Pool* silence = nullptr);

@@ -382,29 +382,61 @@ auto Client<Executor>::exchange(Slot& s, std::span<const Piece> pieces, std::spa
                                 std::size_t* failed, TimePoint until, std::size_t settings_at,
                                 Pool* silence) -> awaitable<Status> {
   *failed = pieces.size();
-  if (settings_at == kNoSettings || settings_sql_.empty()) {
+  // Where the pipeline's transaction begins: the settings (behind a transaction pooler), and
+  // what the deadline leaves as the server's statement_timeout, as pg::Database sends it. The
+  // Client cancels the statement at its deadline too; the server's own limit ends it even
+  // when the cancel cannot reach the server (a cut network), so that it holds no lock long
+  // after its caller has gone.
+  Piece extra[2];
+  std::size_t inserted = 0;
+  char timeout_text[24];
+  holdfast::pg::Param timeout_param[1] = {nullptr};
+  if (settings_at != kNoSettings) {
+    if (!settings_sql_.empty()) extra[inserted++] = Piece{settings_sql_, settings_params_};
+    if (std::optional<std::string_view> ms = statement_timeout_text(until, timeout_text)) {
+      timeout_param[0] = holdfast::pg::Param(*ms);
+      extra[inserted++] = Piece{kStatementTimeoutSql, timeout_param};
+    }
+  }
+  if (inserted == 0) {
     Status st = co_await drive(s, s.conn.send_pipeline(pieces), until, silence);
     lost(s);
     if (!st.ok()) co_return st;
     co_return s.conn.pipeline_result(out, failed);
   }
-  std::array<Piece, 8> all;
+  std::array<Piece, 8> all;  // LoopConnection::send_pipeline() takes at most 8
   std::array<Rows, 8> got;
-  const std::size_t n = std::min(pieces.size() + 1, all.size());
+  const std::size_t n = std::min(pieces.size() + inserted, all.size());
+  const auto is_extra = [&](std::size_t i) {
+    return i >= settings_at && i < settings_at + inserted;
+  };
   for (std::size_t i = 0, k = 0; i < n; ++i) {
-    all[i] = i == settings_at ? Piece{settings_sql_, settings_params_} : pieces[k++];
+    all[i] = is_extra(i) ? extra[i - settings_at] : pieces[k++];
   }
+  // The parameters are copied as the pipeline is sent: timeout_text may go after this.
   Status st = co_await drive(s, s.conn.send_pipeline(std::span(all.data(), n)), until, silence);
   lost(s);
   if (!st.ok()) co_return st;
   std::size_t at = n;
   st = s.conn.pipeline_result(std::span(got.data(), n), &at);
   for (std::size_t i = 0, k = 0; i < n; ++i) {
-    if (i != settings_at && k < out.size()) out[k++] = std::move(got[i]);
+    if (!is_extra(i) && k < out.size()) out[k++] = std::move(got[i]);
   }
   // A failed setting fails the piece after it (nothing of that one ran).
-  *failed = at <= settings_at ? at : at - 1;
+  *failed = at < settings_at ? at : at < settings_at + inserted ? settings_at : at - inserted;
   co_return st;
+}
+
+template <class Executor>
+auto Client<Executor>::statement_timeout_text(TimePoint until, char (&buf)[24])
+    -> std::optional<std::string_view> {
+  const Duration left = until - detail::Clock::now();
+  if (left > kLongestStatementTimeout) return std::nullopt;  // no deadline to speak of
+  // Rounded up and at least 1 ms: 0 would mean no limit at all.
+  const long long ms = std::max<long long>(
+      1, std::chrono::ceil<std::chrono::milliseconds>(std::max(left, Duration::zero())).count());
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), ms);
+  return std::string_view(buf, static_cast<std::size_t>(r.ptr - buf));
 }
 
 }  // namespace holdfast::asio::pg
