@@ -3,11 +3,13 @@
 // of two statements). No thread waits for the database: one thread serves every connection and
 // every query.
 //
-//   asio_pg_example postgresql://app@127.0.0.1:5432/app [port]
+//   asio_pg_example postgresql://app@127.0.0.1:5432/app [port [standby-url]]
 //
-// With a port it serves until stopped. Without one (as the tests run it), it serves on a free
-// port below 32768, sends itself a few requests, prints the answers and exits (0 when they
-// were right). Without a URL it says so and exits 77 (skipped).
+// With a port it serves until stopped (0: the first free one from 24000), and with a standby
+// URL (a hot standby, or several as one multi-host URL) reads go there when it has the
+// request's own writes. Without a port (as the tests run it), it serves on a free port below
+// 32768, sends itself a few requests, prints the answers and exits (0 when they were right).
+// Without a URL it says so and exits 77 (skipped).
 #define HOLDFAST_ASIO_BOOST 1
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
   net::io_context io;
   holdfast::asio::pg::ClientOptions options;
   options.connect.conninfo = argv[1];
+  if (argc >= 4) options.standby.conninfo = argv[3];
   holdfast::Result<std::shared_ptr<Db>> db = Db::open(io.get_executor(), options);
   if (!db.ok()) {
     std::printf("asio_pg_example: %s\n", db.status().to_string().c_str());
@@ -172,7 +175,8 @@ int main(int argc, char** argv) {
   const bool self_test = argc < 3;
   tcp::acceptor acceptor(io);
   unsigned short port = self_test ? 0 : static_cast<unsigned short>(std::stoi(argv[2]));
-  for (unsigned short p = self_test ? 24000 : port; acceptor.is_open() == false; ++p) {
+  const bool any_port = port == 0;
+  for (unsigned short p = any_port ? 24000 : port; acceptor.is_open() == false; ++p) {
     boost::system::error_code ec;
     tcp::acceptor a(io);
     a.open(tcp::v4(), ec);
@@ -181,7 +185,7 @@ int main(int argc, char** argv) {
     if (!ec) {
       acceptor = std::move(a);
       port = p;
-    } else if (!self_test || p >= 32767) {
+    } else if (!any_port || p >= 32767) {
       std::printf("asio_pg_example: cannot listen on port %u\n", p);
       return 2;
     }
@@ -197,7 +201,10 @@ int main(int argc, char** argv) {
       [](std::exception_ptr e) {
         if (e) std::rethrow_exception(e);
       });
-  if (!self_test) std::printf("serving on 127.0.0.1:%u\n", port);
+  if (!self_test) {
+    std::printf("serving on 127.0.0.1:%u\n", port);
+    std::fflush(stdout);
+  }
   io.run();
   return wrong == 0 ? 0 : 1;
 }

@@ -213,20 +213,10 @@ class PrivateServer {
   [[nodiscard]] const std::string& standby_url() const { return standby_url_; }
   // The primary's postmaster (after promoted(): the promoted standby's), from its
   // postmaster.pid; 0 when unknown.
-  [[nodiscard]] pid_t postmaster_pid() const {
-    std::ifstream env(state_dir_ + "/server.env");
-    std::string line;
-    std::string data_dir;
-    while (std::getline(env, line)) {
-      if (line.rfind("data_dir='", 0) == 0 && line.size() > 11) {
-        data_dir = line.substr(10, line.size() - 11);
-      }
-    }
-    std::ifstream pid_file(data_dir + "/postmaster.pid");
-    long pid = 0;
-    pid_file >> pid;
-    return static_cast<pid_t>(pid);
-  }
+  [[nodiscard]] pid_t postmaster_pid() const { return pid_of("data_dir='"); }
+  // The standby's postmaster (after promoted() and rebuild_standby(): the rebuilt one's); 0
+  // when unknown.
+  [[nodiscard]] pid_t standby_postmaster_pid() const { return pid_of("standby_dir='"); }
   bool down() { return run("down", 0) != "error"; }
   bool up() { return run("up", 0) != "error"; }
   bool standby_down() { return run("standby-down", 0) != "error"; }
@@ -249,6 +239,23 @@ class PrivateServer {
   }
 
  private:
+  // The postmaster of the folder server.env names after `key` ("data_dir='" or
+  // "standby_dir='"), from its postmaster.pid.
+  [[nodiscard]] pid_t pid_of(const std::string& key) const {
+    std::ifstream env(state_dir_ + "/server.env");
+    std::string line;
+    std::string dir;
+    while (std::getline(env, line)) {
+      if (line.rfind(key, 0) == 0 && line.size() > key.size() + 1) {
+        dir = line.substr(key.size(), line.size() - key.size() - 1);
+      }
+    }
+    if (dir.empty()) return 0;
+    std::ifstream pid_file(dir + "/postmaster.pid");
+    long pid = 0;
+    pid_file >> pid;
+    return static_cast<pid_t>(pid);
+  }
   std::string run(const char* verb, int max_connections) {
     std::string cmd = "HOLDFAST_PG_STATE_DIR='" + state_dir_ + "'";
     if (max_connections > 0)
@@ -339,6 +346,13 @@ class Freeze {
   Freeze& operator=(const Freeze&) = delete;
 
   [[nodiscard]] bool frozen() const { return !pids_.empty(); }
+  // Fences the frozen server for good, as a failover's fencing does: SIGKILL to every
+  // process it froze, which then never answers again.
+  void kill() {
+    for (const pid_t pid : pids_)
+      ::kill(pid, SIGKILL);
+    pids_.clear();
+  }
   void thaw() {
     for (const pid_t pid : pids_)
       ::kill(pid, SIGCONT);

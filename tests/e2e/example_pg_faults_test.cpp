@@ -1,0 +1,214 @@
+// The library guide's Boost.Beast service (examples/asio_pg_example.cpp), run as a user runs
+// it, with a primary and a hot standby, through real faults (FAULTS.md): the primary frozen,
+// the standby frozen, and a failover (synchronous replication on, the primary frozen, the
+// standby promoted, the old primary fenced). Clients read (GET /games) and pay (POST /pay, a
+// payment answered 503 sent again with its key until it is answered 200, as the example tells
+// its clients). Issue 43's first target: every answer is 200, or 503 with Retry-After (no error
+// page, nothing unanswered), within the window plus 0.35 s; no payment is applied twice, and
+// every payment answered 200 is on the new primary.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drill_pg_process.hpp"
+#include "http_client.hpp"
+#include "pg_test_support.hpp"
+
+namespace holdfast {
+namespace {
+
+namespace fs = std::filesystem;
+namespace drill = panel::drill;
+using pgtest::Admin;
+using pgtest::Freeze;
+using pgtest::PrivateServer;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Steady = std::chrono::steady_clock;
+
+// What the clients saw, for the whole run.
+struct Seen {
+  std::mutex mutex;
+  long answers = 0;
+  long served = 0;                 // 200
+  long designed = 0;               // 503 with Retry-After
+  std::vector<std::string> wrong;  // anything else: an error page, no answer, no Retry-After
+  double slowest_s = 0;
+  std::set<std::string> paid;  // keys answered 200
+  long served_after_failover = 0;
+
+  void record(const http_client::Result& r, double took_s, bool after_failover,
+              const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++answers;
+    slowest_s = std::max(slowest_s, took_s);
+    if (!r) {
+      wrong.push_back(what + ": no answer (" + std::string(http_client::to_string(r.error())) +
+                      ")");
+    } else if (r->status == 200) {
+      ++served;
+      if (after_failover) ++served_after_failover;
+    } else if (r->status == 503 && r->has_header("Retry-After")) {
+      ++designed;
+    } else {
+      wrong.push_back(what + ": " + std::to_string(r->status) + " " + r->body);
+    }
+  }
+};
+
+// The example serving `url` (and `standby`) on a free port; stopped by its pid at the end.
+class Example {
+ public:
+  Example(const std::string& url, const std::string& standby, const fs::path& output) {
+    Result<drill::ChildProcess> p =
+        drill::ChildProcess::spawn({HOLDFAST_ASIO_PG_EXAMPLE, url, "0", standby}, {}, output);
+    if (!p.ok()) {
+      ADD_FAILURE() << p.status().to_string();
+      return;
+    }
+    process_ = std::move(*p);
+    static constexpr std::string_view kMark = "serving on 127.0.0.1:";
+    const auto until = Steady::now() + seconds(30);
+    while (port_ == 0 && Steady::now() < until) {
+      const std::string text = drill::read_text(output.string());
+      if (const std::size_t at = text.find(kMark); at != std::string::npos) {
+        port_ = std::atoi(text.c_str() + at + kMark.size());
+      } else if (process_.wait(milliseconds(100)).ok()) {
+        ADD_FAILURE() << "the example exited: " << text;
+        return;
+      }
+    }
+    if (port_ == 0) ADD_FAILURE() << "the example did not start: " << drill::read_text(output);
+  }
+  [[nodiscard]] int port() const { return port_; }
+
+ private:
+  drill::ChildProcess process_;
+  int port_ = 0;
+};
+
+void pause_for(milliseconds d) {
+  std::this_thread::sleep_for(d);
+}
+
+TEST(ExamplePgFaults, TheBeastServiceAnswersThroughFreezesAndAFailover) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  PrivateServer servers(40, /*with_standby=*/true);
+  ASSERT_FALSE(servers.standby_url().empty()) << "the private standby did not start";
+  const std::string a = servers.url();          // the primary, until the failover
+  const std::string b = servers.standby_url();  // the standby, promoted below
+  const fs::path dir = fs::temp_directory_path() / pgtest::unique("holdfast-example-faults");
+  fs::create_directories(dir);
+  // Writes: whichever host takes them. Reads: whichever host is a standby.
+  Example example(
+      pgtest::two_hosts(pgtest::host_port(a), b),
+      pgtest::url_with(pgtest::two_hosts(pgtest::host_port(b), a), "target_session_attrs=standby"),
+      dir / "example.log");
+  ASSERT_NE(example.port(), 0);
+
+  Seen seen;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed_over{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      http_client::Client http("127.0.0.1", example.port());
+      http.set_keep_alive(true);
+      http.set_read_timeout(seconds(15));  // longer than any answer may take: measured, not cut
+      const bool pays = c % 2 == 1;
+      long n = 0;
+      while (!stop.load()) {
+        const std::string key = "fault-" + std::to_string(c) + "-" + std::to_string(n++);
+        bool paid = !pays;
+        do {
+          const auto started = Steady::now();
+          const bool after = failed_over.load();
+          http_client::Result r =
+              pays ? http.Post("/pay", {{"Idempotency-Key", key}}, "", "") : http.Get("/games");
+          const double took = std::chrono::duration<double>(Steady::now() - started).count();
+          seen.record(r, took, after, pays ? "POST /pay " + key : "GET /games");
+          if (pays && r && r->status == 200) {
+            paid = true;
+            std::lock_guard<std::mutex> lock(seen.mutex);
+            seen.paid.insert(key);
+          }
+          if (!r || r->status != 200) pause_for(milliseconds(100));  // as Retry-After asks, shorter
+        } while (!paid && !stop.load());
+      }
+    });
+  }
+
+  pause_for(seconds(2));
+  {
+    Freeze primary(servers.postmaster_pid());  // the primary frozen 4 s
+    EXPECT_TRUE(primary.frozen());
+    pause_for(seconds(4));
+  }
+  pause_for(seconds(3));
+  {
+    Freeze standby(servers.standby_postmaster_pid());  // the standby frozen 4 s
+    EXPECT_TRUE(standby.frozen());
+    pause_for(seconds(4));
+  }
+  pause_for(seconds(3));
+  // The failover: synchronous replication first (a payment answered 200 is on the standby),
+  // then the primary frozen, the standby promoted 2 s later and the old primary fenced.
+  Admin(a).exec("ALTER SYSTEM SET synchronous_standby_names = '*'");
+  Admin(a).exec("SELECT pg_catalog.pg_reload_conf()");
+  EXPECT_TRUE(pgtest::eventually(
+      [&] {
+        return Admin(a).count(
+                   "SELECT count(*) FROM pg_catalog.pg_stat_replication "
+                   "WHERE sync_state = 'sync'") == 1;
+      },
+      milliseconds(10000)))
+      << "the standby did not become synchronous";
+  pause_for(seconds(1));
+  {
+    Freeze old_primary(servers.postmaster_pid());
+    EXPECT_TRUE(old_primary.frozen());
+    pause_for(seconds(2));
+    EXPECT_EQ(Admin(b).exec("SELECT pg_catalog.pg_promote()").text(0, 0), "t");
+    failed_over.store(true);
+    old_primary.kill();
+  }
+  ASSERT_TRUE(servers.promoted());
+  pause_for(seconds(6));
+  stop.store(true);
+  for (std::thread& t : clients)
+    t.join();
+
+  EXPECT_TRUE(seen.wrong.empty()) << seen.wrong.size() << " wrong answers, the first: "
+                                  << (seen.wrong.empty() ? "" : seen.wrong.front());
+  EXPECT_LE(seen.slowest_s, 6.35) << "an answer came after the window plus 0.35 s";
+  EXPECT_GT(seen.served_after_failover, 0) << "nothing was served after the failover";
+  // Every payment answered 200 is on the new primary, once.
+  Admin now(b);
+  EXPECT_EQ(now.count("SELECT count(*) FROM asio_example_payments WHERE key LIKE 'fault-%'"),
+            now.count("SELECT count(DISTINCT key) FROM asio_example_payments "
+                      "WHERE key LIKE 'fault-%'"))
+      << "a payment was applied twice";
+  long missing = 0;
+  for (const std::string& key : seen.paid) {
+    if (now.count("SELECT count(*) FROM asio_example_payments WHERE key = '" + key + "'") != 1) {
+      ++missing;
+    }
+  }
+  EXPECT_EQ(missing, 0) << "payments answered 200 and not on the new primary";
+  std::printf(
+      "example through faults: %ld answers, %ld served, %ld 503 with Retry-After, "
+      "%zu payments, slowest %.2f s\n",
+      seen.answers, seen.served, seen.designed, seen.paid.size(), seen.slowest_s);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace holdfast
