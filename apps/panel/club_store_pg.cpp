@@ -47,7 +47,7 @@ Shield::Options holdfast_shield(const ClubStore::Options& o) {
 // The origin's session schedule (150/500/1500/3000 ms) for holdfast; the baselines keep
 // their single attempt. Its clock does not matter: the driver's window is on the store's.
 const RetryPolicy& session_schedule() {
-  static const RetryPolicy schedule = RetryPolicy::origin_session();
+  static const RetryPolicy schedule = RetryPolicy::session_reads();
   return schedule;
 }
 

@@ -60,7 +60,7 @@ std::unique_ptr<Shield> shield_for(const ClubStore::Options& o, std::string name
 sqlite::ResilientDatabase resilient(sqlite::Database db, Shield* reads, Shield* writes,
                                     const std::optional<Shield::Options>& policy, Clock& clock) {
   if (reads != nullptr) {
-    RetryPolicy origin = policy ? policy->reads : RetryPolicy::origin_reads();
+    RetryPolicy origin = policy ? policy->reads : RetryPolicy::standard();
     origin.clock(clock);
     return sqlite::ResilientDatabase(std::move(db), *reads, *writes, std::move(origin));
   }
@@ -72,7 +72,7 @@ sqlite::ResilientDatabase resilient(sqlite::Database db, Shield* reads, Shield* 
 // The schedule session reads follow: the origin's session schedule for holdfast.
 RetryPolicy session_policy(const sqlite::ResilientDatabase& db, bool holdfast, Clock& clock) {
   if (!holdfast) return db.policy();
-  RetryPolicy sessions = RetryPolicy::origin_session();
+  RetryPolicy sessions = RetryPolicy::session_reads();
   sessions.clock(clock);
   return sessions;
 }

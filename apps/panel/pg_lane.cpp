@@ -62,7 +62,7 @@ net::awaitable<Result<std::optional<User>>> PgLane::session(lane::Context& ctx,
                                                             const std::string& now,
                                                             Priority priority) {
   // On the sessions' own schedule (ClubStore::session()); it must outlive the call.
-  static const RetryPolicy sessions = RetryPolicy::origin_session();
+  static const RetryPolicy sessions = RetryPolicy::session_reads();
   pg::ReadOptions lookup;
   lookup.operation = Operation::read("session.read").with_priority(priority);
   lookup.policy = &sessions;

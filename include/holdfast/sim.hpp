@@ -181,7 +181,7 @@ enum class StrategyKind : std::uint8_t {
   kNone,      ///< one attempt
   kNaive,     ///< immediate retry
   kBackoff,   ///< Tenacity-style: wait_exponential(multiplier=1, min=1, max=10), no window
-  kHoldfast,  ///< origin read schedule, one window per request, throttle, breaker
+  kHoldfast,  ///< the default read schedule, one window per request, throttle, breaker
 };
 
 /// "none", "naive", "backoff", "holdfast".
@@ -247,7 +247,7 @@ struct Strategy {
   static Strategy none();
   static Strategy naive();    ///< the drill's naive: 4 attempts, no wait between them
   static Strategy backoff();  ///< the drill's backoff: stop after 3 attempts; waits 1 s, 2 s
-  /// The origin's read policy under a Shield: 5 attempts, 6 s window, throttle and breaker.
+  /// The default policy under a Shield: 5 attempts, 6 s window, throttle and breaker.
   static Strategy holdfast();
 };
 

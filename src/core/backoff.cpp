@@ -27,7 +27,7 @@ Jitter Jitter::proportional(double ratio) {
   return Jitter(Kind::kProportional, ratio);
 }
 
-Backoff::Backoff() : Backoff(origin_reads()) {}
+Backoff::Backoff() : Backoff(standard()) {}
 
 Backoff::Backoff(std::vector<Duration> steps, Duration base, double factor, Duration cap,
                  Jitter jitter)
@@ -62,12 +62,12 @@ Backoff Backoff::exponential(Duration base, double factor, Duration cap, Jitter 
   return Backoff({}, base, factor, cap, jitter);
 }
 
-Backoff Backoff::origin_reads() {
+Backoff Backoff::standard() {
   return steps({milliseconds(200), milliseconds(600), milliseconds(1500), milliseconds(3000)},
                Jitter::proportional(0.5));
 }
 
-Backoff Backoff::origin_session() {
+Backoff Backoff::session_reads() {
   return steps({milliseconds(150), milliseconds(500), milliseconds(1500), milliseconds(3000)},
                Jitter::proportional(0.5));
 }

@@ -35,9 +35,9 @@ static_assert(RetryWindow::kDefaultLength == std::chrono::seconds(6));
 
 RetryPolicy::RetryPolicy() : clock_(&Clock::system()) {}
 
-RetryPolicy RetryPolicy::origin_session() {
+RetryPolicy RetryPolicy::session_reads() {
   RetryPolicy p;
-  p.backoff(Backoff::origin_session());
+  p.backoff(Backoff::session_reads());
   return p;
 }
 

@@ -17,7 +17,7 @@ std::uint64_t request_seed(std::uint64_t seed, std::uint64_t request) noexcept {
 RetryPolicy retry_policy(const Strategy& st, Clock& clock) {
   RetryPolicy p;
   if (st.kind == StrategyKind::kHoldfast) {
-    p = st.options ? st.options->reads : RetryPolicy::origin_reads();
+    p = st.options ? st.options->reads : RetryPolicy::standard();
     p.max_attempts(st.max_attempts).window(st.window);
   } else {
     // The drill's loop of the same name (none, naive, backoff), with st.max_attempts.

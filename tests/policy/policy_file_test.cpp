@@ -90,7 +90,7 @@ TEST(PolicyFile, TheNaiveExampleParses) {
 TEST(PolicyFile, AnEmptyObjectIsTheDefaults) {
   Result<Shield::Options> r = parse_policy("{}");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  expect_same_retry(r->reads, RetryPolicy::origin_reads());
+  expect_same_retry(r->reads, RetryPolicy::standard());
   EXPECT_EQ(r->breaker.open_max, Shield::shield_breaker().open_max);
 }
 

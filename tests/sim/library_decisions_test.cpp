@@ -350,7 +350,7 @@ TEST(SimLibraryDecisions, TheSimulatorGivesTheLibraryTheStrategysConfiguration) 
   EXPECT_EQ(d.throttle.token_ratio, RetryThrottle::Options{}.token_ratio);
   EXPECT_EQ(d.queue_wait, Shield::Options{}.queue_wait);
   EXPECT_EQ(d.limit.initial, ConcurrencyLimit::Options{}.initial);
-  EXPECT_EQ(d.reads.max_attempts(), RetryPolicy::origin_reads().max_attempts());
+  EXPECT_EQ(d.reads.max_attempts(), RetryPolicy::standard().max_attempts());
   // Tenacity: wait_exponential(multiplier=1, min=1, max=10) without jitter, 3 attempts.
   const RetryPolicy t = retry_policy(Strategy::backoff(), clock);
   EXPECT_EQ(t.max_attempts(), 3);

@@ -58,7 +58,7 @@ class Faults : public ::testing::Test {
   }
 
   ResilientDatabase open(JournalMode mode, Duration busy_timeout,
-                         RetryPolicy policy = RetryPolicy::origin_reads()) {
+                         RetryPolicy policy = RetryPolicy::standard()) {
     Options options;
     options.path = path;
     options.journal_mode = mode;

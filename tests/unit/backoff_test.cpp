@@ -18,8 +18,8 @@ double ms(Duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-TEST(Backoff, OriginReadScheduleStaysWithinFiftyPercentOfEachStep) {
-  const Backoff b = Backoff::origin_reads();
+TEST(Backoff, StandardScheduleStaysWithinFiftyPercentOfEachStep) {
+  const Backoff b = Backoff::standard();
   const double nominal[] = {200, 600, 1500, 3000, 3000, 3000};
   Random rng(42);
   for (int retry = 1; retry <= 6; ++retry) {
@@ -41,8 +41,8 @@ TEST(Backoff, OriginReadScheduleStaysWithinFiftyPercentOfEachStep) {
   }
 }
 
-TEST(Backoff, SessionScheduleIsTheOriginsOwn) {
-  const Backoff b = Backoff::origin_session();
+TEST(Backoff, SessionReadsScheduleRetriesSoonerAtFirst) {
+  const Backoff b = Backoff::session_reads();
   EXPECT_EQ(b.nominal(1), milliseconds(150));
   EXPECT_EQ(b.nominal(2), milliseconds(500));
   EXPECT_EQ(b.nominal(3), milliseconds(1500));
@@ -108,14 +108,14 @@ TEST(Backoff, DecorrelatedJitterStaysBetweenBaseAndThreeTimesPreviousUnderTheCap
 }
 
 TEST(Backoff, SameSeedGivesTheSameDelays) {
-  const Backoff b = Backoff::origin_reads();
+  const Backoff b = Backoff::standard();
   Random a(99), c(99);
   for (int i = 1; i < 50; ++i)
     EXPECT_EQ(b.delay(i, {}, a), b.delay(i, {}, c));
 }
 
 TEST(Backoff, MaxDelayBoundsEveryDelay) {
-  EXPECT_EQ(Backoff::origin_reads().max_delay(), milliseconds(4500));
+  EXPECT_EQ(Backoff::standard().max_delay(), milliseconds(4500));
   EXPECT_EQ(Backoff::exponential(seconds(1), 2, seconds(10), Jitter::full()).max_delay(),
             seconds(10));
 }

@@ -22,7 +22,7 @@ Status busy() {
 Duration render_schedule_page(ManualClock& clock, bool one_scope) {
   RetryPolicy reads;
   reads.clock(clock).seed(7);
-  RetryPolicy session = RetryPolicy::origin_session();
+  RetryPolicy session = RetryPolicy::session_reads();
   session.clock(clock).seed(8);
   const auto always_busy = [] { return busy(); };
 

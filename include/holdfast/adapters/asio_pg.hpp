@@ -187,7 +187,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   }
   /// async_read() with the blocking pg::Database's ReadOptions: the operation (its label and
   /// its priority class; a read is idempotent whatever it says), a retry schedule of its own
-  /// (e.g. RetryPolicy::origin_session() for a session lookup; it must outlive the call) and
+  /// (e.g. RetryPolicy::session_reads() for a session lookup; it must outlive the call) and
   /// where the call's RetryStats go (filled in before the completion runs).
   template <class Token>
   auto async_read(const RequestContext& request, std::string_view sql,

@@ -2,7 +2,7 @@
 /// Backoff: a delay schedule plus jitter.
 ///
 /// @code
-///   Backoff::steps({200ms, 600ms, 1500ms, 3000ms})          // the origin's read schedule,
+///   Backoff::steps({200ms, 600ms, 1500ms, 3000ms})          // the default schedule,
 ///                                                            // ±50% proportional jitter
 ///   Backoff::exponential(1s, 2.0, 10s, Jitter::none())       // Tenacity's wait_exponential
 /// @endcode
@@ -71,7 +71,7 @@ class Jitter {
 /// delay allocates nothing.
 class Backoff {
  public:
-  /// The origin's read schedule: 200/600/1500/3000 ms, each ±50%.
+  /// The default schedule (standard()): 200/600/1500/3000 ms, each ±50%.
   Backoff();
 
   /// Fixed steps; the last one repeats. REQUIRES: at least one step, none negative.
@@ -85,10 +85,10 @@ class Backoff {
   static Backoff exponential(Duration base, double factor, Duration cap,
                              Jitter jitter = Jitter::full());
 
-  /// The origin's read schedule (seeds/, Polish page): 200/600/1500/3000 ms ±50%.
-  static Backoff origin_reads();
-  /// The origin's session-read schedule: 150/500/1500/3000 ms ±50%.
-  static Backoff origin_session();
+  /// The default schedule: 200/600/1500/3000 ms ±50%.
+  static Backoff standard();
+  /// A quicker first retry, for the read every page makes first: 150/500/1500/3000 ms ±50%.
+  static Backoff session_reads();
 
   /// The un-jittered delay before retry n (n >= 1).
   [[nodiscard]] Duration nominal(int retry) const noexcept;

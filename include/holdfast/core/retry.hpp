@@ -6,7 +6,7 @@
 /// what the failure was (the Fault inside the Status). Policies decide; the loop acts.
 ///
 /// @code
-///   holdfast::RetryPolicy reads;                             // the origin's schedule
+///   holdfast::RetryPolicy reads;                             // the default schedule
 ///   auto rows = holdfast::retry(reads, holdfast::Operation::read("schedule.games"),
 ///                               [&] { return db.query(sql); });
 /// @endcode

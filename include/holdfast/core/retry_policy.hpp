@@ -40,13 +40,13 @@ struct RetryStats {
 /// setters validate at once and chain.
 class RetryPolicy {
  public:
-  /// The origin's read policy: 5 attempts, 200/600/1500/3000 ms ±50%, 6 s window.
+  /// The default policy: 5 attempts, 200/600/1500/3000 ms ±50%, 6 s window.
   RetryPolicy();
 
-  /// The origin's read policy (the same as RetryPolicy()).
-  static RetryPolicy origin_reads() { return RetryPolicy(); }
-  /// The origin's session read: 150/500/1500/3000 ms ±50%, 5 attempts, 6 s window.
-  static RetryPolicy origin_session();
+  /// The default policy (the same as RetryPolicy()).
+  static RetryPolicy standard() { return RetryPolicy(); }
+  /// For the read every page makes first: 150/500/1500/3000 ms ±50%, 5 attempts, 6 s window.
+  static RetryPolicy session_reads();
   /// One attempt, no retry.
   static RetryPolicy no_retry();
 

@@ -52,7 +52,7 @@
 ///   - results: success -> breaker, throttle and limit (a latency sample); overload fault
 ///     -> breaker failure; a timed-out attempt -> a dropped sample; a probe that ran out of
 ///     its caller's window -> nothing (no evidence against the database).
-/// Reads (idempotent operations) use the reads policy (the origin's: 5 attempts,
+/// Reads (idempotent operations) use the reads policy (by default: 5 attempts,
 /// 200/600/1500/3000 ms ±50%, 6 s window); everything else uses the writes policy, whose
 /// schedule is the same: the Operation already limits a write's retries to faults that prove
 /// nothing was applied.

@@ -19,7 +19,7 @@ namespace holdfast {
 /// The options of a CircuitBreaker (CircuitBreaker::Options): plain configuration, validated
 /// by its constructor (std::invalid_argument names the field). Defaults: the ratio rule follows
 /// Hystrix (50% over a 10 s window of 10 buckets, at least 20 calls); the consecutive rule and the
-/// 30 s cap are the Vietnamese origin's breaker (threshold 5, recovery timeout 30 s). See
+/// 30 s cap are a common hand-written breaker's (threshold 5, recovery timeout 30 s). See
 /// docs/adr/0003-breaker-and-throttle.md; for busy_consecutive_failures, ADR 0007; for the open
 /// period, ADR 0008.
 struct CircuitBreakerOptions {
@@ -83,13 +83,13 @@ struct ShieldOptions {
   /// The breaker's open period is 250 ms, doubling on each probe that fails for the
   /// database's own reasons, to at most 800 ms: the first probe after an outage comes
   /// within 800 ms of its end, and its answer within a second (ADR 0008). The concurrency limit
-  /// and the throttle keep the load down meanwhile; the origin's 30 s kept a page failing 28 s
-  /// after the lock.
+  /// and the throttle keep the load down meanwhile; a fixed 30 s open period kept a page failing
+  /// 28 s after the lock.
   CircuitBreakerOptions breaker = shield_breaker();
-  RetryThrottleOptions throttle;                     ///< the retry throttle's bucket and floor
-  ConcurrencyLimitOptions limit;                     ///< the concurrency limit's learning
-  RetryPolicy reads = RetryPolicy::origin_reads();   ///< the policy of idempotent operations
-  RetryPolicy writes = RetryPolicy::origin_reads();  ///< the policy of everything else
+  RetryThrottleOptions throttle;                 ///< the retry throttle's bucket and floor
+  ConcurrencyLimitOptions limit;                 ///< the concurrency limit's learning
+  RetryPolicy reads = RetryPolicy::standard();   ///< the policy of idempotent operations
+  RetryPolicy writes = RetryPolicy::standard();  ///< the policy of everything else
   /// The most a first attempt ever queues for a place under the concurrency limit: the
   /// ceiling of the line's target and interval (queue_target(), queue_interval()), which
   /// are learned from the database's normal latency. Zero never queues. >= 0.

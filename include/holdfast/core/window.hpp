@@ -1,7 +1,7 @@
 /// @file
 /// RetryWindow, RequestContext and RequestScope: one retry budget per request.
 ///
-/// The origin's shared retry window (RETRY_BUDGET_MS = 6 s): every retry inside one page
+/// One shared retry window per request (6 s by default): every retry inside one page
 /// render draws from one window, opened by the first transient fault, so a page that runs
 /// three groups of queries waits at most ~6 s instead of 3 x 6 s.
 ///
@@ -59,7 +59,7 @@ namespace holdfast {
 /// thread.
 class RetryWindow {
  public:
-  /// The origin's window: 6 s.
+  /// The default window: 6 s.
   static constexpr Duration kDefaultLength = std::chrono::seconds(6);
 
   /// REQUIRES: length > 0, else std::invalid_argument.

@@ -1,9 +1,9 @@
 /// @file
 /// DatabaseSink: the logs table, written so that logging never adds load to a failing database.
 ///
-/// The origin's incident: every logged error was one more INSERT into the overloaded database,
-/// the logger fell over ("Failed to save log to database") and the incident left no trace in
-/// the logs table. DatabaseSink follows the origin's rules (seeds/, Polish page, "Logger"):
+/// A logger that INSERTs each error into the database it logs about adds one write per error to
+/// a database that is already overloaded, falls over itself ("Failed to save log to database")
+/// and leaves no trace of the incident in the logs table. DatabaseSink's rules instead:
 ///
 ///   - Entries go into a bounded, preallocated queue; a background writer stores them in small
 ///     batches, one LogStore::write_batch() call (one transaction) per batch. The caller never
@@ -185,7 +185,7 @@ class DatabaseSink final : public Sink {
   std::unique_ptr<State> state_;
 };
 
-/// Retention: the origin keeps 90 days of logs (cron logs-retention).
+/// Retention: 90 days of logs are kept (prune_logs(), run from cron or a housekeeping thread).
 inline constexpr std::chrono::days kLogRetention{90};
 
 /// now - keep.

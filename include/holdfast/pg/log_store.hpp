@@ -69,7 +69,7 @@ inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreat
 inline constexpr std::string_view kDeleteOlderThan =
     "DELETE FROM logs WHERE id IN "
     "(SELECT id FROM logs WHERE created_at < $1 ORDER BY created_at LIMIT $2)";
-/// The origin's diagnostic query. Parameter: since (utc_stamp text or a prefix of one).
+/// The diagnostic query (the recent errors). Parameter: since (utc_stamp text or a prefix of one).
 inline constexpr std::string_view kRecent =
     "SELECT level, context, message, created_at FROM logs WHERE created_at >= $1 "
     "ORDER BY created_at DESC LIMIT 50";

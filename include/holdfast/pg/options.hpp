@@ -177,7 +177,7 @@ struct ReadOptions {
   /// Names the read (retry lines); a read is idempotent, whatever `operation` says.
   Operation operation = Operation::read("pg.read");
   /// The retry schedule instead of DatabaseOptions::shield.reads, for instance
-  /// RetryPolicy::origin_session() for a session lookup. Its window applies only outside a
+  /// RetryPolicy::session_reads() for a session lookup. Its window applies only outside a
   /// RequestScope. REQUIRES: outlives the call.
   const RetryPolicy* policy = nullptr;
   /// Filled in when not null: attempts on every endpoint (a read refused with 25006 and sent

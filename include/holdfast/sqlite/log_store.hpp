@@ -26,7 +26,7 @@
 namespace holdfast::sqlite {
 
 /// The logs table on SQLite. created_at is utc_stamp text (database_sink.hpp), so comparing
-/// text compares time and the index serves the origin's diagnostic query (kRecent).
+/// text compares time and the index serves the diagnostic query (kRecent).
 namespace logs_table {
 /// Creates the table if it does not exist.
 inline constexpr std::string_view kCreateTable =
@@ -44,8 +44,8 @@ inline constexpr std::string_view kInsert =
 inline constexpr std::string_view kDeleteOlderThan =
     "DELETE FROM logs WHERE id IN "
     "(SELECT id FROM logs WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)";
-/// The origin's diagnostic query. Parameter: since (utc_stamp text, or a prefix of one such
-/// as "2026-09-11T06:20").
+/// The diagnostic query (the recent errors). Parameter: since (utc_stamp text, or a prefix of one
+/// such as "2026-09-11T06:20").
 inline constexpr std::string_view kRecent =
     "SELECT level, context, message, created_at FROM logs WHERE created_at >= ?1 "
     "ORDER BY created_at DESC LIMIT 50";

@@ -83,7 +83,7 @@ struct Options {
   bool foreign_keys = true;                        ///< PRAGMA foreign_keys of every connection
 
   /// The longest one attempt waits for a lock held by another connection (SQLite's
-  /// busy_timeout; 5 s is the origin's value), for a free read connection, or for this
+  /// busy_timeout; 5 s by default), for a free read connection, or for this
   /// process's writer. The request's remaining retry window caps it on every attempt
   /// (RequestScope::current_window()). >= 0.
   Duration busy_timeout = std::chrono::milliseconds(5000);

@@ -1,8 +1,7 @@
 /// @file
 /// holdfast::sqlite::ResilientDatabase: a Database that retries what is safe to retry.
 ///
-/// The origin's getRetryingDb() with the same API as Database, so swapping the handle is one
-/// line:
+/// The same API as Database, so swapping the handle is one line:
 ///
 /// @code
 ///   auto db = holdfast::sqlite::ResilientDatabase::open({.path = "club.db"});
@@ -55,26 +54,26 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
  public:
   /// Opens as Database::open() (not retried: it happens once, at start-up).
   static Result<ResilientDatabase> open(Options options,
-                                        RetryPolicy policy = RetryPolicy::origin_reads());
+                                        RetryPolicy policy = RetryPolicy::standard());
   /// Takes over an open Database.
-  explicit ResilientDatabase(Database db, RetryPolicy policy = RetryPolicy::origin_reads());
+  explicit ResilientDatabase(Database db, RetryPolicy policy = RetryPolicy::standard());
   /// With a Shield (one per database): every operation also goes through its circuit
   /// breaker and retry throttle, so while the database stays locked only probes reach it
   /// and requests get "breaker open, retry after N" instead of waiting out their windows.
   /// REQUIRES: `shield` outlives this object; its clock is the policy's clock.
   static Result<ResilientDatabase> open(Options options, Shield& shield,
-                                        RetryPolicy policy = RetryPolicy::origin_reads());
+                                        RetryPolicy policy = RetryPolicy::standard());
   /// The same, taking over an open Database.
-  ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::origin_reads());
+  ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::standard());
   /// With one Shield for reads and one for writes (docs/adr/0006): a batch job holding the
   /// write lock opens the writes' breaker only, and WAL reads, which it does not block, go on.
   /// Statements SQLite proves read-only (and preparing SQL) go through `reads`; writes,
   /// BEGIN, transactions and COMMIT through `writes`. REQUIRES: both outlive this object.
   static Result<ResilientDatabase> open(Options options, Shield& reads, Shield& writes,
-                                        RetryPolicy policy = RetryPolicy::origin_reads());
+                                        RetryPolicy policy = RetryPolicy::standard());
   /// The same, taking over an open Database.
   ResilientDatabase(Database db, Shield& reads, Shield& writes,
-                    RetryPolicy policy = RetryPolicy::origin_reads());
+                    RetryPolicy policy = RetryPolicy::standard());
 
   /// As Database::prepare(), retried as a read.
   Result<Query> prepare(std::string_view sql);
@@ -101,9 +100,9 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   Result<KeyedResult> once(std::string_view key, Fn&& fn, TxnMode mode = TxnMode::kImmediate);
 
   /// This database with another retry policy, sharing the connections and the Shields: for
-  /// calls that follow their own schedule, such as the origin's session reads
+  /// calls that follow their own schedule, such as the session read every page makes first
   /// @code
-  ///   auto sessions = db.with_policy(holdfast::RetryPolicy::origin_session());
+  ///   auto sessions = db.with_policy(holdfast::RetryPolicy::session_reads());
   /// @endcode
   [[nodiscard]] ResilientDatabase with_policy(RetryPolicy policy) const;
   /// This database with every operation one attempt and no Shield, sharing the
