@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -145,6 +147,24 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+Result<int> wait_for_port(ChildProcess& process, const std::string& output, std::string_view mark,
+                          Duration timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const std::string text = read_text(output);
+    if (const std::size_t at = text.find(mark); at != std::string::npos) {
+      return std::atoi(text.c_str() + at + mark.size());
+    }
+    Result<int> exited = process.wait(std::chrono::milliseconds(100));
+    if (exited.ok() || std::chrono::steady_clock::now() > until) {
+      return Status(Code::kFailedPrecondition,
+                    fmt::format("the process did not start ({}): {}",
+                                exited.ok() ? fmt::format("exit status {}", *exited) : "timed out",
+                                text.substr(text.size() > 800 ? text.size() - 800 : 0)));
+    }
+  }
 }
 
 Result<std::string> run_command(const std::vector<std::string>& argv, const EnvVars& env,

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,5 +53,13 @@ Result<std::string> run_command(const std::vector<std::string>& argv, const EnvV
 
 // The file's text; empty when it cannot be read.
 std::string read_text(const std::string& path);
+
+// What `holdfast panel` prints when it is ready: "... on http://127.0.0.1:PORT/login ...".
+inline constexpr std::string_view kPanelReady = "on http://127.0.0.1:";
+// The port a server started as `process` prints after `mark` when it is ready, read from its
+// output file `output`; FAILED_PRECONDITION, quoting the output's end, when it exits first or
+// has printed none after `timeout`.
+Result<int> wait_for_port(ChildProcess& process, const std::string& output, std::string_view mark,
+                          Duration timeout);
 
 }  // namespace holdfast::panel::drill

@@ -53,26 +53,6 @@ std::string database_for(const std::string& strategy) {
   return db;
 }
 
-// The port a panel prints when it is ready ("... on http://127.0.0.1:PORT/login ..."),
-// read from its output file; waits up to 60 s.
-Result<int> wait_for_port(ChildProcess& panel, const std::string& output) {
-  static constexpr std::string_view kMark = "on http://127.0.0.1:";
-  const auto until = std::chrono::steady_clock::now() + seconds(60);
-  for (;;) {
-    const std::string text = read_text(output);
-    if (const std::size_t at = text.find(kMark); at != std::string::npos) {
-      return std::atoi(text.c_str() + at + kMark.size());
-    }
-    Result<int> exited = panel.wait(std::chrono::milliseconds(100));
-    if (exited.ok() || std::chrono::steady_clock::now() > until) {
-      return Status(Code::kFailedPrecondition,
-                    fmt::format("the panel process did not start ({}): {}",
-                                exited.ok() ? fmt::format("exit status {}", *exited) : "timed out",
-                                text.substr(text.size() > 800 ? text.size() - 800 : 0)));
-    }
-  }
-}
-
 // The attempts and calls (summed) and the breakers of the panels on `ports`, from their
 // /metrics. A panel that does not answer within 1 s counts with its last reading.
 std::function<Sample()> metrics_probe(std::vector<int> ports) {
@@ -192,7 +172,7 @@ Result<std::vector<int>> start_panels(const PgDrillOptions& options, PgDrill& dr
     started.emplace_back(drill.panels.size() - 1, out);
     if (i == 0 || i + 1 == options.processes) {
       for (const auto& [index, file] : started) {
-        Result<int> port = wait_for_port(drill.panels[index], file);
+        Result<int> port = wait_for_port(drill.panels[index], file, kPanelReady, seconds(60));
         if (!port.ok()) return Status(port.status()).annotate(s.name);
         ports.push_back(*port);
       }

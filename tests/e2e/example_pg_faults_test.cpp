@@ -74,18 +74,13 @@ class Example {
       return;
     }
     process_ = std::move(*p);
-    static constexpr std::string_view kMark = "serving on 127.0.0.1:";
-    const auto until = Steady::now() + seconds(30);
-    while (port_ == 0 && Steady::now() < until) {
-      const std::string text = drill::read_text(output.string());
-      if (const std::size_t at = text.find(kMark); at != std::string::npos) {
-        port_ = std::atoi(text.c_str() + at + kMark.size());
-      } else if (process_.wait(milliseconds(100)).ok()) {
-        ADD_FAILURE() << "the example exited: " << text;
-        return;
-      }
+    Result<int> port =
+        drill::wait_for_port(process_, output.string(), "serving on 127.0.0.1:", seconds(30));
+    if (port.ok()) {
+      port_ = *port;
+    } else {
+      ADD_FAILURE() << port.status().to_string();
     }
-    if (port_ == 0) ADD_FAILURE() << "the example did not start: " << drill::read_text(output);
   }
   [[nodiscard]] int port() const { return port_; }
 
@@ -96,6 +91,73 @@ class Example {
 
 void pause_for(milliseconds d) {
   std::this_thread::sleep_for(d);
+}
+
+// One client of the example until `stop`: client `c` reads (even) or pays (odd), a payment
+// sent again with its key after any answer but 200, as the example tells its clients.
+void run_client(int c, int port, Seen& seen, const std::atomic<bool>& stop,
+                const std::atomic<bool>& failed_over) {
+  http_client::Client http("127.0.0.1", port);
+  http.set_keep_alive(true);
+  http.set_read_timeout(seconds(15));  // longer than any answer may take: measured, not cut
+  const bool pays = c % 2 == 1;
+  for (long n = 0; !stop.load(); ++n) {
+    const std::string key = "fault-" + std::to_string(c) + "-" + std::to_string(n);
+    bool paid = !pays;
+    do {
+      const auto started = Steady::now();
+      const bool after = failed_over.load();
+      http_client::Result r =
+          pays ? http.Post("/pay", {{"Idempotency-Key", key}}, "", "") : http.Get("/games");
+      const double took = std::chrono::duration<double>(Steady::now() - started).count();
+      seen.record(r, took, after, pays ? "POST /pay " + key : "GET /games");
+      if (pays && r && r->status == 200) {
+        paid = true;
+        std::lock_guard<std::mutex> lock(seen.mutex);
+        seen.paid.insert(key);
+      }
+      if (!r || r->status != 200) pause_for(milliseconds(100));  // as Retry-After asks, shorter
+    } while (!paid && !stop.load());
+  }
+}
+
+// The failover: synchronous replication first (a payment answered 200 is on the standby),
+// then the primary frozen, the standby promoted 2 s later and the old primary fenced.
+void fail_over(PrivateServer& servers, std::atomic<bool>& failed_over) {
+  const std::string a = servers.url();
+  const std::string b = servers.standby_url();
+  Admin(a).exec("ALTER SYSTEM SET synchronous_standby_names = '*'");
+  Admin(a).exec("SELECT pg_catalog.pg_reload_conf()");
+  EXPECT_TRUE(pgtest::eventually(
+      [&] {
+        return Admin(a).count(
+                   "SELECT count(*) FROM pg_catalog.pg_stat_replication "
+                   "WHERE sync_state = 'sync'") == 1;
+      },
+      milliseconds(10000)))
+      << "the standby did not become synchronous";
+  pause_for(seconds(1));
+  Freeze old_primary(servers.postmaster_pid());
+  EXPECT_TRUE(old_primary.frozen());
+  pause_for(seconds(2));
+  EXPECT_EQ(Admin(b).exec("SELECT pg_catalog.pg_promote()").text(0, 0), "t");
+  failed_over.store(true);
+  old_primary.kill();
+  EXPECT_TRUE(servers.promoted());
+}
+
+// Every payment answered 200 is on the server at `url`, and none is there twice.
+void expect_each_payment_once(const std::string& url, const Seen& seen) {
+  const pg::Rows rows =
+      Admin(url).exec("SELECT key FROM asio_example_payments WHERE key LIKE 'fault-%'");
+  std::set<std::string> there;
+  for (int i = 0; i < rows.size(); ++i)
+    there.emplace(rows.text(i, 0));
+  EXPECT_EQ(there.size(), static_cast<std::size_t>(rows.size())) << "a payment was applied twice";
+  long missing = 0;
+  for (const std::string& key : seen.paid)
+    missing += there.count(key) == 1 ? 0 : 1;
+  EXPECT_EQ(missing, 0) << "payments answered 200 and not on the new primary";
 }
 
 TEST(ExamplePgFaults, TheBeastServiceAnswersThroughFreezesAndAFailover) {
@@ -118,33 +180,8 @@ TEST(ExamplePgFaults, TheBeastServiceAnswersThroughFreezesAndAFailover) {
   std::atomic<bool> failed_over{false};
   std::vector<std::thread> clients;
   for (int c = 0; c < 4; ++c) {
-    clients.emplace_back([&, c] {
-      http_client::Client http("127.0.0.1", example.port());
-      http.set_keep_alive(true);
-      http.set_read_timeout(seconds(15));  // longer than any answer may take: measured, not cut
-      const bool pays = c % 2 == 1;
-      long n = 0;
-      while (!stop.load()) {
-        const std::string key = "fault-" + std::to_string(c) + "-" + std::to_string(n++);
-        bool paid = !pays;
-        do {
-          const auto started = Steady::now();
-          const bool after = failed_over.load();
-          http_client::Result r =
-              pays ? http.Post("/pay", {{"Idempotency-Key", key}}, "", "") : http.Get("/games");
-          const double took = std::chrono::duration<double>(Steady::now() - started).count();
-          seen.record(r, took, after, pays ? "POST /pay " + key : "GET /games");
-          if (pays && r && r->status == 200) {
-            paid = true;
-            std::lock_guard<std::mutex> lock(seen.mutex);
-            seen.paid.insert(key);
-          }
-          if (!r || r->status != 200) pause_for(milliseconds(100));  // as Retry-After asks, shorter
-        } while (!paid && !stop.load());
-      }
-    });
+    clients.emplace_back([&, c] { run_client(c, example.port(), seen, stop, failed_over); });
   }
-
   pause_for(seconds(2));
   {
     Freeze primary(servers.postmaster_pid());  // the primary frozen 4 s
@@ -158,28 +195,7 @@ TEST(ExamplePgFaults, TheBeastServiceAnswersThroughFreezesAndAFailover) {
     pause_for(seconds(4));
   }
   pause_for(seconds(3));
-  // The failover: synchronous replication first (a payment answered 200 is on the standby),
-  // then the primary frozen, the standby promoted 2 s later and the old primary fenced.
-  Admin(a).exec("ALTER SYSTEM SET synchronous_standby_names = '*'");
-  Admin(a).exec("SELECT pg_catalog.pg_reload_conf()");
-  EXPECT_TRUE(pgtest::eventually(
-      [&] {
-        return Admin(a).count(
-                   "SELECT count(*) FROM pg_catalog.pg_stat_replication "
-                   "WHERE sync_state = 'sync'") == 1;
-      },
-      milliseconds(10000)))
-      << "the standby did not become synchronous";
-  pause_for(seconds(1));
-  {
-    Freeze old_primary(servers.postmaster_pid());
-    EXPECT_TRUE(old_primary.frozen());
-    pause_for(seconds(2));
-    EXPECT_EQ(Admin(b).exec("SELECT pg_catalog.pg_promote()").text(0, 0), "t");
-    failed_over.store(true);
-    old_primary.kill();
-  }
-  ASSERT_TRUE(servers.promoted());
+  fail_over(servers, failed_over);
   pause_for(seconds(6));
   stop.store(true);
   for (std::thread& t : clients)
@@ -189,19 +205,7 @@ TEST(ExamplePgFaults, TheBeastServiceAnswersThroughFreezesAndAFailover) {
                                   << (seen.wrong.empty() ? "" : seen.wrong.front());
   EXPECT_LE(seen.slowest_s, 6.35) << "an answer came after the window plus 0.35 s";
   EXPECT_GT(seen.served_after_failover, 0) << "nothing was served after the failover";
-  // Every payment answered 200 is on the new primary, once.
-  Admin now(b);
-  EXPECT_EQ(now.count("SELECT count(*) FROM asio_example_payments WHERE key LIKE 'fault-%'"),
-            now.count("SELECT count(DISTINCT key) FROM asio_example_payments "
-                      "WHERE key LIKE 'fault-%'"))
-      << "a payment was applied twice";
-  long missing = 0;
-  for (const std::string& key : seen.paid) {
-    if (now.count("SELECT count(*) FROM asio_example_payments WHERE key = '" + key + "'") != 1) {
-      ++missing;
-    }
-  }
-  EXPECT_EQ(missing, 0) << "payments answered 200 and not on the new primary";
+  expect_each_payment_once(b, seen);
   std::printf(
       "example through faults: %ld answers, %ld served, %ld 503 with Retry-After, "
       "%zu payments, slowest %.2f s\n",

@@ -55,18 +55,13 @@ class PanelProcess {
       return;
     }
     process_ = std::move(*p);
-    static constexpr std::string_view kMark = "on http://127.0.0.1:";
-    const auto until = std::chrono::steady_clock::now() + seconds(60);
-    while (port_ == 0 && std::chrono::steady_clock::now() < until) {
-      const std::string text = drill::read_text(output.string());
-      if (const std::size_t at = text.find(kMark); at != std::string::npos) {
-        port_ = std::atoi(text.c_str() + at + kMark.size());
-      } else if (process_.wait(std::chrono::milliseconds(100)).ok()) {
-        ADD_FAILURE() << "the panel exited: " << text;
-        return;
-      }
+    Result<int> port =
+        drill::wait_for_port(process_, output.string(), drill::kPanelReady, seconds(60));
+    if (port.ok()) {
+      port_ = *port;
+    } else {
+      ADD_FAILURE() << port.status().to_string();
     }
-    if (port_ == 0) ADD_FAILURE() << "the panel did not start: " << drill::read_text(output);
   }
   [[nodiscard]] int port() const { return port_; }
   // Its threads now (/proc/PID/task).

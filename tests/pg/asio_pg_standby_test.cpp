@@ -8,6 +8,22 @@ namespace {
 
 using namespace holdfast::asio_pg_test;
 
+// Creates `table` with `columns` on the primary and waits until the standby has it too.
+bool create_on_both(Admin& primary, Admin& standby, const std::string& table,
+                    const std::string& columns) {
+  primary.exec("CREATE TABLE " + table + " (" + columns + ")");
+  return eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = '" + table + "'") == 1;
+  });
+}
+
+// A Client's options for the private primary, with its standby.
+ClientOptions with_standby(const PrivateServer& servers) {
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = servers.standby_url();
+  return o;
+}
+
 // With several hosts, the primary's pool skips a standby (as target_session_attrs=read-write
 // would): a standby reached while the primary is away may lack the request's own writes.
 TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
@@ -49,12 +65,8 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
   const std::string table = unique("asio_standby");
   Admin primary(servers.url());
   Admin standby(servers.standby_url());
-  primary.exec("CREATE TABLE " + table + " (id bigserial PRIMARY KEY, note text)");
-  ASSERT_TRUE(eventually([&] {
-    return standby.count("SELECT count(*) FROM pg_class WHERE relname = '" + table + "'") == 1;
-  }));
-  ClientOptions o = options_for(servers.url());
-  o.standby.conninfo = servers.standby_url();
+  ASSERT_TRUE(create_on_both(primary, standby, table, "id bigserial PRIMARY KEY, note text"));
+  const ClientOptions o = with_standby(servers);
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     const std::string insert = "INSERT INTO " + table + " (note) VALUES ($1)";
@@ -101,12 +113,8 @@ TEST(AsioPgStandby, AStandbyWhoseReplayLagsBeyondTheBoundAnswersNoReads) {
   const std::string table = unique("asio_lagging");
   Admin primary(servers.url());
   Admin standby(servers.standby_url());
-  primary.exec("CREATE TABLE " + table + " (id int)");
-  ASSERT_TRUE(eventually([&] {
-    return standby.count("SELECT count(*) FROM pg_class WHERE relname = '" + table + "'") == 1;
-  }));
-  ClientOptions o = options_for(servers.url());
-  o.standby.conninfo = servers.standby_url();
+  ASSERT_TRUE(create_on_both(primary, standby, table, "id int"));
+  ClientOptions o = with_standby(servers);
   o.max_standby_lag = 300ms;
   o.hedge_budget = 0;  // who answers is the routing's choice alone
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
@@ -159,8 +167,7 @@ TEST(AsioPgStandby, ASlowStandbysReadIsHedgedToThePrimary) {
   if (servers.url().empty() || servers.standby_url().empty()) {
     GTEST_SKIP() << "could not start a private primary and standby";
   }
-  ClientOptions o = options_for(servers.url());
-  o.standby.conninfo = servers.standby_url();
+  ClientOptions o = with_standby(servers);
   o.hedge_budget = 0.1;  // 20 reads earn 2 hedges
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
