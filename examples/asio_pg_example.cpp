@@ -18,11 +18,14 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <holdfast/adapters/asio_pg.hpp>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -174,7 +177,16 @@ int main(int argc, char** argv) {
   }
   const bool self_test = argc < 3;
   tcp::acceptor acceptor(io);
-  unsigned short port = self_test ? 0 : static_cast<unsigned short>(std::stoi(argv[2]));
+  unsigned short port = 0;
+  if (!self_test) {
+    const std::string_view text(argv[2]);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      std::printf("asio_pg_example: the port must be a number from 0 to 65535, not \"%s\"\n",
+                  argv[2]);
+      return 2;
+    }
+  }
   const bool any_port = port == 0;
   for (unsigned short p = any_port ? 24000 : port; acceptor.is_open() == false; ++p) {
     boost::system::error_code ec;

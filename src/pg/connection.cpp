@@ -425,14 +425,18 @@ void Connection::set_deadline(TimePoint deadline) noexcept {
   if (impl_) impl_->deadline = deadline;
 }
 
+std::string_view statement_timeout_text(Duration timeout, char (&buf)[24]) noexcept {
+  const long long ms = std::max<long long>(
+      1, std::chrono::ceil<std::chrono::milliseconds>(std::max(timeout, Duration::zero())).count());
+  char* end = std::to_chars(buf, buf + sizeof(buf) - 1, ms).ptr;
+  *end = '\0';
+  return std::string_view(buf, static_cast<std::size_t>(end - buf));
+}
+
 Status Connection::set_statement_timeout(Duration timeout) {
   if (!impl_) return Status(Code::kFailedPrecondition, "the connection is closed");
-  const long long ms =
-      std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(timeout).count());
   char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof(buf) - 1, ms);
-  *r.ptr = '\0';
-  const Param params[] = {Param(static_cast<const char*>(buf))};
+  const Param params[] = {Param(statement_timeout_text(timeout, buf).data())};
   // set_config() rather than SET: the extended protocol cannot bind a parameter into SET.
   Result<Rows> rows = detail::ConnectionAccess::query_unchecked(
       *this, "SELECT pg_catalog.set_config('statement_timeout', $1, false)", params);
@@ -440,7 +444,7 @@ Status Connection::set_statement_timeout(Duration timeout) {
     impl_->statement_timeout_ms = -1;
     return rows.status();
   }
-  impl_->statement_timeout_ms = ms;
+  impl_->statement_timeout_ms = std::atoll(buf);
   return Status();
 }
 

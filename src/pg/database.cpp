@@ -436,11 +436,7 @@ std::size_t Database::Impl::add_prefix(detail::CallPipeline& p, Connection& conn
   const RetryWindow* w = RequestScope::current_window();
   const Duration left = w != nullptr ? w->remaining(now) : primary_->shield->reads().window();
   conn.set_deadline(now + left + kClientGrace);
-  // At least 1 ms: 0 would mean "none".
-  const long long ms =
-      std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(left).count());
-  *std::to_chars(p.timeout_ms, p.timeout_ms + sizeof(p.timeout_ms) - 1, ms).ptr = '\0';
-  p.timeout = Param(static_cast<const char*>(p.timeout_ms));
+  p.timeout = Param(statement_timeout_text(left, p.timeout_ms).data());
   std::span<const Param> params(&p.timeout, 1);
   if (!setting_params_.empty()) {
     p.more.clear();

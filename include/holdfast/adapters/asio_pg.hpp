@@ -644,9 +644,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // A deadline further away than this sends no statement_timeout (PostgreSQL's largest is
   // INT_MAX milliseconds; a call without a deadline has TimePoint::max()).
   static constexpr Duration kLongestStatementTimeout = std::chrono::hours(24 * 24);
-  // The milliseconds from now to `until`, rounded up, written into `buf`; nothing when
+  // holdfast::pg::statement_timeout_text() of the time from now to `until`; nothing when
   // `until` is further than kLongestStatementTimeout.
-  static std::optional<std::string_view> statement_timeout_text(TimePoint until, char (&buf)[24]);
+  static std::optional<std::string_view> timeout_text_until(TimePoint until, char (&buf)[24]);
 
   // Sends `pieces` on `s` as one pipeline and waits for its results (drive()). `settings_at`
   // is where the transaction the pipeline runs in begins: there go what the deadline leaves as

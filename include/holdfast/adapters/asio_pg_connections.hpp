@@ -393,7 +393,7 @@ auto Client<Executor>::exchange(Slot& s, std::span<const Piece> pieces, std::spa
   holdfast::pg::Param timeout_param[1] = {nullptr};
   if (settings_at != kNoSettings) {
     if (!settings_sql_.empty()) extra[inserted++] = Piece{settings_sql_, settings_params_};
-    if (std::optional<std::string_view> ms = statement_timeout_text(until, timeout_text)) {
+    if (std::optional<std::string_view> ms = timeout_text_until(until, timeout_text)) {
       timeout_param[0] = holdfast::pg::Param(*ms);
       extra[inserted++] = Piece{kStatementTimeoutSql, timeout_param};
     }
@@ -428,15 +428,11 @@ auto Client<Executor>::exchange(Slot& s, std::span<const Piece> pieces, std::spa
 }
 
 template <class Executor>
-auto Client<Executor>::statement_timeout_text(TimePoint until, char (&buf)[24])
+auto Client<Executor>::timeout_text_until(TimePoint until, char (&buf)[24])
     -> std::optional<std::string_view> {
   const Duration left = until - detail::Clock::now();
   if (left > kLongestStatementTimeout) return std::nullopt;  // no deadline to speak of
-  // Rounded up and at least 1 ms: 0 would mean no limit at all.
-  const long long ms = std::max<long long>(
-      1, std::chrono::ceil<std::chrono::milliseconds>(std::max(left, Duration::zero())).count());
-  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), ms);
-  return std::string_view(buf, static_cast<std::size_t>(r.ptr - buf));
+  return holdfast::pg::statement_timeout_text(left, buf);
 }
 
 }  // namespace holdfast::asio::pg

@@ -168,7 +168,7 @@ class Connection {
   /// Statements sent after this wait on the server no later than `deadline` (plus a short
   /// grace for the cancel). TimePoint::max(): no deadline.
   void set_deadline(TimePoint deadline) noexcept;
-  /// SET statement_timeout for the session (at least 1 ms: 0 would mean "none").
+  /// SET statement_timeout for the session (statement_timeout_text(): at least 1 ms).
   Status set_statement_timeout(Duration timeout);
   /// Same, but only when the session's value differs from `timeout` by more than
   /// max(20 ms, 10%): a call per statement costs nothing while the window is steady.
@@ -200,5 +200,10 @@ class Connection {
   explicit Connection(std::unique_ptr<Impl> impl) noexcept;
   std::unique_ptr<Impl> impl_;
 };
+
+/// The value of statement_timeout for `timeout`, as every driver of holdfast sends it: whole
+/// milliseconds, rounded up, at least 1 (0 would mean no limit), written into `buf` with a NUL
+/// after it. The view does not include the NUL.
+std::string_view statement_timeout_text(Duration timeout, char (&buf)[24]) noexcept;
 
 }  // namespace holdfast::pg
