@@ -244,29 +244,6 @@ Result<std::int64_t> ClubStore::prune(std::string_view now_utc, int batch_size, 
   return deleted;
 }
 
-Result<std::string> ClubStore::login(std::string_view email, std::string_view password,
-                                     std::string_view now_utc, const CheckPlace& place) {
-  if (Status s = check_login(email, password); !s.ok()) return s;
-  const Result<std::optional<Credentials>> user = do_credentials(email);
-  if (!user.ok()) return user.status();
-  const Credentials* found = user->has_value() ? &**user : nullptr;
-  SignInCheck check;
-  const std::function<void()> run = [&] { check = check_sign_in(found, email, password); };
-  if (!place) {
-    run();
-  } else if (Status placed = place(run); !placed.ok()) {
-    return placed;
-  }
-  if (found == nullptr || !check.right) {
-    return Status(Code::kPermissionDenied, "unknown email or wrong password");
-  }
-  if (!check.fresh_hash.empty()) {
-    // Its failure is not the sign-in's: the next one tries again.
-    (void)do_rehash(found->user_id, check.fresh_hash, found->password_hash);
-  }
-  return do_open_session(found->user_id, now_utc);
-}
-
 Result<PaymentReceipt> ClubStore::pay(std::int64_t user_id, std::int64_t amount_cents,
                                       std::string_view method, std::string_view key,
                                       std::string_view now_utc) {

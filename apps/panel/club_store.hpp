@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -110,18 +109,25 @@ class ClubStore {
   virtual Status refresh_session(std::string_view token, std::string_view now_utc) = 0;
   // Ends the session (signing out): its row is deleted; OK when there is none. Safe to repeat.
   virtual Status end_session(std::string_view token) = 0;
-  // How login() runs its password check: `check` run in a place of the caller's (the
-  // panel's SignInGate), or why it was not run (then login()'s answer). Empty: at once.
-  using CheckPlace = std::function<Status(const std::function<void()>& check)>;
-  // Checks the password and opens a session: the token, or kPermissionDenied (the store's
-  // own, never from the engine) for an unknown email or a wrong password alike, each after
-  // one Argon2id verification (check_sign_in()). A right password whose stored hash is of
-  // the legacy form (or of another cost) gets an Argon2id hash of password_cost on the way;
-  // should that write fail, the sign-in still succeeds and the next one tries again.
-  Result<std::string> login(std::string_view email, std::string_view password,
-                            std::string_view now_utc, const CheckPlace& place = {});
-  // Opens a session for `user_id` without a password (the server's one-time sign-in links):
-  // the token.
+  // A sign-in's steps, each retried as the strategy allows (the route checks the password
+  // with check_sign_in(), off its event loop, in a place of the panel's SignInGate): the
+  // user's id and stored hash (nullopt: no such email); and the stored hash replaced by
+  // `fresh`, only over `stored` (a password changed meanwhile stays changed), when the
+  // stored one is of the legacy form or of another cost. Should that write fail, the sign-in
+  // still succeeds and the next one tries again.
+  struct Credentials {
+    std::int64_t user_id = 0;
+    std::string password_hash;
+  };
+  Result<std::optional<Credentials>> credentials(std::string_view email) {
+    return do_credentials(email);
+  }
+  Status rehash(std::int64_t user_id, std::string_view fresh, std::string_view stored) {
+    return do_rehash(user_id, fresh, stored);
+  }
+  // Opens a session for `user_id` (after a sign-in's check, or without a password: the
+  // server's one-time sign-in links): the token. The user's expired sessions and the oldest
+  // beyond kSessionsPerUser are deleted on the way.
   Result<std::string> open_session(std::int64_t user_id, std::string_view now_utc) {
     return do_open_session(user_id, now_utc);
   }
@@ -136,7 +142,7 @@ class ClubStore {
   // kGameStartedMessage.
   Result<SignupReceipt> sign_up(std::int64_t user_id, std::int64_t game_id,
                                 std::string_view idempotency_key, std::string_view now_utc);
-  // The input checks pay(), sign_up(), login() and record_report() make first: OK, or
+  // The input checks pay(), sign_up(), a sign-in and record_report() make first: OK, or
   // INVALID_ARGUMENT with a message fit for the client. The server calls them before the
   // store, so that a store's INVALID_ARGUMENT is never mistaken for the client's. Text that
   // reaches the database must be UTF-8 on both engines (PostgreSQL refuses anything else
@@ -231,16 +237,12 @@ class ClubStore {
   virtual Status end_session_once(std::string_view token);
   Status record_report_once(std::string_view path, std::string_view digest, std::string_view note,
                             std::string_view now_utc);
-  // The steps of login(), one attempt each, for a caller that checks the password itself
+  // A sign-in's steps, one attempt each, for a caller that checks the password itself
   // with check_sign_in() off its event loop (tens of milliseconds of CPU): the user's id
   // and stored hash (nullopt: no such email); the stored hash replaced by `fresh`, only over
   // `stored` (a password changed meanwhile stays changed); the session `token` (a
   // new_token(): inserting it again changes nothing) opened for the user; and the user's
   // expired sessions and the oldest beyond kSessionsPerUser deleted.
-  struct Credentials {
-    std::int64_t user_id = 0;
-    std::string password_hash;
-  };
   virtual Result<std::optional<Credentials>> credentials_once(std::string_view email);
   virtual Status rehash_once(std::int64_t user_id, std::string_view fresh, std::string_view stored);
   virtual Status insert_session_once(std::string_view token, std::int64_t user_id,
@@ -313,7 +315,7 @@ class ClubStore {
  protected:
   explicit ClubStore(Options options);
 
-  // What the public calls run once their input is checked: login()'s read of the user's id
+  // What the public calls run once their input is checked: a sign-in's read of the user's id
   // and stored hash, and its write of a fresh hash over `stored` (each retried as the
   // strategy allows).
   virtual Result<std::optional<Credentials>> do_credentials(std::string_view email) = 0;

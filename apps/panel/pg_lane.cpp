@@ -57,10 +57,10 @@ net::awaitable<Result<pg::Rows>> PgLane::read(lane::Context& ctx, std::string_vi
   co_return co_await reads_->async_read(ctx.request, sql, params, options, net::use_awaitable);
 }
 
-net::awaitable<Result<std::optional<User>>> PgLane::session(lane::Context& ctx,
-                                                            const std::string& token,
-                                                            const std::string& now,
-                                                            Priority priority) {
+net::awaitable<Result<ClubStore::StampedSession>> PgLane::session(lane::Context& ctx,
+                                                                  const std::string& token,
+                                                                  const std::string& now,
+                                                                  Priority priority) {
   // On the sessions' own schedule (ClubStore::session()); it must outlive the call.
   static const RetryPolicy sessions = RetryPolicy::session_reads();
   pg::ReadOptions lookup;
@@ -74,11 +74,12 @@ net::awaitable<Result<std::optional<User>>> PgLane::session(lane::Context& ctx,
   Result<pg::Rows> rows = co_await read(ctx, pgreads::kSession, params, lookup);
   if (!rows.ok()) co_return rows.status();
   Result<std::optional<User>> user = pgreads::session_of(*rows);
-  if (user.ok() && user->has_value()) {
+  if (!user.ok()) co_return user.status();
+  if (user->has_value()) {
     const lane::OnThisThread request(ctx);
     store_.recall_user((*user)->id);  // the user's payments just now, on this process
   }
-  co_return user;
+  co_return ClubStore::StampedSession{std::move(*user), 0};  // no change epoch on PostgreSQL
 }
 
 template <class T, class Decode>
@@ -236,6 +237,16 @@ net::awaitable<Status> PgLane::cap_sessions(lane::Context& ctx, std::int64_t use
   const pg::Param params[] = {user_id, now, std::int64_t{ClubStore::kSessionsPerUser}};
   co_return co_await write(ctx, pgwrites::kCapSessions, params,
                            Operation::idempotent_write("login.session_cap").background());
+}
+
+net::awaitable<Result<std::string>> PgLane::open_session(lane::Context& ctx, std::int64_t user_id,
+                                                         const std::string& now) {
+  const std::string token = ClubStore::new_token();
+  const Status opened = co_await insert_session(ctx, token, user_id, now);
+  if (!opened.ok()) co_return opened;
+  // Its failure is not the sign-in's: the next one tries again.
+  (void)co_await cap_sessions(ctx, user_id, now);
+  co_return token;
 }
 
 net::awaitable<Status> PgLane::end_session(lane::Context& ctx, const std::string& token) {

@@ -28,15 +28,15 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
-#include "async_call.hpp"
 #include "club_model.hpp"
 #include "club_store.hpp"
 #include "club_store_pg.hpp"
 #include "holdfast/adapters/asio_pg.hpp"
+#include "store_calls.hpp"
 
 namespace holdfast::panel {
 
-class PgLane final : public LaneCalls {
+class PgLane final : public LaneCalls, public StoreCalls {
  public:
   // The Clients' options for `store`, checked as a Client checks them (a Status naming what
   // is wrong); nullopt when the lane's calls stay blocking jobs (see the top).
@@ -52,45 +52,42 @@ class PgLane final : public LaneCalls {
   PgLane(const PgLane&) = delete;
   PgLane& operator=(const PgLane&) = delete;
 
-  // ClubStore's session(), games_on(), context_on() and credentials, on the loop; each one
-  // database call (ClubStore::calls()).
-  boost::asio::awaitable<Result<std::optional<User>>> session(lane::Context& ctx,
-                                                              const std::string& token,
-                                                              const std::string& now,
-                                                              Priority priority);
+  // The routes' calls (store_calls.hpp) on the loop, each one database call:
+  //   - the session, the schedule's games and context, a sign-in's credentials: reads;
+  //   - pay(), sign_up() and record_report(): one transaction each through the writes' Client
+  //     (keyed with async_once() when the request has an Idempotency-Key), with the blocking
+  //     store's statements and refusals (club_writes_pg.hpp) and its input checks first;
+  //   - a sign-in's writes and a sign-out's (the blocking store's rehash_once(),
+  //     insert_session_once(), cap_sessions_once() and end_session_once(), with their
+  //     statements, operations and what they remember for the user's next reads).
+  boost::asio::awaitable<Result<ClubStore::StampedSession>> session(lane::Context& ctx,
+                                                                    const std::string& token,
+                                                                    const std::string& now,
+                                                                    Priority priority) override;
   boost::asio::awaitable<Result<std::vector<Game>>> games(lane::Context& ctx,
-                                                          const std::string& date);
+                                                          const std::string& date) override;
   boost::asio::awaitable<Result<ScheduleContext>> context(lane::Context& ctx,
-                                                          const std::string& date);
+                                                          const std::string& date) override;
   boost::asio::awaitable<Result<std::optional<ClubStore::Credentials>>> credentials(
-      lane::Context& ctx, const std::string& email);
-
-  // ClubStore's pay(), sign_up() and record_report() on the loop: one transaction each through
-  // the writes' Client (keyed with async_once() when the request has an Idempotency-Key), with
-  // the blocking store's statements and refusals (club_writes_pg.hpp) and its input checks
-  // first.
+      lane::Context& ctx, const std::string& email) override;
   boost::asio::awaitable<Result<PaymentReceipt>> pay(lane::Context& ctx, std::int64_t user_id,
                                                      std::int64_t amount_cents,
                                                      const std::string& method,
                                                      const std::string& key,
-                                                     const std::string& now);
+                                                     const std::string& now) override;
   boost::asio::awaitable<Result<SignupReceipt>> sign_up(lane::Context& ctx, std::int64_t user_id,
                                                         std::int64_t game_id,
                                                         const std::string& key,
-                                                        const std::string& now);
+                                                        const std::string& now) override;
   boost::asio::awaitable<Status> record_report(lane::Context& ctx, const std::string& path,
                                                const std::string& digest, const std::string& note,
-                                               const std::string& now);
-  // A sign-in's writes and a sign-out's (the blocking store's rehash_once(),
-  // insert_session_once(), cap_sessions_once() and end_session_once(), with their statements,
-  // operations and what they remember for the user's next reads).
+                                               const std::string& now) override;
   boost::asio::awaitable<Status> rehash(lane::Context& ctx, std::int64_t user_id,
-                                        const std::string& fresh, const std::string& stored);
-  boost::asio::awaitable<Status> insert_session(lane::Context& ctx, const std::string& token,
-                                                std::int64_t user_id, const std::string& now);
-  boost::asio::awaitable<Status> cap_sessions(lane::Context& ctx, std::int64_t user_id,
-                                              const std::string& now);
-  boost::asio::awaitable<Status> end_session(lane::Context& ctx, const std::string& token);
+                                        const std::string& fresh,
+                                        const std::string& stored) override;
+  boost::asio::awaitable<Result<std::string>> open_session(lane::Context& ctx, std::int64_t user_id,
+                                                           const std::string& now) override;
+  boost::asio::awaitable<Status> end_session(lane::Context& ctx, const std::string& token) override;
 
   Shield& shield() noexcept override { return reads_->shield(); }
   Shield& write_shield() noexcept override { return writes_->shield(); }
@@ -102,6 +99,10 @@ class PgLane final : public LaneCalls {
  private:
   PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> reads,
          std::shared_ptr<asio::pg::Client<>> writes);
+  boost::asio::awaitable<Status> insert_session(lane::Context& ctx, const std::string& token,
+                                                std::int64_t user_id, const std::string& now);
+  boost::asio::awaitable<Status> cap_sessions(lane::Context& ctx, std::int64_t user_id,
+                                              const std::string& now);
   boost::asio::awaitable<Result<pg::Rows>> read(lane::Context& ctx, std::string_view sql,
                                                 std::span<const pg::Param> params,
                                                 const pg::ReadOptions& options);

@@ -1,24 +1,32 @@
 // The schedule: GET /dashboard/schedule?date= (the page) and GET /api/schedule?date= (JSON).
-// One render reads the session and two query groups, inside one request window (holdfast).
-// When that fails busy, holdfast answers the last good copy of the day, marked with
-// X-Holdfast-Stale and an "as of" banner; otherwise the failure is answered (answers.hpp).
-// The same copy, while the file's data epoch shows nothing committed since it was read, is
-// the answer on the async lane without the query groups (ADR 0031).
+// One render reads the session and two query groups, inside one request window (holdfast),
+// open from the request's arrival (DESIGN §10). When that fails busy, holdfast answers the
+// last good copy of the day, marked with X-Holdfast-Stale and an "as of" banner; otherwise
+// the failure is answered (answers.hpp). The same copy, while the file's data epoch shows
+// nothing committed since it was read, is the answer on the async lane without the query
+// groups (ADR 0031).
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <optional>
 
 #include <fmt/format.h>
+#include <boost/asio/awaitable.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include "holdfast/adapters/asio_shared_reads.hpp"
 #include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
 #include "session_toucher.hpp"
+#include "store_calls.hpp"
 
 namespace holdfast::panel {
 namespace {
+
+namespace net = boost::asio;
 
 using nlohmann::json;
 
@@ -117,15 +125,15 @@ std::size_t PanelServer::stale_copies() const {
   return last_good_.size();
 }
 
-void PanelServer::get_schedule_page(const http::Request& req, http::Response& res) {
-  if (auto failed = answer_schedule(req, res, false)) {
-    answers_->failure(res, *failed, "/dashboard/schedule", false);
-  }
-}
-
-void PanelServer::get_schedule_json(const http::Request& req, http::Response& res) {
-  if (auto failed = answer_schedule(req, res, true)) {
-    answers_->failure(res, *failed, "/api/schedule", true);
+net::awaitable<void> PanelServer::get_schedule(const http::Request& req, http::Response& res,
+                                               lane::Context& ctx) {
+  const bool as_json = req.path == "/api/schedule";
+  ScheduleAsk ask;
+  if (!schedule_asked(req, res, as_json, ask)) co_return;
+  ScheduleRead read;
+  co_await read_schedule(ctx, ask, read);
+  if (std::optional<Status> failed = answer_schedule_read(ask, res, read)) {
+    answers_->failure(res, *failed, req.path, as_json);
   }
 }
 
@@ -146,18 +154,6 @@ bool PanelServer::schedule_asked(const http::Request& req, http::Response& res, 
   }
   ask.now = now_utc();
   return true;
-}
-
-std::optional<Status> PanelServer::answer_schedule(const http::Request& req, http::Response& res,
-                                                   bool as_json) {
-  ScheduleAsk ask;
-  if (!schedule_asked(req, res, as_json, ask)) return std::nullopt;
-  const RequestWindow scope = request_window(req);
-  ScheduleRead read;
-  Schedule schedule;
-  read.failure = read_schedule(ask.token, ask.date, ask.now, schedule, read.user, read.signed_out);
-  if (read.failure.ok()) read.page = SchedulePage::of(std::move(schedule));
-  return answer_schedule_read(ask, res, read);
 }
 
 std::optional<Status> PanelServer::answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
@@ -195,30 +191,70 @@ std::optional<Status> PanelServer::answer_schedule_read(const ScheduleAsk& ask, 
   return std::nullopt;
 }
 
-Status PanelServer::read_schedule(const std::string& token, const std::string& date,
-                                  const std::string& now, Schedule& schedule, User& user,
-                                  bool& signed_out) {
-  ClubStore& store = *options_.store;
-  Result<std::optional<User>> who = store.session(token, now);
-  if (!who.ok()) return who.status();
-  if (!who->has_value()) {
+net::awaitable<void> PanelServer::read_schedule(lane::Context& ctx, const ScheduleAsk& ask,
+                                                ScheduleRead& read) {
+  // The session (schedule_asked() found its cookie), and on SQLite's lane the file's change
+  // epoch in the same statement.
+  Result<ClubStore::StampedSession> stamped =
+      co_await ctx.calls.session(ctx, ask.token, ask.now, Priority::kNormal);
+  if (!stamped.ok()) {
+    read.failure = stamped.status();
+    co_return;
+  }
+  if (!stamped->user) {
     // Only the database's own answer "no such session" signs a client out: an error (a
     // permission the database refused, a read-only server) is answered for what it is.
-    signed_out = true;
-    return Status(Code::kPermissionDenied, "no live session");
+    read.signed_out = true;
+    read.failure = Status(Code::kPermissionDenied, "no live session");
+    co_return;
   }
-  user = **who;
+  read.user = *stamped->user;
+  read.epoch = stamped->epoch;
   if (holdfast()) {
-    toucher_->touch(token);
-  } else if (Status touched = store.refresh_session(token, now); !touched.ok()) {
-    return touched;  // the origin's "Failed to get session"
+    toucher_->touch(ask.token);
+  } else if (Status touched = co_await ctx.calls.refresh_session(ctx, ask.token, ask.now);
+             !touched.ok()) {
+    read.failure = touched;  // the origin's "Failed to get session"
+    co_return;
   }
-  Result<std::vector<Game>> games = store.games_on(date);
-  if (!games.ok()) return games.status();
-  Result<ScheduleContext> context = store.context_on(date);
-  if (!context.ok()) return context.status();
-  schedule = Schedule{date, std::move(*games), std::move(*context)};
-  return Status();
+  // Nothing committed since the last good copy was read: it is the answer, without the
+  // schedule's queries (sqlite::ChangeEpoch, holdfast/sqlite/change_epoch.hpp). A store
+  // without an epoch (PostgreSQL, the blocking calls) reads every page.
+  if (std::shared_ptr<const SchedulePage> copy = current_copy(ask.date, read.epoch, ask.now)) {
+    read.page = std::move(copy);
+    read.current_copy = true;
+    counters_.current_copy++;
+    co_return;
+  }
+  // The copy is old: one request reads the day, those that observed no later epoch wait for
+  // its answer (asio::SharedReads). Without an epoch nothing says a read under way began
+  // after this request's own writes: each reads.
+  std::optional<asio::SharedReads<SchedulePage>::Ticket> ticket;
+  if (read.epoch != 0) {
+    ticket.emplace(schedule_reads_->join(ask.date, read.epoch));
+    if (!ticket->leads()) {
+      if (std::shared_ptr<const SchedulePage> page =
+              co_await ticket->answer(ctx.window().remaining())) {
+        read.page = std::move(page);
+        read.current_copy = true;  // the leader keeps it
+        counters_.current_copy++;
+        co_return;
+      }
+      ticket.reset();  // the leader's read failed: this request reads for itself
+    }
+  }
+  Result<std::vector<Game>> games = co_await ctx.calls.games(ctx, ask.date);
+  if (!games.ok()) {
+    read.failure = games.status();
+    co_return;
+  }
+  Result<ScheduleContext> context = co_await ctx.calls.context(ctx, ask.date);
+  if (!context.ok()) {
+    read.failure = context.status();
+    co_return;
+  }
+  read.page = SchedulePage::of(Schedule{ask.date, std::move(*games), std::move(*context)});
+  if (ticket) ticket->land(read.page);
 }
 
 bool PanelServer::answer_stale_schedule(http::Response& res, const std::string& date,

@@ -4,11 +4,13 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <boost/asio/awaitable.hpp>
 
 #include "holdfast/core/shield.hpp"
 #include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
+#include "store_calls.hpp"
 
 namespace holdfast::panel {
 
@@ -106,13 +108,14 @@ std::string PanelServer::metrics_text() const {
 
 // The console always gets the report; the problem_reports table gets it when the database
 // takes it, and the answer says which.
-void PanelServer::post_report(const http::Request& req, http::Response& res) {
+boost::asio::awaitable<void> PanelServer::post_report(const http::Request& req, http::Response& res,
+                                                      lane::Context& ctx) {
   counters_.requests++;
-  const RequestWindow scope = request_window(req);
   const std::optional<ReportAsk> ask = report_asked(req, res);
-  if (!ask) return;
-  answer_report(res, *ask,
-                options_.store->record_report(ask->path, ask->digest, ask->note, ask->now));
+  if (!ask) co_return;
+  const Status recorded =
+      co_await ctx.calls.record_report(ctx, ask->path, ask->digest, ask->note, ask->now);
+  answer_report(res, *ask, recorded);
 }
 
 std::optional<PanelServer::ReportAsk> PanelServer::report_asked(const http::Request& req,

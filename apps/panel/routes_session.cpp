@@ -4,12 +4,26 @@
 // Each success opens a session, sets its cookie (and, on PostgreSQL, the hf_wal cookie with
 // that write's position), hands out its CSRF token in X-CSRF-Token and redirects (303).
 
+#include <atomic>
+#include <memory>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include "html.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
+#include "store_calls.hpp"
 
 namespace holdfast::panel {
 namespace {
+
+namespace net = boost::asio;
 
 constexpr const char* kHtml = "text/html; charset=utf-8";
 
@@ -27,6 +41,62 @@ void signed_in_redirect(http::Response& res, const std::string& session, bool se
   res.set_header("X-CSRF-Token", csrf_token(session));
   res.set_header("Location", next);
 }
+
+// A sign-in's place at the SignInGate while it lives: given back however the coroutine
+// ends (leave() once started, give_up() while waiting).
+class GatePlace {
+ public:
+  explicit GatePlace(SignInGate& gate) : gate_(gate) {}
+  GatePlace(const GatePlace&) = delete;
+  GatePlace& operator=(const GatePlace&) = delete;
+  ~GatePlace() { leave(); }
+
+  // Waits for a place on this coroutine's event loop (on the lane a wait that holds no
+  // thread; on a worker, that worker's): kRun, or why not.
+  net::awaitable<SignInGate::Turn> take(SignInGate::Asker asker) {
+    // The gate's Wake may come from any thread: it notes the turn and cancels the timer on
+    // the timer's own (single-threaded) loop, where it runs only once the wait below has
+    // begun.
+    struct Signal {
+      explicit Signal(const net::any_io_executor& loop) : timer(loop) {}
+      net::steady_timer timer;
+      std::atomic<int> turn{-1};
+    };
+    const auto signal = std::make_shared<Signal>(co_await net::this_coro::executor);
+    const SignInGate::Entry entry = gate_.enter(std::move(asker), [signal](SignInGate::Turn t) {
+      signal->turn = static_cast<int>(t);
+      net::post(signal->timer.get_executor(), [signal] { signal->timer.cancel(); });
+    });
+    id_ = entry.id;
+    if (entry.turn != SignInGate::Turn::kWait) {
+      running_ = entry.turn == SignInGate::Turn::kRun;
+      co_return entry.turn;
+    }
+    waiting_ = true;
+    signal->timer.expires_after(gate_.options().max_wait);
+    (void)co_await signal->timer.async_wait(net::as_tuple(net::use_awaitable));
+    waiting_ = false;
+    const int told = signal->turn.load();
+    // Not told: the wait is over, and so is the place unless it was given just now.
+    const SignInGate::Turn turn =
+        told >= 0 ? static_cast<SignInGate::Turn>(told) : gate_.give_up(entry.id);
+    running_ = turn == SignInGate::Turn::kRun;
+    co_return turn;
+  }
+  // The check is done: the place goes to the next waiter.
+  void leave() {
+    if (waiting_ && gate_.give_up(id_) == SignInGate::Turn::kRun) running_ = true;
+    waiting_ = false;
+    if (running_) gate_.leave(id_);
+    running_ = false;
+  }
+
+ private:
+  SignInGate& gate_;
+  std::uint64_t id_ = 0;
+  bool waiting_ = false;
+  bool running_ = false;
+};
 
 }  // namespace
 
@@ -52,26 +122,60 @@ void PanelServer::get_login(const http::Request&, http::Response& res) {
   res.set_content(render_login(""), kHtml);
 }
 
-void PanelServer::post_login(const http::Request& req, http::Response& res) {
+net::awaitable<void> PanelServer::post_login(const http::Request& req, http::Response& res,
+                                             lane::Context& ctx) {
   counters_.requests++;
-  std::optional<SignInAsk> ask = sign_in_asked(req, res);
-  if (!ask) return;
-  const RequestWindow scope = request_window(req);
-  // The check waits for its place at the gate on this worker (at most a second).
-  const ClubStore::CheckPlace at_the_gate = [&](const std::function<void()>& check) {
-    std::uint64_t id = 0;
-    const SignInGate::Turn turn = sign_in_gate_->wait_for_turn(gate_asker(*ask), id);
-    if (turn != SignInGate::Turn::kRun) return gate_refusal(turn);
-    struct Place {
-      SignInGate& gate;
-      std::uint64_t id;
-      ~Place() { gate.leave(id); }
-    } const place{*sign_in_gate_, id};
-    check();
-    return Status();
-  };
-  answer_sign_in(res, *ask,
-                 options_.store->login(ask->email, ask->password, now_utc(), at_the_gate));
+  const std::optional<SignInAsk> ask = sign_in_asked(req, res);
+  if (!ask) co_return;
+  const Result<std::string> token = co_await sign_in(*ask, ctx);
+  const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
+  answer_sign_in(res, *ask, token);
+}
+
+net::awaitable<Result<std::string>> PanelServer::sign_in(const SignInAsk& ask, lane::Context& ctx) {
+  ClubStore& store = *options_.store;
+  const Result<std::optional<ClubStore::Credentials>> user =
+      co_await ctx.calls.credentials(ctx, ask.email);
+  if (!user.ok()) co_return user.status();
+  // An unknown email goes through the same gate and costs the same check (the store's
+  // dummy hash), so that neither the answer nor its time tells whether it has an account.
+  const std::optional<ClubStore::Credentials>& stored = *user;
+  const ClubStore::Credentials* found = stored.has_value() ? &*stored : nullptr;
+  ClubStore::SignInCheck check;
+  {
+    GatePlace place(*sign_in_gate_);
+    const SignInGate::Turn turn = co_await place.take(gate_asker(ask));
+    if (turn != SignInGate::Turn::kRun) co_return gate_refusal(turn);
+    if (ctx.on_lane) {
+      // Tens of milliseconds of Argon2id: off the lane's event loop.
+      check = co_await net::co_spawn(
+          http_->cpu_executor(),
+          [&]() -> net::awaitable<ClubStore::SignInCheck> {
+            co_return store.check_sign_in(found, ask.email, ask.password);
+          },
+          net::use_awaitable);
+    } else {
+      check = store.check_sign_in(found, ask.email, ask.password);  // this worker's own
+    }
+  }
+  if (found == nullptr || !check.right) {
+    co_return Status(Code::kPermissionDenied, "unknown email or wrong password");
+  }
+  if (!check.fresh_hash.empty()) {
+    // Its failure is not the sign-in's: the next one tries again.
+    (void)co_await ctx.calls.rehash(ctx, found->user_id, check.fresh_hash, found->password_hash);
+  }
+  co_return co_await ctx.calls.open_session(ctx, found->user_id, now_utc());
+}
+
+net::awaitable<Result<std::optional<User>>> PanelServer::session_of(const std::string& token,
+                                                                    const std::string& now,
+                                                                    lane::Context& ctx,
+                                                                    Priority priority) {
+  if (token.empty()) co_return std::optional<User>();
+  Result<ClubStore::StampedSession> read = co_await ctx.calls.session(ctx, token, now, priority);
+  if (!read.ok()) co_return read.status();
+  co_return std::move(read->user);
 }
 
 SignInGate::Asker PanelServer::gate_asker(const SignInAsk& ask) {
@@ -165,12 +269,15 @@ void PanelServer::answer_sign_in(http::Response& res, const SignInAsk& ask,
   set_write_position_cookie(res);
 }
 
-void PanelServer::get_login_link(const http::Request& req, http::Response& res) {
+net::awaitable<void> PanelServer::get_login_link(const http::Request& req, http::Response& res,
+                                                 lane::Context& ctx) {
   counters_.requests++;
   const std::optional<SignInLink> link = sign_in_link_taken(req, res);
-  if (!link) return;
-  const RequestWindow scope = request_window(req);
-  answer_sign_in_link(res, *link, options_.store->open_session(link->user_id, now_utc()));
+  if (!link) co_return;
+  const Result<std::string> session =
+      co_await ctx.calls.open_session(ctx, link->user_id, now_utc());
+  const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
+  answer_sign_in_link(res, *link, session);
 }
 
 std::optional<PanelServer::SignInLink> PanelServer::sign_in_link_taken(const http::Request& req,
@@ -201,15 +308,16 @@ void PanelServer::answer_sign_in_link(http::Response& res, const SignInLink& lin
   set_write_position_cookie(res);
 }
 
-void PanelServer::post_logout(const http::Request& req, http::Response& res) {
+net::awaitable<void> PanelServer::post_logout(const http::Request& req, http::Response& res,
+                                              lane::Context& ctx) {
   counters_.requests++;
   const std::string token = session_token(req);
   if (!token.empty()) {
-    if (!logout_allowed(req, res, token)) return;
-    const RequestWindow scope = request_window(req);
-    if (Status ended = options_.store->end_session(token); !ended.ok()) {
+    if (!logout_allowed(req, res, token)) co_return;
+    if (const Status ended = co_await ctx.calls.end_session(ctx, token); !ended.ok()) {
       // The session lives on: say so rather than pretend (the cookie is kept).
-      return answers_->failure(res, ended, "/logout", false);
+      answers_->failure(res, ended, "/logout", false);
+      co_return;
     }
   }
   answer_logout(res, token);

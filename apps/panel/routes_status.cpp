@@ -5,16 +5,21 @@
 #include <map>
 #include <mutex>
 
+#include <boost/asio/awaitable.hpp>
+
 #include "answers.hpp"
 #include "html.hpp"
 #include "http_server.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
 #include "status_page.hpp"
+#include "store_calls.hpp"
 #include "traffic_ring.hpp"
 
 namespace holdfast::panel {
 namespace {
+
+namespace net = boost::asio;
 
 constexpr const char* kHtml = "text/html; charset=utf-8";
 
@@ -44,14 +49,13 @@ void PanelServer::record_traffic(const http::Request& req, const http::Response&
   traffic_->record(res.status, res.has_header("X-Holdfast-Stale"));
 }
 
-void PanelServer::get_status(const http::Request& req, http::Response& res) {
+net::awaitable<void> PanelServer::get_status(const http::Request& req, http::Response& res,
+                                             lane::Context& ctx) {
   counters_.requests++;
-  if (status_allowed(req, res, "/status", false)) answer_status(res, false);
-}
-
-void PanelServer::get_status_svg(const http::Request& req, http::Response& res) {
-  counters_.requests++;
-  if (status_allowed(req, res, "/status.svg", true)) answer_status(res, true);
+  const bool image = req.path == "/status.svg";
+  const std::string token = session_token(req);
+  const Result<std::optional<User>> who = co_await session_of(token, now_utc(), ctx);
+  if (status_allowed(res, req.path, image, token, who)) answer_status(res, image);
 }
 
 void PanelServer::answer_status(http::Response& res, bool image) {
@@ -64,20 +68,8 @@ void PanelServer::answer_status(http::Response& res, bool image) {
   }
 }
 
-bool PanelServer::status_allowed(const http::Request& req, http::Response& res,
-                                 std::string_view path, bool image) {
-  const std::string token = session_token(req);
-  Result<std::optional<User>> who{std::optional<User>()};
-  if (!token.empty()) {
-    const RequestWindow scope = request_window(req);
-    who = options_.store->session(token, now_utc());
-  }
-  return status_allowed_of(res, path, image, token, who);
-}
-
-bool PanelServer::status_allowed_of(http::Response& res, std::string_view path, bool image,
-                                    const std::string& token,
-                                    const Result<std::optional<User>>& who) {
+bool PanelServer::status_allowed(http::Response& res, std::string_view path, bool image,
+                                 const std::string& token, const Result<std::optional<User>>& who) {
   // The same answers as the schedule's: the page redirects to the sign-in form, the image
   // (like the JSON API) answers 401.
   const auto to_sign_in = [&] {

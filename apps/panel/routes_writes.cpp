@@ -2,11 +2,13 @@
 // a signed-in user. Each is all or nothing; an Idempotency-Key makes a repeat answer the
 // first result (200 with "replayed": true) instead of writing again (201).
 
+#include <boost/asio/awaitable.hpp>
 #include <nlohmann/json.hpp>
 
 #include "idempotency.hpp"
 #include "route_helpers.hpp"
 #include "server.hpp"
+#include "store_calls.hpp"
 
 namespace holdfast::panel {
 namespace {
@@ -24,17 +26,32 @@ bool positive_integer(const std::string& text, std::int64_t& out) {
 
 }  // namespace
 
-std::optional<PanelServer::WriteInput> PanelServer::write_input(const http::Request& req,
-                                                                http::Response& res,
-                                                                std::string_view path) {
+boost::asio::awaitable<void> PanelServer::post_write(const http::Request& req, http::Response& res,
+                                                     lane::Context& ctx) {
+  counters_.requests++;
+  const bool payment = req.path == "/payments";
   const std::string token = session_token(req);
-  Result<std::optional<User>> who = token.empty()
-                                        ? Result<std::optional<User>>(std::optional<User>())
-                                        : options_.store->session(token, now_utc());
-  return write_input_of(req, res, path, token, who);
+  const std::string now = now_utc();
+  // A payment is critical (ADR 0035): under overload it keeps its places, the session read
+  // that authorizes it included. Sign-ups are as normal as pages.
+  const Priority priority = payment ? Priority::kCritical : Priority::kNormal;
+  const Result<std::optional<User>> who = co_await session_of(token, now, ctx, priority);
+  const std::optional<WriteInput> in = write_input(req, res, req.path, token, who);
+  if (!in) co_return;
+  if (payment) {
+    const Result<PaymentReceipt> paid =
+        co_await ctx.calls.pay(ctx, in->user_id, in->value, in->method, in->key, now);
+    const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
+    answer_payment(res, paid);
+  } else {
+    const Result<SignupReceipt> added =
+        co_await ctx.calls.sign_up(ctx, in->user_id, in->value, in->key, now);
+    const lane::OnThisThread request(ctx);  // the hf_wal cookie reads its position
+    answer_signup(res, added);
+  }
 }
 
-std::optional<PanelServer::WriteInput> PanelServer::write_input_of(
+std::optional<PanelServer::WriteInput> PanelServer::write_input(
     const http::Request& req, http::Response& res, std::string_view path, const std::string& token,
     const Result<std::optional<User>>& who) {
   if (!who.ok()) {
@@ -80,14 +97,6 @@ std::optional<PanelServer::WriteInput> PanelServer::write_input_of(
   return in;
 }
 
-void PanelServer::post_payment(const http::Request& req, http::Response& res) {
-  counters_.requests++;
-  const RequestWindow scope = request_window(req);
-  const std::optional<WriteInput> in = write_input(req, res, "/payments");
-  if (!in) return;
-  answer_payment(res, options_.store->pay(in->user_id, in->value, in->method, in->key, now_utc()));
-}
-
 void PanelServer::answer_payment(http::Response& res, const Result<PaymentReceipt>& paid) {
   if (!paid.ok() && is_key_reused(paid.status())) {
     return answers_->client_error(res, 422, kKeyReusedMessage, true);
@@ -105,14 +114,6 @@ void PanelServer::answer_payment(http::Response& res, const Result<PaymentReceip
                        {"replayed", paid->replayed}}
                       .dump(),
                   "application/json");
-}
-
-void PanelServer::post_signup(const http::Request& req, http::Response& res) {
-  counters_.requests++;
-  const RequestWindow scope = request_window(req);
-  const std::optional<WriteInput> in = write_input(req, res, "/signups");
-  if (!in) return;
-  answer_signup(res, options_.store->sign_up(in->user_id, in->value, in->key, now_utc()));
 }
 
 void PanelServer::answer_signup(http::Response& res, const Result<SignupReceipt>& added) {

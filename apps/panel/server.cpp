@@ -1,18 +1,29 @@
 #include "server.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include "holdfast/adapters/asio_shared_reads.hpp"
 #include "housekeeper.hpp"
 #include "route_helpers.hpp"
 #include "session_toucher.hpp"
 #include "status_page.hpp"
+#include "store_calls.hpp"
 #include "traffic_ring.hpp"
+#ifdef HOLDFAST_PANEL_HAVE_PG
+#include "pg_lane.hpp"
+#endif
 
 namespace holdfast::panel {
+
+namespace net = boost::asio;
 
 PanelServer::PanelServer(Options options) : options_(std::move(options)) {
   if (options_.store == nullptr || options_.logger == nullptr) {
@@ -25,6 +36,7 @@ PanelServer::PanelServer(Options options) : options_(std::move(options)) {
     schedule_reads_ = std::make_unique<asio::SharedReads<SchedulePage>>();
   }
   install_guards();
+  blocking_calls_ = blocking_calls(*options_.store);
   Clock& clock = options_.store->clock();
   sign_ins_by_address_ =
       std::make_unique<AttemptLimiter>(clock, kSignInsPerAddressPerMinute, std::chrono::minutes(1));
@@ -81,9 +93,17 @@ Status PanelServer::start() {
   auto server = std::make_unique<HttpServer>(
       std::move(o), [this](const http::Request& req, http::Response& res) { handle(req, res); });
   if (use_async) {
+    if (!async->postgres) sqlite_calls_ = sqlite_calls(*options_.store);
     server->serve_async(
-        &PanelServer::is_async_route,
-        [this](const http::Request& req, http::Response& res) { return handle_async(req, res); },
+        &PanelServer::is_database_route,
+        [this](const http::Request& req, http::Response& res) {
+          // PostgreSQL's calls are PgLane's, once its hooks have opened it.
+          StoreCalls* calls = sqlite_calls_.get();
+#ifdef HOLDFAST_PANEL_HAVE_PG
+          if (calls == nullptr) calls = pg_lane_.get();
+#endif
+          return serve(req, res, calls, true);
+        },
         loop_calls ? std::move(*loop_calls) : HttpServer::LaneHooks{});
   }
   // Set before it starts: a request served at once may use it (the CPU executor, /status).
@@ -105,24 +125,6 @@ void PanelServer::stop() noexcept {
   housekeeper_.reset();
 }
 
-PanelServer::RequestWindow::RequestWindow(const PanelServer& server, const http::Request& req) {
-  if (!server.holdfast()) return;
-  Clock& clock = server.options_.store->clock();
-  // On PostgreSQL the window opens when the server had read the request (Request::received),
-  // so time queued for a worker counts (ADR 0023). On SQLite it still opens at the first
-  // wait (ADR 0011): measured in the drill, opening it at arrival there served 25 % of the
-  // pages of a 5 s reader lock instead of 100 % (not yet understood).
-  const TimePoint now = clock.now();
-  if (server.options_.store->backend() == "postgresql" && req.received != TimePoint{} &&
-      req.received <= now) {
-    scope_.emplace(server.options_.window, clock, req.received);
-  } else {
-    scope_.emplace(server.options_.window, clock);
-  }
-  cap_by_upstream(req, scope_->window());
-  server.options_.store->require_position(cookie_value(req, kWritePositionCookie));
-}
-
 void PanelServer::set_write_position_cookie(http::Response& res) const {
   const std::string position = options_.store->write_position();
   // 5 minutes: standbys catch up in well under that; afterwards the client's reads may go to
@@ -142,17 +144,8 @@ void PanelServer::handle(const http::Request& req, http::Response& res) {
       {"GET", "/healthz", &PanelServer::get_healthz},
       {"GET", "/metrics", &PanelServer::get_metrics},
       {"GET", "/login", &PanelServer::get_login},
-      {"POST", "/login", &PanelServer::post_login},
-      {"GET", "/login/link", &PanelServer::get_login_link},
-      {"POST", "/logout", &PanelServer::post_logout},
-      {"GET", "/dashboard/schedule", &PanelServer::get_schedule_page},
-      {"GET", "/api/schedule", &PanelServer::get_schedule_json},
-      {"POST", "/payments", &PanelServer::post_payment},
-      {"POST", "/signups", &PanelServer::post_signup},
-      {"POST", "/report", &PanelServer::post_report},
-      {"GET", "/status", &PanelServer::get_status},
-      {"GET", "/status.svg", &PanelServer::get_status_svg},
   };
+  if (is_database_route(req)) return serve_here(req, res);
   // HEAD is a GET whose body the server leaves out.
   const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : req.method;
   const Entry* found = nullptr;
@@ -161,6 +154,11 @@ void PanelServer::handle(const http::Request& req, http::Response& res) {
     if (e.path != req.path) continue;
     path_known = true;
     if (e.method == method) found = &e;
+  }
+  // A database route's path asked with another method.
+  for (std::string_view path : {"/login/link", "/logout", "/dashboard/schedule", "/api/schedule",
+                                "/payments", "/signups", "/report", "/status", "/status.svg"}) {
+    path_known = path_known || req.path == path;
   }
   if (found == nullptr) {
     counters_.bad_request++;
@@ -175,6 +173,100 @@ void PanelServer::handle(const http::Request& req, http::Response& res) {
     (this->*(found->route))(req, res);
   }
   record_traffic(req, res);
+}
+
+bool PanelServer::is_database_route(const http::Request& req) noexcept {
+  // GET /login, /healthz and /metrics are light: the server keeps them on workers of their
+  // own.
+  if (req.method == "GET" || req.method == "HEAD") {
+    return req.path == "/dashboard/schedule" || req.path == "/api/schedule" ||
+           req.path == "/login/link" || req.path == "/status" || req.path == "/status.svg";
+  }
+  return req.method == "POST" &&
+         (req.path == "/payments" || req.path == "/signups" || req.path == "/login" ||
+          req.path == "/logout" || req.path == "/report");
+}
+
+void PanelServer::serve_here(const http::Request& req, http::Response& res) {
+  // The route's coroutine on a loop of this worker's own, run until it ends: each call
+  // blocks this thread for as long as the store's call takes, as a baseline's code would.
+  net::io_context loop(1);
+  std::exception_ptr failed;
+  net::co_spawn(loop, serve(req, res, blocking_calls_.get(), false),
+                [&failed](std::exception_ptr e) { failed = std::move(e); });
+  loop.run();
+  if (failed) std::rethrow_exception(failed);  // answered 500 by HttpServer
+}
+
+net::awaitable<void> PanelServer::serve(const http::Request& req, http::Response& res,
+                                        StoreCalls* calls, bool on_lane) {
+  if (refused_by_guards(req, res)) {
+    record_traffic(req, res);
+    co_return;
+  }
+  if (calls == nullptr) {
+    res.status = 503;  // the lane's Clients did not open (only memory could fail them)
+    res.set_header("Retry-After", "1");
+    res.set_content("the panel is starting; try again in a second\n", "text/plain; charset=utf-8");
+    record_traffic(req, res);
+    co_return;
+  }
+  ClubStore& store = *options_.store;
+  lane::Context ctx(options_.window, store.clock(), *calls, holdfast(), on_lane);
+  if (holdfast()) {
+    // Open from the request's arrival (DESIGN §10): whatever it met before its calls, the
+    // answer comes within the window of whoever sent it (Request::received is on the
+    // store's clock: start() gives it to HttpServer). On a worker, SQLite's still opens at
+    // its first wait (ADR 0011): measured in the drill, opening it at arrival there served
+    // 25 % of the pages of a 5 s reader lock instead of 100 % (not yet understood).
+    const bool from_arrival = on_lane || store.backend() == "postgresql";
+    if (from_arrival && req.received != TimePoint{} && req.received <= store.clock().now()) {
+      ctx.window().open(req.received);
+    }
+    cap_by_upstream(req, ctx.window());
+    // Its reads see the writes the client's hf_wal cookie names, whichever process made them.
+    const lane::OnThisThread request(ctx);
+    store.require_position(cookie_value(req, kWritePositionCookie));
+  }
+  if (req.path == "/status" || req.path == "/status.svg") {
+    co_await get_status(req, res, ctx);
+  } else if (req.path == "/login/link") {
+    co_await get_login_link(req, res, ctx);
+  } else if (req.method != "POST") {
+    co_await get_schedule(req, res, ctx);
+  } else if (req.path == "/report") {
+    co_await post_report(req, res, ctx);
+  } else if (req.path == "/login") {
+    co_await post_login(req, res, ctx);
+  } else if (req.path == "/logout") {
+    co_await post_logout(req, res, ctx);
+  } else {
+    co_await post_write(req, res, ctx);
+  }
+  record_traffic(req, res);
+}
+
+std::optional<HttpServer::LaneHooks> PanelServer::event_loop_calls() {
+#ifdef HOLDFAST_PANEL_HAVE_PG
+  std::optional<Result<PgClubStore::LaneOptions>> wanted = PgLane::wanted(*options_.store);
+  if (!wanted) return std::nullopt;
+  if (!wanted->ok()) {
+    // Served on the workers (their blocking calls work with these options); say why once.
+    options_.logger->warn("panel", "the PostgreSQL routes are served on the workers: " +
+                                       std::string(wanted->status().message()));
+    return std::nullopt;
+  }
+  HttpServer::LaneHooks hooks;
+  hooks.started = [this, clients = std::move(**wanted)](const net::any_io_executor& loop) {
+    // Checked by wanted(): only memory could fail it.
+    Result<std::unique_ptr<PgLane>> lane = PgLane::open(*options_.store, loop, clients);
+    if (lane.ok()) pg_lane_ = std::move(*lane);
+  };
+  hooks.stopped = [this] { pg_lane_.reset(); };
+  return hooks;
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace holdfast::panel

@@ -6,7 +6,10 @@
 // GET /healthz, GET /status and GET /status.svg (signed in: the Shields now and the last
 // five minutes of answers; status_page.hpp).
 //
-// With the holdfast strategy each request runs inside one RequestScope (6 s window). When
+// Every route with database work is one coroutine, whatever the strategy (ADR 0052): on
+// HttpServer's async lane (holdfast on the system clock), its calls the library's adapters
+// (store_calls.hpp); otherwise run to its end on a worker, its calls the store's blocking
+// ones. With the holdfast strategy each request's calls draw from one window (6 s). When
 // the window is spent or the breaker is open, a page answers 503 with Retry-After and a
 // digest (the same digest is in the console log line), or — for the schedule — the last
 // good copy with an "as of HH:MM:SS" banner (header X-Holdfast-Stale). The baselines answer
@@ -46,6 +49,7 @@ class Housekeeper;
 class PgLane;
 struct SchedulePage;
 class SessionToucher;
+class StoreCalls;
 namespace lane {
 struct Context;
 }
@@ -75,7 +79,7 @@ class PanelServer {
     // Every route with database work (the schedule, payments, sign-ups, sign-in and
     // sign-out, links, reports, /status) on HttpServer's async lane when the store has
     // ClubStore::async_access() and runs on the system clock (ADRs 0029, 0030); false: on
-    // the workers, as every other route.
+    // the workers, each run to its end on one with the store's blocking calls (ADR 0052).
     bool async_lane = true;
     // The password checks' places (SignInGate, sign_in_gate.hpp), on the lane and on the
     // workers alike: checks started at once (each is about 0.1 s of CPU, two at a time: 4
@@ -141,9 +145,20 @@ class PanelServer {
   void install_guards();
   // The async lane's threads for a store of `connections` (server.cpp).
   [[nodiscard]] static int lane_threads(int connections);
-  // Every request: the guards, its route (by method and path; the routes live in
-  // routes_<resource>.cpp), then record_traffic(). On HttpServer's workers.
+  // On HttpServer's workers: the light routes (by method and path; the routes live in
+  // routes_<resource>.cpp), and, without the lane, the database routes (serve_here()).
   void handle(const http::Request& req, http::Response& res);
+  // True for a route with database work (the async lane's, or serve_here()'s).
+  [[nodiscard]] static bool is_database_route(const http::Request& req) noexcept;
+  // A database route run to its end on this worker's thread (its own event loop), its calls
+  // the store's blocking ones (blocking_calls()).
+  void serve_here(const http::Request& req, http::Response& res);
+  // A database route: the guards, the request's Context (its window open from its arrival,
+  // DESIGN §10, capped by an upstream deadline, with the client's hf_wal position), the
+  // route, then record_traffic(). `calls` null: on the lane before its PostgreSQL Clients
+  // opened (503 + Retry-After).
+  boost::asio::awaitable<void> serve(const http::Request& req, http::Response& res,
+                                     StoreCalls* calls, bool on_lane);
   // What every request meets before its route (server_guards.cpp): true when it answered.
   bool refused_by_guards(const http::Request& req, http::Response& res);
   // When an upstream proxy said how long it waits for the answer (kUpstreamTimeoutHeader):
@@ -156,22 +171,6 @@ class PanelServer {
   [[nodiscard]] bool holdfast() const noexcept {
     return options_.store->strategy() == Strategy::kHoldfast;
   }
-  // The request's window (holdfast; none for the baselines): every database call of the
-  // request draws from it while it lives. Its reads also see the client's last write made
-  // through any panel process: the position its hf_wal cookie carries
-  // (ClubStore::require_position(); a cookie that is not a position is ignored).
-  class RequestWindow {
-   public:
-    RequestWindow(const PanelServer& server, const http::Request& req);
-    RequestWindow(const RequestWindow&) = delete;
-    RequestWindow& operator=(const RequestWindow&) = delete;
-
-   private:
-    std::optional<RequestScope> scope_;
-  };
-  [[nodiscard]] RequestWindow request_window(const http::Request& req) const {
-    return RequestWindow(*this, req);
-  }
   // After a request that wrote: the hf_wal cookie with the position the client's next reads
   // must see, whichever process serves them (ClubStore::write_position()). Nothing when the
   // store has no position (SQLite, a baseline).
@@ -180,7 +179,8 @@ class PanelServer {
   // routes_service.cpp: the service's own routes.
   void get_healthz(const http::Request& req, http::Response& res);
   void get_metrics(const http::Request& req, http::Response& res);
-  void post_report(const http::Request& req, http::Response& res);
+  boost::asio::awaitable<void> post_report(const http::Request& req, http::Response& res,
+                                           lane::Context& ctx);
   // What a problem report asks once checked (and logged); nullopt after answering 400.
   struct ReportAsk {
     std::string path;
@@ -195,7 +195,8 @@ class PanelServer {
 
   // routes_session.cpp: signing in.
   void get_login(const http::Request& req, http::Response& res);
-  void post_login(const http::Request& req, http::Response& res);
+  boost::asio::awaitable<void> post_login(const http::Request& req, http::Response& res,
+                                          lane::Context& ctx);
   // What a sign-in asks, once its input is checked and it has a place in both throttles.
   struct SignInAsk {
     std::string email;
@@ -218,7 +219,12 @@ class PanelServer {
   // Settles the throttles and answers (303 with the session, 401, 503 + Retry-After for
   // kBusySigningIn, 429 + Retry-After: 1 for kTooManyAtOnce, or the failure).
   void answer_sign_in(http::Response& res, const SignInAsk& ask, const Result<std::string>& token);
-  void get_login_link(const http::Request& req, http::Response& res);
+  // A sign-in's session (a token), or why there is none: its credentials read, its password
+  // checked in a place of the SignInGate (on HttpServer::cpu_executor() on the lane), a
+  // fresh hash written when due, and the session opened.
+  boost::asio::awaitable<Result<std::string>> sign_in(const SignInAsk& ask, lane::Context& ctx);
+  boost::asio::awaitable<void> get_login_link(const http::Request& req, http::Response& res,
+                                              lane::Context& ctx);
   struct SignInLink {
     std::int64_t user_id;
     std::string next;
@@ -229,19 +235,18 @@ class PanelServer {
   void answer_sign_in_link(http::Response& res, const SignInLink& link,
                            const Result<std::string>& session);
   // POST /logout: ends the session (CSRF-checked like the writes) and clears its cookie.
-  void post_logout(const http::Request& req, http::Response& res);
+  boost::asio::awaitable<void> post_logout(const http::Request& req, http::Response& res,
+                                           lane::Context& ctx);
   // Its CSRF check (false after answering 403), and its answer once the session `token`
   // (empty: none was sent) is ended.
   bool logout_allowed(const http::Request& req, http::Response& res, const std::string& token);
   void answer_logout(http::Response& res, const std::string& token);
 
-  // routes_schedule.cpp: the schedule, as a page and as JSON.
-  void get_schedule_page(const http::Request& req, http::Response& res);
-  void get_schedule_json(const http::Request& req, http::Response& res);
-  // Answers the schedule, a redirect or 401 to sign in, a 400, or the last good copy; or
-  // returns the failure for the caller to answer once the request's window is closed.
-  std::optional<Status> answer_schedule(const http::Request& req, http::Response& res,
-                                        bool as_json);
+  // routes_schedule.cpp: the schedule, as a page (GET /dashboard/schedule) and as JSON
+  // (GET /api/schedule): the schedule, a redirect or 401 to sign in, a 400, the last good
+  // copy, or the failure.
+  boost::asio::awaitable<void> get_schedule(const http::Request& req, http::Response& res,
+                                            lane::Context& ctx);
   // What a schedule request asks, known before any read.
   struct ScheduleAsk {
     std::string date;   // YYYY-MM-DD
@@ -261,69 +266,33 @@ class PanelServer {
     std::uint64_t epoch = 0;    // the data epoch observed before the reads (0: none)
     bool current_copy = false;  // the schedule is the last good copy, still current
   };
-  // After the reads, as answer_schedule() does.
+  // After the reads: answers, or returns the failure to answer.
   std::optional<Status> answer_schedule_read(const ScheduleAsk& ask, http::Response& res,
                                              ScheduleRead& read);
-  // The async lane (holdfast, where the store has ClubStore::async_access()): the
-  // schedule's routes, payments, sign-ups and sign-outs with the same answers, their
-  // database calls driven by holdfast::asio::async_run, so that a backoff, a place under
-  // the limit, a wait for the probe or for a lock holds no thread (ADRs 0029, 0030, 0032).
-  // routes_async.cpp: which requests, and the dispatch.
-  [[nodiscard]] static bool is_async_route(const http::Request& req) noexcept;
-  boost::asio::awaitable<void> handle_async(const http::Request& req, http::Response& res);
-  // routes_schedule_async.cpp
-  boost::asio::awaitable<void> get_schedule_async(const http::Request& req, http::Response& res,
-                                                  lane::Context& ctx);
-  boost::asio::awaitable<void> read_schedule_async(lane::Context& ctx, const ScheduleAsk& ask,
-                                                   ScheduleRead& read);
-  // routes_async.cpp
-  boost::asio::awaitable<void> post_write_async(const http::Request& req, http::Response& res,
-                                                lane::Context& ctx);
-  boost::asio::awaitable<void> post_logout_async(const http::Request& req, http::Response& res,
-                                                 lane::Context& ctx);
-  boost::asio::awaitable<void> post_login_async(const http::Request& req, http::Response& res,
-                                                lane::Context& ctx);
-  boost::asio::awaitable<void> get_login_link_async(const http::Request& req, http::Response& res,
-                                                    lane::Context& ctx);
-  boost::asio::awaitable<void> post_report_async(const http::Request& req, http::Response& res,
-                                                 lane::Context& ctx);
-  boost::asio::awaitable<void> get_status_async(const http::Request& req, http::Response& res,
-                                                lane::Context& ctx);
-  // A session opened for `user_id` (its token), as ClubStore::open_session() opens one.
-  boost::asio::awaitable<Result<std::string>> open_session_async(std::int64_t user_id,
-                                                                 lane::Context& ctx);
-  // The user of the request's session cookie (`token`), as ClubStore::session() reads it;
-  // the read in the class of the route it authorizes (`priority`).
-  boost::asio::awaitable<Result<std::optional<User>>> session_async(
+  // The session's user and the schedule of `ask.date`. `read.signed_out` is set only when
+  // the database answered that the session is not live (never for an error of the
+  // database).
+  boost::asio::awaitable<void> read_schedule(lane::Context& ctx, const ScheduleAsk& ask,
+                                             ScheduleRead& read);
+  // The user of the request's session cookie (`token`; empty: none), as ClubStore::session()
+  // reads it; the read in the class of the route it authorizes (`priority`).
+  boost::asio::awaitable<Result<std::optional<User>>> session_of(
       const std::string& token, const std::string& now, lane::Context& ctx,
       Priority priority = Priority::kNormal);
-  // The same with the file's change epoch observed by the same read (0 on PostgreSQL).
-  boost::asio::awaitable<Result<ClubStore::StampedSession>> stamped_session_async(
-      const std::string& token, const std::string& now, lane::Context& ctx,
-      Priority priority = Priority::kNormal);
-  // What an async sign-in's session (a token) is, or why there is none.
-  boost::asio::awaitable<Result<std::string>> sign_in_async(const SignInAsk& ask,
-                                                            lane::Context& ctx);
-  // The session's user and the schedule of `date`. `signed_out` is set only when the
-  // database answered that the session is not live (never for an error of the database).
-  Status read_schedule(const std::string& token, const std::string& date, const std::string& now,
-                       Schedule& schedule, User& user, bool& signed_out);
   // Answers the last good copy of `date`'s schedule when `failure` allows it (holdfast,
   // serve_stale, busy) and there is one; false when it answered nothing.
   bool answer_stale_schedule(http::Response& res, const std::string& date, const User& user,
                              const Status& failure, bool as_json);
 
-  // routes_status.cpp: the live status page and its chart; every answer is counted for it.
-  void get_status(const http::Request& req, http::Response& res);
-  void get_status_svg(const http::Request& req, http::Response& res);
-  // True for a live session, or, while the database cannot say, for a session it confirmed
-  // for /status within the last five minutes; otherwise answers (redirect, 401 or the failure)
-  // and false.
-  bool status_allowed(const http::Request& req, http::Response& res, std::string_view path,
-                      bool image);
-  // The same, given what a read of the session `token` answered (`who`; token empty: none).
-  bool status_allowed_of(http::Response& res, std::string_view path, bool image,
-                         const std::string& token, const Result<std::optional<User>>& who);
+  // routes_status.cpp: the live status page (GET /status) and its chart (GET /status.svg),
+  // for a live session, or, while the database cannot say, for a session it confirmed for
+  // /status within the last five minutes; every answer is counted for the chart.
+  boost::asio::awaitable<void> get_status(const http::Request& req, http::Response& res,
+                                          lane::Context& ctx);
+  // Whether the session `token` (empty: none) may see it, given what a read of the session
+  // answered (`who`); otherwise answers (a redirect, 401 or the failure) and false.
+  bool status_allowed(http::Response& res, std::string_view path, bool image,
+                      const std::string& token, const Result<std::optional<User>>& who);
   // The page or its chart (`image`), once allowed.
   void answer_status(http::Response& res, bool image);
   [[nodiscard]] StatusView status_view() const;
@@ -332,8 +301,8 @@ class PanelServer {
 
   // routes_writes.cpp: payments and signups, all or nothing; an Idempotency-Key makes a
   // repeat return the first result.
-  void post_payment(const http::Request& req, http::Response& res);
-  void post_signup(const http::Request& req, http::Response& res);
+  boost::asio::awaitable<void> post_write(const http::Request& req, http::Response& res,
+                                          lane::Context& ctx);
   struct WriteInput {
     std::int64_t user_id = 0;
     std::int64_t value = 0;  // the route's positive whole number
@@ -342,13 +311,11 @@ class PanelServer {
   };
   // What every write starts with: a signed-in user (with the CSRF token a form needs), the
   // route's positive whole number (amount_cents or game_id), the payment's method and the
-  // Idempotency-Key, all checked. nullopt after answering the request. write_input() reads
-  // the session; write_input_of() takes what a read of it answered (`who`).
+  // Idempotency-Key, all checked, given what a read of the session answered (`who`).
+  // nullopt after answering the request.
   std::optional<WriteInput> write_input(const http::Request& req, http::Response& res,
-                                        std::string_view path);
-  std::optional<WriteInput> write_input_of(const http::Request& req, http::Response& res,
-                                           std::string_view path, const std::string& token,
-                                           const Result<std::optional<User>>& who);
+                                        std::string_view path, const std::string& token,
+                                        const Result<std::optional<User>>& who);
   // What the store answered, as the answer (201, 200 for a replay, or the refusal).
   void answer_payment(http::Response& res, const Result<PaymentReceipt>& paid);
   void answer_signup(http::Response& res, const Result<SignupReceipt>& added);
@@ -361,6 +328,10 @@ class PanelServer {
   std::unique_ptr<HttpServer> http_;
   // Made and released by event_loop_calls()' hooks (shared: PgLane is complete only there).
   std::shared_ptr<PgLane> pg_lane_;
+  // The routes' calls on the lane for SQLite (sqlite_calls()), and on the workers
+  // (blocking_calls()).
+  std::unique_ptr<StoreCalls> sqlite_calls_;
+  std::unique_ptr<StoreCalls> blocking_calls_;
   int port_ = 0;
   PanelCounters counters_;
   std::unique_ptr<TrafficRing> traffic_;  // answers per second, for /status

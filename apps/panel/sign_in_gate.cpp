@@ -1,7 +1,6 @@
 #include "sign_in_gate.hpp"
 
 #include <algorithm>
-#include <condition_variable>
 #include <memory>
 #include <optional>
 
@@ -130,32 +129,6 @@ void SignInGate::leave(std::uint64_t id) {
     expire_and_start(clock_.now(), wakes);
   }
   call(wakes);
-}
-
-SignInGate::Turn SignInGate::wait_for_turn(Asker asker, std::uint64_t& id) {
-  struct Signal {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::optional<Turn> turn;
-  };
-  const auto signal = std::make_shared<Signal>();
-  const Entry entry = enter(std::move(asker), [signal](Turn turn) {
-    {
-      std::lock_guard<std::mutex> lock(signal->mutex);
-      signal->turn = turn;
-    }
-    signal->changed.notify_one();
-  });
-  id = entry.id;
-  if (entry.turn != Turn::kWait) return entry.turn;
-  {
-    std::unique_lock<std::mutex> lock(signal->mutex);
-    if (signal->changed.wait_for(lock, options_.max_wait,
-                                 [&] { return signal->turn.has_value(); })) {
-      return *signal->turn;
-    }
-  }
-  return give_up(entry.id);
 }
 
 SignInGate::Counts SignInGate::counts() const {

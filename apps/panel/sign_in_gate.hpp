@@ -13,8 +13,7 @@
 //
 // Thread-safe. The gate never blocks in enter() or leave(): a waiter learns its turn through
 // the Wake it gave, called once, without the gate's lock held, on the thread that freed the
-// place (or displaced it, or found it too old). wait_for_turn() is the same for a caller on a
-// thread of its own (the panel's workers).
+// place (or displaced it, or found it too old).
 #pragma once
 
 #include <cstdint>
@@ -74,10 +73,6 @@ class SignInGate {
   Turn give_up(std::uint64_t id);
   // A started check is done: its place goes to the next waiter.
   void leave(std::uint64_t id);
-
-  // enter(), then, when queued, waiting on this thread for the turn (at most max_wait of
-  // real time): kRun (leave(id) when done), or why not.
-  [[nodiscard]] Turn wait_for_turn(Asker asker, std::uint64_t& id);
 
   [[nodiscard]] const Options& options() const noexcept { return options_; }
   struct Counts {

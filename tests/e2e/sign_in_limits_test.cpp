@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -261,24 +260,6 @@ TEST_F(SignInGateTest, AFloodFromManyAddressesLeavesACleanAddressTheNextPlace) {
   ASSERT_EQ(gate.enter({"192.0.2.7", "", 0}, [&](Turn t) { user = t; }).turn, Turn::kWait);
   gate.leave(running.front());
   EXPECT_EQ(user, Turn::kRun) << "the first place that frees";
-}
-
-TEST(SignInGate, AWorkerWaitingOnItsThreadStartsWhenAPlaceFrees) {
-  SignInGate::Options o;
-  o.running = 1;
-  SignInGate gate(Clock::system(), o);
-  const SignInGate::Entry first = gate.enter({"10.0.0.1", "", 0}, nullptr);
-  ASSERT_EQ(first.turn, Turn::kRun);
-  Turn turn = Turn::kFull;
-  std::uint64_t id = 0;
-  std::thread worker([&] { turn = gate.wait_for_turn({"10.0.0.2", "", 0}, id); });
-  while (gate.counts().waiting == 0)
-    std::this_thread::yield();
-  gate.leave(first.id);
-  worker.join();
-  EXPECT_EQ(turn, Turn::kRun);
-  gate.leave(id);
-  EXPECT_EQ(gate.counts().running, 0);
 }
 
 }  // namespace
