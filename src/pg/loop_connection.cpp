@@ -256,6 +256,23 @@ Want LoopConnection::step() noexcept {
   return want_ = Want::kRead;
 }
 
+std::size_t LoopConnection::prepared_id(std::string_view sql, bool& parse) {
+  parse = false;
+  std::size_t id = 0;
+  while (id < prepared_.size() && prepared_[id] != sql)
+    ++id;
+  if (id < prepared_.size()) return id;
+  if (id >= kMaxPrepared) return kNoParse;
+  prepared_.reserve(kMaxPrepared);
+  prepared_.emplace_back(sql);
+  parse = true;
+  return id;
+}
+
+void LoopConnection::not_prepared(std::size_t id) noexcept {
+  if (id < prepared_.size()) prepared_.resize(id);
+}
+
 Want LoopConnection::send_pipeline(std::span<const Piece> pieces) {
   PQclear(std::exchange(good_, nullptr));
   PQclear(std::exchange(bad_, nullptr));
@@ -270,17 +287,40 @@ Want LoopConnection::send_pipeline(std::span<const Piece> pieces) {
   if (PQenterPipelineMode(conn) == 0) return want_ = Want::kNothing;
   pieces_ = pieces.size();
   bool ok = true;
-  for (const Piece& piece : pieces) {
-    impl->sql.assign(piece.sql);
+  for (std::size_t i = 0; i < pieces.size() && ok; ++i) {
+    const Piece& piece = pieces[i];
+    const int n = static_cast<int>(piece.params.size());
     impl->bind(piece.params);
-    ok = PQsendQueryParams(conn, impl->sql.c_str(), static_cast<int>(piece.params.size()),
-                           impl->types.data(), impl->values.data(), nullptr, nullptr, 0) != 0;
-    if (!ok) break;
+    bool parse = false;
+    const std::size_t id = piece.prepared ? prepared_id(piece.sql, parse) : kNoParse;
+    if (id == kNoParse) {
+      impl->sql.assign(piece.sql);
+      ok = PQsendQueryParams(conn, impl->sql.c_str(), n, impl->types.data(), impl->values.data(),
+                             nullptr, nullptr, 0) != 0;
+    } else {
+      // libpq copies the text and the values into its buffer as each is sent.
+      statement_name(id, impl->name);
+      if (parse) {
+        ok = PQsendPrepare(conn, impl->name.c_str(), prepared_[id].c_str(), n,
+                           impl->types.data()) != 0;
+        if (!ok) {
+          not_prepared(id);
+          break;
+        }
+        group_piece_[groups_] = i;
+        group_parse_[groups_++] = id;
+      }
+      ok = PQsendQueryPrepared(conn, impl->name.c_str(), n, impl->values.data(), nullptr, nullptr,
+                               0) != 0;
+    }
+    group_piece_[groups_] = i;
+    group_parse_[groups_++] = kNoParse;
   }
   sent_ = ok && PQpipelineSync(conn) != 0;
   if (!sent_) {
-    // Out of step with the server: never reuse this connection.
+    // Out of step with the server: never reuse this connection (nor its prepared statements).
     connection_.close();
+    prepared_.clear();
     return want_ = Want::kNothing;
   }
   return want_ = flush();
@@ -296,17 +336,23 @@ Want LoopConnection::pipeline_step(pg_conn* conn) noexcept {
       continue;
     }
     const ExecStatusType st = PQresultStatus(r);
+    const bool known = at_ < groups_;
+    const std::size_t parse = known ? group_parse_[at_] : kNoParse;
     if (st == PGRES_PIPELINE_SYNC) {
       synced_ = true;
       PQclear(r);
-    } else if (is_rows(st) && at_ < pieces_) {
-      PQclear(std::exchange(out_[at_], r));
+    } else if (parse != kNoParse && (is_rows(st) || st == PGRES_PIPELINE_ABORTED)) {
+      if (st == PGRES_PIPELINE_ABORTED) not_prepared(parse);
+      PQclear(r);  // a Parse's own result
+    } else if (is_rows(st) && known) {
+      PQclear(std::exchange(out_[group_piece_[at_]], r));
     } else if (is_copy(st)) {
       end_copy(conn, r);
     } else if (st == PGRES_PIPELINE_ABORTED || is_rows(st)) {
       PQclear(r);
-    } else if (keep_error(bad_, r)) {
-      bad_at_ = at_;
+    } else {
+      if (parse != kNoParse) not_prepared(parse);
+      if (keep_error(bad_, r) && known) bad_at_ = group_piece_[at_];
     }
   }
   if (!synced_) return Want::kRead;
@@ -318,6 +364,7 @@ void LoopConnection::clear_pipeline() noexcept {
   for (pg_result*& r : out_)
     PQclear(std::exchange(r, nullptr));
   pieces_ = 0;
+  groups_ = 0;
   at_ = 0;
   bad_at_ = 0;
   synced_ = false;
@@ -332,6 +379,7 @@ Status LoopConnection::pipeline_result(std::span<Rows> out, std::size_t* failed)
   const std::size_t bad_at = bad_at_;
   const bool synced = synced_;
   clear_pipeline();
+  forget_prepared_if_discarded(bad.native());
   auto* impl = ConnectionAccess::impl(connection_);
   if (impl == nullptr || impl->conn == nullptr) {
     if (bad.native() == nullptr) {
@@ -350,15 +398,18 @@ Status LoopConnection::pipeline_result(std::span<Rows> out, std::size_t* failed)
   return Status();
 }
 
+void LoopConnection::forget_prepared_if_discarded(const pg_result* failure) noexcept {
+  if (failure == nullptr) return;
+  // The server has forgotten its prepared statements (a pooler's DISCARD ALL): prepare them
+  // again.
+  const char* state = PQresultErrorField(failure, PG_DIAG_SQLSTATE);
+  if (state != nullptr && std::string_view(state) == "26000") prepared_.clear();
+}
+
 Result<Rows> LoopConnection::result() {
   Rows good(std::exchange(good_, nullptr));
   Rows bad(std::exchange(bad_, nullptr));
-  if (bad.native() != nullptr) {
-    // The server has forgotten its prepared statements (a pooler's DISCARD ALL): prepare
-    // them again.
-    const char* state = PQresultErrorField(bad.native(), PG_DIAG_SQLSTATE);
-    if (state != nullptr && std::string_view(state) == "26000") prepared_.clear();
-  }
+  forget_prepared_if_discarded(bad.native());
   auto* impl = ConnectionAccess::impl(connection_);
   if (impl == nullptr || impl->conn == nullptr) return Impl::closed();
   if (bad.native() != nullptr || !sent_ || PQstatus(impl->conn) != CONNECTION_OK) {

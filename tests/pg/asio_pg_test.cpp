@@ -111,7 +111,8 @@ TEST_F(AsioPg, ReadsWritesAndKeyedWritesOnOneLoop) {
 TEST_F(AsioPg, AReadIsPreparedOncePerConnectionAndNothingIsPreparedBehindATransactionPooler) {
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     // How many statements the read's own session has prepared (it counts itself when
-    // prepared), on the one connection the Client keeps.
+    // prepared, and the statement_timeout's setting sent with each read is one too), on the
+    // one connection the Client keeps.
     const std::string prepared_here = "SELECT count(*) FROM pg_prepared_statements";
     for (const holdfast::pg::Pooling pooling :
          {holdfast::pg::Pooling::kSession, holdfast::pg::Pooling::kTransaction}) {
@@ -142,7 +143,7 @@ TEST_F(AsioPg, AReadIsPreparedOncePerConnectionAndNothingIsPreparedBehindATransa
           co_await client->async_read(request, "t.prepared", prepared_here, {}, net::use_awaitable);
       EXPECT_TRUE(n.ok()) << n.status().to_string();
       if (n.ok()) {
-        EXPECT_EQ(n->text(0, 0), pooling == holdfast::pg::Pooling::kSession ? "2" : "0");
+        EXPECT_EQ(n->text(0, 0), pooling == holdfast::pg::Pooling::kSession ? "3" : "0");
       }
       EXPECT_EQ(client->open_connections(), 1u);
     }

@@ -348,3 +348,48 @@ TEST_F(AsioPgTransaction, TheServerIsToldTheDeadlineAsTheStatementTimeout) {
     }
   });
 }
+
+// A read on the primary tells the server its deadline too, in the same round trip: the read
+// and its setting are prepared statements of the connection (both prepared by the first read,
+// each Parse just before its statement), and the setting lasts only for the read's own
+// implicit transaction.
+TEST_F(AsioPgTransaction, APrimaryReadIsPreparedAndCarriesItsDeadlineAsTheStatementTimeout) {
+  const std::string timeout_and_prepared =
+      "SELECT current_setting('statement_timeout', false), (SELECT count(*) FROM "
+      "pg_catalog.pg_prepared_statements WHERE name LIKE 'holdfast_loop_%')";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options();
+    o.max_connections = 1;  // every read on one session
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), std::move(o)).value();
+    const auto read = [&](holdfast::Duration window) -> net::awaitable<Result<Rows>> {
+      RequestContext request(window, holdfast::Clock::system());
+      co_return co_await client->async_read(request, "timeout", timeout_and_prepared, {},
+                                            net::use_awaitable);
+    };
+    Result<Rows> first = co_await read(2s);
+    EXPECT_TRUE(first.ok()) << first.status().to_string();
+    if (!first.ok()) co_return;
+    // current_setting() shows the unit: "1999ms", or "2s" when the whole seconds were left.
+    const std::string shown(first->text(0, 0));
+    EXPECT_TRUE(shown.ends_with("ms") || shown == "2s") << shown;
+    if (shown.ends_with("ms")) {
+      const long long ms = std::stoll(shown);
+      EXPECT_GE(ms, 1);
+      EXPECT_LE(ms, 2000);
+    }
+    EXPECT_EQ(first->text(0, 1), "2") << "the read and its setting, prepared";
+
+    Result<Rows> second = co_await read(5s);  // executed by name now
+    EXPECT_TRUE(second.ok()) << second.status().to_string();
+    if (!second.ok()) co_return;
+    EXPECT_NE(second->text(0, 0), first->text(0, 0)) << "each read its own deadline";
+    EXPECT_EQ(second->text(0, 1), "2");
+
+    // A window too long to be a statement_timeout sends none: the session's own is there,
+    // so no earlier read's was left behind.
+    Result<Rows> unbounded = co_await read(std::chrono::hours(24 * 30));
+    EXPECT_TRUE(unbounded.ok()) << unbounded.status().to_string();
+    if (!unbounded.ok()) co_return;
+    EXPECT_EQ(unbounded->text(0, 0), "0");
+  });
+}

@@ -48,7 +48,8 @@
 /// slow_copy_floor: the blocking pg::Database's rule, docs/adr/0041).
 ///
 /// A read sent to the primary is prepared once per connection and then executed by name
-/// (ClientOptions::pooling: not behind a pooler in transaction mode).
+/// (ClientOptions::pooling: not behind a pooler in transaction mode), its first Parse in the
+/// same round trip.
 ///
 /// Transactions of several statements are coroutines of the caller's (async_transaction(),
 /// async_once() with a function): each statement a round trip on the loop, BEGIN sent with the
@@ -59,14 +60,12 @@
 /// no reads, and a read whose position is of a timeline older than the newest the primary's
 /// writes showed goes to the primary (pg::Database's rules, docs/adr/0050).
 ///
-/// Every call that begins a transaction (a write, a transaction, a keyed write) and every
-/// standby read tells the server what its deadline leaves (SET LOCAL statement_timeout, in the
-/// same round trip), so that the server ends the statement by itself even when the cancel
-/// cannot reach it. A read sent to the primary prepared goes alone: only the cancel ends it.
+/// Every call tells the server what its deadline leaves (SET LOCAL statement_timeout, in the
+/// same round trip: a read's setting lasts for the implicit transaction of its pipeline), so
+/// that the server ends the statement by itself even when the cancel cannot reach it.
 ///
-/// Not yet here (the blocking pg::Database has them): statement_timeout on a prepared read,
-/// prepared standby reads and writes, Statements prepared inside a transaction, reads spread
-/// over several standbys.
+/// Not yet here (the blocking pg::Database has them): prepared standby reads and writes,
+/// Statements prepared inside a transaction, reads spread over several standbys.
 #pragma once
 
 #include <algorithm>
@@ -625,13 +624,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   awaitable<void> probe_host(std::shared_ptr<Client> self, std::shared_ptr<Probing> probing,
                              std::size_t host, TimePoint until);
 
-  // Sends one statement on `s` (`prepared`: as a prepared statement of the connection) and
-  // waits for its result (drive()).
+  // Sends one statement on `s` and waits for its result (drive()).
   awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,
                                    std::span<const holdfast::pg::Param> params, TimePoint until,
-                                   Pool* silence = nullptr, bool prepared = false) {
-    const Want first = prepared ? s.conn.send_prepared(sql, params) : s.conn.send(sql, params);
-    Status st = co_await drive(s, first, until, silence);
+                                   Pool* silence = nullptr) {
+    Status st = co_await drive(s, s.conn.send(sql, params), until, silence);
     lost(s);
     if (!st.ok()) co_return st;
     co_return s.conn.result();
@@ -652,22 +649,24 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // is where the transaction the pipeline runs in begins: there go what the deadline leaves as
   // the server's statement_timeout (as pg::Database sends it), and, behind a pooler in
   // transaction mode, the session's settings (set in each transaction instead of at connect).
-  // `out` and `failed` count only `pieces`.
+  // `out` and `failed` count only `pieces`. `prepare_timeout`: the statement_timeout's piece is
+  // a prepared statement of the connection (not behind a pooler in transaction mode).
   awaitable<Status> exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
                              std::size_t* failed, TimePoint until,
-                             std::size_t settings_at = kNoSettings, Pool* silence = nullptr);
+                             std::size_t settings_at = kNoSettings, Pool* silence = nullptr,
+                             bool prepare_timeout = false);
 
-  // A read outside any transaction: with the settings in front of it when they go with each
-  // transaction (exchange() above), else alone (prepared when `prepared`).
+  // A read outside any transaction, in the same round trip as what its deadline leaves as the
+  // server's statement_timeout (the pipeline's implicit transaction is what the setting lasts
+  // for) and, behind a pooler in transaction mode, the session's settings (exchange() above).
+  // `prepared`: the read and its setting are prepared statements of the connection.
   awaitable<Result<Rows>> read_once(Slot& s, std::string_view sql,
                                     std::span<const holdfast::pg::Param> params, TimePoint until,
                                     Pool* silence, bool prepared) {
-    if (settings_sql_.empty())
-      co_return co_await exchange(s, sql, params, until, silence, prepared);
-    const Piece piece[] = {{sql, params}};
+    const Piece piece[] = {{sql, params, prepared}};
     Rows out[1];
     std::size_t failed = 1;
-    Status st = co_await exchange(s, piece, out, &failed, until, 0, silence);
+    Status st = co_await exchange(s, piece, out, &failed, until, 0, silence, prepared);
     if (!st.ok()) co_return st;
     co_return std::move(out[0]);
   }

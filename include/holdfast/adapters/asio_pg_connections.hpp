@@ -380,7 +380,7 @@ auto Client<Executor>::connect_backing_off(const Pool& pool, Duration left) -> S
 template <class Executor>
 auto Client<Executor>::exchange(Slot& s, std::span<const Piece> pieces, std::span<Rows> out,
                                 std::size_t* failed, TimePoint until, std::size_t settings_at,
-                                Pool* silence) -> awaitable<Status> {
+                                Pool* silence, bool prepare_timeout) -> awaitable<Status> {
   *failed = pieces.size();
   // Where the pipeline's transaction begins: the settings (behind a transaction pooler), and
   // what the deadline leaves as the server's statement_timeout, as pg::Database sends it. The
@@ -395,7 +395,7 @@ auto Client<Executor>::exchange(Slot& s, std::span<const Piece> pieces, std::spa
     if (!settings_sql_.empty()) extra[inserted++] = Piece{settings_sql_, settings_params_};
     if (std::optional<std::string_view> ms = timeout_text_until(until, timeout_text)) {
       timeout_param[0] = holdfast::pg::Param(*ms);
-      extra[inserted++] = Piece{kStatementTimeoutSql, timeout_param};
+      extra[inserted++] = Piece{kStatementTimeoutSql, timeout_param, prepare_timeout};
     }
   }
   if (inserted == 0) {

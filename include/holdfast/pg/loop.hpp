@@ -126,6 +126,9 @@ class LoopConnection {
   struct Piece {
     std::string_view sql;             ///< the statement
     std::span<const Param> params{};  ///< its parameters
+    /// Sent as a prepared statement of this connection, as send_prepared() sends it; the
+    /// first time, its Parse goes in the same pipeline, just before it (no round trip more).
+    bool prepared = false;
   };
   /// Sends `pieces` as one pipeline closed by one Sync: one round trip. The server runs them
   /// in one implicit transaction (unless they begin or end one themselves) and skips the rest
@@ -164,13 +167,28 @@ class LoopConnection {
   bool connecting_ = false;  // between start() and the end of the connect
   pg_result* good_ = nullptr;
   pg_result* bad_ = nullptr;
-  // A pipeline in flight: its pieces, the results gathered so far, and where it stands.
+  // A pipeline in flight: its pieces, the results gathered so far, and where it stands. Each
+  // piece's results end with a null result, and so do a prepared piece's Parse's: group g's
+  // results are piece group_piece_[g]'s, or, where group_parse_[g] is not kNoParse, the
+  // Parse of that prepared statement.
   static constexpr std::size_t kMaxPieces = 8;
+  static constexpr std::size_t kNoParse = static_cast<std::size_t>(-1);
   std::size_t pieces_ = 0;  // 0: not a pipeline
-  std::size_t at_ = 0;      // the piece whose results come next
+  std::size_t groups_ = 0;  // result groups: the pieces and the Parses among them
+  std::size_t at_ = 0;      // the group whose results come next
   std::size_t bad_at_ = 0;  // the piece that failed first
   bool synced_ = false;     // the Sync's result came
   pg_result* out_[kMaxPieces] = {};
+  std::size_t group_piece_[2 * kMaxPieces] = {};
+  std::size_t group_parse_[2 * kMaxPieces] = {};
+  // A prepared piece's statement id: the one prepared already, or prepared in this pipeline
+  // (added to prepared_). kNoParse: sent as send() sends it (kMaxPrepared are prepared).
+  std::size_t prepared_id(std::string_view sql, bool& parse);
+  // A Parse the pipeline sent did not happen (it failed, or an earlier piece did): that
+  // statement, and any prepared after it, are not prepared.
+  void not_prepared(std::size_t id) noexcept;
+  // A failure of 26000 (the server forgot its prepared statements): prepared_ is emptied.
+  void forget_prepared_if_discarded(const pg_result* failure) noexcept;
   // send_prepared(): the texts prepared on this connection (statement i is "holdfast_loop_i"),
   // and the one being prepared now (its execution follows once the server has it).
   std::vector<std::string> prepared_;
