@@ -352,7 +352,8 @@ Want LoopConnection::pipeline_step(pg_conn* conn) noexcept {
       PQclear(r);
     } else {
       if (parse != kNoParse) not_prepared(parse);
-      if (keep_error(bad_, r) && known) bad_at_ = group_piece_[at_];
+      // An error after the last piece's results is no piece's own.
+      if (keep_error(bad_, r)) bad_at_ = known ? group_piece_[at_] : pieces_;
     }
   }
   if (!synced_) return Want::kRead;

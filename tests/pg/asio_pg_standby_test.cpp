@@ -53,6 +53,46 @@ TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
   });
 }
 
+// A standby read is prepared on its connection as a primary read is: its statement_timeout
+// setting, the standby's head and the read itself, each parsed once; and so is a write with
+// its setting and its commit position's query.
+TEST(AsioPgStandby, StandbyReadsAndWritesArePreparedStatementsOfTheirConnection) {
+  const std::string primary = server_url();
+  const std::string standby = standby_url();
+  if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
+  const std::string prepared_here =
+      "SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'holdfast_loop_%'";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for(primary);
+    o.standby.conninfo = standby;
+    o.max_connections = 1;
+    o.standby_connections = 1;
+    o.hedge_budget = 0;  // only the standby answers the reads
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (const char* expected : {"3", "3"}) {
+      RequestContext request;
+      Result<Rows> n =
+          co_await client->async_read(request, "t.prepared", prepared_here, {}, net::use_awaitable);
+      EXPECT_TRUE(n.ok()) << n.status().to_string();
+      if (n.ok()) {
+        EXPECT_EQ(n->text(0, 0), expected);
+      }
+    }
+    EXPECT_EQ(client->standby_reads(), 2u);
+    // The write sees its setting and itself (the position's query comes after it), then the
+    // position's query too.
+    for (const char* expected : {"2", "3"}) {
+      RequestContext request;
+      Result<Rows> n = co_await client->async_write(request, "t.prepared", prepared_here, {},
+                                                    net::use_awaitable);
+      EXPECT_TRUE(n.ok()) << n.status().to_string();
+      if (n.ok()) {
+        EXPECT_EQ(n->text(0, 0), expected);
+      }
+    }
+  });
+}
+
 // Reads on a hot standby with read-your-writes: a request's write keeps its commit position
 // in the request, and its reads go to the standby only once the standby has replayed it.
 // With the standby's replay paused, the request's own read is answered by the primary (and

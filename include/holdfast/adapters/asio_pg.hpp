@@ -47,9 +47,9 @@
 /// and a standby far slower than the primary is used less (ClientOptions::hedge_budget and
 /// slow_copy_floor: the blocking pg::Database's rule, docs/adr/0041).
 ///
-/// A read sent to the primary is prepared once per connection and then executed by name
-/// (ClientOptions::pooling: not behind a pooler in transaction mode), its first Parse in the
-/// same round trip.
+/// A read (on the primary or a standby) and a write are prepared once per connection and then
+/// executed by name (ClientOptions::pooling: not behind a pooler in transaction mode), the
+/// first Parse in the same round trip.
 ///
 /// Transactions of several statements are coroutines of the caller's (async_transaction(),
 /// async_once() with a function): each statement a round trip on the loop, BEGIN sent with the
@@ -64,8 +64,8 @@
 /// same round trip: a read's setting lasts for the implicit transaction of its pipeline), so
 /// that the server ends the statement by itself even when the cancel cannot reach it.
 ///
-/// Not yet here (the blocking pg::Database has them): prepared standby reads and writes,
-/// Statements prepared inside a transaction, reads spread over several standbys.
+/// Not yet here (the blocking pg::Database has them): Statements prepared inside a
+/// transaction, reads spread over several standbys.
 #pragma once
 
 #include <algorithm>
@@ -655,6 +655,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
                              std::size_t* failed, TimePoint until,
                              std::size_t settings_at = kNoSettings, Pool* silence = nullptr,
                              bool prepare_timeout = false);
+
+  // Whether a call's statements go as prepared statements of their connection: not behind a
+  // pooler in transaction mode (the next transaction may run on a session that never saw them).
+  [[nodiscard]] bool prepares() const noexcept {
+    return options_.pooling == holdfast::pg::Pooling::kSession;
+  }
 
   // A read outside any transaction, in the same round trip as what its deadline leaves as the
   // server's statement_timeout (the pipeline's implicit transaction is what the setting lasts

@@ -42,10 +42,12 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
   if (!slot.ok()) co_return std::nullopt;
   Slot& s = **slot;
   if (in_use != nullptr) *in_use = &s;
-  const Piece pieces[] = {{kStandbyHead}, {state.sql, state.params.params}};
+  // Its setting, the standby's head and the read: prepared statements of the connection.
+  const bool prepared = prepares();
+  const Piece pieces[] = {{kStandbyHead, {}, prepared}, {state.sql, state.params.params, prepared}};
   Rows out[2];
   std::size_t failed = 2;
-  Status st = co_await exchange(s, pieces, out, &failed, cap, 0);
+  Status st = co_await exchange(s, pieces, out, &failed, cap, 0, nullptr, prepared);
   const TimePoint end = detail::Clock::now();
   std::optional<Result<Rows>> answer;
   if (st.ok()) {
@@ -199,10 +201,16 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until
 template <class Executor>
 auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
     -> awaitable<Result<Rows>> {
-  const Piece pieces[] = {{"BEGIN"}, {state.sql, state.params.params}, {"COMMIT"}, {kPositionSql}};
+  // The write, its setting and the commit position's query: prepared statements of the
+  // connection.
+  const bool prepared = prepares();
+  const Piece pieces[] = {{"BEGIN"},
+                          {state.sql, state.params.params, prepared},
+                          {"COMMIT"},
+                          {kPositionSql, {}, prepared}};
   Rows out[4];
   std::size_t failed = 4;
-  Status st = co_await exchange(s, pieces, out, &failed, until, 1, &primary_);
+  Status st = co_await exchange(s, pieces, out, &failed, until, 1, &primary_, prepared);
   if (st.ok() || failed == 3) {
     // Committed (a failure after the COMMIT leaves only the position unknown).
     wrote(state.request, st.ok() ? &out[3] : nullptr, s);
@@ -253,8 +261,7 @@ auto Client<Executor>::primary_call(std::shared_ptr<Plain> state, TimePoint unti
     // The primary's read latency (its round trip, not the wait for a connection) is what a
     // standby's is judged against (ADR 0041).
     const TimePoint sent = detail::Clock::now();
-    r = co_await read_once(**slot, state->sql, state->params.params, until, &primary_,
-                           options_.pooling == holdfast::pg::Pooling::kSession);
+    r = co_await read_once(**slot, state->sql, state->params.params, until, &primary_, prepares());
     if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
     if (!r.ok() && in_use == nullptr) state->primary_failed = true;
   }

@@ -25,8 +25,9 @@ struct ClientOptions {
   /// for one (within its window).
   std::size_t max_connections = 8;
   /// What the connections reach: the server itself or a pooler in session mode
-  /// (Pooling::kSession: a read sent to the primary is prepared once per connection and then
-  /// executed by name, so the server parses and plans it once), or a pooler in transaction
+  /// (Pooling::kSession: a read, on the primary or a standby, and a write are prepared once
+  /// per connection, with the statement_timeout setting each sends, and then executed by
+  /// name, so the server parses and plans each once), or a pooler in transaction
   /// mode (Pooling::kTransaction: nothing is prepared, since the next transaction may run on
   /// a server session that never saw it; the session settings of `connect` must then be ones
   /// the pooler accepts at connect).
