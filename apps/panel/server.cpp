@@ -25,6 +25,34 @@ namespace holdfast::panel {
 
 namespace net = boost::asio;
 
+namespace {
+
+// The routes with database work, by method (HEAD is a GET whose body the server leaves
+// out) and path. GET /login, /healthz and /metrics are light: the server keeps them on
+// workers of their own.
+struct DatabaseRoute {
+  std::string_view method;
+  std::string_view path;
+};
+constexpr DatabaseRoute kDatabaseRoutes[] = {
+    {"GET", "/dashboard/schedule"},
+    {"GET", "/api/schedule"},
+    {"GET", "/login/link"},
+    {"GET", "/status"},
+    {"GET", "/status.svg"},
+    {"POST", "/payments"},
+    {"POST", "/signups"},
+    {"POST", "/login"},
+    {"POST", "/logout"},
+    {"POST", "/report"},
+};
+
+std::string_view route_method(const http::Request& req) noexcept {
+  return req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
+}
+
+}  // namespace
+
 PanelServer::PanelServer(Options options) : options_(std::move(options)) {
   if (options_.store == nullptr || options_.logger == nullptr) {
     throw std::invalid_argument("PanelServer: store and logger are required");
@@ -146,8 +174,7 @@ void PanelServer::handle(const http::Request& req, http::Response& res) {
       {"GET", "/login", &PanelServer::get_login},
   };
   if (is_database_route(req)) return serve_here(req, res);
-  // HEAD is a GET whose body the server leaves out.
-  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : req.method;
+  const std::string_view method = route_method(req);
   const Entry* found = nullptr;
   bool path_known = false;
   for (const Entry& e : kRoutes) {
@@ -156,10 +183,8 @@ void PanelServer::handle(const http::Request& req, http::Response& res) {
     if (e.method == method) found = &e;
   }
   // A database route's path asked with another method.
-  for (std::string_view path : {"/login/link", "/logout", "/dashboard/schedule", "/api/schedule",
-                                "/payments", "/signups", "/report", "/status", "/status.svg"}) {
-    path_known = path_known || req.path == path;
-  }
+  for (const DatabaseRoute& r : kDatabaseRoutes)
+    path_known = path_known || r.path == req.path;
   if (found == nullptr) {
     counters_.bad_request++;
     if (path_known) {
@@ -176,15 +201,11 @@ void PanelServer::handle(const http::Request& req, http::Response& res) {
 }
 
 bool PanelServer::is_database_route(const http::Request& req) noexcept {
-  // GET /login, /healthz and /metrics are light: the server keeps them on workers of their
-  // own.
-  if (req.method == "GET" || req.method == "HEAD") {
-    return req.path == "/dashboard/schedule" || req.path == "/api/schedule" ||
-           req.path == "/login/link" || req.path == "/status" || req.path == "/status.svg";
+  const std::string_view method = route_method(req);
+  for (const DatabaseRoute& r : kDatabaseRoutes) {
+    if (r.path == req.path && r.method == method) return true;
   }
-  return req.method == "POST" &&
-         (req.path == "/payments" || req.path == "/signups" || req.path == "/login" ||
-          req.path == "/logout" || req.path == "/report");
+  return false;
 }
 
 void PanelServer::serve_here(const http::Request& req, http::Response& res) {
@@ -200,34 +221,36 @@ void PanelServer::serve_here(const http::Request& req, http::Response& res) {
 
 net::awaitable<void> PanelServer::serve(const http::Request& req, http::Response& res,
                                         StoreCalls* calls, bool on_lane) {
-  if (refused_by_guards(req, res)) {
-    record_traffic(req, res);
-    co_return;
-  }
-  if (calls == nullptr) {
+  const bool refused = refused_by_guards(req, res);
+  if (!refused && calls == nullptr) {
     res.status = 503;  // the lane's Clients did not open (only memory could fail them)
     res.set_header("Retry-After", "1");
     res.set_content("the panel is starting; try again in a second\n", "text/plain; charset=utf-8");
-    record_traffic(req, res);
-    co_return;
+  } else if (!refused) {
+    lane::Context ctx(options_.window, options_.store->clock(), *calls, holdfast(), on_lane);
+    if (holdfast()) scope_request(req, ctx);
+    co_await route(req, res, ctx);
   }
+  record_traffic(req, res);
+}
+
+void PanelServer::scope_request(const http::Request& req, lane::Context& ctx) const {
   ClubStore& store = *options_.store;
-  lane::Context ctx(options_.window, store.clock(), *calls, holdfast(), on_lane);
-  if (holdfast()) {
-    // Open from the request's arrival (DESIGN §10): whatever it met before its calls, the
-    // answer comes within the window of whoever sent it (Request::received is on the
-    // store's clock: start() gives it to HttpServer). On a worker, SQLite's still opens at
-    // its first wait (ADR 0011): measured in the drill, opening it at arrival there served
-    // 25 % of the pages of a 5 s reader lock instead of 100 % (not yet understood).
-    const bool from_arrival = on_lane || store.backend() == "postgresql";
-    if (from_arrival && req.received != TimePoint{} && req.received <= store.clock().now()) {
-      ctx.window().open(req.received);
-    }
-    cap_by_upstream(req, ctx.window());
-    // Its reads see the writes the client's hf_wal cookie names, whichever process made them.
-    const lane::OnThisThread request(ctx);
-    store.require_position(cookie_value(req, kWritePositionCookie));
-  }
+  // Open from the request's arrival (DESIGN §10): whatever it met before its calls, the
+  // answer comes within the window of whoever sent it (Request::received is on the store's
+  // clock: start() gives it to HttpServer). On a worker, SQLite's still opens at its first
+  // wait (ADR 0011): measured in the drill, opening it at arrival there served 25 % of the
+  // pages of a 5 s reader lock instead of 100 % (not yet understood).
+  const bool from_arrival = ctx.on_lane || store.backend() == "postgresql";
+  if (from_arrival && req.received != TimePoint{}) ctx.window().open(req.received);
+  cap_by_upstream(req, ctx.window());
+  // Its reads see the writes the client's hf_wal cookie names, whichever process made them.
+  const lane::OnThisThread request(ctx);
+  store.require_position(cookie_value(req, kWritePositionCookie));
+}
+
+net::awaitable<void> PanelServer::route(const http::Request& req, http::Response& res,
+                                        lane::Context& ctx) {
   if (req.path == "/status" || req.path == "/status.svg") {
     co_await get_status(req, res, ctx);
   } else if (req.path == "/login/link") {
@@ -243,7 +266,6 @@ net::awaitable<void> PanelServer::serve(const http::Request& req, http::Response
   } else {
     co_await post_write(req, res, ctx);
   }
-  record_traffic(req, res);
 }
 
 std::optional<HttpServer::LaneHooks> PanelServer::event_loop_calls() {

@@ -159,6 +159,12 @@ class PanelServer {
   // opened (503 + Retry-After).
   boost::asio::awaitable<void> serve(const http::Request& req, http::Response& res,
                                      StoreCalls* calls, bool on_lane);
+  // holdfast: the request's window (open from its arrival on the lane and on PostgreSQL,
+  // capped by an upstream deadline) and its reads' position (the hf_wal cookie).
+  void scope_request(const http::Request& req, lane::Context& ctx) const;
+  // The route of a database request (is_database_route()), by its method and path.
+  boost::asio::awaitable<void> route(const http::Request& req, http::Response& res,
+                                     lane::Context& ctx);
   // What every request meets before its route (server_guards.cpp): true when it answered.
   bool refused_by_guards(const http::Request& req, http::Response& res);
   // When an upstream proxy said how long it waits for the answer (kUpstreamTimeoutHeader):
