@@ -27,25 +27,25 @@ Result<std::unique_ptr<Database>> Database::open(DatabaseOptions options) {
   }
 }
 
-Result<Rows> Database::read(std::string_view sql, std::span<const Param> params,
+Result<Rows> Database::read(std::string_view sql, Params params,
                             const ReadOptions& options) {
   return impl_->read(sql, params, options);
 }
 
-Result<Rows> Database::read(const Statement& stmt, std::span<const Param> params,
+Result<Rows> Database::read(const Statement& stmt, Params params,
                             const ReadOptions& options) {
   return impl_->read(stmt, params, options);
 }
 
-Result<Rows> Database::write(std::string_view sql, std::span<const Param> params, Operation op) {
+Result<Rows> Database::write(std::string_view sql, Params params, Operation op) {
   return impl_->write(sql, params, op);
 }
 
-Result<Rows> Database::write(const Statement& stmt, std::span<const Param> params, Operation op) {
+Result<Rows> Database::write(const Statement& stmt, Params params, Operation op) {
   return impl_->write(stmt, params, op);
 }
 
-Result<Rows> Database::query(std::string_view sql, std::span<const Param> params) {
+Result<Rows> Database::query(std::string_view sql, Params params) {
   return impl_->query(sql, params);
 }
 

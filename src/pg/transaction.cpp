@@ -115,7 +115,7 @@ Result<Rows> Transaction::record(Result<Rows> r) {
   return r;
 }
 
-Result<Rows> Transaction::query(std::string_view sql, std::span<const Param> params) {
+Result<Rows> Transaction::query(std::string_view sql, Params params) {
   if (!failure_.ok()) return failure_;
   const bool scs = lease()->standard_conforming_strings();
   if (const SqlClass c = classify_sql(sql, scs); c.kind == SqlKind::kInvalid) {
@@ -131,7 +131,7 @@ Result<Rows> Transaction::query(std::string_view sql, std::span<const Param> par
   return record(ConnectionAccess::query_unchecked(*lease(), sql, params));
 }
 
-Result<Rows> Transaction::query(const Statement& stmt, std::span<const Param> params) {
+Result<Rows> Transaction::query(const Statement& stmt, Params params) {
   if (!failure_.ok()) return failure_;
   if (stmt.name_.empty()) {
     return Status(Code::kInvalidArgument, "the Statement was not made by Database::prepare()");

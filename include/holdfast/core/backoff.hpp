@@ -7,18 +7,8 @@
 ///   Backoff::exponential(1s, 2.0, 10s, Jitter::none())       // Tenacity's wait_exponential
 /// @endcode
 ///
-/// Retry n (n = 1 before the second attempt) has a nominal delay; jitter spreads it:
-/// @code
-///   none             exactly the nominal delay d
-///   proportional(r)  uniform in [d(1-r), d(1+r)]            (r in [0, 1])
-///   full             uniform in [0, d]
-///   equal            uniform in [d/2, d]
-///   decorrelated     uniform in [first, 3 * previous], capped at the largest nominal delay
-///                    (AWS "decorrelated jitter"; `previous` starts at the first delay)
-/// @endcode
-///
-/// Configuration is validated at construction: std::invalid_argument names the field.
-/// Backoff is a copyable value; computing a delay allocates nothing.
+/// Retry n (n = 1 before the second attempt) has a nominal delay d, which a Jitter spreads
+/// (Jitter::Kind says how). Bad configuration throws std::invalid_argument naming the field.
 #pragma once
 
 #include <initializer_list>
@@ -30,8 +20,7 @@ namespace holdfast {
 
 class Random;  // holdfast/core/random.hpp
 
-/// How a Backoff spreads its nominal delay d (see the table at the top of this file). A
-/// copyable value.
+/// How a Backoff spreads its nominal delay d. A copyable value.
 class Jitter {
  public:
   /// Which spread a Jitter applies.

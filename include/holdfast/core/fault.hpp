@@ -1,16 +1,9 @@
 /// @file
 /// Fault: what the classifier knows about one database error.
 ///
-/// A Fault is four facts, decided once per native error by a pure, table-driven classifier
-/// (see classify.hpp and docs/faults.md):
-///   - scope:    what must be re-run for a retry to make sense (nothing, the statement, the
-///               whole transaction, or the statement after reconnecting);
-///   - outcome:  whether the failed attempt provably applied nothing, or may have applied;
-///   - pace:     fast (lock contention: the holder will let go soon) or slow (overload);
-///   - overload: whether the fault is evidence that the database is struggling, and so
-///               counts toward opening a circuit breaker.
-/// Bad input (syntax, constraint) has scope kNone and never counts as overload. Our own
-/// shedding (breaker open, window spent, throttled) never counts as overload either.
+/// Four facts, decided once per native error by a pure, table-driven classifier (classify.hpp,
+/// docs/faults.md). Bad input has scope kNone and is never overload; neither is our own
+/// shedding (breaker open, window spent, throttled).
 #pragma once
 
 #include <cstdint>

@@ -7,12 +7,9 @@
 ///   shield.run(holdfast::Operation::write("logs.insert").background(), write_batch);
 /// @endcode
 ///
-/// While the limit has room every class goes at once and nothing changes. When it is full,
-/// the line for a place is kept per class: a place that frees up goes to the first waiter of
-/// the highest class waiting, critical may wait longer than the others, background starts
-/// at once only in spare room (as a retry) and is shed as soon as the line stands, and a
-/// waiter that no longer fits is told from the lowest class up. A lower class passed over for
-/// seven places in a row gets the eighth, so no class starves while places change hands.
+/// While the limit has room every class goes at once. When it is full, a freed place goes
+/// to the first waiter of the highest class waiting; background is shed as soon as a line
+/// stands; no class starves (the rules: ADR 0035).
 #pragma once
 
 #include <cstdint>

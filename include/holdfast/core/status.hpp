@@ -1,17 +1,9 @@
 /// @file
 /// Status: errors are values.
 ///
-/// A Status is either OK (no allocation: a null pointer) or an error with
-///   - a canonical Code (absl-style: kUnavailable means retry the call, kAborted means
-///     retry the transaction, kFailedPrecondition means don't retry until fixed),
-///   - a message for people,
-///   - the native code: a SQLite extended result code or a PostgreSQL SQLSTATE,
-///   - the Fault facts the classifier derived from it,
-///   - when a retry loop gave up: why (StopReason), how many attempts it made, and for a
-///     rejection by a circuit breaker, how long until it is worth trying again,
-///   - for an error inside a transaction: whether the transaction was rolled back.
-///
-/// Thread safety: a Status is a value; distinct objects may be used from distinct threads.
+/// A Status is OK (a null pointer: no allocation) or an error: a canonical Code, a message,
+/// the native code (SQLite's or PostgreSQL's), its Fault, why a retry loop gave up and what
+/// became of the transaction. A value: distinct objects may be used from distinct threads.
 #pragma once
 
 #include <cstdint>
@@ -89,9 +81,8 @@ enum class TxnState : std::uint8_t {
 /// A few words for the state ("not in transaction", "transaction rolled back", ...).
 [[nodiscard]] std::string_view to_string(TxnState state) noexcept;
 
-/// Either OK or an error with a Code, a message, the native code, its Fault and, when a
-/// retry loop gave up, why (see the top of this file). A value: copying an error copies its
-/// details; moving is cheap.
+/// OK or an error (see the top of this file). Copying an error copies its details; moving is
+/// cheap.
 class [[nodiscard]] Status {
  public:
   /// OK.

@@ -1,8 +1,7 @@
 /// @file
-/// holdfast::pg::Database: PostgreSQL with classified errors, a retry window per request,
-/// reads retried, writes never doubled, a circuit breaker per endpoint, reads on replicas
-/// that have replayed the request's own writes, and commits in doubt resolved instead of
-/// guessed.
+/// holdfast::pg::Database: PostgreSQL with one retry window per request, reads retried,
+/// writes never doubled, replicas that have replayed the request's writes, commits in doubt
+/// resolved.
 ///
 /// @code
 ///   holdfast::pg::DatabaseOptions options;
@@ -22,22 +21,12 @@
 ///   }
 /// @endcode
 ///
-/// Every call is one transaction of its own, sent in one round trip, with its settings set
-/// inside it (SET LOCAL), so it works through PgBouncer in transaction mode too. The paths
-/// (docs/library.md and docs/scale-out.md say the whole of each):
-///   - read(): SQL that classifies as a read (pg/sql.hpp) runs READ ONLY (a misjudged write
-///     gets 25006, nothing applied, and goes once more as a write), retried within the
-///     request's window, on a replica that has replayed the request's writes (pg/lsn.hpp),
-///     is no further behind than max_replica_lag and still in recovery, else on the primary;
-///   - write(): one attempt, unless the fault proves nothing was applied, or the Operation
-///     says the write is idempotent;
-///   - transaction(): re-run whole on 40001/40P01 when declared re-runnable; a COMMIT in
-///     doubt is resolved with pg_xact_status(), never guessed (TxnState::kUnknown when no
-///     server answers);
-///   - once(): the write and its key's row commit together, so a repeat returns the first
-///     call's result and never applies the write twice.
-/// Every call goes RequestScope -> Shield -> pool -> libpq; what the window has left caps the
-/// pool wait, the server's statement_timeout and the wait on the socket.
+/// Every call is one transaction of its own, sent in one round trip with its settings (SET
+/// LOCAL), so it works through PgBouncer in transaction mode. read() runs READ ONLY, retried
+/// within the request's window, on a replica that has replayed the request's writes or on
+/// the primary; write() is repeated only when nothing was applied; transaction() re-runs on
+/// 40001/40P01 when declared re-runnable and resolves a COMMIT in doubt; once() records its
+/// key with the write. docs/library.md and docs/scale-out.md tell each path whole.
 ///
 /// Thread safety: a Database may be used from any number of threads. A Transaction belongs
 /// to the function it is passed to.
@@ -45,10 +34,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -57,7 +44,6 @@
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/operation.hpp"
 #include "holdfast/core/result.hpp"
-#include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/param.hpp"
@@ -77,8 +63,7 @@ class Transaction;
 struct LostWritesReport;  // holdfast/pg/lost_writes.hpp
 
 namespace detail {
-// A transaction function seen through a pointer and a function pointer, so that
-// transaction() and once() run it from compiled code: nothing allocated or copied per call.
+// A transaction function seen through two pointers, run from compiled code (no allocation).
 class TransactionFn {
  public:
   template <class F>
@@ -118,12 +103,9 @@ class Statement {
 /// The result of once(): the one holdfast::KeyedResult of every engine (idempotency.hpp).
 using KeyedResult = holdfast::KeyedResult;
 
-class Database;
-
-/// The transaction a transaction() function runs in. Statements may be anything but the
-/// end of the transaction itself (COMMIT/ROLLBACK: the Database commits when the function
-/// returns OK and rolls back otherwise). After a failed statement the transaction is
-/// aborted; the function should return that Status.
+/// The transaction a transaction() function runs in: any statement but COMMIT or ROLLBACK
+/// (the Database commits when the function returns OK). After a failed statement the
+/// transaction is aborted; the function should return that Status.
 class Transaction {
  public:
   /// Move-only.
@@ -135,17 +117,9 @@ class Transaction {
   ~Transaction();
 
   /// Runs one statement in the transaction.
-  Result<Rows> query(std::string_view sql, std::span<const Param> params);
-  /// query() with a braced list of parameters.
-  Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
-    return query(sql, std::span<const Param>(params.begin(), params.size()));
-  }
+  Result<Rows> query(std::string_view sql, Params params = {});
   /// Runs a prepared Statement in the transaction.
-  Result<Rows> query(const Statement& stmt, std::span<const Param> params);
-  /// query() of a Statement with a braced list of parameters.
-  Result<Rows> query(const Statement& stmt, std::initializer_list<Param> params = {}) {
-    return query(stmt, std::span<const Param>(params.begin(), params.size()));
-  }
+  Result<Rows> query(const Statement& stmt, Params params = {});
 
   /// The transaction id recorded at BEGIN (pg_current_xact_id()); empty for READ ONLY.
   [[nodiscard]] std::string_view xid() const noexcept { return xid_; }
@@ -176,9 +150,8 @@ class Transaction {
 /// copyable; every method may be called from any thread.
 class Database {
  public:
-  /// Opens the database as the SQLite driver opens its own: `options` are checked (an error
-  /// naming the field; nothing is thrown) and nothing connects yet. Not movable, so it is
-  /// handed back in a unique_ptr.
+  /// Checks `options` (an error naming the field; nothing is thrown); nothing connects yet.
+  /// Not movable, so it is handed back in a unique_ptr.
   static Result<std::unique_ptr<Database>> open(DatabaseOptions options);
   /// Validates `options` (std::invalid_argument naming the field). Connects lazily.
   explicit Database(DatabaseOptions options);
@@ -189,56 +162,32 @@ class Database {
   /// The read path. REQUIRES: the SQL classifies as a read (else INVALID_ARGUMENT, nothing
   /// is sent). Retried within the window; runs in a READ ONLY transaction; may run on a
   /// replica; refused with 25006, sent once more on the write path.
-  Result<Rows> read(std::string_view sql, std::span<const Param> params,
-                    const ReadOptions& options = {});
-  /// read() with a braced list of parameters.
-  Result<Rows> read(std::string_view sql, std::initializer_list<Param> params = {},
-                    const ReadOptions& options = {}) {
-    return read(sql, std::span<const Param>(params.begin(), params.size()), options);
-  }
+  Result<Rows> read(std::string_view sql, Params params = {}, const ReadOptions& options = {});
   /// read() of a prepared Statement.
-  Result<Rows> read(const Statement& stmt, std::span<const Param> params,
-                    const ReadOptions& options = {});
-  /// read() of a prepared Statement with a braced list of parameters.
-  Result<Rows> read(const Statement& stmt, std::initializer_list<Param> params = {},
-                    const ReadOptions& options = {}) {
-    return read(stmt, std::span<const Param>(params.begin(), params.size()), options);
-  }
+  Result<Rows> read(const Statement& stmt, Params params = {}, const ReadOptions& options = {});
 
   /// The write path, on the primary, in autocommit. Retried only when the fault proves
   /// nothing was applied, or, with an idempotent `op`, on any transient fault. Transaction,
   /// session, cursor and prepared-statement control are refused (they would leave state on
   /// a pooled connection): use transaction(), DatabaseOptions::settings or prepare().
-  Result<Rows> write(std::string_view sql, std::span<const Param> params,
+  Result<Rows> write(std::string_view sql, Params params = {},
                      Operation op = Operation::write("pg.write"));
-  /// write() with a braced list of parameters.
-  Result<Rows> write(std::string_view sql, std::initializer_list<Param> params = {},
-                     Operation op = Operation::write("pg.write")) {
-    return write(sql, std::span<const Param>(params.begin(), params.size()), op);
-  }
   /// write() of a prepared Statement.
-  Result<Rows> write(const Statement& stmt, std::span<const Param> params,
+  Result<Rows> write(const Statement& stmt, Params params = {},
                      Operation op = Operation::write("pg.write"));
-  /// write() of a prepared Statement with a braced list of parameters.
-  Result<Rows> write(const Statement& stmt, std::initializer_list<Param> params = {},
-                     Operation op = Operation::write("pg.write")) {
-    return write(stmt, std::span<const Param>(params.begin(), params.size()), op);
-  }
 
   /// read() for a read, write() for anything else.
-  Result<Rows> query(std::string_view sql, std::span<const Param> params);
-  /// query() with a braced list of parameters.
-  Result<Rows> query(std::string_view sql, std::initializer_list<Param> params = {}) {
-    return query(sql, std::span<const Param>(params.begin(), params.size()));
-  }
+  Result<Rows> query(std::string_view sql, Params params = {});
 
   /// Classifies `sql` once; each connection prepares it the first time it runs it.
   /// INVALID_ARGUMENT when the SQL cannot run (empty, unterminated, several statements).
   Result<Statement> prepare(std::string_view sql);
 
   /// Runs `fn(Transaction&)` (returning Status or Result<T>) in a transaction on the
-  /// primary and commits it; see the header comment for rollbacks, re-runs and commits in
-  /// doubt. The returned failure's txn_state() says what became of the transaction.
+  /// primary and commits it: a failure rolls it back; re-run on 40001/40P01 when
+  /// `options.operation` is re-runnable; a COMMIT in doubt is resolved with
+  /// pg_xact_status(), never guessed. The returned failure's txn_state() says what became
+  /// of the transaction (kUnknown when no server answers).
   template <class F>
   auto transaction(F&& fn, TransactionOptions options = {})
       -> std::invoke_result_t<F&, Transaction&>;
@@ -284,10 +233,8 @@ class Database {
   [[nodiscard]] std::size_t replica_count() const noexcept;
   /// The options it was built with.
   [[nodiscard]] const DatabaseOptions& options() const noexcept;
-  /// What the watch for confirmed writes a change of writer lost has found so far
-  /// (include holdfast/pg/lost_writes.hpp to read it): empty when
-  /// DatabaseOptions::lost_writes.remember is 0. Takes a lock: for a status page, not for every
-  /// request.
+  /// The confirmed writes a change of writer lost, found so far (holdfast/pg/lost_writes.hpp).
+  /// Takes a lock: for a status page, not for every request.
   [[nodiscard]] LostWritesReport lost_writes() const;
 
  private:

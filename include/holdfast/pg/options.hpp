@@ -1,7 +1,5 @@
 /// @file
-/// How a pg::Database reaches its servers and answers while they are away
-/// (DatabaseOptions), and how one transaction() or read() runs (TransactionOptions,
-/// ReadOptions). The Database itself: holdfast/pg.hpp.
+/// How a pg::Database reaches its servers (DatabaseOptions) and how one call runs.
 #pragma once
 
 #include <chrono>
@@ -31,14 +29,11 @@ Backoff pool_reconnect_backoff();
 
 /// What each pooled connection of a Database reaches.
 enum class Pooling : std::uint8_t {
-  /// One server session per connection: PostgreSQL itself, or a pooler in session mode.
-  /// Statements are prepared once per connection under a name; `settings` are sent at
-  /// connect.
+  /// PostgreSQL itself, or a pooler in session mode: statements are prepared once per
+  /// connection; `settings` are sent at connect.
   kSession,
-  /// A pooler in transaction mode (PgBouncer's pool_mode = transaction), which may run each
-  /// transaction on another server session. Statements and the driver's own are sent
-  /// unnamed (parsed by each call); `settings` are set inside every transaction (SET LOCAL)
-  /// instead of at connect, which such a pooler refuses.
+  /// A pooler in transaction mode (PgBouncer's pool_mode = transaction): statements are sent
+  /// unnamed, and `settings` are set inside every transaction (SET LOCAL).
   kTransaction,
 };
 
@@ -51,8 +46,8 @@ struct LostWritesOptions {
   /// Writes confirmed this long before a change of writer are checked; older ones are not
   /// (a failover that loses writes loses the last few seconds'). REQUIRES: > 0.
   Duration horizon = std::chrono::seconds(60);
-  /// One check's deadline (a connection of its own, three statements). A check that fails
-  /// is tried again, up to `check_attempts` times, a second apart. REQUIRES: > 0.
+  /// One check's deadline (a connection of its own); a failed check is tried again a second
+  /// later, up to `check_attempts` times. REQUIRES: > 0.
   Duration check_timeout = std::chrono::seconds(5);
   /// Tries of one check. REQUIRES: >= 1.
   int check_attempts = 10;
@@ -61,16 +56,12 @@ struct LostWritesOptions {
   Logger* logger = nullptr;
 };
 
-/// How a Database reaches its servers, and how it answers while they are away. Validated
-/// by the Database's constructor.
+/// How a Database reaches its servers, and answers while they are away. Validated when it opens.
 struct DatabaseOptions {
   /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
   std::string url{};
-  /// Read replicas, preferred for reads in this order: streaming standbys (a server found
-  /// not in recovery serves no replica read). A replica URL may name several hosts with
-  /// target_session_attrs=standby ("postgresql://app@db2,db1/club?target_session_attrs=
-  /// standby"): a standby that was promoted is left, and the next connect takes whichever
-  /// host is a standby then.
+  /// Read replicas (streaming standbys), preferred for reads in this order. A URL may name
+  /// several hosts with target_session_attrs=standby: a promoted one is left for a standby.
   std::vector<std::string> replica_urls{};
   /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
   std::string name = "pg";
@@ -99,34 +90,23 @@ struct DatabaseOptions {
   /// max_replica_lag and while it is in recovery. 0: none (requests probe when the open
   /// period ends).
   Duration health_probe_interval = Duration::zero();
-  /// Silence (DESIGN.md §10, holdfast/core/liveness.hpp, ADR 0023): when work has waited on a
-  /// server for `silence_after` with nothing heard from it, a check (a connection of its own
-  /// and SELECT 1) that gets no answer within `silence_check_timeout` finds it silent: its
-  /// breaker opens at once, the calls waiting on it give up at once (a read's outcome does not
-  /// matter; a write's is unknown, as at its deadline), and until a check is answered again
-  /// its requests are answered in milliseconds. A slow server that still answers anything
-  /// (a long lock, a brownout) is never found silent. Zero turns the watch off.
-  /// REQUIRES: >= 0; silence_check_timeout > 0 when silence_after > 0.
+  /// Silence (ADR 0023): work waiting on a server this long with nothing heard from it starts
+  /// a check (SELECT 1 on a connection of its own); no answer within silence_check_timeout
+  /// finds the server silent, and its calls are answered at once until a check is answered.
+  /// A slow server that answers anything is never silent. Zero turns the watch off. >= 0.
   Duration silence_after = std::chrono::milliseconds(500);
   /// what the silence check may take; > 0 when silence_after > 0
   Duration silence_check_timeout = std::chrono::milliseconds(500);
-  /// Slow copies (DESIGN.md §12, ADR 0041). A replica read not answered within the
-  /// replica's normal latency (the 95th percentile of its last 64 answers, at least
-  /// hedge_min_delay; none before its 16th answer) is also sent to the primary, when a
-  /// primary connection is free and its Shield admits it: the first answer is the read's, the
-  /// other is cancelled and its connection closed. Each replica read earns `hedge_budget` of
-  /// a hedge (at most 10 saved); a hedge spends one. Writes are never hedged; the primary
-  /// holds every write, so a hedged read keeps read-your-writes. 0 turns hedging off.
-  /// REQUIRES: 0 <= hedge_budget <= 1.
+  /// Hedged reads (ADR 0041): a replica read not answered within the replica's p95 (at least
+  /// hedge_min_delay) is also sent to the primary when it has room; the first answer wins.
+  /// Each replica read earns hedge_budget of a hedge (at most 10 saved). Writes are never
+  /// hedged. 0 turns hedging off. REQUIRES: 0 <= hedge_budget <= 1.
   double hedge_budget = 0.02;
   /// The least a replica read waits before it is hedged. REQUIRES: > 0.
   Duration hedge_min_delay = std::chrono::milliseconds(5);
-  /// A replica answer slower than slow_copy_factor x the primary's recent read latency
-  /// (an EWMA), and slower than slow_copy_floor, is slow; so is a hedge the replica lost.
-  /// After 3 slow ones in a row the replica gets no reads but one probe read every
-  /// slow_copy_probe_every (hedged to the primary once it has waited the threshold, so it
-  /// costs its caller at most that), until 2 probes in a row answer within the threshold.
-  /// slow_copy_floor 0 turns it off. REQUIRES: >= 0; factor >= 1; probe_every > 0.
+  /// A replica answer slower than slow_copy_factor x the primary's recent read latency and
+  /// than slow_copy_floor is slow. After 3 in a row the replica gets only a probe read every
+  /// slow_copy_probe_every until 2 in a row are fast (ADR 0041). 0 turns it off. >= 0.
   Duration slow_copy_floor = std::chrono::milliseconds(20);
   double slow_copy_factor = 4.0;  ///< see slow_copy_floor
   /// how often an ejected replica gets a probe read; see slow_copy_floor
@@ -135,8 +115,7 @@ struct DatabaseOptions {
   std::string idempotency_table = "holdfast_idempotency";
   /// The clock of the pools and Shields. nullptr: Clock::system().
   Clock* clock = nullptr;
-  /// Confirmed writes a change of writer lost: how many are remembered, how far back a
-  /// change looks, where the ERROR lines go (holdfast/pg/lost_writes.hpp, ADR 0036).
+  /// The watch for confirmed writes a change of writer lost (ADR 0036).
   LostWritesOptions lost_writes{};
 };
 

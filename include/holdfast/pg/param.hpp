@@ -1,11 +1,12 @@
 /// @file
-/// holdfast::pg::Param: one statement parameter, a typed C++ value sent in text form. What
-/// every query of the driver takes (Connection, Transaction, Database).
+/// holdfast::pg::Param and Params: a statement's parameters, typed values sent as text.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -80,6 +81,22 @@ class Param {
   bool inline_ = false;
   bool terminated_ = false;
   char buf_[32] = {};
+};
+
+/// The parameters of one statement: a braced list (`db.read(sql, {day, court})`), a span, or
+/// a contiguous container of Param. A view: what it was built from must outlive the call.
+class Params : public std::span<const Param> {
+ public:
+  Params() noexcept = default;
+  /// A braced list of values.
+  Params(std::initializer_list<Param> list) noexcept  // NOLINT(google-explicit-constructor)
+      : span(list.begin(), list.size()) {}
+  /// A std::span, std::vector or array of Param.
+  template <class R>
+  requires(!std::is_same_v<std::remove_cvref_t<R>, Params> &&
+           std::is_convertible_v<R&&, std::span<const Param>>) Params(R&& range)
+  noexcept  // NOLINT(google-explicit-constructor)
+      : span(std::forward<R>(range)) {}
 };
 
 }  // namespace holdfast::pg

@@ -12,23 +12,11 @@
 ///   });
 /// @endcode
 ///
-/// Reads (see sqlite/query.hpp for what counts as one) run on up to
-/// Options::read_connections connections opened with PRAGMA query_only=1. Checking one out
-/// takes no lock: an atomic flag per connection; a caller waits only when all are busy.
-/// Everything else runs on the one writer connection. Writers queue for it first come,
-/// first served (SQLite's busy handler polls and lets a back-to-back writer starve the
-/// others); write transactions begin with BEGIN IMMEDIATE.
-///
-/// Every wait is bounded the same way: a lock held by another connection, a free read
-/// connection, this process's writer queue - each is waited for at most
-/// Options::busy_timeout per attempt, and never longer than the current RequestScope's
-/// retry window has left (its whole length until a fault opens it). Running out is
-/// SQLITE_BUSY: the Status carries code 5 and the lock-contention Fault, and a retrying
-/// caller opens the window then. So a request gives up no later than its window plus one
-/// busy_timeout slice.
-///
-/// Database itself never retries: ResilientDatabase (sqlite/resilient.hpp) has the same API
-/// and retries what is safe to retry.
+/// Reads run on up to Options::read_connections connections opened with PRAGMA query_only=1
+/// (taking one is an atomic flag); everything else on the one writer, which writers get
+/// first come, first served. Every wait (a lock, a read connection, the writer) lasts at
+/// most busy_timeout per attempt and never longer than the RequestScope's window has left,
+/// then fails SQLITE_BUSY. Database never retries: ResilientDatabase does.
 ///
 /// Thread safety: a Database may be used from many threads at once. A Transaction and the
 /// Statements it hands out belong to one thread and must not outlive the Database.

@@ -2,25 +2,17 @@
 /// holdfast::sqlite::Query, the read/write AccessVerdict, and QueryApi: the query helpers shared
 /// by Database, Transaction and ResilientDatabase.
 ///
-/// A Query is SQL prepared once and judged once. The engine decides whether it is a read
-/// (docs/adr/0002-sqlite-read-classification.md): a read is a single statement that
-/// sqlite3_stmt_readonly() calls read-only and that controls neither the transaction nor
-/// the connection (no BEGIN/COMMIT/ROLLBACK, SAVEPOINT/RELEASE, ATTACH/DETACH, or PRAGMA
-/// with an argument). EXPLAIN never runs its statement, so it is a read. Everything else is
-/// a write. Reads run on read connections opened with PRAGMA query_only=1, so a statement
-/// misjudged as a read (a user function that writes, PRAGMA optimize) is refused by the
-/// engine with SQLITE_READONLY and never applied.
+/// A Query is SQL prepared once and judged once by the engine (ADR 0002): a read is one
+/// statement sqlite3_stmt_readonly() calls read-only that controls neither the transaction
+/// nor the connection; everything else is a write. Reads run on query_only connections, so a
+/// misjudged read is refused (SQLITE_READONLY), never applied.
 ///
 /// @code
 ///   Result<Query> games = db.prepare("SELECT id, court FROM games WHERE day = ?");
 ///   auto rows = db.query<std::int64_t, std::string>(*games, day);   // vector<tuple<...>>
-///   auto n    = db.query_one<std::int64_t>("SELECT count(*) FROM games");
 ///   auto done = db.execute("INSERT INTO payments(user, cents) VALUES (?, ?)", user, cents);
 /// @endcode
-///
-/// Every helper takes a Query or SQL text (QueryRef). SQL text is looked up in the
-/// Database's statement cache, so repeating the same text costs a hash lookup under a lock;
-/// a prepared Query costs nothing extra.
+/// Every helper takes a Query or SQL text (QueryRef); text is looked up in a cache.
 #pragma once
 
 #include <cstddef>

@@ -9,22 +9,14 @@
 ///   auto games = db->query<std::int64_t, std::string>(schedule, day);   // retried reads
 /// @endcode
 ///
-/// What is retried, and when (the Fault of each error decides; see docs/faults.md):
-///   - reads: any transient fault, within the request's window (Operation::read);
-///   - an autocommit write: only when it provably applied nothing, i.e. SQLITE_BUSY
-///     (Operation::write). It is never repeated after an error that may have applied it;
-///   - a transaction: waiting for the writer and BEGIN are retried (nothing ran yet); a
-///     COMMIT that returns SQLITE_BUSY is retried as a COMMIT (the transaction is still
-///     open); SQLITE_BUSY_SNAPSHOT, ABORT_ROLLBACK or any transient fault inside the
-///     function re-run the whole function only when the caller declared it re-runnable:
-///       db->transaction(fn, holdfast::Operation::transaction(/*rerunnable=*/true));
-///   - preparing SQL text (reading the schema can meet a lock): as a read;
-///   - once(key, fn): as a re-runnable, idempotent transaction (the key makes it so).
-/// Every wait draws from the current RequestScope's window, or from a window of the
-/// policy's length outside any scope; the window also caps SQLite's busy wait per attempt.
+/// What is retried (each error's Fault decides; docs/faults.md): reads, on any transient
+/// fault; an autocommit write only after SQLITE_BUSY (nothing applied); in a transaction,
+/// waiting for the writer, BEGIN and a busy COMMIT, and the whole function only when it is
+/// declared re-runnable (Operation::transaction(true)); once(key, fn) always (the key makes
+/// it safe). Every wait draws from the RequestScope's window, or a window of the policy's
+/// length outside one.
 ///
-/// Thread safety: as Database. The policy is copied in; each operation builds fresh retry
-/// state from it. Copies (with_policy()) share the Database and the Shields.
+/// Thread safety: as Database. Copies (with_policy()) share the Database and the Shields.
 #pragma once
 
 #include <memory>
