@@ -148,10 +148,14 @@ Result<Rows> Database::Impl::write_once(const Work& work) {
       p.steps.add(Step{Step::Kind::kQuery, detail::kWalPositionSql, {}, {}});
   std::array<Rows, Steps::kMax> out;
   std::size_t failed = p.steps.size;
+  const std::uint64_t heard = conn.notices_received();
   Status s = ConnectionAccess::pipeline(conn, p.steps.span(), out, &failed);
   p.marks.apply(conn, failed);
   if (s.ok() || failed == position) {
-    // Committed (a failure after the COMMIT leaves the position unknown).
+    // Committed, on the primary alone when the wait for a synchronous standby was cancelled.
+    if (conn.standby_wait_cancelled(heard)) [[unlikely]]
+      return unconfirmed_commit();
+    // Confirmed (a failure after the COMMIT leaves the position unknown).
     wrote(s.ok() ? detail::wal_position(out[position], 0) : 0,
           s.ok() ? detail::wal_timeline(out[position], 1) : 0, ConnectionAccess::host_id(conn),
           &conn, {});

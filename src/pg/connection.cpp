@@ -506,6 +506,32 @@ std::uint64_t Connection::notices_received() const noexcept {
   return impl_ ? impl_->notices_received : 0;
 }
 
+bool Connection::standby_wait_cancelled(std::uint64_t since) const noexcept {
+  if (!impl_ || impl_->notices_received <= since) return false;
+  const std::size_t fresh = static_cast<std::size_t>(
+      std::min<std::uint64_t>(impl_->notices_received - since, impl_->notices.size()));
+  return std::any_of(impl_->notices.end() - static_cast<std::ptrdiff_t>(fresh),
+                     impl_->notices.end(), &is_standby_wait_cancelled);
+}
+
+bool is_standby_wait_cancelled(const Notice& notice) noexcept {
+  // syncrep.c's WARNING when a cancel interrupts SyncRepWaitForLSN(); its SQLSTATE is the
+  // default of a WARNING (01000), so the message tells it from other warnings.
+  return notice.severity == "WARNING" && notice.sqlstate == "01000" &&
+         std::string_view(notice.message).starts_with("canceling wait for synchronous replication");
+}
+
+Status unconfirmed_commit() {
+  Status s(Code::kUnavailable,
+           "COMMIT stopped waiting for the synchronous standby when it was cancelled at the "
+           "deadline: the transaction committed on the primary, but no standby confirmed it, so "
+           "a failover may lose it",
+           Fault{RetryScope::kNone, Outcome::kUnknown, Pace::kSlow, false});
+  s.with_backend(Backend::kPostgres);
+  s.with_txn_state(TxnState::kUnknown);
+  return s;
+}
+
 void Connection::close() noexcept {
   impl_.reset();
 }

@@ -427,6 +427,14 @@ Result<Rows> LoopConnection::result() {
   return good;
 }
 
+std::uint64_t LoopConnection::notices_received() const noexcept {
+  return connection_.notices_received();
+}
+
+bool LoopConnection::standby_wait_cancelled(std::uint64_t since) const noexcept {
+  return connection_.standby_wait_cancelled(since);
+}
+
 void LoopConnection::cancel() noexcept {
   if (auto* impl = ConnectionAccess::impl(connection_)) impl->cancel();
 }

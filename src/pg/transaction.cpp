@@ -214,6 +214,7 @@ Status Database::Impl::commit(Transaction& tx, TransactionReport& report) {
   if (wrote) steps.add(Step{Step::Kind::kQuery, detail::kWalPositionSql, {}, {}});
   std::array<Rows, 2> out;
   std::size_t failed = steps.size;
+  const std::uint64_t heard = conn.notices_received();
   Status committed = ConnectionAccess::pipeline(conn, steps.span(), out, &failed);
   if (committed.ok() || (wrote && failed == 1)) {
     if (out[0].command() == "ROLLBACK") {
@@ -222,6 +223,8 @@ Status Database::Impl::commit(Transaction& tx, TransactionReport& report) {
       s.with_txn_state(TxnState::kRolledBack);
       return s;
     }
+    if (conn.standby_wait_cancelled(heard)) [[unlikely]]
+      return unconfirmed_commit();
     if (wrote) {
       this->wrote(committed.ok() ? detail::wal_position(out[1], 0) : 0,
                   committed.ok() ? detail::wal_timeline(out[1], 1) : 0,

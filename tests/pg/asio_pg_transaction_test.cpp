@@ -251,6 +251,62 @@ TEST_F(AsioPgTransaction, ACommitThatCommittedLocallyIsResolvedAsCommitted) {
   EXPECT_EQ(rows(), 1);
 }
 
+// What a caller is told of a COMMIT that committed on the primary alone: not confirmed.
+void expect_unconfirmed(const Status& s) {
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.txn_state(), TxnState::kUnknown) << s.to_string();
+  EXPECT_EQ(s.fault().outcome, holdfast::Outcome::kUnknown) << s.to_string();
+  EXPECT_NE(s.message().find("synchronous standby"), std::string_view::npos) << s.to_string();
+}
+
+// With synchronous replication and no synchronous standby answering, every COMMIT waits after
+// it committed on the primary. At the deadline the Client cancels it, and PostgreSQL answers
+// the COMMIT with a WARNING: committed locally, perhaps on no standby. A write, a transaction
+// and a keyed transaction answered so are never confirmed to their caller.
+TEST_F(AsioPgTransaction, ACommitWhoseWaitForTheSynchronousStandbyIsCancelledIsNeverConfirmed) {
+  if (admin_->exec("SHOW synchronous_standby_names").text(0, 0).empty()) {
+    GTEST_SKIP() << "SKIPPED: this server has no synchronous_standby_names (scripts/"
+                    "pg-test-server.sh names one that never connects)";
+  }
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options();
+    o.connect.settings = {{"synchronous_commit", "on"}};  // every COMMIT waits for the standby
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string insert = "INSERT INTO " + table_ + " (note) VALUES ($1)";
+    const Param paid[] = {Param("paid")};
+
+    RequestContext write_request(800ms, holdfast::Clock::system());
+    Result<Rows> written =
+        co_await client->async_write(write_request, "t.pay", insert, paid, net::use_awaitable);
+    expect_unconfirmed(written.status());
+
+    RequestContext tx_request(800ms, holdfast::Clock::system());
+    Result<int> in_tx = co_await client->async_transaction(
+        tx_request,
+        [&](Tx& tx) -> Awaitable<Result<int>> {
+          Result<Rows> r = co_await tx.query(insert, paid);
+          if (!r.ok()) co_return r.status();
+          co_return 1;
+        },
+        TransactionOptions{}, net::use_awaitable);
+    expect_unconfirmed(in_tx.status());
+
+    RequestContext once_request(800ms, holdfast::Clock::system());
+    TransactionOptions t;
+    t.operation = holdfast::Operation::transaction(true, "t.pay");
+    Result<KeyedResult> keyed = co_await client->async_once(
+        once_request, unique("pay"),
+        [&](Tx& tx) -> Awaitable<Result<std::string>> {
+          Result<Rows> r = co_await tx.query(insert, paid);
+          if (!r.ok()) co_return r.status();
+          co_return std::string("paid");
+        },
+        t, net::use_awaitable);
+    expect_unconfirmed(keyed.status());
+  });
+  EXPECT_EQ(rows(), 3);  // each committed on the primary, and none was confirmed
+}
+
 TEST_F(AsioPgTransaction, AKeyedFunctionRunsOnceForItsKey) {
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), options()).value();

@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "holdfast/core/window.hpp"
 #include "pg_test_support.hpp"
 
 namespace holdfast::pg {
@@ -76,6 +77,43 @@ TEST_F(PgCommitInDoubt, ACommitThatCommittedLocallyIsResolvedAsCommitted) {
   EXPECT_EQ(report.resolution, TxnState::kCommitted);
   EXPECT_EQ(report.runs, 1);
   EXPECT_EQ(rows(), 1);
+}
+
+// With synchronous replication and no synchronous standby answering, every COMMIT waits after
+// it committed on the primary. At the window's end the driver cancels it, and PostgreSQL
+// answers the COMMIT with a WARNING: committed locally, perhaps on no standby. A transaction
+// and a write answered so are never confirmed to their caller.
+TEST_F(PgCommitInDoubt, ACommitWhoseWaitForTheSynchronousStandbyIsCancelledIsNeverConfirmed) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  if (admin_->exec("SHOW synchronous_standby_names").text(0, 0).empty()) {
+    GTEST_SKIP() << "SKIPPED: this server has no synchronous_standby_names (scripts/"
+                    "pg-test-server.sh names one that never connects)";
+  }
+  DatabaseOptions o = options();
+  o.settings = {{"synchronous_commit", "on"}};  // every COMMIT waits for the standby
+  Database db(o);
+  const auto expect_unconfirmed = [](const Status& s) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.txn_state(), TxnState::kUnknown) << s.to_string();
+    EXPECT_EQ(s.fault().outcome, Outcome::kUnknown) << s.to_string();
+    EXPECT_NE(s.message().find("synchronous standby"), std::string_view::npos) << s.to_string();
+  };
+  {
+    RequestScope scope(std::chrono::milliseconds(800));
+    TransactionReport report;
+    Status s = db.transaction(
+        [&](Transaction& tx) -> Status {
+          return tx.query("INSERT INTO " + table_ + " (v) VALUES ('paid')").status();
+        },
+        {.report = &report});
+    expect_unconfirmed(s);
+    EXPECT_EQ(report.runs, 1);
+  }
+  {
+    RequestScope scope(std::chrono::milliseconds(800));
+    expect_unconfirmed(db.write("INSERT INTO " + table_ + " (v) VALUES ('paid')").status());
+  }
+  EXPECT_EQ(rows(), 2);  // both committed on the primary, and neither was confirmed
 }
 
 TEST_F(PgCommitInDoubt, ACommitKilledBeforeItCommittedIsResolvedAsRolledBack) {

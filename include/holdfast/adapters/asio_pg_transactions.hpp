@@ -131,6 +131,7 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
   const std::size_t n = tx.want_xid_ ? 2 : 1;
   Rows out[2];
   std::size_t failed = n;
+  const std::uint64_t heard = s.conn.notices_received();
   Status committed = co_await exchange(s, std::span(pieces, n), std::span(out, n), &failed,
                                        tx.until_, kNoSettings, &primary_);
   if (committed.ok() || (n == 2 && failed == 1)) {
@@ -139,6 +140,10 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
                      Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
       aborted.with_txn_state(TxnState::kRolledBack);
       co_return aborted;
+    }
+    if (s.conn.standby_wait_cancelled(heard)) [[unlikely]] {
+      request.position_unknown();
+      co_return holdfast::pg::unconfirmed_commit();
     }
     if (n == 2) wrote(request, committed.ok() ? &out[1] : nullptr, s);
     co_return Status();
@@ -269,11 +274,16 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
   const Piece end[] = {{record_sql_, record}, {"COMMIT"}, {kPositionSql}};
   Rows ended[3];
   failed = 3;
+  const std::uint64_t heard = s.conn.notices_received();
   Status committed = co_await exchange(s, end, ended, &failed, until, kNoSettings, &primary_);
   if (committed.ok() || failed == 2) {
     if (ended[1].command() == "ROLLBACK") {
       co_return Status(Code::kAborted, "COMMIT rolled the transaction back",
                        Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
+    }
+    if (s.conn.standby_wait_cancelled(heard)) [[unlikely]] {
+      state.request.position_unknown();
+      co_return holdfast::pg::unconfirmed_commit();
     }
     wrote(state.request, committed.ok() ? &ended[2] : nullptr, s, state.key);
     co_return kept;

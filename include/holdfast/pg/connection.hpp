@@ -58,6 +58,19 @@ struct Notice {
   std::string message;   ///< the primary message
 };
 
+/// Whether `notice` is PostgreSQL's WARNING that a COMMIT stopped waiting for its synchronous
+/// standbys when it was cancelled ("canceling wait for synchronous replication", SQLSTATE
+/// 01000): the transaction committed on the primary, and no standby confirmed it. The message
+/// is matched as the server writes it in English (lc_messages); a translated one is not
+/// recognized.
+[[nodiscard]] bool is_standby_wait_cancelled(const Notice& notice) noexcept;
+
+/// The failure both drivers answer for a COMMIT that PostgreSQL answered so: the outcome is
+/// unknown (TxnState::kUnknown, Outcome::kUnknown) and no retry can change it (the write is
+/// on the primary; a failover before a standby receives it loses it), so a write confirmed
+/// to its caller is always one the synchronous standbys have.
+[[nodiscard]] Status unconfirmed_commit();
+
 /// What libpq says of the session's transaction.
 enum class TxnStatus : std::uint8_t {
   kIdle,           ///< no transaction open
@@ -190,6 +203,9 @@ class Connection {
   std::vector<Notice> take_notices();
   /// How many notices this connection has received in all.
   [[nodiscard]] std::uint64_t notices_received() const noexcept;
+  /// Whether a notice received after the first `since` of notices_received() (those still
+  /// kept) is is_standby_wait_cancelled(). No allocation.
+  [[nodiscard]] bool standby_wait_cancelled(std::uint64_t since) const noexcept;
 
   /// Closes now (also done by the destructor).
   void close() noexcept;

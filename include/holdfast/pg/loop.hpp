@@ -141,6 +141,12 @@ class LoopConnection {
   /// connection was lost). Call once per pipeline.
   Status pipeline_result(std::span<Rows> out, std::size_t* failed = nullptr);
 
+  /// Connection::notices_received() of this connection.
+  [[nodiscard]] std::uint64_t notices_received() const noexcept;
+  /// Connection::standby_wait_cancelled(): whether a COMMIT answered since notice `since`
+  /// stopped waiting for the synchronous standbys.
+  [[nodiscard]] bool standby_wait_cancelled(std::uint64_t since) const noexcept;
+
   /// Asks the server to cancel the running statement. libpq 15's cancel request blocks, so it
   /// is sent off the caller's thread; keep waiting for the statement's end (a cancelled
   /// statement ends with 57014) or abandon() it.
