@@ -3,59 +3,69 @@
 #include <optional>
 
 #include "holdfast/core/retry.hpp"
+#include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 
 namespace holdfast::sqlite {
 
-Result<ResilientDatabase> ResilientDatabase::open(Options options, RetryPolicy policy) {
+Result<ResilientDatabase> ResilientDatabase::open(Options options, const RetryPolicy& policy) {
   Result<Database> db = Database::open(std::move(options));
   if (!db.ok()) return db.status();
-  return ResilientDatabase(std::move(*db), std::move(policy));
+  return ResilientDatabase(std::move(*db), policy);
 }
 
-ResilientDatabase::ResilientDatabase(Database db, RetryPolicy policy)
-    : ResilientDatabase(std::make_shared<Database>(std::move(db)), std::move(policy), nullptr,
-                        nullptr) {}
+ResilientDatabase::ResilientDatabase(Database db, const RetryPolicy& policy)
+    : ResilientDatabase(std::make_shared<Database>(std::move(db)),
+                        std::make_shared<const RetryPolicy>(policy), nullptr, nullptr) {}
 
 Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& shield,
-                                                  RetryPolicy policy) {
+                                                  const RetryPolicy& policy) {
   Result<Database> db = Database::open(std::move(options));
   if (!db.ok()) return db.status();
-  return ResilientDatabase(std::move(*db), shield, std::move(policy));
+  return ResilientDatabase(std::move(*db), shield, policy);
 }
 
-ResilientDatabase::ResilientDatabase(Database db, Shield& shield, RetryPolicy policy)
-    : ResilientDatabase(std::make_shared<Database>(std::move(db)), std::move(policy), &shield,
-                        &shield) {}
+ResilientDatabase::ResilientDatabase(Database db, Shield& shield, const RetryPolicy& policy)
+    : ResilientDatabase(std::make_shared<Database>(std::move(db)),
+                        std::make_shared<const RetryPolicy>(policy), &shield, &shield) {}
 
 Result<ResilientDatabase> ResilientDatabase::open(Options options, Shield& reads, Shield& writes,
-                                                  RetryPolicy policy) {
+                                                  const RetryPolicy& policy) {
   Result<Database> db = Database::open(std::move(options));
   if (!db.ok()) return db.status();
-  return ResilientDatabase(std::move(*db), reads, writes, std::move(policy));
+  return ResilientDatabase(std::move(*db), reads, writes, policy);
 }
 
-ResilientDatabase::ResilientDatabase(Database db, Shield& reads, Shield& writes, RetryPolicy policy)
-    : ResilientDatabase(std::make_shared<Database>(std::move(db)), std::move(policy), &reads,
-                        &writes) {}
+ResilientDatabase::ResilientDatabase(Database db, Shield& reads, Shield& writes,
+                                     const RetryPolicy& policy)
+    : ResilientDatabase(std::make_shared<Database>(std::move(db)),
+                        std::make_shared<const RetryPolicy>(policy), &reads, &writes) {}
 
-ResilientDatabase::ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy,
-                                     Shield* reads, Shield* writes, bool one_attempt)
+ResilientDatabase::ResilientDatabase(std::shared_ptr<Database> db,
+                                     std::shared_ptr<const RetryPolicy> policy, Shield* reads,
+                                     Shield* writes, bool one_attempt)
     : db_(std::move(db)),
       policy_(std::move(policy)),
       shield_(reads),
       write_shield_(writes),
       one_attempt_(one_attempt) {}
 
-ResilientDatabase ResilientDatabase::with_policy(RetryPolicy policy) const {
-  return ResilientDatabase(db_, std::move(policy), shield_, write_shield_);
+const RetryPolicy& ResilientDatabase::standard_policy() noexcept {
+  static const RetryPolicy standard = RetryPolicy::standard();
+  return standard;
+}
+
+ResilientDatabase ResilientDatabase::with_policy(const RetryPolicy& policy) const {
+  return ResilientDatabase(db_, std::make_shared<const RetryPolicy>(policy), shield_,
+                           write_shield_);
 }
 
 ResilientDatabase ResilientDatabase::one_attempt() const {
   RetryPolicy once = RetryPolicy::no_retry();
-  once.window(policy_.window()).clock(policy_.clock());
-  return ResilientDatabase(db_, std::move(once), nullptr, nullptr, /*one_attempt=*/true);
+  once.window(policy_->window()).clock(policy_->clock());
+  return ResilientDatabase(db_, std::make_shared<const RetryPolicy>(std::move(once)), nullptr,
+                           nullptr, /*one_attempt=*/true);
 }
 
 Status ResilientDatabase::create_idempotency_table() {
@@ -92,14 +102,14 @@ Status ResilientDatabase::execute_script(std::string_view sql) {
 Status ResilientDatabase::run_attempts(Shield* shield, Operation op,
                                        holdfast::detail::AttemptRef attempt) {
   std::optional<RequestScope> own;  // a window for the busy handler outside any scope
-  if (RequestScope::current_window() == nullptr) own.emplace(policy_.window(), policy_.clock());
+  if (RequestScope::current_window() == nullptr) own.emplace(policy_->window(), policy_->clock());
   if (one_attempt_) return attempt();
-  if (shield != nullptr) return shield->run(policy_, op, attempt);
-  return holdfast::retry(policy_, op, attempt);
+  if (shield != nullptr) return shield->run(*policy_, op, attempt);
+  return holdfast::retry(*policy_, op, attempt);
 }
 
 Status ResilientDatabase::retry_commit(Transaction& tx) {
-  return holdfast::retry(policy_, Operation::write("sqlite.commit"), [&] { return tx.commit(); });
+  return holdfast::retry(*policy_, Operation::write("sqlite.commit"), [&] { return tx.commit(); });
 }
 
 }  // namespace holdfast::sqlite

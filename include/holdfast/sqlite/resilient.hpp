@@ -27,7 +27,6 @@
 
 #include "holdfast/core/operation.hpp"
 #include "holdfast/core/result.hpp"
-#include "holdfast/core/retry_policy.hpp"
 #include "holdfast/core/status.hpp"
 #include "holdfast/detail/run_attempts.hpp"
 #include "holdfast/sqlite/database.hpp"
@@ -35,7 +34,8 @@
 #include "holdfast/sqlite/query.hpp"
 
 namespace holdfast {
-class Shield;  // holdfast/core/shield.hpp
+class RetryPolicy;  // holdfast/core/retry_policy.hpp
+class Shield;       // holdfast/core/shield.hpp
 }  // namespace holdfast
 
 namespace holdfast::sqlite {
@@ -44,28 +44,31 @@ namespace holdfast::sqlite {
 /// never doubled, optionally behind Shields (see the top of this file).
 class ResilientDatabase : public QueryApi<ResilientDatabase> {
  public:
+  /// RetryPolicy::standard(), the policy of every form that is given none (so that this
+  /// header needs no holdfast/core/retry_policy.hpp).
+  [[nodiscard]] static const RetryPolicy& standard_policy() noexcept;
   /// Opens as Database::open() (not retried: it happens once, at start-up).
   static Result<ResilientDatabase> open(Options options,
-                                        RetryPolicy policy = RetryPolicy::standard());
+                                        const RetryPolicy& policy = standard_policy());
   /// Takes over an open Database.
-  explicit ResilientDatabase(Database db, RetryPolicy policy = RetryPolicy::standard());
+  explicit ResilientDatabase(Database db, const RetryPolicy& policy = standard_policy());
   /// With a Shield (one per database): every operation also goes through its circuit
   /// breaker and retry throttle, so while the database stays locked only probes reach it
   /// and requests get "breaker open, retry after N" instead of waiting out their windows.
   /// REQUIRES: `shield` outlives this object; its clock is the policy's clock.
   static Result<ResilientDatabase> open(Options options, Shield& shield,
-                                        RetryPolicy policy = RetryPolicy::standard());
+                                        const RetryPolicy& policy = standard_policy());
   /// The same, taking over an open Database.
-  ResilientDatabase(Database db, Shield& shield, RetryPolicy policy = RetryPolicy::standard());
+  ResilientDatabase(Database db, Shield& shield, const RetryPolicy& policy = standard_policy());
   /// With one Shield for reads and one for writes (docs/adr/0006): a batch job holding the
   /// write lock opens the writes' breaker only, and WAL reads, which it does not block, go on.
   /// Statements SQLite proves read-only (and preparing SQL) go through `reads`; writes,
   /// BEGIN, transactions and COMMIT through `writes`. REQUIRES: both outlive this object.
   static Result<ResilientDatabase> open(Options options, Shield& reads, Shield& writes,
-                                        RetryPolicy policy = RetryPolicy::standard());
+                                        const RetryPolicy& policy = standard_policy());
   /// The same, taking over an open Database.
   ResilientDatabase(Database db, Shield& reads, Shield& writes,
-                    RetryPolicy policy = RetryPolicy::standard());
+                    const RetryPolicy& policy = standard_policy());
 
   /// As Database::prepare(), retried as a read.
   Result<Query> prepare(std::string_view sql);
@@ -96,7 +99,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   /// @code
   ///   auto sessions = db.with_policy(holdfast::RetryPolicy::session_reads());
   /// @endcode
-  [[nodiscard]] ResilientDatabase with_policy(RetryPolicy policy) const;
+  [[nodiscard]] ResilientDatabase with_policy(const RetryPolicy& policy) const;
   /// This database with every operation one attempt and no Shield, sharing the
   /// connections: for a caller that makes the retry decisions itself, such as
   /// holdfast::asio::async_run, whose attempt runs one operation of it on a thread that may
@@ -116,7 +119,7 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   /// The Database underneath, shared by every copy made with with_policy().
   [[nodiscard]] Database& database() noexcept { return *db_; }
   /// The retry policy of this object.
-  [[nodiscard]] const RetryPolicy& policy() const noexcept { return policy_; }
+  [[nodiscard]] const RetryPolicy& policy() const noexcept { return *policy_; }
   /// The Shield reads go through, or nullptr.
   [[nodiscard]] Shield* shield() const noexcept { return shield_; }
   /// The Shield writes go through (the same as shield() unless two were given), or nullptr.
@@ -142,14 +145,14 @@ class ResilientDatabase : public QueryApi<ResilientDatabase> {
   template <class Body>
   auto run_query(const Query& query, Body& body) -> std::invoke_result_t<Body&, Statement&>;
 
-  ResilientDatabase(std::shared_ptr<Database> db, RetryPolicy policy, Shield* reads, Shield* writes,
-                    bool one_attempt = false);
+  ResilientDatabase(std::shared_ptr<Database> db, std::shared_ptr<const RetryPolicy> policy,
+                    Shield* reads, Shield* writes, bool one_attempt = false);
 
-  std::shared_ptr<Database> db_;  // never null
-  RetryPolicy policy_;
-  Shield* shield_ = nullptr;        // reads
-  Shield* write_shield_ = nullptr;  // writes
-  bool one_attempt_ = false;        // one_attempt(): run() calls the attempt, once
+  std::shared_ptr<Database> db_;               // never null
+  std::shared_ptr<const RetryPolicy> policy_;  // never null; shared by copies
+  Shield* shield_ = nullptr;                   // reads
+  Shield* write_shield_ = nullptr;             // writes
+  bool one_attempt_ = false;                   // one_attempt(): run() calls the attempt, once
 };
 
 template <class Body>
