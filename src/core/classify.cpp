@@ -326,6 +326,11 @@ std::string_view pooler_meaning(std::string_view sqlstate, std::string_view mess
   for (std::string_view m : {"no more connections allowed", "query_wait_timeout"}) {
     if (message.find(m) != std::string_view::npos) return "53300";
   }
+  // The server connection it took for the client's transaction would not take the client's
+  // settings (PgBouncer's varcache_apply(), met while the server restarts): the client is
+  // disconnected before its first statement is passed on. Nothing was applied; a new
+  // connection may get a good server connection.
+  if (message.find("invalid server parameter") != std::string_view::npos) return "08003";
   return sqlstate;
 }
 

@@ -256,6 +256,11 @@ TEST(Classify, StatusBuildersCarryTheNativeCodeAndTheFault) {
   EXPECT_EQ(postgres_status("08P01", "no more connections allowed (max_client_conn)").fault(),
             classify_sqlstate("53300").fault);
   EXPECT_EQ(postgres_status("08P01", "query_wait_timeout").fault().overload, true);
+  // A server connection that would not take the client's settings (seen in the drill's
+  // restart through PgBouncer): the transaction never reached it, a new connection may.
+  const Fault unset = postgres_status("08P01", "invalid server parameter").fault();
+  EXPECT_EQ(unset.scope, RetryScope::kReconnect);
+  EXPECT_EQ(unset.outcome, Outcome::kNotApplied);
   EXPECT_EQ(postgres_status("08P01", "invalid frontend message type 0").fault(),
             classify_sqlstate("08P01").fault);
   Status d = d1_status("D1 DB is overloaded");
