@@ -409,6 +409,40 @@ TEST_F(AsioPgTransaction, TheServerIsToldTheDeadlineAsTheStatementTimeout) {
 // and its setting are prepared statements of the connection (both prepared by the first read,
 // each Parse just before its statement), and the setting lasts only for the read's own
 // implicit transaction.
+// A transaction's statements are prepared statements of its connection, as reads and writes
+// are: parsed the first time the connection runs them, then executed by name.
+TEST_F(AsioPgTransaction, ATransactionsStatementsArePreparedStatementsOfTheirConnection) {
+  const std::string insert = "INSERT INTO " + table_ + " (note) VALUES ($1)";
+  const std::string count =
+      "SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'holdfast_loop_%' "
+      "AND statement IN ($1, $2)";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options();
+    o.max_connections = 1;  // every transaction on one session
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), std::move(o)).value();
+    const Param note[] = {Param("paid")};
+    const Param texts[] = {Param(insert), Param(count)};
+    for (int run = 1; run <= 2; ++run) {
+      RequestContext request;
+      Result<std::string> seen = co_await client->async_transaction(
+          request,
+          [&](Tx& tx) -> Awaitable<Result<std::string>> {
+            Result<Rows> paid = co_await tx.query(insert, note);  // with BEGIN
+            if (!paid.ok()) co_return paid.status();
+            Result<Rows> counted = co_await tx.query(count, texts);  // alone
+            if (!counted.ok()) co_return counted.status();
+            co_return std::string(counted->text(0, 0));
+          },
+          TransactionOptions{}, net::use_awaitable);
+      EXPECT_TRUE(seen.ok()) << seen.status().to_string();
+      if (seen.ok()) {
+        EXPECT_EQ(*seen, "2") << "run " << run << ": both statements, prepared once";
+      }
+    }
+  });
+  EXPECT_EQ(rows(), 2);
+}
+
 TEST_F(AsioPgTransaction, APrimaryReadIsPreparedAndCarriesItsDeadlineAsTheStatementTimeout) {
   const std::string timeout_and_prepared =
       "SELECT current_setting('statement_timeout', false), (SELECT count(*) FROM "

@@ -21,6 +21,8 @@ class Client<Executor>::Transaction {
   /// the Client rolls back whatever the function returns. A statement that would begin or end
   /// the transaction (COMMIT, ROLLBACK, BEGIN, ...) is refused with INVALID_ARGUMENT: return
   /// OK to commit, an error to roll back. `sql` and `params` are copied when it is sent.
+  /// Unless a pooler in transaction mode is in between, the statement is a prepared statement
+  /// of the connection, as a read or a write is (parsed the first time, in the same round trip).
   awaitable<Result<Rows>> query(std::string_view sql,
                                 std::span<const holdfast::pg::Param> params = {}) {
     if (!failure_.ok()) co_return failure_;
@@ -32,17 +34,18 @@ class Client<Executor>::Transaction {
       co_return refused;
     }
     Result<Rows> r = Status(Code::kInternal, "not run");
+    const bool prepared = client_.prepares();
     if (!begun_) {
       begun_ = true;
       // BEGIN, the transaction's id (for a COMMIT in doubt) and the statement: one round trip.
-      const Piece with_id[] = {{begin_}, {kXidSql}, {sql, params}};
-      const Piece plain[] = {{begin_}, {sql, params}};
+      const Piece with_id[] = {{begin_}, {kXidSql, {}, prepared}, {sql, params, prepared}};
+      const Piece plain[] = {{begin_}, {sql, params, prepared}};
       const std::span<const Piece> pieces =
           want_xid_ ? std::span<const Piece>(with_id) : std::span<const Piece>(plain);
       Rows out[3];
       std::size_t failed = pieces.size();
       Status st = co_await client_.exchange(slot_, pieces, std::span(out, pieces.size()), &failed,
-                                            until_, 1, &client_.primary_);
+                                            until_, 1, &client_.primary_, prepared);
       if (st.ok()) {
         if (want_xid_) xid_ = std::string(out[1].text(0, 0));
         r = std::move(out[pieces.size() - 1]);
@@ -50,7 +53,17 @@ class Client<Executor>::Transaction {
         r = std::move(st);
       }
     } else {
-      r = co_await client_.exchange(slot_, sql, params, until_, &client_.primary_);
+      // One piece: inside the transaction its Sync commits nothing.
+      const Piece one[] = {{sql, params, prepared}};
+      Rows out[1];
+      std::size_t failed = 1;
+      Status st = co_await client_.exchange(slot_, one, out, &failed, until_, kNoSettings,
+                                            &client_.primary_);
+      if (st.ok()) {
+        r = std::move(out[0]);
+      } else {
+        r = std::move(st);
+      }
     }
     if (!r.ok()) {
       failure_ = holdfast::pg::in_transaction(r.status());
