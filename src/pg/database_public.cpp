@@ -27,13 +27,11 @@ Result<std::unique_ptr<Database>> Database::open(DatabaseOptions options) {
   }
 }
 
-Result<Rows> Database::read(std::string_view sql, Params params,
-                            const ReadOptions& options) {
+Result<Rows> Database::read(std::string_view sql, Params params, const ReadOptions& options) {
   return impl_->read(sql, params, options);
 }
 
-Result<Rows> Database::read(const Statement& stmt, Params params,
-                            const ReadOptions& options) {
+Result<Rows> Database::read(const Statement& stmt, Params params, const ReadOptions& options) {
   return impl_->read(stmt, params, options);
 }
 
