@@ -689,6 +689,15 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // server (with idempotency key `key`): the lost-writes watch remembers it.
   void wrote(const RequestContext& request, const Rows* position, const Slot& s,
              std::string_view key = {});
+  // Whether the COMMIT answered on `s` since its notice `heard` committed on the primary alone
+  // (its wait for a synchronous standby was cancelled: ADR 0053). Then the request's reads
+  // go to the primary, and the call answers holdfast::pg::unconfirmed_commit().
+  static bool unconfirmed(const Slot& s, std::uint64_t heard, const RequestContext& request) {
+    if (!s.conn.standby_wait_cancelled(heard)) [[likely]]
+      return false;
+    request.position_unknown();
+    return true;
+  }
 
   awaitable<Result<Rows>> plain_attempt(std::shared_ptr<Plain> state);
 

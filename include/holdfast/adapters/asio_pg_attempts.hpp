@@ -212,12 +212,8 @@ auto Client<Executor>::write_once(Slot& s, const Plain& state, TimePoint until)
   std::size_t failed = 4;
   const std::uint64_t heard = s.conn.notices_received();
   Status st = co_await exchange(s, pieces, out, &failed, until, 1, &primary_, prepared);
-  if ((st.ok() || failed == 3) && s.conn.standby_wait_cancelled(heard)) [[unlikely]] {
-    // Committed on the primary alone: the wait for a synchronous standby was cancelled.
-    state.request.position_unknown();
-    co_return holdfast::pg::unconfirmed_commit();
-  }
   if (st.ok() || failed == 3) {
+    if (unconfirmed(s, heard, state.request)) co_return holdfast::pg::unconfirmed_commit();
     // Committed (a failure after the COMMIT leaves only the position unknown).
     wrote(state.request, st.ok() ? &out[3] : nullptr, s);
     co_return std::move(out[1]);

@@ -154,10 +154,7 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
       aborted.with_txn_state(TxnState::kRolledBack);
       co_return aborted;
     }
-    if (s.conn.standby_wait_cancelled(heard)) [[unlikely]] {
-      request.position_unknown();
-      co_return holdfast::pg::unconfirmed_commit();
-    }
+    if (unconfirmed(s, heard, request)) co_return holdfast::pg::unconfirmed_commit();
     if (n == 2) wrote(request, committed.ok() ? &out[1] : nullptr, s);
     co_return Status();
   }
@@ -294,10 +291,7 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
       co_return Status(Code::kAborted, "COMMIT rolled the transaction back",
                        Fault{RetryScope::kTransaction, Outcome::kNotApplied, Pace::kFast, false});
     }
-    if (s.conn.standby_wait_cancelled(heard)) [[unlikely]] {
-      state.request.position_unknown();
-      co_return holdfast::pg::unconfirmed_commit();
-    }
+    if (unconfirmed(s, heard, state.request)) co_return holdfast::pg::unconfirmed_commit();
     wrote(state.request, committed.ok() ? &ended[2] : nullptr, s, state.key);
     co_return kept;
   }
