@@ -33,6 +33,7 @@
 #include "database_impl.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/sqlite.hpp"
+#include "holdfast/sqlite/statement.hpp"
 
 namespace {
 

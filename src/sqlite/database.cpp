@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "database_impl.hpp"
 #include "holdfast/core/classify.hpp"
@@ -347,7 +348,23 @@ int DatabaseImpl::close_idle() noexcept {
   return closed;
 }
 
-void Lease::release() noexcept {
+Lease::Lease(Lease&& other) noexcept
+    : impl_(std::exchange(other.impl_, nullptr)),
+      conn_(std::exchange(other.conn_, nullptr)),
+      slot_(other.slot_) {}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    reset();
+    impl_ = std::exchange(other.impl_, nullptr);
+    conn_ = std::exchange(other.conn_, nullptr);
+    slot_ = other.slot_;
+  }
+  return *this;
+}
+
+void Lease::reset() noexcept {
+  if (impl_ == nullptr) return;
   impl_->release(*this);
   impl_ = nullptr;
   conn_ = nullptr;
@@ -475,6 +492,12 @@ Status Transaction::prepare_statement(QueryRef ref, Statement& out) {
   return Status();
 }
 
+Status Transaction::run_statement(QueryRef ref, detail::StatementBody body) {
+  Statement st;
+  if (Status s = prepare_statement(ref, st); !s.ok()) return s;
+  return body(st);
+}
+
 Result<Statement> Transaction::statement(QueryRef ref) {
   Statement st;
   if (Status s = prepare_statement(ref, st); !s.ok()) return s;
@@ -531,13 +554,32 @@ Status Database::execute_script(std::string_view sql) {
   return Status();
 }
 
-Status Database::lease_statement(QueryRef ref, detail::Lease& lease, Statement& out) {
-  if (const Query* q = ref.query(); q != nullptr) [[likely]] {
-    return impl_->lease(detail::QueryAccess::info(*q), lease, out);
+Status Database::run_statement(QueryRef ref, detail::StatementBody body) {
+  const Query* q = ref.query();
+  if (q == nullptr) [[unlikely]] {
+    Result<Query> resolved = impl_->prepare(ref.sql(), nullptr);
+    if (!resolved.ok()) return resolved.status();
+    return run_statement(*resolved, body);
   }
-  Result<Query> resolved = impl_->prepare(ref.sql(), nullptr);
-  if (!resolved.ok()) return resolved.status();
-  return impl_->lease(detail::QueryAccess::info(*resolved), lease, out);
+  detail::Lease lease;
+  Statement st;  // destroyed (reset) before the lease gives the connection back
+  if (Status s = impl_->lease(detail::QueryAccess::info(*q), lease, st); !s.ok()) [[unlikely]]
+    return s;
+  return body(st);
+}
+
+Status Database::run_transaction(detail::TransactionBody fn, TxnMode mode) {
+  auto commit = [](Transaction& tx) { return tx.commit(); };
+  return run_transaction(fn, mode, detail::TransactionBody(commit));
+}
+
+Status Database::run_transaction(detail::TransactionBody fn, TxnMode mode,
+                                 detail::TransactionBody commit) {
+  Result<Transaction> tx = begin(mode);
+  if (!tx.ok()) return tx.status();
+  if (Status s = fn(*tx); !s.ok()) return tx->abandon(std::move(s));
+  if (Status s = commit(*tx); !s.ok()) return tx->abandon(std::move(s));
+  return Status();
 }
 
 Status Database::create_idempotency_table() {
@@ -553,16 +595,18 @@ Clock* system_clock() noexcept {
   return &Clock::system();
 }
 
-Result<std::optional<std::string>> recorded_result(Transaction& tx, const std::string& table,
-                                                   std::string_view key) {
-  return tx.query_one<std::string>(
+Result<KeyedResult> run_once(Transaction& tx, const std::string& table, std::string_view key,
+                             holdfast::detail::StatusRef<Transaction&, std::string&> fn) {
+  Result<std::optional<std::string>> seen = tx.query_one<std::string>(
       cat({"SELECT coalesce(result, '') FROM ", table, " WHERE key = ?"}), key);
-}
-
-Status record_result(Transaction& tx, const std::string& table, std::string_view key,
-                     std::string_view result) {
-  return tx.execute(cat({"INSERT INTO ", table, " (key, result) VALUES (?, ?)"}), key, result)
-      .status();
+  if (!seen.ok()) return seen.status();
+  if (seen->has_value()) return KeyedResult{std::move(**seen), true};
+  std::string result;
+  if (Status s = fn(tx, result); !s.ok()) return s;
+  Result<Exec> recorded =
+      tx.execute(cat({"INSERT INTO ", table, " (key, result) VALUES (?, ?)"}), key, result);
+  if (!recorded.ok()) return recorded.status();
+  return KeyedResult{std::move(result), false};
 }
 
 }  // namespace detail

@@ -35,6 +35,10 @@ struct StatementAccess {
     out.parameter_count_ = parameters;
   }
   static sqlite3_stmt* handle(const Statement& s) noexcept { return s.row_.stmt_; }
+  static Status bind_values(Statement& s, std::span<const Value> values) {
+    return s.bind_values(values);
+  }
+  static Status step_failed(Statement& s, int rc) { return s.step_failed(rc); }
 };
 
 struct QueryAccess {

@@ -9,6 +9,12 @@
 
 namespace holdfast::sqlite {
 
+template <class F>
+auto ResilientDatabase::run(Shield* shield, Operation op, F&& attempt) -> std::invoke_result_t<F&> {
+  return holdfast::detail::run_through(
+      attempt, [&](holdfast::detail::AttemptRef a) { return run_attempts(shield, op, a); });
+}
+
 Result<ResilientDatabase> ResilientDatabase::open(Options options, const RetryPolicy& policy) {
   Result<Database> db = Database::open(std::move(options));
   if (!db.ok()) return db.status();
@@ -106,6 +112,30 @@ Status ResilientDatabase::run_attempts(Shield* shield, Operation op,
   if (one_attempt_) return attempt();
   if (shield != nullptr) return shield->run(*policy_, op, attempt);
   return holdfast::retry(*policy_, op, attempt);
+}
+
+Status ResilientDatabase::run_statement(QueryRef q, detail::StatementBody body) {
+  if (const Query* query = q.query(); query != nullptr) [[likely]]
+    return run_statement(*query, body);
+  Result<Query> resolved = resolve(q);
+  if (!resolved.ok()) return resolved.status();
+  return run_statement(*resolved, body);
+}
+
+Status ResilientDatabase::run_statement(const Query& query, detail::StatementBody body) {
+  const bool read = query.access() == Access::kRead;
+  const Operation op = read ? Operation::read(query.sql()) : Operation::write(query.sql());
+  auto attempt = [&] { return db_->run_statement(query, body); };
+  return run_attempts(read ? shield_ : write_shield_, op, holdfast::detail::AttemptRef(attempt));
+}
+
+Status ResilientDatabase::run_transaction(detail::TransactionBody fn, Operation op, TxnMode mode) {
+  // A COMMIT that met SQLITE_BUSY left the transaction open: retry the COMMIT alone, within
+  // the attempt the Shield admitted (a second admission could wait on the place this one
+  // holds). Waiting for the writer and BEGIN ran nothing, so they are always retried.
+  auto commit = [&](Transaction& tx) { return one_attempt_ ? tx.commit() : retry_commit(tx); };
+  auto attempt = [&] { return db_->run_transaction(fn, mode, detail::TransactionBody(commit)); };
+  return run_attempts(write_shield_, op, holdfast::detail::AttemptRef(attempt));
 }
 
 Status ResilientDatabase::retry_commit(Transaction& tx) {

@@ -128,47 +128,47 @@ Status not_a(const Row& row, sqlite3_stmt* stmt, int column, Type has, bool* nul
   return mismatch(row, stmt, column, wanted);
 }
 
-}  // namespace
-
+// Reads the column into `out`, checked. A NULL sets *null when null is given (the caller
+// reads a std::optional), else it is a mismatch.
 template <class U>
-Status Row::fetch(int column, U& out, bool* null) const {
+Status fetch(const Row& row, sqlite3_stmt* stmt, int column, U& out, bool* null) {
   if constexpr (std::is_integral_v<U>) {
     std::int64_t v = 0;
-    const Type t = integer_cell(stmt_, column, v);
+    const Type t = integer_cell(stmt, column, v);
     if (t != Type::kInteger) [[unlikely]]
-      return not_a(*this, stmt_, column, t, null, "an integer");
+      return not_a(row, stmt, column, t, null, "an integer");
     if constexpr (std::is_same_v<U, bool>) {
       out = v != 0;
       return Status();
     } else if constexpr (std::is_signed_v<U> && sizeof(U) < sizeof(std::int64_t)) {
       if (v < std::numeric_limits<U>::min() || v > std::numeric_limits<U>::max()) {
-        return mismatch(*this, stmt_, column, "an integer in the range of the requested type");
+        return mismatch(row, stmt, column, "an integer in the range of the requested type");
       }
     } else if constexpr (std::is_unsigned_v<U>) {
       if (v < 0 || static_cast<std::uint64_t>(v) > std::numeric_limits<U>::max()) {
-        return mismatch(*this, stmt_, column, "an integer in the range of the requested type");
+        return mismatch(row, stmt, column, "an integer in the range of the requested type");
       }
     }
     out = static_cast<U>(v);
     return Status();
   } else if constexpr (std::is_floating_point_v<U>) {
     double v = 0;
-    const Type t = number_cell(stmt_, column, v);
+    const Type t = number_cell(stmt, column, v);
     if (t != Type::kInteger && t != Type::kFloat)
-      return not_a(*this, stmt_, column, t, null, "a number");
+      return not_a(row, stmt, column, t, null, "a number");
     out = static_cast<U>(v);
     return Status();
   } else if constexpr (std::is_same_v<U, std::string_view> || std::is_same_v<U, std::string>) {
     std::string_view v;
-    const Type t = text_cell(*this, stmt_, column, v);
-    if (t != Type::kText) return not_a(*this, stmt_, column, t, null, "text");
+    const Type t = text_cell(row, stmt, column, v);
+    if (t != Type::kText) return not_a(row, stmt, column, t, null, "text");
     out = U(v);
     return Status();
   } else {
     static_assert(std::is_same_v<U, Blob> || std::is_same_v<U, std::vector<std::byte>>);
     std::span<const std::byte> v;
-    const Type t = blob_cell(*this, stmt_, column, v);
-    if (t != Type::kBlob) return not_a(*this, stmt_, column, t, null, "a blob");
+    const Type t = blob_cell(row, stmt, column, v);
+    if (t != Type::kBlob) return not_a(row, stmt, column, t, null, "a blob");
     if constexpr (std::is_same_v<U, Blob>) {
       out = Blob{v};
     } else {
@@ -178,30 +178,87 @@ Status Row::fetch(int column, U& out, bool* null) const {
   }
 }
 
-// Every type of detail::kReadable.
-template Status Row::fetch(int, bool&, bool*) const;
-template Status Row::fetch(int, char&, bool*) const;
-template Status Row::fetch(int, signed char&, bool*) const;
-template Status Row::fetch(int, unsigned char&, bool*) const;
-template Status Row::fetch(int, wchar_t&, bool*) const;
-template Status Row::fetch(int, char8_t&, bool*) const;
-template Status Row::fetch(int, char16_t&, bool*) const;
-template Status Row::fetch(int, char32_t&, bool*) const;
-template Status Row::fetch(int, short&, bool*) const;
-template Status Row::fetch(int, unsigned short&, bool*) const;
-template Status Row::fetch(int, int&, bool*) const;
-template Status Row::fetch(int, unsigned&, bool*) const;
-template Status Row::fetch(int, long&, bool*) const;
-template Status Row::fetch(int, unsigned long&, bool*) const;
-template Status Row::fetch(int, long long&, bool*) const;
-template Status Row::fetch(int, unsigned long long&, bool*) const;
-template Status Row::fetch(int, float&, bool*) const;
-template Status Row::fetch(int, double&, bool*) const;
-template Status Row::fetch(int, long double&, bool*) const;
-template Status Row::fetch(int, std::string_view&, bool*) const;
-template Status Row::fetch(int, std::string&, bool*) const;
-template Status Row::fetch(int, Blob&, bool*) const;
-template Status Row::fetch(int, std::vector<std::byte>&, bool*) const;
+// The column as T with SQLite's own conversions (Row::get()).
+template <class T>
+T convert(const Row& row, int column) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return row.int64(column) != 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(row.int64(column));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(row.real(column));
+  } else if constexpr (std::is_same_v<T, std::string_view>) {
+    return row.text(column);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return std::string(row.text(column));
+  } else if constexpr (std::is_same_v<T, Blob>) {
+    return Blob{row.blob(column)};
+  } else {
+    static_assert(std::is_same_v<T, std::vector<std::byte>>);
+    const auto bytes = row.blob(column);
+    return T(bytes.begin(), bytes.end());
+  }
+}
+
+}  // namespace
+
+template <detail::readable T>
+T Row::get(int column) const {
+  if constexpr (detail::is_optional<T>::value) {
+    if (is_null(column)) return std::nullopt;
+    return T(convert<typename T::value_type>(*this, column));
+  } else {
+    return convert<T>(*this, column);
+  }
+}
+
+template <detail::readable T>
+Status Row::read(int column, T& out) const {
+  if constexpr (detail::is_optional<T>::value) {
+    typename T::value_type value{};
+    bool null = false;
+    if (Status s = fetch(*this, stmt_, column, value, &null); !s.ok()) return s;
+    if (null) {
+      out.reset();
+    } else {
+      out = std::move(value);
+    }
+    return Status();
+  } else {
+    return fetch(*this, stmt_, column, out, nullptr);
+  }
+}
+
+// Row::get() and Row::read() for every type of detail::readable.
+#define HOLDFAST_ROW_READS(T)                                      \
+  template T Row::get<T>(int) const;                               \
+  template std::optional<T> Row::get<std::optional<T>>(int) const; \
+  template Status Row::read<T>(int, T&) const;                     \
+  template Status Row::read<std::optional<T>>(int, std::optional<T>&) const;
+HOLDFAST_ROW_READS(bool)
+HOLDFAST_ROW_READS(char)
+HOLDFAST_ROW_READS(signed char)
+HOLDFAST_ROW_READS(unsigned char)
+HOLDFAST_ROW_READS(wchar_t)
+HOLDFAST_ROW_READS(char8_t)
+HOLDFAST_ROW_READS(char16_t)
+HOLDFAST_ROW_READS(char32_t)
+HOLDFAST_ROW_READS(short)
+HOLDFAST_ROW_READS(unsigned short)
+HOLDFAST_ROW_READS(int)
+HOLDFAST_ROW_READS(unsigned)
+HOLDFAST_ROW_READS(long)
+HOLDFAST_ROW_READS(unsigned long)
+HOLDFAST_ROW_READS(long long)
+HOLDFAST_ROW_READS(unsigned long long)
+HOLDFAST_ROW_READS(float)
+HOLDFAST_ROW_READS(double)
+HOLDFAST_ROW_READS(long double)
+HOLDFAST_ROW_READS(std::string_view)
+HOLDFAST_ROW_READS(std::string)
+HOLDFAST_ROW_READS(Blob)
+HOLDFAST_ROW_READS(std::vector<std::byte>)
+#undef HOLDFAST_ROW_READS
 
 // --- Statement -----------------------------------------------------------------------
 
@@ -275,30 +332,67 @@ Status Statement::bind_failed(int rc, int index) const {
                                         detail::sql_excerpt(sql()), "': ", sqlite3_errmsg(db)}));
 }
 
-int Statement::put_null(int index) noexcept {
-  return sqlite3_bind_null(row_.stmt_, index);
+namespace {
+
+// Binds one value; SQLite's result code (SQLITE_OK, or a failure for Statement::bind_failed()).
+// Text and blobs are bound by reference, and *references says so.
+int bind_one(sqlite3_stmt* stmt, int index, const detail::Value& value, bool* references) {
+  using K = detail::Value::Kind;
+  switch (value.kind) {
+    case K::kInt64:
+    case K::kUint64:  // checked by the caller
+      return sqlite3_bind_int64(stmt, index, value.integer);
+    case K::kDouble:
+      return sqlite3_bind_double(stmt, index, value.real);
+    case K::kText:
+      *references = true;
+      // A null pointer would bind NULL, not "".
+      return sqlite3_bind_text64(stmt, index,
+                                 value.data != nullptr ? static_cast<const char*>(value.data) : "",
+                                 value.size, SQLITE_STATIC, SQLITE_UTF8);
+    case K::kBlob:
+      *references = true;
+      return value.data != nullptr
+                 ? sqlite3_bind_blob64(stmt, index, value.data, value.size, SQLITE_STATIC)
+                 : sqlite3_bind_zeroblob(stmt, index, 0);
+    case K::kNull:
+      break;
+  }
+  return sqlite3_bind_null(stmt, index);
 }
 
-int Statement::put_int64(int index, std::int64_t value) noexcept {
-  return sqlite3_bind_int64(row_.stmt_, index, value);
+}  // namespace
+
+Status Statement::bind_value(int index, const detail::Value& value) {
+  // A 64-bit unsigned integer above INT64_MAX reads as negative bits.
+  if (value.kind == detail::Value::Kind::kUint64 && value.integer < 0) [[unlikely]]
+    return too_large(index);
+  const int rc = bind_one(row_.stmt_, index, value, &binds_references_);
+  if (rc != SQLITE_OK) [[unlikely]]
+    return bind_failed(rc, index);
+  return Status();
 }
 
-int Statement::put_double(int index, double value) noexcept {
-  return sqlite3_bind_double(row_.stmt_, index, value);
+Status Statement::bind_value(std::string_view name, const detail::Value& value) {
+  const int index = parameter_index(name);
+  if (index == 0) return unknown_parameter(name);
+  return bind_value(index, value);
 }
 
-int Statement::put_text(int index, std::string_view value) noexcept {
-  // A null pointer would bind NULL, not "".
-  const char* data = value.data() != nullptr ? value.data() : "";
-  binds_references_ = true;
-  return sqlite3_bind_text64(row_.stmt_, index, data, value.size(), SQLITE_STATIC, SQLITE_UTF8);
-}
-
-int Statement::put_blob(int index, std::span<const std::byte> value) noexcept {
-  binds_references_ = true;
-  return value.data() != nullptr
-             ? sqlite3_bind_blob64(row_.stmt_, index, value.data(), value.size(), SQLITE_STATIC)
-             : sqlite3_bind_zeroblob(row_.stmt_, index, 0);
+Status Statement::bind_values(std::span<const detail::Value> values) {
+  if (parameter_count() != static_cast<int>(values.size())) [[unlikely]]
+    return wrong_parameter_count(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const detail::Value& v = values[i];
+    const int index = static_cast<int>(i) + 1;
+    // The common case in one call: a value by position that SQLite takes.
+    if (v.name.empty() && v.kind != detail::Value::Kind::kUint64 &&
+        bind_one(row_.stmt_, index, v, &binds_references_) == SQLITE_OK) [[likely]]
+      continue;
+    Status s = v.name.empty() ? bind_value(index, v) : bind_value(v.name, v);
+    if (!s.ok()) return s;
+  }
+  return Status();
 }
 
 Status Statement::unknown_parameter(std::string_view name) const {
@@ -320,11 +414,6 @@ Status Statement::too_large(int index) const {
       SQLITE_MISMATCH,
       detail::cat({"the value for parameter ", std::to_string(index), " of '",
                    detail::sql_excerpt(sql()), "' does not fit SQLite's signed 64-bit integer"}));
-}
-
-int Statement::next() noexcept {
-  static_assert(kRow == SQLITE_ROW && kDone == SQLITE_DONE);
-  return sqlite3_step(row_.stmt_);
 }
 
 Result<bool> Statement::step() {
@@ -372,5 +461,34 @@ void Statement::clear_bindings() noexcept {
   sqlite3_clear_bindings(row_.stmt_);
   binds_references_ = false;
 }
+
+// --- The query helpers' steps ----------------------------------------------------------
+
+namespace detail {
+
+Status next_row(Statement& st, const Row*& row) {
+  const int rc = sqlite3_step(StatementAccess::handle(st));
+  if (rc == SQLITE_ROW) [[likely]] {
+    row = &st.row();
+    return Status();
+  }
+  row = nullptr;
+  if (rc == SQLITE_DONE) return Status();
+  return StatementAccess::step_failed(st, rc);
+}
+
+Status first_row(Statement& st, std::span<const Value> values, const Row*& row) {
+  row = nullptr;
+  if (Status s = StatementAccess::bind_values(st, values); !s.ok()) [[unlikely]]
+    return s;
+  return next_row(st, row);
+}
+
+Result<Exec> execute(Statement& st, std::span<const Value> values) {
+  if (Status s = StatementAccess::bind_values(st, values); !s.ok()) return s;
+  return st.run();
+}
+
+}  // namespace detail
 
 }  // namespace holdfast::sqlite

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "holdfast/sqlite.hpp"
+#include "holdfast/sqlite/statement.hpp"
 #include "sqlite_faults.hpp"
 
 namespace holdfast::sqlite {
@@ -213,6 +214,43 @@ TEST_F(DatabaseTest, BindsByIndexAndByNameAndReadsTypedColumns) {
                                         std::optional<std::string>("court 3")));
   EXPECT_EQ((*rows)[1],
             std::make_tuple(std::string("ola"), std::int64_t{900}, std::optional<std::string>()));
+}
+
+TEST_F(DatabaseTest, EveryBindableTypeIsStoredAsSqliteStoresIt) {
+  const std::string empty;
+  const std::vector<std::byte> bytes = {std::byte{7}, std::byte{0}};
+  const std::uint64_t fits = 9'000'000'000'000'000'000ull;
+  // Each value, and the storage class and text SQLite reports for it.
+  using Row = std::tuple<std::string, std::string>;
+  const auto stored = [&](const auto& value) -> Row {
+    Result<std::vector<Row>> r =
+        db.query<std::string, std::string>("SELECT typeof(?1), coalesce(quote(?1), '')", value);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() && r->size() == 1 ? r->front() : Row{};
+  };
+  EXPECT_EQ(stored(true), Row("integer", "1"));
+  EXPECT_EQ(stored(static_cast<unsigned char>(200)), Row("integer", "200"));
+  EXPECT_EQ(stored(fits), Row("integer", "9000000000000000000"));
+  EXPECT_EQ(stored(-2.5f), Row("real", "-2.5"));
+  EXPECT_EQ(stored(empty), Row("text", "''"));  // "" is text, not NULL
+  EXPECT_EQ(stored("court 3"), Row("text", "'court 3'"));
+  EXPECT_EQ(stored(bytes), Row("blob", "X'0700'"));
+  EXPECT_EQ(stored(Blob{}), Row("blob", "X''"));  // an empty blob is a blob
+  EXPECT_EQ(stored(null), Row("null", "NULL"));
+  EXPECT_EQ(stored(nullptr), Row("null", "NULL"));
+  EXPECT_EQ(stored(std::optional<int>()), Row("null", "NULL"));
+  EXPECT_EQ(stored(std::optional<int>(4)), Row("integer", "4"));
+  EXPECT_EQ(stored(named("?1", 5)), Row("integer", "5"));
+
+  // An unsigned value above SQLite's signed 64 bits is refused, naming the parameter.
+  Result<Exec> big = db.execute("INSERT INTO payments(user, cents) VALUES (1, ?)",
+                                std::uint64_t{9'300'000'000'000'000'000ull});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().sqlite_code(), kMismatch);
+  EXPECT_THAT(std::string(big.status().message()),
+              HasSubstr("parameter 1 of 'INSERT INTO payments(user, cents) VALUES (1, ?)' does "
+                        "not fit SQLite's signed 64-bit integer"));
+  EXPECT_EQ(count("payments"), 0);
 }
 
 TEST_F(DatabaseTest, BlobsRoundTrip) {

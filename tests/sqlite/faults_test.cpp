@@ -11,6 +11,7 @@
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/sqlite.hpp"
+#include "holdfast/sqlite/statement.hpp"
 #include "sqlite_faults.hpp"
 
 namespace holdfast::sqlite {

@@ -1,13 +1,7 @@
 /// @file
-/// holdfast::KeyedResult: what once(key, fn) returns, in both drivers.
-///
-/// @code
-///   auto paid = db.once("order-42", [&](Transaction& tx) -> Result<std::string> { ... });
-///   if (paid.ok() && paid->replayed) { /* an earlier call applied it; fn did not run */ }
-/// @endcode
-///
-/// once(key, fn) records `key` with fn's result in fn's own transaction, so a call repeated
-/// after any failure (an outcome in doubt included) applies the write at most once.
+/// holdfast::KeyedResult: what once(key, fn) returns, in both drivers. once() records `key`
+/// with fn's result in fn's own transaction, so a call repeated after any failure (an
+/// outcome in doubt included) applies the write at most once.
 #pragma once
 
 #include <string>

@@ -24,8 +24,7 @@ struct Operation {
   /// The callable runs a whole transaction from its start, so faults that roll the
   /// transaction back (scope kTransaction) may be retried by calling it again.
   bool reruns_transaction = false;
-  /// Its class under overload (docs/adr/0035-priorities.md): kNormal unless marked. Kept
-  /// before the label so that an Operation stays three words.
+  /// Its class under overload (docs/adr/0035-priorities.md): kNormal unless marked.
   Priority priority = Priority::kNormal;
   /// Names the operation in the DEBUG line ("schedule.games").
   std::string_view label = {};

@@ -1,15 +1,7 @@
 /// @file
-/// Priority: the class of an Operation, which decides who keeps a place under a Shield's
-/// concurrency limit when there is not room for all (docs/adr/0035-priorities.md).
-///
-/// @code
-///   shield.run(holdfast::Operation::write("payments.create").critical(), pay);
-///   shield.run(holdfast::Operation::write("logs.insert").background(), write_batch);
-/// @endcode
-///
-/// While the limit has room every class goes at once. When it is full, a freed place goes
-/// to the first waiter of the highest class waiting; background is shed as soon as a line
-/// stands; no class starves (the rules: ADR 0035).
+/// Priority: the class of an Operation, `Operation::write("payments.create").critical()`.
+/// Under a full Shield, a freed place goes to the first waiter of the highest class waiting,
+/// background is shed first, and no class starves (docs/adr/0035-priorities.md).
 #pragma once
 
 #include <cstdint>

@@ -15,9 +15,8 @@
 
 namespace holdfast {
 
-/// Thrown only at the edges: by Result::value() on an error, and by adapters that turn a
-/// Status into an exception for callers that want one.
-/// An exception that carries a Status.
+/// An exception that carries a Status, thrown only at the edges: by Result::value() on an
+/// error, and by adapters that turn a Status into an exception for callers that want one.
 class Error : public std::runtime_error {
  public:
   /// Carries `status`; what() is status.to_string().

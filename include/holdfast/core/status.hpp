@@ -57,10 +57,8 @@ enum class StopReason : std::uint8_t {
   kBreakerOpen,        ///< the circuit breaker refused the attempt
   kCancelled,          ///< the caller cancelled
   kAtCapacity,         ///< the database is at the concurrency the Shield learned it answers
-  kProbeFailed,        ///< the server refused again the connect that probed it after refused
-                       ///< connects (a pool's probe): trying before retry_after() would be
-                       ///< refused too. A refusal by the server, not our shedding: breakers
-                       ///< count it.
+  kProbeFailed,        ///< a pool's probe connect after refused connects was refused again:
+                       ///< the server refuses (breakers count it) until retry_after()
 };
 
 /// What an error inside a transaction left behind.

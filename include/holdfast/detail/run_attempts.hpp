@@ -1,7 +1,5 @@
-// Internal: the retry loop (holdfast::retry() or Shield::run()) behind a compiled function,
-// for the templates of headers that must not include the Shield (an engine's main header).
-// An attempt is seen through an AttemptRef, a pointer and a function pointer: nothing is
-// allocated and nothing copied per call.
+// Internal: a callable run by a compiled function (a retry loop, a statement on a leased
+// connection), seen through a StatusRef: nothing is allocated or copied per call.
 #pragma once
 
 #include <optional>
@@ -13,38 +11,45 @@
 
 namespace holdfast::detail {
 
-// One attempt of a loop: calls the caller's callable, which outlives the loop.
-class AttemptRef {
+// Calls the caller's callable, taking A..., which outlives the StatusRef.
+template <class... A>
+class StatusRef {
  public:
   template <class F>
-  explicit AttemptRef(F& attempt) noexcept
-      : object_(&attempt), call_([](void* o) -> Status { return (*static_cast<F*>(o))(); }) {}
+  explicit StatusRef(F& fn) noexcept
+      : object_(&fn),
+        call_([](void* o, A... a) -> Status { return (*static_cast<F*>(o))(a...); }) {}
 
-  Status operator()() const { return call_(object_); }
+  Status operator()(A... a) const { return call_(object_, a...); }
 
  private:
   void* object_;
-  Status (*call_)(void*);
+  Status (*call_)(void*, A...);
 };
 
-// Runs `attempt` (returning Status or Result<T>) through `run`, a function of an AttemptRef
-// returning the loop's Status (a compiled function that calls Shield::run() or retry()).
-// The result: the last attempt's, when it succeeded; else the loop's final Status, which is
-// what the loop itself returns for a Result<T> too (the failure with its StopReason).
-template <class F, class Run>
-auto run_through(F& attempt, Run&& run) -> std::invoke_result_t<F&> {
-  using R = std::invoke_result_t<F&>;
+// One attempt of a loop.
+using AttemptRef = StatusRef<>;
+
+// Runs `fn` (taking A..., returning Status or Result<T>) through `run`, a function of a
+// StatusRef<A...> returning Status (a compiled function that calls it, or loops over it).
+// The result: fn's last result, when `run` succeeded; else `run`'s Status, which for a loop
+// is its final Status (the failure with its StopReason), for a Result<T> too.
+template <class... A, class F, class Run>
+auto run_through(F& fn, Run&& run) -> std::invoke_result_t<F&, A...> {
+  using R = std::invoke_result_t<F&, A...>;
   static_assert(std::is_same_v<R, Status> || is_result<R>::value,
                 "the callable must return holdfast::Status or Result<T>");
   if constexpr (std::is_same_v<R, Status>) {
-    return run(AttemptRef(attempt));
+    return run(StatusRef<A...>(fn));
   } else {
     std::optional<R> last;
-    auto each = [&]() -> Status {
-      last.emplace(attempt());
-      return status_of(*last);
+    auto each = [&](A... a) -> Status {
+      last.emplace(fn(a...));
+      if (last->ok()) [[likely]]
+        return Status();
+      return last->status();
     };
-    Status s = run(AttemptRef(each));
+    Status s = run(StatusRef<A...>(each));
     if (s.ok()) [[likely]]
       return std::move(*last);
     return R(std::move(s));

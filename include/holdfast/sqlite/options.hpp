@@ -1,16 +1,7 @@
 /// @file
-/// holdfast::sqlite::Options: how to open a Database.
-///
-/// A plain copyable struct with documented defaults, validated once by Database::open():
-/// a field out of range throws std::invalid_argument naming the field; a file that cannot
-/// be opened is a Status, not an exception.
-///
-/// @code
-///   holdfast::sqlite::Options options;
-///   options.path = "club.db";                 // WAL, synchronous=NORMAL, foreign_keys=ON
-///   options.busy_timeout = std::chrono::seconds(5);
-///   auto db = holdfast::sqlite::Database::open(options);
-/// @endcode
+/// holdfast::sqlite::Options: how to open a Database (`{.path = "club.db"}`: WAL,
+/// synchronous=NORMAL, foreign_keys=ON). Validated by Database::open(): a field out of range
+/// throws std::invalid_argument naming it; a file that cannot be opened is a Status.
 #pragma once
 
 #include <chrono>
@@ -52,10 +43,8 @@ enum class Synchronous : std::uint8_t {
 };
 
 /// How a write transaction begins. kImmediate takes the write lock at BEGIN, so in WAL mode
-/// no statement of the transaction, COMMIT included, meets SQLITE_BUSY; a deferred
-/// transaction that upgrades to a write gets SQLITE_BUSY_SNAPSHOT without waiting when
-/// another connection wrote in between. kExclusive is the rollback-journal equivalent of
-/// kImmediate's guarantee.
+/// nothing later in it, COMMIT included, meets SQLITE_BUSY (kExclusive: the same with a
+/// rollback journal); a deferred one may fail SQLITE_BUSY_SNAPSHOT when it starts writing.
 enum class TxnMode : std::uint8_t {
   kImmediate,  ///< BEGIN IMMEDIATE
   kExclusive,  ///< BEGIN EXCLUSIVE

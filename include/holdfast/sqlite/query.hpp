@@ -1,11 +1,6 @@
 /// @file
-/// holdfast::sqlite::Query, the read/write AccessVerdict, and QueryApi: the query helpers shared
-/// by Database, Transaction and ResilientDatabase.
-///
-/// A Query is SQL prepared once and judged once by the engine (ADR 0002): a read is one
-/// statement sqlite3_stmt_readonly() calls read-only that controls neither the transaction
-/// nor the connection; everything else is a write. Reads run on query_only connections, so a
-/// misjudged read is refused (SQLITE_READONLY), never applied.
+/// holdfast::sqlite::Query (SQL prepared and judged read or write once by the engine, ADR
+/// 0002), its AccessVerdict, and QueryApi: the query helpers of every SQLite handle.
 ///
 /// @code
 ///   Result<Query> games = db.prepare("SELECT id, court FROM games WHERE day = ?");
@@ -15,10 +10,12 @@
 /// Every helper takes a Query or SQL text (QueryRef); text is looked up in a cache.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -28,7 +25,8 @@
 
 #include "holdfast/core/result.hpp"
 #include "holdfast/core/status.hpp"
-#include "holdfast/sqlite/statement.hpp"
+#include "holdfast/detail/run_attempts.hpp"
+#include "holdfast/sqlite/row.hpp"
 
 /// The SQLite driver: options, statements, queries, the Database and its resilient form
 /// (see sqlite.hpp).
@@ -134,83 +132,81 @@ class QueryRef {
 };
 
 namespace detail {
+// A row of the helpers: T for one type, std::tuple<Ts...> for several.
 template <class... Ts>
-struct RowOf {
-  using type = std::tuple<Ts...>;
-};
-template <class T>
-struct RowOf<T> {
-  using type = T;
-};
-template <class... Ts>
-using row_t = typename RowOf<Ts...>::type;
+using row_t =
+    std::conditional_t<sizeof...(Ts) == 1, std::tuple_element_t<0, std::tuple<Ts..., void>>,
+                       std::tuple<Ts...>>;
 
+// A with_statement() body, as Derived::run_statement() sees it.
+using StatementBody = holdfast::detail::StatusRef<Statement&>;
+
+// The helpers' steps on a Statement, compiled (statement.cpp), so that this header only
+// declares Statement: first_row() binds every value and steps, setting `row` to the row or to
+// nullptr when there is none; next_row() steps again.
+Status first_row(Statement& st, std::span<const Value> values, const Row*& row);
+Status next_row(Statement& st, const Row*& row);
+Result<Exec> execute(Statement& st, std::span<const Value> values);
 Status too_few_columns(int has, std::size_t wanted);
 // A failure after rows reached the caller's function: repeating would deliver them again.
 Status after_rows(Status failure, std::size_t delivered);
 
 template <class... Ts>
-Result<row_t<Ts...>> read_row(const Row& row) {
+Status read_row(const Row& row, row_t<Ts...>& out) {
   if (row.size() < static_cast<int>(sizeof...(Ts)))
     return too_few_columns(row.size(), sizeof...(Ts));
   if constexpr (sizeof...(Ts) == 1) {
-    return row.read<Ts...>(0);
+    return row.read(0, out);
   } else {
-    Status failed;
-    std::tuple<Ts...> out;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      const auto one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
-        if (!failed.ok()) return;
-        auto v = row.read<std::tuple_element_t<K, std::tuple<Ts...>>>(static_cast<int>(K));
-        if (v.ok()) {
-          std::get<K>(out) = std::move(*v);
-        } else {
-          failed = v.status();
-        }
-      };
-      (one(std::integral_constant<std::size_t, I>{}), ...);
-    }
-    (std::index_sequence_for<Ts...>{});
-    if (!failed.ok()) return failed;
-    return out;
+    Status s;
+    int column = 0;
+    std::apply([&](auto&... v) { ((s.ok() ? void(s = row.read(column++, v)) : void()), ...); },
+               out);
+    return s;
   }
 }
 }  // namespace detail
 
-/// The query helpers. Derived provides
-/// @code
-///   template <class Body> auto with_statement(QueryRef, Body&&)
-/// @endcode
-/// which runs body(Statement&) on a statement of the right connection and returns what it
-/// returns. Each helper's body can be run again from the start, so a retrying Derived may
-/// repeat it.
+/// The query helpers of Database, Transaction and ResilientDatabase (Derived, which runs a
+/// body on a statement in its compiled run_statement()). Arguments are bound by position,
+/// or by name when given as named(":x", v).
 template <class Derived>
 class QueryApi {
  public:
-  /// Runs the statement to its end with `args` bound (values by position; named(":x", v)
-  /// by name). Rows, if any, are ignored.
+  /// Runs body(Statement&) -> Status or Result<T> (holdfast/sqlite/statement.hpp) on a
+  /// statement of `q` on the right connection (a read connection for a read, else the
+  /// writer), reset afterwards, once per attempt. Transaction control is refused (use
+  /// transaction()), and so is SAVEPOINT outside a Transaction.
+  template <class Body>
+  auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&> {
+    return holdfast::detail::run_through<Statement&>(body, [&](detail::StatementBody b) {
+      return static_cast<Derived&>(*this).run_statement(q, b);
+    });
+  }
+
+  /// Runs the statement to its end with `args` bound. Rows, if any, are ignored.
   template <class... Args>
   Result<Exec> execute(QueryRef q, const Args&... args) {
-    return self().with_statement(q, [&](Statement& st) -> Result<Exec> {
-      if (Status s = st.bind_all(args...); !s.ok()) return s;
-      return st.run();
-    });
+    const std::array<detail::Value, sizeof...(Args)> values{detail::value_of(args)...};
+    return with_statement(
+        q, [&](Statement& st) -> Result<Exec> { return detail::execute(st, values); });
   }
 
   /// The first column of the first row as T (checked, see Row::read), or std::nullopt when
   /// there is no row.
   template <class T, class... Args>
   Result<std::optional<T>> query_one(QueryRef q, const Args&... args) {
-    return self().with_statement(q, [&](Statement& st) -> Result<std::optional<T>> {
-      if (Status s = st.bind_all(args...); !s.ok()) return s;
-      const int rc = st.next();
-      if (rc == Statement::kDone) return std::optional<T>();
-      if (rc != Statement::kRow) [[unlikely]]
-        return st.step_failed(rc);
-      Result<std::optional<T>> value(std::in_place, std::in_place, T{});  // a T, in place
-      if (Status s = st.row().read(0, **value); !s.ok()) return s;
-      return value;
-    });
+    const std::array<detail::Value, sizeof...(Args)> values{detail::value_of(args)...};
+    std::optional<T> out;
+    auto body = [&](Statement& st) -> Status {
+      out.reset();
+      const Row* row = nullptr;
+      if (Status s = detail::first_row(st, values, row); !s.ok() || row == nullptr) return s;
+      return row->read(0, out.emplace());
+    };
+    if (Status s = with_statement(q, body); !s.ok()) [[unlikely]]
+      return s;
+    return out;
   }
 
   /// Every row, its first sizeof...(Ts) columns read as Ts (checked): a vector of T for one
@@ -219,17 +215,15 @@ class QueryApi {
   Result<std::vector<detail::row_t<Ts...>>> query(QueryRef q, const Args&... args) {
     static_assert(sizeof...(Ts) > 0, "name the column types: query<std::int64_t, std::string>");
     using Out = detail::row_t<Ts...>;
-    return self().with_statement(q, [&](Statement& st) -> Result<std::vector<Out>> {
-      if (Status s = st.bind_all(args...); !s.ok()) return s;
+    const std::array<detail::Value, sizeof...(Args)> values{detail::value_of(args)...};
+    return with_statement(q, [&](Statement& st) -> Result<std::vector<Out>> {
       std::vector<Out> rows;
-      for (;;) {
-        const int rc = st.next();
-        if (rc == Statement::kDone) return rows;
-        if (rc != Statement::kRow) [[unlikely]]
-          return st.step_failed(rc);
-        Result<Out> one = detail::read_row<Ts...>(st.row());
-        if (!one.ok()) return one.status();
-        rows.push_back(std::move(*one));
+      const Row* row = nullptr;
+      for (Status s = detail::first_row(st, values, row);; s = detail::next_row(st, row)) {
+        if (!s.ok()) [[unlikely]]
+          return s;
+        if (row == nullptr) return rows;
+        if (Status r = detail::read_row<Ts...>(*row, rows.emplace_back()); !r.ok()) return r;
       }
     });
   }
@@ -239,27 +233,23 @@ class QueryApi {
   /// see the rows again): it comes back with StopReason::kNotSafeToRepeat.
   template <class Fn, class... Args>
   Status for_each(QueryRef q, Fn&& fn, const Args&... args) {
-    return self().with_statement(q, [&](Statement& st) -> Status {
-      if (Status s = st.bind_all(args...); !s.ok()) return s;
+    const std::array<detail::Value, sizeof...(Args)> values{detail::value_of(args)...};
+    return with_statement(q, [&](Statement& st) -> Status {
+      const Row* row = nullptr;
       std::size_t delivered = 0;
-      for (;;) {
-        const int rc = st.next();
-        if (rc == Statement::kDone) return Status();
-        if (rc != Statement::kRow) [[unlikely]]
-          return detail::after_rows(st.step_failed(rc), delivered);
+      for (Status s = detail::first_row(st, values, row);; s = detail::next_row(st, row)) {
+        if (!s.ok()) [[unlikely]]
+          return detail::after_rows(std::move(s), delivered);
+        if (row == nullptr) return Status();
         ++delivered;
         if constexpr (std::is_void_v<std::invoke_result_t<Fn&, const Row&>>) {
-          fn(st.row());
-        } else {
-          Status s = fn(st.row());
-          if (!s.ok()) return detail::after_rows(std::move(s), delivered);
+          fn(*row);
+        } else if (Status r = fn(*row); !r.ok()) {
+          return detail::after_rows(std::move(r), delivered);
         }
       }
     });
   }
-
- private:
-  Derived& self() noexcept { return static_cast<Derived&>(*this); }
 };
 
 }  // namespace holdfast::sqlite
