@@ -275,9 +275,9 @@ auto Client<Executor>::keyed(Slot& s, const Keyed& state, std::span<const holdfa
     }
     kept.result = std::string(recorded->text(0, 0));
     kept.replayed = true;
-    Result<Rows> ended = co_await exchange(s, "ROLLBACK", {}, until);
-    if (!ended.ok()) co_return ended.status();
-    co_return kept;
+    // Recorded again below, unchanged, so that the COMMIT is a write: with synchronous
+    // replication it waits for the standby as the first one did (ADR 0053), and its position
+    // is the request's own write for its reads.
   }
   const holdfast::pg::Param record[] = {holdfast::pg::Param(state.key),
                                         holdfast::pg::Param(kept.result)};
