@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -238,8 +240,16 @@ bool LostWrites::check(TimePoint change_at) {
   std::vector<const ConfirmedWrite*> whole_keys;
   std::vector<const ConfirmedWrite*> long_keys;
   bool need_history = false;
+  // A key confirmed again (a repeat that replayed it, ADR 0053) is one write: checked and
+  // reported once, by its first record.
+  std::unordered_set<std::string_view> whole_seen;
+  std::unordered_set<std::uint64_t> long_seen;
   for (const ConfirmedWrite& w : ring) {
     if (w.at < change_at - options_.horizon || !written_elsewhere(w, view)) continue;
+    if (w.keyed() &&
+        !(w.key_whole() ? whole_seen.insert(w.kept).second : long_seen.insert(w.hash).second)) {
+      continue;
+    }
     if (reported_.count(w.ticket) != 0) continue;
     candidates.push_back(&w);
     if (w.keyed()) {

@@ -141,6 +141,14 @@ TEST_F(PgLostWrites, WritesConfirmedOnTheOldPrimaryAfterASplitAreReportedByKeyAn
   const std::vector<std::string> lost = {"after-1", "after-2", "after-3", "after-4"};
   for (const std::string& key : lost)
     ASSERT_NO_FATAL_FAILURE(pay(db, key));
+  {
+    // A repeat of a lost payment, answered from its key, is the same write: reported once.
+    RequestScope scope(seconds(6));
+    auto again =
+        db.once(lost[0], [](Transaction&) -> Result<std::string> { return std::string("twice"); });
+    ASSERT_TRUE(again.ok()) << again.status().to_string();
+    EXPECT_TRUE(again->replayed);
+  }
   const Lsn lost_unkeyed = write_unkeyed(db, "after-unkeyed");
   ASSERT_EQ(lost_unkeyed.timeline, 1u);
   EXPECT_EQ(Admin(a).count("SELECT count(*) FROM lost_keys"), 7);  // confirmed on A
