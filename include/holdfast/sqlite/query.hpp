@@ -174,8 +174,8 @@ template <class Derived>
 class QueryApi {
  public:
   /// Runs body(Statement&) -> Status or Result<T> (holdfast/sqlite/statement.hpp) on a
-  /// statement of `q` on the right connection (a read connection for a read, else the
-  /// writer), reset afterwards, once per attempt. Transaction control is refused (use
+  /// statement of `q` (on the writer in a Transaction or for a write, else on a read
+  /// connection), reset afterwards, once per attempt. Transaction control is refused (use
   /// transaction()), and so is SAVEPOINT outside a Transaction.
   template <class Body>
   auto with_statement(QueryRef q, Body&& body) -> std::invoke_result_t<Body&, Statement&> {
