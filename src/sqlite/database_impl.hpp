@@ -25,6 +25,9 @@ namespace holdfast::sqlite::detail {
 
 inline constexpr int kWriterSlot = -2;
 
+// The Status refusing statement `info`: "'<its SQL>' <why>" (SQLITE_ERROR).
+Status refuse(const QueryInfo& info, std::string_view why);
+
 struct StatementAccess {
   // REQUIRES: `out` is empty.
   static void adopt(Statement& out, sqlite3_stmt* stmt, bool owned, bool in_transaction,
