@@ -243,7 +243,10 @@ Database::Impl::Impl(DatabaseOptions options)
   begin_prefix_ = make_prefix(kBeginHead, kBeginPrefixId, "holdfast_begin");
   const std::string& t = options_.idempotency_table;
   claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
-  recorded_sql_ = "SELECT result FROM " + t + " WHERE key = $1";
+  // A repeat reads the key's result by writing its row again, unchanged, so that its COMMIT
+  // is a write: with synchronous replication it waits for the standby as the first one did
+  // (ADR 0053), and its position is the request's own write for its reads.
+  recorded_sql_ = "UPDATE " + t + " SET result = result WHERE key = $1 RETURNING result";
   record_sql_ = "UPDATE " + t + " SET result = $2 WHERE key = $1";
   if (options_.lost_writes.remember > 0) {
     // The checker's own connections reach the writer as the write pool's do.

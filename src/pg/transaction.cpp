@@ -378,10 +378,6 @@ Result<KeyedResult> Database::run_once(std::string_view key, detail::Transaction
         if (!*claimed) {
           Result<std::string> recorded = impl_->recorded_result(tx, key);
           if (!recorded.ok()) return recorded.status();
-          // Written again, unchanged, so that this COMMIT is a write: with synchronous
-          // replication it waits for the standby as the first one did (ADR 0053), and its
-          // position is the request's own write for its reads.
-          if (Status s = impl_->record_result(tx, key, *recorded); !s.ok()) return s;
           return KeyedResult{std::move(*recorded), true};
         }
         result.clear();  // fn's of this run only (empty when fn returns Status)
