@@ -283,8 +283,8 @@ Result<Query> DatabaseImpl::prepare(std::string_view sql, Connection* on) {
   return QueryAccess::make(std::move(info));
 }
 
-inline Status DatabaseImpl::statement_on(Connection& conn, const QueryInfo& info,
-                                         bool in_transaction, Statement& out) {
+Status DatabaseImpl::statement_on(Connection& conn, const QueryInfo& info, bool in_transaction,
+                                  Statement& out) {
   if (info.slot != QueryInfo::kUncached) [[likely]] {
     sqlite3_stmt* st = conn.cached(info);
     if (st == nullptr) [[unlikely]] {
