@@ -60,9 +60,9 @@ sample() {
   local threads blocking=0 other=0 t name wchan names=""
   threads=$(ls "/proc/$panel_pid/task" | wc -l)
   # A thread blocked in a socket call: its wchan is poll, select or a socket wait. An event
-  # loop's own wait (epoll) is not one: it waits for every socket at once. Besides the
-  # library's cancel requests (threads named hf-pg-cancel), only the log writer may be seen
-  # there: it writes the panel's log lines to the database from a thread of its own.
+  # loop's own wait (epoll) is not one: it waits for every socket at once. Only the library's
+  # cancel requests (threads named hf-pg-cancel) may be seen there: the log writer's batches
+  # wait on the event loop too (asio::pg::LogStore).
   for t in /proc/"$panel_pid"/task/*; do
     wchan="$(cat "$t/wchan" 2>/dev/null || true)"
     [[ "$wchan" =~ poll|select|wait_woken|sk_wait|tcp_|inet_ && ! "$wchan" =~ epoll ]] || continue
@@ -100,3 +100,9 @@ non2xx="$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p' "$dir/wrk.t
 echo "summary: $before threads before, at most $most_threads during the ${freeze_seconds} s freeze," \
      "at most $most_blocking in a blocking socket wait ($most_other not a cancel request); $(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$dir/wrk.txt") pages," \
      "${non2xx:-0} not 2xx"
+# The issue's target: no thread more during the freeze, none in a blocking socket wait but the
+# cancel requests.
+if (( most_threads > before || most_other > 0 )); then
+  echo "freeze-threads: FAILED (threads grew, or a thread other than a cancel request blocked)" >&2
+  exit 1
+fi

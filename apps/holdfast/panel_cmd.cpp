@@ -155,6 +155,7 @@ void run_panel(const PanelArgs& args) {
   server_options.store = store->get();
   server_options.logger = logging->logger.get();
   server_options.log_sink = logging->sink.get();
+  server_options.lane_logs = logging->lane_store;
   server_options.secure_cookies = args.secure_cookies;
   server_options.threads = args.workers;
   panel::PanelServer server(server_options);

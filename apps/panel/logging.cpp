@@ -25,6 +25,37 @@ void SyncTableSink::write(const LogEntry& entry) {
   }
 }
 
+Status LaneLogStore::write_batch(std::span<const LogRecord> records) {
+  const std::shared_ptr<LogStore> loop = on_loop();
+  return loop ? loop->write_batch(records) : blocking_->write_batch(records);
+}
+
+Result<int> LaneLogStore::delete_older_than(WallTime cutoff, int limit) {
+  const std::shared_ptr<LogStore> loop = on_loop();
+  return loop ? loop->delete_older_than(cutoff, limit)
+              : blocking_->delete_older_than(cutoff, limit);
+}
+
+void LaneLogStore::attach(std::shared_ptr<LogStore> on_loop) {
+  std::lock_guard<std::mutex> hold(mutex_);
+  on_loop_ = std::move(on_loop);
+}
+
+void LaneLogStore::detach() noexcept {
+  std::shared_ptr<LogStore> gone;  // released outside the lock
+  std::lock_guard<std::mutex> hold(mutex_);
+  gone.swap(on_loop_);
+}
+
+bool LaneLogStore::attached() const {
+  return on_loop() != nullptr;
+}
+
+std::shared_ptr<LogStore> LaneLogStore::on_loop() const {
+  std::lock_guard<std::mutex> hold(mutex_);
+  return on_loop_;
+}
+
 namespace {
 
 // A logger on `clock` (writing to the console too when `console`), with no sink yet.
@@ -90,7 +121,9 @@ Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, 
   store_options.application_name = "holdfast-panel-logs";
   Result<std::unique_ptr<pg::PgLogStore>> store = pg::PgLogStore::open(std::move(store_options));
   if (!store.ok()) return store.status();
-  add_database_sink(out, std::move(*store), clock, overload_pause);
+  auto lane = std::make_unique<LaneLogStore>(std::move(*store), url);
+  out.lane_store = lane.get();
+  add_database_sink(out, std::move(lane), clock, overload_pause);
   return out;
 #else
   (void)url;

@@ -8,7 +8,10 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <utility>
 
 #include "holdfast/core/result.hpp"
 #include "holdfast/log/database_sink.hpp"
@@ -36,10 +39,39 @@ class SyncTableSink final : public Sink {
   std::atomic<std::uint64_t> failures_{0};
 };
 
+// holdfast's logs on PostgreSQL: written by the blocking store it is made with (pg::PgLogStore)
+// until the panel's event loop runs, then by the store attached on that loop
+// (asio::pg::LogStore, PanelServer attaches it: no thread then waits in libpq for a log batch),
+// and by the blocking one again after detach(). Called by the sink's threads; attach() and
+// detach() by the server's.
+class LaneLogStore final : public LogStore {
+ public:
+  // `url`: where the logs go (the lane writes there too when it is the store's server).
+  LaneLogStore(std::unique_ptr<LogStore> blocking, std::string url) noexcept
+      : blocking_(std::move(blocking)), url_(std::move(url)) {}
+  Status write_batch(std::span<const LogRecord> records) override;
+  Result<int> delete_older_than(WallTime cutoff, int limit) override;
+
+  void attach(std::shared_ptr<LogStore> on_loop);
+  // The blocking store again; a call in flight on the loop's store finishes there.
+  void detach() noexcept;
+  [[nodiscard]] bool attached() const;
+  [[nodiscard]] const std::string& url() const noexcept { return url_; }
+
+ private:
+  [[nodiscard]] std::shared_ptr<LogStore> on_loop() const;
+
+  std::unique_ptr<LogStore> blocking_;
+  const std::string url_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<LogStore> on_loop_;  // under mutex_
+};
+
 // The sink writes to the store and the logger holds the sinks, so they are released in
 // that order: logger, sinks, then the store (also when one is assigned over another).
 struct PanelLogging {
   std::unique_ptr<LogStore> store;           // holdfast
+  LaneLogStore* lane_store = nullptr;        // `store` when it is one (holdfast on PostgreSQL)
   std::shared_ptr<DatabaseSink> sink;        // holdfast
   std::shared_ptr<SyncTableSink> sync_sink;  // baselines
   std::unique_ptr<Logger> logger;
@@ -50,6 +82,7 @@ struct PanelLogging {
     if (this != &other) {
       reset();
       store = std::move(other.store);
+      lane_store = std::exchange(other.lane_store, nullptr);
       sink = std::move(other.sink);
       sync_sink = std::move(other.sync_sink);
       logger = std::move(other.logger);
@@ -62,6 +95,7 @@ struct PanelLogging {
     logger.reset();
     sync_sink.reset();
     sink.reset();
+    lane_store = nullptr;
     store.reset();
   }
 };
@@ -70,8 +104,9 @@ struct PanelLogging {
 Result<PanelLogging> make_logging(const std::string& path, Strategy strategy, Clock& clock,
                                   bool console = true,
                                   Duration overload_pause = std::chrono::seconds(30));
-// On PostgreSQL: holdfast logs to the logs table through DatabaseSink over pg::PgLogStore;
-// the baselines log to the console only.
+// On PostgreSQL: holdfast logs to the logs table through DatabaseSink over a LaneLogStore
+// (pg::PgLogStore until the server's event loop takes over); the baselines log to the console
+// only.
 Result<PanelLogging> make_logging_pg(const std::string& url, Strategy strategy, Clock& clock,
                                      bool console = true,
                                      Duration overload_pause = std::chrono::seconds(30));

@@ -6,6 +6,7 @@
 
 #include "club_reads_pg.hpp"
 #include "club_writes_pg.hpp"
+#include "holdfast/adapters/asio_pg_log_store.hpp"
 #include "idempotency.hpp"
 
 namespace holdfast::panel {
@@ -35,16 +36,46 @@ Result<std::unique_ptr<PgLane>> PgLane::open(ClubStore& store, const net::any_io
   // The writes' sibling of the reads' Client: a frozen primary the pages found answers the
   // next payment at once, instead of after a silence of its own.
   Result<std::shared_ptr<asio::pg::Client<>>> writes =
-      asio::pg::Client<>::open(loop, std::move(options.writes), *reads);
+      asio::pg::Client<>::open(loop, options.writes, *reads);
   if (!writes.ok()) return writes.status();
-  std::unique_ptr<PgLane> lane(new PgLane(*pg_store, std::move(*reads), std::move(*writes)));
+  std::unique_ptr<PgLane> lane(
+      new PgLane(*pg_store, std::move(*reads), std::move(*writes), std::move(options.writes)));
   pg_store->attach_lane(lane.get());
   return lane;
 }
 
 PgLane::PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> reads,
-               std::shared_ptr<asio::pg::Client<>> writes)
-    : store_(store), reads_(std::move(reads)), writes_(std::move(writes)) {}
+               std::shared_ptr<asio::pg::Client<>> writes, asio::pg::ClientOptions writes_options)
+    : store_(store),
+      reads_(std::move(reads)),
+      writes_(std::move(writes)),
+      writes_options_(std::move(writes_options)) {}
+
+Result<std::shared_ptr<LogStore>> PgLane::open_logs(const std::string& url) {
+  const bool store_server = url == writes_options_.connect.conninfo;
+  asio::pg::ClientOptions o;
+  if (store_server) {
+    o = writes_options_;  // its pooling and session settings
+  } else {
+    o.connect.conninfo = url;
+    o.pooling = pg::Pooling::kTransaction;  // nothing prepared: right behind any pooler
+  }
+  o.connect.application_name = "holdfast-panel-logs";
+  o.connect.settings.emplace_back("lock_timeout", "500");  // pg::PgLogStore's default
+  o.max_connections = 2;                                   // a batch and a pruning
+  o.standby = {};
+  o.lost_writes.remember = 0;
+  o.shield = {};
+  o.shield_name = "panel.logs";
+  Result<std::shared_ptr<asio::pg::Client<>>> client =
+      store_server ? asio::pg::Client<>::open(writes_->get_executor(), std::move(o), writes_)
+                   : asio::pg::Client<>::open(writes_->get_executor(), std::move(o));
+  if (!client.ok()) return client.status();
+  Result<std::unique_ptr<asio::pg::LogStore<>>> store = asio::pg::LogStore<>::open(*client);
+  if (!store.ok()) return store.status();
+  logs_ = std::move(*client);
+  return std::shared_ptr<LogStore>(std::move(*store));
+}
 
 PgLane::~PgLane() {
   store_.attach_lane(nullptr);

@@ -32,6 +32,7 @@
 #include "club_store.hpp"
 #include "club_store_pg.hpp"
 #include "holdfast/adapters/asio_pg.hpp"
+#include "holdfast/log/database_sink.hpp"
 #include "store_calls.hpp"
 
 namespace holdfast::panel {
@@ -89,6 +90,13 @@ class PgLane final : public LaneCalls, public StoreCalls {
                                                            const std::string& now) override;
   boost::asio::awaitable<Status> end_session(lane::Context& ctx, const std::string& token) override;
 
+  // A store for the logs table at `url` on the lane's loop (asio::pg::LogStore, for
+  // LaneLogStore): through a Client of its own ("holdfast-panel-logs", two connections, the
+  // library's Shield defaults), the writes' sibling when the logs are on the store's server,
+  // else one that prepares nothing (any pooler). The lane keeps that Client: once the lane is
+  // gone the store answers kUnavailable.
+  Result<std::shared_ptr<LogStore>> open_logs(const std::string& url);
+
   Shield& shield() noexcept override { return reads_->shield(); }
   Shield& write_shield() noexcept override { return writes_->shield(); }
   [[nodiscard]] pg::LostWritesReport lost_writes() const override { return writes_->lost_writes(); }
@@ -98,7 +106,7 @@ class PgLane final : public LaneCalls, public StoreCalls {
 
  private:
   PgLane(PgClubStore& store, std::shared_ptr<asio::pg::Client<>> reads,
-         std::shared_ptr<asio::pg::Client<>> writes);
+         std::shared_ptr<asio::pg::Client<>> writes, asio::pg::ClientOptions writes_options);
   boost::asio::awaitable<Status> insert_session(lane::Context& ctx, const std::string& token,
                                                 std::int64_t user_id, const std::string& now);
   boost::asio::awaitable<Status> cap_sessions(lane::Context& ctx, std::int64_t user_id,
@@ -126,6 +134,8 @@ class PgLane final : public LaneCalls, public StoreCalls {
   PgClubStore& store_;
   std::shared_ptr<asio::pg::Client<>> reads_;
   std::shared_ptr<asio::pg::Client<>> writes_;
+  const asio::pg::ClientOptions writes_options_;  // what writes_ was opened with
+  std::shared_ptr<asio::pg::Client<>> logs_;      // open_logs()'s
 };
 
 }  // namespace holdfast::panel

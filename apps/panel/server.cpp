@@ -18,6 +18,7 @@
 #include "store_calls.hpp"
 #include "traffic_ring.hpp"
 #ifdef HOLDFAST_PANEL_HAVE_PG
+#include "logging.hpp"
 #include "pg_lane.hpp"
 #endif
 
@@ -282,9 +283,23 @@ std::optional<HttpServer::LaneHooks> PanelServer::event_loop_calls() {
   hooks.started = [this, clients = std::move(**wanted)](const net::any_io_executor& loop) {
     // Checked by wanted(): only memory could fail it.
     Result<std::unique_ptr<PgLane>> lane = PgLane::open(*options_.store, loop, clients);
-    if (lane.ok()) pg_lane_ = std::move(*lane);
+    if (!lane.ok()) return;
+    pg_lane_ = std::move(*lane);
+    if (LaneLogStore* logs = options_.lane_logs; logs != nullptr) {
+      // The log batches too wait on the loop from now on, not in libpq on the sink's thread.
+      Result<std::shared_ptr<LogStore>> on_loop = pg_lane_->open_logs(logs->url());
+      if (on_loop.ok()) {
+        logs->attach(std::move(*on_loop));
+      } else {
+        options_.logger->warn(
+            "panel", "the log batches stay off the event loop: " + on_loop.status().to_string());
+      }
+    }
   };
-  hooks.stopped = [this] { pg_lane_.reset(); };
+  hooks.stopped = [this] {
+    if (options_.lane_logs != nullptr) options_.lane_logs->detach();
+    pg_lane_.reset();
+  };
   return hooks;
 #else
   return std::nullopt;

@@ -46,6 +46,7 @@ class SharedReads;
 namespace holdfast::panel {
 
 class Housekeeper;
+class LaneLogStore;
 class PgLane;
 struct SchedulePage;
 class SessionToucher;
@@ -100,6 +101,9 @@ class PanelServer {
     // The logs table's sink (PanelLogging::sink), when there is one: /status shows whether
     // its overload pause is on. Outlives the server.
     const DatabaseSink* log_sink = nullptr;
+    // holdfast's logs store on PostgreSQL (PanelLogging::lane_store), when there is one: its
+    // batches are written on the event loop while the lane runs. Outlives the server.
+    LaneLogStore* lane_logs = nullptr;
     // How often expired sessions and day-old idempotency keys are deleted, in small batches
     // off the request path (housekeeper.hpp); the first time after one period. Zero: never.
     std::chrono::milliseconds housekeeping_every = std::chrono::minutes(10);

@@ -13,14 +13,6 @@ namespace holdfast::pg {
 
 namespace {
 
-// One statement for the whole batch. WITH ORDINALITY + ORDER BY makes the ids follow the
-// batch's order (the identity default is evaluated above the sort).
-constexpr std::string_view kInsertBatch =
-    "INSERT INTO logs (level, context, message, created_at) "
-    "SELECT level, context, message, created_at "
-    "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) "
-    "WITH ORDINALITY AS batch (level, context, message, created_at, n) ORDER BY n";
-
 // The client waits this much longer than statement_timeout before it cancels on its own
 // (the server's 57014 is the better answer; this only covers a server that does not
 // answer at all).
@@ -141,6 +133,24 @@ bool append_array_element(std::string& out, std::string_view text) {
   return changed;
 }
 
+std::uint64_t LogBatch::fill(std::span<const LogRecord> records) {
+  std::uint64_t changed = 0;
+  changed += build_array(levels, records.size(),
+                         [&](std::size_t i) { return to_string(records[i].level); });
+  changed += build_array(contexts, records.size(),
+                         [&](std::size_t i) -> std::string_view { return records[i].context; });
+  changed += build_array(messages, records.size(),
+                         [&](std::size_t i) -> std::string_view { return records[i].message; });
+  stamps.clear();
+  stamps.push_back('{');
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    if (i > 0) stamps.push_back(',');
+    stamps.append(utc_stamp(records[i].created_at).view());  // digits, '-', ':', '.', 'T', 'Z'
+  }
+  stamps.push_back('}');
+  return changed;
+}
+
 PgLogStore::PgLogStore(Options options, std::string display_url)
     : options_(std::move(options)),
       display_url_(std::move(display_url)),
@@ -253,26 +263,16 @@ Status PgLogStore::write_batch(std::span<const LogRecord> records) {
 
 Status PgLogStore::write_locked(std::span<const LogRecord> records) {
   if (records.empty()) return Status();
-  std::uint64_t changed = 0;
-  changed += build_array(levels_, records.size(),
-                         [&](std::size_t i) { return to_string(records[i].level); });
-  changed += build_array(contexts_, records.size(),
-                         [&](std::size_t i) -> std::string_view { return records[i].context; });
-  changed += build_array(messages_, records.size(),
-                         [&](std::size_t i) -> std::string_view { return records[i].message; });
-  stamps_.clear();
-  stamps_.push_back('{');
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    if (i > 0) stamps_.push_back(',');
-    stamps_.append(utc_stamp(records[i].created_at).view());  // digits, '-', ':', '.', 'T', 'Z'
+  if (const std::uint64_t changed = batch_.fill(records); changed > 0) {
+    sanitized_.fetch_add(changed, std::memory_order_relaxed);
   }
-  stamps_.push_back('}');
-  if (changed > 0) sanitized_.fetch_add(changed, std::memory_order_relaxed);
 
   if (Status s = ready(writer_); !s.ok()) return s;
-  const Param params[] = {Param(levels_), Param(contexts_), Param(messages_), Param(stamps_)};
+  const Param params[] = {Param(batch_.levels), Param(batch_.contexts), Param(batch_.messages),
+                          Param(batch_.stamps)};
   writer_.conn.set_deadline(clock_->now() + options_.statement_timeout + kClientGrace);
-  Result<Rows> done = detail::ConnectionAccess::query_unchecked(writer_.conn, kInsertBatch, params);
+  Result<Rows> done =
+      detail::ConnectionAccess::query_unchecked(writer_.conn, logs_table::kInsertBatch, params);
   if (!done.ok()) {
     // A connection lost here is replaced at the next call, not now; so is one to a server
     // that turned read-only (a demoted primary: the next connect finds the writer).

@@ -6,10 +6,15 @@
 // the standby's older page.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +69,7 @@ class PanelProcess {
     }
   }
   [[nodiscard]] int port() const { return port_; }
+  [[nodiscard]] int pid() const { return process_.pid(); }
   // Its threads now (/proc/PID/task).
   [[nodiscard]] long threads() const {
     const fs::path tasks = fs::path("/proc") / std::to_string(process_.pid()) / "task";
@@ -331,6 +337,82 @@ TEST(PanelPgProcesses, WithAStandbyAPaymentInFlightWhenThePrimaryFreezesIsAnswer
   EXPECT_NE((*paid)->status, 201) << "paid on a frozen server?";
   RecordProperty("waited_s", std::to_string(waited));
   EXPECT_LT(waited, 1.5) << "status " << (*paid)->status << ": " << (*paid)->body.substr(0, 300);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+// The threads of `pid` waiting in a blocking socket call now (their wchan: poll, select or a
+// socket wait; an event loop's epoll is not one), as "name/wchan", but for the library's
+// cancel requests (hf-pg-cancel): scripts/freeze-threads.sh's count.
+std::vector<std::string> blocked_in_a_socket_call(int pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const fs::path tasks = fs::path("/proc") / std::to_string(pid) / "task";
+  for (auto it = fs::directory_iterator(tasks, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::string wchan;
+    std::string name;
+    std::ifstream(it->path() / "wchan") >> wchan;
+    std::getline(std::ifstream(it->path() / "comm"), name);
+    static const std::regex kSocketWait("poll|select|wait_woken|sk_wait|tcp_|inet_");
+    if (wchan.find("epoll") != std::string::npos || !std::regex_search(wchan, kSocketWait))
+      continue;
+    if (name != "hf-pg-cancel") out.push_back(name + "/" + wchan);
+  }
+  return out;
+}
+
+// Issue 43: while the primary is frozen, every wait of the panel's is on its event loop but
+// the cancel requests' (libpq 15's cancel blocks): the log writer's batches too
+// (asio::pg::LogStore), and the panel starts no thread. A short version of
+// scripts/freeze-threads.sh: one client loading pages during a 4 s freeze.
+TEST(PanelPgProcesses, WhileThePrimaryIsFrozenOnlyTheCancelRequestsWaitInASocketCall) {
+  HOLDFAST_REQUIRE_PG_SERVER();
+  pgtest::PrivateServer server(30);
+  ASSERT_FALSE(server.url().empty()) << "the private server did not start";
+  const fs::path dir = fs::temp_directory_path() / pgtest::unique("holdfast-e2e-freeze-threads");
+  fs::create_directories(dir);
+  PanelProcess panel(server.url(), std::vector<std::string>{}, dir / "panel.log");
+  ASSERT_GT(panel.port(), 0);
+  http_client::Client http("127.0.0.1", panel.port());
+  http.set_read_timeout(seconds(30));
+  const SignedIn signed_in = sign_in(http);
+  ASSERT_FALSE(signed_in.session.empty());
+  for (int i = 0; i < 20; ++i) {  // warm: connections open, the cancel threads started
+    (void)http.Get("/dashboard/schedule?date=" + today(), {{"Cookie", signed_in.session}});
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long before = panel.threads();
+
+  std::atomic<bool> frozen_done{false};
+  int pages = 0;
+  std::thread client([&] {
+    http_client::Client loader("127.0.0.1", panel.port());
+    loader.set_read_timeout(seconds(30));
+    while (!frozen_done.load()) {
+      // Each page on the frozen server logs what it could not read (the log writer's work).
+      (void)loader.Get("/dashboard/schedule?date=" + today(), {{"Cookie", signed_in.session}});
+      ++pages;
+    }
+  });
+  long most_threads = 0;
+  std::set<std::string> blocked;  // "name/wchan" of each thread seen blocked
+  {
+    pgtest::Freeze freeze(server.postmaster_pid());
+    ASSERT_TRUE(freeze.frozen());
+    const auto until = std::chrono::steady_clock::now() + seconds(4);
+    while (std::chrono::steady_clock::now() < until) {
+      most_threads = std::max(most_threads, panel.threads());
+      for (std::string& b : blocked_in_a_socket_call(panel.pid()))
+        blocked.insert(std::move(b));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  frozen_done = true;
+  client.join();
+  EXPECT_GT(pages, 0);
+  EXPECT_LE(most_threads, before);
+  EXPECT_TRUE(blocked.empty()) << "blocked in a socket call: " << ::testing::PrintToString(blocked);
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

@@ -133,6 +133,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  /// The executor the Client's calls run on.
+  [[nodiscard]] const Executor& get_executor() const noexcept { return ex_; }
   /// The Shield every call runs through (its breaker, limit, throttle and metrics).
   [[nodiscard]] Shield& shield() noexcept { return shield_; }
   /// Connections open now to the primary (idle or in use).

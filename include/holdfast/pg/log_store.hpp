@@ -65,6 +65,13 @@ inline constexpr std::string_view kCreateIndex =
     "CREATE INDEX IF NOT EXISTS logs_created_at ON logs (created_at)";
 /// Both, in order: what PgLogStore::open() runs.
 inline constexpr std::array<std::string_view, 2> kSchema = {kCreateTable, kCreateIndex};
+/// One batch in one statement; parameters: the four columns as text array literals
+/// (LogBatch). WITH ORDINALITY + ORDER BY gives the rows their ids in the batch's order.
+inline constexpr std::string_view kInsertBatch =
+    "INSERT INTO logs (level, context, message, created_at) "
+    "SELECT level, context, message, created_at "
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) "
+    "WITH ORDINALITY AS batch (level, context, message, created_at, n) ORDER BY n";
 /// Parameters: cutoff (utc_stamp text), limit.
 inline constexpr std::string_view kDeleteOlderThan =
     "DELETE FROM logs WHERE id IN "
@@ -74,6 +81,21 @@ inline constexpr std::string_view kRecent =
     "SELECT level, context, message, created_at FROM logs WHERE created_at >= $1 "
     "ORDER BY created_at DESC LIMIT 50";
 }  // namespace logs_table
+
+/// The parameters of logs_table::kInsertBatch for one batch: each column as an array literal
+/// in which every element is double-quoted and `'"'` and `'\'` are escaped; NUL bytes are
+/// dropped and invalid UTF-8 becomes U+FFFD (see the top of this file). Reused from batch to
+/// batch, so a warm writer allocates nothing.
+struct LogBatch {
+  std::string levels;    ///< $1: each record's level ("INFO", "WARN", "ERROR")
+  std::string contexts;  ///< $2: each record's context
+  std::string messages;  ///< $3: each record's message
+  std::string stamps;    ///< $4: each record's created_at as utc_stamp text
+
+  /// Fills the four arrays with `records`, in order. Returns how many values had to be
+  /// changed to be storable.
+  std::uint64_t fill(std::span<const LogRecord> records);
+};
 
 /// What a PgLogStore did so far (PgLogStore::stats()).
 struct PgLogStoreStats {
@@ -155,12 +177,7 @@ class PgLogStore final : public LogStore {
   ConnectOptions connect_;
   Lane writer_;
   Lane pruner_;
-  // Array literals of the batch being written; reused, so a warm writer allocates nothing
-  // of its own.
-  std::string levels_;
-  std::string contexts_;
-  std::string messages_;
-  std::string stamps_;
+  LogBatch batch_;  // the batch being written (reused)
   std::atomic<std::uint64_t> connects_{0};
   std::atomic<std::uint64_t> connect_failures_{0};
   std::atomic<std::uint64_t> batches_{0};
