@@ -144,7 +144,7 @@ std::optional<Result<PgClubStore::LaneOptions>> PgClubStore::lane_options() cons
   c.shield_name = "club.reads";
   c.shield = holdfast_shield(o);
   if (!o.pg_replica_urls.empty()) {
-    // Several standbys are one list of hosts: the Client reads from one that answers.
+    // Several standbys are one list of hosts: the Client spreads the reads over them.
     Result<std::string> standbys = pg::any_of(o.pg_replica_urls);
     if (!standbys.ok()) {
       return Result<LaneOptions>(Status(standbys.status()).annotate("the standbys' URLs"));

@@ -97,6 +97,98 @@ TEST(AsioPgStandby, StandbyReadsAndWritesArePreparedStatementsOfTheirConnection)
 // in the request, and its reads go to the standby only once the standby has replayed it.
 // With the standby's replay paused, the request's own read is answered by the primary (and
 // sees its write); another request's read is still answered by the standby.
+// Several standbys (the hosts of ClientOptions::standby) share the reads in turn, each with
+// connections of its own. The test's one standby is listed twice: two standbys to the Client.
+TEST(AsioPgStandby, ReadsAreSpreadOverSeveralStandbysInTurn) {
+  const std::string primary = server_url();
+  const std::string standby = standby_url();
+  if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for(primary);
+    o.standby.conninfo = two_hosts(host_port(standby), standby);
+    o.hedge_budget = 0;  // only the standbys answer the reads
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    EXPECT_EQ(client->standbys(), 2u);
+    for (int i = 0; i < 20; ++i) {
+      RequestContext request;
+      Result<Rows> where = co_await client->async_read(
+          request, "t.recovery", "SELECT pg_catalog.pg_is_in_recovery()", {}, net::use_awaitable);
+      EXPECT_TRUE(where.ok()) << where.status().to_string();
+      if (where.ok()) {
+        EXPECT_EQ(where->text(0, 0), "t");
+      }
+    }
+    EXPECT_EQ(client->standby_reads(), 20u);
+    EXPECT_EQ(client->standby_reads(0), 10u);
+    EXPECT_EQ(client->standby_reads(1), 10u);
+  });
+}
+
+// A standby that is down is skipped once its connect failed: the other standbys answer the
+// reads (the one read that found it down is answered by the primary), and none fails.
+TEST(AsioPgStandby, AStandbyThatIsDownLeavesItsReadsToTheOthers) {
+  const std::string primary = server_url();
+  const std::string standby = standby_url();
+  if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for(primary);
+    o.standby.conninfo = two_hosts("127.0.0.1:1", standby);  // nothing listens on port 1
+    o.hedge_budget = 0;
+    o.silence_check = 10s;  // the down standby is not looked at again during the test
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (int i = 0; i < 20; ++i) {
+      RequestContext request;
+      Result<Rows> r =
+          co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+    }
+    EXPECT_EQ(client->standby_reads(0), 0u);
+    EXPECT_EQ(client->standby_reads(1), 19u);  // all but the one that found host 1 down
+  });
+}
+
+// One of two standbys frozen (SIGSTOP of its postmaster and backends): every read is still
+// answered within its window, the frozen one is soon used less (ADR 0041), and the other
+// standby answers most reads. The standbys are the private primary's (frozen) and the test
+// server's; the reads carry no position, so either may answer them.
+TEST(AsioPgStandby, WithOneOfTwoStandbysFrozenEveryReadIsAnsweredAndTheOtherTakesThem) {
+  const std::string other = standby_url();
+  if (server_url().empty() || other.empty()) GTEST_SKIP() << "no standby to test on";
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = two_hosts(host_port(servers.standby_url()), other);
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    for (int i = 0; i < 4; ++i) {  // warm: both standbys have a connection
+      RequestContext warm;
+      Result<Rows> w =
+          co_await client->async_read(warm, "warm", "SELECT 1", {}, net::use_awaitable);
+      EXPECT_TRUE(w.ok()) << w.status().to_string();
+    }
+    EXPECT_GT(client->standby_reads(0), 0u);
+    EXPECT_GT(client->standby_reads(1), 0u);
+    Freeze freeze(servers.standby_postmaster_pid());
+    EXPECT_TRUE(freeze.frozen());
+    const std::uint64_t other_before = client->standby_reads(1);
+    double slowest = 0;
+    for (int i = 0; i < 30; ++i) {
+      RequestContext request(2s, holdfast::Clock::system());
+      const auto started = std::chrono::steady_clock::now();
+      Result<Rows> r =
+          co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
+      slowest = std::max(slowest, seconds_since(started));
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+    }
+    EXPECT_LT(slowest, 2.0 + 0.35);
+    EXPECT_TRUE(client->standby_slow());  // the frozen one gets its probes only
+    EXPECT_GE(client->standby_reads(1) - other_before, 20u);
+    freeze.thaw();
+  });
+}
+
 TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
   PrivateServer servers(20, /*with_standby=*/true);
   if (servers.url().empty() || servers.standby_url().empty()) {

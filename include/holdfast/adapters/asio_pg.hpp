@@ -64,8 +64,11 @@
 /// same round trip: a read's setting lasts for the implicit transaction of its pipeline), so
 /// that the server ends the statement by itself even when the cancel cannot reach it.
 ///
+/// Several standbys (the hosts of ClientOptions::standby) share the reads in turn, each judged
+/// on its own.
+///
 /// Not yet here (the blocking pg::Database has them): Statements prepared inside a
-/// transaction, reads spread over several standbys.
+/// transaction.
 #pragma once
 
 #include <algorithm>
@@ -144,6 +147,13 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   [[nodiscard]] std::uint64_t standby_reads() const noexcept {
     return standby_reads_.load(std::memory_order_relaxed);
   }
+  /// The standbys reads are spread over: one per host of ClientOptions::standby.
+  [[nodiscard]] std::size_t standbys() const noexcept { return standbys_.size(); }
+  /// Reads the standby of host `i` (0-based, in ClientOptions::standby's order) answered; 0
+  /// when there is no such standby.
+  [[nodiscard]] std::uint64_t standby_reads(std::size_t i) const noexcept {
+    return i < standbys_.size() ? standbys_[i]->reads.load(std::memory_order_relaxed) : 0;
+  }
   /// Reads that were hedged (also sent to the primary), and those the primary's answer won.
   [[nodiscard]] std::uint64_t hedged_reads() const noexcept {
     return hedged_.load(std::memory_order_relaxed);
@@ -152,12 +162,18 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   [[nodiscard]] std::uint64_t hedges_won() const noexcept {
     return hedges_won_.load(std::memory_order_relaxed);
   }
-  /// Whether the standby is used less now because it answers far slower than the primary
-  /// (ClientOptions::slow_copy_floor): reads go to the primary but for its probes.
-  [[nodiscard]] bool standby_slow() const noexcept { return standby_copy_.slow.ejected(); }
-  /// How often the standby was found slow and used less (ClientOptions::slow_copy_floor).
+  /// Whether a standby is used less now because it answers far slower than the primary
+  /// (ClientOptions::slow_copy_floor): it gets no reads but its probes.
+  [[nodiscard]] bool standby_slow() const noexcept {
+    return std::any_of(standbys_.begin(), standbys_.end(),
+                       [](const auto& sb) { return sb->copy.slow.ejected(); });
+  }
+  /// How often a standby was found slow and used less (ClientOptions::slow_copy_floor).
   [[nodiscard]] std::uint64_t standby_ejections() const noexcept {
-    return standby_copy_.slow.ejections();
+    std::uint64_t n = 0;
+    for (const auto& sb : standbys_)
+      n += sb->copy.slow.ejections();
+    return n;
   }
   /// Reads whose standby answer was not taken because the standby had not replayed WAL it
   /// received for longer than ClientOptions::max_standby_lag (the primary answered them).
@@ -389,6 +405,25 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     Status last_connect_error;
     // The last silence check's verdict (the primary's: shared with the sibling Clients).
     std::shared_ptr<Verdict> verdict = std::make_shared<Verdict>();
+    // The one host of options it connects to (a standby of several); none: the first of them
+    // that takes it.
+    std::optional<std::size_t> only_host;
+  };
+
+  // One standby: a host of ClientOptions::standby, with its connections, what its reads
+  // showed of its speed (ADR 0041) and since when its replay lags (ADR 0050). Reads are spread
+  // over the standbys in turn.
+  struct Standby {
+    Standby(const Executor& ex, holdfast::pg::ConnectOptions o, std::size_t most,
+            std::optional<std::size_t> host, holdfast::pg::detail::SlowCopyRule rule)
+        : pool(ex, std::move(o), most), copy(rule) {
+      pool.only_host = host;
+    }
+    Pool pool;
+    holdfast::pg::detail::CopyState copy;
+    // Until when reads skip it because its replay lags (TimePoint{}: it did not).
+    TimePoint lagging_until{};
+    std::atomic<std::uint64_t> reads{0};
   };
 
   // What one call keeps for all its attempts.
@@ -448,11 +483,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       : ex_(ex),
         options_(std::move(options)),
         shield_(options_.shield_name, options_.shield),
-        primary_(ex, connect_options(options_, options_.connect), options_.max_connections),
-        standby_copy_(slow_copy_rule(options_)) {
+        primary_(ex, connect_options(options_, options_.connect), options_.max_connections) {
     if (!options_.standby.conninfo.empty()) {
-      standby_.emplace(ex, connect_options(options_, options_.standby),
-                       options_.standby_connections);
+      // Each host of the standby's conninfo is a standby of its own, reads spread over them.
+      const holdfast::pg::ConnectOptions o = connect_options(options_, options_.standby);
+      const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
+      for (std::size_t i = 0; i < n; ++i) {
+        standbys_.push_back(std::make_unique<Standby>(ex, o, options_.standby_connections,
+                                                      n > 1 ? std::optional(i) : std::nullopt,
+                                                      slow_copy_rule(options_)));
+      }
     }
     const std::string& t = options_.idempotency_table;
     claim_sql_ = "INSERT INTO " + t + " (key) VALUES ($1) ON CONFLICT (key) DO NOTHING";
@@ -726,9 +766,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // Waits until `race` changed (a try ended) or `until`.
   awaitable<void> race_wait(Race& race, TimePoint until);
 
-  // The standby's normal latency: the 95th percentile of its last answers (none yet: none).
-  std::optional<Duration> standby_p95() const {
-    const Duration p95 = standby_copy_.latency.p95();
+  // A standby's normal latency: the 95th percentile of its last answers (none yet: none).
+  static std::optional<Duration> standby_p95(const Standby& sb) {
+    const Duration p95 = sb.copy.latency.p95();
     if (p95 <= Duration::zero()) return std::nullopt;
     return p95;
   }
@@ -737,32 +777,51 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // given up, standby_wait passed): a slow answer whose latency is unknown.
   static constexpr Duration kUnanswered = Duration::max();
 
-  // Whether a read with the request's `position` may go to the standby. Not when it must
-  // see the primary (a write's outcome unknown), nor when the position is of a timeline older
-  // than the newest the primary's writes showed, through this Client or a sibling (a
-  // promotion forked the history: the new timeline's positions cannot be compared with it,
-  // and the primary holds what survived), nor while the standby's replay was last found
-  // lagging (max_standby_lag): then one read every kLagRecheck looks again, and the others go
-  // to the primary meanwhile.
-  bool standby_may_answer(const holdfast::WritePosition& position, TimePoint now) {
+  // Whether a read with the request's `position` may go to a standby. Not when it must see
+  // the primary (a write's outcome unknown), nor when the position is of a timeline older than
+  // the newest the primary's writes showed, through this Client or a sibling (a promotion
+  // forked the history: the new timeline's positions cannot be compared with it, and the
+  // primary holds what survived).
+  bool standby_may_answer(const holdfast::WritePosition& position) const {
     if (position.primary_only) return false;
-    if (position.timeline != 0 && position.timeline < primary_.verdict->newest_timeline) {
-      return false;
-    }
-    if (lagging_until_ == TimePoint{}) return true;
-    if (now < lagging_until_) return false;
-    lagging_until_ = now + kLagRecheck;  // this read looks
+    return position.timeline == 0 || position.timeline >= primary_.verdict->newest_timeline;
+  }
+  // Whether `sb` may answer reads now: not while its replay was last found lagging
+  // (max_standby_lag): then one read every kLagRecheck looks again, and the others go
+  // elsewhere meanwhile.
+  static bool replay_allows(Standby& sb, TimePoint now) {
+    if (sb.lagging_until == TimePoint{}) return true;
+    if (now < sb.lagging_until) return false;
+    sb.lagging_until = now + kLagRecheck;  // this read looks
     return true;
+  }
+  // The standby a read goes to: the next in turn that may answer it now (not found silent a
+  // moment ago when there are others, its replay not lagging, not used less for slowness but
+  // for a probe), and how (`use`: kUse or kProbe). Null: the primary answers.
+  using Use = holdfast::pg::detail::SlowCopy::Use;
+  Standby* choose_standby(TimePoint now, bool primary_failed, Use& use) {
+    const std::size_t n = standbys_.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      Standby& sb = *standbys_[(next_standby_ + k) % n];
+      const Verdict& v = *sb.pool.verdict;
+      if (n > 1 && v.silent && (v.probing || now < v.verdict_until)) continue;
+      if (!replay_allows(sb, now)) continue;
+      use = sb.copy.slow.use(now, primary_failed);
+      if (use == Use::kSkip) continue;
+      next_standby_ = (next_standby_ + k + 1) % n;
+      return &sb;
+    }
+    return nullptr;
   }
   static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
 
   // What a standby read says of the standby's speed: `took` from standby_read(), or
   // kUnanswered; nothing when negative (no answer from a standby). Outlier ejection, with
   // the blocking driver's code (holdfast/detail/slow_copy.hpp).
-  void judge_standby(Duration took) {
+  void judge_standby(Standby& sb, Duration took) {
     if (took < Duration::zero()) return;
     const bool unanswered = took == kUnanswered;
-    (void)holdfast::pg::detail::judge_replica(standby_copy_, primary_latency_.recent(), unanswered,
+    (void)holdfast::pg::detail::judge_replica(sb.copy, primary_latency_.recent(), unanswered,
                                               unanswered ? Duration::zero() : took,
                                               detail::Clock::now());
   }
@@ -772,19 +831,20 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // free); the first answer wins and the other try is stopped. A `probe` of a standby used
   // less, or a read of one whose last answer was slow (`suspect`), waits for it at most the
   // slow threshold: then it is hedged (a probe needs no budget) or given up.
-  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, TimePoint until, bool probe,
-                                      bool suspect);
+  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, Standby& sb, TimePoint until,
+                                      bool probe, bool suspect);
 
   // BEGIN, the write, COMMIT and the commit's position: one round trip.
   awaitable<Result<Rows>> write_once(Slot& s, const Plain& state, TimePoint until);
 
-  // A read on a standby: its replay position and the statement in one round trip, answered
+  // A read on standby `sb`: its replay position and the statement in one round trip, answered
   // there when it has replayed the request's writes. Nothing when the primary should answer
   // instead (no standby within standby_wait, behind, promoted, or failed by its own state).
   // `took` (when given) is set to the time from `started` to the standby's answer, or to a
   // negative duration when it did not answer as a standby.
-  awaitable<std::optional<Result<Rows>>> standby_read(const Plain& state, TimePoint until,
-                                                      TimePoint started, Slot** in_use = nullptr,
+  awaitable<std::optional<Result<Rows>>> standby_read(Standby& sb, const Plain& state,
+                                                      TimePoint until, TimePoint started,
+                                                      Slot** in_use = nullptr,
                                                       Duration* took = nullptr);
 
   // A write refused because the server is read-only (25006: a primary demoted, or a standby
@@ -853,18 +913,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   ClientOptions options_;
   Shield shield_;
   Pool primary_;
-  std::optional<Pool> standby_;
+  std::vector<std::unique_ptr<Standby>> standbys_;  // fixed at construction
+  std::size_t next_standby_ = 0;                    // the next read's first choice
   std::atomic<std::uint64_t> standby_reads_{0};
   // Hedging: the budget (a share of a token per read) and the counts.
   double hedge_tokens_ = 0;
   std::atomic<std::uint64_t> hedged_{0};
   std::atomic<std::uint64_t> hedges_won_{0};
-  // What reads have shown of the standby's speed (its latency, whether it is used less) and
-  // of the primary's (ADR 0041); the same classes as pg::Database's, used on the executor only.
-  holdfast::pg::detail::CopyState standby_copy_;
+  // What reads have shown of the primary's speed, against which the standbys' is judged (ADR
+  // 0041); the same class as pg::Database's, used on the executor only.
   holdfast::pg::detail::CopyLatency primary_latency_;
-  // Until when reads skip the standby because its replay lags (TimePoint{}: it did not).
-  TimePoint lagging_until_{};
   std::atomic<std::uint64_t> lagging_reads_{0};
   std::string claim_sql_;
   std::string recorded_sql_;

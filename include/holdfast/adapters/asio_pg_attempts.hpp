@@ -8,23 +8,21 @@ namespace holdfast::asio::pg {
 template <class Executor>
 auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<Result<Rows>> {
   const TimePoint until = attempt_deadline(state->request);
-  if (!state->write && standby_ &&
-      standby_may_answer(state->request.position(), detail::Clock::now())) {
+  if (!state->write && !standbys_.empty() && standby_may_answer(state->request.position())) {
     // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
-    // whose primary try failed comes back to it whatever its state: a slow answer beats none.
-    using Use = holdfast::pg::detail::SlowCopy::Use;
+    // whose primary try failed comes back to one whatever its state: a slow answer beats none.
     const TimePoint started = detail::Clock::now();
-    const Use use = standby_copy_.slow.use(started, state->primary_failed);
-    if (use != Use::kSkip) {
+    Use use = Use::kSkip;
+    if (Standby* sb = choose_standby(started, state->primary_failed, use); sb != nullptr) {
       const bool probe = use == Use::kProbe;
-      const bool suspect = probe || (!state->primary_failed && standby_copy_.slow.suspect());
+      const bool suspect = probe || (!state->primary_failed && sb->copy.slow.suspect());
       if (options_.hedge_budget > 0 || suspect) {
-        co_return co_await hedged_read(state, until, probe, suspect);
+        co_return co_await hedged_read(state, *sb, until, probe, suspect);
       }
       Duration took{-1};
       std::optional<Result<Rows>> answered =
-          co_await standby_read(*state, until, started, nullptr, &took);
-      judge_standby(took);
+          co_await standby_read(*sb, *state, until, started, nullptr, &took);
+      judge_standby(*sb, took);
       if (answered.has_value()) co_return std::move(*answered);
     }
   }
@@ -32,13 +30,13 @@ auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<
 }
 
 template <class Executor>
-auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoint started,
-                                    Slot** in_use, Duration* took)
+auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint until,
+                                    TimePoint started, Slot** in_use, Duration* took)
     -> awaitable<std::optional<Result<Rows>>> {
   const holdfast::WritePosition mine = state.request.position();
   if (mine.primary_only) co_return std::nullopt;  // a write of the request's became unknown
   const TimePoint cap = std::min(until, detail::Clock::now() + options_.standby_wait);
-  Result<std::unique_ptr<Slot>> slot = co_await lease(*standby_, cap);
+  Result<std::unique_ptr<Slot>> slot = co_await lease(sb.pool, cap);
   if (!slot.ok()) co_return std::nullopt;
   Slot& s = **slot;
   if (in_use != nullptr) *in_use = &s;
@@ -53,24 +51,25 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
   if (st.ok()) {
     Result<holdfast::pg::Lsn> replayed = holdfast::pg::Lsn::parse(out[0].text(0, 0));
     if (out[0].text(0, 1) != "t") {
-      standby_copy_.lag.forget();
-      drop_all(*standby_, s);  // promoted: no replica any more
+      sb.copy.lag.forget();
+      drop_all(sb.pool, s);  // promoted: no replica any more
     } else {
       if (took != nullptr) *took = end - started;
       // Not streaming (no receive position): nothing received waits to be replayed.
       Result<holdfast::pg::Lsn> received = holdfast::pg::Lsn::parse(out[0].text(0, 2));
       const std::uint64_t at = replayed.ok() ? replayed->value : 0;
-      if (standby_copy_.lag.observe(at, received.ok() ? received->value : at, end) >
+      if (sb.copy.lag.observe(at, received.ok() ? received->value : at, end) >
           options_.max_standby_lag) {
         // Its answer is older than the primary's by more than the standby may lag (replay
         // paused, or too slow to keep up): the primary answers, as pg::Database's replica
         // rule (DatabaseOptions::max_replica_lag) has it.
-        lagging_until_ = end + kLagRecheck;
+        sb.lagging_until = end + kLagRecheck;
         lagging_reads_.fetch_add(1, std::memory_order_relaxed);
       } else {
-        lagging_until_ = TimePoint{};
+        sb.lagging_until = TimePoint{};
         if (replayed.ok() && replayed->value >= mine.value) {
           standby_reads_.fetch_add(1, std::memory_order_relaxed);
+          sb.reads.fetch_add(1, std::memory_order_relaxed);
           answer = std::move(out[1]);
         }
       }
@@ -79,17 +78,17 @@ auto Client<Executor>::standby_read(const Plain& state, TimePoint until, TimePoi
     answer = Result<Rows>(std::move(st));  // the statement's own error: the primary's too
   } else if (took != nullptr && !s.stop && end >= cap &&
              end - started > holdfast::pg::detail::slow_threshold(primary_latency_.recent(),
-                                                                  standby_copy_.slow.rule())) {
+                                                                  sb.copy.slow.rule())) {
     // Not answered within standby_wait: slower than any answer that counts as fast (without
     // this a standby slower than standby_wait would never be found slow).
     *took = kUnanswered;
   }
   // No answer from the standby itself (lost, or silent): its lag is measured anew from its
   // next answer, as pg::Database's replica rule does after a failure.
-  if (failed == 0 && !s.stop && !st.ok()) standby_copy_.lag.forget();
+  if (failed == 0 && !s.stop && !st.ok()) sb.copy.lag.forget();
   if (in_use != nullptr) *in_use = nullptr;
   s.stop = false;
-  give_back(*standby_, std::move(*slot));
+  give_back(sb.pool, std::move(*slot));
   co_return answer;
 }
 
@@ -106,30 +105,32 @@ auto Client<Executor>::race_wait(Race& race, TimePoint until) -> awaitable<void>
 }
 
 template <class Executor>
-auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until, bool probe,
-                                   bool suspect) -> awaitable<Result<Rows>> {
+auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, Standby& sb, TimePoint until,
+                                   bool probe, bool suspect) -> awaitable<Result<Rows>> {
   if (!probe) hedge_tokens_ = std::min(hedge_tokens_ + options_.hedge_budget, 10.0);
   auto race = std::make_shared<Race>(ex_);
   const TimePoint started = detail::Clock::now();
   detail::net::co_spawn(
       ex_,
-      [self = this->shared_from_this(), state, race, until, started]() -> awaitable<void> {
+      // The standby lives as long as the Client, which `self` keeps.
+      [self = this->shared_from_this(), standby = &sb, state, race, until,
+       started]() -> awaitable<void> {
         Duration took{-1};
-        std::optional<Result<Rows>> answer =
-            co_await self->standby_read(*state, until, started, &race->standby_slot, &took);
+        std::optional<Result<Rows>> answer = co_await self->standby_read(
+            *standby, *state, until, started, &race->standby_slot, &took);
         if (!race->judged) {
           race->judged = true;
-          self->judge_standby(took);
+          self->judge_standby(*standby, took);
         }
         race->standby.emplace(std::move(answer));
         race->wake.cancel();
       },
       detail::net::detached);
-  const std::optional<Duration> p95 = standby_p95();
+  const std::optional<Duration> p95 = standby_p95(sb);
   // Above this an answer is slow (ADR 0041). A probe waits for the standby that long; a read
   // of a standby whose last answer was slow is hedged by then at the latest.
   const Duration threshold =
-      holdfast::pg::detail::slow_threshold(primary_latency_.recent(), standby_copy_.slow.rule());
+      holdfast::pg::detail::slow_threshold(primary_latency_.recent(), sb.copy.slow.rule());
   Duration delay = threshold;
   if (!probe) {
     delay = std::max(options_.hedge_min_delay, p95.value_or(options_.standby_wait));
@@ -163,7 +164,7 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until
     if (!race->standby.has_value()) {
       if (race->standby_slot != nullptr) stop(*race->standby_slot);
       race->judged = true;
-      judge_standby(kUnanswered);
+      judge_standby(sb, kUnanswered);
       co_return co_await primary_call(state, until, nullptr);
     }
   }
@@ -180,7 +181,7 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, TimePoint until
         // The primary answered first: the standby lost the hedge (a slow answer for it).
         hedges_won_.fetch_add(1, std::memory_order_relaxed);
         race->judged = true;
-        judge_standby(kUnanswered);
+        judge_standby(sb, kUnanswered);
       }
       co_return std::move(*race->primary);
     }
@@ -264,7 +265,7 @@ auto Client<Executor>::primary_call(std::shared_ptr<Plain> state, TimePoint unti
     // standby's is judged against (ADR 0041).
     const TimePoint sent = detail::Clock::now();
     r = co_await read_once(**slot, state->sql, state->params.params, until, &primary_, prepares());
-    if (r.ok() && standby_) primary_latency_.record(detail::Clock::now() - sent);
+    if (r.ok() && !standbys_.empty()) primary_latency_.record(detail::Clock::now() - sent);
     if (!r.ok() && in_use == nullptr) state->primary_failed = true;
   }
   if (!r.ok() && r.status().sqlstate() == "25006" && several_hosts_) {

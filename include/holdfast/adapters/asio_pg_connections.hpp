@@ -100,12 +100,15 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
   const holdfast::pg::ConnectOptions& o = pool.options;
   const TimePoint cap = std::min(until, detail::Clock::now() + o.connect_timeout);
   const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
-  const std::size_t first = holdfast::pg::LoopConnection::preferred_host(o);
+  // A standby of several connects to its own host only; the others try each host in turn.
+  const std::size_t tries = pool.only_host ? 1 : n;
+  const std::size_t first =
+      pool.only_host.value_or(holdfast::pg::LoopConnection::preferred_host(o));
   Status last;
-  for (std::size_t k = 0; k < n; ++k) {
+  for (std::size_t k = 0; k < tries; ++k) {
     const std::size_t host = (first + k) % n;
     const TimePoint host_cap =
-        k + 1 < n ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
+        k + 1 < tries ? std::min(cap, detail::Clock::now() + o.host_connect_timeout) : cap;
     Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, host_cap);
     if (s.ok() && n > 1 && &pool == &primary_ && (*s)->conn.in_hot_standby()) {
       // With several hosts the primary's pool takes only the server that takes writes (as
@@ -119,7 +122,7 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
                  Fault{RetryScope::kReconnect, Outcome::kNotApplied, Pace::kSlow, false});
     }
     if (s.ok()) {
-      if (n > 1) holdfast::pg::LoopConnection::remember_host(o, host);
+      if (n > 1 && !pool.only_host) holdfast::pg::LoopConnection::remember_host(o, host);
       (*s)->host = host + 1;
       pool.connect_failures = 0;
       pool.previous_delay = Duration::zero();
@@ -219,7 +222,8 @@ auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
   }
   pool.verdict->checking = true;
   const TimePoint until = now + options_.silence_check;
-  const std::size_t host = holdfast::pg::LoopConnection::preferred_host(pool.options);
+  const std::size_t host =
+      pool.only_host.value_or(holdfast::pg::LoopConnection::preferred_host(pool.options));
   const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
   Result<std::unique_ptr<Slot>> check = co_await connect_host(pool.options, host, several, until);
   bool answered = false;

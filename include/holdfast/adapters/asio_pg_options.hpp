@@ -45,11 +45,13 @@ struct ClientOptions {
   std::string shield_name = "postgres";
   /// The Shield's settings (limit, breaker, throttle).
   Shield::Options shield;
-  /// Hot standbys that may answer reads (a plain or multi-host conninfo; empty: none). A read
-  /// goes to a standby that has replayed the request's own writes (their commit positions,
-  /// kept in its RequestContext), else to the primary.
+  /// Hot standbys that may answer reads (a plain or multi-host conninfo, e.g. pg::any_of()'s;
+  /// empty: none). Each host is a standby of its own (its connections, latency, lag and
+  /// silence), and reads are spread over them in turn, skipping one found silent, lagging or
+  /// far slower. A read goes to a standby that has replayed the request's own writes (their
+  /// commit positions, kept in its RequestContext), else to the primary.
   holdfast::pg::ConnectOptions standby;
-  /// The most connections to the standbys.
+  /// The most connections to each standby.
   std::size_t standby_connections = 8;
   /// How long a read waits for a standby (its connect and its answer) before the primary
   /// answers it instead, within the same attempt. When no standby connection can be made, the
