@@ -147,6 +147,32 @@ TEST(AsioPgStandby, AStandbyThatIsDownLeavesItsReadsToTheOthers) {
   });
 }
 
+// A list of hosts whose roles change (a failover swaps them) holds the primary too: that host
+// answers as a primary, so it is left alone (looked at again off the request path) and the
+// real standby takes the reads. The one read that found it out is the primary's.
+TEST(AsioPgStandby, AHostOfTheStandbyListThatIsThePrimaryIsLeftAlone) {
+  const std::string primary = server_url();
+  const std::string standby = standby_url();
+  if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    ClientOptions o = options_for(primary);
+    o.standby.conninfo = two_hosts(host_port(primary), standby);
+    o.hedge_budget = 0;
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    int on_standby = 0;
+    for (int i = 0; i < 20; ++i) {
+      RequestContext request;
+      Result<Rows> where = co_await client->async_read(
+          request, "t.recovery", "SELECT pg_catalog.pg_is_in_recovery()", {}, net::use_awaitable);
+      EXPECT_TRUE(where.ok()) << where.status().to_string();
+      if (where.ok() && where->text(0, 0) == "t") ++on_standby;
+    }
+    EXPECT_EQ(on_standby, 19);
+    EXPECT_EQ(client->standby_reads(0), 0u);
+    EXPECT_EQ(client->standby_reads(1), 19u);
+  });
+}
+
 // One of two standbys frozen (SIGSTOP of its postmaster and backends): every read is still
 // answered within its window, the frozen one is soon used less (ADR 0041), and the other
 // standby answers most reads. The standbys are the private primary's (frozen) and the test

@@ -795,16 +795,25 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     sb.lagging_until = now + kLagRecheck;  // this read looks
     return true;
   }
-  // The standby a read goes to: the next in turn that may answer it now (not found silent a
-  // moment ago when there are others, its replay not lagging, not used less for slowness but
-  // for a probe), and how (`use`: kUse or kProbe). Null: the primary answers.
+  // The standby a read goes to: the next in turn that may answer it now (when there are
+  // others: not left alone; its replay not lagging; not used less for slowness but for a
+  // probe), and how (`use`: kUse or kProbe). Null: the primary answers.
   using Use = holdfast::pg::detail::SlowCopy::Use;
   Standby* choose_standby(TimePoint now, bool primary_failed, Use& use) {
     const std::size_t n = standbys_.size();
     for (std::size_t k = 0; k < n; ++k) {
       Standby& sb = *standbys_[(next_standby_ + k) % n];
-      const Verdict& v = *sb.pool.verdict;
-      if (n > 1 && v.silent && (v.probing || now < v.verdict_until)) continue;
+      Verdict& v = *sb.pool.verdict;
+      if (n > 1 && v.silent) {
+        // Left alone: no read waits to find out whether it is back; a check off the request
+        // path looks, each kStandbyRecheck.
+        if (!v.checking && now >= v.verdict_until) {
+          v.checking = true;
+          detail::net::co_spawn(ex_, recheck_standby(this->shared_from_this(), &sb),
+                                detail::net::detached);
+        }
+        continue;
+      }
       if (!replay_allows(sb, now)) continue;
       use = sb.copy.slow.use(now, primary_failed);
       if (use == Use::kSkip) continue;
@@ -814,6 +823,34 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     return nullptr;
   }
   static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
+  // How long one of several standbys that could not be reached, or is no standby (a list of
+  // hosts whose roles change: the primary among them, refused by target_session_attrs or
+  // answering as a primary), gets no reads; then one read looks again.
+  static constexpr Duration kStandbyRecheck = std::chrono::seconds(5);
+  // Looks at standby `sb` (one of several, left alone) again, off the request path: a connect
+  // to its host that finds a standby gives it reads again; anything else leaves it alone for
+  // another kStandbyRecheck.
+  static awaitable<void> recheck_standby(std::shared_ptr<Client> self, Standby* sb) {
+    const holdfast::pg::ConnectOptions& o = sb->pool.options;
+    const TimePoint until = detail::Clock::now() + o.connect_timeout;
+    Result<std::unique_ptr<Slot>> s =
+        co_await self->connect_host(o, *sb->pool.only_host, true, until);
+    const bool standby = s.ok() && (*s)->conn.in_hot_standby();
+    if (s.ok()) {
+      (*s)->forget();
+      (*s)->conn.close();
+    }
+    Verdict& v = *sb->pool.verdict;
+    v.checking = false;
+    v.silent = !standby;
+    v.verdict_until = standby ? TimePoint{} : detail::Clock::now() + kStandbyRecheck;
+  }
+  // Leaves standby `sb` (one of several) alone for kStandbyRecheck.
+  static void leave_alone(Standby& sb) {
+    if (!sb.pool.only_host) return;
+    sb.pool.verdict->silent = true;
+    sb.pool.verdict->verdict_until = detail::Clock::now() + kStandbyRecheck;
+  }
 
   // What a standby read says of the standby's speed: `took` from standby_read(), or
   // kUnanswered; nothing when negative (no answer from a standby). Outlier ejection, with

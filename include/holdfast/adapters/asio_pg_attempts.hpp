@@ -53,7 +53,9 @@ auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint u
     if (out[0].text(0, 1) != "t") {
       sb.copy.lag.forget();
       drop_all(sb.pool, s);  // promoted: no replica any more
+      leave_alone(sb);
     } else {
+      if (sb.pool.only_host) sb.pool.verdict->silent = false;  // a standby again
       if (took != nullptr) *took = end - started;
       // Not streaming (no receive position): nothing received waits to be replayed.
       Result<holdfast::pg::Lsn> received = holdfast::pg::Lsn::parse(out[0].text(0, 2));
