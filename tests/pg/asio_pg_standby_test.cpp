@@ -1,7 +1,8 @@
 // holdfast::asio::pg::Client with hot standbys, against real servers: reads with read-your-writes,
-// a multi-host primary URL that never reads a standby, a standby whose replay lags, hedged
-// reads of a slow standby, and outlier ejection (ADR 0041). Runs on Boost.Asio
-// (HOLDFAST_ASIO_BOOST) or standalone Asio.
+// a multi-host primary URL that never reads a standby, reads spread over several standbys (one
+// down, one frozen, one the primary: ADR 0056), a standby whose replay lags, hedged reads of a
+// slow standby, and outlier ejection (ADR 0041). Runs on Boost.Asio (HOLDFAST_ASIO_BOOST) or
+// standalone Asio.
 #include "asio_pg_test_support.hpp"
 
 namespace {
@@ -93,10 +94,6 @@ TEST(AsioPgStandby, StandbyReadsAndWritesArePreparedStatementsOfTheirConnection)
   });
 }
 
-// Reads on a hot standby with read-your-writes: a request's write keeps its commit position
-// in the request, and its reads go to the standby only once the standby has replayed it.
-// With the standby's replay paused, the request's own read is answered by the primary (and
-// sees its write); another request's read is still answered by the standby.
 // Several standbys (the hosts of ClientOptions::standby) share the reads in turn, each with
 // connections of its own. The test's one standby is listed twice: two standbys to the Client.
 TEST(AsioPgStandby, ReadsAreSpreadOverSeveralStandbysInTurn) {
@@ -215,6 +212,10 @@ TEST(AsioPgStandby, WithOneOfTwoStandbysFrozenEveryReadIsAnsweredAndTheOtherTake
   });
 }
 
+// Reads on a hot standby with read-your-writes: a request's write keeps its commit position
+// in the request, and its reads go to the standby only once the standby has replayed it.
+// With the standby's replay paused, the request's own read is answered by the primary (and
+// sees its write); another request's read is still answered by the standby.
 TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
   PrivateServer servers(20, /*with_standby=*/true);
   if (servers.url().empty() || servers.standby_url().empty()) {
