@@ -47,10 +47,6 @@ void LaneLogStore::detach() noexcept {
   gone.swap(on_loop_);
 }
 
-bool LaneLogStore::attached() const {
-  return on_loop() != nullptr;
-}
-
 std::shared_ptr<LogStore> LaneLogStore::on_loop() const {
   std::lock_guard<std::mutex> hold(mutex_);
   return on_loop_;

@@ -55,7 +55,6 @@ class LaneLogStore final : public LogStore {
   void attach(std::shared_ptr<LogStore> on_loop);
   // The blocking store again; a call in flight on the loop's store finishes there.
   void detach() noexcept;
-  [[nodiscard]] bool attached() const;
   [[nodiscard]] const std::string& url() const noexcept { return url_; }
 
  private:
