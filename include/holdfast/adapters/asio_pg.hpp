@@ -145,7 +145,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   /// Reads a standby answered (the rest went to the primary). Like the two below, readable
   /// from any thread (a metrics page's).
   [[nodiscard]] std::uint64_t standby_reads() const noexcept {
-    return standby_reads_.load(std::memory_order_relaxed);
+    std::uint64_t n = 0;
+    for (const auto& sb : standbys_)
+      n += sb->reads.load(std::memory_order_relaxed);
+    return n;
   }
   /// The standbys reads are spread over: one per host of ClientOptions::standby.
   [[nodiscard]] std::size_t standbys() const noexcept { return standbys_.size(); }
@@ -799,57 +802,21 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // others: not left alone; its replay not lagging; not used less for slowness but for a
   // probe), and how (`use`: kUse or kProbe). Null: the primary answers.
   using Use = holdfast::pg::detail::SlowCopy::Use;
-  Standby* choose_standby(TimePoint now, bool primary_failed, Use& use) {
-    const std::size_t n = standbys_.size();
-    for (std::size_t k = 0; k < n; ++k) {
-      Standby& sb = *standbys_[(next_standby_ + k) % n];
-      Verdict& v = *sb.pool.verdict;
-      if (n > 1 && v.silent) {
-        // Left alone: no read waits to find out whether it is back; a check off the request
-        // path looks, each kStandbyRecheck.
-        if (!v.checking && now >= v.verdict_until) {
-          v.checking = true;
-          detail::net::co_spawn(ex_, recheck_standby(this->shared_from_this(), &sb),
-                                detail::net::detached);
-        }
-        continue;
-      }
-      if (!replay_allows(sb, now)) continue;
-      use = sb.copy.slow.use(now, primary_failed);
-      if (use == Use::kSkip) continue;
-      next_standby_ = (next_standby_ + k + 1) % n;
-      return &sb;
-    }
-    return nullptr;
-  }
+  Standby* choose_standby(TimePoint now, bool primary_failed, Use& use);
   static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
   // How long one of several standbys that could not be reached, or is no standby (a list of
   // hosts whose roles change: the primary among them, refused by target_session_attrs or
-  // answering as a primary), gets no reads; then one read looks again.
+  // answering as a primary), gets no reads; then a check off the request path looks again.
   static constexpr Duration kStandbyRecheck = std::chrono::seconds(5);
   // Looks at standby `sb` (one of several, left alone) again, off the request path: a connect
-  // to its host that finds a standby gives it reads again; anything else leaves it alone for
-  // another kStandbyRecheck.
-  static awaitable<void> recheck_standby(std::shared_ptr<Client> self, Standby* sb) {
-    const holdfast::pg::ConnectOptions& o = sb->pool.options;
-    const TimePoint until = detail::Clock::now() + o.connect_timeout;
-    Result<std::unique_ptr<Slot>> s =
-        co_await self->connect_host(o, *sb->pool.only_host, true, until);
-    const bool standby = s.ok() && (*s)->conn.in_hot_standby();
-    if (s.ok()) {
-      (*s)->forget();
-      (*s)->conn.close();
-    }
-    Verdict& v = *sb->pool.verdict;
-    v.checking = false;
-    v.silent = !standby;
-    v.verdict_until = standby ? TimePoint{} : detail::Clock::now() + kStandbyRecheck;
-  }
-  // Leaves standby `sb` (one of several) alone for kStandbyRecheck.
-  static void leave_alone(Standby& sb) {
-    if (!sb.pool.only_host) return;
-    sb.pool.verdict->silent = true;
-    sb.pool.verdict->verdict_until = detail::Clock::now() + kStandbyRecheck;
+  // to its host that finds a standby gives it reads again; anything else leaves it alone.
+  static awaitable<void> recheck_standby(std::shared_ptr<Client> self, Standby* sb);
+  // Leaves the pool of a standby of several alone (no reads) for kStandbyRecheck, or
+  // silence_check when that is longer: the other standbys take its reads meanwhile.
+  void leave_alone(Pool& pool) const {
+    pool.verdict->silent = true;
+    pool.verdict->verdict_until =
+        detail::Clock::now() + std::max(options_.silence_check, kStandbyRecheck);
   }
 
   // What a standby read says of the standby's speed: `took` from standby_read(), or
@@ -952,7 +919,6 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   Pool primary_;
   std::vector<std::unique_ptr<Standby>> standbys_;  // fixed at construction
   std::size_t next_standby_ = 0;                    // the next read's first choice
-  std::atomic<std::uint64_t> standby_reads_{0};
   // Hedging: the budget (a share of a token per read) and the counts.
   double hedge_tokens_ = 0;
   std::atomic<std::uint64_t> hedged_{0};

@@ -30,6 +30,52 @@ auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<
 }
 
 template <class Executor>
+auto Client<Executor>::choose_standby(TimePoint now, bool primary_failed, Use& use) -> Standby* {
+  const std::size_t n = standbys_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    Standby& sb = *standbys_[(next_standby_ + k) % n];
+    Verdict& v = *sb.pool.verdict;
+    if (n > 1 && v.silent) {
+      // Left alone: no read waits to find out whether it is back; a check off the request
+      // path looks, each kStandbyRecheck.
+      if (!v.checking && now >= v.verdict_until) {
+        v.checking = true;
+        detail::net::co_spawn(ex_, recheck_standby(this->shared_from_this(), &sb),
+                              detail::net::detached);
+      }
+      continue;
+    }
+    if (!replay_allows(sb, now)) continue;
+    use = sb.copy.slow.use(now, primary_failed);
+    if (use == Use::kSkip) continue;
+    next_standby_ = (next_standby_ + k + 1) % n;
+    return &sb;
+  }
+  return nullptr;
+}
+
+template <class Executor>
+auto Client<Executor>::recheck_standby(std::shared_ptr<Client> self, Standby* sb)
+    -> awaitable<void> {
+  const holdfast::pg::ConnectOptions& o = sb->pool.options;
+  const TimePoint until = detail::Clock::now() + o.connect_timeout;
+  Result<std::unique_ptr<Slot>> s =
+      co_await self->connect_host(o, *sb->pool.only_host, true, until);
+  const bool standby = s.ok() && (*s)->conn.in_hot_standby();
+  if (s.ok()) {
+    (*s)->forget();
+    (*s)->conn.close();
+  }
+  sb->pool.verdict->checking = false;
+  if (!standby) {
+    self->leave_alone(sb->pool);
+    co_return;
+  }
+  sb->pool.verdict->silent = false;
+  sb->pool.verdict->verdict_until = TimePoint{};
+}
+
+template <class Executor>
 auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint until,
                                     TimePoint started, Slot** in_use, Duration* took)
     -> awaitable<std::optional<Result<Rows>>> {
@@ -53,7 +99,7 @@ auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint u
     if (out[0].text(0, 1) != "t") {
       sb.copy.lag.forget();
       drop_all(sb.pool, s);  // promoted: no replica any more
-      leave_alone(sb);
+      if (sb.pool.only_host) leave_alone(sb.pool);
     } else {
       if (sb.pool.only_host) sb.pool.verdict->silent = false;  // a standby again
       if (took != nullptr) *took = end - started;
@@ -70,7 +116,6 @@ auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint u
       } else {
         sb.lagging_until = TimePoint{};
         if (replayed.ok() && replayed->value >= mine.value) {
-          standby_reads_.fetch_add(1, std::memory_order_relaxed);
           sb.reads.fetch_add(1, std::memory_order_relaxed);
           answer = std::move(out[1]);
         }

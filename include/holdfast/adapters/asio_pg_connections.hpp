@@ -140,11 +140,13 @@ auto Client<Executor>::connect(Pool& pool, TimePoint until)
     // No standby to be had (stopped, or its hosts frozen or not standbys any more, as after a
     // failover): the reads of the next silence_check go to the primary at once instead of each
     // waiting standby_wait for a connect that fails again. One of several standbys is left
-    // alone longer (kStandbyRecheck): the others take its reads meanwhile.
-    pool.verdict->silent = true;
-    pool.verdict->verdict_until =
-        detail::Clock::now() + (pool.only_host ? std::max(options_.silence_check, kStandbyRecheck)
-                                               : options_.silence_check);
+    // alone longer: the others take its reads meanwhile.
+    if (pool.only_host) {
+      leave_alone(pool);
+    } else {
+      pool.verdict->silent = true;
+      pool.verdict->verdict_until = detail::Clock::now() + options_.silence_check;
+    }
   }
   give_back(pool, nullptr);
   co_return last;

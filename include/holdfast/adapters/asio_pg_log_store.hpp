@@ -35,6 +35,7 @@
 /// Never throws.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -88,11 +89,14 @@ class LogStore final : public holdfast::LogStore {
   Status write_batch(std::span<const LogRecord> records) override {
     if (records.empty()) return Status();
     try {
+      holdfast::pg::LogBatch batch;
+      const std::uint64_t sanitized = batch.fill(records);
       auto call = std::make_shared<Call>();
-      call->sanitized = call->batch.fill(records);
+      call->args = {std::move(batch.levels), std::move(batch.contexts), std::move(batch.messages),
+                    std::move(batch.stamps)};
       Status s = run(call, holdfast::pg::logs_table::kInsertBatch, 4, "logs.batch");
       if (s.ok()) {
-        if (call->sanitized > 0) sanitized_.fetch_add(call->sanitized, std::memory_order_relaxed);
+        if (sanitized > 0) sanitized_.fetch_add(sanitized, std::memory_order_relaxed);
         const long long stored = call->rows ? call->rows->affected() : -1;
         if (stored != static_cast<long long>(records.size())) {
           s = Status(Code::kInternal, "the logs INSERT stored " + std::to_string(stored) +
@@ -116,8 +120,8 @@ class LogStore final : public holdfast::LogStore {
     }
     try {
       auto call = std::make_shared<Call>();
-      call->batch.levels = std::string(utc_stamp(cutoff).view());
-      call->batch.contexts = std::to_string(limit);
+      call->args[0] = std::string(utc_stamp(cutoff).view());
+      call->args[1] = std::to_string(limit);
       Status s = run(call, holdfast::pg::logs_table::kDeleteOlderThan, 2, "logs.prune");
       if (!s.ok()) return s;
       return static_cast<int>(call->rows ? call->rows->affected() : 0);
@@ -146,8 +150,7 @@ class LogStore final : public holdfast::LogStore {
   // One call between the calling thread and the loop: its parameters (kept alive until the
   // loop is done with them) and its answer.
   struct Call {
-    holdfast::pg::LogBatch batch;
-    std::uint64_t sanitized = 0;
+    std::array<std::string, 4> args;  // the statement's parameters, text; the first n are sent
     std::mutex mutex;
     std::condition_variable answered;
     std::optional<Status> status;
@@ -191,7 +194,7 @@ class LogStore final : public holdfast::LogStore {
   LogStore(const std::shared_ptr<Client<Executor>>& client, Options options)
       : client_(client), options_(options) {}
 
-  // Posts `sql` with the first `n` of the call's four strings as its parameters to the
+  // Posts `sql` with the first `n` of the call's arguments as its parameters to the
   // Client's loop and waits for the answer (see the top).
   Status run(const std::shared_ptr<Call>& call, std::string_view sql, std::size_t n,
              std::string_view label) {
@@ -205,8 +208,8 @@ class LogStore final : public holdfast::LogStore {
       Call& c = *dropped.call;
       if (!c.wanted()) return;
       const holdfast::pg::Param params[] = {
-          holdfast::pg::Param(c.batch.levels), holdfast::pg::Param(c.batch.contexts),
-          holdfast::pg::Param(c.batch.messages), holdfast::pg::Param(c.batch.stamps)};
+          holdfast::pg::Param(c.args[0]), holdfast::pg::Param(c.args[1]),
+          holdfast::pg::Param(c.args[2]), holdfast::pg::Param(c.args[3])};
       RequestContext request(window);
       client->async_write(request, sql, std::span(params, n), Operation::write(label).background(),
                           // Holds the Client until its call has completed.
