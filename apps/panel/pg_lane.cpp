@@ -1,6 +1,7 @@
 #include "pg_lane.hpp"
 
 #include <utility>
+#include <vector>
 
 #include <boost/asio/use_awaitable.hpp>
 
@@ -61,8 +62,10 @@ Result<std::shared_ptr<LogStore>> PgLane::open_logs(const std::string& url) {
     o.pooling = pg::Pooling::kTransaction;  // nothing prepared: right behind any pooler
   }
   o.connect.application_name = "holdfast-panel-logs";
-  o.connect.settings.emplace_back("lock_timeout", "500");  // pg::PgLogStore's default
-  o.max_connections = 2;                                   // a batch and a pruning
+  // pg::PgLogStore's lock_timeout, in place of the store's own (its settings are copied).
+  std::erase_if(o.connect.settings, [](const auto& kv) { return kv.first == "lock_timeout"; });
+  o.connect.settings.emplace_back("lock_timeout", "500");
+  o.max_connections = 2;  // a batch and a pruning
   o.standby = {};
   o.lost_writes.remember = 0;
   o.shield = {};
