@@ -122,31 +122,35 @@ TEST(AsioPgStandby, ReadsAreSpreadOverSeveralStandbysInTurn) {
 }
 
 // A standby that is down is skipped once its connect failed: the other standbys answer the
-// reads (the one read that found it down is answered by the primary), and none fails.
+// reads, the one that found it down included (the next standby takes it), and none fails;
+// without hedging and with it (the default budget).
 TEST(AsioPgStandby, AStandbyThatIsDownLeavesItsReadsToTheOthers) {
   const std::string primary = server_url();
   const std::string standby = standby_url();
   if (primary.empty() || standby.empty()) GTEST_SKIP() << "no primary and standby to test on";
-  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
-    ClientOptions o = options_for(primary);
-    o.standby.conninfo = two_hosts("127.0.0.1:1", standby);  // nothing listens on port 1
-    o.hedge_budget = 0;
-    o.silence_check = 10s;  // the down standby is not looked at again during the test
-    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
-    for (int i = 0; i < 20; ++i) {
-      RequestContext request;
-      Result<Rows> r =
-          co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
-      EXPECT_TRUE(r.ok()) << r.status().to_string();
-    }
-    EXPECT_EQ(client->standby_reads(0), 0u);
-    EXPECT_EQ(client->standby_reads(1), 19u);  // all but the one that found host 1 down
-  });
+  for (const double budget : {0.0, ClientOptions{}.hedge_budget}) {
+    SCOPED_TRACE(budget);
+    run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+      ClientOptions o = options_for(primary);
+      o.standby.conninfo = two_hosts("127.0.0.1:1", standby);  // nothing listens on port 1
+      o.hedge_budget = budget;
+      o.silence_check = 10s;  // the down standby is not looked at again during the test
+      std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+      for (int i = 0; i < 20; ++i) {
+        RequestContext request;
+        Result<Rows> r =
+            co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+      }
+      EXPECT_EQ(client->standby_reads(0), 0u);
+      EXPECT_EQ(client->standby_reads(1), 20u);
+    });
+  }
 }
 
 // A list of hosts whose roles change (a failover swaps them) holds the primary too: that host
 // answers as a primary, so it is left alone (looked at again off the request path) and the
-// real standby takes the reads. The one read that found it out is the primary's.
+// real standby takes the reads, the one that found it out included.
 TEST(AsioPgStandby, AHostOfTheStandbyListThatIsThePrimaryIsLeftAlone) {
   const std::string primary = server_url();
   const std::string standby = standby_url();
@@ -164,9 +168,9 @@ TEST(AsioPgStandby, AHostOfTheStandbyListThatIsThePrimaryIsLeftAlone) {
       EXPECT_TRUE(where.ok()) << where.status().to_string();
       if (where.ok() && where->text(0, 0) == "t") ++on_standby;
     }
-    EXPECT_EQ(on_standby, 19);
+    EXPECT_EQ(on_standby, 20);
     EXPECT_EQ(client->standby_reads(0), 0u);
-    EXPECT_EQ(client->standby_reads(1), 19u);
+    EXPECT_EQ(client->standby_reads(1), 20u);
   });
 }
 
@@ -209,6 +213,57 @@ TEST(AsioPgStandby, WithOneOfTwoStandbysFrozenEveryReadIsAnsweredAndTheOtherTake
     EXPECT_TRUE(client->standby_slow());  // the frozen one gets its probes only
     EXPECT_GE(client->standby_reads(1) - other_before, 20u);
     freeze.thaw();
+  });
+}
+
+// One of two standbys frozen before the Client first reaches it: its connect times out and it
+// is left alone (the other standby answers). Once thawed it gets reads again within about a
+// second, not after the 5 s a standby long away waits between checks: the first checks off
+// the request path come after silence_check, then twice as far apart each time.
+TEST(AsioPgStandby, AStandbyBackFromAShortFreezeGetsReadsAgainSoon) {
+  const std::string other = standby_url();
+  if (server_url().empty() || other.empty()) GTEST_SKIP() << "no standby to test on";
+  PrivateServer servers(20, /*with_standby=*/true);
+  if (servers.url().empty() || servers.standby_url().empty()) {
+    GTEST_SKIP() << "could not start a private primary and standby";
+  }
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = two_hosts(host_port(servers.standby_url()), other);
+  o.hedge_budget = 0;
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    net::steady_timer pause(io);
+    auto sleep = [&](std::chrono::milliseconds d) -> net::awaitable<void> {
+      pause.expires_after(d);
+      co_await pause.async_wait(net::use_awaitable);
+    };
+    {
+      Freeze freeze(servers.standby_postmaster_pid());
+      EXPECT_TRUE(freeze.frozen());
+      for (int i = 0; i < 6; ++i) {  // each read answered; the frozen standby found away
+        RequestContext request(2s, holdfast::Clock::system());
+        Result<Rows> r =
+            co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+        co_await sleep(100ms);
+      }
+      EXPECT_EQ(client->standby_reads(0), 0u);
+    }
+    const auto thawed = std::chrono::steady_clock::now();
+    double back_after = -1;
+    while (seconds_since(thawed) < 4.0) {
+      RequestContext request(2s, holdfast::Clock::system());
+      Result<Rows> r =
+          co_await client->async_read(request, "t.one", "SELECT 1", {}, net::use_awaitable);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (client->standby_reads(0) > 0) {
+        back_after = seconds_since(thawed);
+        break;
+      }
+      co_await sleep(50ms);
+    }
+    EXPECT_GE(back_after, 0.0) << "the thawed standby got no read within 4 s";
+    EXPECT_LT(back_after, 2.5);
   });
 }
 

@@ -379,6 +379,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     // forged cookie would send every other request's reads to the primary.
     std::uint32_t newest_timeline = 0;
     TimePoint asked_at{};  // the last call that found the server silent while it was probed
+    // A standby of several: how long it was last left alone (zero: it is not).
+    Duration alone_for{};
     std::vector<std::weak_ptr<Client>> clients;
   };
   // Calls `f` with this Client and each live sibling sharing its primary's verdict.
@@ -804,19 +806,23 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   using Use = holdfast::pg::detail::SlowCopy::Use;
   Standby* choose_standby(TimePoint now, bool primary_failed, Use& use);
   static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
-  // How long one of several standbys that could not be reached, or is no standby (a list of
-  // hosts whose roles change: the primary among them, refused by target_session_attrs or
-  // answering as a primary), gets no reads; then a check off the request path looks again.
+  // The longest one of several standbys that could not be reached, or is no standby (a list
+  // of hosts whose roles change: the primary among them, refused by target_session_attrs or
+  // answering as a primary), gets no reads before a check off the request path looks again.
   static constexpr Duration kStandbyRecheck = std::chrono::seconds(5);
   // Looks at standby `sb` (one of several, left alone) again, off the request path: a connect
   // to its host that finds a standby gives it reads again; anything else leaves it alone.
   static awaitable<void> recheck_standby(std::shared_ptr<Client> self, Standby* sb);
-  // Leaves the pool of a standby of several alone (no reads) for kStandbyRecheck, or
-  // silence_check when that is longer: the other standbys take its reads meanwhile.
+  // Leaves the pool of a standby of several alone (no reads): for silence_check, then twice
+  // as long each time a check finds it still away, up to kStandbyRecheck (or silence_check
+  // when that is longer). The other standbys take its reads meanwhile.
   void leave_alone(Pool& pool) const {
-    pool.verdict->silent = true;
-    pool.verdict->verdict_until =
-        detail::Clock::now() + std::max(options_.silence_check, kStandbyRecheck);
+    Verdict& v = *pool.verdict;
+    const Duration longest = std::max(options_.silence_check, kStandbyRecheck);
+    v.alone_for = v.alone_for == Duration::zero() ? options_.silence_check
+                                                  : std::min(2 * v.alone_for, longest);
+    v.silent = true;
+    v.verdict_until = detail::Clock::now() + v.alone_for;
   }
 
   // What a standby read says of the standby's speed: `took` from standby_read(), or
@@ -834,9 +840,10 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // also goes to the primary (within the hedge budget, and only when a primary connection is
   // free); the first answer wins and the other try is stopped. A `probe` of a standby used
   // less, or a read of one whose last answer was slow (`suspect`), waits for it at most the
-  // slow threshold: then it is hedged (a probe needs no budget) or given up.
-  awaitable<Result<Rows>> hedged_read(std::shared_ptr<Plain> state, Standby& sb, TimePoint until,
-                                      bool probe, bool suspect);
+  // slow threshold: then it is hedged (a probe needs no budget) or given up. No answer (the
+  // standby left the read to the others and no hedge runs): the caller tries the next copy.
+  awaitable<std::optional<Result<Rows>>> hedged_read(std::shared_ptr<Plain> state, Standby& sb,
+                                                     TimePoint until, bool probe, bool suspect);
 
   // BEGIN, the write, COMMIT and the commit's position: one round trip.
   awaitable<Result<Rows>> write_once(Slot& s, const Plain& state, TimePoint until);

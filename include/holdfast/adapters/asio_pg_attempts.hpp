@@ -11,19 +11,28 @@ auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<
   if (!state->write && !standbys_.empty() && standby_may_answer(state->request.position())) {
     // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
     // whose primary try failed comes back to one whatever its state: a slow answer beats none.
-    const TimePoint started = detail::Clock::now();
-    Use use = Use::kSkip;
-    if (Standby* sb = choose_standby(started, state->primary_failed, use); sb != nullptr) {
+    // One of several standbys found down (or a primary now) during the read is left alone,
+    // and the next standby in turn gets the read, while standby_wait has not passed since the
+    // first was asked: a read waits for standbys about as long as with one.
+    const TimePoint first = detail::Clock::now();
+    for (std::size_t tried = 0; tried < standbys_.size(); ++tried) {
+      const TimePoint started = tried == 0 ? first : detail::Clock::now();
+      if (tried > 0 && started >= std::min(until, first + options_.standby_wait)) break;
+      Use use = Use::kSkip;
+      Standby* sb = choose_standby(started, state->primary_failed, use);
+      if (sb == nullptr) break;
       const bool probe = use == Use::kProbe;
       const bool suspect = probe || (!state->primary_failed && sb->copy.slow.suspect());
+      std::optional<Result<Rows>> answered;
       if (options_.hedge_budget > 0 || suspect) {
-        co_return co_await hedged_read(state, *sb, until, probe, suspect);
+        answered = co_await hedged_read(state, *sb, until, probe, suspect);
+      } else {
+        Duration took{-1};
+        answered = co_await standby_read(*sb, *state, until, started, nullptr, &took);
+        judge_standby(*sb, took);
       }
-      Duration took{-1};
-      std::optional<Result<Rows>> answered =
-          co_await standby_read(*sb, *state, until, started, nullptr, &took);
-      judge_standby(*sb, took);
       if (answered.has_value()) co_return std::move(*answered);
+      if (standbys_.size() < 2 || !sb->pool.verdict->silent) break;
     }
   }
   co_return co_await primary_call(state, until, nullptr);
@@ -73,6 +82,7 @@ auto Client<Executor>::recheck_standby(std::shared_ptr<Client> self, Standby* sb
   }
   sb->pool.verdict->silent = false;
   sb->pool.verdict->verdict_until = TimePoint{};
+  sb->pool.verdict->alone_for = Duration::zero();
 }
 
 template <class Executor>
@@ -101,7 +111,10 @@ auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint u
       drop_all(sb.pool, s);  // promoted: no replica any more
       if (sb.pool.only_host) leave_alone(sb.pool);
     } else {
-      if (sb.pool.only_host) sb.pool.verdict->silent = false;  // a standby again
+      if (sb.pool.only_host) {  // a standby again
+        sb.pool.verdict->silent = false;
+        sb.pool.verdict->alone_for = Duration::zero();
+      }
       if (took != nullptr) *took = end - started;
       // Not streaming (no receive position): nothing received waits to be replayed.
       Result<holdfast::pg::Lsn> received = holdfast::pg::Lsn::parse(out[0].text(0, 2));
@@ -153,7 +166,8 @@ auto Client<Executor>::race_wait(Race& race, TimePoint until) -> awaitable<void>
 
 template <class Executor>
 auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, Standby& sb, TimePoint until,
-                                   bool probe, bool suspect) -> awaitable<Result<Rows>> {
+                                   bool probe, bool suspect)
+    -> awaitable<std::optional<Result<Rows>>> {
   if (!probe) hedge_tokens_ = std::min(hedge_tokens_ + options_.hedge_budget, 10.0);
   auto race = std::make_shared<Race>(ex_);
   const TimePoint started = detail::Clock::now();
@@ -233,14 +247,16 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, Standby& sb, Ti
       co_return std::move(*race->primary);
     }
     if (race->standby.has_value() && !race->hedged) {
-      // The standby left the read to the primary, and no hedge is running: ask it now.
-      co_return co_await primary_call(state, until, nullptr);
+      // The standby left the read to the others, and no hedge is running: the caller asks the
+      // next standby or the primary.
+      co_return std::nullopt;
     }
     if (detail::Clock::now() >= until) {
       if (race->standby_slot != nullptr) stop(*race->standby_slot);
       if (race->primary_slot != nullptr) stop(*race->primary_slot);
-      co_return Status(Code::kDeadlineExceeded, "no copy answered the read within its window",
-                       Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true});
+      co_return Result<Rows>(
+          Status(Code::kDeadlineExceeded, "no copy answered the read within its window",
+                 Fault{RetryScope::kStatement, Outcome::kNotApplied, Pace::kSlow, true}));
     }
     co_await race_wait(*race, until);
   }

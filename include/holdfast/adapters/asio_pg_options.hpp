@@ -54,8 +54,9 @@ struct ClientOptions {
   /// The most connections to each standby.
   std::size_t standby_connections = 8;
   /// How long a read waits for a standby (its connect and its answer) before the primary
-  /// answers it instead, within the same attempt. When no standby connection can be made, the
-  /// reads of the next silence_check go to the primary at once.
+  /// answers it instead, within the same attempt; with several standbys, one found down (or a
+  /// primary now) leaves the read to the next while this has not passed. When no standby
+  /// connection can be made, the reads of the next silence_check go to the primary at once.
   Duration standby_wait = std::chrono::milliseconds(500);
   /// A standby that has not replayed WAL it received this long ago (its replay paused, or too
   /// slow to keep up) answers no reads: they go to the primary, and one read every 250 ms
