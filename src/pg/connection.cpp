@@ -206,6 +206,7 @@ void Connection::Impl::on_notice(void* arg, const PGresult* res) noexcept {
     n.severity = or_empty(PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED));
     n.sqlstate = or_empty(PQresultErrorField(res, PG_DIAG_SQLSTATE));
     n.message = or_empty(PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+    n.routine = or_empty(PQresultErrorField(res, PG_DIAG_SOURCE_FUNCTION));
     if (n.severity == "FATAL" || n.severity == "PANIC") {
       self->fatal_seen = true;
       self->fatal_sqlstate = n.sqlstate;
@@ -515,10 +516,14 @@ bool Connection::standby_wait_cancelled(std::uint64_t since) const noexcept {
 }
 
 bool is_standby_wait_cancelled(const Notice& notice) noexcept {
-  // syncrep.c's WARNING when a cancel interrupts SyncRepWaitForLSN(); its SQLSTATE is the
-  // default of a WARNING (01000), so the message tells it from other warnings.
-  return notice.severity == "WARNING" && notice.sqlstate == "01000" &&
-         std::string_view(notice.message).starts_with("canceling wait for synchronous replication");
+  // syncrep.c's WARNINGs when a cancel (SQLSTATE 01000, any warning's) or a termination
+  // (57P01) interrupts SyncRepWaitForLSN(). The function's name is never translated; the
+  // English messages cover a server that does not send it.
+  if (notice.severity != "WARNING") return false;
+  if (notice.routine == "SyncRepWaitForLSN") return true;
+  const std::string_view m = notice.message;
+  return m.starts_with("canceling wait for synchronous replication") ||
+         m.starts_with("canceling the wait for synchronous replication");
 }
 
 Status unconfirmed_commit() {

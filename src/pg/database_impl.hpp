@@ -178,7 +178,10 @@ class Database::Impl {
   TimePoint connect_deadline(Duration cap = Duration::max()) const;
 
   Status commit(Transaction& tx, TransactionReport& report);
-  Status commit_in_doubt(Transaction& tx, const Status& lost, TransactionReport& report);
+  // `alone`: the COMMIT's wait for a synchronous standby ended before its connection was
+  // lost (ADR 0053): committed is then answered unconfirmed_commit().
+  Status commit_in_doubt(Transaction& tx, const Status& lost, bool alone,
+                         TransactionReport& report);
   // What became of transaction `xid`; `lsn` and `timeline`: the primary's WAL position when
   // it answered.
   // `host`: which host of the URL answered (ConnectionAccess::host_id()).

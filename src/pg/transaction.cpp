@@ -223,8 +223,10 @@ Status Database::Impl::commit(Transaction& tx, TransactionReport& report) {
       s.with_txn_state(TxnState::kRolledBack);
       return s;
     }
-    if (conn.standby_wait_cancelled(heard)) [[unlikely]]
+    if (conn.standby_wait_cancelled(heard)) [[unlikely]] {
+      detail::note_write(0, 0);  // the request's reads go to the primary
       return unconfirmed_commit();
+    }
     if (wrote) {
       this->wrote(committed.ok() ? detail::wal_position(out[1], 0) : 0,
                   committed.ok() ? detail::wal_timeline(out[1], 1) : 0,
@@ -239,12 +241,14 @@ Status Database::Impl::commit(Transaction& tx, TransactionReport& report) {
     return in_transaction(committed);
   }
   // The connection was lost during COMMIT: the transaction may or may not have committed.
+  // A backend terminated while its COMMIT waited for a synchronous standby says so first.
+  const bool alone = conn.standby_wait_cancelled(heard);
   tx.lease().discard();
   ++report.commits_in_doubt;
-  return commit_in_doubt(tx, committed, report);
+  return commit_in_doubt(tx, committed, alone, report);
 }
 
-Status Database::Impl::commit_in_doubt(Transaction& tx, const Status& lost,
+Status Database::Impl::commit_in_doubt(Transaction& tx, const Status& lost, bool alone,
                                        TransactionReport& report) {
   if (tx.xid_.empty()) {
     // A READ ONLY transaction wrote nothing: its outcome does not matter.
@@ -257,6 +261,11 @@ Status Database::Impl::commit_in_doubt(Transaction& tx, const Status& lost,
   const TxnState state = resolve(tx.xid_, why, position, timeline, host);
   report.resolution = state;
   if (state == TxnState::kCommitted) {
+    // On the primary alone: not confirmed, and the request's reads go to the primary.
+    if (alone) [[unlikely]] {
+      detail::note_write(0, 0);
+      return unconfirmed_commit();
+    }
     wrote(position, timeline, host, nullptr, tx.key_);
     return Status();
   }

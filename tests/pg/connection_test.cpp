@@ -86,8 +86,41 @@ TEST(PgConnection, NoticesAreCapturedNotPrinted) {
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_EQ(notices[0].severity, "NOTICE");
   EXPECT_EQ(notices[0].message, "court 7 is free");
+  EXPECT_EQ(notices[0].routine, "exec_stmt_raise");  // the server's function: never translated
   EXPECT_EQ(conn.notices_received(), 1u);
   EXPECT_TRUE(conn.take_notices().empty());
+}
+
+// The WARNING of a COMMIT whose wait for a synchronous standby ended (ADR 0053) is known by
+// the server's function whatever the language of its message, and by its English message
+// from a server that does not name the function; another warning, or a notice, is not it.
+TEST(PgConnection, TheWarningOfACommitLeftUnconfirmedIsKnownInAnyLanguage) {
+  const auto notice = [](std::string severity, std::string sqlstate, std::string message,
+                         std::string routine) {
+    Notice n;
+    n.severity = std::move(severity);
+    n.sqlstate = std::move(sqlstate);
+    n.message = std::move(message);
+    n.routine = std::move(routine);
+    return n;
+  };
+  // lc_messages = 'pl_PL': a cancel, and a termination of the backend.
+  EXPECT_TRUE(is_standby_wait_cancelled(notice("WARNING", "01000",
+                                               "anulowanie oczekiwania na replikację synchroniczną",
+                                               "SyncRepWaitForLSN")));
+  EXPECT_TRUE(is_standby_wait_cancelled(
+      notice("WARNING", "57P01", "przerwano oczekiwanie na replikację", "SyncRepWaitForLSN")));
+  EXPECT_TRUE(is_standby_wait_cancelled(notice(
+      "WARNING", "01000", "canceling wait for synchronous replication due to user request", "")));
+  EXPECT_TRUE(is_standby_wait_cancelled(
+      notice("WARNING", "57P01",
+             "canceling the wait for synchronous replication and terminating connection due to "
+             "administrator command",
+             "")));
+  EXPECT_FALSE(
+      is_standby_wait_cancelled(notice("WARNING", "01000", "court 7 is free", "exec_stmt_raise")));
+  EXPECT_FALSE(
+      is_standby_wait_cancelled(notice("NOTICE", "00000", "anything", "SyncRepWaitForLSN")));
 }
 
 TEST(PgConnection, ATerminatedIdleBackendReportsItsFatalOnTheNextStatement) {

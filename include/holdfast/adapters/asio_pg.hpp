@@ -901,11 +901,13 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // Whether transaction `xid`, whose COMMIT lost its connection (`lost`), committed: asked on
   // new connections (pg_xact_status()) until the request's deadline, and for at least
-  // kMinResolveTime. Success when it committed (its position kept in the request).
-  // `in_doubt`: the connection the COMMIT was lost on (its server confirmed it, if anyone).
+  // kMinResolveTime. Success when it committed (its position kept in the request), but
+  // unconfirmed_commit() when its wait for a synchronous standby ended first (`alone`: its
+  // backend was terminated during that wait, ADR 0053). `in_doubt`: the connection the
+  // COMMIT was lost on (its server confirmed it, if anyone).
   awaitable<Status> resolve(const std::string& xid, const Status& lost,
                             const RequestContext& request, holdfast::pg::TransactionReport* report,
-                            const Slot& in_doubt);
+                            const Slot& in_doubt, bool alone);
 
   // Ends a transaction left open on `s` (ROLLBACK on the loop); one that cannot be ended
   // leaves `s` not idle, and give_back() closes it.

@@ -164,14 +164,16 @@ auto Client<Executor>::commit(Slot& s, Transaction& tx, const RequestContext& re
   // The connection was lost during COMMIT: it may or may not have committed.
   if (report != nullptr) ++report->commits_in_doubt;
   if (n == 1) co_return holdfast::pg::in_transaction(std::move(committed));  // READ ONLY
-  co_return co_await resolve(tx.xid_, committed, request, report, s);
+  // A backend terminated while its COMMIT waited for a synchronous standby says so first.
+  const bool alone = s.conn.standby_wait_cancelled(heard);
+  co_return co_await resolve(tx.xid_, committed, request, report, s, alone);
 }
 
 template <class Executor>
 auto Client<Executor>::resolve(const std::string& xid, const Status& lost,
                                const RequestContext& request,
-                               holdfast::pg::TransactionReport* report, const Slot& in_doubt)
-    -> awaitable<Status> {
+                               holdfast::pg::TransactionReport* report, const Slot& in_doubt,
+                               bool alone) -> awaitable<Status> {
   // Knowing the outcome matters more than the window: at least this long, even when the
   // window is spent (as pg::Database resolves a COMMIT in doubt).
   constexpr Duration kMinResolveTime = std::chrono::seconds(2);
@@ -191,7 +193,7 @@ auto Client<Executor>::resolve(const std::string& xid, const Status& lost,
         break;
       }
       if (r.ok() && r->text(0, 2) == "committed") {
-        wrote(request, &*r, in_doubt);
+        if (!alone) wrote(request, &*r, in_doubt);
         state = TxnState::kCommitted;
         break;
       }
@@ -211,7 +213,11 @@ auto Client<Executor>::resolve(const std::string& xid, const Status& lost,
     pause = std::min(pause * 2, kPauseMax);
   }
   if (report != nullptr) report->resolution = state;
-  if (state == TxnState::kCommitted) co_return Status();
+  if (state == TxnState::kCommitted) {
+    if (!alone) co_return Status();
+    request.position_unknown();  // on the primary alone: its reads go there
+    co_return holdfast::pg::unconfirmed_commit();
+  }
   const std::string head = "COMMIT lost its connection (" + std::string(lost.message()) + "); ";
   if (state == TxnState::kRolledBack) {
     Status s(

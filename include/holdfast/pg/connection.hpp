@@ -55,14 +55,16 @@ struct ConnectionAccess;
 struct Notice {
   std::string severity;  ///< "NOTICE", "WARNING", "FATAL", ... (not localized)
   std::string sqlstate;  ///< the SQLSTATE, e.g. "01000" for a warning
-  std::string message;   ///< the primary message
+  std::string message;   ///< the primary message (translated when lc_messages says so)
+  /// The server's function that sent it, e.g. "SyncRepWaitForLSN" (not localized).
+  std::string routine;
 };
 
 /// Whether `notice` is PostgreSQL's WARNING that a COMMIT stopped waiting for its synchronous
-/// standbys when it was cancelled ("canceling wait for synchronous replication", SQLSTATE
-/// 01000): the transaction committed on the primary, and no standby confirmed it. The message
-/// is matched as the server writes it in English (lc_messages); a translated one is not
-/// recognized.
+/// standbys: a cancel ("canceling wait for synchronous replication", SQLSTATE 01000) or a
+/// termination of its backend ended the wait. The transaction committed on the primary, and
+/// no standby confirmed it. Recognized by the function the server names (SyncRepWaitForLSN),
+/// whatever the language of its message, or by the English message.
 [[nodiscard]] bool is_standby_wait_cancelled(const Notice& notice) noexcept;
 
 /// The failure both drivers answer for a COMMIT that PostgreSQL answered so: the outcome is
