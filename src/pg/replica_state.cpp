@@ -238,7 +238,14 @@ Result<Rows> Database::Impl::replica_pass(const Work& work, RoutedCall& route, b
     route.unanswered = true;
     return why;
   }
-  for (std::size_t i = 0; i < replicas_.size(); ++i) {
+  // Reads are spread over the replicas in turn: each thread's reads start one further than
+  // its last (a count of its own, no shared write on the read path). One that cannot answer
+  // leaves the read to the next.
+  static thread_local std::size_t turn = 0;
+  const std::size_t n = replicas_.size();
+  const std::size_t first = n > 1 && !again ? turn++ % n : 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (first + k) % n;
     const bool was_behind = i < 64 && ((route.behind >> i) & 1) != 0;
     if (again && !was_behind) continue;
     ReplicaAnswer answer{};

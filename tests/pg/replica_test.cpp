@@ -49,6 +49,28 @@ std::string who(Database& db) {
   return r.ok() ? std::string(r->text(0, 0)) : std::string("error");
 }
 
+// Several replicas share the reads in turn, as the Client's standbys do; one that is down
+// leaves its reads to the others, and none fails. The test's one standby is listed twice:
+// two replicas to the Database.
+TEST(PgReplicas, ReadsAreSpreadOverTheReplicasInTurnAndADownOneLeavesThemToTheOthers) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  DatabaseOptions twice = replicated(server_url(), standby_url());
+  twice.replica_urls = {standby_url(), standby_url()};
+  Database db(twice);
+  ASSERT_EQ(db.replica_count(), 2u);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(who(db), "standby");
+  EXPECT_EQ(db.replica_shield(0).metrics().snapshot().successes, 10u);
+  EXPECT_EQ(db.replica_shield(1).metrics().snapshot().successes, 10u);
+
+  DatabaseOptions down = replicated(server_url(), standby_url());
+  down.replica_urls = {"postgresql://postgres@127.0.0.1:1/postgres", standby_url()};
+  Database one_down(down);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(who(one_down), "standby");
+  EXPECT_EQ(one_down.replica_shield(1).metrics().snapshot().successes, 20u);
+}
+
 TEST(PgReplicas, ReadsGoToTheHotStandbyAndWritesToThePrimary) {
   HOLDFAST_REQUIRE_PG_STANDBY();
   Admin admin(server_url());
