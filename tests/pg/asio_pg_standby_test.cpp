@@ -25,6 +25,23 @@ ClientOptions with_standby(const PrivateServer& servers) {
   return o;
 }
 
+// A private primary with its standby, for tests whose second standby is the test server's;
+// null when either is missing.
+std::unique_ptr<PrivateServer> private_beside_the_test_standby() {
+  if (server_url().empty() || standby_url().empty()) return nullptr;
+  auto servers = std::make_unique<PrivateServer>(20, /*with_standby=*/true);
+  if (servers->url().empty() || servers->standby_url().empty()) return nullptr;
+  return servers;
+}
+
+// A Client's options for the private primary, with two standbys: its own and the test
+// server's.
+ClientOptions two_standbys(const PrivateServer& servers) {
+  ClientOptions o = options_for(servers.url());
+  o.standby.conninfo = two_hosts(host_port(servers.standby_url()), standby_url());
+  return o;
+}
+
 // With several hosts, the primary's pool skips a standby (as target_session_attrs=read-write
 // would): a standby reached while the primary is away may lack the request's own writes.
 TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
@@ -179,14 +196,9 @@ TEST(AsioPgStandby, AHostOfTheStandbyListThatIsThePrimaryIsLeftAlone) {
 // standby answers most reads. The standbys are the private primary's (frozen) and the test
 // server's; the reads carry no position, so either may answer them.
 TEST(AsioPgStandby, WithOneOfTwoStandbysFrozenEveryReadIsAnsweredAndTheOtherTakesThem) {
-  const std::string other = standby_url();
-  if (server_url().empty() || other.empty()) GTEST_SKIP() << "no standby to test on";
-  PrivateServer servers(20, /*with_standby=*/true);
-  if (servers.url().empty() || servers.standby_url().empty()) {
-    GTEST_SKIP() << "could not start a private primary and standby";
-  }
-  ClientOptions o = options_for(servers.url());
-  o.standby.conninfo = two_hosts(host_port(servers.standby_url()), other);
+  std::unique_ptr<PrivateServer> servers = private_beside_the_test_standby();
+  if (servers == nullptr) GTEST_SKIP() << "no test standby, or no private primary and standby";
+  ClientOptions o = two_standbys(*servers);
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     for (int i = 0; i < 4; ++i) {  // warm: both standbys have a connection
@@ -197,7 +209,7 @@ TEST(AsioPgStandby, WithOneOfTwoStandbysFrozenEveryReadIsAnsweredAndTheOtherTake
     }
     EXPECT_GT(client->standby_reads(0), 0u);
     EXPECT_GT(client->standby_reads(1), 0u);
-    Freeze freeze(servers.standby_postmaster_pid());
+    Freeze freeze(servers->standby_postmaster_pid());
     EXPECT_TRUE(freeze.frozen());
     const std::uint64_t other_before = client->standby_reads(1);
     double slowest = 0;
@@ -221,14 +233,9 @@ TEST(AsioPgStandby, WithOneOfTwoStandbysFrozenEveryReadIsAnsweredAndTheOtherTake
 // second, not after the 5 s a standby long away waits between checks: the first checks off
 // the request path come after silence_check, then twice as far apart each time.
 TEST(AsioPgStandby, AStandbyBackFromAShortFreezeGetsReadsAgainSoon) {
-  const std::string other = standby_url();
-  if (server_url().empty() || other.empty()) GTEST_SKIP() << "no standby to test on";
-  PrivateServer servers(20, /*with_standby=*/true);
-  if (servers.url().empty() || servers.standby_url().empty()) {
-    GTEST_SKIP() << "could not start a private primary and standby";
-  }
-  ClientOptions o = options_for(servers.url());
-  o.standby.conninfo = two_hosts(host_port(servers.standby_url()), other);
+  std::unique_ptr<PrivateServer> servers = private_beside_the_test_standby();
+  if (servers == nullptr) GTEST_SKIP() << "no test standby, or no private primary and standby";
+  ClientOptions o = two_standbys(*servers);
   o.hedge_budget = 0;
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
@@ -238,7 +245,7 @@ TEST(AsioPgStandby, AStandbyBackFromAShortFreezeGetsReadsAgainSoon) {
       co_await pause.async_wait(net::use_awaitable);
     };
     {
-      Freeze freeze(servers.standby_postmaster_pid());
+      Freeze freeze(servers->standby_postmaster_pid());
       EXPECT_TRUE(freeze.frozen());
       for (int i = 0; i < 6; ++i) {  // each read answered; the frozen standby found away
         RequestContext request(2s, holdfast::Clock::system());
