@@ -528,9 +528,9 @@ bool is_standby_wait_cancelled(const Notice& notice) noexcept {
 
 Status unconfirmed_commit() {
   Status s(Code::kUnavailable,
-           "COMMIT stopped waiting for the synchronous standby when it was cancelled at the "
-           "deadline: the transaction committed on the primary, but no standby confirmed it, so "
-           "a failover may lose it",
+           "COMMIT stopped waiting for the synchronous standby (cancelled at the deadline, or "
+           "its backend terminated): the transaction committed on the primary, but no standby "
+           "confirmed it, so a failover may lose it",
            Fault{RetryScope::kNone, Outcome::kUnknown, Pace::kSlow, false});
   s.with_backend(Backend::kPostgres);
   s.with_txn_state(TxnState::kUnknown);
