@@ -60,10 +60,8 @@ struct LostWritesOptions {
 struct DatabaseOptions {
   /// The primary: a connection URL or key=value keywords. REQUIRES: not empty.
   std::string url{};
-  /// Read replicas (streaming standbys). Reads are spread over them in turn (each thread's
-  /// next read starts at the next replica); one that cannot answer leaves the read to the
-  /// next. A URL may name several hosts with target_session_attrs=standby: a promoted one is
-  /// left for a standby.
+  /// Read replicas (streaming standbys), read in turn (the next if one cannot answer). A URL may
+  /// name several hosts with target_session_attrs=standby: a promoted one is left for a standby.
   std::vector<std::string> replica_urls{};
   /// Names the Shields ("pg", "pg-replica-1", ...) and so the metrics.
   std::string name = "pg";
