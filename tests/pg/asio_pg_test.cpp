@@ -247,6 +247,16 @@ TEST(AsioPgOptions, OptionsThatCanNeverWorkAreRefusedByName) {
   Result<std::shared_ptr<Client<>>> c = Client<>::open(io.get_executor(), factor);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("slow_copy_factor"), std::string::npos);
+  ClientOptions never = options_for("postgresql://127.0.0.1/x");
+  never.silence_check = 0ms;  // a check that could never answer, each read looking again
+  Result<std::shared_ptr<Client<>>> d = Client<>::open(io.get_executor(), never);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("silence_check"), std::string::npos);
+  ClientOptions forever = options_for("postgresql://127.0.0.1/x");
+  forever.standby_wait = holdfast::Duration::max();  // past any deadline's arithmetic
+  Result<std::shared_ptr<Client<>>> e = Client<>::open(io.get_executor(), forever);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("standby_wait"), std::string::npos);
   ClientOptions off = options_for("postgresql://127.0.0.1/x");
   off.slow_copy_floor = 0ms;  // ejection off: allowed
   EXPECT_TRUE(Client<>::open(io.get_executor(), off).ok());

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 #include "holdfast/core/idempotency.hpp"
@@ -134,6 +135,18 @@ struct ClientOptions {
       return Status(Code::kInvalidArgument,
                     "ClientOptions::cancel_grace, standby_wait and health_probe_every must not be "
                     "negative");
+    }
+    if (silence_after <= Duration::zero() || silence_check <= Duration::zero()) {
+      return Status(Code::kInvalidArgument,
+                    "ClientOptions::silence_after and silence_check must be greater than zero");
+    }
+    for (const Duration d :
+         {cancel_grace, standby_wait, silence_after, silence_check, health_probe_every}) {
+      if (d > std::chrono::hours(1)) {
+        return Status(Code::kInvalidArgument,
+                      "ClientOptions::cancel_grace, standby_wait, silence_after, silence_check "
+                      "and health_probe_every must be at most an hour");
+      }
     }
     if (max_standby_lag <= Duration::zero()) {
       return Status(Code::kInvalidArgument,
