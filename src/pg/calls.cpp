@@ -153,10 +153,8 @@ Result<Rows> Database::Impl::write_once(const Work& work) {
   p.marks.apply(conn, failed);
   if (s.ok() || failed == position) {
     // Committed, on the primary alone when the wait for a synchronous standby was cancelled.
-    if (conn.standby_wait_cancelled(heard)) [[unlikely]] {
-      detail::note_write(0, 0);  // the request's reads go to the primary
-      return unconfirmed_commit();
-    }
+    if (conn.standby_wait_cancelled(heard)) [[unlikely]]
+      return detail::unconfirmed_write();
     // Confirmed (a failure after the COMMIT leaves the position unknown).
     wrote(s.ok() ? detail::wal_position(out[position], 0) : 0,
           s.ok() ? detail::wal_timeline(out[position], 1) : 0, ConnectionAccess::host_id(conn),

@@ -139,4 +139,9 @@ void detail::note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept {
   }
 }
 
+Status detail::unconfirmed_write() {
+  note_write(0, 0);
+  return unconfirmed_commit();
+}
+
 }  // namespace holdfast::pg

@@ -134,6 +134,9 @@ struct RequestPosition {
 // when that is not known (the request's reads then go to the primary); `timeline` is the
 // primary's (0: not known). No-op outside a RequestScope.
 void note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept;
+// A COMMIT of the current request answered on the primary alone (ADR 0053): its reads go to
+// the primary from now on, and the call answers unconfirmed_commit().
+Status unconfirmed_write();
 
 using holdfast::pg::ends_transaction;  // holdfast/pg/attempt.hpp
 

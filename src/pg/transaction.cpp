@@ -223,10 +223,8 @@ Status Database::Impl::commit(Transaction& tx, TransactionReport& report) {
       s.with_txn_state(TxnState::kRolledBack);
       return s;
     }
-    if (conn.standby_wait_cancelled(heard)) [[unlikely]] {
-      detail::note_write(0, 0);  // the request's reads go to the primary
-      return unconfirmed_commit();
-    }
+    if (conn.standby_wait_cancelled(heard)) [[unlikely]]
+      return detail::unconfirmed_write();
     if (wrote) {
       this->wrote(committed.ok() ? detail::wal_position(out[1], 0) : 0,
                   committed.ok() ? detail::wal_timeline(out[1], 1) : 0,
@@ -261,11 +259,8 @@ Status Database::Impl::commit_in_doubt(Transaction& tx, const Status& lost, bool
   const TxnState state = resolve(tx.xid_, why, position, timeline, host);
   report.resolution = state;
   if (state == TxnState::kCommitted) {
-    // On the primary alone: not confirmed, and the request's reads go to the primary.
-    if (alone) [[unlikely]] {
-      detail::note_write(0, 0);
-      return unconfirmed_commit();
-    }
+    if (alone) [[unlikely]]
+      return detail::unconfirmed_write();  // on the primary alone: never confirmed
     wrote(position, timeline, host, nullptr, tx.key_);
     return Status();
   }
