@@ -13,7 +13,6 @@
 #include "demo_data.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/url.hpp"
 #include "idempotency.hpp"
 

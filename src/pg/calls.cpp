@@ -19,7 +19,6 @@
 #include "database_impl.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/pg.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg {
@@ -82,9 +81,6 @@ Result<Rows> Database::Impl::finish_read(Endpoint& endpoint, PooledConnection& l
 }
 
 Result<Rows> Database::Impl::read_work(const Work& work, const ReadOptions& options) {
-  if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
-    return read_step(work, *one);
-  }
   const RetryPolicy& policy =
       options.policy != nullptr ? *options.policy : primary_->shield->reads();
   std::optional<RequestScope> own;
@@ -178,10 +174,6 @@ Result<Rows> Database::Impl::write_work(const Work& work, Operation op, RetrySta
   // The statement is its own whole transaction: one that the server rolled back (40001,
   // 40P01) may be re-run like a re-runnable transaction.
   op.reruns_transaction = true;
-  if (AttemptScope* one = AttemptScope::current(); one != nullptr) [[unlikely]] {
-    if (one->step() != AttemptScope::Step::kPrimary) return write_in_replica_step(*one);
-    return write_once(work);
-  }
   return run(
       *primary_, primary_->shield->policy_for(op), op,
       [&]() -> Result<Rows> { return write_once(work); }, stats);

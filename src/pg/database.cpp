@@ -18,7 +18,6 @@
 #include "holdfast/core/window.hpp"
 #include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
@@ -486,15 +485,6 @@ bool Database::Impl::replica_silent(std::size_t i) const {
 Status Database::Impl::run_primary(Operation op, holdfast::detail::AttemptRef attempt,
                                    RetryStats* stats) {
   return run(*primary_, primary_->shield->policy_for(op), op, attempt, stats);
-}
-
-Status Database::Impl::transaction_step(bool& one_attempt) {
-  AttemptScope* one = AttemptScope::current();
-  if (one == nullptr) [[likely]]
-    return Status();
-  one_attempt = true;
-  if (one->step() != AttemptScope::Step::kPrimary) return write_in_replica_step(*one);
-  return Status();
 }
 
 }  // namespace holdfast::pg

@@ -27,10 +27,23 @@
 
 namespace holdfast::pg {
 
-class AttemptScope;  // holdfast/pg/attempt.hpp
-struct RoutedCall;   // the same
+// What the steps of one routed read share (read_routed(): the replicas, the primary, the
+// replicas again).
+struct RoutedCall {
+  // Bit i: replica i answered that it had not replayed the request's writes.
+  std::uint64_t behind = 0;
+  // No replica answered the read: the primary answers it.
+  bool unanswered = false;
+  // The primary's attempts so far.
+  int primary_attempts = 0;
+  // A primary attempt ended at once because a replica that was only behind has since
+  // replayed the request's writes (CANCELLED, with StopReason::kCancelled: nothing is
+  // recorded against the primary): the replicas again answer, success or failure.
+  bool left_to_replica = false;
+};
 
 namespace detail {
+class StandbyPass;
 struct CallPipeline;
 class LostWrites;
 struct CopyState;
@@ -62,7 +75,6 @@ class Database::Impl {
   [[nodiscard]] LostWritesReport lost_writes() const;
   Result<Transaction> begin(const TransactionOptions& options, int run);
   Status finish(Transaction& tx, const Status& fn_status, TransactionReport& report);
-  static Status transaction_step(bool& one_attempt);
   Status run_primary(Operation op, holdfast::detail::AttemptRef attempt, RetryStats* stats);
   Result<bool> claim_key(Transaction& tx, std::string_view key);
   Result<std::string> recorded_result(Transaction& tx, std::string_view key);
@@ -109,18 +121,14 @@ class Database::Impl {
   Result<Rows> read_work(const Work& work, const ReadOptions& options);
   Result<Rows> read_routed(const Work& work, const RetryPolicy& policy, Operation op,
                            RetryStats& stats);
-  // One attempt of `scope`'s step of a read (AttemptScope).
-  Result<Rows> read_step(const Work& work, AttemptScope& scope);
   // Each replica once (`again`: those `route` found only behind, past their hold) until
-  // one answers; none did: `route.unanswered`. The steps of read_routed() and read_step().
+  // one answers; none did: `route.unanswered`. read_routed()'s first and last steps.
   Result<Rows> replica_pass(const Work& work, RoutedCall& route, bool again, RetryStats& stats);
   // One attempt on the primary for `route`, or CANCELLED when a replica that was behind has
   // caught up since its first attempt (`route.left_to_replica`).
   Result<Rows> primary_read(const Work& work, RoutedCall& route);
   // Whether a replica marked in `behind` has been seen past the request's position.
   bool replica_caught_up(std::uint64_t behind) noexcept;
-  // A write asked for in a replica step: refused, and the call left to the primary.
-  static Status write_in_replica_step(AttemptScope& scope);
   Result<Rows> write_work(const Work& work, Operation op, RetryStats* stats = nullptr);
   Result<Rows> write_classified(const SqlClass& c, const Work& work, Operation op);
   // One read on `endpoint`'s read pool (`may_wait` for a free connection); fills `view` on
@@ -155,11 +163,11 @@ class Database::Impl {
                            std::size_t failed, ReplicaView* view);
   // What `replica`'s answer after `latency` (or its lost hedge) says of its speed.
   void judge_replica(Endpoint& replica, bool lost_hedge, Duration latency, TimePoint now) noexcept;
-  // One admitted read on a replica (counted in `stats`). A replica found behind the
-  // request's writes moments ago is not asked again until its hold ends, unless
-  // `past_hold`.
+  // One admitted read on a replica (counted in `stats`), marked asked in `pass` when it goes
+  // to the replica. A replica found behind the request's writes moments ago is not asked
+  // again until its hold ends, unless `past_hold`.
   Result<Rows> try_replica(Endpoint& replica, const Work& work, bool past_hold,
-                           ReplicaAnswer& answer, RetryStats& stats);
+                           detail::StandbyPass& pass, ReplicaAnswer& answer, RetryStats& stats);
   // A connection of `pool` for a call: waits for one (`may_wait`) or takes one only if free.
   // A new connection is given at most `connect_at_most` (when it does not wait).
   Result<PooledConnection> lease(Pool& pool, bool may_wait,
@@ -193,9 +201,6 @@ class Database::Impl {
   // seen, and the confirmed writes a change of writer checks (ADR 0036).
   void wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintptr_t host, const Connection* conn,
              std::string_view key) noexcept;
-  // Whether a request's position of `timeline` (0: not known) is of a timeline older than
-  // the newest this Database has seen (after a promotion): only the primary may answer.
-  bool predates_promotion(std::uint32_t timeline) noexcept;
 
   const DatabaseOptions options_;
   Clock* clock_;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "holdfast/pg.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/pool.hpp"
+#include "holdfast/pg/transactions.hpp"
 #include "pg_internal.hpp"
 
 namespace holdfast::pg::detail {
@@ -66,7 +66,7 @@ std::size_t add_statement(Steps& steps, Connection& conn, std::string_view sql,
 // A failure before anything of ours could have been applied (connect, BEGIN, the prefix,
 // a Parse).
 Status nothing_applied(Status s);
-using holdfast::pg::in_transaction;  // holdfast/pg/attempt.hpp
+using holdfast::pg::in_transaction;  // holdfast/pg/transactions.hpp
 // After a failed call on `lease`: true when `s` is a pooler's own refusal saying it cannot
 // reach the server (pooler_cannot_reach_server()). The connection then goes back to the
 // pool as a failed connect (PooledConnection::server_unreachable(), which sets `s`'s

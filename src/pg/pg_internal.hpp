@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "holdfast/core/liveness.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/sql.hpp"
+#include "holdfast/pg/transactions.hpp"
 
 struct pg_conn;  // libpq's PGconn
 
@@ -138,6 +138,6 @@ void note_write(std::uint64_t lsn, std::uint32_t timeline) noexcept;
 // the primary from now on, and the call answers unconfirmed_commit().
 Status unconfirmed_write();
 
-using holdfast::pg::ends_transaction;  // holdfast/pg/attempt.hpp
+using holdfast::pg::ends_transaction;  // holdfast/pg/transactions.hpp
 
 }  // namespace holdfast::pg::detail

@@ -13,9 +13,9 @@
 #include "database_impl.hpp"
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/shield.hpp"
+#include "holdfast/detail/read_route.hpp"
 #include "holdfast/detail/slow_copy.hpp"
 #include "holdfast/pg.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "lost_writes.hpp"
 #include "pg_internal.hpp"
 
@@ -123,7 +123,8 @@ Status detail::not_a_replica(const std::string& name) {
 }
 
 Result<Rows> Database::Impl::try_replica(Endpoint& replica, const Work& work, bool past_hold,
-                                         ReplicaAnswer& answer, RetryStats& stats) {
+                                         detail::StandbyPass& pass, ReplicaAnswer& answer,
+                                         RetryStats& stats) {
   Shield& shield = *replica.shield;
   Clock& clock = shield.clock();
   const TimePoint start = clock.now();
@@ -149,6 +150,7 @@ Result<Rows> Database::Impl::try_replica(Endpoint& replica, const Work& work, bo
     return a.status.ok() ? Status(Code::kUnavailable, "replica breaker open") : a.status;
   }
   // No waiting for a busy replica or its reconnect backoff: the primary can answer now.
+  pass.asked(start);
   ReplicaView view;
   Hedge hedge;
   Result<Rows> r = replica_read(replica, work, view, probe, start, hedge);
@@ -231,34 +233,32 @@ Result<Rows> Database::Impl::try_replica(Endpoint& replica, const Work& work, bo
 Result<Rows> Database::Impl::replica_pass(const Work& work, RoutedCall& route, bool again,
                                           RetryStats& stats) {
   Status why(Code::kUnavailable, "no replica answered: the primary answers");
-  // A position of an older timeline than the primary's cannot be compared with a standby's
-  // replay position: the primary answers (it holds what survived the promotion).
   const detail::RequestPosition at = detail::request_position();
-  if (!again && (at.primary_only || predates_promotion(at.timeline))) {
+  if (!again && !detail::standby_may_answer(at.primary_only, at.timeline,
+                                            timeline_.load(std::memory_order_relaxed))) {
     route.unanswered = true;
     return why;
   }
-  // Reads are spread over the replicas in turn: each thread's reads start one further than
-  // its last (a count of its own, no shared write on the read path). One that cannot answer
-  // leaves the read to the next.
+  // The replicas in turn (detail::StandbyPass, as the Client's reads): each thread's reads
+  // start one further than its last (a count of its own, no shared write on the read path).
   static thread_local std::size_t turn = 0;
   const std::size_t n = replicas_.size();
-  const std::size_t first = n > 1 && !again ? turn++ % n : 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    const std::size_t i = (first + k) % n;
-    const bool was_behind = i < 64 && ((route.behind >> i) & 1) != 0;
-    if (again && !was_behind) continue;
+  detail::StandbyPass pass(n, n > 1 && !again ? turn++ : 0, detail::kStandbyWait, TimePoint::max(),
+                           again ? route.behind : detail::StandbyPass::kAll);
+  // The clock is read again only after a replica did not answer (the first has no wait).
+  TimePoint now{};
+  while (const std::optional<std::size_t> i = pass.next(now)) {
     ReplicaAnswer answer{};
-    Result<Rows> r = try_replica(*replicas_[i], work, /*past_hold=*/again, answer, stats);
+    Result<Rows> r = try_replica(*replicas_[*i], work, /*past_hold=*/again, pass, answer, stats);
     if (answer == ReplicaAnswer::kAnswered) {
       stats.stop = r.ok() ? StopReason::kNone : StopReason::kPermanent;
       return r;
     }
-    if (!again && answer == ReplicaAnswer::kBehind && i < 64) {
-      route.behind |= std::uint64_t{1} << i;
-    }
+    pass.unanswered(*i, !again && answer == ReplicaAnswer::kBehind);
     why = r.status();
+    now = replicas_[*i]->shield->clock().now();
   }
+  if (!again) route.behind = pass.behind();
   route.unanswered = true;
   return why;
 }
@@ -281,12 +281,6 @@ Result<Rows> Database::Impl::primary_read(const Work& work, RoutedCall& route) {
   return r;
 }
 
-bool RoutedCall::replicas_again_after(const Status& primary) const noexcept {
-  // The primary could not answer, and a replica was only behind the request's writes: it
-  // may have replayed them meanwhile (a primary going down streams its last WAL first).
-  return !primary.ok() && behind != 0 && (is_own_shedding(primary) || primary.fault().transient());
-}
-
 Result<Rows> Database::Impl::read_routed(const Work& work, const RetryPolicy& policy, Operation op,
                                          RetryStats& stats) {
   RoutedCall route;
@@ -304,7 +298,7 @@ Result<Rows> Database::Impl::read_routed(const Work& work, const RetryPolicy& po
   stats.attempts += primary.attempts;
   stats.slept += primary.slept;
   stats.stop = primary.stop;
-  if (r.ok() || !route.replicas_again_after(r.status())) return r;
+  if (r.ok() || !detail::standbys_again_after(r.status(), route.behind)) return r;
   route.unanswered = false;
   Result<Rows> again = replica_pass(work, route, /*again=*/true, stats);
   if (!route.unanswered) return again;
@@ -323,52 +317,6 @@ bool Database::Impl::replica_caught_up(std::uint64_t behind) noexcept {
     if (((behind >> i) & 1) != 0 && replicas_[i]->catch_up.reached(need)) return true;
   }
   return false;
-}
-
-// ---------------------------------------------------------------------------------------
-// One attempt of one step, for a driver of its own (AttemptScope, ADR 0032)
-
-namespace {
-thread_local AttemptScope* current_attempt_scope = nullptr;
-}  // namespace
-
-AttemptScope::AttemptScope(RoutedCall& call, Step step) noexcept
-    : call_(call), step_(step), previous_(current_attempt_scope) {
-  if (step == Step::kPrimary) {
-    ++call.primary_attempts;
-  } else {
-    call.unanswered = false;
-  }
-  current_attempt_scope = this;
-}
-
-AttemptScope::~AttemptScope() {
-  current_attempt_scope = previous_;
-}
-
-AttemptScope* AttemptScope::current() noexcept {
-  return current_attempt_scope;
-}
-
-Status Database::Impl::write_in_replica_step(AttemptScope& scope) {
-  scope.call().unanswered = true;
-  return Status(Code::kFailedPrecondition,
-                "a write in a replica step of a routed call: only the primary step writes");
-}
-
-Result<Rows> Database::Impl::read_step(const Work& work, AttemptScope& scope) {
-  RoutedCall& route = scope.call();
-  if (scope.step() != AttemptScope::Step::kPrimary) {
-    RetryStats stats;  // the Shields' metrics count the attempts; nobody reads these
-    return replica_pass(work, route, scope.step() == AttemptScope::Step::kReplicasAgain, stats);
-  }
-  Result<Rows> r = primary_read(work, route);
-  if (!r.ok() && r.status().sqlstate() == "25006") {
-    // As read_work(): a write the SQL text hid goes once more, as a write.
-    primary_->shield->metrics().count_retry();
-    r = write_once(work);
-  }
-  return r;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -391,13 +339,6 @@ void Database::Impl::wrote(std::uint64_t lsn, std::uint32_t timeline, std::uintp
   detail::note_write(lsn, timeline);
   raise_timeline(timeline_, timeline);
   if (lost_ != nullptr) lost_->confirmed(lsn, timeline, host, conn, key);
-}
-
-bool Database::Impl::predates_promotion(std::uint32_t timeline) noexcept {
-  // Only the primary's own answers raise the newest timeline, never a position a request
-  // brought: a client could forge one (a cookie), and its timeline would send every other
-  // request's reads to the primary.
-  return timeline != 0 && timeline < timeline_.load(std::memory_order_relaxed);
 }
 
 }  // namespace holdfast::pg

@@ -360,11 +360,6 @@ Status Database::run_transaction(detail::TransactionFn fn, const TransactionOpti
     // Not OK whenever fn failed: the rollback, as the failure of the transaction.
     return impl_->finish(*tx, fn_status, report);
   };
-  bool one_attempt = false;  // inside an AttemptScope: its step alone, the primary's only
-  if (Status refused = Impl::transaction_step(one_attempt); !refused.ok()) [[unlikely]]
-    return refused;
-  if (one_attempt) [[unlikely]]
-    return attempt();
   return impl_->run_primary(options.operation, holdfast::detail::AttemptRef(attempt),
                             &report.retry);
 }

@@ -323,6 +323,55 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
   });
 }
 
+// When the primary cannot answer, a standby that was only behind the request's writes is
+// asked once more, within the same attempt (the routing pg::Database's reads take: ADR
+// 0057). Here the primary's connect hangs (a silent listener) until its connect_timeout,
+// while the standby, paused behind the request's write, replays it: the standby answers,
+// with the write, and no retry was needed.
+TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
+  const std::string primary_url = server_url();
+  const std::string standby_url_ = standby_url();
+  if (primary_url.empty() || standby_url_.empty()) GTEST_SKIP() << "no primary and standby";
+  Admin primary(primary_url);
+  Admin standby(standby_url_);
+  const std::string table = unique("asio_again");
+  ASSERT_TRUE(create_on_both(primary, standby, table, "id int"));
+  SilentListener silent;
+  ASSERT_NE(silent.port(), 0);
+  ClientOptions o =
+      options_for("postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/postgres");
+  o.connect.connect_timeout = 600ms;
+  o.standby.conninfo = standby_url_;
+  o.hedge_budget = 0;  // who answers is the routing's choice alone
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    ReplayPause pause(standby);
+    EXPECT_TRUE(pause.paused());
+    primary.exec("INSERT INTO " + table + " VALUES (1)");
+    const Result<holdfast::pg::Lsn> written = holdfast::pg::Lsn::parse(
+        primary.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+    EXPECT_TRUE(written.ok());
+    RequestContext request(3s, holdfast::Clock::system());
+    request.raise_position(written.ok() ? written->value : 1, 0);
+    // Replay resumes while the read waits for the primary.
+    std::thread resume([&] {
+      std::this_thread::sleep_for(150ms);
+      pause.resume();
+    });
+    Result<Rows> r = co_await client->async_read(
+        request, "t.again", "SELECT count(*) FROM " + table, {}, net::use_awaitable);
+    resume.join();
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (r.ok()) {
+      EXPECT_EQ(r->text(0, 0), "1");
+    }
+    EXPECT_EQ(client->standby_reads(), 1u);
+    EXPECT_EQ(client->shield().metrics().snapshot().attempts, 1u) << "answered by a retry";
+    EXPECT_GE(silent.tried(), 1);
+  });
+  primary.exec("DROP TABLE " + table);
+}
+
 // A standby whose replay is paused while WAL keeps arriving serves ever older answers: once
 // it has not replayed what it received for max_standby_lag, its reads go to the primary (and
 // every one is answered meanwhile); once it replays again, they return to it.

@@ -96,13 +96,14 @@
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/random.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/read_route.hpp"
 #include "holdfast/detail/slow_copy.hpp"
-#include "holdfast/pg/attempt.hpp"
 #include "holdfast/pg/loop.hpp"
 #include "holdfast/pg/lost_writes_watch.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/options.hpp"
 #include "holdfast/pg/sql.hpp"
+#include "holdfast/pg/transactions.hpp"
 
 /// PostgreSQL on Asio through libpq's non-blocking API (see the top of asio_pg.hpp).
 namespace holdfast::asio::pg {
@@ -441,6 +442,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     detail::Params params;
     bool write;
     bool primary_failed = false;  // a read's primary try failed: its next one reads the standby
+    bool standby_behind = false;  // the standby last asked had not replayed the request's writes
   };
   // What one async_once() keeps for all its attempts.
   using KeyedFunction = std::function<awaitable<Result<std::string>>(Transaction&)>;
@@ -782,14 +784,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // given up, standby_wait passed): a slow answer whose latency is unknown.
   static constexpr Duration kUnanswered = Duration::max();
 
-  // Whether a read with the request's `position` may go to a standby. Not when it must see
-  // the primary (a write's outcome unknown), nor when the position is of a timeline older than
-  // the newest the primary's writes showed, through this Client or a sibling (a promotion
-  // forked the history: the new timeline's positions cannot be compared with it, and the
-  // primary holds what survived).
+  // Whether a read with the request's `position` may go to a standby (read_route.hpp), the
+  // newest timeline being what the primary's writes showed through this Client or a sibling.
   bool standby_may_answer(const holdfast::WritePosition& position) const {
-    if (position.primary_only) return false;
-    return position.timeline == 0 || position.timeline >= primary_.verdict->newest_timeline;
+    return holdfast::pg::detail::standby_may_answer(position.primary_only, position.timeline,
+                                                    primary_.verdict->newest_timeline);
   }
   // Whether `sb` may answer reads now: not while its replay was last found lagging
   // (max_standby_lag): then one read every kLagRecheck looks again, and the others go
@@ -800,11 +799,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     sb.lagging_until = now + kLagRecheck;  // this read looks
     return true;
   }
-  // The standby a read goes to: the next in turn that may answer it now (when there are
-  // others: not left alone; its replay not lagging; not used less for slowness but for a
-  // probe), and how (`use`: kUse or kProbe). Null: the primary answers.
+  // Whether standby `sb` may be asked a read now (when there are others: not left alone; its
+  // replay not lagging; not used less for slowness but for a probe), and how (`use`: kUse or
+  // kProbe).
   using Use = holdfast::pg::detail::SlowCopy::Use;
-  Standby* choose_standby(TimePoint now, bool primary_failed, Use& use);
+  bool may_ask(Standby& sb, TimePoint now, bool primary_failed, Use& use);
+  // The standbys `pass` gives, each asked when may_ask() lets it, until one answers (its
+  // answer) or the pass ends (nothing: the primary answers).
+  awaitable<std::optional<Result<Rows>>> standby_pass(std::shared_ptr<Plain> state,
+                                                      holdfast::pg::detail::StandbyPass& pass,
+                                                      TimePoint until);
   static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
   // The longest one of several standbys that could not be reached, or is no standby (a list
   // of hosts whose roles change: the primary among them, refused by target_session_attrs or
@@ -850,12 +854,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // A read on standby `sb`: its replay position and the statement in one round trip, answered
   // there when it has replayed the request's writes. Nothing when the primary should answer
-  // instead (no standby within standby_wait, behind, promoted, or failed by its own state).
+  // instead (no standby within standby_wait, behind, promoted, or failed by its own state);
+  // `state.standby_behind` is set when it was only behind the request's writes.
   // `took` (when given) is set to the time from `started` to the standby's answer, or to a
   // negative duration when it did not answer as a standby.
-  awaitable<std::optional<Result<Rows>>> standby_read(Standby& sb, const Plain& state,
-                                                      TimePoint until, TimePoint started,
-                                                      Slot** in_use = nullptr,
+  awaitable<std::optional<Result<Rows>>> standby_read(Standby& sb, Plain& state, TimePoint until,
+                                                      TimePoint started, Slot** in_use = nullptr,
                                                       Duration* took = nullptr);
 
   // A write refused because the server is read-only (25006: a primary demoted, or a standby

@@ -7,60 +7,73 @@ namespace holdfast::asio::pg {
 
 template <class Executor>
 auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<Result<Rows>> {
+  namespace route = holdfast::pg::detail;
   const TimePoint until = attempt_deadline(state->request);
+  // The routing pg::Database's reads take (holdfast/detail/read_route.hpp, ADR 0057): the
+  // standbys in turn, the primary, and the standbys that were only behind the request's
+  // writes again when the primary could not answer.
+  std::uint64_t behind = 0;
   if (!state->write && !standbys_.empty() && standby_may_answer(state->request.position())) {
-    // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
-    // whose primary try failed comes back to one whatever its state: a slow answer beats none.
-    // One of several standbys found down (or a primary now) during the read is left alone,
-    // and the next standby in turn gets the read, while standby_wait has not passed since the
-    // first was asked: a read waits for standbys about as long as with one.
-    const TimePoint first = detail::Clock::now();
-    for (std::size_t tried = 0; tried < standbys_.size(); ++tried) {
-      const TimePoint started = tried == 0 ? first : detail::Clock::now();
-      if (tried > 0 && started >= std::min(until, first + options_.standby_wait)) break;
-      Use use = Use::kSkip;
-      Standby* sb = choose_standby(started, state->primary_failed, use);
-      if (sb == nullptr) break;
-      const bool probe = use == Use::kProbe;
-      const bool suspect = probe || (!state->primary_failed && sb->copy.slow.suspect());
-      std::optional<Result<Rows>> answered;
-      if (options_.hedge_budget > 0 || suspect) {
-        answered = co_await hedged_read(state, *sb, until, probe, suspect);
-      } else {
-        Duration took{-1};
-        answered = co_await standby_read(*sb, *state, until, started, nullptr, &took);
-        judge_standby(*sb, took);
-      }
-      if (answered.has_value()) co_return std::move(*answered);
-      if (standbys_.size() < 2 || !sb->pool.verdict->silent) break;
-    }
+    route::StandbyPass pass(standbys_.size(), next_standby_++, options_.standby_wait, until);
+    std::optional<Result<Rows>> answered = co_await standby_pass(state, pass, until);
+    if (answered.has_value()) co_return std::move(*answered);
+    behind = pass.behind();
   }
-  co_return co_await primary_call(state, until, nullptr);
+  Result<Rows> r = co_await primary_call(state, until, nullptr);
+  if (!r.ok() && route::standbys_again_after(r.status(), behind)) {
+    route::StandbyPass again(standbys_.size(), 0, options_.standby_wait, until, behind);
+    std::optional<Result<Rows>> answered = co_await standby_pass(state, again, until);
+    if (answered.has_value()) co_return std::move(*answered);
+  }
+  co_return r;
 }
 
 template <class Executor>
-auto Client<Executor>::choose_standby(TimePoint now, bool primary_failed, Use& use) -> Standby* {
-  const std::size_t n = standbys_.size();
-  for (std::size_t k = 0; k < n; ++k) {
-    Standby& sb = *standbys_[(next_standby_ + k) % n];
-    Verdict& v = *sb.pool.verdict;
-    if (n > 1 && v.silent) {
-      // Left alone: no read waits to find out whether it is back; a check off the request
-      // path looks, each kStandbyRecheck.
-      if (!v.checking && now >= v.verdict_until) {
-        v.checking = true;
-        detail::net::co_spawn(ex_, recheck_standby(this->shared_from_this(), &sb),
-                              detail::net::detached);
-      }
-      continue;
+auto Client<Executor>::standby_pass(std::shared_ptr<Plain> state,
+                                    holdfast::pg::detail::StandbyPass& pass, TimePoint until)
+    -> awaitable<std::optional<Result<Rows>>> {
+  // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
+  // whose primary try failed comes back to one whatever its state: a slow answer beats none.
+  TimePoint now = detail::Clock::now();
+  while (const std::optional<std::size_t> i = pass.next(now)) {
+    Standby& sb = *standbys_[*i];
+    Use use = Use::kSkip;
+    if (!may_ask(sb, now, state->primary_failed, use)) continue;
+    pass.asked(now);
+    const bool probe = use == Use::kProbe;
+    const bool suspect = probe || (!state->primary_failed && sb.copy.slow.suspect());
+    state->standby_behind = false;
+    std::optional<Result<Rows>> answered;
+    if (options_.hedge_budget > 0 || suspect) {
+      answered = co_await hedged_read(state, sb, until, probe, suspect);
+    } else {
+      Duration took{-1};
+      answered = co_await standby_read(sb, *state, until, now, nullptr, &took);
+      judge_standby(sb, took);
     }
-    if (!replay_allows(sb, now)) continue;
-    use = sb.copy.slow.use(now, primary_failed);
-    if (use == Use::kSkip) continue;
-    next_standby_ = (next_standby_ + k + 1) % n;
-    return &sb;
+    if (answered.has_value()) co_return answered;
+    pass.unanswered(*i, state->standby_behind);
+    now = detail::Clock::now();
   }
-  return nullptr;
+  co_return std::nullopt;
+}
+
+template <class Executor>
+auto Client<Executor>::may_ask(Standby& sb, TimePoint now, bool primary_failed, Use& use) -> bool {
+  Verdict& v = *sb.pool.verdict;
+  if (standbys_.size() > 1 && v.silent) {
+    // Left alone: no read waits to find out whether it is back; a check off the request
+    // path looks, when its wait (leave_alone()) has passed.
+    if (!v.checking && now >= v.verdict_until) {
+      v.checking = true;
+      detail::net::co_spawn(ex_, recheck_standby(this->shared_from_this(), &sb),
+                            detail::net::detached);
+    }
+    return false;
+  }
+  if (!replay_allows(sb, now)) return false;
+  use = sb.copy.slow.use(now, primary_failed);
+  return use != Use::kSkip;
 }
 
 template <class Executor>
@@ -86,8 +99,8 @@ auto Client<Executor>::recheck_standby(std::shared_ptr<Client> self, Standby* sb
 }
 
 template <class Executor>
-auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint until,
-                                    TimePoint started, Slot** in_use, Duration* took)
+auto Client<Executor>::standby_read(Standby& sb, Plain& state, TimePoint until, TimePoint started,
+                                    Slot** in_use, Duration* took)
     -> awaitable<std::optional<Result<Rows>>> {
   const holdfast::WritePosition mine = state.request.position();
   if (mine.primary_only) co_return std::nullopt;  // a write of the request's became unknown
@@ -131,6 +144,8 @@ auto Client<Executor>::standby_read(Standby& sb, const Plain& state, TimePoint u
         if (replayed.ok() && replayed->value >= mine.value) {
           sb.reads.fetch_add(1, std::memory_order_relaxed);
           answer = std::move(out[1]);
+        } else {
+          state.standby_behind = true;  // may have replayed them after the primary failed
         }
       }
     }

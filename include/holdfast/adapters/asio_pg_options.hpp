@@ -10,6 +10,7 @@
 #include "holdfast/core/idempotency.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/status.hpp"
+#include "holdfast/detail/read_route.hpp"
 #include "holdfast/detail/table_name.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lost_writes_watch.hpp"
@@ -50,15 +51,18 @@ struct ClientOptions {
   /// empty: none). Each host is a standby of its own (its connections, latency, lag and
   /// silence), and reads are spread over them in turn, skipping one found silent, lagging or
   /// far slower. A read goes to a standby that has replayed the request's own writes (their
-  /// commit positions, kept in its RequestContext), else to the primary.
+  /// commit positions, kept in its RequestContext), else to the primary; when the primary
+  /// cannot answer, to a standby that was only behind them, once more. pg::Database routes its
+  /// replica reads the same way (ADR 0057).
   holdfast::pg::ConnectOptions standby;
   /// The most connections to each standby.
   std::size_t standby_connections = 8;
   /// How long a read waits for a standby (its connect and its answer) before the primary
-  /// answers it instead, within the same attempt; with several standbys, one found down (or a
-  /// primary now) leaves the read to the next while this has not passed. When no standby
-  /// connection can be made, the reads of the next silence_check go to the primary at once.
-  Duration standby_wait = std::chrono::milliseconds(500);
+  /// answers it instead, within the same attempt; with several standbys, one that does not
+  /// answer it (down, a primary now, behind, slow) leaves it to the next while this has not
+  /// passed since the first was asked. When no standby connection can be made, the reads of
+  /// the next silence_check go to the primary at once.
+  Duration standby_wait = holdfast::pg::detail::kStandbyWait;
   /// A standby that has not replayed WAL it received this long ago (its replay paused, or too
   /// slow to keep up) answers no reads: they go to the primary, and one read every 250 ms
   /// looks again (pg::DatabaseOptions::max_replica_lag's rule and default). Measured from what

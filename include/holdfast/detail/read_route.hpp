@@ -1,0 +1,107 @@
+// Internal (not part of the API; public only because the header-only asio::pg::Client uses
+// it too): the routing of a read over a primary and its standbys, written once for the
+// blocking pg::Database (src/pg/replica_state.cpp) and the Client
+// (adapters/asio_pg_attempts.hpp), which differ only in how they wait for a server: a thread
+// or the event loop. ADR 0057.
+//
+//   - standby_may_answer(): whether a request's read may go to a standby at all;
+//   - StandbyPass: which standby it asks next, and when the primary answers instead;
+//   - standbys_again_after(): whether, after the primary could not answer, the standbys that
+//     were only behind the request's writes are asked again.
+//
+// Each driver decides by itself whether one standby may be asked now (its breaker, its slow
+// copy rule, its replay lag) and asks it; what it asked and heard goes back to the pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "holdfast/core/clock.hpp"
+#include "holdfast/core/status.hpp"
+
+namespace holdfast::pg::detail {
+
+// Whether a read of a request may go to a standby. Not when only the primary may answer it
+// (a write of the request's committed at a position nobody knows), nor when its position is
+// of a timeline older than the newest the primary's own answers showed: a promotion forked
+// the history there, a standby's replay position cannot be compared with it, and the primary
+// holds what survived. Timeline 0: not known (no promotion to compare with).
+[[nodiscard]] constexpr bool standby_may_answer(bool primary_only, std::uint32_t timeline,
+                                                std::uint32_t newest_timeline) noexcept {
+  return !primary_only && (timeline == 0 || timeline >= newest_timeline);
+}
+
+// How long a read waits for its standbys, from the first one it asks, before it stops asking
+// the next and the primary answers (the Client's ClientOptions::standby_wait; pg::Database's
+// reads wait the same).
+inline constexpr Duration kStandbyWait = std::chrono::milliseconds(500);
+
+// One read's way through `count` standbys: in turn from `first`, each at most once, the
+// next after one that did not answer; not past the first 64 for a pass `only` over some of
+// them. A standby is asked while `wait` has not passed since the first was asked (a read
+// waits for standbys about as long with several as with one), and not at or after `until`
+// (the request's deadline). Then the primary answers.
+//
+//   StandbyPass pass(n, turn++, wait, until);
+//   while (std::optional<std::size_t> i = pass.next(clock.now())) {
+//     if (!may_be_asked(*i)) continue;        // the driver's own rules: no time spent
+//     pass.asked(clock.now());
+//     ... ask standby *i: answered -> return its answer
+//     pass.unanswered(only_behind);
+//   }
+//   ... the primary answers
+class StandbyPass {
+ public:
+  static constexpr std::uint64_t kAll = ~std::uint64_t{0};
+
+  StandbyPass(std::size_t count, std::size_t first, Duration wait,
+              TimePoint until = TimePoint::max(), std::uint64_t only = kAll) noexcept
+      : count_(count),
+        first_(count == 0 ? 0 : first % count),
+        wait_(wait),
+        until_(until),
+        only_(only) {}
+
+  // The next standby to consider at `now`, or nullopt: the primary answers.
+  [[nodiscard]] std::optional<std::size_t> next(TimePoint now) noexcept {
+    if (now >= until_) return std::nullopt;
+    if (asked_ && now - first_asked_ >= wait_) return std::nullopt;
+    while (given_ < count_) {
+      const std::size_t i = (first_ + given_++) % count_;
+      if (only_ == kAll || (i < 64 && ((only_ >> i) & 1) != 0)) return i;
+    }
+    return std::nullopt;
+  }
+  // The standby next() gave last is asked now (`at`).
+  void asked(TimePoint at) noexcept {
+    if (!asked_) first_asked_ = at;
+    asked_ = true;
+  }
+  // It did not answer the read. `behind`: it answered, but had not replayed the request's
+  // writes (or its snapshot predates them): after the primary could not answer, it may have.
+  void unanswered(std::size_t i, bool behind) noexcept {
+    if (behind && i < 64) behind_ |= std::uint64_t{1} << i;
+  }
+  // The standbys of this pass that were only behind (bit i: standby i; the first 64).
+  [[nodiscard]] std::uint64_t behind() const noexcept { return behind_; }
+
+ private:
+  std::size_t count_;
+  std::size_t first_;
+  Duration wait_;
+  TimePoint until_;
+  std::uint64_t only_;
+  std::size_t given_ = 0;
+  bool asked_ = false;
+  TimePoint first_asked_{};
+  std::uint64_t behind_ = 0;
+};
+
+// Whether the standbys `behind` (StandbyPass::behind()) are asked again after the primary
+// answered `primary`: it could not answer (a fault that may pass, or holdfast's own shedding),
+// and a standby was only behind the request's writes: it may have replayed them meanwhile (a
+// primary going down streams its last WAL first).
+[[nodiscard]] bool standbys_again_after(const Status& primary, std::uint64_t behind) noexcept;
+
+}  // namespace holdfast::pg::detail
