@@ -20,6 +20,7 @@
 #include "holdfast/core/liveness.hpp"
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/read_route.hpp"
 #include "holdfast/detail/run_attempts.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/connection.hpp"
@@ -43,7 +44,6 @@ struct RoutedCall {
 };
 
 namespace detail {
-class StandbyPass;
 struct CallPipeline;
 class LostWrites;
 struct CopyState;
@@ -82,7 +82,6 @@ class Database::Impl {
 
  private:
   friend class Database;  // its accessors read the members
-  class CatchUp;          // whether a replica can have replayed a request's writes (below)
   struct Endpoint;        // a server: its Shield, pools, probe and liveness (below)
   // What a read or write runs: SQL text, or a prepared Statement.
   struct Work {
@@ -231,31 +230,12 @@ class Database::Impl {
 // Whether a replica can have replayed a request's writes, from what its reads reported:
 // after a read found it behind them, reads that need more than it had replayed skip it
 // for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
-class Database::Impl::CatchUp {
- public:
-  /// A read reported the replica at `replayed`.
-  void saw(std::uint64_t replayed) noexcept;
-  /// A read that needed more found the replica at `replayed` at `now`.
-  void behind(std::uint64_t replayed, TimePoint now) noexcept;
-  /// Whether a read that needs `need` should not try the replica at `now`.
-  [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
-  /// Whether a read has reported the replica at or past `need`.
-  [[nodiscard]] bool reached(std::uint64_t need) const noexcept {
-    return known_.load(std::memory_order_relaxed) >= need;
-  }
-
- private:
-  std::atomic<std::uint64_t> known_{0};     // the highest replay position reported
-  std::atomic<std::uint64_t> stuck_at_{0};  // the replay position when last found behind
-  std::atomic<std::int64_t> hold_ns_{0};
-  std::atomic<std::int64_t> until_ns_{0};
-};
 struct Database::Impl::Endpoint {
   std::string name;
   std::unique_ptr<Shield> shield;
   std::unique_ptr<Pool> reads;
   std::unique_ptr<Pool> writes;  ///< primary only
-  CatchUp catch_up;              ///< replicas only
+  detail::CatchUp catch_up;      ///< replicas only
   /// Its read latency, and (replicas) whether it is used less and its replay lag
   /// (slow_copy.hpp).
   std::unique_ptr<detail::CopyState> copy;

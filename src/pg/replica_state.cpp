@@ -66,43 +66,12 @@ Status left_to_a_replica() {
   return caught_up;
 }
 
-constexpr std::int64_t kCatchUpHoldFirstNs = 50'000'000;   // 50 ms
-constexpr std::int64_t kCatchUpHoldMaxNs = 1'000'000'000;  // 1 s
-
 // The answer of a replica that has not replayed the request's own writes (yet).
 Status not_replayed(const std::string& replica) {
   return Status(Code::kUnavailable, replica + " has not replayed the request's writes");
 }
 
-std::int64_t ns_of(TimePoint t) noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 }  // namespace
-
-void Database::Impl::CatchUp::saw(std::uint64_t replayed) noexcept {
-  std::uint64_t known = known_.load(std::memory_order_relaxed);
-  while (replayed > known &&
-         !known_.compare_exchange_weak(known, replayed, std::memory_order_relaxed)) {
-  }
-}
-
-void Database::Impl::CatchUp::behind(std::uint64_t replayed, TimePoint now) noexcept {
-  // Racing reads may each set the hold; any of their answers is a fair one.
-  saw(replayed);
-  const std::int64_t last = hold_ns_.load(std::memory_order_relaxed);
-  const bool stuck = last > 0 && stuck_at_.load(std::memory_order_relaxed) == replayed;
-  const std::int64_t hold = stuck ? std::min(2 * last, kCatchUpHoldMaxNs) : kCatchUpHoldFirstNs;
-  stuck_at_.store(replayed, std::memory_order_relaxed);
-  hold_ns_.store(hold, std::memory_order_relaxed);
-  until_ns_.store(ns_of(now) + hold, std::memory_order_relaxed);
-}
-
-bool Database::Impl::CatchUp::skip(std::uint64_t need, TimePoint now) const noexcept {
-  // A replica reported past `need` can answer (the read still checks); one found behind
-  // is given its hold to catch up before a read tries it again.
-  return need > known_.load(std::memory_order_relaxed) &&
-         ns_of(now) < until_ns_.load(std::memory_order_relaxed);
-}
 
 detail::ReplicaVerdict detail::replica_verdict(bool in_recovery, std::uint64_t replayed,
                                                bool read_committed, std::uint64_t need) noexcept {

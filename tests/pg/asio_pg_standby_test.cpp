@@ -372,6 +372,50 @@ TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain)
   primary.exec("DROP TABLE " + table);
 }
 
+// A standby found behind a request's writes is held off the reads that need them (50 ms,
+// doubling while its replay stays where it was), as pg::Database's replicas are (ADR 0057):
+// while its replay is paused, 40 reads of a request that wrote are answered by the primary,
+// and only a few of them ask the standby first. A read that needs nothing still goes to it.
+TEST(AsioPgStandby, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
+  const std::string primary_url = server_url();
+  const std::string standby_url_ = standby_url();
+  if (primary_url.empty() || standby_url_.empty()) GTEST_SKIP() << "no primary and standby";
+  Admin primary(primary_url);
+  Admin standby(standby_url_);
+  const std::string table = unique("asio_held");
+  ASSERT_TRUE(create_on_both(primary, standby, table, "id int"));
+  ClientOptions o = options_for(primary_url);
+  o.standby.conninfo = standby_url_;
+  o.hedge_budget = 0;                           // who answers is the routing's choice alone
+  o.max_standby_lag = std::chrono::minutes(1);  // about own writes, not lag
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string count = "SELECT count(*) FROM " + table;
+    ReplayPause pause(standby);
+    EXPECT_TRUE(pause.paused());
+    RequestContext mine(30s, holdfast::Clock::system());
+    Result<Rows> wrote = co_await client->async_write(
+        mine, "insert", "INSERT INTO " + table + " VALUES (1)", {}, net::use_awaitable);
+    EXPECT_TRUE(wrote.ok()) << wrote.status().to_string();
+    for (int i = 0; i < 40; ++i) {
+      Result<Rows> own = co_await client->async_read(mine, "count", count, {}, net::use_awaitable);
+      EXPECT_TRUE(own.ok() && own->text(0, 0) == "1") << "read " << i;
+    }
+    // The first read found the standby behind; the holds (50 ms, 100 ms, 200 ms, ...) keep
+    // all but a few of the others off it, however slowly this machine reads.
+    EXPECT_GE(client->standby_behind_reads(), 1u);
+    EXPECT_LE(client->standby_behind_reads(), 6u)
+        << "every read that needs the write asked the standby again";
+    EXPECT_EQ(client->standby_reads(), 0u);
+    RequestContext other;
+    Result<Rows> stale = co_await client->async_read(other, "count", count, {}, net::use_awaitable);
+    EXPECT_TRUE(stale.ok() && stale->text(0, 0) == "0");
+    EXPECT_EQ(client->standby_reads(), 1u);
+    pause.resume();
+  });
+  primary.exec("DROP TABLE " + table);
+}
+
 // A standby whose replay is paused while WAL keeps arriving serves ever older answers: once
 // it has not replayed what it received for max_standby_lag, its reads go to the primary (and
 // every one is answered meanwhile); once it replays again, they return to it.

@@ -1,11 +1,12 @@
 // The routing both PostgreSQL drivers take for a read (holdfast/detail/read_route.hpp, ADR
 // 0057): whether a standby may answer it, the order and limits of a pass over the standbys,
-// and when the standbys that were behind are asked again. No server, no clock: the times are
-// given.
+// the hold of a standby found behind, and when the standbys that were behind are asked again. No
+// server, no clock: the times are given.
 #include "holdfast/detail/read_route.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -80,6 +81,33 @@ TEST(ReadRoute, ThePassAgainAsksOnlyTheStandbysThatWereBehind) {
   EXPECT_EQ(first.behind(), 0b1010u);
   StandbyPass again(4, 0, kStandbyWait, TimePoint::max(), first.behind());
   EXPECT_EQ(given(again), (std::vector<std::size_t>{1, 3}));
+}
+
+TEST(ReadRoute, AStandbyFoundBehindIsHeldOffLongerWhileItsReplayStaysWhereItWas) {
+  CatchUp standby;
+  EXPECT_FALSE(standby.skip(100, t0));  // never found behind
+  standby.behind(40, t0);
+  EXPECT_TRUE(standby.skip(100, t0 + milliseconds(49)));
+  EXPECT_FALSE(standby.skip(100, t0 + milliseconds(50)));
+  EXPECT_FALSE(standby.skip(40, t0 + milliseconds(10)));  // it has replayed what this read needs
+  EXPECT_FALSE(standby.skip(0, t0 + milliseconds(10)));   // a read that needs nothing
+  // Still at 40: 100 ms, 200 ms, ... up to 1 s.
+  TimePoint at = t0 + milliseconds(50);
+  milliseconds hold(100);
+  for (int i = 0; i < 6; ++i) {
+    standby.behind(40, at);
+    EXPECT_TRUE(standby.skip(100, at + hold - milliseconds(1))) << i;
+    EXPECT_FALSE(standby.skip(100, at + hold)) << i;
+    at += hold;
+    hold = std::min(2 * hold, milliseconds(1000));
+  }
+  // Moved on (to 60): the first hold again; seen past 100 by another read: asked at once.
+  standby.behind(60, at);
+  EXPECT_FALSE(standby.skip(100, at + milliseconds(50)));
+  standby.saw(100);
+  EXPECT_FALSE(standby.skip(100, at));
+  EXPECT_TRUE(standby.reached(100));
+  EXPECT_FALSE(standby.reached(101));
 }
 
 TEST(ReadRoute, TheStandbysAreAskedAgainOnlyAfterThePrimaryCouldNotAnswer) {

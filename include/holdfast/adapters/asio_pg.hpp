@@ -179,6 +179,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       n += sb->copy.slow.ejections();
     return n;
   }
+  /// Reads a standby was asked and had not replayed the request's own writes (another copy
+  /// answered them). After each, that standby is held off such reads for a while.
+  [[nodiscard]] std::uint64_t standby_behind_reads() const noexcept {
+    return behind_reads_.load(std::memory_order_relaxed);
+  }
   /// Reads whose standby answer was not taken because the standby had not replayed WAL it
   /// received for longer than ClientOptions::max_standby_lag (the primary answered them).
   [[nodiscard]] std::uint64_t standby_lagging_reads() const noexcept {
@@ -427,6 +432,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     }
     Pool pool;
     holdfast::pg::detail::CopyState copy;
+    // How far its replay was seen, and its hold after it was found behind a request's writes.
+    holdfast::pg::detail::CatchUp catch_up;
     // Until when reads skip it because its replay lags (TimePoint{}: it did not).
     TimePoint lagging_until{};
     std::atomic<std::uint64_t> reads{0};
@@ -799,11 +806,12 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     sb.lagging_until = now + kLagRecheck;  // this read looks
     return true;
   }
-  // Whether standby `sb` may be asked a read now (when there are others: not left alone; its
-  // replay not lagging; not used less for slowness but for a probe), and how (`use`: kUse or
-  // kProbe).
+  // Whether standby `sb` may be asked now a read that needs position `need` (when there are
+  // others: not left alone; not held off after it was found behind `need`, unless the
+  // primary failed; its replay not lagging; not used less for slowness but for a probe), and
+  // how (`use`: kUse or kProbe).
   using Use = holdfast::pg::detail::SlowCopy::Use;
-  bool may_ask(Standby& sb, TimePoint now, bool primary_failed, Use& use);
+  bool may_ask(Standby& sb, TimePoint now, std::uint64_t need, bool primary_failed, Use& use);
   // The standbys `pass` gives, each asked when may_ask() lets it, until one answers (its
   // answer) or the pass ends (nothing: the primary answers).
   awaitable<std::optional<Result<Rows>>> standby_pass(std::shared_ptr<Plain> state,
@@ -940,6 +948,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // 0041); the same class as pg::Database's, used on the executor only.
   holdfast::pg::detail::CopyLatency primary_latency_;
   std::atomic<std::uint64_t> lagging_reads_{0};
+  std::atomic<std::uint64_t> behind_reads_{0};
   std::string claim_sql_;
   std::string recorded_sql_;
   std::string record_sql_;

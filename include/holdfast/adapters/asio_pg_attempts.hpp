@@ -34,11 +34,12 @@ auto Client<Executor>::standby_pass(std::shared_ptr<Plain> state,
     -> awaitable<std::optional<Result<Rows>>> {
   // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
   // whose primary try failed comes back to one whatever its state: a slow answer beats none.
+  const std::uint64_t need = state->request.position().value;
   TimePoint now = detail::Clock::now();
   while (const std::optional<std::size_t> i = pass.next(now)) {
     Standby& sb = *standbys_[*i];
     Use use = Use::kSkip;
-    if (!may_ask(sb, now, state->primary_failed, use)) continue;
+    if (!may_ask(sb, now, need, state->primary_failed, use)) continue;
     pass.asked(now);
     const bool probe = use == Use::kProbe;
     const bool suspect = probe || (!state->primary_failed && sb.copy.slow.suspect());
@@ -59,7 +60,8 @@ auto Client<Executor>::standby_pass(std::shared_ptr<Plain> state,
 }
 
 template <class Executor>
-auto Client<Executor>::may_ask(Standby& sb, TimePoint now, bool primary_failed, Use& use) -> bool {
+auto Client<Executor>::may_ask(Standby& sb, TimePoint now, std::uint64_t need, bool primary_failed,
+                               Use& use) -> bool {
   Verdict& v = *sb.pool.verdict;
   if (standbys_.size() > 1 && v.silent) {
     // Left alone: no read waits to find out whether it is back; a check off the request
@@ -71,6 +73,9 @@ auto Client<Executor>::may_ask(Standby& sb, TimePoint now, bool primary_failed, 
     }
     return false;
   }
+  // Found behind the request's writes moments ago: the primary answers, no round trip here
+  // (after the primary failed, the standby is asked whatever its hold).
+  if (need != 0 && !primary_failed && sb.catch_up.skip(need, now)) return false;
   if (!replay_allows(sb, now)) return false;
   use = sb.copy.slow.use(now, primary_failed);
   return use != Use::kSkip;
@@ -142,9 +147,12 @@ auto Client<Executor>::standby_read(Standby& sb, Plain& state, TimePoint until, 
       } else {
         sb.lagging_until = TimePoint{};
         if (replayed.ok() && replayed->value >= mine.value) {
+          sb.catch_up.saw(replayed->value);
           sb.reads.fetch_add(1, std::memory_order_relaxed);
           answer = std::move(out[1]);
         } else {
+          if (replayed.ok()) sb.catch_up.behind(replayed->value, end);
+          behind_reads_.fetch_add(1, std::memory_order_relaxed);
           state.standby_behind = true;  // may have replayed them after the primary failed
         }
       }

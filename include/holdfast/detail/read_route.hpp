@@ -6,13 +6,17 @@
 //
 //   - standby_may_answer(): whether a request's read may go to a standby at all;
 //   - StandbyPass: which standby it asks next, and when the primary answers instead;
+//   - CatchUp: whether a standby found behind a request's writes can have replayed them
+//     (ADR 0016's hold: a stopped replay costs no round trip per read);
 //   - standbys_again_after(): whether, after the primary could not answer, the standbys that
 //     were only behind the request's writes are asked again.
 //
-// Each driver decides by itself whether one standby may be asked now (its breaker, its slow
-// copy rule, its replay lag) and asks it; what it asked and heard goes back to the pass.
+// Each driver decides by itself whether one standby may be asked now (with CatchUp and the
+// slow-copy rule, and its own evidence of the standby's health) and asks it; what it asked and
+// heard goes back to the pass.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -96,6 +100,34 @@ class StandbyPass {
   bool asked_ = false;
   TimePoint first_asked_{};
   std::uint64_t behind_ = 0;
+};
+
+// What the reads of a standby have shown of its replay, for the reads that need a request's
+// writes: a standby found behind them is not asked by such a read for a hold (50 ms, doubling
+// while its replay stays where it was, up to 1 s) unless it was seen past them since. Atomics:
+// no lock on a read's way; racing reads may each set the hold, and any of their answers is a
+// fair one.
+class CatchUp {
+ public:
+  static constexpr Duration kFirstHold = std::chrono::milliseconds(50);
+  static constexpr Duration kLongestHold = std::chrono::seconds(1);
+
+  // A read reported the standby at `replayed`.
+  void saw(std::uint64_t replayed) noexcept;
+  // A read that needed more found the standby at `replayed` at `now`.
+  void behind(std::uint64_t replayed, TimePoint now) noexcept;
+  // Whether a read that needs `need` (0: nothing) should not ask the standby at `now`.
+  [[nodiscard]] bool skip(std::uint64_t need, TimePoint now) const noexcept;
+  // Whether a read has reported the standby at or past `need`.
+  [[nodiscard]] bool reached(std::uint64_t need) const noexcept {
+    return known_.load(std::memory_order_relaxed) >= need;
+  }
+
+ private:
+  std::atomic<std::uint64_t> known_{0};     // the highest replay position reported
+  std::atomic<std::uint64_t> stuck_at_{0};  // the replay position when last found behind
+  std::atomic<std::int64_t> hold_ns_{0};
+  std::atomic<std::int64_t> until_ns_{0};
 };
 
 // Whether the standbys `behind` (StandbyPass::behind()) are asked again after the primary
