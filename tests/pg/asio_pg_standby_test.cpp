@@ -42,6 +42,22 @@ ClientOptions two_standbys(const PrivateServer& servers) {
   return o;
 }
 
+// The test server's primary and standby, with a table of `columns` created on the primary and
+// streamed to the standby (`ready`), and dropped at the end.
+struct TestServersTable {
+  TestServersTable(const std::string& prefix, const std::string& columns)
+      : primary(server_url()), standby(standby_url()), table(unique(prefix)) {
+    ready = create_on_both(primary, standby, table, columns);
+  }
+  ~TestServersTable() { primary.exec("DROP TABLE IF EXISTS " + table); }
+  TestServersTable(const TestServersTable&) = delete;
+  TestServersTable& operator=(const TestServersTable&) = delete;
+  Admin primary;
+  Admin standby;
+  const std::string table;
+  bool ready = false;
+};
+
 // With several hosts, the primary's pool skips a standby (as target_session_attrs=read-write
 // would): a standby reached while the primary is away may lack the request's own writes.
 TEST(AsioPgStandby, WithSeveralHostsThePrimarysReadsNeverGoToAStandby) {
@@ -329,23 +345,21 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
 // while the standby, paused behind the request's write, replays it: the standby answers,
 // with the write, and no retry was needed.
 TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain) {
-  const std::string primary_url = server_url();
-  const std::string standby_url_ = standby_url();
-  if (primary_url.empty() || standby_url_.empty()) GTEST_SKIP() << "no primary and standby";
-  Admin primary(primary_url);
-  Admin standby(standby_url_);
-  const std::string table = unique("asio_again");
-  ASSERT_TRUE(create_on_both(primary, standby, table, "id int"));
+  if (server_url().empty() || standby_url().empty()) GTEST_SKIP() << "no primary and standby";
+  TestServersTable t("asio_again", "id int");
+  ASSERT_TRUE(t.ready);
+  Admin& primary = t.primary;
+  const std::string& table = t.table;
   SilentListener silent;
   ASSERT_NE(silent.port(), 0);
   ClientOptions o =
       options_for("postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/postgres");
   o.connect.connect_timeout = 600ms;
-  o.standby.conninfo = standby_url_;
+  o.standby.conninfo = standby_url();
   o.hedge_budget = 0;  // who answers is the routing's choice alone
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
-    ReplayPause pause(standby);
+    ReplayPause pause(t.standby);
     EXPECT_TRUE(pause.paused());
     primary.exec("INSERT INTO " + table + " VALUES (1)");
     const Result<holdfast::pg::Lsn> written = holdfast::pg::Lsn::parse(
@@ -369,7 +383,6 @@ TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain)
     EXPECT_EQ(client->shield().metrics().snapshot().attempts, 1u) << "answered by a retry";
     EXPECT_GE(silent.tried(), 1);
   });
-  primary.exec("DROP TABLE " + table);
 }
 
 // A standby found behind a request's writes is held off the reads that need them (50 ms,
@@ -377,25 +390,21 @@ TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain)
 // while its replay is paused, 40 reads of a request that wrote are answered by the primary,
 // and only a few of them ask the standby first. A read that needs nothing still goes to it.
 TEST(AsioPgStandby, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
-  const std::string primary_url = server_url();
-  const std::string standby_url_ = standby_url();
-  if (primary_url.empty() || standby_url_.empty()) GTEST_SKIP() << "no primary and standby";
-  Admin primary(primary_url);
-  Admin standby(standby_url_);
-  const std::string table = unique("asio_held");
-  ASSERT_TRUE(create_on_both(primary, standby, table, "id int"));
-  ClientOptions o = options_for(primary_url);
-  o.standby.conninfo = standby_url_;
+  if (server_url().empty() || standby_url().empty()) GTEST_SKIP() << "no primary and standby";
+  TestServersTable t("asio_held", "id int");
+  ASSERT_TRUE(t.ready);
+  ClientOptions o = options_for(server_url());
+  o.standby.conninfo = standby_url();
   o.hedge_budget = 0;                           // who answers is the routing's choice alone
   o.max_standby_lag = std::chrono::minutes(1);  // about own writes, not lag
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
-    const std::string count = "SELECT count(*) FROM " + table;
-    ReplayPause pause(standby);
+    const std::string count = "SELECT count(*) FROM " + t.table;
+    ReplayPause pause(t.standby);
     EXPECT_TRUE(pause.paused());
     RequestContext mine(30s, holdfast::Clock::system());
     Result<Rows> wrote = co_await client->async_write(
-        mine, "insert", "INSERT INTO " + table + " VALUES (1)", {}, net::use_awaitable);
+        mine, "insert", "INSERT INTO " + t.table + " VALUES (1)", {}, net::use_awaitable);
     EXPECT_TRUE(wrote.ok()) << wrote.status().to_string();
     for (int i = 0; i < 40; ++i) {
       Result<Rows> own = co_await client->async_read(mine, "count", count, {}, net::use_awaitable);
@@ -413,7 +422,6 @@ TEST(AsioPgStandby, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
     EXPECT_EQ(client->standby_reads(), 1u);
     pause.resume();
   });
-  primary.exec("DROP TABLE " + table);
 }
 
 // A standby whose replay is paused while WAL keeps arriving serves ever older answers: once

@@ -52,7 +52,7 @@ inline constexpr Duration kStandbyWait = std::chrono::milliseconds(500);
 //     if (!may_be_asked(*i)) continue;        // the driver's own rules: no time spent
 //     pass.asked(clock.now());
 //     ... ask standby *i: answered -> return its answer
-//     pass.unanswered(only_behind);
+//     pass.unanswered(*i, only_behind);
 //   }
 //   ... the primary answers
 class StandbyPass {
