@@ -240,7 +240,8 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, Standby& sb, Ti
         detail::net::detached);
   } else if (suspect) {
     // No hedge could go: a standby that was just slow gets the threshold, then its try is
-    // given up (another slow answer) and the primary answers.
+    // given up (another slow answer) and it leaves the read to the next standby or the
+    // primary, as any standby that does not answer.
     const TimePoint give_up_at = std::min(until, started + threshold);
     while (!race->standby.has_value() && detail::Clock::now() < give_up_at) {
       co_await race_wait(*race, give_up_at);
@@ -249,7 +250,7 @@ auto Client<Executor>::hedged_read(std::shared_ptr<Plain> state, Standby& sb, Ti
       if (race->standby_slot != nullptr) stop(*race->standby_slot);
       race->judged = true;
       judge_standby(sb, kUnanswered);
-      co_return co_await primary_call(state, until, nullptr);
+      co_return std::nullopt;
     }
   }
   // The first usable answer: the standby's when it has one, else the primary's. A failed
