@@ -29,6 +29,7 @@
 // read-only session (its own snapshot), and prune deletes through pg::PgLogStore in the
 // same small batches; the URL is shown without its password.
 #include <fmt/core.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -177,6 +178,9 @@ class TempCopy {
       restore_signals();
       fail(fmt::format("the temporary folder's name is too long: '{}'", dir.string()));
     }
+    // The signals wait from before the file exists until the handler knows its name: one
+    // that came in between would end the process and leave the file. Delivered after.
+    const Held held;
     const int fd = mkstemp(pattern.data());
     if (fd < 0) {
       restore_signals();
@@ -191,11 +195,14 @@ class TempCopy {
     g_copy_armed = 1;
   }
   ~TempCopy() {
-    g_copy_armed = 0;
+    // Held while the files go and the handlers are restored: a signal then ends the
+    // process (as it would have) once the files are gone.
+    const Held held;
     std::error_code ec;
     for (const char* suffix : kCopySuffixes) {
       std::filesystem::remove(path_ + suffix, ec);
     }
+    g_copy_armed = 0;
     restore_signals();
   }
   TempCopy(const TempCopy&) = delete;
@@ -207,6 +214,24 @@ class TempCopy {
     for (std::size_t i = 0; i < kEndingSignals.size(); ++i)
       ::sigaction(kEndingSignals[i], &previous_[i], nullptr);
   }
+
+  // kEndingSignals held (blocked) on this thread for a scope, then let through.
+  class Held {
+   public:
+    Held() noexcept {
+      sigset_t ending;
+      sigemptyset(&ending);
+      for (int s : kEndingSignals)
+        sigaddset(&ending, s);
+      ::pthread_sigmask(SIG_BLOCK, &ending, &before_);
+    }
+    ~Held() { ::pthread_sigmask(SIG_SETMASK, &before_, nullptr); }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+
+   private:
+    sigset_t before_{};
+  };
 
   std::string path_;
   std::array<struct sigaction, kEndingSignals.size()> previous_{};
