@@ -227,9 +227,6 @@ class Database::Impl {
   std::string record_sql_;
 };
 
-// Whether a replica can have replayed a request's writes, from what its reads reported:
-// after a read found it behind them, reads that need more than it had replayed skip it
-// for a hold (50 ms; doubled while its replay position stays put, up to 1 s).
 struct Database::Impl::Endpoint {
   std::string name;
   std::unique_ptr<Shield> shield;

@@ -354,7 +354,7 @@ TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain)
   ASSERT_NE(silent.port(), 0);
   ClientOptions o =
       options_for("postgresql://postgres@127.0.0.1:" + std::to_string(silent.port()) + "/postgres");
-  o.connect.connect_timeout = 600ms;
+  o.connect.connect_timeout = 1500ms;  // ample time for the standby to replay meanwhile
   o.standby.conninfo = standby_url();
   o.hedge_budget = 0;  // who answers is the routing's choice alone
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
@@ -365,7 +365,7 @@ TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain)
     const Result<holdfast::pg::Lsn> written = holdfast::pg::Lsn::parse(
         primary.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
     EXPECT_TRUE(written.ok());
-    RequestContext request(3s, holdfast::Clock::system());
+    RequestContext request(5s, holdfast::Clock::system());
     request.raise_position(written.ok() ? written->value : 1, 0);
     // Replay resumes while the read waits for the primary.
     std::thread resume([&] {

@@ -179,8 +179,8 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
       n += sb->copy.slow.ejections();
     return n;
   }
-  /// Reads a standby was asked and had not replayed the request's own writes (another copy
-  /// answered them). After each, that standby is held off such reads for a while.
+  /// Reads a standby was asked and had not replayed the request's own writes, so its answer
+  /// was not taken. After each, that standby is held off such reads for a while.
   [[nodiscard]] std::uint64_t standby_behind_reads() const noexcept {
     return behind_reads_.load(std::memory_order_relaxed);
   }
@@ -812,11 +812,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // how (`use`: kUse or kProbe).
   using Use = holdfast::pg::detail::SlowCopy::Use;
   bool may_ask(Standby& sb, TimePoint now, std::uint64_t need, bool primary_failed, Use& use);
-  // The standbys `pass` gives, each asked when may_ask() lets it, until one answers (its
-  // answer) or the pass ends (nothing: the primary answers).
+  // The standbys `pass` gives, each asked when may_ask() lets it (the read needs position
+  // `need`), until one answers (its answer) or the pass ends (nothing: the primary answers).
   awaitable<std::optional<Result<Rows>>> standby_pass(std::shared_ptr<Plain> state,
                                                       holdfast::pg::detail::StandbyPass& pass,
-                                                      TimePoint until);
+                                                      TimePoint until, std::uint64_t need);
   static constexpr Duration kLagRecheck = std::chrono::milliseconds(250);
   // The longest one of several standbys that could not be reached, or is no standby (a list
   // of hosts whose roles change: the primary among them, refused by target_session_attrs or

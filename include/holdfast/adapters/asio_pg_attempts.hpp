@@ -13,16 +13,18 @@ auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<
   // standbys in turn, the primary, and the standbys that were only behind the request's
   // writes again when the primary could not answer.
   std::uint64_t behind = 0;
-  if (!state->write && !standbys_.empty() && standby_may_answer(state->request.position())) {
+  const holdfast::WritePosition at =
+      state->write ? holdfast::WritePosition{} : state->request.position();
+  if (!state->write && !standbys_.empty() && standby_may_answer(at)) {
     route::StandbyPass pass(standbys_.size(), next_standby_++, options_.standby_wait, until);
-    std::optional<Result<Rows>> answered = co_await standby_pass(state, pass, until);
+    std::optional<Result<Rows>> answered = co_await standby_pass(state, pass, until, at.value);
     if (answered.has_value()) co_return std::move(*answered);
     behind = pass.behind();
   }
   Result<Rows> r = co_await primary_call(state, until, nullptr);
   if (!r.ok() && route::standbys_again_after(r.status(), behind)) {
     route::StandbyPass again(standbys_.size(), 0, options_.standby_wait, until, behind);
-    std::optional<Result<Rows>> answered = co_await standby_pass(state, again, until);
+    std::optional<Result<Rows>> answered = co_await standby_pass(state, again, until, at.value);
     if (answered.has_value()) co_return std::move(*answered);
   }
   co_return r;
@@ -30,11 +32,10 @@ auto Client<Executor>::plain_attempt(std::shared_ptr<Plain> state) -> awaitable<
 
 template <class Executor>
 auto Client<Executor>::standby_pass(std::shared_ptr<Plain> state,
-                                    holdfast::pg::detail::StandbyPass& pass, TimePoint until)
-    -> awaitable<std::optional<Result<Rows>>> {
+                                    holdfast::pg::detail::StandbyPass& pass, TimePoint until,
+                                    std::uint64_t need) -> awaitable<std::optional<Result<Rows>>> {
   // A standby far slower than the primary gets no reads but its probes (ADR 0041); a read
   // whose primary try failed comes back to one whatever its state: a slow answer beats none.
-  const std::uint64_t need = state->request.position().value;
   TimePoint now = detail::Clock::now();
   while (const std::optional<std::size_t> i = pass.next(now)) {
     Standby& sb = *standbys_[*i];
