@@ -18,10 +18,32 @@ void require_positive(Duration d, const char* field) {
   }
 }
 
+void require_valid(const Liveness::Options& o) {
+  require_positive(o.suspect_after, "suspect_after");
+  require_positive(o.check_timeout, "check_timeout");
+  require_positive(o.recheck, "recheck");
+  require_positive(o.tick, "tick");
+  if (o.suspect_max < o.suspect_after) {
+    throw std::invalid_argument("Liveness::Options::suspect_max (" + ms_text(o.suspect_max) +
+                                ") must not be below suspect_after (" + ms_text(o.suspect_after) +
+                                ")");
+  }
+}
+
 }  // namespace
 
 Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change)
     : Liveness(shield, std::move(check), std::move(on_change), Options{}) {}
+
+Liveness::Liveness(ChangeFn on_change, Options options)
+    : shield_(nullptr), on_change_(std::move(on_change)), options_(options) {
+  require_valid(options_);
+  if (options_.background) {
+    throw std::invalid_argument(
+        "a Liveness without a Shield runs no thread of its own: Options::background must be "
+        "false (the driver calls begin_check() and end_check())");
+  }
+}
 
 Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options options)
     : shield_(&shield),
@@ -29,15 +51,7 @@ Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options op
       on_change_(std::move(on_change)),
       options_(options) {
   if (!check_) throw std::invalid_argument("Liveness needs a check");
-  require_positive(options_.suspect_after, "suspect_after");
-  require_positive(options_.check_timeout, "check_timeout");
-  require_positive(options_.recheck, "recheck");
-  require_positive(options_.tick, "tick");
-  if (options_.suspect_max < options_.suspect_after) {
-    throw std::invalid_argument("Liveness::Options::suspect_max (" + ms_text(options_.suspect_max) +
-                                ") must not be below suspect_after (" +
-                                ms_text(options_.suspect_after) + ")");
-  }
+  require_valid(options_);
   if (options_.background) {
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "hf-liveness");  // seen in top -H and /proc
@@ -72,16 +86,32 @@ Duration Liveness::suspicion_threshold() const noexcept {
   return std::min(threshold, options_.suspect_max);
 }
 
-bool Liveness::tick(TimePoint now) {
+Duration Liveness::check_due_in(TimePoint now) const noexcept {
+  if (checking_.load(std::memory_order_acquire)) return Duration::zero();
+  Duration left{};
+  if (silent()) {
+    if (quiet_since_ns_.load(std::memory_order_relaxed) >
+        silent_since_ns_.load(std::memory_order_relaxed))
+      return Duration::zero();  // heard from since the silence began
+    left = options_.recheck -
+           (now - TimePoint(Duration(last_check_end_ns_.load(std::memory_order_relaxed))));
+  } else {
+    left = suspicion_threshold() - quiet_for(now);
+  }
+  return std::max(left, Duration::zero());
+}
+
+bool Liveness::begin_check(TimePoint now) noexcept {
   if (checking_.exchange(true, std::memory_order_acq_rel)) return false;  // one at a time
   const std::int64_t now_ns = now.time_since_epoch().count();
   bool due = false;
   if (silent()) {
-    if (quiet_since_ns_.load(std::memory_order_relaxed) > silent_since_ns_) {
+    if (quiet_since_ns_.load(std::memory_order_relaxed) >
+        silent_since_ns_.load(std::memory_order_relaxed)) {
       // An exchange heard from the server since the silence began: it is back.
       found(CheckResult::kAnswered, now);
     } else {
-      due = now_ns - last_check_end_ns_ >= options_.recheck.count();
+      due = now_ns - last_check_end_ns_.load(std::memory_order_relaxed) >= options_.recheck.count();
     }
   } else {
     due = quiet_for(now) >= suspicion_threshold();
@@ -91,34 +121,43 @@ bool Liveness::tick(TimePoint now) {
     return false;
   }
   checks_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Liveness::end_check(CheckResult result, TimePoint now) noexcept {
+  found(result, now);
+  checking_.store(false, std::memory_order_release);
+}
+
+bool Liveness::tick(TimePoint now) {
+  if (!check_ || !begin_check(now)) return false;
   CheckResult result = CheckResult::kAnswered;
   try {
     result = check_(now + options_.check_timeout);
   } catch (...) {
     result = CheckResult::kAnswered;  // no evidence either way
   }
-  found(result, shield_->clock().now());
-  checking_.store(false, std::memory_order_release);
+  end_check(result, (shield_ != nullptr ? shield_->clock() : Clock::system()).now());
   return true;
 }
 
 void Liveness::found(CheckResult result, TimePoint now) noexcept {
   const std::int64_t now_ns = now.time_since_epoch().count();
-  last_check_end_ns_ = now_ns;
+  last_check_end_ns_.store(now_ns, std::memory_order_relaxed);
   if (result == CheckResult::kSilent) {
     if (!silent()) {
-      silent_since_ns_ = now_ns;
+      silent_since_ns_.store(now_ns, std::memory_order_relaxed);
       silent_.store(true, std::memory_order_release);
       silences_.fetch_add(1, std::memory_order_relaxed);
       try {
-        shield_->server_silent(now);
+        if (shield_ != nullptr) shield_->server_silent(now);
       } catch (...) {
       }
       if (on_change_) on_change_(true);
     } else {
       // Still silent: the breaker stays open (a new period if the last one ran out).
       try {
-        (void)shield_->breaker().trip(now);
+        if (shield_ != nullptr) (void)shield_->breaker().trip(now);
       } catch (...) {
       }
     }
@@ -132,7 +171,7 @@ void Liveness::found(CheckResult result, TimePoint now) noexcept {
     checks_answered_.store(0, std::memory_order_relaxed);
     if (on_change_) on_change_(false);
     try {
-      shield_->server_back(now, Duration::zero());
+      if (shield_ != nullptr) shield_->server_back(now, Duration::zero());
     } catch (...) {
     }
     return;

@@ -228,5 +228,58 @@ TEST(Liveness, ACheckThatThrowsIsNoEvidence) {
   EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
 }
 
+// A driver on an event loop runs the checks itself (asio::pg::Client): the watch says when one
+// is due and takes what it found, with the rules tick() has, and acts through on_change alone.
+TEST(Liveness, ADriverThatRunsItsOwnChecksGetsTheSameVerdicts) {
+  ManualClock clock;
+  std::vector<bool> changes;
+  Liveness live([&](bool silent) { changes.push_back(silent); }, manual());
+  live.waiting(clock.now());
+  EXPECT_EQ(live.check_due_in(clock.now()), milliseconds(500));
+  clock.advance(milliseconds(499));
+  EXPECT_FALSE(live.begin_check(clock.now()));
+  EXPECT_EQ(live.check_due_in(clock.now()), milliseconds(1));
+  clock.advance(milliseconds(1));
+  ASSERT_TRUE(live.begin_check(clock.now()));
+  EXPECT_FALSE(live.begin_check(clock.now()));  // one at a time
+  EXPECT_EQ(live.check_due_in(clock.now()), Duration::zero());
+  clock.advance(milliseconds(200));
+  live.end_check(Check::kAnswered, clock.now());  // slow, not silent
+  EXPECT_FALSE(live.silent());
+  // The next suspicion needs twice the quiet time.
+  EXPECT_EQ(live.check_due_in(clock.now()), milliseconds(1000));
+  clock.advance(milliseconds(1000));
+  ASSERT_TRUE(live.begin_check(clock.now()));
+  live.end_check(Check::kSilent, clock.now());
+  EXPECT_TRUE(live.silent());
+  EXPECT_EQ(changes, (std::vector<bool>{true}));
+  // Silent: rechecked every `recheck`; the first answer ends the silence.
+  EXPECT_EQ(live.check_due_in(clock.now()), milliseconds(100));
+  EXPECT_FALSE(live.begin_check(clock.now()));
+  clock.advance(milliseconds(100));
+  ASSERT_TRUE(live.begin_check(clock.now()));
+  live.end_check(Check::kAnswered, clock.now());
+  EXPECT_FALSE(live.silent());
+  EXPECT_EQ(changes, (std::vector<bool>{true, false}));
+  EXPECT_EQ(live.checks(), 3u);
+  EXPECT_EQ(live.silences(), 1u);
+  EXPECT_FALSE(live.tick(clock.now()));  // it has no check of its own to run
+}
+
+TEST(Liveness, WithoutAShieldItRunsNoThreadOfItsOwn) {
+  Liveness::Options o;  // background
+  EXPECT_THROW(Liveness([](bool) {}, o), std::invalid_argument);
+}
+
+TEST_F(SilentServer, AnAnswerHeardOnAnExchangeEndsTheSilenceAtTheNextLook) {
+  Liveness& live = watch();
+  clock.advance(milliseconds(10));
+  live.answered(clock.now());  // the driver's probe heard the server after its check
+  EXPECT_EQ(live.check_due_in(clock.now()), Duration::zero());
+  EXPECT_FALSE(live.begin_check(clock.now()));  // no check needed: it is back
+  EXPECT_FALSE(live.silent());
+  EXPECT_EQ(shield.breaker().state(), BreakerState::kClosed);
+}
+
 }  // namespace
 }  // namespace holdfast

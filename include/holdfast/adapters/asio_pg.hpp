@@ -94,6 +94,7 @@
 #include "holdfast/adapters/asio_pg_options.hpp"
 #include "holdfast/adapters/asio_pg_slot.hpp"
 #include "holdfast/core/idempotency.hpp"
+#include "holdfast/core/liveness.hpp"
 #include "holdfast/core/random.hpp"
 #include "holdfast/core/window.hpp"
 #include "holdfast/detail/read_route.hpp"
@@ -178,6 +179,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     for (const auto& sb : standbys_)
       n += sb->copy.slow.ejections();
     return n;
+  }
+  /// Checks of whether the primary answers at all, run so far (silence_after; the probe's
+  /// rechecks included), by this Client and its siblings.
+  [[nodiscard]] std::uint64_t silence_checks() const noexcept {
+    return primary_.verdict->live->checks();
   }
   /// Reads a standby was asked and had not replayed the request's own writes, so its answer
   /// was not taken. After each, that standby is held off such reads for a while.
@@ -372,14 +378,16 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   template <class T>
   using awaitable = detail::net::awaitable<T>;
 
-  // Whether a server answers: the last silence check's verdict, and until when it holds
-  // (while the primary's probe runs: until the probe finds it answering); for the primary also
-  // the newest timeline its writes' commit positions showed. The primary's is shared by the
-  // Clients opened as siblings, which `clients` lists (each Client's own lists itself).
+  // Whether a server answers. The primary's: its Liveness (the watch pg::Database keeps of each
+  // server, its checks run on the loop: ADR 0058), whether its probe runs, and the newest
+  // timeline its writes' commit positions showed; shared by the Clients opened as siblings,
+  // which `clients` lists (each Client's own lists itself). A standby's: whether it could not be
+  // reached, and until when reads leave it alone.
   struct Verdict {
     bool silent = false;
     TimePoint verdict_until{};
     bool checking = false;
+    std::unique_ptr<Liveness> live;  // the primary's
     bool probing = false;
     // Raised only by the primary's own answers, never by a position a request brought: a
     // forged cookie would send every other request's reads to the primary.
@@ -498,6 +506,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
         options_(std::move(options)),
         shield_(options_.shield_name, options_.shield),
         primary_(ex, connect_options(options_, options_.connect), options_.max_connections) {
+    primary_.verdict->live = make_liveness(*primary_.verdict);
     if (!options_.standby.conninfo.empty()) {
       // Each host of the standby's conninfo is a standby of its own, reads spread over them.
       const holdfast::pg::ConnectOptions o = connect_options(options_, options_.standby);
@@ -647,21 +656,36 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   static void drop_all(Pool& pool, Slot& s);
 
   // Steps what was sent on `s` until it is complete, cancelling it at `until` and giving up
-  // on it (closing the connection) when the cancel's grace passes too. With `silence` (a
-  // read's pool), a wait that hears nothing for silence_after asks whether the server answers
-  // at all, and gives up at once when it does not. OK when complete.
+  // on it (closing the connection) when the cancel's grace passes too. With `silence` (the
+  // primary's pool) the wait is watched by its Liveness: once work has heard nothing from the
+  // server for silence_after (longer after checks it answered), a check asks whether it answers
+  // at all, and every wait on it gives up at once when it does not. OK when complete.
   awaitable<Status> drive(Slot& s, Want w, TimePoint until, Pool* silence = nullptr);
 
+  // The primary's watch, with the rules pg::Database's watch of a server has (silence_after,
+  // doubling up to kSuspectMax after checks answered; rechecks every health_probe_every, or
+  // silence_check without a probe). Its verdict is acted on for every sibling
+  // (on_primary_silence()).
+  std::unique_ptr<Liveness> make_liveness(Verdict& v);
+  static constexpr Duration kSuspectMax = std::chrono::seconds(2);
+  // The primary found silent (true) or answering again (false), for this Client and its
+  // siblings: their breakers, idle connections and waiting calls; the probe starts.
+  void on_primary_silence(bool silent) noexcept;
+  // Starts the probe (health_probe_every) unless it runs or none is set.
+  void start_probe();
+  // Whether the primary is found silent, so that a call is answered at once. Without a probe
+  // running, a call rechecks it itself when a recheck is due.
+  awaitable<bool> primary_silent();
   // Whether `pool`'s server answers: a connection of its own and SELECT 1 within
-  // silence_check. One check at a time per pool; its verdict holds for silence_check. While
-  // one runs, others take the server as answering (they look again at their next tick).
+  // silence_check (a refusal is an answer too). The check a Liveness asked for.
   awaitable<bool> answers(Pool& pool);
 
   // The primary's health probe (ClientOptions::health_probe_every), started when a check
-  // found it silent: every health_probe_every, a connection of its own to each host (but one
-  // still being probed) and SELECT 1, until one that takes writes answers (the pool is
-  // answering again, keeps that connection and the Shield's breaker closes) or no call has
-  // come for kProbeIdle (the next call looks for itself). `self` keeps the Client while it runs.
+  // found it silent: the Liveness's rechecks, health_probe_every apart, each a connection of its
+  // own to each host (but one still being probed) and SELECT 1, until one that takes writes
+  // answers (the pool is answering again, keeps that connection and the Shield's breaker
+  // closes) or no call has come for kProbeIdle (the next call looks for itself). `self` keeps
+  // the Client while it runs.
   awaitable<void> probe(std::shared_ptr<Client> self);
   static constexpr Duration kProbeIdle = std::chrono::seconds(10);
   // What a probe's hosts share: which are being probed, the first connection that answered
@@ -673,12 +697,14 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
     std::vector<bool> busy;
     std::unique_ptr<Slot> answered;
     bool over = false;
-    detail::net::steady_timer wake;  // cancelled when a host answered
+    std::uint64_t check = 0;  // the current check, and how many of its probes are still out
+    std::size_t left = 0;
+    detail::net::steady_timer wake;  // cancelled when a host answered, or the check's probes ended
   };
   // The probe of `host`: connected before `until`, a primary (with several hosts), and
   // SELECT 1 answered within silence_check.
   awaitable<void> probe_host(std::shared_ptr<Client> self, std::shared_ptr<Probing> probing,
-                             std::size_t host, TimePoint until);
+                             std::size_t host, std::uint64_t check, TimePoint until);
 
   // Sends one statement on `s` and waits for its result (drive()).
   awaitable<Result<Rows>> exchange(Slot& s, std::string_view sql,

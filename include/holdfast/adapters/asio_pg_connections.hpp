@@ -28,12 +28,18 @@ template <class Executor>
 auto Client<Executor>::lease(Pool& pool, TimePoint until)
     -> awaitable<Result<std::unique_ptr<Slot>>> {
   for (;;) {
-    if (pool.verdict->silent &&
-        (pool.verdict->probing || detail::Clock::now() < pool.verdict->verdict_until)) {
-      // Found silent a moment ago, or not yet answering the probe: answered at once (the
-      // Shield's backoff and breaker decide when to look again; the probe closes the breaker).
-      // Looked at again after each wait for a connection to come free.
-      if (pool.verdict->probing) pool.verdict->asked_at = detail::Clock::now();
+    bool away = false;
+    if (&pool == &primary_) {
+      // (Not inside a condition: g++ 12 may lose the result of a co_await there.)
+      if (pool.verdict->live->silent()) away = co_await primary_silent();
+    } else {
+      away = pool.verdict->silent && detail::Clock::now() < pool.verdict->verdict_until;
+    }
+    if (away) {
+      // Found silent, and not answering since (a standby: could not be reached a moment ago):
+      // answered at once (the Shield's backoff and breaker decide when to look again; the
+      // probe closes the breaker). Looked at again after each wait for a connection to come
+      // free.
       Status s(Code::kUnavailable,
                pool.verdict->probing
                    ? "the server was found silent and has not answered a probe since"
@@ -182,11 +188,28 @@ auto Client<Executor>::drop_all(Pool& pool, Slot& s) -> void {
 
 template <class Executor>
 auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) -> awaitable<Status> {
+  // Waiting on the server for as long as this runs, however it ends (the verdict kept: a
+  // frame an io_context destroys may outlive the Client).
+  struct Watched {
+    std::shared_ptr<Verdict> verdict;
+    ~Watched() {
+      if (verdict != nullptr) verdict->live->done();
+    }
+  } watched{silence != nullptr ? silence->verdict : nullptr};
+  holdfast::Liveness* live = watched.verdict != nullptr ? watched.verdict->live.get() : nullptr;
+  TimePoint now{};
+  if (live != nullptr) {
+    now = detail::Clock::now();
+    live->waiting(now);
+  }
   bool cancelled = false;
-  TimePoint check_at =
-      silence != nullptr ? detail::Clock::now() + options_.silence_after : TimePoint::max();
   while (w != Want::kNothing) {
-    const TimePoint wake = cancelled ? until : std::min(until, check_at);
+    TimePoint wake = until;
+    if (live != nullptr && !cancelled) {
+      // Wakes when a check would be due (or, while another one runs, a tick later).
+      const Duration due = live->check_due_in(now);
+      wake = std::min(until, now + (due > Duration::zero() ? due : live->options().tick));
+    }
     const bool ready = co_await detail::ready(s, w, wake, false);
     if (s.stop) {
       // The other copy answered a hedged read first: this one is not wanted any more.
@@ -194,15 +217,23 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
       s.forget();
       co_return s.conn.abandon(false);
     }
+    if (live != nullptr) now = detail::Clock::now();
     if (ready) {
+      if (live != nullptr && w == Want::kRead) live->answered(now);
       w = s.conn.step();
-      if (silence != nullptr) check_at = detail::Clock::now() + options_.silence_after;
       continue;
     }
-    if (!cancelled && detail::Clock::now() < until) {
-      // Nothing heard for silence_after: is the server there at all?
-      check_at = detail::Clock::now() + options_.silence_after;
-      if (co_await answers(*silence)) continue;  // only slow: wait on
+    if (live != nullptr && !cancelled && now < until) {
+      // Nothing heard from the server for a while: is it there at all? One check at a time;
+      // the others wait on and see its verdict.
+      if (!live->silent() && live->begin_check(now)) {
+        const bool answered = co_await answers(*silence);
+        now = detail::Clock::now();
+        live->end_check(answered ? holdfast::Liveness::CheckResult::kAnswered
+                                 : holdfast::Liveness::CheckResult::kSilent,
+                        now);
+      }
+      if (!live->silent()) continue;  // only slow: wait on
       s.conn.cancel();
       s.forget();
       co_return s.conn.abandon(true);
@@ -220,101 +251,169 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
 }
 
 template <class Executor>
-auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
-  const TimePoint now = detail::Clock::now();
-  if (now < pool.verdict->verdict_until || pool.verdict->checking || pool.verdict->probing) {
-    co_return !pool.verdict->silent || pool.verdict->checking;
-  }
-  pool.verdict->checking = true;
-  const TimePoint until = now + options_.silence_check;
-  const std::size_t host =
-      pool.only_host.value_or(holdfast::pg::LoopConnection::preferred_host(pool.options));
-  const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
-  Result<std::unique_ptr<Slot>> check = co_await connect_host(pool.options, host, several, until);
-  bool answered = false;
-  if (check.ok()) {
-    Result<Rows> one = co_await exchange(**check, "SELECT 1", {}, until);
-    answered = one.ok() || !one.status().sqlstate().empty();
-    (*check)->forget();
-  } else {
-    // A refusal is an answer; only a connect that heard nothing until the end is silence.
-    answered = detail::Clock::now() < until;
-  }
-  pool.verdict->checking = false;
-  pool.verdict->silent = !answered;
-  pool.verdict->verdict_until = detail::Clock::now() + options_.silence_check;
-  if (pool.verdict->silent) {
-    // Its idle connections reach a server that answers nothing: none is worth keeping.
-    drop_idle(pool);
-    if (&pool == &primary_) {
+auto Client<Executor>::make_liveness(Verdict& v) -> std::unique_ptr<holdfast::Liveness> {
+  holdfast::Liveness::Options o;
+  o.suspect_after = options_.silence_after;
+  o.suspect_max = std::max(kSuspectMax, options_.silence_after);
+  o.check_timeout = options_.silence_check;
+  o.recheck = options_.health_probe_every > Duration::zero() ? options_.health_probe_every
+                                                             : options_.silence_check;
+  o.background = false;
+  Verdict* shared = &v;
+  return std::make_unique<holdfast::Liveness>(
+      [shared](bool silent) {
+        // Acted on by one live Client sharing the verdict, for all of them.
+        for (const std::weak_ptr<Client>& w : shared->clients) {
+          if (std::shared_ptr<Client> c = w.lock()) {
+            c->on_primary_silence(silent);
+            return;
+          }
+        }
+      },
+      o);
+}
+
+template <class Executor>
+auto Client<Executor>::on_primary_silence(bool silent) noexcept -> void {
+  try {
+    const TimePoint at = holdfast::Clock::system().now();
+    if (silent) {
       // The primary's silence trips the Shields' breakers (docs/adr/0037), this Client's and
       // its siblings', so that a call given up on it is answered at once with Retry-After
-      // instead of retried for its window.
-      const TimePoint at = holdfast::Clock::system().now();
+      // instead of retried for its window. Its idle connections reach a server that answers
+      // nothing: none is worth keeping.
       for_each_sibling([at](Client& c) {
         c.shield_.server_silent(at);
         drop_idle(c.primary_);
         c.primary_.vacancy.cancel();  // the calls waiting for a connection are answered now
       });
-      if (options_.health_probe_every > Duration::zero()) {
-        pool.verdict->probing = true;
-        pool.verdict->asked_at = detail::Clock::now();
-        detail::net::co_spawn(ex_, probe(this->shared_from_this()), detail::net::detached);
-      }
+      start_probe();
+      return;
     }
+    // Answering again: the breakers the silence tripped close, and every sibling connects
+    // again at once (after a failover their idle connections reach the old primary).
+    for_each_sibling([at](Client& c) {
+      c.shield_.server_back(at, Duration::zero());
+      drop_idle(c.primary_);
+      c.primary_.connect_failures = 0;
+      c.primary_.previous_delay = Duration::zero();
+    });
+  } catch (...) {
+    // Nothing to undo: each step above stands alone, and the next check acts again.
   }
-  co_return answered;
+}
+
+template <class Executor>
+auto Client<Executor>::start_probe() -> void {
+  Verdict& v = *primary_.verdict;
+  if (v.probing || options_.health_probe_every <= Duration::zero()) return;
+  v.probing = true;
+  v.asked_at = detail::Clock::now();
+  detail::net::co_spawn(ex_, probe(this->shared_from_this()), detail::net::detached);
+}
+
+template <class Executor>
+auto Client<Executor>::primary_silent() -> awaitable<bool> {
+  Verdict& v = *primary_.verdict;
+  holdfast::Liveness& live = *v.live;
+  if (v.probing) {
+    v.asked_at = detail::Clock::now();
+    co_return live.silent();
+  }
+  // No probe runs (none is set, or it stopped for want of calls): this call looks itself when
+  // a recheck is due, and the others are answered at once.
+  if (live.begin_check(detail::Clock::now())) {
+    const bool answered = co_await answers(primary_);
+    live.end_check(answered ? holdfast::Liveness::CheckResult::kAnswered
+                            : holdfast::Liveness::CheckResult::kSilent,
+                   detail::Clock::now());
+  }
+  if (live.silent()) start_probe();
+  co_return live.silent();
+}
+
+template <class Executor>
+auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
+  const TimePoint until = detail::Clock::now() + options_.silence_check;
+  const std::size_t host =
+      pool.only_host.value_or(holdfast::pg::LoopConnection::preferred_host(pool.options));
+  const bool several = holdfast::pg::LoopConnection::host_count(pool.options) > 1;
+  Result<std::unique_ptr<Slot>> check = co_await connect_host(pool.options, host, several, until);
+  if (!check.ok()) {
+    // A refusal is an answer; only a connect that heard nothing until the end is silence.
+    co_return detail::Clock::now() < until;
+  }
+  Result<Rows> one = co_await exchange(**check, "SELECT 1", {}, until);
+  (*check)->forget();
+  co_return one.ok() || !one.status().sqlstate().empty();
 }
 
 template <class Executor>
 auto Client<Executor>::probe(std::shared_ptr<Client> self) -> awaitable<void> {
   Pool& pool = self->primary_;
+  const std::shared_ptr<Verdict> v = pool.verdict;
+  holdfast::Liveness& live = *v->live;
   const holdfast::pg::ConnectOptions& o = pool.options;
   const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
   auto probing = std::make_shared<Probing>(ex_, n);
   for (;;) {
-    const TimePoint now = detail::Clock::now();
-    if (now - pool.verdict->asked_at > kProbeIdle)
-      break;  // nobody asks: the next call looks itself
-    // Every host at once, each tick, but for one still being probed: a frozen host does not
-    // hold up another promoted meanwhile.
-    const TimePoint until = now + (n > 1 ? o.host_connect_timeout : o.connect_timeout);
-    for (std::size_t host = 0; host < n; ++host) {
-      if (probing->busy[host]) continue;
-      probing->busy[host] = true;
-      detail::net::co_spawn(ex_, probe_host(self, probing, host, until), detail::net::detached);
+    TimePoint now = detail::Clock::now();
+    if (!live.silent() || now - v->asked_at > kProbeIdle)
+      break;  // answering again, or nobody asks: the next call looks itself
+    if (probing->answered == nullptr && live.begin_check(now)) {
+      // The check: every host at once, but for one still being probed (a frozen host does not
+      // hold up another promoted meanwhile); answered when one that takes writes answers.
+      const TimePoint until = now + (n > 1 ? o.host_connect_timeout : o.connect_timeout);
+      const std::uint64_t check = ++probing->check;
+      probing->left = 0;
+      for (std::size_t host = 0; host < n; ++host) {
+        if (probing->busy[host]) continue;
+        probing->busy[host] = true;
+        ++probing->left;
+        detail::net::co_spawn(ex_, probe_host(self, probing, host, check, until),
+                              detail::net::detached);
+      }
+      // Until one answers, each of this check's probes ended, or a tick passed: a frozen host's
+      // probe runs on (its connect_timeout) without holding the next check back, and its answer,
+      // should it come later, ends the silence when it comes (below).
+      if (probing->left > 0) (void)co_await signalled(probing->wake, now + live.options().tick);
+      live.end_check(probing->answered != nullptr ? holdfast::Liveness::CheckResult::kAnswered
+                                                  : holdfast::Liveness::CheckResult::kSilent,
+                     detail::Clock::now());
+    } else if (probing->answered != nullptr) {
+      // A host answered after its check's time: heard from, which ends the silence.
+      now = detail::Clock::now();
+      live.answered(now);
+      (void)live.begin_check(now);
+      if (live.silent()) {  // a check of another's runs: its end decides
+        (void)co_await signalled(probing->wake, now + live.options().tick);
+        continue;
+      }
+    } else {
+      const Duration due = live.check_due_in(now);
+      (void)co_await signalled(probing->wake,
+                               now + (due > Duration::zero() ? due : live.options().tick));
+      continue;
     }
-    (void)co_await signalled(probing->wake, now + options_.health_probe_every);
-    if (probing->answered == nullptr) continue;
-    // Answering again: the pool keeps this connection, connects without waiting, and the
-    // breaker the silence tripped closes (a probe answered, as pg::Database's HealthProbe).
+    if (probing->answered == nullptr || live.silent()) continue;
+    // Answering again (every sibling was told: on_primary_silence(false)): the pool keeps this
+    // connection and connects without waiting.
     pool.connect_failures = 0;
     pool.previous_delay = Duration::zero();
     if (pool.open < pool.max) {
       ++pool.open;
       give_back(pool, std::move(probing->answered));
     }
-    const TimePoint at = holdfast::Clock::system().now();
-    for_each_sibling([at, this](Client& c) {
-      c.shield_.server_back(at, Duration::zero());
-      if (&c == this) return;
-      // The siblings connect again (after a failover their idle connections reach the old
-      // primary), without waiting for a backoff.
-      drop_idle(c.primary_);
-      c.primary_.connect_failures = 0;
-      c.primary_.previous_delay = Duration::zero();
-    });
     break;
   }
   probing->over = true;  // a probe still out closes what it gets
-  pool.verdict->probing = false;
-  pool.verdict->silent = false;
-  pool.verdict->verdict_until = TimePoint{};
+  v->probing = false;
 }
 
 template <class Executor>
 auto Client<Executor>::probe_host(std::shared_ptr<Client> self, std::shared_ptr<Probing> probing,
-                                  std::size_t host, TimePoint until) -> awaitable<void> {
+                                  std::size_t host, std::uint64_t check, TimePoint until)
+    -> awaitable<void> {
   const holdfast::pg::ConnectOptions& o = self->primary_.options;
   const std::size_t n = holdfast::pg::LoopConnection::host_count(o);
   Result<std::unique_ptr<Slot>> s = co_await connect_host(o, host, n > 1, until);
@@ -334,6 +433,9 @@ auto Client<Executor>::probe_host(std::shared_ptr<Client> self, std::shared_ptr<
     (*s)->conn.close();
   }
   probing->busy[host] = false;
+  // The last of its check's probes to end without an answer ends the check now: a refusing
+  // host, or one that is still a standby, does not hold the next look back by silence_check.
+  if (check == probing->check && --probing->left == 0) probing->wake.cancel();
 }
 
 template <class Executor>

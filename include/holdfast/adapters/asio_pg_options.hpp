@@ -90,24 +90,26 @@ struct ClientOptions {
   double slow_copy_factor = 4.0;
   /// How often a standby used less gets a probe read (see slow_copy_floor). Greater than 0.
   Duration slow_copy_probe_every = std::chrono::milliseconds(200);
-  /// Silence (DESIGN.md section 10): a read that has heard nothing from the primary for this
-  /// long asks whether the server answers at all (a connection of its own and SELECT 1 within
-  /// silence_check); a server that does not is silent, and the read gives up at once, as do
-  /// the calls that come while the verdict holds (silence_check). A server that answers is
-  /// only slow (a lock wait): the read waits on. So does a write, a transaction's statement or
-  /// COMMIT: on a silent server it gives up at once, its outcome unknown unless nothing was
-  /// sent (docs/adr/0037; a keyed call is then repeated and finds its key).
-  Duration silence_after = std::chrono::seconds(1);
-  /// How long the check may take, and how long its verdict holds.
+  /// Silence (DESIGN.md section 10), judged by the rules pg::Database's watch of a server has
+  /// (holdfast::Liveness, ADR 0058): once calls waiting on the primary have heard nothing from
+  /// it for this long (twice as long after each check it answered meanwhile, up to 2 s), one
+  /// check asks whether the server answers at all (a connection of its own and SELECT 1 within
+  /// silence_check). A server that does not is silent: every call waiting on it gives up at
+  /// once, and so do the calls that come until a recheck finds it answering. A server that
+  /// answers is only slow (a lock wait): the calls wait on. A write, a transaction's statement
+  /// or COMMIT given up on a silent server has its outcome unknown unless nothing was sent
+  /// (docs/adr/0037; a keyed call is then repeated and finds its key).
+  Duration silence_after = std::chrono::milliseconds(500);
+  /// How long the check may take.
   Duration silence_check = std::chrono::milliseconds(500);
-  /// Once the primary is found silent, a probe of the Client's own (a connection through the
-  /// host list and SELECT 1 within silence_check) looks again this often, on the executor; until
-  /// one answers, the verdict holds and every call is answered at once (none waits on a silent
-  /// server, nor connects to it), and the answer closes the Shield's breaker (as
+  /// Once the primary is found silent, a probe of the Client's own rechecks it this often (a
+  /// connection to each host of the list and SELECT 1 within silence_check), on the executor;
+  /// until one answers every call is answered at once (none waits on a silent server, nor
+  /// connects to it), and the answer closes the Shield's breaker (as
   /// pg::DatabaseOptions::health_probe_interval does). The probe stops when the server answers,
   /// or when no call has found it silent for 10 s (the next call then looks for itself); while
-  /// it runs it is work on the executor (io_context::run() does not return). 0: no probe (the
-  /// verdict holds silence_check; then a call looks again).
+  /// it runs it is work on the executor (io_context::run() does not return). 0: no probe (a
+  /// call rechecks the server itself every silence_check; the others are answered at once).
   Duration health_probe_every = std::chrono::milliseconds(250);
   /// The watch for confirmed writes a change of writer lost (pg::DatabaseOptions::lost_writes,
   /// ADR 0036): every write, transaction and keyed call the Client confirms is remembered, and

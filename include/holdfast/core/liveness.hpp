@@ -30,7 +30,10 @@
 ///     `suspect_max`); any ordinary answer resets it.
 ///
 /// With `background` (the default) a thread of its own looks every `tick` and runs the
-/// checks; tick(now) does the same on the caller's thread (tests, the simulator).
+/// checks; tick(now) does the same on the caller's thread (tests, the simulator). A driver on
+/// an event loop runs the checks itself, without a thread: begin_check(now) says a check is due
+/// and end_check() takes what it found; the rules above stay the watch's (both PostgreSQL
+/// drivers judge a server with them, ADR 0058).
 ///
 /// Thread safety: waiting(), answered() and done() are the hot path: relaxed atomics, no
 /// lock, no allocation. Everything may be called from any thread. At most one check runs at
@@ -84,6 +87,11 @@ class Liveness {
   Liveness(Shield& shield, CheckFn check, ChangeFn on_change = {});
   /// The same with `options`.
   Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options options);
+  /// A watch with no Shield of its own, for a driver that runs its checks itself
+  /// (begin_check(), end_check()) and acts on on_change() (several Shields share its verdict).
+  /// REQUIRES: options.background is false (else std::invalid_argument, as are options out of
+  /// range).
+  Liveness(ChangeFn on_change, Options options);
   ~Liveness();
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;
@@ -115,8 +123,19 @@ class Liveness {
   [[nodiscard]] Duration quiet_for(TimePoint now) const noexcept;
 
   /// One look at `now`: runs a check when one is due (suspicion, or a recheck while silent),
-  /// on this thread. True when a check ran.
+  /// on this thread. True when a check ran. False, running none, without a `check`.
   bool tick(TimePoint now);
+
+  /// For a driver that runs the checks itself: true when one is due at `now` (a suspicion, or
+  /// a recheck while silent) and none runs; the caller then asks the server (within
+  /// check_timeout) and must call end_check(). A silence an exchange heard the end of ends here.
+  [[nodiscard]] bool begin_check(TimePoint now) noexcept;
+  /// What the check begin_check() started found, at `now`.
+  void end_check(CheckResult result, TimePoint now) noexcept;
+  /// How long until a check is due (zero: due now, or one runs), as tick() and begin_check()
+  /// judge it: while silent, the rest of `recheck`; else the quiet time still needed for a
+  /// suspicion (all of it while nothing waits).
+  [[nodiscard]] Duration check_due_in(TimePoint now) const noexcept;
 
   /// Stops the background thread (idempotent; the destructor calls it).
   void stop() noexcept;
@@ -138,7 +157,7 @@ class Liveness {
   [[nodiscard]] Duration suspicion_threshold() const noexcept;
   void found(CheckResult result, TimePoint now) noexcept;
 
-  Shield* shield_;
+  Shield* shield_;  // null: the driver acts on on_change() alone
   CheckFn check_;
   ChangeFn on_change_;
   Options options_;
@@ -147,8 +166,9 @@ class Liveness {
   std::atomic<int> checks_answered_{0};  // answered checks since the last ordinary answer
   std::atomic<bool> silent_{false};
   std::atomic<bool> checking_{false};
-  std::int64_t silent_since_ns_ = 0;  // the watch's own (under checking_)
-  std::int64_t last_check_end_ns_ = 0;
+  // Written under checking_; read by check_due_in() without it.
+  std::atomic<std::int64_t> silent_since_ns_{0};
+  std::atomic<std::int64_t> last_check_end_ns_{0};
   std::atomic<std::uint64_t> checks_{0};
   std::atomic<std::uint64_t> silences_{0};
   std::atomic<bool> stopping_{false};
