@@ -76,6 +76,14 @@ Duration Liveness::quiet_for(TimePoint now) const noexcept {
   return std::max(quiet, Duration::zero());
 }
 
+Duration Liveness::suspicion(TimePoint now, Duration waited) const noexcept {
+  if (waited == Duration::max()) return quiet_for(now);
+  // One wait's quiet time, counted from the last check the server answered at the latest: a
+  // wait that was only slow then waits as long again before it asks again.
+  const TimePoint answered(Duration(check_answered_ns_.load(std::memory_order_relaxed)));
+  return std::min(waited, now - answered);
+}
+
 Duration Liveness::suspicion_threshold() const noexcept {
   // Doubled by every check the server answered while work still waited (a long lock, a
   // long query): a slow server pays one check per doubling, not one per suspect_after.
@@ -86,7 +94,7 @@ Duration Liveness::suspicion_threshold() const noexcept {
   return std::min(threshold, options_.suspect_max);
 }
 
-Duration Liveness::check_due_in(TimePoint now) const noexcept {
+Duration Liveness::check_due_in(TimePoint now, Duration waited) const noexcept {
   if (checking_.load(std::memory_order_acquire)) return Duration::zero();
   Duration left{};
   if (silent()) {
@@ -96,12 +104,12 @@ Duration Liveness::check_due_in(TimePoint now) const noexcept {
     left = options_.recheck -
            (now - TimePoint(Duration(last_check_end_ns_.load(std::memory_order_relaxed))));
   } else {
-    left = suspicion_threshold() - quiet_for(now);
+    left = suspicion_threshold() - suspicion(now, waited);
   }
   return std::max(left, Duration::zero());
 }
 
-bool Liveness::begin_check(TimePoint now) noexcept {
+bool Liveness::begin_check(TimePoint now, Duration waited) noexcept {
   if (checking_.exchange(true, std::memory_order_acq_rel)) return false;  // one at a time
   const std::int64_t now_ns = now.time_since_epoch().count();
   bool due = false;
@@ -114,7 +122,7 @@ bool Liveness::begin_check(TimePoint now) noexcept {
       due = now_ns - last_check_end_ns_.load(std::memory_order_relaxed) >= options_.recheck.count();
     }
   } else {
-    due = quiet_for(now) >= suspicion_threshold();
+    due = suspicion(now, waited) >= suspicion_threshold();
   }
   if (!due) {
     checking_.store(false, std::memory_order_release);
@@ -166,6 +174,7 @@ void Liveness::found(CheckResult result, TimePoint now) noexcept {
   // Answered. The quiet time starts again now; while work still waits, the next suspicion
   // needs a longer one.
   quiet_since_ns_.store(now_ns, std::memory_order_relaxed);
+  check_answered_ns_.store(now_ns, std::memory_order_relaxed);
   if (silent()) {
     silent_.store(false, std::memory_order_release);
     checks_answered_.store(0, std::memory_order_relaxed);

@@ -266,6 +266,36 @@ TEST(Liveness, ADriverThatRunsItsOwnChecksGetsTheSameVerdicts) {
   EXPECT_FALSE(live.tick(clock.now()));  // it has no check of its own to run
 }
 
+// A driver that knows its own wait's quiet time passes it: the suspicion is that wait's, so
+// one wait that heard nothing is checked although other exchanges were answered meanwhile
+// (a pooler that cannot get it a server connection), and a wait that just began is not,
+// whatever the others did.
+TEST(Liveness, AWaitThatHeardNothingIsSuspectWhateverTheOthersHeard) {
+  ManualClock clock;
+  Liveness::Options o = manual();
+  o.suspect_max = o.suspect_after;  // no doubling after an answered check (as the Client)
+  Liveness live([](bool) {}, o);
+  live.waiting(clock.now());  // the stuck wait
+  clock.advance(milliseconds(400));
+  live.answered(clock.now());  // another exchange was answered
+  clock.advance(milliseconds(100));
+  EXPECT_EQ(live.check_due_in(clock.now()), milliseconds(400));  // all work: quiet 100 ms
+  EXPECT_EQ(live.check_due_in(clock.now(), milliseconds(500)), Duration::zero());
+  EXPECT_FALSE(live.begin_check(clock.now(), milliseconds(20)));  // a wait that just began
+  ASSERT_TRUE(live.begin_check(clock.now(), milliseconds(500)));  // the stuck one
+  clock.advance(milliseconds(5));
+  live.end_check(Check::kAnswered, clock.now());  // slow, not silent
+  // A check answered counts for every wait: the stuck one asks again only once it has waited
+  // as long again (not on every look).
+  EXPECT_FALSE(live.begin_check(clock.now(), milliseconds(505)));
+  EXPECT_EQ(live.check_due_in(clock.now(), milliseconds(505)), milliseconds(500));
+  clock.advance(milliseconds(500));
+  ASSERT_TRUE(live.begin_check(clock.now(), milliseconds(1005)));
+  live.end_check(Check::kSilent, clock.now());
+  EXPECT_TRUE(live.silent());
+  EXPECT_EQ(live.checks(), 2u);
+}
+
 TEST(Liveness, WithoutAShieldItRunsNoThreadOfItsOwn) {
   Liveness::Options o;  // background
   EXPECT_THROW(Liveness([](bool) {}, o), std::invalid_argument);

@@ -662,12 +662,11 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // at all, and every wait on it gives up at once when it does not. OK when complete.
   awaitable<Status> drive(Slot& s, Want w, TimePoint until, Pool* silence = nullptr);
 
-  // The primary's watch, with the rules pg::Database's watch of a server has (silence_after,
-  // doubling up to kSuspectMax after checks answered; rechecks every health_probe_every, or
-  // silence_check without a probe). Its verdict is acted on for every sibling
-  // (on_primary_silence()).
+  // The primary's watch, the holdfast::Liveness pg::Database keeps of each server: a wait quiet
+  // for silence_after is suspect (each check, as the Client always did: no doubling), rechecks
+  // every health_probe_every (silence_check without a probe). Its verdict is acted on for every
+  // sibling (on_primary_silence()).
   std::unique_ptr<Liveness> make_liveness(Verdict& v);
-  static constexpr Duration kSuspectMax = std::chrono::seconds(2);
   // The primary found silent (true) or answering again (false), for this Client and its
   // siblings: their breakers, idle connections and waiting calls; the probe starts.
   void on_primary_silence(bool silent) noexcept;

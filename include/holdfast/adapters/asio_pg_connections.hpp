@@ -198,8 +198,10 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
   } watched{silence != nullptr ? silence->verdict : nullptr};
   holdfast::Liveness* live = watched.verdict != nullptr ? watched.verdict->live.get() : nullptr;
   TimePoint now{};
+  TimePoint heard{};  // the last bytes this wait got (its start, before any)
   if (live != nullptr) {
     now = detail::Clock::now();
+    heard = now;
     live->waiting(now);
   }
   bool cancelled = false;
@@ -207,7 +209,7 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
     TimePoint wake = until;
     if (live != nullptr && !cancelled) {
       // Wakes when a check would be due (or, while another one runs, a tick later).
-      const Duration due = live->check_due_in(now);
+      const Duration due = live->check_due_in(now, now - heard);
       wake = std::min(until, now + (due > Duration::zero() ? due : live->options().tick));
     }
     const bool ready = co_await detail::ready(s, w, wake, false);
@@ -219,14 +221,17 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
     }
     if (live != nullptr) now = detail::Clock::now();
     if (ready) {
-      if (live != nullptr && w == Want::kRead) live->answered(now);
+      if (live != nullptr && w == Want::kRead) {
+        heard = now;
+        live->answered(now);
+      }
       w = s.conn.step();
       continue;
     }
     if (live != nullptr && !cancelled && now < until) {
-      // Nothing heard from the server for a while: is it there at all? One check at a time;
-      // the others wait on and see its verdict.
-      if (!live->silent() && live->begin_check(now)) {
+      // Nothing heard on this wait for a while: is the server there at all? One check at a
+      // time; the others wait on and see its verdict.
+      if (!live->silent() && live->begin_check(now, now - heard)) {
         const bool answered = co_await answers(*silence);
         now = detail::Clock::now();
         live->end_check(answered ? holdfast::Liveness::CheckResult::kAnswered
@@ -254,7 +259,10 @@ template <class Executor>
 auto Client<Executor>::make_liveness(Verdict& v) -> std::unique_ptr<holdfast::Liveness> {
   holdfast::Liveness::Options o;
   o.suspect_after = options_.silence_after;
-  o.suspect_max = std::max(kSuspectMax, options_.silence_after);
+  // A wait quiet for silence_after is checked each time (not twice as long after a check the
+  // server answered, as pg::Database's watch of all work does): behind a pooler one wait can
+  // stall while the others are answered, and the drill's tails showed it (ADR 0058).
+  o.suspect_max = options_.silence_after;
   o.check_timeout = options_.silence_check;
   o.recheck = options_.health_probe_every > Duration::zero() ? options_.health_probe_every
                                                              : options_.silence_check;

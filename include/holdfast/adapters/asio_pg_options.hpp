@@ -90,15 +90,14 @@ struct ClientOptions {
   double slow_copy_factor = 4.0;
   /// How often a standby used less gets a probe read (see slow_copy_floor). Greater than 0.
   Duration slow_copy_probe_every = std::chrono::milliseconds(200);
-  /// Silence (DESIGN.md section 10), judged by the rules pg::Database's watch of a server has
-  /// (holdfast::Liveness, ADR 0058): once calls waiting on the primary have heard nothing from
-  /// it for this long (twice as long after each check it answered meanwhile, up to 2 s), one
-  /// check asks whether the server answers at all (a connection of its own and SELECT 1 within
-  /// silence_check). A server that does not is silent: every call waiting on it gives up at
-  /// once, and so do the calls that come until a recheck finds it answering. A server that
-  /// answers is only slow (a lock wait): the calls wait on. A write, a transaction's statement
-  /// or COMMIT given up on a silent server has its outcome unknown unless nothing was sent
-  /// (docs/adr/0037; a keyed call is then repeated and finds its key).
+  /// Silence (DESIGN.md section 10), judged by the watch pg::Database keeps of a server
+  /// (holdfast::Liveness, ADR 0058): once a call waiting on the primary has heard nothing from
+  /// it for this long, one check (one at a time) asks whether the server answers at all (a
+  /// connection of its own and SELECT 1 within silence_check). A server that does not is silent:
+  /// every call waiting on it gives up at once, and so do the calls that come until a recheck finds
+  /// it answering. A server that answers is only slow (a lock wait): the calls wait on. A write, a
+  /// transaction's statement or COMMIT given up on a silent server has its outcome unknown unless
+  /// nothing was sent (docs/adr/0037; a keyed call is then repeated and finds its key).
   Duration silence_after = std::chrono::milliseconds(500);
   /// How long the check may take.
   Duration silence_check = std::chrono::milliseconds(500);

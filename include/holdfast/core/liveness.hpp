@@ -129,13 +129,19 @@ class Liveness {
   /// For a driver that runs the checks itself: true when one is due at `now` (a suspicion, or
   /// a recheck while silent) and none runs; the caller then asks the server (within
   /// check_timeout) and must call end_check(). A silence an exchange heard the end of ends here.
-  [[nodiscard]] bool begin_check(TimePoint now) noexcept;
+  /// `waited`: how long the caller's own wait has heard nothing, when it knows. The suspicion
+  /// is then that wait's quiet time (since the last check the server answered, at most)
+  /// instead of the quiet time of all work: one wait that heard nothing is evidence enough
+  /// where other exchanges may be answered while it is not (a pooler that cannot get this wait
+  /// a server connection answers the others' queries).
+  [[nodiscard]] bool begin_check(TimePoint now, Duration waited = Duration::max()) noexcept;
   /// What the check begin_check() started found, at `now`.
   void end_check(CheckResult result, TimePoint now) noexcept;
-  /// How long until a check is due (zero: due now, or one runs), as tick() and begin_check()
-  /// judge it: while silent, the rest of `recheck`; else the quiet time still needed for a
-  /// suspicion (all of it while nothing waits).
-  [[nodiscard]] Duration check_due_in(TimePoint now) const noexcept;
+  /// How long until a check is due (zero: due now, or one runs), as begin_check() judges it
+  /// with the same `waited`: while silent, the rest of `recheck`; else the quiet time still
+  /// needed for a suspicion (all of it while nothing waits).
+  [[nodiscard]] Duration check_due_in(TimePoint now,
+                                      Duration waited = Duration::max()) const noexcept;
 
   /// Stops the background thread (idempotent; the destructor calls it).
   void stop() noexcept;
@@ -155,6 +161,8 @@ class Liveness {
   void loop() noexcept;
   // The quiet time that makes the server suspect now.
   [[nodiscard]] Duration suspicion_threshold() const noexcept;
+  // The quiet time judged against it: all work's, or one wait's (`waited`, see begin_check()).
+  [[nodiscard]] Duration suspicion(TimePoint now, Duration waited) const noexcept;
   void found(CheckResult result, TimePoint now) noexcept;
 
   Shield* shield_;  // null: the driver acts on on_change() alone
@@ -169,6 +177,7 @@ class Liveness {
   // Written under checking_; read by check_due_in() without it.
   std::atomic<std::int64_t> silent_since_ns_{0};
   std::atomic<std::int64_t> last_check_end_ns_{0};
+  std::atomic<std::int64_t> check_answered_ns_{0};  // the end of the last check answered
   std::atomic<std::uint64_t> checks_{0};
   std::atomic<std::uint64_t> silences_{0};
   std::atomic<bool> stopping_{false};
