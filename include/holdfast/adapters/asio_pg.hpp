@@ -675,9 +675,9 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
   // Whether the primary is found silent, so that a call is answered at once. Without a probe
   // running, a call rechecks it itself when a recheck is due.
   awaitable<bool> primary_silent();
-  // Whether `pool`'s server answers: a connection of its own and SELECT 1 within
-  // silence_check (a refusal is an answer too). The check a Liveness asked for.
-  awaitable<bool> answers(Pool& pool);
+  // The check a Liveness asked for: whether `pool`'s server answers, on a connection of its own
+  // and SELECT 1 within silence_check (a refusal is an answer too).
+  awaitable<holdfast::Liveness::CheckResult> check_server(Pool& pool);
 
   // The primary's health probe (ClientOptions::health_probe_every), started when a check
   // found it silent: the Liveness's rechecks, health_probe_every apart, each a connection of its

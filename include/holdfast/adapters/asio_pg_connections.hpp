@@ -232,11 +232,9 @@ auto Client<Executor>::drive(Slot& s, Want w, TimePoint until, Pool* silence) ->
       // Nothing heard on this wait for a while: is the server there at all? One check at a
       // time; the others wait on and see its verdict.
       if (!live->silent() && live->begin_check(now, now - heard)) {
-        const bool answered = co_await answers(*silence);
+        const holdfast::Liveness::CheckResult found = co_await check_server(*silence);
         now = detail::Clock::now();
-        live->end_check(answered ? holdfast::Liveness::CheckResult::kAnswered
-                                 : holdfast::Liveness::CheckResult::kSilent,
-                        now);
+        live->end_check(found, now);
       }
       if (!live->silent()) continue;  // only slow: wait on
       s.conn.cancel();
@@ -331,17 +329,16 @@ auto Client<Executor>::primary_silent() -> awaitable<bool> {
   // No probe runs (none is set, or it stopped for want of calls): this call looks itself when
   // a recheck is due, and the others are answered at once.
   if (live.begin_check(detail::Clock::now())) {
-    const bool answered = co_await answers(primary_);
-    live.end_check(answered ? holdfast::Liveness::CheckResult::kAnswered
-                            : holdfast::Liveness::CheckResult::kSilent,
-                   detail::Clock::now());
+    const holdfast::Liveness::CheckResult found = co_await check_server(primary_);
+    live.end_check(found, detail::Clock::now());
   }
   if (live.silent()) start_probe();
   co_return live.silent();
 }
 
 template <class Executor>
-auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
+auto Client<Executor>::check_server(Pool& pool) -> awaitable<holdfast::Liveness::CheckResult> {
+  using Found = holdfast::Liveness::CheckResult;
   const TimePoint until = detail::Clock::now() + options_.silence_check;
   const std::size_t host =
       pool.only_host.value_or(holdfast::pg::LoopConnection::preferred_host(pool.options));
@@ -349,11 +346,11 @@ auto Client<Executor>::answers(Pool& pool) -> awaitable<bool> {
   Result<std::unique_ptr<Slot>> check = co_await connect_host(pool.options, host, several, until);
   if (!check.ok()) {
     // A refusal is an answer; only a connect that heard nothing until the end is silence.
-    co_return detail::Clock::now() < until;
+    co_return detail::Clock::now() < until ? Found::kAnswered : Found::kSilent;
   }
   Result<Rows> one = co_await exchange(**check, "SELECT 1", {}, until);
   (*check)->forget();
-  co_return one.ok() || !one.status().sqlstate().empty();
+  co_return one.ok() || !one.status().sqlstate().empty() ? Found::kAnswered : Found::kSilent;
 }
 
 template <class Executor>
