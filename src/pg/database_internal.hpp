@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "holdfast/detail/read_route.hpp"
 #include "holdfast/pg.hpp"
 #include "holdfast/pg/connection.hpp"
 #include "holdfast/pg/lsn.hpp"
@@ -17,12 +18,6 @@
 #include "pg_internal.hpp"
 
 namespace holdfast::pg::detail {
-
-// The primary's WAL insert position, read after a COMMIT: at or past its commit record; and
-// its timeline (the first 8 hex digits of the WAL file's name).
-inline constexpr std::string_view kWalPositionSql =
-    "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, "
-    "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8)";
 
 // The most a replica read waits for a new connection to its replica. A connect takes a few
 // milliseconds; one that takes longer reaches a host that does not answer (after a failover,

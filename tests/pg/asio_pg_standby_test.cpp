@@ -339,6 +339,59 @@ TEST(AsioPgStandby, ARequestReadsItsOwnWritesAndOthersReadTheStandby) {
   });
 }
 
+// A write whose WAL ends exactly on a page boundary: pg_current_wal_insert_lsn() then points
+// past the next page's header, where the standby's replay never stops, and the request's
+// reads would stay on the primary until someone else writes. Its position is the boundary,
+// and once replayed the standby answers the request's reads.
+TEST(AsioPgStandby, AWriteWhoseWalEndsOnAPageBoundaryIsReadFromTheStandbyOnceReplayed) {
+  if (server_url().empty() || standby_url().empty()) GTEST_SKIP() << "no primary and standby";
+  TestServersTable t("asio_page_end", "id int");
+  ASSERT_TRUE(t.ready);
+  Admin& primary = t.primary;
+  ClientOptions o = options_for(server_url());
+  o.standby.conninfo = standby_url();
+  o.hedge_budget = 0;                           // who answers is the routing's choice alone
+  o.max_standby_lag = std::chrono::minutes(1);  // about own writes, not lag
+  run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
+    std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
+    const std::string insert = "INSERT INTO " + t.table + " VALUES (1)";
+    net::steady_timer pause(io);
+    RequestContext request;
+    const auto write = [&]() -> net::awaitable<void> {
+      request = RequestContext();
+      Result<Rows> r =
+          co_await client->async_write(request, "insert", insert, {}, net::use_awaitable);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+    };
+    co_await write();  // the first may carry the page's full image; the next ones are alike
+    const std::uint64_t start = wal_insert_position(primary);
+    co_await write();
+    const std::uint64_t bytes = wal_insert_position(primary) - start;
+    const std::uint64_t page = wal_page_size(primary);
+
+    std::uint64_t inserted = 0;
+    for (int i = 0; i < 20 && inserted % page != 24; ++i) {
+      if (!fill_wal_page_but(primary, bytes)) continue;
+      co_await write();
+      inserted = wal_insert_position(primary);
+    }
+    EXPECT_EQ(inserted % page, 24u) << "no write ended on a page boundary";
+    EXPECT_EQ(request.position().value, inserted - 24)
+        << "the request waits for a position no replay reaches";
+    const auto started = std::chrono::steady_clock::now();
+    while (client->standby_reads() == 0 && seconds_since(started) < 3.0) {
+      Result<Rows> r = co_await client->async_read(
+          request, "count", "SELECT count(*) FROM " + t.table, {}, net::use_awaitable);
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      if (client->standby_reads() == 0) {
+        pause.expires_after(20ms);
+        co_await pause.async_wait(net::use_awaitable);
+      }
+    }
+    EXPECT_EQ(client->standby_reads(), 1u) << "the request's reads never went to the standby";
+  });
+}
+
 // When the primary cannot answer, a standby that was only behind the request's writes is
 // asked once more, within the same attempt (the routing pg::Database's reads take: ADR
 // 0057). Here the primary's connect hangs (a silent listener) until its connect_timeout,
@@ -362,8 +415,8 @@ TEST(AsioPgStandby, WhenThePrimaryCannotAnswerAStandbyThatWasBehindIsAskedAgain)
     ReplayPause pause(t.standby);
     EXPECT_TRUE(pause.paused());
     primary.exec("INSERT INTO " + table + " VALUES (1)");
-    const Result<holdfast::pg::Lsn> written = holdfast::pg::Lsn::parse(
-        primary.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+    const Result<holdfast::pg::Lsn> written =
+        holdfast::pg::Lsn::parse(primary.exec(holdfast::pg::detail::kWalPositionSql).text(0, 0));
     EXPECT_TRUE(written.ok());
     RequestContext request(5s, holdfast::Clock::system());
     request.raise_position(written.ok() ? written->value : 1, 0);

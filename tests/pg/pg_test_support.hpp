@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -438,6 +439,47 @@ inline bool caught_up(const std::string& primary, const std::string& standby) {
                                     {lsn}) == 1;
       },
       std::chrono::milliseconds(10000));
+}
+
+// The primary's WAL insert position, pg_current_wal_insert_lsn(), as a number.
+inline std::uint64_t wal_insert_position(Admin& primary) {
+  const std::string text(primary.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+  const std::size_t slash = text.find('/');
+  if (slash == std::string::npos) return 0;
+  return (std::stoull(text.substr(0, slash), nullptr, 16) << 32) |
+         std::stoull(text.substr(slash + 1), nullptr, 16);
+}
+
+// The size of a WAL page (8 kB unless the server was built otherwise).
+inline std::uint64_t wal_page_size(Admin& primary) {
+  return std::stoull(std::string(primary.exec("SHOW wal_block_size").text(0, 0)));
+}
+
+// Fills the primary's current WAL page so that the next `bytes` of WAL end exactly at its
+// end: a WAL message (pg_logical_emit_message(), which any wal_level takes) sized to the room
+// left, after one that measures what such a record adds to its payload. A test then makes
+// a write whose WAL is `bytes` long end its last record on the page boundary. false when a
+// message landed elsewhere than planned (something else wrote meanwhile): try again.
+inline bool fill_wal_page_but(Admin& primary, std::uint64_t bytes) {
+  const std::uint64_t page = wal_page_size(primary);
+  const auto emit = [&](std::uint64_t payload) {
+    primary.exec("SELECT pg_logical_emit_message(false, 'holdfast-test', repeat('x', $1::int))",
+                 {pg::Param(std::to_string(payload))});
+  };
+  const std::uint64_t before = wal_insert_position(primary);
+  emit(256);
+  const std::uint64_t after = wal_insert_position(primary);
+  if (after / page != before / page) return false;  // crossed a page: measure again
+  // At least what a message record adds, and less than 8 bytes more (records are 8-aligned).
+  const std::uint64_t overhead = after - before - 256;
+  const std::uint64_t room = page - after % page;
+  if (room < bytes + overhead) {  // no room left for a message: on to the next page
+    emit(room + 64);
+    return false;
+  }
+  const std::uint64_t pad = room - bytes;
+  emit(pad - overhead);
+  return wal_insert_position(primary) == after + pad;
 }
 
 // Promotes `standby` and waits (really) until it takes writes.

@@ -13,6 +13,7 @@
 
 #include "holdfast/core/shield.hpp"
 #include "holdfast/core/window.hpp"
+#include "holdfast/detail/read_route.hpp"
 #include "holdfast/pg/lsn.hpp"
 #include "holdfast/pg/pool.hpp"
 #include "pg_test_support.hpp"
@@ -172,6 +173,54 @@ TEST(PgReplicas, ARequestReadsItsOwnWritesFromTheStandbyOnlyOnceItHasReplayedThe
   admin.exec("DROP TABLE " + db.options().idempotency_table);
 }
 
+// A write whose WAL ends exactly on a page boundary: pg_current_wal_insert_lsn() then points
+// past the next page's header, where the standby's replay never stops, and the request's
+// reads would stay on the primary until someone else writes. Its position is the boundary,
+// and once replayed the standby answers the request's reads.
+TEST(PgReplicas, AWriteWhoseWalEndsOnAPageBoundaryIsReadFromTheStandbyOnceReplayed) {
+  HOLDFAST_REQUIRE_PG_STANDBY();
+  Admin admin(server_url());
+  Admin standby(standby_url());
+  const std::string table = unique("hf_page_end");
+  admin.exec("CREATE TABLE " + table + " (id int)");
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return standby.count("SELECT count(*) FROM pg_class WHERE relname = $1", {table}) == 1;
+  }));
+  DatabaseOptions o = replicated(server_url(), standby_url());
+  o.max_replica_lag = std::chrono::seconds(60);  // about own writes, not lag
+  Database db(o);
+  const std::string insert = "INSERT INTO " + table + " VALUES (1)";
+  const auto write = [&] {
+    RequestScope request;
+    EXPECT_TRUE(db.write(insert).ok());
+    return request_lsn();
+  };
+  write();  // the first may carry the page's full image; the next ones are alike
+  const std::uint64_t start = pgtest::wal_insert_position(admin);
+  write();
+  const std::uint64_t bytes = pgtest::wal_insert_position(admin) - start;
+  const std::uint64_t page = pgtest::wal_page_size(admin);
+
+  Lsn written;
+  std::uint64_t inserted = 0;
+  for (int i = 0; i < 20 && inserted % page != 24; ++i) {
+    if (!pgtest::fill_wal_page_but(admin, bytes)) continue;
+    written = write();
+    inserted = pgtest::wal_insert_position(admin);
+  }
+  ASSERT_EQ(inserted % page, 24u) << "no write ended on a page boundary";
+  EXPECT_EQ(written.value, inserted - 24) << "the request waits for a position no replay reaches";
+  EXPECT_TRUE(pgtest::eventually(
+      [&] {
+        RequestScope request;
+        require_lsn(written);
+        return rows_and_who(db, table).ends_with("/standby");
+      },
+      std::chrono::milliseconds(3000)))
+      << "the request's reads never went to the standby";
+  admin.exec("DROP TABLE " + table);
+}
+
 TEST(PgReplicas, AForgedTimelineInOneRequestsPositionLeavesOtherRequestsOnTheStandby) {
   // A client may send any position back (the panel's cookie). One of a timeline far in the
   // future concerns that client alone: the others' reads still go to the standby.
@@ -269,7 +318,7 @@ struct PrimaryDown {
   // Inserts a row on the real primary; the WAL position of that write.
   Lsn insert() {
     admin.exec("INSERT INTO " + table + " VALUES (1)");
-    return *Lsn::parse(admin.exec("SELECT pg_current_wal_insert_lsn()::text").text(0, 0));
+    return *Lsn::parse(admin.exec(detail::kWalPositionSql).text(0, 0));
   }
   // Whether the standby has replayed the row.
   bool replayed() { return standby.count("SELECT count(*) FROM " + table) == 1; }

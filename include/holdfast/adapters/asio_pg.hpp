@@ -491,10 +491,7 @@ class Client : public std::enable_shared_from_this<Client<Executor>> {
 
   // A write's commit position and timeline, read in the write's own round trip (as
   // pg::Database's writes do).
-  static constexpr std::string_view kPositionSql =
-      "SELECT pg_catalog.pg_current_wal_insert_lsn()::text, "
-      "pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, "
-      "8)";
+  static constexpr std::string_view kPositionSql = holdfast::pg::detail::kWalPositionSql;
   // What a standby has replayed, whether it is a standby at all (a promoted one keeps its
   // last replay position and is no replica), and what it has received (its replay lag).
   static constexpr std::string_view kStandbyHead =

@@ -9,7 +9,8 @@
 //   - CatchUp: whether a standby found behind a request's writes can have replayed them
 //     (ADR 0016's hold: a stopped replay costs no round trip per read);
 //   - standbys_again_after(): whether, after the primary could not answer, the standbys that
-//     were only behind the request's writes are asked again.
+//     were only behind the request's writes are asked again;
+//   - kWalPositionSql: the position a write's reads wait for a standby to have replayed.
 //
 // Each driver decides by itself whether one standby may be asked now (with CatchUp and the
 // slow-copy rule, and its own evidence of the standby's health) and asks it; what it asked and
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "holdfast/core/clock.hpp"
 #include "holdfast/core/status.hpp"
@@ -35,6 +37,21 @@ namespace holdfast::pg::detail {
                                                 std::uint32_t newest_timeline) noexcept {
   return !primary_only && (timeline == 0 || timeline >= newest_timeline);
 }
+
+// A write's position, read on the primary right after its COMMIT: the end of the WAL
+// inserted so far, at or past the commit record; and its timeline (the first 8 hex digits of
+// the WAL file's name). pg_current_wal_insert_lsn() alone is not it when the last record
+// ended on a page boundary: it then points past the next page's header (24 bytes, 40 at a
+// segment's start), where no record ends, and a standby's replay stops at the boundary until
+// someone writes again; on a quiet primary a request's reads would never go to a standby.
+// Such a position is taken back to the boundary (PostgreSQL 13 has no pg_lsn - numeric).
+inline constexpr std::string_view kWalPositionSql =
+    "SELECT CASE WHEN h = 0 THEN l::text ELSE pg_catalog.to_hex(pg_catalog.div(e, 4294967296)::"
+    "int8) || '/' || pg_catalog.to_hex(pg_catalog.mod(e, 4294967296)::int8) END, "
+    "pg_catalog.substr(f, 1, 8) FROM (SELECT l, f, h, (l - '0/0'::pg_catalog.pg_lsn) - h AS e "
+    "FROM (SELECT l, n.file_name AS f, CASE WHEN n.file_offset = 40 THEN 40 WHEN n.file_offset "
+    "% pg_catalog.current_setting('wal_block_size')::int4 = 24 THEN 24 ELSE 0 END AS h FROM "
+    "pg_catalog.pg_current_wal_insert_lsn() l, pg_catalog.pg_walfile_name_offset(l) n) a) b";
 
 // How long a read waits for its standbys, from the first one it asks, before it stops asking
 // the next and the primary answers (the Client's ClientOptions::standby_wait; pg::Database's

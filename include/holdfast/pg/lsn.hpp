@@ -14,10 +14,10 @@
 ///
 /// A Database records, after every write, transaction() and once() it commits on the
 /// primary, the primary's WAL insert position after the COMMIT (at or past the end of the
-/// commit record) as the request's position. A read goes to a standby only if the standby
-/// has replayed at least that far (pg_last_wal_replay_lsn(), read in the read's own round
-/// trip); otherwise the primary answers it. See
-/// docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
+/// commit record; a page's start, not past its header) as the request's position. A read
+/// goes to a standby only if the standby has replayed at least that far
+/// (pg_last_wal_replay_lsn(), read in the read's own round trip); otherwise the primary
+/// answers it. See docs/adr/0013-postgres-read-your-writes-and-transaction-pooling.md.
 ///
 /// The position carries the primary's timeline. After a failover the promoted standby writes
 /// on a new timeline, and a position of the old one cannot be compared with its positions: a
