@@ -38,6 +38,7 @@ Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change)
 Liveness::Liveness(ChangeFn on_change, Options options)
     : shield_(nullptr), on_change_(std::move(on_change)), options_(options) {
   require_valid(options_);
+  if (options_.each_wait) slots_ = std::make_unique<Slot[]>(kSlots);
   if (options_.background) {
     throw std::invalid_argument(
         "a Liveness without a Shield runs no thread of its own: Options::background must be "
@@ -52,6 +53,7 @@ Liveness::Liveness(Shield& shield, CheckFn check, ChangeFn on_change, Options op
       options_(options) {
   if (!check_) throw std::invalid_argument("Liveness needs a check");
   require_valid(options_);
+  if (options_.each_wait) slots_ = std::make_unique<Slot[]>(kSlots);
   if (options_.background) {
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "hf-liveness");  // seen in top -H and /proc
@@ -74,6 +76,32 @@ Duration Liveness::quiet_for(TimePoint now) const noexcept {
   if (waiting_.load(std::memory_order_relaxed) <= 0) return Duration::zero();
   const Duration quiet = now - TimePoint(Duration(quiet_since_ns_.load(std::memory_order_relaxed)));
   return std::max(quiet, Duration::zero());
+}
+
+std::uint32_t Liveness::take_slot(std::int64_t now_ns) noexcept {
+  // From a place of this thread's own, so that waits on different threads rarely meet.
+  static thread_local const std::uint32_t start =
+      static_cast<std::uint32_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  for (std::uint32_t i = 0; i < kSlots; ++i) {
+    const std::uint32_t at = (start + i) % kSlots;
+    std::int64_t free = kFree;
+    if (slots_[at].heard_ns.load(std::memory_order_relaxed) == kFree &&
+        slots_[at].heard_ns.compare_exchange_strong(free, now_ns, std::memory_order_relaxed)) {
+      return at;
+    }
+  }
+  return kNoSlot;
+}
+
+Duration Liveness::longest_wait(TimePoint now) const noexcept {
+  Duration longest = Duration::zero();
+  if (!slots_) return longest;
+  const std::int64_t now_ns = now.time_since_epoch().count();
+  for (std::uint32_t i = 0; i < kSlots; ++i) {
+    const std::int64_t heard = slots_[i].heard_ns.load(std::memory_order_relaxed);
+    if (heard != kFree) longest = std::max(longest, Duration(now_ns - heard));
+  }
+  return longest;
 }
 
 Duration Liveness::suspicion(TimePoint now, Duration waited) const noexcept {
@@ -138,7 +166,9 @@ void Liveness::end_check(CheckResult result, TimePoint now) noexcept {
 }
 
 bool Liveness::tick(TimePoint now) {
-  if (!check_ || !begin_check(now)) return false;
+  if (!check_ || !begin_check(now, options_.each_wait ? longest_wait(now) : Duration::max())) {
+    return false;
+  }
   CheckResult result = CheckResult::kAnswered;
   try {
     result = check_(now + options_.check_timeout);

@@ -148,7 +148,7 @@ PostgresPollingStatusType poll_connect(PGconn* conn, const Clock& clock, TimePoi
       PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
   Liveness* live = watch != nullptr ? watch->liveness.load(std::memory_order_acquire) : nullptr;
   const int wake = watch != nullptr ? watch->wake_fd : -1;
-  if (live != nullptr) live->waiting(clock.now());
+  const std::uint32_t slot = live != nullptr ? live->waiting(clock.now()) : Liveness::kNoSlot;
   while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
     const int fd = PQsocket(conn);
     const Duration left = until - clock.now();
@@ -161,10 +161,10 @@ PostgresPollingStatusType poll_connect(PGconn* conn, const Clock& clock, TimePoi
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) continue;
     if (p[0].revents == 0) break;  // only the watch's descriptor: the server went silent
-    if (reading && live != nullptr) live->answered(clock.now());
+    if (reading && live != nullptr) live->answered(clock.now(), slot);
     st = PQconnectPoll(conn);
   }
-  if (live != nullptr) live->done();
+  if (live != nullptr) live->done(slot);
   return st;
 }
 

@@ -48,6 +48,9 @@ struct Connection::Impl {
   // The watch of the one host this connection reaches, when its conninfo names several
   // (host_watch()): a check found that host silent while another one answered.
   std::shared_ptr<detail::ServerWatch> host;
+  // The slot of the watch's Liveness the exchange under way waits in (Liveness::waiting()),
+  // to which what comes back is told; Liveness::kNoSlot between exchanges.
+  std::uint32_t live_slot = ~std::uint32_t{0};
 
   Impl() = default;
   Impl(const Impl&) = delete;

@@ -378,9 +378,11 @@ std::unique_ptr<Database::Impl::Endpoint> Database::Impl::make_endpoint(std::str
     check.watch = nullptr;
     Endpoint* ep = e.get();
     Liveness::Options lo;
+    // Each wait's own quiet time, without doubling, as asio::pg::Client judges (ADR 0058).
     lo.suspect_after = options_.silence_after;
-    lo.suspect_max = std::max(lo.suspect_max, lo.suspect_after);
+    lo.suspect_max = lo.suspect_after;
     lo.check_timeout = options_.silence_check_timeout;
+    lo.each_wait = true;
     e->liveness = std::make_unique<Liveness>(
         *e->shield,
         [check](TimePoint deadline) { return ConnectionAccess::check_server(check, deadline); },
@@ -475,6 +477,10 @@ Result<Statement> Database::Impl::prepare(std::string_view sql) {
 
 bool Database::Impl::silent() const noexcept {
   return primary_->liveness != nullptr && primary_->liveness->silent();
+}
+
+std::uint64_t Database::Impl::silence_checks() const noexcept {
+  return primary_->liveness != nullptr ? primary_->liveness->checks() : 0;
 }
 
 bool Database::Impl::replica_silent(std::size_t i) const {

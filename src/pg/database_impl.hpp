@@ -70,6 +70,7 @@ class Database::Impl {
   Result<Statement> prepare(std::string_view sql);
   Status create_idempotency_table();
   [[nodiscard]] bool silent() const noexcept;
+  [[nodiscard]] std::uint64_t silence_checks() const noexcept;
   [[nodiscard]] bool replica_silent(std::size_t i) const;
   [[nodiscard]] bool replica_slow(std::size_t i) const;
   [[nodiscard]] LostWritesReport lost_writes() const;

@@ -59,6 +59,10 @@ bool Database::silent() const noexcept {
   return impl_->silent();
 }
 
+std::uint64_t Database::silence_checks() const noexcept {
+  return impl_->silence_checks();
+}
+
 bool Database::replica_silent(std::size_t i) const {
   return impl_->replica_silent(i);
 }

@@ -57,7 +57,8 @@ Connection::Impl::Readable Connection::Impl::wait_readable(TimePoint until) cons
     if (r > 0 && p[0].revents != 0) {
       if (watch != nullptr) {
         if (Liveness* live = watch->liveness.load(std::memory_order_acquire)) {
-          live->answered(clock->coarse_now());  // a tick late is nothing to a 500 ms rule
+          // A tick late is nothing to a 500 ms rule.
+          live->answered(clock->coarse_now(), live_slot);
         }
       }
       return Readable::kYes;
@@ -132,21 +133,26 @@ Status Connection::Impl::stuck(const Wait& w, bool sent) {
 
 namespace {
 
-// Tells the server's liveness that an exchange waits on it, for as long as it lives.
+// Tells the server's liveness that an exchange waits on it, for as long as it lives; the
+// wait's slot in `slot` (the connection's live_slot) meanwhile.
 class Waiting {
  public:
-  Waiting(const std::shared_ptr<detail::ServerWatch>& watch, const Clock& clock) noexcept
-      : live_(watch != nullptr ? watch->liveness.load(std::memory_order_acquire) : nullptr) {
-    if (live_ != nullptr) live_->waiting(clock.coarse_now());
+  Waiting(const std::shared_ptr<detail::ServerWatch>& watch, const Clock& clock,
+          std::uint32_t& slot) noexcept
+      : live_(watch != nullptr ? watch->liveness.load(std::memory_order_acquire) : nullptr),
+        slot_(slot) {
+    if (live_ != nullptr) slot_ = live_->waiting(clock.coarse_now());
   }
   ~Waiting() {
-    if (live_ != nullptr) live_->done();
+    if (live_ != nullptr) live_->done(slot_);
+    slot_ = Liveness::kNoSlot;
   }
   Waiting(const Waiting&) = delete;
   Waiting& operator=(const Waiting&) = delete;
 
  private:
   Liveness* live_;
+  std::uint32_t& slot_;
 };
 
 }  // namespace
@@ -167,7 +173,7 @@ Status Connection::Impl::failure(const PGresult* bad, bool sent) const {
 Result<Rows> Connection::Impl::collect(bool sent) {
   PGresult* good = nullptr;
   PGresult* bad = nullptr;
-  const Waiting waiting(watch, *clock);
+  const Waiting waiting(watch, *clock, live_slot);
   Wait w{deadline};
   while (PGresult* r = next_result(w)) {
     const ExecStatusType st = PQresultStatus(r);
@@ -242,7 +248,7 @@ Status Connection::Impl::pipeline_collect(std::span<const detail::Step> steps, b
   std::size_t at = 0;
   std::size_t bad_at = steps.size();
   bool synced = false;
-  const Waiting waiting(watch, *clock);
+  const Waiting waiting(watch, *clock, live_slot);
   Wait w{deadline};
   while (!synced && at <= steps.size()) {
     PGresult* r = next_result(w);
@@ -319,7 +325,7 @@ int Connection::Impl::first_answer(Impl& a, Impl* b, TimePoint until) noexcept {
       Impl& x = *c[i];
       if (x.watch != nullptr) {
         if (Liveness* live = x.watch->liveness.load(std::memory_order_acquire)) {
-          live->answered(x.clock->coarse_now());
+          live->answered(x.clock->coarse_now(), x.live_slot);
         }
       }
       if (PQconsumeInput(x.conn) == 0) return i;  // lost: its collect reports it

@@ -250,5 +250,45 @@ TEST(Silence, AReadWaitingOnALongLockIsSlowNotSilent) {
   admin.exec("DROP TABLE " + table);
 }
 
+TEST(Silence, AReadWaitingOnALongLockIsCheckedWhileOtherReadsAreAnswered) {
+  // Each wait is judged by its own quiet time (ADR 0058), as the asio Client judges: a read
+  // that waits on a lock while other reads are answered is checked every silence_after (a
+  // pooler that cannot get a query a server connection answers the others), the server
+  // answers the checks, and the read gets its rows when the lock goes.
+  HOLDFAST_REQUIRE_PG_SERVER();
+  const std::string table = pgtest::unique("silence_lock_busy");
+  Admin admin(pgtest::server_url());
+  admin.exec("CREATE TABLE " + table + " (id int)");
+  pg::DatabaseOptions o;
+  o.url = pgtest::server_url();
+  pg::Database db(o);
+  ASSERT_TRUE(db.read("SELECT count(*) FROM " + table).ok());
+
+  Admin holder(pgtest::server_url());
+  holder.exec("BEGIN");
+  holder.exec("LOCK TABLE " + table + " IN ACCESS EXCLUSIVE MODE");
+  Answer answer;
+  std::thread t =
+      request(answer, [&] { return db.read("SELECT count(*) FROM " + table).status(); });
+  int others = 0;
+  const auto start = Steady::now();
+  while (seconds_since(start) < 2.5) {  // other reads, answered every 20 ms
+    RequestScope scope(seconds(1));
+    EXPECT_TRUE(db.read("SELECT 1").ok());
+    ++others;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const std::uint64_t checks = db.silence_checks();
+  EXPECT_GE(checks, 2u) << "the read that heard nothing was never checked";
+  EXPECT_LE(checks, 6u) << "checked more often than every silence_after";
+  EXPECT_GT(others, 20);
+  EXPECT_FALSE(db.silent());
+  holder.exec("COMMIT");
+  t.join();
+  EXPECT_TRUE(answer.status.ok()) << answer.status.to_string();
+  EXPECT_EQ(db.shield().metrics().snapshot().silences, 0u);
+  admin.exec("DROP TABLE " + table);
+}
+
 }  // namespace
 }  // namespace holdfast

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -294,6 +295,77 @@ TEST(Liveness, AWaitThatHeardNothingIsSuspectWhateverTheOthersHeard) {
   live.end_check(Check::kSilent, clock.now());
   EXPECT_TRUE(live.silent());
   EXPECT_EQ(live.checks(), 2u);
+}
+
+// With each_wait (pg::Database's watch), tick() judges the longest quiet time of any one
+// wait: a wait that heard nothing for suspect_after is checked although other exchanges were
+// answered meanwhile (a pooler that cannot get it a server connection answers the others),
+// and a wait that ended is forgotten.
+TEST(Liveness, EachWaitIsJudgedByItsOwnQuietTime) {
+  ManualClock clock;
+  Shield shield("db", clock);
+  Server server;
+  Liveness::Options o = manual();
+  o.suspect_max = o.suspect_after;
+  o.each_wait = true;
+  Liveness live(shield, server.check(), server.on_change(), o);
+  const std::uint32_t stuck = live.waiting(clock.now());
+  ASSERT_NE(stuck, Liveness::kNoSlot);
+  for (int i = 0; i < 4; ++i) {  // another exchange answered every 100 ms
+    clock.advance(milliseconds(100));
+    const std::uint32_t other = live.waiting(clock.now());
+    EXPECT_NE(other, stuck);
+    live.answered(clock.now(), other);
+    live.done(other);
+    EXPECT_FALSE(live.tick(clock.now()));
+  }
+  EXPECT_EQ(live.longest_wait(clock.now()), milliseconds(400));
+  clock.advance(milliseconds(100));
+  EXPECT_TRUE(live.tick(clock.now()));  // the stuck wait, 500 ms quiet: checked, and answered
+  EXPECT_EQ(server.checks, 1);
+  EXPECT_FALSE(live.silent());
+  // It heard something: its quiet time starts again.
+  live.answered(clock.now(), stuck);
+  clock.advance(milliseconds(400));
+  EXPECT_FALSE(live.tick(clock.now()));
+  live.done(stuck);
+  clock.advance(milliseconds(400));
+  EXPECT_EQ(live.longest_wait(clock.now()), Duration::zero());
+  EXPECT_FALSE(live.tick(clock.now()));  // nothing waits
+  EXPECT_EQ(server.checks, 1);
+
+  // The same waits judged by all work's quiet time: never quiet for 500 ms, never checked.
+  Server server2;
+  Liveness all(shield, server2.check(), server2.on_change(), manual());
+  all.waiting(clock.now());
+  for (int i = 0; i < 10; ++i) {
+    clock.advance(milliseconds(100));
+    all.waiting(clock.now());
+    all.answered(clock.now());
+    all.done();
+    EXPECT_FALSE(all.tick(clock.now()));
+  }
+  EXPECT_EQ(server2.checks, 0);
+}
+
+// More waits than slots: the ones past them count in all work's quiet time only.
+TEST(Liveness, WaitsPastTheSlotsStillCountInAllWork) {
+  ManualClock clock;
+  Liveness::Options o = manual();
+  o.each_wait = true;
+  Liveness live([](bool) {}, o);
+  std::vector<std::uint32_t> slots;
+  for (int i = 0; i < 100; ++i)
+    slots.push_back(live.waiting(clock.now()));
+  EXPECT_EQ(std::count(slots.begin(), slots.end(), Liveness::kNoSlot), 100 - 64);
+  clock.advance(milliseconds(300));
+  EXPECT_EQ(live.longest_wait(clock.now()), milliseconds(300));
+  EXPECT_EQ(live.quiet_for(clock.now()), milliseconds(300));
+  for (const std::uint32_t slot : slots)
+    live.done(slot);
+  EXPECT_EQ(live.longest_wait(clock.now()), Duration::zero());
+  EXPECT_EQ(live.quiet_for(clock.now()), Duration::zero());
+  EXPECT_NE(live.waiting(clock.now()), Liveness::kNoSlot);  // freed
 }
 
 TEST(Liveness, WithoutAShieldItRunsNoThreadOfItsOwn) {

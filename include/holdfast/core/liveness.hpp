@@ -28,6 +28,10 @@
 ///   - Cost to a slow-but-working server: one check per suspicion. A check that was answered
 ///     while work still waits doubles the quiet time needed for the next suspicion (up to
 ///     `suspect_max`); any ordinary answer resets it.
+///   - With `each_wait`, the evidence is each wait's own quiet time instead of all work's: the
+///     longest any one wait has heard nothing (since the last check answered, at most). A
+///     pooler that cannot get one wait a server connection answers the others' queries; all
+///     work is then never quiet, but that wait is. Both PostgreSQL drivers judge this way.
 ///
 /// With `background` (the default) a thread of its own looks every `tick` and runs the
 /// checks; tick(now) does the same on the caller's thread (tests, the simulator). A driver on
@@ -44,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "holdfast/core/clock.hpp"
@@ -69,7 +74,13 @@ class Liveness {
     /// How often the background thread looks. > 0.
     Duration tick = std::chrono::milliseconds(50);
     bool background = true;  ///< a thread of its own looks every `tick`; false: only tick()
+    /// tick() judges the longest quiet time of any one wait (see waiting()), not all work's.
+    bool each_wait = false;
   };
+
+  /// What waiting() returns when all its slots are taken: that wait counts in all work's
+  /// quiet time only.
+  static constexpr std::uint32_t kNoSlot = ~std::uint32_t{0};
 
   /// What one check found.
   enum class CheckResult : std::uint8_t {
@@ -96,14 +107,18 @@ class Liveness {
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;
 
-  /// An exchange starts waiting for the server at `now`.
-  void waiting(TimePoint now) noexcept {
+  /// An exchange starts waiting for the server at `now`. Returns its slot, which the wait
+  /// hands to answered() and done() (kNoSlot when none was free), for `each_wait`.
+  std::uint32_t waiting(TimePoint now) noexcept {
+    const std::int64_t ns = now.time_since_epoch().count();
     if (waiting_.fetch_add(1, std::memory_order_relaxed) == 0) {
-      quiet_since_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+      quiet_since_ns_.store(ns, std::memory_order_relaxed);
     }
+    return options_.each_wait ? take_slot(ns) : kNoSlot;
   }
-  /// Something came back from the server at `now` (bytes, an error, the end of the stream).
-  void answered(TimePoint now) noexcept {
+  /// Something came back from the server at `now` (bytes, an error, the end of the stream),
+  /// to the wait in `slot` (waiting()'s).
+  void answered(TimePoint now, std::uint32_t slot = kNoSlot) noexcept {
     // Stored only when it moved: exchanges on many threads answered within one (coarse)
     // clock tick do not write the shared line again.
     const std::int64_t ns = now.time_since_epoch().count();
@@ -113,14 +128,20 @@ class Liveness {
     if (checks_answered_.load(std::memory_order_relaxed) != 0) {
       checks_answered_.store(0, std::memory_order_relaxed);
     }
+    if (slot < kSlots) slots_[slot].heard_ns.store(ns, std::memory_order_relaxed);
   }
-  /// The exchange stopped waiting (answered or given up).
-  void done() noexcept { waiting_.fetch_sub(1, std::memory_order_relaxed); }
+  /// The exchange in `slot` (waiting()'s) stopped waiting (answered or given up).
+  void done(std::uint32_t slot = kNoSlot) noexcept {
+    if (slot < kSlots) slots_[slot].heard_ns.store(kFree, std::memory_order_relaxed);
+    waiting_.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   /// True from a check that got no answer until one that did.
   [[nodiscard]] bool silent() const noexcept { return silent_.load(std::memory_order_acquire); }
   /// How long work has waited with nothing heard from the server (zero when nothing waits).
   [[nodiscard]] Duration quiet_for(TimePoint now) const noexcept;
+  /// The longest any one wait with a slot has heard nothing (zero when none waits).
+  [[nodiscard]] Duration longest_wait(TimePoint now) const noexcept;
 
   /// One look at `now`: runs a check when one is due (suspicion, or a recheck while silent),
   /// on this thread. True when a check ran. False, running none, without a `check`.
@@ -158,6 +179,14 @@ class Liveness {
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 
  private:
+  // Waits tracked one by one (each_wait): enough for a pool's connections; the ones past it
+  // count in all work's quiet time only.
+  static constexpr std::uint32_t kSlots = 64;
+  static constexpr std::int64_t kFree = INT64_MIN;
+  struct alignas(64) Slot {  // a line each: waits on many threads do not share one
+    std::atomic<std::int64_t> heard_ns{kFree};  // the wait's start or the last it heard
+  };
+  std::uint32_t take_slot(std::int64_t now_ns) noexcept;
   void loop() noexcept;
   // The quiet time that makes the server suspect now.
   [[nodiscard]] Duration suspicion_threshold() const noexcept;
@@ -181,6 +210,7 @@ class Liveness {
   std::atomic<std::uint64_t> checks_{0};
   std::atomic<std::uint64_t> silences_{0};
   std::atomic<bool> stopping_{false};
+  std::unique_ptr<Slot[]> slots_;  // kSlots of them with each_wait, else none
   Signal stop_signal_;
   std::thread thread_;  // last: it uses the members above
 };

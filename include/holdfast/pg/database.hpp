@@ -192,10 +192,8 @@ class Database {
   auto transaction(F&& fn, TransactionOptions options = {})
       -> std::invoke_result_t<F&, Transaction&>;
 
-  /// Creates the idempotency-key table if it does not exist:
-  /// @code
-  ///   (key text PRIMARY KEY, result text, created_at timestamptz NOT NULL DEFAULT now()).
-  /// @endcode
+  /// Creates the idempotency-key table if it does not exist: `(key text PRIMARY KEY, result
+  /// text, created_at timestamptz NOT NULL DEFAULT now())`.
   Status create_idempotency_table();
   /// Runs `fn(Transaction&)` -- returning Result<std::string> (the result to remember) or
   /// Status -- and records `key` with its result in the same transaction. If `key` is
@@ -205,8 +203,10 @@ class Database {
   template <class F>
   Result<KeyedResult> once(std::string_view key, F&& fn, TransactionOptions options = {});
 
-  /// Whether the primary (or replica i) is silent now (see silence_after).
+  /// Whether the primary is silent now (see DatabaseOptions::silence_after).
   [[nodiscard]] bool silent() const noexcept;
+  /// The primary's silence checks so far (as asio::pg::Client::silence_checks() counts).
+  [[nodiscard]] std::uint64_t silence_checks() const noexcept;
   /// Whether replica `i` is silent now (std::out_of_range for a bad index).
   [[nodiscard]] bool replica_silent(std::size_t i) const;
 

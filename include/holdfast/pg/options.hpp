@@ -90,7 +90,7 @@ struct DatabaseOptions {
   /// max_replica_lag and while it is in recovery. 0: none (requests probe when the open
   /// period ends).
   Duration health_probe_interval = Duration::zero();
-  /// Silence (ADR 0023): work waiting on a server this long with nothing heard from it starts
+  /// Silence (ADR 0023, 0059): a wait on a server that heard nothing from it this long starts
   /// a check (SELECT 1 on a connection of its own); no answer within silence_check_timeout
   /// finds the server silent, and its calls are answered at once until a check is answered.
   /// A slow server that answers anything is never silent. Zero turns the watch off. >= 0.
