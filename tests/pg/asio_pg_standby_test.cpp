@@ -25,6 +25,16 @@ ClientOptions with_standby(const PrivateServer& servers) {
   return o;
 }
 
+// The test servers' primary and standby, for a test of a request's own writes: who answers is
+// the routing's choice alone (no hedging), and the standby's lag is no reason to skip it.
+ClientOptions own_writes_options() {
+  ClientOptions o = options_for(server_url());
+  o.standby.conninfo = standby_url();
+  o.hedge_budget = 0;
+  o.max_standby_lag = std::chrono::minutes(1);
+  return o;
+}
+
 // A private primary with its standby, for tests whose second standby is the test server's;
 // null when either is missing.
 std::unique_ptr<PrivateServer> private_beside_the_test_standby() {
@@ -348,10 +358,7 @@ TEST(AsioPgStandby, AWriteWhoseWalEndsOnAPageBoundaryIsReadFromTheStandbyOnceRep
   TestServersTable t("asio_page_end", "id int");
   ASSERT_TRUE(t.ready);
   Admin& primary = t.primary;
-  ClientOptions o = options_for(server_url());
-  o.standby.conninfo = standby_url();
-  o.hedge_budget = 0;                           // who answers is the routing's choice alone
-  o.max_standby_lag = std::chrono::minutes(1);  // about own writes, not lag
+  const ClientOptions o = own_writes_options();
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     const std::string insert = "INSERT INTO " + t.table + " VALUES (1)";
@@ -446,10 +453,7 @@ TEST(AsioPgStandby, AStandbyFoundBehindTheRequestsWritesIsNotAskedByEveryRead) {
   if (server_url().empty() || standby_url().empty()) GTEST_SKIP() << "no primary and standby";
   TestServersTable t("asio_held", "id int");
   ASSERT_TRUE(t.ready);
-  ClientOptions o = options_for(server_url());
-  o.standby.conninfo = standby_url();
-  o.hedge_budget = 0;                           // who answers is the routing's choice alone
-  o.max_standby_lag = std::chrono::minutes(1);  // about own writes, not lag
+  const ClientOptions o = own_writes_options();
   run_on_loop([&](net::io_context& io) -> net::awaitable<void> {
     std::shared_ptr<Client<>> client = Client<>::open(io.get_executor(), o).value();
     const std::string count = "SELECT count(*) FROM " + t.table;

@@ -220,34 +220,56 @@ TEST(Silence, AWriteInFlightWhenTheServerFreezesIsAnsweredAsUnknownOnceTheSilenc
   EXPECT_LT(answer.seconds, 1.5) << answer.status.to_string();
 }
 
+// A table with one row, a Database on the test server that has read it, and a transaction of
+// another connection that holds the table locked until release(). Dropped at the end.
+struct LockedTable {
+  explicit LockedTable(const std::string& prefix) : table(pgtest::unique(prefix)) {
+    admin.exec("CREATE TABLE " + table + " (id int)");
+    admin.exec("INSERT INTO " + table + " VALUES (1)");
+    EXPECT_TRUE(db.read("SELECT count(*) FROM " + table).ok());
+    holder.exec("BEGIN");
+    holder.exec("LOCK TABLE " + table + " IN ACCESS EXCLUSIVE MODE");
+  }
+  ~LockedTable() {
+    release();
+    admin.exec("DROP TABLE " + table);
+  }
+  LockedTable(const LockedTable&) = delete;
+  LockedTable& operator=(const LockedTable&) = delete;
+  void release() {
+    if (!released) holder.exec("COMMIT");
+    released = true;
+  }
+
+  const std::string table;
+  Admin admin{pgtest::server_url()};
+  pg::Database db{[] {
+    pg::DatabaseOptions o;
+    o.url = pgtest::server_url();
+    return o;
+  }()};
+  Admin holder{pgtest::server_url()};
+  bool released = false;
+};
+
 TEST(Silence, AReadWaitingOnALongLockIsSlowNotSilent) {
   // The server still answers (the check, other work): the watch must not call it silent,
   // and the read that waits on the lock gets its rows when the lock goes.
   HOLDFAST_REQUIRE_PG_SERVER();
-  const std::string table = pgtest::unique("silence_lock");
-  Admin admin(pgtest::server_url());
-  admin.exec("CREATE TABLE " + table + " (id int)");
-  admin.exec("INSERT INTO " + table + " VALUES (1)");
-  pg::DatabaseOptions o;
-  o.url = pgtest::server_url();
-  pg::Database db(o);
-  ASSERT_TRUE(db.read("SELECT count(*) FROM " + table).ok());
-
-  Admin holder(pgtest::server_url());
-  holder.exec("BEGIN");
-  holder.exec("LOCK TABLE " + table + " IN ACCESS EXCLUSIVE MODE");
+  LockedTable locked("silence_lock");
+  pg::Database& db = locked.db;
+  const std::string& table = locked.table;
   Answer answer;
   std::thread t =
       request(answer, [&] { return db.read("SELECT count(*) FROM " + table).status(); });
   std::this_thread::sleep_for(milliseconds(2500));  // several suspicions' worth
   EXPECT_FALSE(db.silent());
-  holder.exec("COMMIT");
+  locked.release();
   t.join();
   EXPECT_TRUE(answer.status.ok()) << answer.status.to_string();
   EXPECT_FALSE(db.silent());
   EXPECT_EQ(db.shield().breaker().state(), BreakerState::kClosed);
   EXPECT_EQ(db.shield().metrics().snapshot().silences, 0u);
-  admin.exec("DROP TABLE " + table);
 }
 
 TEST(Silence, AReadWaitingOnALongLockIsCheckedWhileOtherReadsAreAnswered) {
@@ -256,17 +278,9 @@ TEST(Silence, AReadWaitingOnALongLockIsCheckedWhileOtherReadsAreAnswered) {
   // pooler that cannot get a query a server connection answers the others), the server
   // answers the checks, and the read gets its rows when the lock goes.
   HOLDFAST_REQUIRE_PG_SERVER();
-  const std::string table = pgtest::unique("silence_lock_busy");
-  Admin admin(pgtest::server_url());
-  admin.exec("CREATE TABLE " + table + " (id int)");
-  pg::DatabaseOptions o;
-  o.url = pgtest::server_url();
-  pg::Database db(o);
-  ASSERT_TRUE(db.read("SELECT count(*) FROM " + table).ok());
-
-  Admin holder(pgtest::server_url());
-  holder.exec("BEGIN");
-  holder.exec("LOCK TABLE " + table + " IN ACCESS EXCLUSIVE MODE");
+  LockedTable locked("silence_lock_busy");
+  pg::Database& db = locked.db;
+  const std::string& table = locked.table;
   Answer answer;
   std::thread t =
       request(answer, [&] { return db.read("SELECT count(*) FROM " + table).status(); });
@@ -283,11 +297,10 @@ TEST(Silence, AReadWaitingOnALongLockIsCheckedWhileOtherReadsAreAnswered) {
   EXPECT_LE(checks, 6u) << "checked more often than every silence_after";
   EXPECT_GT(others, 20);
   EXPECT_FALSE(db.silent());
-  holder.exec("COMMIT");
+  locked.release();
   t.join();
   EXPECT_TRUE(answer.status.ok()) << answer.status.to_string();
   EXPECT_EQ(db.shield().metrics().snapshot().silences, 0u);
-  admin.exec("DROP TABLE " + table);
 }
 
 }  // namespace
