@@ -371,16 +371,16 @@ TEST(AsioPgStandby, AWriteWhoseWalEndsOnAPageBoundaryIsReadFromTheStandbyOnceRep
       EXPECT_TRUE(r.ok()) << r.status().to_string();
     };
     co_await write();  // the first may carry the page's full image; the next ones are alike
-    const std::uint64_t start = wal_insert_position(primary);
-    co_await write();
-    const std::uint64_t bytes = wal_insert_position(primary) - start;
     const std::uint64_t page = wal_page_size(primary);
-
+    std::uint64_t bytes = 0;  // one write's WAL, measured on a write within one page
     std::uint64_t inserted = 0;
-    for (int i = 0; i < 20 && inserted % page != 24; ++i) {
-      if (!fill_wal_page_but(primary, bytes)) continue;
+    for (int i = 0; i < 30 && inserted % page != 24; ++i) {
+      const bool filled = bytes != 0 && fill_wal_page_but(primary, bytes);
+      const std::uint64_t before = wal_insert_position(primary);
       co_await write();
       inserted = wal_insert_position(primary);
+      if (before / page == inserted / page) bytes = inserted - before;
+      if (!filled) inserted = 0;
     }
     EXPECT_EQ(inserted % page, 24u) << "no write ended on a page boundary";
     EXPECT_EQ(request.position().value, inserted - 24)

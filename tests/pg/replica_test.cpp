@@ -196,17 +196,17 @@ TEST(PgReplicas, AWriteWhoseWalEndsOnAPageBoundaryIsReadFromTheStandbyOnceReplay
     return request_lsn();
   };
   write();  // the first may carry the page's full image; the next ones are alike
-  const std::uint64_t start = pgtest::wal_insert_position(admin);
-  write();
-  const std::uint64_t bytes = pgtest::wal_insert_position(admin) - start;
   const std::uint64_t page = pgtest::wal_page_size(admin);
-
-  Lsn written;
+  std::uint64_t bytes = 0;  // one write's WAL, measured on a write within one page
   std::uint64_t inserted = 0;
-  for (int i = 0; i < 20 && inserted % page != 24; ++i) {
-    if (!pgtest::fill_wal_page_but(admin, bytes)) continue;
+  Lsn written;
+  for (int i = 0; i < 30 && inserted % page != 24; ++i) {
+    const bool filled = bytes != 0 && pgtest::fill_wal_page_but(admin, bytes);
+    const std::uint64_t before = pgtest::wal_insert_position(admin);
     written = write();
     inserted = pgtest::wal_insert_position(admin);
+    if (before / page == inserted / page) bytes = inserted - before;
+    if (!filled) inserted = 0;
   }
   ASSERT_EQ(inserted % page, 24u) << "no write ended on a page boundary";
   EXPECT_EQ(written.value, inserted - 24) << "the request waits for a position no replay reaches";
