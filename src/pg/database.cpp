@@ -378,7 +378,7 @@ std::unique_ptr<Database::Impl::Endpoint> Database::Impl::make_endpoint(std::str
     check.watch = nullptr;
     Endpoint* ep = e.get();
     Liveness::Options lo;
-    // Each wait's own quiet time, without doubling, as asio::pg::Client judges (ADR 0058).
+    // Each wait's own quiet time, without doubling, as asio::pg::Client judges (ADR 0059).
     lo.suspect_after = options_.silence_after;
     lo.suspect_max = lo.suspect_after;
     lo.check_timeout = options_.silence_check_timeout;
